@@ -1,0 +1,1 @@
+# apps/tools/coll-bench

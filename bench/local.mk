@@ -1,0 +1,1 @@
+# bench/: emulated cluster and measurement scripts

@@ -1,0 +1,112 @@
+/*
+ * Non-blocking collectives as resumable state machines.
+ *
+ * A collective is started with dear_coll_start and then advanced with dear_coll_progress until
+ * it reports done; each progress call does a bounded amount of work and never blocks, so one
+ * progress thread can drive many collectives at once on one communicator. Collectives in
+ * flight at the same time on one communicator must be started in the same order on every rank
+ * and carry distinct tags; they may complete in any order.
+ *
+ * The shard rule (one function for every phase and algorithm): a vector of `count` elements
+ * over P ranks is cut into P contiguous shards; rank r owns
+ *     len_r = count / P + (r < count % P ? 1 : 0),   offset_r = r * (count / P) + min(r, count % P).
+ * So counts need not divide P, ranks beyond `count` own empty shards, and shards are in rank
+ * order. Reduce-scatter leaves rank r with the reduced shard r; all-gather assembles all shards.
+ *
+ * Buffer conventions (count = elements of the full vector; off/len = this rank's shard):
+ *   REDUCE_SCATTER  out of place: sendbuf has count elements, recvbuf receives len elements.
+ *                   in place (sendbuf NULL or == recvbuf): recvbuf has count elements, the result
+ *                   lands at recvbuf[off, off+len); other elements are left unspecified.
+ *   ALLGATHER       out of place: sendbuf has len elements, recvbuf receives count elements.
+ *                   in place: recvbuf has count elements with this rank's shard at [off, off+len).
+ *   ALLREDUCE       sendbuf and recvbuf have count elements; in place when sendbuf is NULL or
+ *                   == recvbuf.
+ *   Multi-block ALLGATHER (nblocks > 0, in place only): each block is its own sharded vector of
+ *                   block.count elements of which only [lo, hi) travels; this rank contributes
+ *                   its shard of the block intersected with [lo, hi). One collective serves every
+ *                   block (one start-up cost for several buckets, or part of one bucket).
+ * Reductions are sums; 16-bit float types accumulate in float32 and round once; `scale`
+ * multiplies every reduced element (1/P averages) and must be 1 for int32. Out-of-place
+ * buffers must not overlap.
+ */
+#ifndef DEAR_COLL_H
+#define DEAR_COLL_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "include/dear.h"
+
+typedef enum {
+    DEAR_COLL_REDUCE_SCATTER = 0,
+    DEAR_COLL_ALLGATHER = 1,
+    DEAR_COLL_ALLREDUCE = 2,
+    DEAR_COLL_OP_COUNT
+} dear_coll_op_t;
+
+/* Values match the choices of DEAR_COLL_ALGO (auto|ring|rhd|mpi) in runtime/params.def. */
+typedef enum {
+    DEAR_ALGO_AUTO = 0,
+    DEAR_ALGO_RING = 1,
+    DEAR_ALGO_RHD = 2,
+    DEAR_ALGO_MPI = 3,
+    DEAR_ALGO_COUNT
+} dear_coll_algo_t;
+
+typedef struct {
+    void *buf;      /* the block's full vector, count elements */
+    size_t count;   /* sharding is over [0, count) */
+    size_t lo, hi;  /* elements [lo, hi) travel; 0 <= lo <= hi <= count */
+} dear_coll_block_t;
+
+typedef struct {
+    dear_coll_op_t op;
+    dear_coll_algo_t algo;      /* DEAR_ALGO_AUTO: the selection table decides */
+    dear_dtype_t dtype;
+    MPI_Comm comm;
+    int tag;                    /* distinct among collectives in flight on comm; same on all ranks */
+    double scale;               /* multiplies reduced elements; 1.0 for none */
+    const void *sendbuf;        /* NULL or == recvbuf: in place */
+    void *recvbuf;
+    size_t count;               /* elements of the full vector */
+    int nblocks;                /* > 0: multi-block all-gather; sendbuf/recvbuf/count ignored */
+    const dear_coll_block_t *blocks;
+} dear_coll_args_t;
+
+typedef struct dear_coll_req dear_coll_req_t;
+
+/* What a finished or running collective did, for stats and the timeline. */
+typedef struct {
+    dear_coll_op_t op;
+    dear_coll_algo_t algo;      /* the algorithm actually used */
+    size_t bytes;               /* size of the full vector in bytes */
+    size_t bytes_sent;          /* payload this rank sent so far */
+} dear_coll_info_t;
+
+/* The shard rule above. */
+void dear_coll_shard(size_t count, int nranks, int rank, size_t *offset, size_t *len);
+
+/* Validate args, pick the algorithm, post the first round. *req is set only on success.
+ * Errors: DEAR_ERR_ARG (NULL buffer with count > 0, unknown type/op/algo, overlapping
+ * out-of-place buffers, scale != 1 for int32, bad block range), DEAR_ERR_NOMEM, DEAR_ERR_MPI. */
+int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req);
+
+/* Advance without blocking; *done becomes 1 when the result is in place. */
+int dear_coll_progress(dear_coll_req_t *req, int *done);
+
+/* Progress until done, backing off (yield, then short sleeps) instead of spinning. */
+int dear_coll_wait(dear_coll_req_t *req);
+
+void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info);
+
+/* Free a finished request (or one whose start or progress failed). NULL is accepted. */
+void dear_coll_free(dear_coll_req_t *req);
+
+/* The selection table: algorithm for op on nranks ranks and a vector of bytes. Honors
+ * DEAR_COLL_ALGO when it is not auto. */
+dear_coll_algo_t dear_coll_select(dear_coll_op_t op, size_t bytes, int nranks);
+
+const char *dear_coll_op_name(dear_coll_op_t op);
+const char *dear_coll_algo_name(dear_coll_algo_t algo);
+
+#endif

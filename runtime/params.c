@@ -1,0 +1,266 @@
+/* Parameter table implementation: parse, validate and cache the DEAR_* environment. All the
+ * knowledge about a parameter lives in params.def; nothing here is specific to one of them. */
+#include "runtime/params.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "include/dear.h"
+#include "runtime/log.h"
+
+extern char **environ;
+
+#define T_INT DEAR_PT_INT
+#define T_SIZE DEAR_PT_SIZE
+#define T_DOUBLE DEAR_PT_DOUBLE
+#define T_BOOL DEAR_PT_BOOL
+#define T_ENUM DEAR_PT_ENUM
+#define T_ENUM_INT DEAR_PT_ENUM_INT
+#define T_STRING DEAR_PT_STRING
+
+const dear_param_desc_t dear_param_table[DEAR_P_COUNT] = {
+#define DEAR_PARAM(NAME, TYPE, DEFAULT, MIN, MAX, CHOICES, HELP) \
+    { #NAME, T_##TYPE, DEFAULT, MIN, MAX, CHOICES, HELP },
+#include "runtime/params.def"
+#undef DEAR_PARAM
+};
+
+typedef struct {
+    long long i;
+    double d;
+    int e;
+    int from_env;
+    char text[512];
+} param_value_t;
+
+static param_value_t values[DEAR_P_COUNT];
+static int values_loaded;
+
+/* Index of word in "a|b|c", or -1. */
+static int choice_index(const char *choices, const char *word)
+{
+    size_t wlen = strlen(word);
+    int idx = 0;
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == wlen && strncmp(p, word, len) == 0)
+            return idx;
+        idx++;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+static int parse_integer(const char *text, int allow_suffix, long long *out)
+{
+    char *end;
+    errno = 0;
+    double mult = 1;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || errno != 0)
+        return -1;
+    if (allow_suffix && *end) {
+        switch (tolower((unsigned char)*end)) {
+        case 'k': mult = 1024.0; break;
+        case 'm': mult = 1024.0 * 1024; break;
+        case 'g': mult = 1024.0 * 1024 * 1024; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'i' || *end == 'I')
+            end++;
+        if (*end == 'b' || *end == 'B')
+            end++;
+    }
+    if (*end != '\0')
+        return -1;
+    if ((double)v * mult > 9e18 || (double)v * mult < -9e18)
+        return -1;
+    *out = (long long)((double)v * mult);
+    return 0;
+}
+
+static void accepted_text(const dear_param_desc_t *d, char *buf, size_t len)
+{
+    switch (d->type) {
+    case DEAR_PT_INT: snprintf(buf, len, "an integer in [%.0f, %.0f]", d->min, d->max); break;
+    case DEAR_PT_SIZE: snprintf(buf, len, "a byte count in [%.0f, %.0f], optionally with k/m/g (KiB/MiB/GiB)", d->min, d->max); break;
+    case DEAR_PT_DOUBLE: snprintf(buf, len, "a number in [%g, %g]", d->min, d->max); break;
+    case DEAR_PT_BOOL: snprintf(buf, len, "0 or 1"); break;
+    case DEAR_PT_ENUM: snprintf(buf, len, "one of %s", d->choices); break;
+    case DEAR_PT_ENUM_INT: snprintf(buf, len, "one of %s or an integer in [%.0f, %.0f]", d->choices, d->min, d->max); break;
+    case DEAR_PT_STRING: snprintf(buf, len, "any text"); break;
+    }
+}
+
+/* Parse text for parameter id into *v; on failure fill msg and return DEAR_ERR_PARAM. */
+static int parse_value(dear_param_id_t id, const char *text, param_value_t *v, char *msg, size_t msglen)
+{
+    const dear_param_desc_t *d = &dear_param_table[id];
+    char accepted[256];
+    int ok = 1;
+
+    memset(v, 0, sizeof *v);
+    if (strlen(text) >= sizeof v->text) {
+        snprintf(msg, msglen, "DEAR_%s is %zu characters long; at most %zu are accepted", d->name,
+                 strlen(text), sizeof v->text - 1);
+        return DEAR_ERR_PARAM;
+    }
+    snprintf(v->text, sizeof v->text, "%s", text);
+    switch (d->type) {
+    case DEAR_PT_INT:
+    case DEAR_PT_SIZE:
+        ok = parse_integer(text, d->type == DEAR_PT_SIZE, &v->i) == 0 && v->i >= d->min && v->i <= d->max;
+        v->d = (double)v->i;
+        break;
+    case DEAR_PT_BOOL:
+        ok = strcmp(text, "0") == 0 || strcmp(text, "1") == 0;
+        v->i = v->d = text[0] == '1';
+        break;
+    case DEAR_PT_DOUBLE: {
+        char *end;
+        errno = 0;
+        v->d = strtod(text, &end);
+        ok = end != text && *end == '\0' && errno == 0 && isfinite(v->d) && v->d >= d->min && v->d <= d->max;
+        v->i = (long long)v->d;
+        break;
+    }
+    case DEAR_PT_ENUM:
+        v->e = choice_index(d->choices, text);
+        ok = v->e >= 0;
+        v->i = v->e;
+        break;
+    case DEAR_PT_ENUM_INT:
+        v->e = choice_index(d->choices, text);
+        if (v->e >= 0) {
+            v->i = -1;
+        } else {
+            ok = parse_integer(text, 0, &v->i) == 0 && v->i >= d->min && v->i <= d->max;
+            v->e = -1;
+        }
+        v->d = (double)v->i;
+        break;
+    case DEAR_PT_STRING:
+        break;
+    }
+    if (!ok) {
+        accepted_text(d, accepted, sizeof accepted);
+        snprintf(msg, msglen, "DEAR_%s='%s' is not valid: expected %s", d->name, text, accepted);
+        return DEAR_ERR_PARAM;
+    }
+    return DEAR_OK;
+}
+
+int dear_param_parse(dear_param_id_t id, const char *text, char *msg, size_t msglen)
+{
+    param_value_t v;
+    if ((unsigned)id >= DEAR_P_COUNT || text == NULL) {
+        snprintf(msg, msglen, "unknown parameter id %d", (int)id);
+        return DEAR_ERR_ARG;
+    }
+    return parse_value(id, text, &v, msg, msglen);
+}
+
+static void warn_unknown(void)
+{
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "DEAR_", 5) != 0)
+            continue;
+        const char *name = *e + 5;
+        const char *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        int known = 0;
+        for (int i = 0; i < DEAR_P_COUNT && !known; i++)
+            known = strlen(dear_param_table[i].name) == len && strncmp(dear_param_table[i].name, name, len) == 0;
+        if (!known)
+            DEAR_WARN("params", "unknown variable DEAR_%.*s ignored (typo? 'dear-info' lists every parameter)",
+                      (int)len, name);
+    }
+}
+
+int dear_params_load(void)
+{
+    param_value_t next[DEAR_P_COUNT];
+    char msg[768];
+    int rc = DEAR_OK;
+
+    for (int i = 0; i < DEAR_P_COUNT; i++) {
+        char envname[96];
+        snprintf(envname, sizeof envname, "DEAR_%s", dear_param_table[i].name);
+        const char *env = getenv(envname);
+        int r = parse_value((dear_param_id_t)i, env ? env : dear_param_table[i].defval, &next[i], msg, sizeof msg);
+        if (r != DEAR_OK) {
+            DEAR_ERROR("params", "%s", msg);
+            rc = r;
+        }
+        next[i].from_env = env != NULL;
+    }
+    if (rc != DEAR_OK)
+        return rc;
+    memcpy(values, next, sizeof values);
+    values_loaded = 1;
+    dear_log_set_level((dear_log_level_t)values[DEAR_P_LOG_LEVEL].e);
+    warn_unknown();
+    return DEAR_OK;
+}
+
+/* Getters fall back to the defaults when nothing was loaded yet (tools, unit tests). */
+static const param_value_t *get(dear_param_id_t id)
+{
+    static param_value_t defaults[DEAR_P_COUNT];
+    static int defaults_ready;
+    if (values_loaded)
+        return &values[id];
+    if (!defaults_ready) {
+        char msg[256];
+        for (int i = 0; i < DEAR_P_COUNT; i++)
+            parse_value((dear_param_id_t)i, dear_param_table[i].defval, &defaults[i], msg, sizeof msg);
+        defaults_ready = 1;
+    }
+    return &defaults[id];
+}
+
+long long dear_param_int(dear_param_id_t id) { return get(id)->i; }
+double dear_param_double(dear_param_id_t id) { return get(id)->d; }
+int dear_param_enum(dear_param_id_t id) { return get(id)->e; }
+const char *dear_param_string(dear_param_id_t id) { return get(id)->text; }
+int dear_param_from_env(dear_param_id_t id) { return get(id)->from_env; }
+
+void dear_params_print(FILE *out, const char *prefix)
+{
+    for (int i = 0; i < DEAR_P_COUNT; i++) {
+        const param_value_t *v = get((dear_param_id_t)i);
+        fprintf(out, "%sDEAR_%-20s = %-12s (%s)\n", prefix ? prefix : "", dear_param_table[i].name,
+                v->text[0] ? v->text : "\"\"", v->from_env ? "environment" : "default");
+    }
+}
+
+static const char *type_name(dear_param_type_t t)
+{
+    static const char *const names[] = { "int", "bytes", "number", "0/1", "choice", "choice or int", "text" };
+    return names[t];
+}
+
+void dear_params_markdown(FILE *out)
+{
+    fprintf(out, "# dear parameters\n\n"
+                 "Generated by `dear-info --markdown` from `runtime/params.def`; do not edit by hand.\n"
+                 "Every parameter is an environment variable read once by `dear_init`. A bad value fails\n"
+                 "`dear_init` with `DEAR_ERR_PARAM` and a message naming the variable, the value and what is\n"
+                 "accepted; an unknown `DEAR_*` variable is a warning.\n\n"
+                 "| variable | type | default | accepted | meaning |\n"
+                 "|---|---|---|---|---|\n");
+    for (int i = 0; i < DEAR_P_COUNT; i++) {
+        const dear_param_desc_t *d = &dear_param_table[i];
+        char accepted[256];
+        accepted_text(d, accepted, sizeof accepted);
+        fprintf(out, "| `DEAR_%s` | %s | `%s` | %s | %s |\n", d->name, type_name(d->type),
+                d->defval[0] ? d->defval : "\"\"", accepted, d->help);
+    }
+}
