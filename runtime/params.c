@@ -62,6 +62,9 @@ static int parse_integer(const char *text, int allow_suffix, long long *out)
     char *end;
     errno = 0;
     double mult = 1;
+    /* strtoll would skip leading blanks; a value with blanks is a quoting mistake. */
+    if (isspace((unsigned char)text[0]))
+        return -1;
     long long v = strtoll(text, &end, 10);
     if (end == text || errno != 0)
         return -1;
@@ -84,6 +87,36 @@ static int parse_integer(const char *text, int allow_suffix, long long *out)
         return -1;
     *out = (long long)((double)v * mult);
     return 0;
+}
+
+/* "a|b|c" as "`a`, `b`, `c`" for Markdown, where '|' would split a table cell. */
+static void choices_markdown(const char *choices, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (const char *p = choices; *p && o + 1 < len;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        int w = snprintf(buf + o, len - o, "%s`%.*s`", o ? ", " : "", (int)n, p);
+        if (w < 0 || (size_t)w >= len - o)
+            break;
+        o += (size_t)w;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+}
+
+static void accepted_text_md(const dear_param_desc_t *d, char *buf, size_t len)
+{
+    char list[256];
+    choices_markdown(d->choices, list, sizeof list);
+    switch (d->type) {
+    case DEAR_PT_ENUM: snprintf(buf, len, "one of %s", list); break;
+    case DEAR_PT_ENUM_INT: snprintf(buf, len, "one of %s or an integer in [%.0f, %.0f]", list, d->min, d->max); break;
+    case DEAR_PT_SIZE: snprintf(buf, len, "bytes in [%.0f, %.0f]; suffix `k`, `m`, `g` for KiB, MiB, GiB", d->min, d->max); break;
+    default: break;
+    }
 }
 
 static void accepted_text(const dear_param_desc_t *d, char *buf, size_t len)
@@ -127,7 +160,8 @@ static int parse_value(dear_param_id_t id, const char *text, param_value_t *v, c
         char *end;
         errno = 0;
         v->d = strtod(text, &end);
-        ok = end != text && *end == '\0' && errno == 0 && isfinite(v->d) && v->d >= d->min && v->d <= d->max;
+        ok = !isspace((unsigned char)text[0]) && end != text && *end == '\0' && errno == 0 && isfinite(v->d) &&
+             v->d >= d->min && v->d <= d->max;
         v->i = (long long)v->d;
         break;
     }
@@ -201,8 +235,11 @@ int dear_params_load(void)
         }
         next[i].from_env = env != NULL;
     }
-    if (rc != DEAR_OK)
+    if (rc != DEAR_OK) {
+        /* A misspelt name may be why a value looks wrong: say so here too. */
+        warn_unknown();
         return rc;
+    }
     memcpy(values, next, sizeof values);
     values_loaded = 1;
     dear_log_set_level((dear_log_level_t)values[DEAR_P_LOG_LEVEL].e);
@@ -232,19 +269,40 @@ int dear_param_enum(dear_param_id_t id) { return get(id)->e; }
 const char *dear_param_string(dear_param_id_t id) { return get(id)->text; }
 int dear_param_from_env(dear_param_id_t id) { return get(id)->from_env; }
 
-void dear_params_print(FILE *out, const char *prefix)
+int dear_params_print(FILE *out, const char *prefix)
 {
+    int nbad = 0;
     for (int i = 0; i < DEAR_P_COUNT; i++) {
-        const param_value_t *v = get((dear_param_id_t)i);
-        fprintf(out, "%sDEAR_%-20s = %-12s (%s)\n", prefix ? prefix : "", dear_param_table[i].name,
-                v->text[0] ? v->text : "\"\"", v->from_env ? "environment" : "default");
+        const dear_param_desc_t *d = &dear_param_table[i];
+        char envname[96], msg[768];
+        param_value_t v;
+        snprintf(envname, sizeof envname, "DEAR_%s", d->name);
+        const char *env = getenv(envname);
+        const char *text = env ? env : d->defval;
+        int ok = parse_value((dear_param_id_t)i, text, &v, msg, sizeof msg) == DEAR_OK;
+        nbad += !ok;
+        fprintf(out, "%s%-24s = %-12s (%s%s)\n", prefix ? prefix : "", envname, text[0] ? text : "\"\"",
+                env ? "environment" : "default", ok ? "" : ", INVALID: dear_init would fail");
+        if (!ok)
+            fprintf(out, "%s    %s\n", prefix ? prefix : "", msg);
     }
+    return nbad;
 }
 
 static const char *type_name(dear_param_type_t t)
 {
     static const char *const names[] = { "int", "bytes", "number", "0/1", "choice", "choice or int", "text" };
     return names[t];
+}
+
+/* Text for a Markdown table cell: '|' would end the cell. */
+static void md_cell(FILE *out, const char *text)
+{
+    for (const char *p = text; *p; p++) {
+        if (*p == '|')
+            fputc('\\', out);
+        fputc(*p, out);
+    }
 }
 
 void dear_params_markdown(FILE *out)
@@ -260,7 +318,28 @@ void dear_params_markdown(FILE *out)
         const dear_param_desc_t *d = &dear_param_table[i];
         char accepted[256];
         accepted_text(d, accepted, sizeof accepted);
-        fprintf(out, "| `DEAR_%s` | %s | `%s` | %s | %s |\n", d->name, type_name(d->type),
-                d->defval[0] ? d->defval : "\"\"", accepted, d->help);
+        char defval[96];
+        if (d->type == DEAR_PT_SIZE || d->type == DEAR_PT_ENUM || d->type == DEAR_PT_ENUM_INT)
+            accepted_text_md(d, accepted, sizeof accepted);
+        param_value_t v;
+        char msg[256];
+        if (d->type == DEAR_PT_SIZE && parse_value((dear_param_id_t)i, d->defval, &v, msg, sizeof msg) == DEAR_OK &&
+            v.i >= 1024 && v.i % 1024 == 0) {
+            static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };
+            long long q = v.i / 1024;
+            int u = 0;
+            while (q % 1024 == 0 && q >= 1024 && u < 3) {
+                q /= 1024;
+                u++;
+            }
+            snprintf(defval, sizeof defval, "`%s` (%lld %s)", d->defval, q, units[u]);
+        } else {
+            snprintf(defval, sizeof defval, "`%s`", d->defval[0] ? d->defval : "\"\"");
+        }
+        fprintf(out, "| `DEAR_%s` | %s | %s | ", d->name, type_name(d->type), defval);
+        md_cell(out, accepted);
+        fputs(" | ", out);
+        md_cell(out, d->help);
+        fputs(" |\n", out);
     }
 }

@@ -41,8 +41,10 @@ int dear_param_enum(dear_param_id_t id);           /* ENUM, ENUM_INT: index in C
 const char *dear_param_string(dear_param_id_t id); /* the value as text, for every type */
 int dear_param_from_env(dear_param_id_t id);       /* 1 if set in the environment */
 
-/* Print "DEAR_NAME = value (default|env)" lines, or the Markdown table of docs/PARAMS.md. */
-void dear_params_print(FILE *out, const char *prefix);
+/* Print "DEAR_NAME = value (default|environment)" lines for the environment as dear_init would
+ * read it now; a value that would fail is marked INVALID. Returns the number of invalid values.
+ * dear_params_markdown prints the Markdown text of docs/PARAMS.md. */
+int dear_params_print(FILE *out, const char *prefix);
 void dear_params_markdown(FILE *out);
 
 #endif
