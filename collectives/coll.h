@@ -25,7 +25,9 @@
  *                   block.count elements of which only [lo, hi) travels; this rank contributes
  *                   its shard of the block intersected with [lo, hi). One collective serves every
  *                   block (one start-up cost for several buckets, or part of one bucket).
- * Reductions are sums; 16-bit float types accumulate in float32 and round once; `scale`
+ * Reductions are sums; 16-bit float types are added in float32 and rounded once per reduction
+ * step (ring and rhd forward partial sums in the element type, as NCCL does, so a sum over P
+ * ranks may be rounded up to P-1 times; integer-valued data stay exact); `scale`
  * multiplies every reduced element (1/P averages) and must be 1 for int32. Out-of-place
  * buffers must not overlap.
  */
@@ -44,12 +46,13 @@ typedef enum {
     DEAR_COLL_OP_COUNT
 } dear_coll_op_t;
 
-/* Values match the choices of DEAR_COLL_ALGO (auto|ring|rhd|mpi) in runtime/params.def. */
+/* Values match the choices of DEAR_COLL_ALGO (auto|ring|rhd|mpi|direct) in runtime/params.def. */
 typedef enum {
     DEAR_ALGO_AUTO = 0,
     DEAR_ALGO_RING = 1,
     DEAR_ALGO_RHD = 2,
     DEAR_ALGO_MPI = 3,
+    DEAR_ALGO_DIRECT = 4,
     DEAR_ALGO_COUNT
 } dear_coll_algo_t;
 
@@ -81,14 +84,20 @@ typedef struct {
     dear_coll_algo_t algo;      /* the algorithm actually used */
     size_t bytes;               /* size of the full vector in bytes */
     size_t bytes_sent;          /* payload this rank sent so far */
+    size_t events;              /* transfers completed so far: a progress loop backs off while
+                                 * this stands still */
 } dear_coll_info_t;
 
 /* The shard rule above. */
 void dear_coll_shard(size_t count, int nranks, int rank, size_t *offset, size_t *len);
 
-/* Validate args, pick the algorithm, post the first round. *req is set only on success.
+/* Validate args, pick the algorithm, post the first round (an out-of-place all-gather copies its
+ * shard into place and posts in its first progress call instead). *req is set only on success.
  * Errors: DEAR_ERR_ARG (NULL buffer with count > 0, unknown type/op/algo, overlapping
- * out-of-place buffers, scale != 1 for int32, bad block range), DEAR_ERR_NOMEM, DEAR_ERR_MPI. */
+ * out-of-place buffers, scale != 1 for int32, bad block range; also NULL args/req, MPI_COMM_NULL,
+ * a tag outside [0, MPI_TAG_UB], a zero or non-finite scale for a reducing op, blocks with an op
+ * other than all-gather), DEAR_ERR_NOMEM, DEAR_ERR_MPI, DEAR_ERR_UNSUPPORTED (algo mpi beyond
+ * Open MPI's int counts, algo rhd beyond 2 GiB). */
 int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req);
 
 /* Advance without blocking; *done becomes 1 when the result is in place. */

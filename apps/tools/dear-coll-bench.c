@@ -1,0 +1,640 @@
+/*
+ * dear-coll-bench: nccl-tests style benchmark of the collectives. For each operation
+ * (reduce-scatter, all-gather, all-reduce), each size from --min to --max bytes (doubling; the
+ * size is the full vector) and each algorithm, it prints one row: size, count, type, op,
+ * algorithm, median time, algbw, busbw and the number of wrong elements (every result is
+ * checked against the exact sum). Our algorithms (ring, rhd, direct, auto = what the selection
+ * table picks, mpi) run through dear_coll start+wait; Open MPI's blocking calls (ompi-blocking) and its non-blocking calls followed by
+ * MPI_Wait (ompi-nb) run side by side in the same job. busbw follows nccl-tests: all-reduce
+ * x 2(P-1)/P, reduce-scatter and all-gather x (P-1)/P.
+ *
+ * --overlap measures instead the OSU overlap percentage of each non-blocking reduce-scatter and
+ * all-gather: t_pure (the call alone), then post it, "compute" for t_pure by sleeping (the CPU
+ * is free) while a helper thread advances our request with dear_coll_progress (backing off
+ * between calls), wait; overlap% = max(0, 100 - 100 (t_overall - t_compute) / t_pure).
+ * Open MPI's non-blocking call (ompi-nb) is measured the same way with nobody calling MPI
+ * during the sleep, as an application without a progress thread would.
+ *
+ * Times are the maximum over ranks of one iteration, median over --iters iterations; the
+ * algorithms of one size take turns iteration by iteration (see time_algos). Data are
+ * integer-valued (exact in every type), the calls out of place, so inputs never need resetting.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll.h"
+#include "collectives/reduce.h"
+#include "include/dear.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
+
+enum { A_RING, A_RHD, A_DIRECT, A_AUTO, A_MPI, A_OMPI_BLOCKING, A_OMPI_NB, A_COUNT };
+static const char *const algo_names[A_COUNT] = { "ring", "rhd", "direct", "auto", "mpi", "ompi-blocking",
+                                                 "ompi-nb" };
+static const char *const op_short[DEAR_COLL_OP_COUNT] = { "rs", "ag", "ar" };
+
+typedef struct {
+    size_t min_bytes, max_bytes;
+    int iters, warmup, overlap;
+    int ops[DEAR_COLL_OP_COUNT];
+    int algos[A_COUNT];
+    dear_dtype_t dtype;
+    const char *csv;
+} opts_t;
+
+static int g_rank, g_size;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mpirun -np P dear-coll-bench [options]\n"
+            "  --min BYTES        smallest full-vector size (default 1024; k/m/g suffixes)\n"
+            "  --max BYTES        largest size, reached by doubling (default 67108864)\n"
+            "  --iters N          timed iterations per row, median reported (default 20)\n"
+            "  --warmup N         untimed iterations first (default 3)\n"
+            "  --ops LIST         rs,ag,ar (default all three)\n"
+            "  --algos LIST       ring,rhd,direct,auto,mpi,ompi-blocking,ompi-nb (default all)\n"
+            "  --dtype TYPE       float32 (default), float64, bfloat16, float16, int32; Open MPI's\n"
+            "                     own calls run only for float32, float64 and int32\n"
+            "  --csv FILE         also write the rows as CSV (rank 0); header\n"
+            "                     op,algo,dtype,bytes,count,nranks,time_us,algbw_MBps,busbw_MBps,wrong\n"
+            "  --overlap          measure OSU overlap%% of rs and ag instead (sleep as compute,\n"
+            "                     our requests advanced by a helper thread); CSV header\n"
+            "                     op,algo,dtype,bytes,count,nranks,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n"
+            "  --help             this text\n"
+            "DEAR_COLL_SEGMENT sets the ring's segment size. Sizes are rounded down to whole elements.\n");
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return -1;
+    switch (*end) {
+    case 'k': case 'K': v *= 1024; end++; break;
+    case 'm': case 'M': v *= 1048576; end++; break;
+    case 'g': case 'G': v *= 1073741824.0; end++; break;
+    default: break;
+    }
+    if (*end != '\0')
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_list(const char *s, const char *const *names, int n, int *flags, const char *what)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    memset(flags, 0, sizeof(int) * (size_t)n);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            if (strcmp(tok, names[i]) == 0)
+                flags[i] = found = 1;
+        if (!found) {
+            if (g_rank == 0)
+                fprintf(stderr, "dear-coll-bench: unknown %s '%s'\n", what, tok);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, opts_t *o)
+{
+    static const struct option longopts[] = {
+        { "min", required_argument, 0, 'a' }, { "max", required_argument, 0, 'b' },
+        { "iters", required_argument, 0, 'i' }, { "warmup", required_argument, 0, 'w' },
+        { "ops", required_argument, 0, 'o' }, { "algos", required_argument, 0, 'g' },
+        { "dtype", required_argument, 0, 't' }, { "csv", required_argument, 0, 'c' },
+        { "overlap", no_argument, 0, 'v' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
+    };
+    *o = (opts_t){ .min_bytes = 1024, .max_bytes = 64u << 20, .iters = 20, .warmup = 3,
+                   .dtype = DEAR_FLOAT32 };
+    for (int i = 0; i < DEAR_COLL_OP_COUNT; i++)
+        o->ops[i] = 1;
+    for (int i = 0; i < A_COUNT; i++)
+        o->algos[i] = 1;
+    int c, li = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'a': bad = parse_size(optarg, &o->min_bytes); break;
+        case 'b': bad = parse_size(optarg, &o->max_bytes); break;
+        case 'i': o->iters = atoi(optarg); bad = o->iters < 1; break;
+        case 'w': o->warmup = atoi(optarg); bad = o->warmup < 0; break;
+        case 'o': bad = parse_list(optarg, op_short, DEAR_COLL_OP_COUNT, o->ops, "op"); break;
+        case 'g': bad = parse_list(optarg, algo_names, A_COUNT, o->algos, "algorithm"); break;
+        case 't': bad = dear_dtype_parse(optarg, &o->dtype); break;
+        case 'c': o->csv = optarg; break;
+        case 'v': o->overlap = 1; break;
+        case 'h': if (g_rank == 0) usage(stdout); return 1;
+        default: bad = 1; break;
+        }
+        if (bad) {
+            if (g_rank == 0) {
+                if (c != '?')  /* getopt already named an unknown option */
+                    fprintf(stderr, "dear-coll-bench: bad value '%s' for --%s\n", optarg,
+                            longopts[li].name);
+                usage(stderr);
+            }
+            return -1;
+        }
+    }
+    if (o->min_bytes < 1 || o->max_bytes < o->min_bytes) {
+        if (g_rank == 0)
+            fprintf(stderr, "dear-coll-bench: need 1 <= --min <= --max\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- data and verification ---- */
+
+static double value(int r, size_t i) { return (double)((long)((i * 7 + (size_t)r * 13) % 17) - 8); }
+
+static void put(dear_dtype_t t, void *buf, size_t i, double v)
+{
+    switch (t) {
+    case DEAR_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case DEAR_FLOAT64: ((double *)buf)[i] = v; break;
+    case DEAR_BFLOAT16: ((uint16_t *)buf)[i] = dear_float_to_bf16((float)v); break;
+    case DEAR_FLOAT16: ((uint16_t *)buf)[i] = dear_float_to_half((float)v); break;
+    case DEAR_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    }
+}
+
+static double get(dear_dtype_t t, const void *buf, size_t i)
+{
+    switch (t) {
+    case DEAR_FLOAT32: return ((const float *)buf)[i];
+    case DEAR_FLOAT64: return ((const double *)buf)[i];
+    case DEAR_BFLOAT16: return dear_bf16_to_float(((const uint16_t *)buf)[i]);
+    case DEAR_FLOAT16: return dear_half_to_float(((const uint16_t *)buf)[i]);
+    case DEAR_INT32: return ((const int32_t *)buf)[i];
+    }
+    return NAN;
+}
+
+/* Sum over ranks of value(r, i): value depends on i mod 17 only through (i*7) % 17. */
+static double sum_table[17];
+
+static double expected_sum(size_t i) { return sum_table[i % 17]; }
+
+typedef struct {
+    dear_coll_op_t op;
+    dear_dtype_t t;
+    size_t count, es, off, len;
+    size_t *counts, *displs;
+    int *icounts, *idispls;
+    char *send, *recv;
+    MPI_Comm comm;
+} bench_t;
+
+static void bench_setup(bench_t *b, dear_coll_op_t op, dear_dtype_t t, size_t count, MPI_Comm comm)
+{
+    memset(b, 0, sizeof *b);
+    b->op = op, b->t = t, b->count = count, b->comm = comm;
+    b->es = dear_dtype_size(t);
+    b->counts = malloc((size_t)g_size * sizeof(size_t));
+    b->displs = malloc((size_t)g_size * sizeof(size_t));
+    b->icounts = malloc((size_t)g_size * sizeof(int));
+    b->idispls = malloc((size_t)g_size * sizeof(int));
+    for (int p = 0; p < g_size; p++) {
+        dear_coll_shard(count, g_size, p, &b->displs[p], &b->counts[p]);
+        b->icounts[p] = (int)b->counts[p];
+        b->idispls[p] = (int)b->displs[p];
+    }
+    b->off = b->displs[g_rank], b->len = b->counts[g_rank];
+    size_t sn = op == DEAR_COLL_ALLGATHER ? b->len : count;
+    size_t rn = op == DEAR_COLL_REDUCE_SCATTER ? b->len : count;
+    b->send = malloc(sn * b->es + 64);
+    b->recv = malloc(rn * b->es + 64);
+    if (b->send == NULL || b->recv == NULL) {
+        fprintf(stderr, "dear-coll-bench: out of memory for %zu elements\n", count);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    for (size_t i = 0; i < sn; i++)
+        put(t, b->send, i, op == DEAR_COLL_ALLGATHER ? expected_sum(b->off + i) : value(g_rank, i));
+    memset(b->recv, 0, rn * b->es);
+}
+
+static void bench_free(bench_t *b)
+{
+    free(b->counts), free(b->displs), free(b->icounts), free(b->idispls);
+    free(b->send), free(b->recv);
+}
+
+/* Wrong elements on this rank. All-gather gathers the expected sums themselves. */
+static long bench_verify(const bench_t *b, double scale)
+{
+    long wrong = 0;
+    size_t lo = b->op == DEAR_COLL_REDUCE_SCATTER ? b->off : 0;
+    size_t n = b->op == DEAR_COLL_REDUCE_SCATTER ? b->len : b->count;
+    for (size_t i = 0; i < n; i++)
+        wrong += get(b->t, b->recv, i) != expected_sum(lo + i) * scale;
+    return wrong;
+}
+
+static MPI_Datatype mpi_type(dear_dtype_t t)
+{
+    switch (t) {
+    case DEAR_FLOAT32: return MPI_FLOAT;
+    case DEAR_FLOAT64: return MPI_DOUBLE;
+    case DEAR_INT32: return MPI_INT32_T;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+/* ---- one call of each kind ---- */
+
+static int dear_start(bench_t *b, int algo, dear_coll_req_t **req)
+{
+    static const dear_coll_algo_t map[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_DIRECT, DEAR_ALGO_AUTO,
+                                            DEAR_ALGO_MPI };
+    dear_coll_args_t a = { .op = b->op, .algo = map[algo], .dtype = b->t, .comm = b->comm,
+                           .tag = 5, .scale = 1.0, .sendbuf = b->send, .recvbuf = b->recv,
+                           .count = b->count };
+    return dear_coll_start(&a, req);
+}
+
+static int ompi_start(bench_t *b, MPI_Request *r)
+{
+    MPI_Datatype t = mpi_type(b->t);
+    switch (b->op) {
+    case DEAR_COLL_REDUCE_SCATTER:
+        return MPI_Ireduce_scatter(b->send, b->recv, b->icounts, t, MPI_SUM, b->comm, r);
+    case DEAR_COLL_ALLGATHER:
+        return MPI_Iallgatherv(b->send, (int)b->len, t, b->recv, b->icounts, b->idispls, t, b->comm, r);
+    default:
+        return MPI_Iallreduce(b->send, b->recv, (int)b->count, t, MPI_SUM, b->comm, r);
+    }
+}
+
+static int ompi_blocking(bench_t *b)
+{
+    MPI_Datatype t = mpi_type(b->t);
+    switch (b->op) {
+    case DEAR_COLL_REDUCE_SCATTER:
+        return MPI_Reduce_scatter(b->send, b->recv, b->icounts, t, MPI_SUM, b->comm);
+    case DEAR_COLL_ALLGATHER:
+        return MPI_Allgatherv(b->send, (int)b->len, t, b->recv, b->icounts, b->idispls, t, b->comm);
+    default:
+        return MPI_Allreduce(b->send, b->recv, (int)b->count, t, MPI_SUM, b->comm);
+    }
+}
+
+static int run_once(bench_t *b, int algo)
+{
+    if (algo == A_OMPI_BLOCKING)
+        return ompi_blocking(b) == MPI_SUCCESS ? DEAR_OK : DEAR_ERR_MPI;
+    if (algo == A_OMPI_NB) {
+        MPI_Request r;
+        if (ompi_start(b, &r) != MPI_SUCCESS || MPI_Wait(&r, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return DEAR_ERR_MPI;
+        return DEAR_OK;
+    }
+    dear_coll_req_t *req = NULL;
+    int rc = dear_start(b, algo, &req);
+    if (rc == DEAR_OK)
+        rc = dear_coll_wait(req);
+    dear_coll_free(req);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Times the n algorithms in alg[] together: every iteration runs each of them once, in turn, so
+ * that all see the same conditions. On the emulated cluster the token bucket of each link
+ * refills during pauses and drains under back-to-back calls, so when each algorithm ran all its
+ * iterations in a row, the first one after a size change got a fuller bucket: at 64 KiB that
+ * row came out up to 2x faster than the others, whichever algorithm it was; and one that
+ * follows a slow call (Open MPI's non-blocking reduce-scatter sends at a third of the line rate)
+ * gets a fuller bucket than one that follows a fast call, so the order rotates every
+ * iteration. t[k] gets the
+ * median over iterations of the slowest rank's time of alg[k] (< 0 if any call failed) and
+ * wrong[k] the elements that rank got wrong in the last iteration, checked right after it. */
+static void time_algos(bench_t *b, const int *alg, int n, const opts_t *o, double *t, long *wrong)
+{
+    size_t es = dear_dtype_size(b->t);
+    size_t rbytes = (b->op == DEAR_COLL_REDUCE_SCATTER ? b->len : b->count) * es;
+    double *v = malloc(sizeof(double) * (size_t)o->iters * (size_t)n);
+    int *fail = calloc((size_t)n, sizeof(int));
+    if (v == NULL || fail == NULL) {
+        fprintf(stderr, "dear-coll-bench: out of memory for %d x %d timings\n", n, o->iters);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    for (int i = 0; i < o->warmup + o->iters; i++) {
+        int last = i == o->warmup + o->iters - 1;
+        for (int j = 0; j < n; j++) {
+            int k = (i + j) % n;  /* rotate: each one follows every other equally often */
+            if (last)
+                memset(b->recv, 0, rbytes);
+            MPI_Barrier(b->comm);
+            double t0 = dear_now();
+            fail[k] |= run_once(b, alg[k]) != DEAR_OK;
+            double dt = dear_now() - t0, mx;
+            MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, b->comm);
+            if (i >= o->warmup)
+                v[(size_t)k * (size_t)o->iters + (size_t)(i - o->warmup)] = mx;
+            if (last)
+                wrong[k] = fail[k] ? (long)b->count : bench_verify(b, 1.0);
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        int any;
+        MPI_Allreduce(&fail[k], &any, 1, MPI_INT, MPI_MAX, b->comm);
+        t[k] = any ? -1 : median(v + (size_t)k * (size_t)o->iters, o->iters);
+    }
+    free(fail);
+    free(v);
+}
+
+/* One algorithm alone: the median of the slowest rank's time; < 0 on failure. */
+static double time_algo(bench_t *b, int algo, const opts_t *o)
+{
+    double t;
+    long wrong;
+    time_algos(b, &algo, 1, o, &t, &wrong);
+    return t;
+}
+
+/* ---- overlap: a helper thread advances one request at a time ---- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    dear_coll_req_t *job;
+    int job_done, job_rc, quit;
+    pthread_t th;
+} helper_t;
+
+static void *helper_main(void *arg)
+{
+    helper_t *h = arg;
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        while (h->job == NULL && !h->quit)
+            pthread_cond_wait(&h->cv, &h->mu);
+        if (h->quit)
+            break;
+        dear_coll_req_t *req = h->job;
+        pthread_mutex_unlock(&h->mu);
+        int done = 0, rc = DEAR_OK;
+        dear_coll_info_t info;
+        size_t seen = 0;
+        double since = dear_now();
+        /* Progress with back-off, as a runtime progress thread would: yield while a transfer
+         * completed in the last 100 ms, otherwise sleep 20 us between calls. */
+        while (rc == DEAR_OK && !done) {
+            rc = dear_coll_progress(req, &done);
+            if (done || rc != DEAR_OK)
+                break;
+            dear_coll_get_info(req, &info);
+            if (info.events != seen) {
+                seen = info.events;
+                since = dear_now();
+            }
+            if (dear_now() - since < 100e-3)
+                sched_yield();
+            else
+                dear_sleep(20e-6);
+        }
+        pthread_mutex_lock(&h->mu);
+        h->job = NULL;
+        h->job_done = 1;
+        h->job_rc = rc;
+        pthread_cond_broadcast(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+static int overlap_once(bench_t *b, int algo, double t_pure, helper_t *h, double *t_overall,
+                        double *t_compute)
+{
+    int rc = DEAR_OK;
+    double t0 = dear_now(), c0, c1;
+    if (algo == A_OMPI_NB) {
+        MPI_Request r;
+        rc = ompi_start(b, &r) == MPI_SUCCESS ? DEAR_OK : DEAR_ERR_MPI;
+        c0 = dear_now();
+        dear_sleep(t_pure);
+        c1 = dear_now();
+        if (rc == DEAR_OK && MPI_Wait(&r, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            rc = DEAR_ERR_MPI;
+    } else {
+        dear_coll_req_t *req = NULL;
+        rc = dear_start(b, algo, &req);
+        if (rc == DEAR_OK) {
+            pthread_mutex_lock(&h->mu);
+            h->job = req;
+            h->job_done = 0;
+            pthread_cond_broadcast(&h->cv);
+            pthread_mutex_unlock(&h->mu);
+        }
+        c0 = dear_now();
+        dear_sleep(t_pure);
+        c1 = dear_now();
+        if (rc == DEAR_OK) {
+            pthread_mutex_lock(&h->mu);
+            while (!h->job_done)
+                pthread_cond_wait(&h->cv, &h->mu);
+            rc = h->job_rc;
+            pthread_mutex_unlock(&h->mu);
+        }
+        dear_coll_free(req);
+    }
+    *t_overall = dear_now() - t0;
+    *t_compute = c1 - c0;
+    return rc;
+}
+
+/* ---- main ---- */
+
+static double busbw_factor(dear_coll_op_t op)
+{
+    double p = g_size;
+    return op == DEAR_COLL_ALLREDUCE ? 2.0 * (p - 1) / p : (p - 1) / p;
+}
+
+static void run_normal(const opts_t *o, FILE *csv)
+{
+    if (g_rank == 0) {
+        printf("# dear-coll-bench: %d ranks, dtype %s, %d iterations (median of the slowest rank), "
+               "%d warm-up\n", g_size, dear_dtype_name(o->dtype), o->iters, o->warmup);
+        printf("%12s %12s %8s %6s %14s %12s %12s %12s %8s\n", "size(B)", "count", "type", "op",
+               "algo", "time(us)", "algbw(MB/s)", "busbw(MB/s)", "#wrong");
+    }
+    size_t es = dear_dtype_size(o->dtype);
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        if (!o->ops[op])
+            continue;
+        for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
+            size_t count = bytes / es;
+            if (count == 0)
+                continue;
+            bench_t b;
+            bench_setup(&b, (dear_coll_op_t)op, o->dtype, count, MPI_COMM_WORLD);
+            int alg[A_COUNT], n = 0;
+            for (int a = 0; a < A_COUNT; a++)
+                if (o->algos[a] && !(a >= A_OMPI_BLOCKING && mpi_type(o->dtype) == MPI_DATATYPE_NULL))
+                    alg[n++] = a;
+            double t[A_COUNT];
+            long wrong[A_COUNT];
+            time_algos(&b, alg, n, o, t, wrong);
+            for (int k = 0; k < n; k++) {
+                int a = alg[k];
+                long total_wrong = 0;
+                MPI_Reduce(&wrong[k], &total_wrong, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+                if (g_rank != 0)
+                    continue;
+                size_t fb = count * es;
+                double algbw = t[k] > 0 ? fb / t[k] / 1e6 : 0, busbw = algbw * busbw_factor(b.op);
+                printf("%12zu %12zu %8s %6s %14s %12.1f %12.1f %12.1f %8ld\n", fb, count,
+                       dear_dtype_name(o->dtype), op_short[op], algo_names[a], t[k] * 1e6, algbw, busbw,
+                       total_wrong);
+                if (csv)
+                    fprintf(csv, "%s,%s,%s,%zu,%zu,%d,%.3f,%.3f,%.3f,%ld\n", op_short[op], algo_names[a],
+                            dear_dtype_name(o->dtype), fb, count, g_size, t[k] * 1e6, algbw, busbw,
+                            total_wrong);
+                fflush(stdout);
+            }
+            bench_free(&b);
+        }
+    }
+}
+
+static void run_overlap(const opts_t *o, FILE *csv)
+{
+    helper_t h = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+    if (pthread_create(&h.th, NULL, helper_main, &h) != 0) {
+        fprintf(stderr, "dear-coll-bench: cannot start the helper thread\n");
+        MPI_Abort(MPI_COMM_WORLD, 4);
+    }
+    if (g_rank == 0) {
+        printf("# dear-coll-bench --overlap: %d ranks, dtype %s, compute = sleep of t_pure (CPU free); "
+               "ours advanced by a helper thread, ompi-nb by nobody; medians of %d\n",
+               g_size, dear_dtype_name(o->dtype), o->iters);
+        printf("%12s %8s %6s %14s %12s %14s %14s %10s\n", "size(B)", "type", "op", "algo",
+               "t_pure(us)", "t_overall(us)", "t_compute(us)", "overlap%");
+    }
+    size_t es = dear_dtype_size(o->dtype);
+    for (int op = 0; op < DEAR_COLL_ALLREDUCE; op++) {
+        if (!o->ops[op])
+            continue;
+        for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
+            size_t count = bytes / es;
+            if (count == 0)
+                continue;
+            bench_t b;
+            bench_setup(&b, (dear_coll_op_t)op, o->dtype, count, MPI_COMM_WORLD);
+            for (int a = 0; a < A_COUNT; a++) {
+                if (!o->algos[a] || a == A_OMPI_BLOCKING ||
+                    (a == A_OMPI_NB && mpi_type(o->dtype) == MPI_DATATYPE_NULL))
+                    continue;
+                double t_pure = time_algo(&b, a, o);
+                double *tov = malloc(sizeof(double) * (size_t)o->iters);
+                double *tco = malloc(sizeof(double) * (size_t)o->iters);
+                int fail = t_pure < 0;
+                for (int i = 0; i < o->warmup + o->iters && !fail; i++) {
+                    double ov, co, mx[2], loc[2];
+                    MPI_Barrier(MPI_COMM_WORLD);
+                    fail |= overlap_once(&b, a, t_pure, &h, &ov, &co) != DEAR_OK;
+                    loc[0] = ov, loc[1] = co;
+                    MPI_Allreduce(loc, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                    if (i >= o->warmup)
+                        tov[i - o->warmup] = mx[0], tco[i - o->warmup] = mx[1];
+                }
+                long wrong = fail ? (long)count : bench_verify(&b, 1.0), total_wrong = 0;
+                MPI_Reduce(&wrong, &total_wrong, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+                double t_ov = fail ? 0 : median(tov, o->iters), t_co = fail ? 0 : median(tco, o->iters);
+                free(tov), free(tco);
+                if (g_rank != 0)
+                    continue;
+                double pct = 100.0 - 100.0 * (t_ov - t_co) / t_pure;
+                pct = fail ? 0 : pct < 0 ? 0 : pct;
+                printf("%12zu %8s %6s %14s %12.1f %14.1f %14.1f %10.1f%s\n", count * es,
+                       dear_dtype_name(o->dtype), op_short[op], algo_names[a], t_pure * 1e6, t_ov * 1e6,
+                       t_co * 1e6, pct, total_wrong ? "  WRONG RESULT" : "");
+                if (csv)
+                    fprintf(csv, "%s,%s,%s,%zu,%zu,%d,%.3f,%.3f,%.3f,%.2f\n", op_short[op], algo_names[a],
+                            dear_dtype_name(o->dtype), count * es, count, g_size, t_pure * 1e6,
+                            t_ov * 1e6, t_co * 1e6, pct);
+                fflush(stdout);
+            }
+            bench_free(&b);
+        }
+    }
+    pthread_mutex_lock(&h.mu);
+    h.quit = 1;
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    pthread_join(h.th, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    dear_log_set_rank(g_rank);
+    opts_t o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc == 0 && dear_params_load() != DEAR_OK)
+        rc = -1;
+    if (rc == 0 && o.overlap && provided < MPI_THREAD_MULTIPLE) {
+        if (g_rank == 0)
+            fprintf(stderr, "dear-coll-bench: --overlap needs MPI_THREAD_MULTIPLE\n");
+        rc = -1;
+    }
+    if (rc != 0) {
+        MPI_Finalize();
+        return rc > 0 ? 0 : 2;
+    }
+    for (int k = 0; k < 17; k++) {
+        sum_table[k] = 0;
+        for (int r = 0; r < g_size; r++)
+            sum_table[k] += value(r, (size_t)k);
+    }
+    FILE *csv = NULL;
+    if (g_rank == 0 && o.csv) {
+        csv = fopen(o.csv, "w");
+        if (csv == NULL) {
+            fprintf(stderr, "dear-coll-bench: cannot write %s: %s\n", o.csv, strerror(errno));
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        fprintf(csv, o.overlap ? "op,algo,dtype,bytes,count,nranks,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n"
+                               : "op,algo,dtype,bytes,count,nranks,time_us,algbw_MBps,busbw_MBps,wrong\n");
+    }
+    if (o.overlap)
+        run_overlap(&o, csv);
+    else
+        run_normal(&o, csv);
+    if (csv)
+        fclose(csv);
+    MPI_Finalize();
+    return 0;
+}

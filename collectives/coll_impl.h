@@ -1,0 +1,87 @@
+/*
+ * Internal view of a collective request, shared by the dispatcher (coll.c) and the algorithm
+ * files (coll_mpi.c, coll_ring.c, coll_rhd.c, coll_direct.c). The dispatcher validates the arguments and
+ * normalises every call to one of three shapes over a per-rank layout (counts[r], displs[r],
+ * in elements), so an algorithm never sees multi-block all-gathers or out-of-place
+ * all-gathers:
+ *   REDUCE_SCATTER  src (total elements, never written) -> out (counts[rank] elements);
+ *                   work (total elements) may be used as scratch for partial sums and may be
+ *                   src itself (in place).
+ *   ALLGATHER       in place on buf: rank r's part is buf[displs[r], +counts[r]).
+ *   ALLREDUCE       src (total) -> buf (total); src == buf when in place.
+ * Adding an algorithm means one file with one dear_coll_algo_ops_t and one entry in the table
+ * in coll.c.
+ */
+#ifndef DEAR_COLL_IMPL_H
+#define DEAR_COLL_IMPL_H
+
+#include <stddef.h>
+
+#include "collectives/coll.h"
+
+typedef struct dear_coll_algo_ops {
+    const char *name;
+    /* Post the first round. On error the request is freed through cleanup. */
+    int (*start)(dear_coll_req_t *req);
+    /* Bounded, non-blocking step; *done = 1 when the result is in place. */
+    int (*progress)(dear_coll_req_t *req, int *done);
+    /* Free algorithm state (cancelling requests still outstanding). */
+    void (*cleanup)(dear_coll_req_t *req);
+} dear_coll_algo_ops_t;
+
+struct dear_coll_req {
+    dear_coll_op_t op;
+    dear_coll_algo_t algo;
+    dear_dtype_t dtype;
+    MPI_Comm comm;
+    int tag, rank, nranks;
+    size_t esize;
+    double scale;
+
+    /* Normalised layout (see the top of this file). */
+    size_t total;
+    size_t *counts, *displs;    /* nranks entries each, elements */
+    const char *src;            /* RS, AR: input vector */
+    char *work;                 /* RS: scratch of total elements (may be == src) */
+    char *out;                  /* RS: this rank's result */
+    char *buf;                  /* AG, AR: the full vector */
+    int in_place;
+    char *scratch;              /* from dear_coll_scratch_get (returned in dear_coll_free) */
+    size_t scratch_bytes;
+
+    /* Multi-block all-gather through a staging buffer (NULL when it travels in place). */
+    int nblocks;
+    dear_coll_block_t *blocks;
+    char *staging;
+
+    const char *ag_send;        /* out-of-place all-gather: shard still to copy into buf */
+    int started;                /* the algorithm's start has run */
+    int done;
+    int failed;
+    size_t bytes_sent;
+    size_t events;              /* completed transfers, for back-off decisions */
+    const dear_coll_algo_ops_t *ops;
+    void *state;                /* the algorithm's */
+};
+
+extern const dear_coll_algo_ops_t dear_coll_ring_ops;
+extern const dear_coll_algo_ops_t dear_coll_rhd_ops;
+extern const dear_coll_algo_ops_t dear_coll_mpi_ops;
+extern const dear_coll_algo_ops_t dear_coll_direct_ops;
+
+/* MPI datatype that moves one element of dtype (16-bit types as MPI_UINT16_T). */
+MPI_Datatype dear_coll_mpi_type(dear_dtype_t dtype);
+
+/* Test one request; *flag set when complete. Errors are logged and returned as DEAR_ERR_MPI. */
+int dear_coll_test(MPI_Request *r, int *flag);
+
+/* Large scratch vectors (an out-of-place ring reduce-scatter's partial sums) come from a small
+ * process-wide cache, so repeated calls do not pay page faults on fresh memory each time.
+ * Thread-safe. get returns NULL (after logging) when allocation fails. */
+void *dear_coll_scratch_get(size_t bytes, size_t *capacity);
+void dear_coll_scratch_put(void *p, size_t capacity);
+
+/* Cancel (when possible) and free a request still outstanding; used on error paths only. */
+void dear_coll_abandon(MPI_Request *r);
+
+#endif

@@ -1,0 +1,154 @@
+/*
+ * Algorithm `mpi`: Open MPI's own non-blocking collectives behind the dear_coll interface, for
+ * comparison and as a fallback. MPI_Ireduce_scatter with the shard rule's uneven counts,
+ * MPI_Iallgatherv in place, MPI_Iallreduce. bfloat16 and float16 travel as MPI_UINT16_T and
+ * are summed by a user MPI_Op that widens to float32 (reduce.c). The scale is applied after
+ * completion, and an in-place reduce-scatter's result (which MPI leaves at the start of the
+ * buffer) is moved to this rank's shard as coll.h specifies. Open MPI's counts are ints:
+ * larger vectors fail with DEAR_ERR_UNSUPPORTED.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll_impl.h"
+#include "collectives/reduce.h"
+#include "runtime/check.h"
+#include "runtime/log.h"
+
+typedef struct {
+    MPI_Request req;
+    int *counts, *displs;
+} mpi_state_t;
+
+static MPI_Op op_bf16 = MPI_OP_NULL, op_f16 = MPI_OP_NULL;
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+static int ops_rc = MPI_SUCCESS;
+
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    dear_reduce_sum(DEAR_BFLOAT16, inout, inout, in, (size_t)*len, 1.0);
+}
+
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    dear_reduce_sum(DEAR_FLOAT16, inout, inout, in, (size_t)*len, 1.0);
+}
+
+static void create_ops(void)
+{
+    ops_rc = MPI_Op_create(sum_bf16, 1, &op_bf16);
+    if (ops_rc == MPI_SUCCESS)
+        ops_rc = MPI_Op_create(sum_f16, 1, &op_f16);
+}
+
+static int sum_op(dear_dtype_t dtype, MPI_Op *op)
+{
+    if (dtype == DEAR_BFLOAT16 || dtype == DEAR_FLOAT16) {
+        DEAR_PTHREAD_CHECK(pthread_once(&ops_once, create_ops));
+        DEAR_MPI_CHECK(ops_rc);
+        *op = dtype == DEAR_BFLOAT16 ? op_bf16 : op_f16;
+    } else {
+        *op = MPI_SUM;
+    }
+    return DEAR_OK;
+}
+
+static int int_counts(dear_coll_req_t *r, mpi_state_t *s)
+{
+    int rc = DEAR_OK;
+    size_t nb = (size_t)r->nranks * sizeof(int);
+    DEAR_ALLOC_GOTO(s->counts, malloc(nb), nb, rc, out);
+    DEAR_ALLOC_GOTO(s->displs, malloc(nb), nb, rc, out);
+    for (int p = 0; p < r->nranks; p++) {
+        if (r->counts[p] > INT_MAX || r->displs[p] > INT_MAX) {
+            DEAR_ERROR("coll", "algo mpi: %zu elements exceed Open MPI's int counts; use ring or rhd",
+                       r->total);
+            return DEAR_ERR_UNSUPPORTED;
+        }
+        s->counts[p] = (int)r->counts[p];
+        s->displs[p] = (int)r->displs[p];
+    }
+out:
+    return rc;
+}
+
+static int mpi_start(dear_coll_req_t *r)
+{
+    int rc = DEAR_OK;
+    mpi_state_t *s = NULL;
+    DEAR_ALLOC_GOTO(s, calloc(1, sizeof *s), sizeof *s, rc, out);
+    s->req = MPI_REQUEST_NULL;
+    r->state = s;
+    MPI_Op op;
+    MPI_Datatype t = dear_coll_mpi_type(r->dtype);
+    DEAR_CHECK(sum_op(r->dtype, &op));
+    DEAR_CHECK(int_counts(r, s));
+    switch (r->op) {
+    case DEAR_COLL_REDUCE_SCATTER:
+        DEAR_MPI_CHECK(MPI_Ireduce_scatter(r->in_place ? MPI_IN_PLACE : r->src,
+                                           r->in_place ? (void *)r->src : r->out, s->counts, t, op,
+                                           r->comm, &s->req));
+        break;
+    case DEAR_COLL_ALLGATHER:
+        DEAR_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, t, r->buf, s->counts, s->displs, t, r->comm,
+                                       &s->req));
+        break;
+    default:
+        if (r->total > INT_MAX) {
+            DEAR_ERROR("coll", "algo mpi: %zu elements exceed Open MPI's int counts", r->total);
+            return DEAR_ERR_UNSUPPORTED;
+        }
+        DEAR_MPI_CHECK(MPI_Iallreduce(r->src == r->buf ? MPI_IN_PLACE : r->src, r->buf,
+                                      (int)r->total, t, op, r->comm, &s->req));
+        break;
+    }
+out:
+    return rc;
+}
+
+static int mpi_progress(dear_coll_req_t *r, int *done)
+{
+    mpi_state_t *s = r->state;
+    int flag = 0;
+    DEAR_CHECK(dear_coll_test(&s->req, &flag));
+    if (!flag)
+        return DEAR_OK;
+    size_t own = r->counts[r->rank], rest = r->total - own;
+    switch (r->op) {
+    case DEAR_COLL_REDUCE_SCATTER:
+        if (r->in_place && own > 0)
+            memmove(r->out, r->src, own * r->esize);
+        dear_reduce_scale(r->dtype, r->out, r->out, own, r->scale);
+        r->bytes_sent = rest * r->esize;  /* what a ring would send: an estimate */
+        break;
+    case DEAR_COLL_ALLGATHER:
+        r->bytes_sent = rest * r->esize;
+        break;
+    default:
+        dear_reduce_scale(r->dtype, r->buf, r->buf, r->total, r->scale);
+        r->bytes_sent = 2 * rest * r->esize;
+        break;
+    }
+    r->events++;
+    *done = 1;
+    return DEAR_OK;
+}
+
+static void mpi_cleanup(dear_coll_req_t *r)
+{
+    mpi_state_t *s = r->state;
+    if (s == NULL)
+        return;
+    /* A collective request cannot be cancelled or freed while active; that only happens when
+     * the caller abandons a failed or unfinished request, and leaking it is the safe choice. */
+    if (s->req != MPI_REQUEST_NULL)
+        DEAR_WARN("coll", "algo mpi: request freed before completion; its MPI request is leaked");
+    free(s->counts);
+    free(s->displs);
+    free(s);
+    r->state = NULL;
+}
+
+const dear_coll_algo_ops_t dear_coll_mpi_ops = { "mpi", mpi_start, mpi_progress, mpi_cleanup };

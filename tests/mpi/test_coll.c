@@ -1,0 +1,659 @@
+/*
+ * Collectives under mpirun (Check, CK_FORK=no): every algorithm x type x {in place, out of
+ * place} x counts {0, 1, P-1, P, P+1, random, 1000003 (a subset)} x {reduce-scatter,
+ * all-gather, all-reduce}, with and without scale, against MPI_Allreduce in double precision on
+ * the same data: exact on integer-valued data, a relative bound on random floats. Also several
+ * collectives in flight at once completing in a different order on each rank, multi-block
+ * all-gathers against a reference, the bad-argument cases, the reduction kernels' 16-bit
+ * rounding against the compiler's _Float16 and a long-hand bfloat16 rounding, and the
+ * selection table's DEAR_COLL_ALGO override.
+ *
+ * Every rank reaches every assertion: local mismatches are combined with MPI_Allreduce before
+ * ck_assert, so one failing rank cannot leave the others waiting in a collective.
+ * Arguments: --quick skips the 1000003-element cases.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll.h"
+#include "collectives/reduce.h"
+#include "include/dear.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
+
+static int g_rank, g_size, g_quick;
+static MPI_Comm g_comm;
+static char g_first_err[512];
+
+#define GUARD 8                 /* elements past every receive buffer that must stay untouched */
+#define SENTINEL_BYTE 0x5A
+
+static const dear_coll_algo_t algos[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_MPI, DEAR_ALGO_DIRECT,
+                                          DEAR_ALGO_AUTO };
+#define NALGOS ((int)(sizeof algos / sizeof algos[0]))
+
+/* Element i of rank r's input: small integers, so every sum is exact in every type. */
+static double int_value(int r, size_t i) { return (double)((long)((i * 7 + (size_t)r * 13) % 17) - 8); }
+
+/* Deterministic pseudo-random value in [-1, 1) from (r, i). */
+static double rand_value(int r, size_t i)
+{
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)(r + 1) * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return (double)(x >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static void put(dear_dtype_t t, void *buf, size_t i, double v)
+{
+    switch (t) {
+    case DEAR_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case DEAR_FLOAT64: ((double *)buf)[i] = v; break;
+    case DEAR_BFLOAT16: ((uint16_t *)buf)[i] = dear_float_to_bf16((float)v); break;
+    case DEAR_FLOAT16: ((uint16_t *)buf)[i] = dear_float_to_half((float)v); break;
+    case DEAR_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    }
+}
+
+static double get(dear_dtype_t t, const void *buf, size_t i)
+{
+    switch (t) {
+    case DEAR_FLOAT32: return ((const float *)buf)[i];
+    case DEAR_FLOAT64: return ((const double *)buf)[i];
+    case DEAR_BFLOAT16: return dear_bf16_to_float(((const uint16_t *)buf)[i]);
+    case DEAR_FLOAT16: return dear_half_to_float(((const uint16_t *)buf)[i]);
+    case DEAR_INT32: return ((const int32_t *)buf)[i];
+    }
+    return NAN;
+}
+
+/* The value a correct collective stores for a reduced sum (exact in double) and a scale: the
+ * library scales in the accumulation type and rounds once to the element type. */
+static double expected_of(dear_dtype_t t, double sum, double scale)
+{
+    switch (t) {
+    case DEAR_FLOAT64: return sum * scale;
+    case DEAR_INT32: return sum;
+    case DEAR_FLOAT32: return (float)((float)sum * (float)scale);
+    case DEAR_BFLOAT16: return dear_bf16_to_float(dear_float_to_bf16((float)sum * (float)scale));
+    case DEAR_FLOAT16: return dear_half_to_float(dear_float_to_half((float)sum * (float)scale));
+    }
+    return NAN;
+}
+
+/* Relative bound for random data: per-hop rounding in the element type, up to P hops. */
+static double tolerance(dear_dtype_t t)
+{
+    switch (t) {
+    case DEAR_FLOAT32: return 8.0 * g_size * 0x1p-24;
+    case DEAR_FLOAT64: return 8.0 * g_size * 0x1p-53;
+    case DEAR_BFLOAT16: return 2.0 * g_size * 0x1p-8;
+    case DEAR_FLOAT16: return 2.0 * g_size * 0x1p-11;
+    default: return 0;
+    }
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* Combine a local failure flag over all ranks, then assert with the first local message. */
+static void assert_all_ok(int local_bad, const char *what)
+{
+    int any = 0;
+    MPI_Allreduce(&local_bad, &any, 1, MPI_INT, MPI_MAX, g_comm);
+    if (any && local_bad)
+        fprintf(stderr, "[rank %d] %s: %s\n", g_rank, what, g_first_err);
+    ck_assert_msg(!any, "%s failed on some rank (see stderr)", what);
+}
+
+static int note(int bad, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int note(int bad, const char *fmt, ...)
+{
+    if (bad && g_first_err[0] == '\0') {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g_first_err, sizeof g_first_err, fmt, ap);
+        va_end(ap);
+    }
+    return bad;
+}
+
+static int guard_ok(const char *p) {
+    for (size_t i = 0; i < GUARD * 8; i++)
+        if ((unsigned char)p[i] != SENTINEL_BYTE)
+            return 0;
+    return 1;
+}
+
+typedef struct {
+    dear_coll_op_t op;
+    dear_coll_algo_t algo;
+    dear_dtype_t t;
+    int in_place;
+    size_t count;
+    double scale;
+    int random;
+    int tag;
+} case_t;
+
+/* Prepared buffers of one case plus the reference it is checked against. */
+typedef struct {
+    case_t c;
+    size_t es, off, len;
+    char *send, *recv;
+    double *ref, *absref;       /* full vector: expected sum and sum of |x| */
+} run_t;
+
+static void run_prepare(run_t *r, const case_t *c)
+{
+    memset(r, 0, sizeof *r);
+    r->c = *c;
+    r->es = dear_dtype_size(c->t);
+    dear_coll_shard(c->count, g_size, g_rank, &r->off, &r->len);
+    size_t n = c->count, es = r->es;
+    size_t rcount = c->op == DEAR_COLL_REDUCE_SCATTER && !c->in_place ? r->len : n;
+    size_t scount = c->op == DEAR_COLL_ALLGATHER ? r->len : n;
+    r->recv = xmalloc((rcount + GUARD) * es + GUARD * 8);
+    memset(r->recv, SENTINEL_BYTE, (rcount + GUARD) * es + GUARD * 8);
+    r->send = c->in_place ? NULL : xmalloc(scount * es + 1);
+    double *mine = xmalloc(n * sizeof(double)), *mabs = xmalloc(n * sizeof(double));
+    r->ref = xmalloc(n * sizeof(double));
+    r->absref = xmalloc(n * sizeof(double));
+    char *in = c->in_place ? r->recv : r->send;
+    if (c->op == DEAR_COLL_ALLGATHER) {
+        /* Global vector g(i) = value of the owner; each rank contributes only its shard, so the
+         * reference is the sum of zero-padded vectors. */
+        for (size_t i = 0; i < n; i++) {
+            int own = i >= r->off && i < r->off + r->len;
+            double v = c->random ? rand_value(7, i) : int_value(3, i);
+            if (own) {
+                put(c->t, in, c->in_place ? i : i - r->off, v);
+                mine[i] = get(c->t, in, c->in_place ? i : i - r->off);
+            } else {
+                mine[i] = 0;
+                if (c->in_place)
+                    put(c->t, in, i, 99);
+            }
+            mabs[i] = fabs(mine[i]);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            put(c->t, in, i, c->random ? rand_value(g_rank, i) : int_value(g_rank, i));
+            mine[i] = get(c->t, in, i);
+            mabs[i] = fabs(mine[i]);
+        }
+    }
+    MPI_Allreduce(mine, r->ref, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
+    MPI_Allreduce(mabs, r->absref, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
+    free(mine);
+    free(mabs);
+}
+
+static int run_start(run_t *r, dear_coll_req_t **req)
+{
+    dear_coll_args_t a = { .op = r->c.op, .algo = r->c.algo, .dtype = r->c.t, .comm = g_comm,
+                           .tag = r->c.tag, .scale = r->c.scale, .sendbuf = r->send,
+                           .recvbuf = r->recv, .count = r->c.count };
+    return dear_coll_start(&a, req);
+}
+
+static int elem_bad(const run_t *r, size_t i, double got, double sum, double abssum, double scale)
+{
+    double want = expected_of(r->c.t, sum, scale);
+    if (!r->c.random)
+        return got != want;
+    double tol = tolerance(r->c.t) * abssum * fabs(scale) + 1e-30;
+    if (r->c.t == DEAR_FLOAT16)
+        tol += 0x1p-24 * g_size;  /* subnormal spacing */
+    return !(fabs(got - want) <= tol);
+}
+
+/* 1 when this rank's result is wrong (the first error is noted). */
+static int run_check(run_t *r)
+{
+    const case_t *c = &r->c;
+    int bad = 0;
+    const char *name = dear_coll_op_name(c->op);
+    size_t lo = 0, hi = c->count;
+    const char *res = r->recv;
+    size_t rcount = c->count;
+    if (c->op == DEAR_COLL_REDUCE_SCATTER) {
+        lo = r->off, hi = r->off + r->len;
+        if (!c->in_place) {
+            res = r->recv - r->off * r->es;  /* index with global i */
+            rcount = r->len;
+        }
+    }
+    double scale = c->op == DEAR_COLL_ALLGATHER ? 1.0 : c->scale;
+    for (size_t i = lo; i < hi && !bad; i++) {
+        double got = get(c->t, res, i);
+        bad = note(elem_bad(r, i, got, r->ref[i], r->absref[i], scale),
+                   "%s algo %s %s %s count %zu scale %g: element %zu is %.9g, expected %.9g",
+                   name, dear_coll_algo_name(c->algo), dear_dtype_name(c->t),
+                   c->in_place ? "in place" : "out of place", c->count, c->scale, i, got,
+                   expected_of(c->t, r->ref[i], scale));
+    }
+    if (!bad)
+        bad = note(!guard_ok(r->recv + rcount * r->es), "%s algo %s %s count %zu: wrote past recvbuf",
+                   name, dear_coll_algo_name(c->algo), dear_dtype_name(c->t), c->count);
+    return bad;
+}
+
+static void run_free(run_t *r)
+{
+    free(r->send);
+    free(r->recv);
+    free(r->ref);
+    free(r->absref);
+}
+
+static int run_one(const case_t *c)
+{
+    run_t r;
+    run_prepare(&r, c);
+    dear_coll_req_t *req = NULL;
+    int rc = run_start(&r, &req);
+    int bad = note(rc != DEAR_OK, "start %s %s: %s", dear_coll_op_name(c->op),
+                   dear_coll_algo_name(c->algo), dear_status_string(rc));
+    if (!bad) {
+        rc = dear_coll_wait(req);
+        bad = note(rc != DEAR_OK, "wait: %s", dear_status_string(rc));
+    }
+    if (!bad)
+        bad = run_check(&r);
+    dear_coll_free(req);
+    run_free(&r);
+    return bad;
+}
+
+/* Same random count on every rank. */
+static size_t random_count(unsigned seed)
+{
+    unsigned long x = 1103515245ul * (seed + 12345ul) + 12345ul;
+    return 2 + (x >> 8) % 40000;
+}
+
+static void sweep(dear_coll_op_t op)
+{
+    static const dear_dtype_t types[] = { DEAR_FLOAT32, DEAR_FLOAT64, DEAR_BFLOAT16, DEAR_FLOAT16,
+                                          DEAR_INT32 };
+    int P = g_size, bad = 0, ncases = 0;
+    size_t counts[] = { 0, 1, (size_t)(P - 1), (size_t)P, (size_t)(P + 1), random_count((unsigned)op),
+                        1000003 };
+    int ncounts = (int)(sizeof counts / sizeof counts[0]);
+    g_first_err[0] = '\0';
+    for (int a = 0; a < NALGOS; a++)
+        for (int t = 0; t < 5; t++)
+            for (int ip = 0; ip < 2; ip++)
+                for (int k = 0; k < ncounts; k++) {
+                    int big = counts[k] == 1000003;
+                    /* The big count (time): float32; ring in and out of place, rhd, mpi and
+                     * direct in place (auto is the ring there). */
+                    if (big && (g_quick || types[t] != DEAR_FLOAT32 || algos[a] == DEAR_ALGO_AUTO ||
+                                (algos[a] != DEAR_ALGO_RING && !ip)))
+                        continue;
+                    for (int s = 0; s < 2; s++) {
+                        if (s == 1 && (types[t] == DEAR_INT32 || op == DEAR_COLL_ALLGATHER || big))
+                            continue;
+                        case_t c = { op, algos[a], types[t], ip, counts[k], s ? 1.0 / P : 1.0, 0, 7 };
+                        bad |= run_one(&c);
+                        ncases++;
+                    }
+                }
+    assert_all_ok(bad, dear_coll_op_name(op));
+    if (g_rank == 0)
+        fprintf(stderr, "%s: %d exact cases passed on %d ranks\n", dear_coll_op_name(op), ncases, P);
+}
+
+START_TEST(test_reduce_scatter) { sweep(DEAR_COLL_REDUCE_SCATTER); }
+END_TEST
+
+START_TEST(test_allgather) { sweep(DEAR_COLL_ALLGATHER); }
+END_TEST
+
+START_TEST(test_allreduce) { sweep(DEAR_COLL_ALLREDUCE); }
+END_TEST
+
+/* Random floats: relative bound against the double-precision MPI_Allreduce. */
+START_TEST(test_random_floats)
+{
+    static const dear_dtype_t types[] = { DEAR_FLOAT32, DEAR_FLOAT64, DEAR_BFLOAT16, DEAR_FLOAT16 };
+    int bad = 0;
+    g_first_err[0] = '\0';
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        for (int a = 0; a < NALGOS; a++)
+            for (int t = 0; t < 4; t++)
+                for (int ip = 0; ip < 2; ip++) {
+                    case_t c = { (dear_coll_op_t)op, algos[a], types[t], ip, 5000 + 3 * (size_t)g_size,
+                                 op == DEAR_COLL_ALLGATHER ? 1.0 : 0.25, 1, 3 };
+                    bad |= run_one(&c);
+                }
+    assert_all_ok(bad, "random floats");
+}
+END_TEST
+
+/* Several collectives in flight on one communicator with distinct tags, progressed in a
+ * different order on each rank and waited for in reverse. */
+START_TEST(test_many_in_flight)
+{
+    enum { N = 9 };
+    run_t runs[N];
+    dear_coll_req_t *reqs[N];
+    int done[N] = { 0 }, bad = 0, rc;
+    g_first_err[0] = '\0';
+    for (int i = 0; i < N; i++) {
+        case_t c = { (dear_coll_op_t)(i % 3), algos[(i / 3) % 3], i % 2 ? DEAR_FLOAT32 : DEAR_BFLOAT16,
+                     i % 2, 20000 + 1000 * (size_t)i, i % 3 == 1 ? 1.0 : 0.5, 0, 100 + i };
+        run_prepare(&runs[i], &c);
+        rc = run_start(&runs[i], &reqs[i]);
+        ck_assert_int_eq(rc, DEAR_OK);
+    }
+    /* Rank-dependent progress order: rotate by rank, then finish in reverse. */
+    for (int sweep_i = 0; sweep_i < 3; sweep_i++)
+        for (int k = 0; k < N; k++) {
+            int i = (k + g_rank * 4) % N;
+            if (!done[i]) {
+                rc = dear_coll_progress(reqs[i], &done[i]);
+                bad |= note(rc != DEAR_OK, "progress %d: %s", i, dear_status_string(rc));
+            }
+        }
+    for (int i = N - 1; i >= 0; i--) {
+        rc = dear_coll_wait(reqs[i]);
+        bad |= note(rc != DEAR_OK, "wait %d: %s", i, dear_status_string(rc));
+        dear_coll_info_t info;
+        dear_coll_get_info(reqs[i], &info);
+        bad |= note(info.op != runs[i].c.op, "info.op of %d", i);
+        bad |= note(info.bytes != runs[i].c.count * runs[i].es, "info.bytes of %d", i);
+    }
+    for (int i = 0; i < N; i++) {
+        bad |= run_check(&runs[i]);
+        dear_coll_free(reqs[i]);
+        run_free(&runs[i]);
+    }
+    assert_all_ok(bad, "many in flight");
+}
+END_TEST
+
+/* Multi-block all-gather: block b element i = value(b, i); outside [lo, hi) stays untouched. */
+static double block_value(int b, size_t i) { return (double)(int)((b * 31 + i * 5) % 23) - 11; }
+
+static int check_blocks(dear_coll_algo_t algo, int nb, const size_t *cnt, const size_t *lo,
+                        const size_t *hi)
+{
+    dear_coll_block_t blocks[8];
+    int bad = 0;
+    for (int b = 0; b < nb; b++) {
+        float *buf = xmalloc(cnt[b] * sizeof(float));
+        for (size_t i = 0; i < cnt[b]; i++) {
+            size_t off, len;
+            dear_coll_shard(cnt[b], g_size, g_rank, &off, &len);
+            int own = i >= off && i < off + len && i >= lo[b] && i < hi[b];
+            buf[i] = own ? (float)block_value(b, i) : -1000.0f;
+        }
+        blocks[b] = (dear_coll_block_t){ buf, cnt[b], lo[b], hi[b] };
+    }
+    dear_coll_args_t a = { .op = DEAR_COLL_ALLGATHER, .algo = algo, .dtype = DEAR_FLOAT32,
+                           .comm = g_comm, .tag = 9, .scale = 1.0, .nblocks = nb, .blocks = blocks };
+    dear_coll_req_t *req = NULL;
+    int rc = dear_coll_start(&a, &req);
+    bad |= note(rc != DEAR_OK, "multi-block start: %s", dear_status_string(rc));
+    if (rc == DEAR_OK)
+        bad |= note(dear_coll_wait(req) != DEAR_OK, "multi-block wait");
+    for (int b = 0; b < nb && !bad; b++) {
+        const float *buf = blocks[b].buf;
+        size_t off, len;
+        dear_coll_shard(cnt[b], g_size, g_rank, &off, &len);
+        for (size_t i = 0; i < cnt[b] && !bad; i++) {
+            int travels = i >= lo[b] && i < hi[b];
+            int own = i >= off && i < off + len && travels;
+            double want = travels || own ? block_value(b, i) : -1000.0;
+            bad |= note(buf[i] != want, "multi-block algo %s nblocks %d block %d [%zu,%zu) of %zu: "
+                        "element %zu is %g, expected %g", dear_coll_algo_name(algo), nb, b, lo[b],
+                        hi[b], cnt[b], i, buf[i], want);
+        }
+    }
+    for (int b = 0; b < nb; b++)
+        free(blocks[b].buf);
+    dear_coll_free(req);
+    return bad;
+}
+
+START_TEST(test_multi_block)
+{
+    int bad = 0;
+    g_first_err[0] = '\0';
+    size_t P = (size_t)g_size;
+    size_t c3[] = { 1000, 7 * P + 3, 5 }, lo3[] = { 100, 0, 2 }, hi3[] = { 777, 7 * P + 3, 2 };
+    size_t c1[] = { 3000 }, lo1[] = { 17 }, hi1[] = { 2500 };
+    size_t cf[] = { 4 * P + 1, 50 }, lof[] = { 0, 0 }, hif[] = { 4 * P + 1, 50 };
+    for (int a = 0; a < NALGOS; a++) {
+        bad |= check_blocks(algos[a], 3, c3, lo3, hi3);
+        bad |= check_blocks(algos[a], 1, c1, lo1, hi1);
+        bad |= check_blocks(algos[a], 2, cf, lof, hif);
+    }
+    assert_all_ok(bad, "multi-block allgather");
+}
+END_TEST
+
+static char g_logged[512];
+static void capture(const char *line, void *arg)
+{
+    snprintf(g_logged, sizeof g_logged, "%s", line);
+}
+
+/* Every bad-argument case of coll.h: DEAR_ERR_ARG and *req untouched. */
+START_TEST(test_bad_args)
+{
+    float buf[64], other[64];
+    dear_coll_block_t blk = { buf, 10, 5, 3 };
+    dear_coll_args_t good = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_RING, .dtype = DEAR_FLOAT32,
+                              .comm = g_comm, .tag = 1, .scale = 1.0, .sendbuf = other,
+                              .recvbuf = buf, .count = 16 };
+    dear_coll_args_t cases[20];
+    int n = 0;
+    cases[n] = good, cases[n++].recvbuf = NULL;                     /* NULL recvbuf, count > 0 */
+    cases[n] = good, cases[n++].op = (dear_coll_op_t)7;             /* unknown op */
+    cases[n] = good, cases[n++].algo = (dear_coll_algo_t)9;         /* unknown algo */
+    cases[n] = good, cases[n++].dtype = (dear_dtype_t)42;           /* unknown type */
+    cases[n] = good, cases[n].sendbuf = buf + 8, cases[n++].recvbuf = buf; /* overlap */
+    cases[n] = good, cases[n].dtype = DEAR_INT32, cases[n++].scale = 0.5;  /* scale for int32 */
+    cases[n] = good, cases[n++].scale = NAN;                        /* scale not finite */
+    cases[n] = good, cases[n++].scale = 0.0;                        /* zero scale (struct left 0) */
+    cases[n] = good, cases[n++].tag = -1;                           /* negative tag */
+    cases[n] = good, cases[n++].comm = MPI_COMM_NULL;               /* no communicator */
+    cases[n] = good, cases[n].op = DEAR_COLL_ALLGATHER, cases[n].nblocks = 1,
+    cases[n++].blocks = &blk;                                       /* lo > hi */
+    cases[n] = good, cases[n].op = DEAR_COLL_ALLGATHER, cases[n].nblocks = 1,
+    cases[n++].blocks = NULL;                                       /* blocks NULL */
+    cases[n] = good, cases[n].nblocks = 2, cases[n++].blocks = &blk; /* blocks for allreduce */
+    cases[n] = good, cases[n++].nblocks = -1;                       /* negative nblocks */
+    dear_coll_req_t *sentinel = (dear_coll_req_t *)&good, *req;
+    /* The expected errors are captured: each must log one line naming what was wrong. */
+    dear_log_set_sink(capture, NULL);
+    for (int i = 0; i < n; i++) {
+        req = sentinel;
+        g_logged[0] = '\0';
+        int rc = dear_coll_start(&cases[i], &req);
+        ck_assert_msg(rc == DEAR_ERR_ARG, "bad-argument case %d returned %d", i, rc);
+        ck_assert_msg(req == sentinel, "bad-argument case %d touched *req", i);
+        ck_assert_msg(strstr(g_logged, "dear_coll_start") != NULL, "case %d logged \"%s\"", i, g_logged);
+    }
+    ck_assert_int_eq(dear_coll_start(NULL, &req), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_coll_start(&good, NULL), DEAR_ERR_ARG);
+    int done;
+    ck_assert_int_eq(dear_coll_progress(NULL, &done), DEAR_ERR_ARG);
+    dear_log_set_sink(NULL, NULL);
+    dear_coll_free(NULL);
+    /* A block with hi == lo needs no buffer; blocks with nothing to move complete. */
+    dear_coll_block_t empty = { NULL, 10, 4, 4 };
+    dear_coll_args_t e = good;
+    e.op = DEAR_COLL_ALLGATHER, e.nblocks = 1, e.blocks = &empty, e.scale = 0.0; /* ignored */
+    ck_assert_int_eq(dear_coll_start(&e, &req), DEAR_OK);
+    ck_assert_int_eq(dear_coll_wait(req), DEAR_OK);
+    dear_coll_free(req);
+}
+END_TEST
+
+/* 16-bit conversions against independent references. */
+START_TEST(test_conversions)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = dear_half_to_float((unsigned short)h);
+#if defined(__FLT16_MAX__)
+        _Float16 x;
+        uint16_t hb = (uint16_t)h;
+        memcpy(&x, &hb, 2);
+        float ref = (float)x;
+        ck_assert_msg((isnan(f) && isnan(ref)) || f == ref, "half %04x -> %g, expected %g", h, f, ref);
+#endif
+        if (!isnan(f))
+            ck_assert_msg(dear_float_to_half(f) == h, "half %04x does not round-trip", h);
+        float b = dear_bf16_to_float((unsigned short)h);
+        if (!isnan(b))
+            ck_assert_msg(dear_float_to_bf16(b) == h, "bf16 %04x does not round-trip", h);
+    }
+    /* Rounding of values between representable points. */
+    for (uint32_t i = 0; i < 200000; i++) {
+        uint32_t u = (uint32_t)(i * 2654435761u);
+        float f;
+        memcpy(&f, &u, 4);
+        if (isnan(f))
+            continue;
+#if defined(__FLT16_MAX__)
+        _Float16 x = (_Float16)f;
+        uint16_t hb;
+        memcpy(&hb, &x, 2);
+        ck_assert_msg(dear_float_to_half(f) == hb, "float %a -> half %04x, expected %04x", (double)f,
+                      dear_float_to_half(f), hb);
+#endif
+        /* bfloat16 long hand: the two neighbours by truncation, the nearer wins, ties to even. */
+        uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+        double dl = fabs((double)dear_bf16_to_float(lo) - f), dh = fabs((double)dear_bf16_to_float(hi) - f);
+        uint16_t want = dl < dh ? lo : dh < dl ? hi : (lo % 2 == 0 ? lo : hi);
+        if ((u & 0x7F800000u) == 0x7F800000u || (hi & 0x7F80u) == 0x7F80u)
+            continue;  /* Inf neighbours: covered by the round trip above */
+        ck_assert_msg(dear_float_to_bf16(f) == want, "float %a -> bf16 %04x, expected %04x", (double)f,
+                      dear_float_to_bf16(f), want);
+    }
+}
+END_TEST
+
+START_TEST(test_select)
+{
+    size_t off, len, sum = 0;
+    for (int r = 0; r < 5; r++) {
+        dear_coll_shard(13, 5, r, &off, &len);
+        ck_assert_uint_eq(off, sum);
+        ck_assert_uint_eq(len, r < 3 ? 3 : 2);
+        sum += len;
+    }
+    /* One host: a job of 4 ranks, all on this one (Open MPI's variables). */
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    char saved[32] = "", saved_ws[32] = "";
+    int had_ls = ls != NULL, had_ws = ws != NULL;
+    if (had_ls)
+        snprintf(saved, sizeof saved, "%s", ls);
+    if (had_ws)
+        snprintf(saved_ws, sizeof saved_ws, "%s", ws);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 1 << 26, 4), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 4), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 2), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 1 << 20, 3), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, (1 << 20) + 4, 3), DEAR_ALGO_RING);
+    /* Beyond 8 ranks the direct exchange is not used: rhd for small vectors, else the ring. */
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 16), DEAR_ALGO_RHD);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 1 << 20, 16), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64, 12), DEAR_ALGO_RING);
+    /* A job of 4 ranks over several hosts (2 on this one): a 4-rank communicator takes the ring
+     * for reduce-scatter at every size, all-gather and all-reduce keep the direct exchange up
+     * to 1 MiB; a smaller communicator is taken as one host (every rank must decide alike). */
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 64, 4), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64, 4), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 1 << 20, 4), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, (1 << 20) + 4, 4), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 64, 3), DEAR_ALGO_DIRECT);
+    if (had_ls)
+        setenv("OMPI_COMM_WORLD_LOCAL_SIZE", saved, 1);
+    else
+        unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (had_ws)
+        setenv("OMPI_COMM_WORLD_SIZE", saved_ws, 1);
+    else
+        unsetenv("OMPI_COMM_WORLD_SIZE");
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 100, 1), DEAR_ALGO_RING);
+    setenv("DEAR_COLL_ALGO", "mpi", 1);
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 4), DEAR_ALGO_MPI);
+    /* AUTO in the args follows the override; the info reports what ran. */
+    float v[40];
+    for (int i = 0; i < 40; i++)
+        v[i] = (float)(i + g_rank);
+    dear_coll_args_t a = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_AUTO, .dtype = DEAR_FLOAT32,
+                           .comm = g_comm, .tag = 4, .scale = 1.0, .recvbuf = v, .count = 40 };
+    dear_coll_req_t *req = NULL;
+    ck_assert_int_eq(dear_coll_start(&a, &req), DEAR_OK);
+    ck_assert_int_eq(dear_coll_wait(req), DEAR_OK);
+    dear_coll_info_t info;
+    dear_coll_get_info(req, &info);
+    dear_coll_free(req);
+    ck_assert_int_eq(info.algo, DEAR_ALGO_MPI);
+    ck_assert_uint_eq(info.bytes, sizeof v);
+    for (int i = 0; i < 40; i++)
+        ck_assert_msg(v[i] == (float)(g_size * i + g_size * (g_size - 1) / 2), "element %d is %g", i, v[i]);
+    unsetenv("DEAR_COLL_ALGO");
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
+    MPI_Comm_rank(g_comm, &g_rank);
+    MPI_Comm_size(g_comm, &g_size);
+    dear_log_set_rank(g_rank);
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--quick") == 0)
+            g_quick = 1;
+    if (dear_params_load() != DEAR_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+
+    Suite *s = suite_create("coll");
+    TCase *tc = tcase_create("coll");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_select);
+    tcase_add_test(tc, test_conversions);
+    tcase_add_test(tc, test_bad_args);
+    tcase_add_test(tc, test_reduce_scatter);
+    tcase_add_test(tc, test_allgather);
+    tcase_add_test(tc, test_allreduce);
+    tcase_add_test(tc, test_random_floats);
+    tcase_add_test(tc, test_many_in_flight);
+    tcase_add_test(tc, test_multi_block);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, g_rank == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    int any = 0;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Comm_free(&g_comm);
+    MPI_Finalize();
+    return any ? 1 : 0;
+}
