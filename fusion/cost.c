@@ -1,0 +1,509 @@
+/* Cost model: evaluation, least-squares fit, presets, scaling and the calibration cache file.
+ * Pure C; the runtime measures, this file only does arithmetic and files. */
+#include "fusion/cost.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "include/dear.h"
+#include "runtime/log.h"
+
+static const char *const op_names[DEAR_COST_NOPS] = { "rs", "ag", "ar" };
+static const char *const algo_names[DEAR_COST_NALGOS] = { "ring", "rhd", "mpi" };
+
+const char *dear_cost_op_name(dear_cost_op_t op)
+{
+    return (unsigned)op < DEAR_COST_NOPS ? op_names[op] : "?";
+}
+
+const char *dear_cost_algo_name(dear_cost_algo_t algo)
+{
+    return (unsigned)algo < DEAR_COST_NALGOS ? algo_names[algo] : "?";
+}
+
+int dear_cost_op_parse(const char *name, dear_cost_op_t *op)
+{
+    for (int i = 0; i < DEAR_COST_NOPS; i++)
+        if (strcmp(name, op_names[i]) == 0) {
+            *op = (dear_cost_op_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+int dear_cost_algo_parse(const char *name, dear_cost_algo_t *algo)
+{
+    for (int i = 0; i < DEAR_COST_NALGOS; i++)
+        if (strcmp(name, algo_names[i]) == 0) {
+            *algo = (dear_cost_algo_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+double dear_cost_line_eval(const dear_cost_line_t *line, double bytes)
+{
+    return line->alpha + (line->beta + line->gamma) * bytes;
+}
+
+double dear_cost_eval(const dear_cost_model_t *model, dear_cost_op_t op, double bytes, int *algo)
+{
+    double best = INFINITY;
+    int which = -1;
+    for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+        const dear_cost_line_t *l = &model->line[op][a];
+        if (!l->valid)
+            continue;
+        double t = dear_cost_line_eval(l, bytes);
+        if (t < best) {
+            best = t;
+            which = a;
+        }
+    }
+    if (algo)
+        *algo = which;
+    return best;
+}
+
+/* Weighted least squares of y = a + b x with weights w; returns -1 if degenerate. */
+static int wls(const double *x, const double *y, const double *w, int n, double *a, double *b)
+{
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < n; i++) {
+        sw += w[i];
+        sx += w[i] * x[i];
+        sy += w[i] * y[i];
+        sxx += w[i] * x[i] * x[i];
+        sxy += w[i] * x[i] * y[i];
+    }
+    double det = sw * sxx - sx * sx;
+    if (!(fabs(det) > 1e-300 * (sw * sxx + 1e-300)) || sw <= 0)
+        return -1;
+    *b = (sw * sxy - sx * sy) / det;
+    *a = (sy - *b * sx) / sw;
+    return 0;
+}
+
+int dear_cost_fit(const double *bytes, const double *seconds, int n, dear_cost_line_t *line)
+{
+    if (!bytes || !seconds || !line || n < 2) {
+        DEAR_ERROR("cost", "fit needs at least 2 (bytes, seconds) samples, got %d", n);
+        return DEAR_ERR_ARG;
+    }
+    int distinct = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(seconds[i] > 0) || !(bytes[i] >= 0) || !isfinite(seconds[i])) {
+            DEAR_ERROR("cost", "fit sample %d is invalid (bytes %g, seconds %g): need bytes >= 0 and seconds > 0", i,
+                       bytes[i], seconds[i]);
+            return DEAR_ERR_ARG;
+        }
+        if (bytes[i] != bytes[0])
+            distinct = 1;
+    }
+    if (!distinct) {
+        DEAR_ERROR("cost", "fit needs at least two distinct sizes, all %d samples are %g bytes", n, bytes[0]);
+        return DEAR_ERR_ARG;
+    }
+    double *w = malloc(sizeof(double) * (size_t)n);
+    if (!w)
+        return DEAR_ERR_NOMEM;
+    for (int i = 0; i < n; i++)
+        w[i] = 1.0 / (seconds[i] * seconds[i]);
+    double a = 0, b = 0;
+    int rc = wls(bytes, seconds, w, n, &a, &b);
+    if (rc == 0 && a < 0) {
+        /* Through the origin: b = sum(w x y) / sum(w x x). */
+        double sxy = 0, sxx = 0;
+        for (int i = 0; i < n; i++) {
+            sxy += w[i] * bytes[i] * seconds[i];
+            sxx += w[i] * bytes[i] * bytes[i];
+        }
+        a = 0;
+        b = sxx > 0 ? sxy / sxx : 0;
+    }
+    if (rc == 0 && b < 0) {
+        /* Constant: the weighted mean. */
+        double sw = 0, sy = 0;
+        for (int i = 0; i < n; i++) {
+            sw += w[i];
+            sy += w[i] * seconds[i];
+        }
+        a = sy / sw;
+        b = 0;
+    }
+    free(w);
+    if (rc != 0) {
+        DEAR_ERROR("cost", "fit is degenerate for %d samples", n);
+        return DEAR_ERR_ARG;
+    }
+    dear_cost_line_t out = { .valid = 1, .alpha = a, .beta = b, .gamma = 0, .nsamples = n };
+    for (int i = 0; i < n; i++) {
+        double r = fabs(a + b * bytes[i] - seconds[i]) / seconds[i];
+        if (r > out.fit_err)
+            out.fit_err = r;
+    }
+    *line = out;
+    return DEAR_OK;
+}
+
+int dear_cost_linear(const dear_cost_model_t *model, dear_cost_op_t op, double *alpha, double *beta)
+{
+    int nvalid = 0, last = -1;
+    for (int a = 0; a < DEAR_COST_NALGOS; a++)
+        if (model->line[op][a].valid) {
+            nvalid++;
+            last = a;
+        }
+    if (nvalid == 0) {
+        DEAR_ERROR("cost", "cost model has no line for %s", dear_cost_op_name(op));
+        return DEAR_ERR_ARG;
+    }
+    if (nvalid == 1) {
+        *alpha = model->line[op][last].alpha;
+        *beta = model->line[op][last].beta + model->line[op][last].gamma;
+        return DEAR_OK;
+    }
+    enum { NS = 17 };
+    double x[NS], y[NS];
+    for (int i = 0; i < NS; i++) {
+        x[i] = 4096.0 * pow(2.0, i);
+        y[i] = dear_cost_eval(model, op, x[i], NULL);
+    }
+    dear_cost_line_t l;
+    int rc = dear_cost_fit(x, y, NS, &l);
+    if (rc != DEAR_OK)
+        return rc;
+    *alpha = l.alpha;
+    *beta = l.beta;
+    return DEAR_OK;
+}
+
+static void model_clear(dear_cost_model_t *m, int comm_size, int rph, const char *source)
+{
+    memset(m, 0, sizeof *m);
+    m->comm_size = comm_size;
+    m->ranks_per_host = rph;
+    snprintf(m->source, sizeof m->source, "%s", source);
+}
+
+/* All-reduce (a, b) into the ring column; RS and AG as half an all-reduce each. */
+static void model_set_ar(dear_cost_model_t *m, double a, double b)
+{
+    m->line[DEAR_COST_AR][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = a, .beta = b };
+    m->line[DEAR_COST_RS][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = a / 2, .beta = b / 2 };
+    m->line[DEAR_COST_AG][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = a / 2, .beta = b / 2 };
+}
+
+int dear_cost_from_alpha_beta(double alpha, double beta, int comm_size, dear_cost_model_t *model)
+{
+    if (!(alpha >= 0) || !(beta >= 0) || !isfinite(alpha) || !isfinite(beta) || comm_size < 2) {
+        DEAR_ERROR("cost", "alpha %g and beta %g must be finite and >= 0, workers %d must be >= 2", alpha, beta,
+                   comm_size);
+        return DEAR_ERR_ARG;
+    }
+    model_clear(model, comm_size, 1, "alpha-beta");
+    model_set_ar(model, alpha, beta);
+    return DEAR_OK;
+}
+
+typedef struct {
+    const char *name;
+    int p;
+    double alpha, beta;   /* all-reduce */
+} preset_t;
+
+/* MG-WFBP (Shi et al.) all-reduce fits, seconds and seconds per byte. shm: one host, Open
+ * MPI's vader transport, P = 4: about 15 us start-up and 2.5 GB/s algorithm bandwidth, a
+ * typical memcpy-bound figure for this class of machine (calibration replaces it). */
+static const preset_t presets[] = {
+    { "10gbe", 8, 5.23e-4, 8.57e-10 },
+    { "10gbe", 16, 9.08e-4, 7.40e-10 },
+    { "ib56", 8, 9.75e-5, 3.06e-10 },
+    { "ib56", 16, 2.36e-4, 4.06e-10 },
+    { "shm", 4, 1.5e-5, 4.0e-10 },
+};
+
+const char *dear_cost_preset_names(void)
+{
+    return "10gbe|ib56|shm";
+}
+
+int dear_cost_preset(const char *name, int comm_size, int ranks_per_host, dear_cost_model_t *model)
+{
+    if (!name || comm_size < 2) {
+        DEAR_ERROR("cost", "preset needs a name (%s) and at least 2 workers (got %d)", dear_cost_preset_names(),
+                   comm_size);
+        return DEAR_ERR_ARG;
+    }
+    const preset_t *best = NULL;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(presets[i].name, name) != 0)
+            continue;
+        /* Nearest published P on a log scale. */
+        if (!best || fabs(log((double)presets[i].p / comm_size)) < fabs(log((double)best->p / comm_size)))
+            best = &presets[i];
+    }
+    if (!best) {
+        DEAR_ERROR("cost", "unknown cost preset '%s' (accepted: %s)", name, dear_cost_preset_names());
+        return DEAR_ERR_ARG;
+    }
+    dear_cost_model_t base;
+    char src[32];
+    snprintf(src, sizeof src, "preset:%s", name);
+    model_clear(&base, best->p, ranks_per_host, src);
+    model_set_ar(&base, best->alpha, best->beta);
+    return dear_cost_scale(&base, comm_size, model);
+}
+
+static double ring_steps(int p)
+{
+    return (double)(p - 1);
+}
+
+static double log_steps(int p)
+{
+    return ceil(log2((double)p));
+}
+
+int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_t *out)
+{
+    if (!in || !out || comm_size < 2 || in->comm_size < 2) {
+        DEAR_ERROR("cost", "scaling needs P >= 2 (model P %d, target P %d)", in ? in->comm_size : -1, comm_size);
+        return DEAR_ERR_ARG;
+    }
+    dear_cost_model_t m = *in;
+    int p0 = in->comm_size, p1 = comm_size;
+    double bw = ((double)(p1 - 1) / p1) / ((double)(p0 - 1) / p0);
+    for (int op = 0; op < DEAR_COST_NOPS; op++)
+        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+            dear_cost_line_t *l = &m.line[op][a];
+            if (!l->valid)
+                continue;
+            double st = a == DEAR_COST_RHD ? log_steps(p1) / log_steps(p0) : ring_steps(p1) / ring_steps(p0);
+            l->alpha *= st;
+            l->beta *= bw;
+            l->gamma *= bw;
+        }
+    m.comm_size = p1;
+    *out = m;
+    return DEAR_OK;
+}
+
+/* ---- cache file ---- */
+
+/* Split s in place into at most max whitespace-separated fields; returns the count. */
+static int split_fields(char *s, char **f, int max)
+{
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(s, " \t\r\n", &save); tok; tok = strtok_r(NULL, " \t\r\n", &save)) {
+        if (n == max)
+            return max + 1;
+        f[n++] = tok;
+    }
+    return n;
+}
+
+static int parse_double(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return (errno || end == s || *end) ? -1 : 0;
+}
+
+static int parse_int(const char *s, int *v)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < -2147483647L || x > 2147483647L)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+typedef struct {
+    int p, rph;
+    dear_cost_op_t op;
+    dear_cost_algo_t algo;
+    dear_cost_line_t line;
+} cost_rec_t;
+
+#define COST_MAGIC "dear-cost 1"
+
+/* Read every record of a cache file. A missing file gives 0 records. */
+static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
+{
+    *recs = NULL;
+    *nrecs = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT)
+            return DEAR_OK;
+        DEAR_ERROR("cost", "cannot open calibration file %s: %s", path, strerror(errno));
+        return DEAR_ERR_IO;
+    }
+    char buf[1024];
+    int lineno = 0, rc = DEAR_OK, seen_magic = 0, cap = 0;
+    cost_rec_t *r = NULL;
+    while (fgets(buf, sizeof buf, f)) {
+        lineno++;
+        if (!strchr(buf, '\n') && !feof(f)) {
+            DEAR_ERROR("cost", "%s:%d: line longer than %zu characters", path, lineno, sizeof buf - 2);
+            rc = DEAR_ERR_FORMAT;
+            break;
+        }
+        char *hash = strchr(buf, '#');
+        if (hash)
+            *hash = '\0';
+        char *fld[12];
+        int nf = split_fields(buf, fld, 11);
+        if (nf == 0)
+            continue;
+        if (!seen_magic) {
+            if (nf != 2 || strcmp(fld[0], "dear-cost") != 0 || strcmp(fld[1], "1") != 0) {
+                DEAR_ERROR("cost", "%s:%d: expected the header '%s'", path, lineno, COST_MAGIC);
+                rc = DEAR_ERR_FORMAT;
+                break;
+            }
+            seen_magic = 1;
+            continue;
+        }
+        cost_rec_t c = { 0 };
+        if (nf != 9 || parse_int(fld[0], &c.p) || c.p < 1 || parse_int(fld[1], &c.rph) || c.rph < 1 ||
+            dear_cost_op_parse(fld[2], &c.op) || dear_cost_algo_parse(fld[3], &c.algo) ||
+            parse_double(fld[4], &c.line.alpha) || parse_double(fld[5], &c.line.beta) ||
+            parse_double(fld[6], &c.line.gamma) || parse_double(fld[7], &c.line.fit_err) ||
+            parse_int(fld[8], &c.line.nsamples) || !(c.line.alpha >= 0) || !(c.line.beta >= 0) ||
+            !(c.line.gamma >= 0)) {
+            DEAR_ERROR("cost",
+                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi alpha beta gamma fit_err nsamples' "
+                       "with P, ranks_per_host >= 1 and alpha, beta, gamma >= 0",
+                       path, lineno);
+            rc = DEAR_ERR_FORMAT;
+            break;
+        }
+        c.line.valid = 1;
+        if (*nrecs == cap) {
+            cap = cap ? 2 * cap : 16;
+            cost_rec_t *nr = realloc(r, sizeof *r * (size_t)cap);
+            if (!nr) {
+                rc = DEAR_ERR_NOMEM;
+                break;
+            }
+            r = nr;
+        }
+        r[(*nrecs)++] = c;
+    }
+    if (rc == DEAR_OK && ferror(f)) {
+        DEAR_ERROR("cost", "error reading %s", path);
+        rc = DEAR_ERR_IO;
+    }
+    if (rc == DEAR_OK && !seen_magic && lineno > 0) {
+        DEAR_ERROR("cost", "%s: no '%s' header", path, COST_MAGIC);
+        rc = DEAR_ERR_FORMAT;
+    }
+    fclose(f);
+    if (rc != DEAR_OK) {
+        free(r);
+        *nrecs = 0;
+        return rc;
+    }
+    *recs = r;
+    return DEAR_OK;
+}
+
+int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cost_model_t *model, int *found)
+{
+    if (!path || !model || !found)
+        return DEAR_ERR_ARG;
+    cost_rec_t *recs;
+    int n;
+    int rc = cost_read(path, &recs, &n);
+    if (rc != DEAR_OK)
+        return rc;
+    dear_cost_model_t m;
+    model_clear(&m, comm_size, ranks_per_host, "file");
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (recs[i].p == comm_size && recs[i].rph == ranks_per_host) {
+            m.line[recs[i].op][recs[i].algo] = recs[i].line;
+            k++;
+        }
+    free(recs);
+    *model = m;
+    *found = k;
+    return DEAR_OK;
+}
+
+int dear_cost_save(const char *path, const dear_cost_model_t *model)
+{
+    if (!path || !model)
+        return DEAR_ERR_ARG;
+    cost_rec_t *recs;
+    int n;
+    int rc = cost_read(path, &recs, &n);
+    if (rc != DEAR_OK)
+        return rc;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        DEAR_ERROR("cost", "cannot write %s: %s", tmp, strerror(errno));
+        free(recs);
+        return DEAR_ERR_IO;
+    }
+    fprintf(f, "%s\n# dear calibration cache (docs/FORMATS.md): time = alpha + (beta + gamma) * bytes\n"
+               "# P ranks_per_host op algo alpha_s beta_s_per_byte gamma_s_per_byte fit_err nsamples\n",
+            COST_MAGIC);
+    for (int i = 0; i < n; i++) {
+        const cost_rec_t *c = &recs[i];
+        if (c->p == model->comm_size && c->rph == model->ranks_per_host && model->line[c->op][c->algo].valid)
+            continue;   /* replaced below */
+        fprintf(f, "%d %d %s %s %.9g %.9g %.9g %.6g %d\n", c->p, c->rph, dear_cost_op_name(c->op),
+                dear_cost_algo_name(c->algo), c->line.alpha, c->line.beta, c->line.gamma, c->line.fit_err,
+                c->line.nsamples);
+    }
+    free(recs);
+    for (int op = 0; op < DEAR_COST_NOPS; op++)
+        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+            const dear_cost_line_t *l = &model->line[op][a];
+            if (l->valid)
+                fprintf(f, "%d %d %s %s %.9g %.9g %.9g %.6g %d\n", model->comm_size, model->ranks_per_host,
+                        op_names[op], algo_names[a], l->alpha, l->beta, l->gamma, l->fit_err, l->nsamples);
+        }
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        DEAR_ERROR("cost", "error writing %s", tmp);
+        unlink(tmp);
+        return DEAR_ERR_IO;
+    }
+    if (rename(tmp, path) != 0) {
+        DEAR_ERROR("cost", "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        return DEAR_ERR_IO;
+    }
+    return DEAR_OK;
+}
+
+void dear_cost_print(FILE *out, const dear_cost_model_t *model)
+{
+    fprintf(out, "cost model (%s) for P=%d, %d rank(s) per host\n", model->source, model->comm_size,
+            model->ranks_per_host);
+    for (int op = 0; op < DEAR_COST_NOPS; op++)
+        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+            const dear_cost_line_t *l = &model->line[op][a];
+            if (!l->valid)
+                continue;
+            fprintf(out, "  %s %-4s alpha %10.3f us  beta %8.4f ns/B (%7.1f MB/s)", op_names[op], algo_names[a],
+                    l->alpha * 1e6, (l->beta + l->gamma) * 1e9,
+                    l->beta + l->gamma > 0 ? 1e-6 / (l->beta + l->gamma) : INFINITY);
+            if (l->nsamples > 0)
+                fprintf(out, "  fit: %d samples, max rel. error %.1f%%", l->nsamples, 100 * l->fit_err);
+            fputc('\n', out);
+        }
+}

@@ -1,0 +1,85 @@
+/*
+ * Cost model of the collectives: time = alpha + (beta + gamma) * bytes for each collective
+ * (reduce-scatter, all-gather, all-reduce) and algorithm (ring, rhd, mpi). bytes is always the
+ * full buffer size, as in nccl-tests. Lines come from a least-squares fit of measured
+ * (bytes, seconds) samples, from a cache file keyed by communicator size, ranks per host,
+ * collective and algorithm (docs/FORMATS.md), or from presets. The cost of an operation of a
+ * given size is the cheapest valid algorithm at that size: this is the per-size algorithm
+ * switch the collectives layer applies. Pure C: no MPI or CUDA calls.
+ */
+#ifndef DEAR_FUSION_COST_H
+#define DEAR_FUSION_COST_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef enum { DEAR_COST_RS = 0, DEAR_COST_AG = 1, DEAR_COST_AR = 2 } dear_cost_op_t;
+#define DEAR_COST_NOPS 3
+typedef enum { DEAR_COST_RING = 0, DEAR_COST_RHD = 1, DEAR_COST_MPI = 2 } dear_cost_algo_t;
+#define DEAR_COST_NALGOS 3
+
+typedef struct {
+    int valid;          /* 0: no data for this collective and algorithm */
+    double alpha;       /* start-up, seconds */
+    double beta;        /* seconds per byte of the full buffer (transfer) */
+    double gamma;       /* seconds per byte for the reduction; 0 when folded into beta (fits) */
+    double fit_err;     /* max relative residual of the fit over its samples; 0 for presets */
+    int nsamples;       /* samples behind the fit; 0 for presets */
+} dear_cost_line_t;
+
+typedef struct {
+    int comm_size;      /* P */
+    int ranks_per_host;
+    char source[32];    /* "fit", "file", "preset:10gbe", "alpha-beta", ... */
+    dear_cost_line_t line[DEAR_COST_NOPS][DEAR_COST_NALGOS];
+} dear_cost_model_t;
+
+/* "rs"/"ag"/"ar" and "ring"/"rhd"/"mpi"; parse returns 0 or -1. */
+const char *dear_cost_op_name(dear_cost_op_t op);
+const char *dear_cost_algo_name(dear_cost_algo_t algo);
+int dear_cost_op_parse(const char *name, dear_cost_op_t *op);
+int dear_cost_algo_parse(const char *name, dear_cost_algo_t *algo);
+
+/* Time of one line at a size. */
+double dear_cost_line_eval(const dear_cost_line_t *line, double bytes);
+/* Time of op at a size: the cheapest valid algorithm, stored in *algo when algo != NULL.
+ * Returns INFINITY (and algo -1) when no algorithm is valid for op. */
+double dear_cost_eval(const dear_cost_model_t *model, dear_cost_op_t op, double bytes, int *algo);
+/* One line standing for op when a planner needs a linear cost (MG-WFBP, DP): the only valid
+ * algorithm if there is one, else a relative least-squares line through dear_cost_eval at
+ * sizes 4 KiB..256 MiB. DEAR_ERR_ARG when op has no valid algorithm. */
+int dear_cost_linear(const dear_cost_model_t *model, dear_cost_op_t op, double *alpha, double *beta);
+
+/* Least-squares fit of seconds = alpha + beta * bytes minimising relative residuals (weights
+ * 1/seconds^2), so small and large sizes count alike; alpha and beta are kept >= 0. gamma is
+ * folded into beta (0). fit_err = max |predicted - measured| / measured. Needs n >= 2 samples
+ * with at least two distinct sizes and positive times; else DEAR_ERR_ARG. */
+int dear_cost_fit(const double *bytes, const double *seconds, int n, dear_cost_line_t *line);
+
+/* Presets: "10gbe" and "ib56" are the MG-WFBP paper's all-reduce fits for P = 8 and 16
+ * (DESIGN.md); "shm" is a shared-memory figure for one host (see cost.c). Reduce-scatter and
+ * all-gather are taken as half an all-reduce each (alpha/2, beta/2: a ring all-reduce is a
+ * reduce-scatter followed by an all-gather of the same volume). The ring algorithm gets the
+ * line. For other P the nearest published P is scaled with dear_cost_scale. */
+int dear_cost_preset(const char *name, int comm_size, int ranks_per_host, dear_cost_model_t *model);
+/* Names of the presets, "|"-separated, for help texts. */
+const char *dear_cost_preset_names(void);
+/* All-reduce (alpha, beta) given directly; RS and AG as half each; ring algorithm. */
+int dear_cost_from_alpha_beta(double alpha, double beta, int comm_size, dear_cost_model_t *model);
+/* Scale every line to P workers. Ring model: alpha grows as (P-1) (P-1 sequential steps), beta
+ * as 2(P-1)/P for all-reduce and (P-1)/P for reduce-scatter and all-gather (bytes each rank
+ * moves per byte of buffer; the ratio is the same for the three). rhd: alpha grows as
+ * ceil(log2 P), beta like the ring. mpi: scaled like the ring. */
+int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_t *out);
+
+/* Cache file (docs/FORMATS.md). load: fills model with every line stored for
+ * (comm_size, ranks_per_host) and sets *found to the number of lines (0: none, model has no
+ * valid line). A missing file is found = 0, not an error. Bad lines: DEAR_ERR_FORMAT naming file
+ * and line. save: merges model's valid lines into the file (replacing the same key), written to
+ * a temporary file and renamed. */
+int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cost_model_t *model, int *found);
+int dear_cost_save(const char *path, const dear_cost_model_t *model);
+/* Human-readable table of the valid lines. */
+void dear_cost_print(FILE *out, const dear_cost_model_t *model);
+
+#endif

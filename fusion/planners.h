@@ -1,0 +1,66 @@
+/*
+ * Model-driven planners. Each fills a dear_plan_t (fusion/plan.h) for one schedule:
+ *   mgwfbp   the published MG-WFBP greedy merge (Shi et al.) on the linear model, in backward
+ *            order; the all-gather groups reuse the buckets (one bucketing, as published).
+ *   dp       exact dynamic programmes for one FIFO channel with linear cost, one per phase:
+ *            reduce-scatter (all-reduce for wfbp) over backward ready times, and all-gather
+ *            over forward need times (the derivation is in docs/FORMATS.md, "Planners");
+ *            with a bucket memory cap, only groups under the cap are admitted (still exact).
+ *   gradssa  sparrow search (Xue & Shen 2020) over fusion vectors x in [0,1]^(n-1) per phase,
+ *            fitness = the simulator's iteration time under the problem's cost function (which
+ *            may switch algorithm by size or cap bucket memory); seeded with none, one bucket,
+ *            mgwfbp, dp and threshold plans; deterministic per seed; never worse than its seeds.
+ *   auto     the lowest predicted of none, threshold, mgwfbp, dp and gradssa.
+ * Pure C.
+ */
+#ifndef DEAR_FUSION_PLANNERS_H
+#define DEAR_FUSION_PLANNERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fusion/cost.h"
+#include "fusion/plan.h"
+#include "fusion/profile.h"
+#include "fusion/sim.h"
+
+typedef struct {
+    const dear_profile_t *prof;     /* checked profile */
+    dear_sim_sched_t sched;
+    dear_sim_cost_t cost;           /* fitness of gradssa and the choice of auto */
+    double alpha[DEAR_COST_NOPS];   /* linear model of mgwfbp and dp, per collective */
+    double beta[DEAR_COST_NOPS];
+    size_t threshold;               /* bytes, threshold planner and gradssa's threshold seed */
+    size_t cap_bytes;               /* bucket memory cap for dp (0: none); gradssa sees it via cost */
+    uint64_t seed;                  /* gradssa */
+    int population;                 /* gradssa sparrows; 0: 100 */
+    int rounds;                     /* gradssa rounds; 0: 100 */
+} dear_plan_problem_t;
+
+/* Fill prob for a profile, schedule and cost model: linear lines from dear_cost_linear, the
+ * cost function dear_sim_cost_model over `marg` (which must outlive prob; it is set to
+ * {model, cap_bytes}), cap_bytes also for dp, threshold 25 MiB, seed 1. */
+int dear_plan_problem_init(dear_plan_problem_t *prob, const dear_profile_t *prof, dear_sim_sched_t sched,
+                           const dear_cost_model_t *model, size_t cap_bytes, dear_sim_model_arg_t *marg);
+
+int dear_plan_mgwfbp(dear_plan_t *plan, const dear_plan_problem_t *prob);
+int dear_plan_dp(dear_plan_t *plan, const dear_plan_problem_t *prob);
+int dear_plan_gradssa(dear_plan_t *plan, const dear_plan_problem_t *prob);
+int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob);
+/* One of none|threshold|mgwfbp|dp|gradssa|auto; "one" gives a single bucket (sync). */
+int dear_plan_by_name(dear_plan_t *plan, const dear_plan_problem_t *prob, const char *name);
+const char *dear_plan_names(void);
+
+/* The exact DPs alone, for tests and tools: group starts in forward order (first[0..*ng]),
+ * first must hold n + 1 ints. cap > 0 admits only groups of at most cap bytes (a single
+ * tensor larger than cap still travels alone), which keeps the DP exact under a memory cap. rs: ready[t] is when tensor t's gradient is ready (non-increasing
+ * in t, since backward runs last tensor first); minimises the end of the last bucket. ag:
+ * need[t] is when tensor t's layer starts its forward pass without stalls (non-decreasing);
+ * minimises the largest lateness max_g(end of group g - need of its first tensor). Return the
+ * optimum (end time, resp. lateness with the channel free at 0). */
+double dear_dp_rs(int n, const size_t *bytes, const double *ready, double alpha, double beta, size_t cap, int *first,
+                  int *ng);
+double dear_dp_ag(int n, const size_t *bytes, const double *need, double alpha, double beta, size_t cap, int *first,
+                  int *ng);
+
+#endif

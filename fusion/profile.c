@@ -1,0 +1,325 @@
+/* Profiles: builder, checks and the text format of docs/FORMATS.md. A load error names the file
+ * and line, and a file cut short is caught by its closing 'end NLAYERS NTENSORS' line. */
+#include "fusion/profile.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "include/dear.h"
+#include "runtime/log.h"
+
+#define PROF_MAGIC "dear-profile 1"
+
+void dear_prof_init(dear_profile_t *prof, const char *model)
+{
+    memset(prof, 0, sizeof *prof);
+    snprintf(prof->model, sizeof prof->model, "%s", model ? model : "");
+}
+
+void dear_prof_free(dear_profile_t *prof)
+{
+    if (!prof)
+        return;
+    free(prof->layers);
+    free(prof->tensors);
+    memset(prof, 0, sizeof *prof);
+}
+
+int dear_prof_add_layer(dear_profile_t *prof, int id, double fwd_s, double bwd_s)
+{
+    if (prof->nlayers == prof->cap_layers) {
+        int cap = prof->cap_layers ? 2 * prof->cap_layers : 64;
+        dear_prof_layer_t *l = realloc(prof->layers, sizeof *l * (size_t)cap);
+        if (!l)
+            return DEAR_ERR_NOMEM;
+        prof->layers = l;
+        prof->cap_layers = cap;
+    }
+    prof->layers[prof->nlayers++] = (dear_prof_layer_t){ .id = id, .fwd_s = fwd_s, .bwd_s = bwd_s };
+    return DEAR_OK;
+}
+
+int dear_prof_add_tensor(dear_profile_t *prof, const char *name, int layer, size_t bytes)
+{
+    if (!name || strlen(name) >= DEAR_PROF_NAME_MAX)
+        return DEAR_ERR_ARG;
+    if (prof->ntensors == prof->cap_tensors) {
+        int cap = prof->cap_tensors ? 2 * prof->cap_tensors : 64;
+        dear_prof_tensor_t *t = realloc(prof->tensors, sizeof *t * (size_t)cap);
+        if (!t)
+            return DEAR_ERR_NOMEM;
+        prof->tensors = t;
+        prof->cap_tensors = cap;
+    }
+    dear_prof_tensor_t *t = &prof->tensors[prof->ntensors++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->layer = layer;
+    t->lidx = -1;
+    t->bytes = bytes;
+    return DEAR_OK;
+}
+
+int dear_prof_check(dear_profile_t *prof, char *msg, size_t msglen)
+{
+    for (int l = 0; l < prof->nlayers; l++) {
+        const dear_prof_layer_t *L = &prof->layers[l];
+        if (l > 0 && L->id <= prof->layers[l - 1].id) {
+            snprintf(msg, msglen, "layer ids must strictly increase: layer %d follows layer %d", L->id,
+                     prof->layers[l - 1].id);
+            return DEAR_ERR_FORMAT;
+        }
+        if (!(L->fwd_s >= 0) || !(L->bwd_s >= 0) || !isfinite(L->fwd_s) || !isfinite(L->bwd_s)) {
+            snprintf(msg, msglen, "layer %d: times must be finite seconds >= 0 (forward %g, backward %g)", L->id,
+                     L->fwd_s, L->bwd_s);
+            return DEAR_ERR_FORMAT;
+        }
+    }
+    int li = 0;
+    for (int i = 0; i < prof->ntensors; i++) {
+        dear_prof_tensor_t *t = &prof->tensors[i];
+        if (t->name[0] == '\0' || strpbrk(t->name, " \t\r\n#")) {
+            snprintf(msg, msglen, "tensor %d: name '%s' must be non-empty, without blanks or '#'", i, t->name);
+            return DEAR_ERR_FORMAT;
+        }
+        if (t->bytes == 0) {
+            snprintf(msg, msglen, "tensor %s: size must be > 0 bytes", t->name);
+            return DEAR_ERR_FORMAT;
+        }
+        while (li < prof->nlayers && prof->layers[li].id < t->layer)
+            li++;
+        if (li == prof->nlayers || prof->layers[li].id != t->layer) {
+            int declared = 0;
+            for (int l = 0; l < prof->nlayers; l++)
+                declared |= prof->layers[l].id == t->layer;
+            if (declared)
+                snprintf(msg, msglen, "tensor %s: layer %d comes after a tensor of a later layer (tensors must be "
+                         "in forward order)", t->name, t->layer);
+            else
+                snprintf(msg, msglen, "tensor %s: layer %d is not declared", t->name, t->layer);
+            return DEAR_ERR_FORMAT;
+        }
+        t->lidx = li;
+    }
+    return DEAR_OK;
+}
+
+int dear_prof_write(const dear_profile_t *prof, FILE *out)
+{
+    fprintf(out, "%s\n", PROF_MAGIC);
+    fprintf(out, "# layer ID FORWARD_S BACKWARD_S   (forward order)\n"
+                 "# tensor NAME LAYER_ID BYTES      (forward order)\n");
+    if (prof->model[0])
+        fprintf(out, "model %s\n", prof->model);
+    for (int l = 0; l < prof->nlayers; l++)
+        fprintf(out, "layer %d %.9g %.9g\n", prof->layers[l].id, prof->layers[l].fwd_s, prof->layers[l].bwd_s);
+    for (int i = 0; i < prof->ntensors; i++)
+        fprintf(out, "tensor %s %d %zu\n", prof->tensors[i].name, prof->tensors[i].layer, prof->tensors[i].bytes);
+    fprintf(out, "end %d %d\n", prof->nlayers, prof->ntensors);
+    return ferror(out) ? DEAR_ERR_IO : DEAR_OK;
+}
+
+int dear_prof_save(const dear_profile_t *prof, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        DEAR_ERROR("profile", "cannot write %s: %s", path, strerror(errno));
+        return DEAR_ERR_IO;
+    }
+    int rc = dear_prof_write(prof, f);
+    if (fclose(f) != 0 || rc != DEAR_OK) {
+        DEAR_ERROR("profile", "error writing %s", path);
+        return DEAR_ERR_IO;
+    }
+    return DEAR_OK;
+}
+
+static int parse_dbl(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return (errno || end == s || *end) ? -1 : 0;
+}
+
+static int parse_int(const char *s, int *v)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < -2147483647L || x > 2147483647L)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+static int parse_size(const char *s, size_t *v)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-')
+        return -1;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (errno || end == s || *end)
+        return -1;
+    *v = (size_t)x;
+    return 0;
+}
+
+int dear_prof_load(const char *path, dear_profile_t *prof)
+{
+    if (!path || !prof)
+        return DEAR_ERR_ARG;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        DEAR_ERROR("profile", "cannot open profile %s: %s", path, strerror(errno));
+        return DEAR_ERR_IO;
+    }
+    dear_profile_t p;
+    dear_prof_init(&p, "");
+    char buf[1024];
+    int lineno = 0, rc = DEAR_OK, seen_magic = 0, seen_end = 0;
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        char m_[512];                                                                              \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                                      \
+        DEAR_ERROR("profile", "%s:%d: %s", path, lineno, m_);                                      \
+        rc = DEAR_ERR_FORMAT;                                                                      \
+        goto done;                                                                                 \
+    } while (0)
+    while (fgets(buf, sizeof buf, f)) {
+        lineno++;
+        if (!strchr(buf, '\n') && !feof(f))
+            BAD("line longer than %zu characters", sizeof buf - 2);
+        char *hash = strchr(buf, '#');
+        if (hash)
+            *hash = '\0';
+        char *fld[6], *save = NULL;
+        int nf = 0;
+        for (char *tok = strtok_r(buf, " \t\r\n", &save); tok; tok = strtok_r(NULL, " \t\r\n", &save)) {
+            if (nf == 5)
+                BAD("too many fields");
+            fld[nf++] = tok;
+        }
+        if (nf == 0)
+            continue;
+        if (seen_end)
+            BAD("'%s' after the 'end' line", fld[0]);
+        if (!seen_magic) {
+            if (nf != 2 || strcmp(fld[0], "dear-profile") != 0 || strcmp(fld[1], "1") != 0)
+                BAD("expected the header '%s' (is this a dear profile?)", PROF_MAGIC);
+            seen_magic = 1;
+        } else if (strcmp(fld[0], "model") == 0) {
+            if (nf != 2 || strlen(fld[1]) >= sizeof p.model)
+                BAD("expected 'model NAME' (one word, under %zu characters)", sizeof p.model);
+            snprintf(p.model, sizeof p.model, "%s", fld[1]);
+        } else if (strcmp(fld[0], "layer") == 0) {
+            int id;
+            double fw, bw;
+            if (nf != 4 || parse_int(fld[1], &id) || parse_dbl(fld[2], &fw) || parse_dbl(fld[3], &bw) ||
+                !(fw >= 0) || !(bw >= 0) || !isfinite(fw) || !isfinite(bw))
+                BAD("expected 'layer ID FORWARD_S BACKWARD_S' with an integer id and times >= 0 seconds");
+            if (p.ntensors > 0)
+                BAD("layer %d after the first tensor: all layer lines come first", id);
+            if (p.nlayers > 0 && id <= p.layers[p.nlayers - 1].id)
+                BAD("layer id %d does not increase (previous layer %d)", id, p.layers[p.nlayers - 1].id);
+            if (dear_prof_add_layer(&p, id, fw, bw) != DEAR_OK) {
+                rc = DEAR_ERR_NOMEM;
+                goto done;
+            }
+        } else if (strcmp(fld[0], "tensor") == 0) {
+            int layer;
+            size_t bytes;
+            if (nf != 4 || strlen(fld[1]) >= DEAR_PROF_NAME_MAX || parse_int(fld[2], &layer) ||
+                parse_size(fld[3], &bytes) || bytes == 0)
+                BAD("expected 'tensor NAME LAYER_ID BYTES' (name under %d characters, bytes > 0)",
+                    DEAR_PROF_NAME_MAX);
+            int ok = 0;
+            for (int l = p.nlayers - 1; l >= 0 && !ok; l--)
+                ok = p.layers[l].id == layer;
+            if (!ok)
+                BAD("tensor %s names layer %d, which no layer line declares", fld[1], layer);
+            if (p.ntensors > 0 && layer < p.tensors[p.ntensors - 1].layer)
+                BAD("tensor %s (layer %d) follows a tensor of layer %d: tensors must be in forward order", fld[1],
+                    layer, p.tensors[p.ntensors - 1].layer);
+            if (dear_prof_add_tensor(&p, fld[1], layer, bytes) != DEAR_OK) {
+                rc = DEAR_ERR_NOMEM;
+                goto done;
+            }
+        } else if (strcmp(fld[0], "end") == 0) {
+            int nl, nt;
+            if (nf != 3 || parse_int(fld[1], &nl) || parse_int(fld[2], &nt))
+                BAD("expected 'end NLAYERS NTENSORS'");
+            if (nl != p.nlayers || nt != p.ntensors)
+                BAD("'end' says %d layers and %d tensors, the file has %d and %d", nl, nt, p.nlayers, p.ntensors);
+            seen_end = 1;
+        } else {
+            BAD("unknown record '%s' (accepted: model, layer, tensor, end)", fld[0]);
+        }
+    }
+    if (ferror(f)) {
+        DEAR_ERROR("profile", "%s: read error after line %d", path, lineno);
+        rc = DEAR_ERR_IO;
+        goto done;
+    }
+    if (!seen_magic)
+        BAD("empty file: expected the header '%s'", PROF_MAGIC);
+    if (!seen_end)
+        BAD("truncated: the file ends without its 'end NLAYERS NTENSORS' line");
+    if (p.ntensors == 0)
+        BAD("the profile declares no tensors");
+    {
+        char msg[256];
+        if (dear_prof_check(&p, msg, sizeof msg) != DEAR_OK)
+            BAD("%s", msg);
+    }
+#undef BAD
+done:
+    fclose(f);
+    if (rc != DEAR_OK) {
+        dear_prof_free(&p);
+        return rc;
+    }
+    dear_prof_free(prof);
+    *prof = p;
+    return DEAR_OK;
+}
+
+double dear_prof_fwd_total(const dear_profile_t *prof)
+{
+    double s = 0;
+    for (int l = 0; l < prof->nlayers; l++)
+        s += prof->layers[l].fwd_s;
+    return s;
+}
+
+double dear_prof_bwd_total(const dear_profile_t *prof)
+{
+    double s = 0;
+    for (int l = 0; l < prof->nlayers; l++)
+        s += prof->layers[l].bwd_s;
+    return s;
+}
+
+size_t dear_prof_bytes_total(const dear_profile_t *prof)
+{
+    size_t s = 0;
+    for (int i = 0; i < prof->ntensors; i++)
+        s += prof->tensors[i].bytes;
+    return s;
+}
+
+int dear_prof_descs(const dear_profile_t *prof, dear_tensor_desc_t **descs)
+{
+    dear_tensor_desc_t *d = malloc(sizeof *d * (size_t)(prof->ntensors > 0 ? prof->ntensors : 1));
+    if (!d)
+        return DEAR_ERR_NOMEM;
+    for (int i = 0; i < prof->ntensors; i++) {
+        d[i].bytes = prof->tensors[i].bytes;
+        d[i].layer = prof->tensors[i].layer;
+    }
+    *descs = d;
+    return DEAR_OK;
+}

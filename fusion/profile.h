@@ -1,0 +1,61 @@
+/*
+ * Profiles: what the simulator and planners know about a model. Per layer (forward order) the
+ * forward and backward compute seconds; per gradient tensor (forward order) its name, layer and
+ * bytes. The runtime fills one from hook timestamps (median over warm-up iterations) and writes
+ * it with dear_profile_save; dear-plan reads it; fusion/profiles/ ships five. The text format is
+ * in docs/FORMATS.md. Pure C.
+ */
+#ifndef DEAR_FUSION_PROFILE_H
+#define DEAR_FUSION_PROFILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "fusion/plan.h"
+
+#define DEAR_PROF_NAME_MAX 64
+
+typedef struct {
+    int id;             /* caller's layer id, strictly increasing in forward order */
+    double fwd_s;       /* forward compute seconds */
+    double bwd_s;       /* backward compute seconds (all of the layer's gradients) */
+} dear_prof_layer_t;
+
+typedef struct {
+    char name[DEAR_PROF_NAME_MAX];
+    int layer;          /* caller's layer id (one of the layers) */
+    int lidx;           /* index of that layer in layers[], set by dear_prof_check */
+    size_t bytes;
+} dear_prof_tensor_t;
+
+typedef struct {
+    char model[DEAR_PROF_NAME_MAX];
+    int nlayers, ntensors;
+    dear_prof_layer_t *layers;
+    dear_prof_tensor_t *tensors;
+    int cap_layers, cap_tensors;
+} dear_profile_t;
+
+/* Builder: init (empty, zeroed struct), then layers and tensors in forward order, then check. */
+void dear_prof_init(dear_profile_t *prof, const char *model);
+int dear_prof_add_layer(dear_profile_t *prof, int id, double fwd_s, double bwd_s);
+int dear_prof_add_tensor(dear_profile_t *prof, const char *name, int layer, size_t bytes);
+/* Checks layer ids strictly increase, times are finite and >= 0, every tensor names a declared
+ * layer, tensor layers are non-decreasing, names are non-empty without blanks, sizes > 0; fills
+ * lidx. DEAR_ERR_FORMAT with a message otherwise. */
+int dear_prof_check(dear_profile_t *prof, char *msg, size_t msglen);
+void dear_prof_free(dear_profile_t *prof);
+
+/* Text format (docs/FORMATS.md). load: DEAR_ERR_IO if the file cannot be read, DEAR_ERR_FORMAT
+ * for a bad or truncated file, with an error naming the file and line. */
+int dear_prof_write(const dear_profile_t *prof, FILE *out);
+int dear_prof_save(const dear_profile_t *prof, const char *path);
+int dear_prof_load(const char *path, dear_profile_t *prof);
+
+/* Totals, and the tensor list the plan functions take (caller frees *descs). */
+double dear_prof_fwd_total(const dear_profile_t *prof);
+double dear_prof_bwd_total(const dear_profile_t *prof);
+size_t dear_prof_bytes_total(const dear_profile_t *prof);
+int dear_prof_descs(const dear_profile_t *prof, dear_tensor_desc_t **descs);
+
+#endif

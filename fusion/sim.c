@@ -1,0 +1,409 @@
+/* Iteration simulator (model in sim.h). The core works on prefix sums so a planner can
+ * evaluate thousands of candidate plans per second; dear_sim_run wraps it and records every
+ * operation for reports and Gantt charts. */
+#include "fusion/sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "include/dear.h"
+#include "runtime/log.h"
+
+static const char *const sched_names[DEAR_SIM_SCHED_COUNT] = { "dear", "wfbp", "sync" };
+
+const char *dear_sim_sched_name(dear_sim_sched_t s)
+{
+    return (unsigned)s < DEAR_SIM_SCHED_COUNT ? sched_names[s] : "?";
+}
+
+int dear_sim_sched_parse(const char *name, dear_sim_sched_t *s)
+{
+    for (int i = 0; i < DEAR_SIM_SCHED_COUNT; i++)
+        if (strcmp(name, sched_names[i]) == 0) {
+            *s = (dear_sim_sched_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+double dear_sim_cost_model(void *arg, dear_cost_op_t op, size_t bytes)
+{
+    const dear_sim_model_arg_t *m = arg;
+    double t = dear_cost_eval(m->model, op, (double)bytes, NULL);
+    if (m->cap_bytes > 0 && bytes > m->cap_bytes)
+        t += DEAR_SIM_CAP_PENALTY_S * (double)bytes / (double)m->cap_bytes;
+    return t;
+}
+
+double dear_sim_cost_linear(void *arg, dear_cost_op_t op, size_t bytes)
+{
+    const dear_sim_linear_arg_t *l = arg;
+    return l->alpha[op] + l->beta[op] * (double)bytes;
+}
+
+struct dear_sim_ws {
+    int nlayers, ntensors;
+    double F, B;
+    double *fwd;        /* per layer */
+    double *bwd;        /* per layer */
+    double *ready;      /* per tensor: seconds after backward start when its gradient is ready */
+    size_t *prefix;     /* prefix[t] = bytes of tensors 0..t-1 (ntensors + 1) */
+    int *last_tensor;   /* per layer: its last tensor, or -1 */
+    int *lidx;          /* per tensor: profile layer index */
+    /* recording (dear_sim_run only) */
+    dear_sim_op_t *ops;
+    int nops, capops;
+    int record;
+};
+
+void dear_sim_ws_free(dear_sim_ws_t *ws)
+{
+    if (!ws)
+        return;
+    free(ws->fwd);
+    free(ws->bwd);
+    free(ws->ready);
+    free(ws->prefix);
+    free(ws->last_tensor);
+    free(ws->lidx);
+    free(ws->ops);
+    free(ws);
+}
+
+int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
+{
+    int nl = prof->nlayers, nt = prof->ntensors;
+    if (nl < 1 || nt < 1)
+        return DEAR_ERR_ARG;
+    dear_sim_ws_t *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return DEAR_ERR_NOMEM;
+    ws->nlayers = nl;
+    ws->ntensors = nt;
+    ws->fwd = malloc(sizeof(double) * (size_t)nl);
+    ws->bwd = malloc(sizeof(double) * (size_t)nl);
+    ws->ready = malloc(sizeof(double) * (size_t)nt);
+    ws->prefix = malloc(sizeof(size_t) * (size_t)(nt + 1));
+    ws->last_tensor = malloc(sizeof(int) * (size_t)nl);
+    ws->lidx = malloc(sizeof(int) * (size_t)nt);
+    if (!ws->fwd || !ws->bwd || !ws->ready || !ws->prefix || !ws->last_tensor || !ws->lidx) {
+        dear_sim_ws_free(ws);
+        return DEAR_ERR_NOMEM;
+    }
+    double *bwd_done = malloc(sizeof(double) * (size_t)nl);
+    if (!bwd_done) {
+        dear_sim_ws_free(ws);
+        return DEAR_ERR_NOMEM;
+    }
+    double acc = 0;
+    for (int l = nl - 1; l >= 0; l--) {
+        acc += prof->layers[l].bwd_s;
+        bwd_done[l] = acc;
+    }
+    ws->B = acc;
+    ws->F = 0;
+    for (int l = 0; l < nl; l++) {
+        ws->fwd[l] = prof->layers[l].fwd_s;
+        ws->bwd[l] = prof->layers[l].bwd_s;
+        ws->F += prof->layers[l].fwd_s;
+        ws->last_tensor[l] = -1;
+    }
+    ws->prefix[0] = 0;
+    for (int t = 0; t < nt; t++) {
+        int l = prof->tensors[t].lidx;
+        if (l < 0 || l >= nl) {
+            free(bwd_done);
+            dear_sim_ws_free(ws);
+            DEAR_ERROR("sim", "profile tensor %d has no layer index: run dear_prof_check first", t);
+            return DEAR_ERR_ARG;
+        }
+        ws->lidx[t] = l;
+        ws->ready[t] = bwd_done[l];
+        ws->prefix[t + 1] = ws->prefix[t] + prof->tensors[t].bytes;
+        ws->last_tensor[l] = t;
+    }
+    free(bwd_done);
+    *out = ws;
+    return DEAR_OK;
+}
+
+static void rec(dear_sim_ws_t *ws, dear_sim_kind_t kind, int index, double start, double end, size_t bytes)
+{
+    if (!ws->record)
+        return;
+    if (ws->nops == ws->capops) {
+        int cap = ws->capops ? 2 * ws->capops : 256;
+        dear_sim_op_t *o = realloc(ws->ops, sizeof *o * (size_t)cap);
+        if (!o) {
+            ws->record = -1;   /* reported by dear_sim_run */
+            return;
+        }
+        ws->ops = o;
+        ws->capops = cap;
+    }
+    ws->ops[ws->nops++] = (dear_sim_op_t){ .kind = kind, .index = index, .start = start, .end = end, .bytes = bytes };
+}
+
+static void rec_backward(dear_sim_ws_t *ws, double t0)
+{
+    double t = t0;
+    for (int l = ws->nlayers - 1; l >= 0; l--) {
+        rec(ws, DEAR_SIM_BWD, l, t, t + ws->bwd[l], 0);
+        t += ws->bwd[l];
+    }
+}
+
+static double sim_sync(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, double *comm)
+{
+    size_t bytes = ws->prefix[ws->ntensors];
+    double c = cost->fn(cost->arg, DEAR_COST_AR, bytes);
+    if (ws->record) {
+        double t = 0;
+        for (int l = 0; l < ws->nlayers; l++) {
+            rec(ws, DEAR_SIM_FWD, l, t, t + ws->fwd[l], 0);
+            t += ws->fwd[l];
+        }
+        rec_backward(ws, ws->F);
+        rec(ws, DEAR_SIM_AR, 0, ws->F + ws->B, ws->F + ws->B + c, bytes);
+    }
+    *comm = c;
+    return ws->F + ws->B + c;
+}
+
+/* Buckets launched last group first as backward completes them, FIFO from chan_free. Returns
+ * the channel's free time; adds busy time to *comm. */
+static double run_buckets(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_cost_op_t op, dear_sim_kind_t kind,
+                          double bwd_start, double chan_free, int ng, const int *first, double *comm)
+{
+    double chan = chan_free;
+    for (int g = ng - 1; g >= 0; g--) {
+        size_t bytes = ws->prefix[first[g + 1]] - ws->prefix[first[g]];
+        double ready = bwd_start + ws->ready[first[g]];
+        double start = ready > chan ? ready : chan;
+        double c = cost->fn(cost->arg, op, bytes);
+        chan = start + c;
+        *comm += c;
+        rec(ws, kind, g, start, chan, bytes);
+    }
+    return chan;
+}
+
+static double sim_wfbp(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, const int *rs, double *comm)
+{
+    if (ws->record) {
+        double t = 0;
+        for (int l = 0; l < ws->nlayers; l++) {
+            rec(ws, DEAR_SIM_FWD, l, t, t + ws->fwd[l], 0);
+            t += ws->fwd[l];
+        }
+        rec_backward(ws, ws->F);
+    }
+    *comm = 0;
+    double end = run_buckets(ws, cost, DEAR_COST_AR, DEAR_SIM_AR, ws->F, 0, nrs, rs, comm);
+    double compute = ws->F + ws->B;
+    return end > compute ? end : compute;
+}
+
+/* One dear iteration with the channel free from c0 (>= 0) after the forward start. Returns the
+ * iteration time and the next iteration's c0. */
+static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, const int *rs, int nag,
+                        const int *ag, double c0, double *c0_next, double *comm)
+{
+    *comm = 0;
+    /* All-gathers, queued at the end of the previous backward (time 0), run back to back. */
+    double chan = c0;
+    double t = 0;
+    int g = 0;
+    double ag_end = chan;   /* end of group g-1 */
+    for (int l = 0; l < ws->nlayers; l++) {
+        int lt = ws->last_tensor[l];
+        /* Run the all-gather groups up to the one holding l's last tensor. */
+        while (lt >= 0 && g < nag && ag[g] <= lt) {
+            size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
+            double c = cost->fn(cost->arg, DEAR_COST_AG, bytes);
+            rec(ws, DEAR_SIM_AG, g, ag_end, ag_end + c, bytes);
+            ag_end += c;
+            *comm += c;
+            g++;
+        }
+        double start = t;
+        if (lt >= 0 && ag_end > start)
+            start = ag_end;
+        rec(ws, DEAR_SIM_FWD, l, start, start + ws->fwd[l], 0);
+        t = start + ws->fwd[l];
+    }
+    /* Groups whose tensors no layer waits for cannot exist (groups cover every tensor). */
+    double fw = t;
+    if (ws->record)
+        rec_backward(ws, fw);
+    chan = ag_end > fw ? ag_end : fw;
+    double rs_end = run_buckets(ws, cost, DEAR_COST_RS, DEAR_SIM_RS, fw, chan, nrs, rs, comm);
+    double iter = fw + ws->B;
+    *c0_next = rs_end > iter ? rs_end - iter : 0;
+    return iter;
+}
+
+static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, const int *rs, int nag,
+                       const int *ag, double *comm)
+{
+    int record = ws->record;
+    ws->record = 0;
+    double next = 0, iter = 0;
+    /* The channel is always free when backward starts (the last all-gather group holds the
+     * last tensor, whose layer waits for it), so the reduce-scatter tail past the end of
+     * backward depends on plan.rs alone: that is the fixed point c0, computed directly. The
+     * loop below confirms it (one pass) and would iterate the monotone map c0 -> next up to
+     * its least fixed point if that argument ever failed. */
+    double c0 = run_buckets(ws, cost, DEAR_COST_RS, DEAR_SIM_RS, 0, 0, nrs, rs, comm) - ws->B;
+    if (c0 < 0)
+        c0 = 0;
+    for (int k = 0; k < 64; k++) {
+        iter = dear_once(ws, cost, nrs, rs, nag, ag, c0, &next, comm);
+        if (fabs(next - c0) <= 1e-12 * (1 + iter))
+            break;
+        c0 = next;
+    }
+    if (record) {
+        ws->record = record;
+        iter = dear_once(ws, cost, nrs, rs, nag, ag, c0, &next, comm);
+    }
+    return iter;
+}
+
+double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sim_sched_t sched, int nrs,
+                        const int *rs_first, int nag, const int *ag_first)
+{
+    double comm;
+    switch (sched) {
+    case DEAR_SIM_SCHED_SYNC:
+        return sim_sync(ws, cost, &comm);
+    case DEAR_SIM_SCHED_WFBP:
+        return sim_wfbp(ws, cost, nrs, rs_first, &comm);
+    case DEAR_SIM_SCHED_DEAR:
+        return sim_dear(ws, cost, nrs, rs_first, nag, ag_first, &comm);
+    }
+    return INFINITY;
+}
+
+int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sim_sched_t sched,
+                 const dear_plan_t *plan, int record, dear_sim_result_t *res)
+{
+    if (!prof || !cost || !cost->fn || !plan || !res || (unsigned)sched >= DEAR_SIM_SCHED_COUNT)
+        return DEAR_ERR_ARG;
+    char msg[256];
+    if (dear_plan_validate(plan, prof->ntensors, msg, sizeof msg) != DEAR_OK) {
+        DEAR_ERROR("sim", "plan does not fit the profile: %s", msg);
+        return DEAR_ERR_ARG;
+    }
+    dear_sim_ws_t *ws;
+    int rc = dear_sim_ws_create(prof, &ws);
+    if (rc != DEAR_OK)
+        return rc;
+    ws->record = record ? 1 : 0;
+    double comm = 0, iter = 0;
+    switch (sched) {
+    case DEAR_SIM_SCHED_SYNC:
+        iter = sim_sync(ws, cost, &comm);
+        break;
+    case DEAR_SIM_SCHED_WFBP:
+        iter = sim_wfbp(ws, cost, plan->rs.ngroups, plan->rs.first, &comm);
+        break;
+    case DEAR_SIM_SCHED_DEAR:
+        iter = sim_dear(ws, cost, plan->rs.ngroups, plan->rs.first, plan->ag.ngroups, plan->ag.first, &comm);
+        break;
+    }
+    if (ws->record < 0) {
+        dear_sim_ws_free(ws);
+        return DEAR_ERR_NOMEM;
+    }
+    dear_sim_result_t r = { .sched = sched, .iter_s = iter, .compute_s = ws->F + ws->B, .comm_s = comm };
+    r.exposed_s = iter - r.compute_s;
+    if (record) {
+        r.ops = ws->ops;
+        r.nops = ws->nops;
+        ws->ops = NULL;
+    }
+    dear_sim_ws_free(ws);
+    dear_sim_result_free(res);
+    *res = r;
+    return DEAR_OK;
+}
+
+void dear_sim_result_free(dear_sim_result_t *res)
+{
+    if (!res)
+        return;
+    free(res->ops);
+    res->ops = NULL;
+    res->nops = 0;
+}
+
+static const char *kind_name(dear_sim_kind_t k)
+{
+    static const char *const n[] = { "forward", "backward", "reduce-scatter", "all-gather", "all-reduce" };
+    return (unsigned)k < 5 ? n[k] : "?";
+}
+
+int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out)
+{
+    if (!res || !out)
+        return DEAR_ERR_ARG;
+    double tmax = res->iter_s;
+    for (int i = 0; i < res->nops; i++)
+        if (res->ops[i].end > tmax)
+            tmax = res->ops[i].end;
+    if (!(tmax > 0))
+        tmax = 1;
+    const double W = 1200, left = 110, right = 20, row = 36, top = 50;
+    double scale = (W - left - right) / tmax;
+    static const char *const fill[] = { "#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759" };
+    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                 "font-family=\"sans-serif\" font-size=\"12\">\n", W, top + 2 * row + 70);
+    fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(out, "<text x=\"10\" y=\"20\" font-size=\"14\">");
+    for (const char *c = title ? title : ""; *c; c++) {
+        if (*c == '<')
+            fputs("&lt;", out);
+        else if (*c == '&')
+            fputs("&amp;", out);
+        else
+            fputc(*c, out);
+    }
+    fprintf(out, "</text>\n<text x=\"10\" y=\"38\">%s: iteration %.3f ms, compute %.3f ms, exposed communication "
+                 "%.3f ms</text>\n", dear_sim_sched_name(res->sched), res->iter_s * 1e3, res->compute_s * 1e3,
+            res->exposed_s * 1e3);
+    fprintf(out, "<text x=\"10\" y=\"%.0f\">compute</text>\n", top + row * 0.6);
+    fprintf(out, "<text x=\"10\" y=\"%.0f\">communication</text>\n", top + row * 1.6);
+    for (int i = 0; i < res->nops; i++) {
+        const dear_sim_op_t *o = &res->ops[i];
+        int r = (o->kind == DEAR_SIM_FWD || o->kind == DEAR_SIM_BWD) ? 0 : 1;
+        double x = left + o->start * scale, w = (o->end - o->start) * scale;
+        fprintf(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
+                     "stroke-width=\"0.3\"><title>%s %d: %.3f-%.3f ms",
+                x, top + r * row + 4, w > 0.2 ? w : 0.2, row - 8, fill[o->kind], kind_name(o->kind), o->index,
+                o->start * 1e3, o->end * 1e3);
+        if (o->bytes)
+            fprintf(out, ", %zu bytes", o->bytes);
+        fprintf(out, "</title></rect>\n");
+    }
+    double xe = left + res->iter_s * scale;
+    fprintf(out, "<line x1=\"%.2f\" y1=\"%.0f\" x2=\"%.2f\" y2=\"%.0f\" stroke=\"black\" stroke-dasharray=\"4\"/>\n",
+            xe, top - 5, xe, top + 2 * row + 5);
+    double ay = top + 2 * row + 20;
+    fprintf(out, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", left, ay, W - right, ay);
+    for (int k = 0; k <= 10; k++) {
+        double tk = tmax * k / 10;
+        fprintf(out, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.1f ms</text>\n", left + tk * scale, ay + 15,
+                tk * 1e3);
+    }
+    double lx = left;
+    for (int k = 0; k < 5; k++) {
+        fprintf(out, "<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                     "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", lx, ay + 25, fill[k], lx + 16, ay + 36,
+                kind_name((dear_sim_kind_t)k));
+        lx += 140;
+    }
+    fprintf(out, "</svg>\n");
+    return ferror(out) ? DEAR_ERR_IO : DEAR_OK;
+}

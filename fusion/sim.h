@@ -1,0 +1,97 @@
+/*
+ * Simulator: one steady-state iteration of a schedule (sync, wfbp, dear) for a profile, a cost
+ * function and a plan. Times are seconds from the start of the iteration's forward pass.
+ *
+ * Model (one compute stream, one FIFO communication channel):
+ *   sync: forward, backward, then one all-reduce of every gradient (the plan is not used).
+ *   wfbp: all-reduce buckets (plan.rs) are queued as backward completes them (a bucket is
+ *         complete when the backward of its first tensor's layer ends) and run in that order;
+ *         the next forward starts when backward and every all-reduce are done.
+ *   dear: reduce-scatter buckets (plan.rs) are queued as backward completes them; at the end of
+ *         backward the all-gather groups (plan.ag) are queued in forward order behind them. They
+ *         run during the next forward, whose layer l waits for the all-gather group(s) holding
+ *         l's tensors. The iteration is the period of that cycle: the channel state carried
+ *         from the previous iteration (its reduce-scatter tail) is iterated to its fixed point.
+ * Exposed communication = iteration time - (forward + backward compute).
+ *
+ * Costs come through a function so planners can use anything the runtime can do: the cheapest
+ * algorithm per size (dear_sim_cost_model) and a cap on bucket memory (buckets above the cap
+ * cost a penalty that dominates any real time) or a plain linear model (dear_sim_cost_linear).
+ * Pure C.
+ */
+#ifndef DEAR_FUSION_SIM_H
+#define DEAR_FUSION_SIM_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "fusion/cost.h"
+#include "fusion/plan.h"
+#include "fusion/profile.h"
+
+/* Same values as DEAR_SCHEDULE's choices (dear|wfbp|sync), so the runtime can convert by cast. */
+typedef enum { DEAR_SIM_SCHED_DEAR = 0, DEAR_SIM_SCHED_WFBP = 1, DEAR_SIM_SCHED_SYNC = 2 } dear_sim_sched_t;
+#define DEAR_SIM_SCHED_COUNT 3
+const char *dear_sim_sched_name(dear_sim_sched_t s);
+int dear_sim_sched_parse(const char *name, dear_sim_sched_t *s);
+
+/* Seconds for one collective of `bytes` (full buffer). */
+typedef double (*dear_sim_cost_fn)(void *arg, dear_cost_op_t op, size_t bytes);
+typedef struct {
+    dear_sim_cost_fn fn;
+    void *arg;
+} dear_sim_cost_t;
+
+/* arg for dear_sim_cost_model: the cheapest valid algorithm of the model at each size; buckets
+ * above cap_bytes (0: no cap) cost DEAR_SIM_CAP_PENALTY_S per cap exceeded. */
+#define DEAR_SIM_CAP_PENALTY_S 1000.0
+typedef struct {
+    const dear_cost_model_t *model;
+    size_t cap_bytes;
+} dear_sim_model_arg_t;
+double dear_sim_cost_model(void *arg, dear_cost_op_t op, size_t bytes);
+
+/* arg for dear_sim_cost_linear: alpha[op] + beta[op] * bytes. */
+typedef struct {
+    double alpha[DEAR_COST_NOPS];
+    double beta[DEAR_COST_NOPS];
+} dear_sim_linear_arg_t;
+double dear_sim_cost_linear(void *arg, dear_cost_op_t op, size_t bytes);
+
+typedef enum { DEAR_SIM_FWD = 0, DEAR_SIM_BWD, DEAR_SIM_RS, DEAR_SIM_AG, DEAR_SIM_AR } dear_sim_kind_t;
+
+typedef struct {
+    dear_sim_kind_t kind;
+    int index;          /* profile layer index (FWD, BWD) or group index in its partition */
+    double start, end;  /* seconds from the start of the forward pass */
+    size_t bytes;       /* communication ops */
+} dear_sim_op_t;
+
+typedef struct {
+    dear_sim_sched_t sched;
+    double iter_s;      /* steady-state iteration time */
+    double compute_s;   /* forward + backward compute */
+    double exposed_s;   /* iter_s - compute_s */
+    double comm_s;      /* busy time of the channel per iteration */
+    int nops;
+    dear_sim_op_t *ops; /* when recorded: every op of the iteration, by start time per stream */
+} dear_sim_result_t;
+
+/* Simulate; with record != 0 every operation is stored in res->ops (free with
+ * dear_sim_result_free). The profile must have passed dear_prof_check; the plan must fit it. */
+int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sim_sched_t sched,
+                 const dear_plan_t *plan, int record, dear_sim_result_t *res);
+void dear_sim_result_free(dear_sim_result_t *res);
+
+/* Gantt chart of a recorded result as SVG: a compute row and a communication row. */
+int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out);
+
+/* Fast path for planners: a workspace with the profile's prefix sums, then the iteration time
+ * for partitions given as group starts (first[0..ng], as in dear_partition_t). */
+typedef struct dear_sim_ws dear_sim_ws_t;
+int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **ws);
+void dear_sim_ws_free(dear_sim_ws_t *ws);
+double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sim_sched_t sched, int nrs,
+                        const int *rs_first, int nag, const int *ag_first);
+
+#endif

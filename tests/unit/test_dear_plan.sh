@@ -1,0 +1,46 @@
+#!/bin/sh
+# dear-plan's command line: help, a full run on a shipped profile (table, CSV, SVG, plan file,
+# scaling) and clear errors for bad arguments and bad profiles.
+set -u
+: "${top_builddir:=.}" "${top_srcdir:=.}"
+exe=$top_builddir/apps/tools/dear-plan
+prof=$top_srcdir/fusion/profiles/resnet50.prof
+tmp=$(mktemp -d /tmp/dear-plan-test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$exe" --help | grep -q -- "--profile FILE" || fail "--help"
+out=$("$exe" --profile "$prof" --preset 10gbe --workers 16 --svg "$tmp/g.svg" --plan-out "$tmp/p.plan" \
+      --scale 8,64) || fail "full run exited $?"
+echo "$out" | grep -q "^sync " || fail "no sync row"
+for p in none threshold mgwfbp dp gradssa auto; do
+    [ "$(echo "$out" | grep -c "^[a-z]* *$p ")" -eq 2 ] || fail "planner $p missing for wfbp or dear"
+done
+echo "$out" | grep -q "best shown:" || fail "no best row"
+grep -q "^<svg" "$tmp/g.svg" || fail "no SVG written"
+grep -q "^dear-plan 1" "$tmp/p.plan" || fail "no plan written"
+[ "$(grep -c '^tensor ' "$tmp/p.plan")" -eq 161 ] || fail "plan file does not list 161 tensors"
+echo "$out" | grep -q "^ *64 " || fail "no scaling row for 64"
+csv=$("$exe" --profile "$prof" --alpha 9.08e-4 --beta 7.4e-10 --workers 16 --schedule dear --planner dp --csv) \
+    || fail "csv run"
+[ "$(echo "$csv" | wc -l)" -eq 2 ] || fail "csv: want header and one row, got: $csv"
+echo "$csv" | grep -q "^resnet50,16,dear,dp," || fail "csv row: $csv"
+
+expect_err() {   # expected-status pattern args...
+    want=$1; pat=$2; shift 2
+    err=$("$exe" "$@" 2>&1 >/dev/null); rc=$?
+    [ $rc -eq "$want" ] || fail "'$*' exited $rc, want $want ($err)"
+    echo "$err" | grep -q -- "$pat" || fail "'$*': error '$err' lacks '$pat'"
+}
+expect_err 2 "--workers P is required" --profile "$prof" --preset 10gbe
+expect_err 2 "exactly one cost model" --profile "$prof" --preset 10gbe --alpha 1 --beta 1 --workers 4
+expect_err 2 "--workers '1'" --profile "$prof" --preset 10gbe --workers 1
+expect_err 2 "--planner 'greedy'" --profile "$prof" --preset 10gbe --workers 4 --planner greedy
+expect_err 2 "unknown cost preset 'wifi'" --profile "$prof" --preset wifi --workers 4
+expect_err 2 "unknown or incomplete option" --profile "$prof" --preset 10gbe --workers 4 --bogus
+head -n 40 "$prof" > "$tmp/cut.prof"
+expect_err 1 "cut.prof:40: truncated" --profile "$tmp/cut.prof" --preset 10gbe --workers 4
+sed 's/^tensor conv1.weight 0 37632/tensor conv1.weight 0 -5/' "$prof" > "$tmp/bad.prof"
+expect_err 1 "bad.prof:.*BYTES" --profile "$tmp/bad.prof" --preset 10gbe --workers 4
+expect_err 1 "nope.prof" --profile "$tmp/nope.prof" --preset 10gbe --workers 4
+echo "dear-plan tests passed"

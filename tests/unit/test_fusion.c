@@ -1,0 +1,912 @@
+/*
+ * Unit tests of fusion/: cost model (fit, presets, scaling, per-size switch, cache file),
+ * profiles (round trip, shipped files, errors naming the line), the simulator against timelines
+ * worked by hand, MG-WFBP on a hand-worked example, the exact DPs against brute force, GradSSA
+ * (deterministic, never worse than its seeds, within 1% of DP on every shipped profile) and
+ * plan files (round trip, refusal of a plan that does not fit). No MPI.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fusion/cost.h"
+#include "fusion/planfile.h"
+#include "fusion/planners.h"
+#include "fusion/profile.h"
+#include "fusion/sim.h"
+#include "include/dear.h"
+#include "runtime/log.h"
+
+#ifndef DEAR_SRCDIR
+#define DEAR_SRCDIR "."
+#endif
+
+/* ---- helpers ---- */
+
+static char logbuf[8192];
+static void sink(const char *line, void *arg)
+{
+    (void)arg;
+    size_t n = strlen(logbuf);
+    snprintf(logbuf + n, sizeof logbuf - n, "%s\n", line);
+}
+
+static void capture(void)
+{
+    logbuf[0] = '\0';
+    dear_log_set_sink(sink, NULL);
+}
+
+static void uncapture(void)
+{
+    dear_log_set_sink(NULL, NULL);
+}
+
+static char tmpdir[256];
+static void make_tmpdir(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dear-test-fusion-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        abort();
+    }
+}
+
+static const char *tmpfile_path(const char *name)
+{
+    static char p[512];
+    if (!tmpdir[0])
+        make_tmpdir();
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    return p;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Profile from arrays; layer ids are 10*index so ids and indices differ. */
+static void make_prof(dear_profile_t *p, int nl, const double *fwd, const double *bwd, int nt, const int *lay,
+                      const size_t *bytes)
+{
+    dear_prof_init(p, "test");
+    for (int l = 0; l < nl; l++)
+        ck_assert_int_eq(dear_prof_add_layer(p, 10 * l, fwd[l], bwd[l]), DEAR_OK);
+    for (int t = 0; t < nt; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%d", t);
+        ck_assert_int_eq(dear_prof_add_tensor(p, name, 10 * lay[t], bytes[t]), DEAR_OK);
+    }
+    char msg[256];
+    ck_assert_int_eq(dear_prof_check(p, msg, sizeof msg), DEAR_OK);
+}
+
+static dear_sim_linear_arg_t lin(double a_ar, double b_ar, double a_half, double b_half)
+{
+    dear_sim_linear_arg_t l = { { 0 }, { 0 } };
+    l.alpha[DEAR_COST_AR] = a_ar;
+    l.beta[DEAR_COST_AR] = b_ar;
+    l.alpha[DEAR_COST_RS] = l.alpha[DEAR_COST_AG] = a_half;
+    l.beta[DEAR_COST_RS] = l.beta[DEAR_COST_AG] = b_half;
+    return l;
+}
+
+static void problem_linear(dear_plan_problem_t *prob, const dear_profile_t *p, dear_sim_sched_t s,
+                           dear_sim_linear_arg_t *l)
+{
+    memset(prob, 0, sizeof *prob);
+    prob->prof = p;
+    prob->sched = s;
+    prob->cost.fn = dear_sim_cost_linear;
+    prob->cost.arg = l;
+    for (int op = 0; op < DEAR_COST_NOPS; op++) {
+        prob->alpha[op] = l->alpha[op];
+        prob->beta[op] = l->beta[op];
+    }
+    prob->threshold = 500;
+    prob->seed = 7;
+}
+
+static void plan2(dear_plan_t *plan, int n, int nrs, const int *rs, int nag, const int *ag)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->ntensors = n;
+    ck_assert_int_eq(dear_partition_set(&plan->rs, n, nrs, rs), DEAR_OK);
+    ck_assert_int_eq(dear_partition_set(&plan->ag, n, nag, ag), DEAR_OK);
+}
+
+static double sim_T(const dear_profile_t *p, dear_sim_cost_t *c, dear_sim_sched_t s, const dear_plan_t *plan)
+{
+    dear_sim_result_t r = { 0 };
+    ck_assert_int_eq(dear_sim_run(p, c, s, plan, 0, &r), DEAR_OK);
+    return r.iter_s;
+}
+
+#define EQ(a, b) ck_assert_msg(fabs((double)(a) - (double)(b)) <= 1e-9 * (1 + fabs((double)(b))), "%s = %.12g, expected %.12g", #a, (double)(a), (double)(b))
+
+/* ---- cost model ---- */
+
+START_TEST(cost_fit_recovers_line)
+{
+    double x[8], y[8];
+    for (int i = 0; i < 8; i++) {
+        x[i] = 1024.0 * (1 << (2 * i));
+        y[i] = 3e-5 + 2e-9 * x[i];
+    }
+    dear_cost_line_t l;
+    ck_assert_int_eq(dear_cost_fit(x, y, 8, &l), DEAR_OK);
+    EQ(l.alpha, 3e-5);
+    EQ(l.beta, 2e-9);
+    ck_assert(l.fit_err < 1e-9);
+    ck_assert_int_eq(l.nsamples, 8);
+    /* +-5% alternating noise: the fit error reports it. */
+    for (int i = 0; i < 8; i++)
+        y[i] *= (i % 2) ? 1.05 : 0.95;
+    ck_assert_int_eq(dear_cost_fit(x, y, 8, &l), DEAR_OK);
+    ck_assert(l.fit_err > 0.03 && l.fit_err < 0.08);
+    ck_assert(fabs(l.beta / 2e-9 - 1) < 0.1);
+    /* Bad input. */
+    capture();
+    ck_assert_int_eq(dear_cost_fit(x, y, 1, &l), DEAR_ERR_ARG);
+    double same[3] = { 5, 5, 5 }, t3[3] = { 1, 2, 3 };
+    ck_assert_int_eq(dear_cost_fit(same, t3, 3, &l), DEAR_ERR_ARG);
+    ck_assert(strstr(logbuf, "distinct sizes") != NULL);
+    double neg[2] = { -1, 1 };
+    ck_assert_int_eq(dear_cost_fit(t3, neg, 2, &l), DEAR_ERR_ARG);
+    uncapture();
+}
+END_TEST
+
+START_TEST(cost_presets_and_scaling)
+{
+    dear_cost_model_t m;
+    ck_assert_int_eq(dear_cost_preset("10gbe", 16, 1, &m), DEAR_OK);
+    EQ(dear_cost_eval(&m, DEAR_COST_AR, 0, NULL), 9.08e-4);
+    EQ(dear_cost_eval(&m, DEAR_COST_AR, 1e6, NULL), 9.08e-4 + 7.40e-4);
+    EQ(dear_cost_eval(&m, DEAR_COST_RS, 1e6, NULL), (9.08e-4 + 7.40e-4) / 2);
+    EQ(dear_cost_eval(&m, DEAR_COST_AG, 1e6, NULL), (9.08e-4 + 7.40e-4) / 2);
+    ck_assert_int_eq(dear_cost_preset("ib56", 8, 1, &m), DEAR_OK);
+    EQ(m.line[DEAR_COST_AR][DEAR_COST_RING].alpha, 9.75e-5);
+    EQ(m.line[DEAR_COST_AR][DEAR_COST_RING].beta, 3.06e-10);
+    /* P=64 from the P=16 fit: alpha x 63/15, beta x (63/64)/(15/16). */
+    ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, &m), DEAR_OK);
+    EQ(m.line[DEAR_COST_AR][DEAR_COST_RING].alpha, 9.08e-4 * 63 / 15);
+    EQ(m.line[DEAR_COST_AR][DEAR_COST_RING].beta, 7.40e-10 * (63.0 / 64) / (15.0 / 16));
+    ck_assert_int_eq(m.comm_size, 64);
+    ck_assert_int_eq(dear_cost_preset("shm", 4, 4, &m), DEAR_OK);
+    ck_assert(m.line[DEAR_COST_RS][DEAR_COST_RING].valid);
+    capture();
+    ck_assert_int_eq(dear_cost_preset("token-ring", 16, 1, &m), DEAR_ERR_ARG);
+    ck_assert(strstr(logbuf, "token-ring") && strstr(logbuf, "10gbe|ib56|shm"));
+    uncapture();
+}
+END_TEST
+
+START_TEST(cost_per_size_switch)
+{
+    dear_cost_model_t m;
+    memset(&m, 0, sizeof m);
+    m.comm_size = 8;
+    /* rhd: cheap start-up, poor bandwidth; ring: the reverse. They cross at 1e5 bytes. */
+    m.line[DEAR_COST_AR][DEAR_COST_RHD] = (dear_cost_line_t){ .valid = 1, .alpha = 1e-5, .beta = 1e-9 };
+    m.line[DEAR_COST_AR][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = 6e-5, .beta = 5e-10 };
+    int algo;
+    EQ(dear_cost_eval(&m, DEAR_COST_AR, 1000, &algo), 1e-5 + 1e-6);
+    ck_assert_int_eq(algo, DEAR_COST_RHD);
+    EQ(dear_cost_eval(&m, DEAR_COST_AR, 1e6, &algo), 6e-5 + 5e-4);
+    ck_assert_int_eq(algo, DEAR_COST_RING);
+    ck_assert(isinf(dear_cost_eval(&m, DEAR_COST_RS, 10, &algo)));
+    ck_assert_int_eq(algo, -1);
+    /* The linear stand-in is between the two lines' extremes. */
+    double a, b;
+    ck_assert_int_eq(dear_cost_linear(&m, DEAR_COST_AR, &a, &b), DEAR_OK);
+    ck_assert(a >= 0 && a < 6e-5 * 1.5 && b > 4e-10 && b < 1.1e-9);
+    /* Through the simulator's cost function, with a cap. */
+    dear_sim_model_arg_t arg = { &m, 4096 };
+    EQ(dear_sim_cost_model(&arg, DEAR_COST_AR, 1000), 1.1e-5);
+    ck_assert(dear_sim_cost_model(&arg, DEAR_COST_AR, 8192) > DEAR_SIM_CAP_PENALTY_S);
+}
+END_TEST
+
+START_TEST(cost_file_round_trip)
+{
+    const char *path = tmpfile_path("cal.txt");
+    unlink(path);
+    dear_cost_model_t m8, m16, back;
+    int found = -1;
+    ck_assert_int_eq(dear_cost_load(path, 8, 1, &back, &found), DEAR_OK);   /* missing file: nothing */
+    ck_assert_int_eq(found, 0);
+    ck_assert_int_eq(dear_cost_preset("10gbe", 8, 1, &m8), DEAR_OK);
+    ck_assert_int_eq(dear_cost_preset("ib56", 16, 2, &m16), DEAR_OK);
+    m16.line[DEAR_COST_AR][DEAR_COST_MPI] =
+        (dear_cost_line_t){ .valid = 1, .alpha = 1.25e-4, .beta = 3.5e-10, .gamma = 1e-11, .fit_err = 0.04,
+                            .nsamples = 12 };
+    ck_assert_int_eq(dear_cost_save(path, &m8), DEAR_OK);
+    ck_assert_int_eq(dear_cost_save(path, &m16), DEAR_OK);
+    ck_assert_int_eq(dear_cost_load(path, 16, 2, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 4);
+    for (int op = 0; op < DEAR_COST_NOPS; op++)
+        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+            const dear_cost_line_t *x = &m16.line[op][a], *y = &back.line[op][a];
+            ck_assert_int_eq(x->valid, y->valid);
+            if (x->valid) {
+                EQ(y->alpha, x->alpha);
+                EQ(y->beta, x->beta);
+                EQ(y->gamma, x->gamma);
+                ck_assert_int_eq(y->nsamples, x->nsamples);
+            }
+        }
+    ck_assert_int_eq(dear_cost_load(path, 8, 1, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 3);
+    EQ(back.line[DEAR_COST_AR][DEAR_COST_RING].alpha, 5.23e-4);
+    /* Saving the same key again replaces, not appends. */
+    m8.line[DEAR_COST_AR][DEAR_COST_RING].alpha = 1e-3;
+    ck_assert_int_eq(dear_cost_save(path, &m8), DEAR_OK);
+    ck_assert_int_eq(dear_cost_load(path, 8, 1, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 3);
+    EQ(back.line[DEAR_COST_AR][DEAR_COST_RING].alpha, 1e-3);
+    /* A bad line names file and line. */
+    write_file(path, "dear-cost 1\n8 1 ar ring 1e-4 1e-9 0 0 0\n8 1 ar carrier-pigeon 1 1 0 0 0\n");
+    capture();
+    ck_assert_int_eq(dear_cost_load(path, 8, 1, &back, &found), DEAR_ERR_FORMAT);
+    ck_assert_msg(strstr(logbuf, "cal.txt:3:") != NULL, "log: %s", logbuf);
+    uncapture();
+}
+END_TEST
+
+/* ---- profiles ---- */
+
+START_TEST(profile_round_trip)
+{
+    double fw[3] = { 0.001, 0.0025, 1e-7 }, bw[3] = { 0.002, 0.005, 3e-7 };
+    int lay[4] = { 0, 1, 1, 2 };
+    size_t by[4] = { 4096, 1 << 20, 12, 5000000000ull };
+    dear_profile_t p, q = { 0 };
+    make_prof(&p, 3, fw, bw, 4, lay, by);
+    const char *path = tmpfile_path("p.prof");
+    ck_assert_int_eq(dear_prof_save(&p, path), DEAR_OK);
+    ck_assert_int_eq(dear_prof_load(path, &q), DEAR_OK);
+    ck_assert_str_eq(q.model, "test");
+    ck_assert_int_eq(q.nlayers, 3);
+    ck_assert_int_eq(q.ntensors, 4);
+    for (int l = 0; l < 3; l++) {
+        ck_assert_int_eq(q.layers[l].id, p.layers[l].id);
+        EQ(q.layers[l].fwd_s, fw[l]);
+        EQ(q.layers[l].bwd_s, bw[l]);
+    }
+    for (int t = 0; t < 4; t++) {
+        ck_assert_str_eq(q.tensors[t].name, p.tensors[t].name);
+        ck_assert_int_eq(q.tensors[t].layer, 10 * lay[t]);
+        ck_assert_int_eq(q.tensors[t].lidx, lay[t]);
+        ck_assert_uint_eq(q.tensors[t].bytes, by[t]);
+    }
+    dear_prof_free(&p);
+    dear_prof_free(&q);
+}
+END_TEST
+
+START_TEST(profile_shipped)
+{
+    static const struct {
+        const char *name;
+        long long params;
+        int tensors;
+    } models[] = { { "resnet50", 25557032, 161 },   { "vgg16", 138357544, 32 },
+                   { "densenet201", 20013928, 604 }, { "bert-base", 109482240, 199 },
+                   { "gpt2-small", 124439808, 148 } };
+    for (size_t i = 0; i < 5; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/fusion/profiles/%s.prof", DEAR_SRCDIR, models[i].name);
+        dear_profile_t p = { 0 };
+        ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+        ck_assert_str_eq(p.model, models[i].name);
+        ck_assert_int_eq(p.ntensors, models[i].tensors);
+        ck_assert_uint_eq(dear_prof_bytes_total(&p), (size_t)models[i].params * 4);
+        ck_assert(dear_prof_fwd_total(&p) > 0.01 && dear_prof_bwd_total(&p) > dear_prof_fwd_total(&p));
+        dear_prof_free(&p);
+    }
+}
+END_TEST
+
+START_TEST(profile_bad_lines)
+{
+    static const struct {
+        const char *text;
+        const char *expect;   /* in the error, after "FILE:LINE:" */
+        int line;
+    } cases[] = {
+        { "dear-profile 1\nlayer 0 1 2\ntensor a 0 8\nend 1 1\n", NULL, 0 },
+        { "dear-profile 2\n", "header", 1 },
+        { "dear-profile 1\nlayer 0 1 2\nlayer x 1 2\n", "layer ID", 3 },
+        { "dear-profile 1\n# c\nlayer 0 1 -2\n", "times >= 0", 3 },
+        { "dear-profile 1\nlayer 5 1 2\nlayer 5 1 2\n", "does not increase", 3 },
+        { "dear-profile 1\nlayer 0 1 2\ntensor a 3 8\n", "no layer line declares", 3 },
+        { "dear-profile 1\nlayer 0 1 2\ntensor a 0 0\n", "BYTES", 3 },
+        { "dear-profile 1\nlayer 0 1 2\nlayer 1 1 2\ntensor a 1 8\ntensor b 0 8\n", "forward order", 5 },
+        { "dear-profile 1\nlayer 0 1 2\ntensor a 0 8\nbogus 1\n", "unknown record", 4 },
+        { "dear-profile 1\nlayer 0 1 2\ntensor a 0 8\nend 1 2\n", "the file has", 4 },
+        { "dear-profile 1\nlayer 0 1 2\ntensor a 0 8\n", "truncated", 3 },
+        { "dear-profile 1\nlayer 0 1 2\ntensor a 0 8\nend 1 1\nlayer 1 1 1\n", "after the 'end'", 5 },
+    };
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmpfile_path("bad.prof"));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_file(path, cases[i].text);
+        dear_profile_t p = { 0 };
+        capture();
+        int rc = dear_prof_load(path, &p);
+        uncapture();
+        if (!cases[i].expect) {
+            ck_assert_int_eq(rc, DEAR_OK);
+            dear_prof_free(&p);
+            continue;
+        }
+        ck_assert_msg(rc == DEAR_ERR_FORMAT, "case %zu: rc %d", i, rc);
+        char where[64];
+        snprintf(where, sizeof where, "bad.prof:%d:", cases[i].line);
+        ck_assert_msg(strstr(logbuf, where) && strstr(logbuf, cases[i].expect), "case %zu: wanted '%s' and '%s' in: %s",
+                      i, where, cases[i].expect, logbuf);
+    }
+    capture();
+    dear_profile_t p = { 0 };
+    ck_assert_int_eq(dear_prof_load(tmpfile_path("missing.prof"), &p), DEAR_ERR_IO);
+    ck_assert(strstr(logbuf, "missing.prof") != NULL);
+    uncapture();
+    /* A shipped profile cut in the middle. */
+    char src[512];
+    snprintf(src, sizeof src, "%s/fusion/profiles/resnet50.prof", DEAR_SRCDIR);
+    FILE *in = fopen(src, "r");
+    ck_assert_ptr_nonnull(in);
+    char *buf = calloc(1, 1 << 16);
+    size_t n = fread(buf, 1, (1 << 16) - 1, in);
+    fclose(in);
+    buf[n / 2] = '\0';
+    write_file(path, buf);
+    free(buf);
+    capture();
+    ck_assert_int_eq(dear_prof_load(path, &p), DEAR_ERR_FORMAT);
+    ck_assert_msg(strstr(logbuf, "bad.prof:") != NULL, "%s", logbuf);
+    uncapture();
+}
+END_TEST
+
+/* ---- simulator vs hand-computed timelines ----
+ * Three layers, forward 1 s each, backward 2 s each; one tensor per layer of 100, 200, 300
+ * bytes. All-reduce 1 + 0.01 s/B; reduce-scatter and all-gather 0.5 + 0.005 s/B. */
+static void hand_prof(dear_profile_t *p)
+{
+    double fw[3] = { 1, 1, 1 }, bw[3] = { 2, 2, 2 };
+    int lay[3] = { 0, 1, 2 };
+    size_t by[3] = { 100, 200, 300 };
+    make_prof(p, 3, fw, bw, 3, lay, by);
+}
+
+static const dear_sim_op_t *find_op(const dear_sim_result_t *r, dear_sim_kind_t k, int index)
+{
+    for (int i = 0; i < r->nops; i++)
+        if (r->ops[i].kind == k && r->ops[i].index == index)
+            return &r->ops[i];
+    ck_abort_msg("op %d/%d not recorded", (int)k, index);
+    return NULL;
+}
+
+START_TEST(sim_sync_and_wfbp_by_hand)
+{
+    dear_profile_t p;
+    hand_prof(&p);
+    dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005);
+    dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+    int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 }, split[3] = { 0, 1, 3 };
+    dear_plan_t pn, po, ps;
+    plan2(&pn, 3, 3, none, 3, none);
+    plan2(&po, 3, 1, one, 1, one);
+    plan2(&ps, 3, 2, split, 2, split);
+    dear_sim_result_t r = { 0 };
+    /* sync: 3 + 6 + all-reduce of 600 bytes (7) = 16. */
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_SYNC, &pn, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 16);
+    EQ(r.exposed_s, 7);
+    EQ(find_op(&r, DEAR_SIM_AR, 0)->start, 9);
+    /* wfbp, one bucket per layer: backward 3..9, grads ready at 5, 7, 9; AR 300 B 5..9,
+     * 200 B 9..12, 100 B 12..14. */
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 14);
+    EQ(r.exposed_s, 5);
+    EQ(r.comm_s, 9);
+    EQ(find_op(&r, DEAR_SIM_AR, 2)->start, 5);
+    EQ(find_op(&r, DEAR_SIM_AR, 1)->start, 9);
+    EQ(find_op(&r, DEAR_SIM_AR, 0)->end, 14);
+    EQ(find_op(&r, DEAR_SIM_BWD, 0)->start, 7);
+    /* one bucket: ready at 9, 7 s: 16. Buckets {0} and {1,2}: {1,2} ready 7, 6 s -> 13; {0} 13..15. */
+    EQ(sim_T(&p, &c, DEAR_SIM_SCHED_WFBP, &po), 16);
+    EQ(sim_T(&p, &c, DEAR_SIM_SCHED_WFBP, &ps), 15);
+    dear_sim_result_free(&r);
+    dear_plan_free(&pn);
+    dear_plan_free(&po);
+    dear_plan_free(&ps);
+    dear_prof_free(&p);
+}
+END_TEST
+
+START_TEST(sim_dear_by_hand)
+{
+    dear_profile_t p;
+    hand_prof(&p);
+    dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005);
+    dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+    int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
+    dear_plan_t pn, pm;
+    plan2(&pn, 3, 3, none, 3, none);
+    plan2(&pm, 3, 1, one, 3, none);
+    dear_sim_result_t r = { 0 };
+    /* Steady state, per layer buckets and groups. The previous iteration's reduce-scatter of
+     * tensor 0 (1 s) ends 1 s into this forward, so: AG0 1..2, fwd0 2..3, AG1 2..3.5,
+     * fwd1 3.5..4.5, AG2 3.5..5.5, fwd2 5.5..6.5; backward 6.5..12.5 (grads at 8.5, 10.5, 12.5);
+     * RS2 8.5..10.5, RS1 10.5..12, RS0 12.5..13.5 = 1 s past the iteration end 12.5. */
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_DEAR, &pn, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 12.5);
+    EQ(r.exposed_s, 3.5);
+    EQ(find_op(&r, DEAR_SIM_AG, 0)->start, 1);
+    EQ(find_op(&r, DEAR_SIM_FWD, 0)->start, 2);
+    EQ(find_op(&r, DEAR_SIM_FWD, 1)->start, 3.5);
+    EQ(find_op(&r, DEAR_SIM_AG, 2)->end, 5.5);
+    EQ(find_op(&r, DEAR_SIM_FWD, 2)->end, 6.5);
+    EQ(find_op(&r, DEAR_SIM_RS, 2)->start, 8.5);
+    EQ(find_op(&r, DEAR_SIM_RS, 1)->end, 12);
+    EQ(find_op(&r, DEAR_SIM_RS, 0)->start, 12.5);
+    EQ(find_op(&r, DEAR_SIM_RS, 0)->end, 13.5);
+    /* One reduce-scatter bucket (600 B, 3.5 s) ready at the end of backward: tail 3.5 s; the
+     * all-gathers then end at 4.5, 6, 8 against needs 0, 1, 2 (stall 6): 9 + 6 = 15. */
+    EQ(sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &pm), 15);
+    dear_sim_result_free(&r);
+    dear_plan_free(&pn);
+    dear_plan_free(&pm);
+    dear_prof_free(&p);
+}
+END_TEST
+
+/* A layer without tensors, a layer whose two tensors sit in two all-gather groups, and a
+ * trailing layer without tensors. */
+START_TEST(sim_dear_layers_without_tensors)
+{
+    double fw[4] = { 1, 1, 1, 2 }, bw[4] = { 1, 1, 1, 1 };
+    int lay[3] = { 1, 2, 2 };
+    size_t by[3] = { 100, 100, 100 };
+    dear_profile_t p;
+    make_prof(&p, 4, fw, bw, 3, lay, by);
+    dear_sim_linear_arg_t l = lin(1, 0.01, 1, 0.01);   /* RS/AG of 100 B: 2 s */
+    dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+    int rs[2] = { 0, 3 }, ag[4] = { 0, 1, 2, 3 };
+    dear_plan_t pl;
+    plan2(&pl, 3, 1, rs, 3, ag);
+    /* RS of all 300 B (4 s) ready when layer 1's backward ends, 3 s into backward (B = 4): tail
+     * 3 s. AG: 3..5 (t0), 5..7 (t1), 7..9 (t2). Layer 0 0..1; layer 1 waits for t0: 5..6;
+     * layer 2 waits for t2 (its two tensors span two groups): 9..10; layer 3 10..12. Iteration
+     * 12 + 4 = 16; RS starts at 12 + 3 = 15, ends 19: tail 3 again. */
+    dear_sim_result_t r = { 0 };
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_DEAR, &pl, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 16);
+    EQ(find_op(&r, DEAR_SIM_FWD, 0)->start, 0);
+    EQ(find_op(&r, DEAR_SIM_FWD, 1)->start, 5);
+    EQ(find_op(&r, DEAR_SIM_FWD, 2)->start, 9);
+    EQ(find_op(&r, DEAR_SIM_RS, 0)->end, 19);
+    /* SVG renders. */
+    FILE *f = fopen(tmpfile_path("g.svg"), "w");
+    ck_assert_int_eq(dear_sim_svg(&r, "test <&>", f), DEAR_OK);
+    fclose(f);
+    dear_sim_result_free(&r);
+    dear_plan_free(&pl);
+    dear_prof_free(&p);
+}
+END_TEST
+
+/* ---- MG-WFBP, hand-worked ----
+ * Same model as hand_prof, all-reduce a = 1, b = 0.01, ready times (after backward start)
+ * t2: 2, t1: 4, t0: 6. Group {t2} would start at 2; t1 is ready at 4 >= 2 + a, so {t2} is
+ * closed (ends 2 + 4 = 6) and {t1} starts at max(6, 4) = 6; t0 is ready at 6 < 6 + a, so it
+ * joins: buckets {t0, t1} and {t2}. Simulated: {t2} 5..9, {t0,t1} 9..13 -> 13 (none: 14). */
+START_TEST(mgwfbp_hand_worked)
+{
+    dear_profile_t p;
+    hand_prof(&p);
+    dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005);
+    dear_plan_problem_t prob;
+    problem_linear(&prob, &p, DEAR_SIM_SCHED_WFBP, &l);
+    dear_plan_t plan = { 0 };
+    ck_assert_int_eq(dear_plan_mgwfbp(&plan, &prob), DEAR_OK);
+    ck_assert_int_eq(plan.rs.ngroups, 2);
+    ck_assert_int_eq(plan.rs.first[0], 0);
+    ck_assert_int_eq(plan.rs.first[1], 2);
+    ck_assert_int_eq(plan.rs.first[2], 3);
+    ck_assert(dear_plan_equal(&(dear_plan_t){ .ntensors = 3, .rs = plan.rs, .ag = plan.rs }, &plan));
+    EQ(sim_T(&p, &prob.cost, DEAR_SIM_SCHED_WFBP, &plan), 13);
+    /* With a = 3 everything merges: t1 ready 4 < 2 + 3; then s = 4 and t0 ready 6 < 4 + 3. */
+    l = lin(3, 0.01, 1.5, 0.005);
+    problem_linear(&prob, &p, DEAR_SIM_SCHED_WFBP, &l);
+    ck_assert_int_eq(dear_plan_mgwfbp(&plan, &prob), DEAR_OK);
+    ck_assert_int_eq(plan.rs.ngroups, 1);
+    dear_plan_free(&plan);
+    dear_prof_free(&p);
+}
+END_TEST
+
+/* ---- DP vs brute force ---- */
+
+static uint64_t tseed = 12345;
+static double urand(void)
+{
+    tseed = tseed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(tseed >> 11) * 0x1.0p-53;
+}
+
+static void random_instance(dear_profile_t *p, int n, dear_sim_linear_arg_t *l)
+{
+    double fw[40], bw[40];
+    int lay[20];
+    size_t by[20];
+    int nl = 0;
+    if (urand() < 0.3) {   /* a leading layer without tensors */
+        fw[nl] = 0.1 + urand();
+        bw[nl] = 0.1 + urand();
+        nl++;
+    }
+    for (int t = 0; t < n; t++) {
+        if (t == 0 || urand() > 0.3) {
+            fw[nl] = 0.05 + urand();
+            bw[nl] = 0.1 + 2 * urand();
+            nl++;
+            if (urand() < 0.15) {   /* and some in the middle */
+                fw[nl] = 0.05 + urand();
+                bw[nl] = 0.1 + urand();
+                nl++;
+                fw[nl] = 0.05 + urand();
+                bw[nl] = 0.1 + urand();
+                nl++;
+            }
+        }
+        lay[t] = nl - 1;
+        by[t] = 1 + (size_t)(1000 * urand());
+    }
+    make_prof(p, nl, fw, bw, n, lay, by);
+    double a = 0.02 + 0.8 * urand(), b = 1e-4 + 3e-3 * urand();
+    *l = lin(a, b, a * (0.3 + 0.4 * urand()), b * (0.3 + 0.4 * urand()));
+}
+
+static void partition_from_mask(unsigned mask, int n, int *first, int *ng)
+{
+    int k = 0;
+    first[k++] = 0;
+    for (int i = 0; i < n - 1; i++)
+        if (mask & (1u << i))
+            first[k++] = i + 1;
+    first[k] = n;
+    *ng = k;
+}
+
+START_TEST(dp_equals_brute_force)
+{
+    dear_sim_ws_t *ws;
+    for (int inst = 0; inst < 120; inst++) {
+        int n = 2 + inst % 13;   /* 2..14 tensors */
+        dear_profile_t p;
+        dear_sim_linear_arg_t l;
+        random_instance(&p, n, &l);
+        dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+        ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
+        int rs[16], ag[16], nrs, nag;
+        /* wfbp: brute force over all-reduce bucketings. */
+        dear_plan_problem_t prob;
+        problem_linear(&prob, &p, DEAR_SIM_SCHED_WFBP, &l);
+        dear_plan_t dp = { 0 };
+        ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
+        double best = INFINITY;
+        for (unsigned m = 0; m < (1u << (n - 1)); m++) {
+            partition_from_mask(m, n, rs, &nrs);
+            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_WFBP, nrs, rs, nrs, rs);
+            best = t < best ? t : best;
+        }
+        double tdp = sim_T(&p, &c, DEAR_SIM_SCHED_WFBP, &dp);
+        ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "wfbp instance %d (n=%d): dp %.12g, brute force %.12g", inst,
+                      n, tdp, best);
+        /* dear: the reduce-scatter phase, all-gathers one group per tensor. */
+        problem_linear(&prob, &p, DEAR_SIM_SCHED_DEAR, &l);
+        ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
+        partition_from_mask((1u << (n - 1)) - 1, n, ag, &nag);
+        best = INFINITY;
+        for (unsigned m = 0; m < (1u << (n - 1)); m++) {
+            partition_from_mask(m, n, rs, &nrs);
+            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, nag, ag);
+            best = t < best ? t : best;
+        }
+        double tdp_rs = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag);
+        ck_assert_msg(fabs(tdp_rs - best) <= 1e-9 * best, "dear rs instance %d (n=%d): dp %.12g, brute %.12g", inst,
+                      n, tdp_rs, best);
+        /* dear: the all-gather phase with the DP's reduce-scatter buckets. */
+        best = INFINITY;
+        for (unsigned m = 0; m < (1u << (n - 1)); m++) {
+            partition_from_mask(m, n, ag, &nag);
+            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag);
+            best = t < best ? t : best;
+        }
+        tdp = sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &dp);
+        ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "dear ag instance %d (n=%d): dp %.12g, brute %.12g", inst, n,
+                      tdp, best);
+        /* A bucket memory cap: the DP over admissible groups equals brute force over the
+         * partitions whose groups all fit (both phases, dear). */
+        size_t maxb = 0, tot = 0;
+        for (int t = 0; t < n; t++) {
+            maxb = p.tensors[t].bytes > maxb ? p.tensors[t].bytes : maxb;
+            tot += p.tensors[t].bytes;
+        }
+        prob.cap_bytes = maxb + (size_t)((double)(tot - maxb) * 0.4 * urand());
+        ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
+        double best_rs = INFINITY, best_ag = INFINITY;
+        for (unsigned m = 0; m < (1u << (n - 1)); m++) {
+            partition_from_mask(m, n, rs, &nrs);
+            int fits = 1;
+            for (int g = 0; g < nrs && fits; g++) {
+                size_t b = 0;
+                for (int t = rs[g]; t < rs[g + 1]; t++)
+                    b += p.tensors[t].bytes;
+                fits = b <= prob.cap_bytes;
+            }
+            if (!fits)
+                continue;
+            double t1 = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, dp.ag.ngroups, dp.ag.first);
+            double t2 = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nrs, rs);
+            best_rs = t1 < best_rs ? t1 : best_rs;
+            best_ag = t2 < best_ag ? t2 : best_ag;
+        }
+        double tcap = sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &dp);
+        ck_assert_msg(fabs(tcap - best_rs) <= 1e-9 * best_rs && fabs(tcap - best_ag) <= 1e-9 * best_ag,
+                      "capped instance %d: dp %.12g, brute rs %.12g ag %.12g", inst, tcap, best_rs, best_ag);
+        for (int g = 0; g < dp.rs.ngroups; g++) {
+            size_t b = 0;
+            for (int t = dp.rs.first[g]; t < dp.rs.first[g + 1]; t++)
+                b += p.tensors[t].bytes;
+            ck_assert(b <= prob.cap_bytes);
+        }
+        prob.cap_bytes = 0;
+        ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
+        /* Both phases jointly, small n. */
+        if (n <= 7) {
+            best = INFINITY;
+            for (unsigned m1 = 0; m1 < (1u << (n - 1)); m1++)
+                for (unsigned m2 = 0; m2 < (1u << (n - 1)); m2++) {
+                    partition_from_mask(m1, n, rs, &nrs);
+                    partition_from_mask(m2, n, ag, &nag);
+                    double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, nag, ag);
+                    best = t < best ? t : best;
+                }
+            ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "dear joint instance %d: dp %.12g, brute %.12g", inst, tdp,
+                          best);
+        }
+        dear_plan_free(&dp);
+        dear_sim_ws_free(ws);
+        dear_prof_free(&p);
+    }
+}
+END_TEST
+
+/* ---- GradSSA ---- */
+
+static double plan_T(const dear_plan_problem_t *prob, const char *name, dear_plan_t *out)
+{
+    dear_plan_t pl = { 0 };
+    ck_assert_int_eq(dear_plan_by_name(&pl, prob, name), DEAR_OK);
+    double t = sim_T(prob->prof, (dear_sim_cost_t *)&prob->cost, prob->sched, &pl);
+    if (out) {
+        dear_plan_free(out);
+        *out = pl;
+    } else {
+        dear_plan_free(&pl);
+    }
+    return t;
+}
+
+START_TEST(gradssa_deterministic_and_never_worse)
+{
+    /* A non-linear cost: two algorithms crossing, and a cap on bucket memory. */
+    char path[512];
+    snprintf(path, sizeof path, "%s/fusion/profiles/resnet50.prof", DEAR_SRCDIR);
+    dear_profile_t p = { 0 };
+    ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+    dear_cost_model_t m;
+    ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, &m), DEAR_OK);
+    for (int op = 0; op < DEAR_COST_NOPS; op++) {
+        dear_cost_line_t r = m.line[op][DEAR_COST_RING];
+        m.line[op][DEAR_COST_RHD] = (dear_cost_line_t){ .valid = 1, .alpha = r.alpha / 8, .beta = r.beta * 3 };
+    }
+    size_t cap = 16u << 20;   /* above the largest tensor (9.4 MB), below the 25 MiB threshold buckets */
+    static const int scheds[2] = { DEAR_SIM_SCHED_WFBP, DEAR_SIM_SCHED_DEAR };
+    for (int si = 0; si < 2; si++) {
+        int s = scheds[si];
+        dear_sim_model_arg_t marg;
+        dear_plan_problem_t prob;
+        ck_assert_int_eq(dear_plan_problem_init(&prob, &p, (dear_sim_sched_t)s, &m, cap, &marg), DEAR_OK);
+        prob.rounds = 60;
+        prob.seed = 42;
+        dear_plan_t a = { 0 }, b = { 0 };
+        double ta = plan_T(&prob, "gradssa", &a);
+        double tb = plan_T(&prob, "gradssa", &b);
+        ck_assert(dear_plan_equal(&a, &b));
+        EQ(ta, tb);
+        double seeds = INFINITY;
+        static const char *const names[] = { "none", "one", "mgwfbp", "dp", "threshold" };
+        for (int i = 0; i < 5; i++) {
+            double t = plan_T(&prob, names[i], NULL);
+            seeds = t < seeds ? t : seeds;
+        }
+        ck_assert_msg(ta <= seeds * (1 + 1e-12), "%s: gradssa %.9g worse than best seed %.9g",
+                      dear_sim_sched_name((dear_sim_sched_t)s), ta, seeds);
+        /* The best seed respects the cap (per-layer buckets do), so gradssa's plan must too. */
+        for (int g = 0; g < a.rs.ngroups; g++) {
+            size_t bytes = 0;
+            for (int t = a.rs.first[g]; t < a.rs.first[g + 1]; t++)
+                bytes += p.tensors[t].bytes;
+            ck_assert(bytes <= cap);
+        }
+        /* auto is no worse than gradssa. */
+        ck_assert(plan_T(&prob, "auto", NULL) <= ta * (1 + 1e-12));
+        dear_plan_free(&a);
+        dear_plan_free(&b);
+    }
+    dear_prof_free(&p);
+}
+END_TEST
+
+START_TEST(gradssa_within_1pct_of_dp_on_shipped)
+{
+    static const char *const models[] = { "resnet50", "vgg16", "densenet201", "bert-base", "gpt2-small" };
+    dear_cost_model_t m;
+    ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, &m), DEAR_OK);
+    for (int i = 0; i < 5; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/fusion/profiles/%s.prof", DEAR_SRCDIR, models[i]);
+        dear_profile_t p = { 0 };
+        ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+        dear_sim_model_arg_t marg;
+        dear_plan_problem_t prob;
+        ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SIM_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
+        prob.rounds = 30;
+        double tdp = plan_T(&prob, "dp", NULL), tssa = plan_T(&prob, "gradssa", NULL);
+        ck_assert_msg(tssa <= 1.01 * tdp, "%s: gradssa %.6g vs dp %.6g", models[i], tssa, tdp);
+        /* DP is exact here, so nothing may beat it by more than rounding. */
+        ck_assert_msg(tssa >= tdp * (1 - 1e-9), "%s: gradssa %.9g beat the exact dp %.9g", models[i], tssa, tdp);
+        dear_prof_free(&p);
+    }
+}
+END_TEST
+
+/* ---- plan files ---- */
+
+START_TEST(planfile_round_trip_and_refusal)
+{
+    dear_tensor_desc_t t[5] = { { 100, 0 }, { 200, 1 }, { 300, 1 }, { 50, 2 }, { 7, 4 } };
+    const char *names[5] = { "a", "b", "c", "d", "e" };
+    int rs[4] = { 0, 1, 3, 5 }, ag[3] = { 0, 4, 5 };
+    dear_plan_t pl, back = { 0 };
+    plan2(&pl, 5, 3, rs, 2, ag);
+    snprintf(pl.planner, sizeof pl.planner, "dp");
+    const char *path = tmpfile_path("x.plan");
+    ck_assert_int_eq(dear_planfile_save(path, &pl, t, names), DEAR_OK);
+    ck_assert_int_eq(dear_planfile_load(path, 5, t, names, &back), DEAR_OK);
+    ck_assert(dear_plan_equal(&pl, &back));
+    ck_assert_str_eq(back.planner, "dp");
+    /* Wrong count. */
+    capture();
+    ck_assert_int_eq(dear_planfile_load(path, 4, t, names, &back), DEAR_ERR_MISMATCH);
+    ck_assert_msg(strstr(logbuf, "made for 5 tensors, 4 are registered") != NULL, "%s", logbuf);
+    /* One tensor of another size: named. */
+    logbuf[0] = '\0';
+    dear_tensor_desc_t t2[5];
+    memcpy(t2, t, sizeof t);
+    t2[2].bytes = 301;
+    ck_assert_int_eq(dear_planfile_load(path, 5, t2, names, &back), DEAR_ERR_MISMATCH);
+    ck_assert_msg(strstr(logbuf, "tensor 2") && strstr(logbuf, "'c'") && strstr(logbuf, "301"), "%s", logbuf);
+    /* Another name. */
+    logbuf[0] = '\0';
+    const char *names2[5] = { "a", "b", "c", "dd", "e" };
+    ck_assert_int_eq(dear_planfile_load(path, 5, t, names2, &back), DEAR_ERR_MISMATCH);
+    ck_assert(strstr(logbuf, "'dd'") != NULL);
+    /* Malformed: group starts out of order, and truncation. */
+    logbuf[0] = '\0';
+    write_file(path, "dear-plan 1\nplanner x\ntensors 5\nrs 2 0 6\nag 1 0\nend\n");
+    ck_assert_int_eq(dear_planfile_load(path, 5, NULL, NULL, &back), DEAR_ERR_FORMAT);
+    ck_assert_msg(strstr(logbuf, "x.plan:4:") != NULL, "%s", logbuf);
+    logbuf[0] = '\0';
+    write_file(path, "dear-plan 1\nplanner x\ntensors 5\nrs 2 0 3\nag 1 0\n");
+    ck_assert_int_eq(dear_planfile_load(path, 5, NULL, NULL, &back), DEAR_ERR_FORMAT);
+    ck_assert(strstr(logbuf, "truncated") != NULL);
+    uncapture();
+    /* Still intact after the refusals. */
+    ck_assert(dear_plan_equal(&pl, &back));
+    dear_plan_free(&pl);
+    dear_plan_free(&back);
+}
+END_TEST
+
+/* ---- planner timing: a smoke bound so a regression to exponential time shows ---- */
+START_TEST(planners_fast_on_2000_tensors)
+{
+    dear_profile_t p;
+    dear_prof_init(&p, "big");
+    for (int l = 0; l < 1000; l++)
+        ck_assert_int_eq(dear_prof_add_layer(&p, l, 1e-4 * (1 + l % 7), 2e-4 * (1 + l % 5)), DEAR_OK);
+    for (int t = 0; t < 2000; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", t);
+        ck_assert_int_eq(dear_prof_add_tensor(&p, name, t / 2, 4096 * (size_t)(1 + (t * 7919) % 97)), DEAR_OK);
+    }
+    char msg[128];
+    ck_assert_int_eq(dear_prof_check(&p, msg, sizeof msg), DEAR_OK);
+    dear_cost_model_t m;
+    ck_assert_int_eq(dear_cost_preset("10gbe", 16, 1, &m), DEAR_OK);
+    dear_sim_model_arg_t marg;
+    dear_plan_problem_t prob;
+    ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SIM_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
+    dear_plan_t pl = { 0 };
+    ck_assert_int_eq(dear_plan_dp(&pl, &prob), DEAR_OK);
+    ck_assert_int_eq(dear_plan_mgwfbp(&pl, &prob), DEAR_OK);
+    char err[256];
+    ck_assert_int_eq(dear_plan_validate(&pl, 2000, err, sizeof err), DEAR_OK);
+    dear_plan_free(&pl);
+    dear_prof_free(&p);
+}
+END_TEST
+
+static Suite *fusion_suite(void)
+{
+    Suite *s = suite_create("fusion");
+    TCase *tc = tcase_create("cost");
+    tcase_add_test(tc, cost_fit_recovers_line);
+    tcase_add_test(tc, cost_presets_and_scaling);
+    tcase_add_test(tc, cost_per_size_switch);
+    tcase_add_test(tc, cost_file_round_trip);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("profile");
+    tcase_add_test(tc, profile_round_trip);
+    tcase_add_test(tc, profile_shipped);
+    tcase_add_test(tc, profile_bad_lines);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sim");
+    tcase_add_test(tc, sim_sync_and_wfbp_by_hand);
+    tcase_add_test(tc, sim_dear_by_hand);
+    tcase_add_test(tc, sim_dear_layers_without_tensors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("planners");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, mgwfbp_hand_worked);
+    tcase_add_test(tc, dp_equals_brute_force);
+    tcase_add_test(tc, gradssa_deterministic_and_never_worse);
+    tcase_add_test(tc, gradssa_within_1pct_of_dp_on_shipped);
+    tcase_add_test(tc, planners_fast_on_2000_tensors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("planfile");
+    tcase_add_test(tc, planfile_round_trip_and_refusal);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    make_tmpdir();   /* before the forks, so the parent can remove it */
+    SRunner *sr = srunner_create(fusion_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (tmpdir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir);
+    }
+    return failed ? 1 : 0;
+}
