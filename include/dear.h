@@ -106,27 +106,47 @@ DEAR_API int dear_init(MPI_Comm comm, dear_ctx_t **ctx);
 /* Register one gradient tensor, in forward order. layer: the caller's layer id; ids must be
  * non-decreasing in registration order and a layer may hold several tensors. grad must stay
  * valid until dear_finalize; tensors that lie back to back in memory (one gradient arena) are
- * communicated without copies. name: up to 63 characters, unique. */
+ * communicated without copies. name: up to 63 characters, unique. count must be > 0; dtype
+ * a floating type (DEAR_INT32 is refused: it cannot be averaged); update may be NULL (the
+ * averaged gradient is then only left in grad). Errors: DEAR_ERR_ARG, DEAR_ERR_UNSUPPORTED
+ * (DEAR_MEM_CUDA), DEAR_ERR_STATE (after dear_commit). */
 DEAR_API int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
                            dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg);
 
 /* Freeze the registry and build the communication plan. Collective: every rank must have
  * registered the same tensors (name, layer, count, type, order); otherwise every rank fails
- * within seconds with DEAR_ERR_MISMATCH and a message naming the first difference. */
+ * within seconds with DEAR_ERR_MISMATCH and a message naming the first difference.
+ * With a model-driven planner (DEAR_FUSION=mgwfbp|dp|gradssa|auto, auto being the default) on
+ * two or more ranks, commit also gets the cost model: DEAR_CALIBRATE=auto measures the
+ * collectives on the communicator (about 0.2 s on 4 ranks of one host) unless
+ * DEAR_CALIBRATION_FILE already holds it; DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Training
+ * then starts on the threshold plan; see dear_backward_end for the switch. DEAR_PLAN_FILE,
+ * DEAR_FUSION=none|threshold and DEAR_SCHEDULE=sync keep one fixed plan. */
 DEAR_API int dear_commit(dear_ctx_t *ctx);
 
 /* Before computing the forward pass of layer: waits until the layer's averaged gradients from
- * the previous iteration are in place and runs their updates (schedule `dear`). */
+ * the previous iteration are in place and runs their updates (schedule `dear`). Call it for
+ * every layer before the backward pass writes that layer's gradients; a repeated call (an
+ * evaluation forward) has nothing left to do. An unknown layer id is DEAR_ERR_ARG; a call
+ * between the first dear_backward_done and dear_backward_end is DEAR_ERR_STATE. */
 DEAR_API int dear_forward_begin(dear_ctx_t *ctx, int layer);
 
-/* After the gradients of layer are written: buckets that became complete are queued. */
+/* After the gradients of layer are written: buckets that became complete are queued. A second
+ * call for a layer in the same backward pass is DEAR_ERR_STATE. */
 DEAR_API int dear_backward_done(dear_ctx_t *ctx, int layer);
 
 /* After the whole backward pass: queues the all-gathers (dear) or waits for the all-reduces
- * and runs the updates (wfbp, sync). */
+ * and runs the updates (wfbp, sync). DEAR_ERR_STATE unless every layer reported backward_done.
+ * Online planning happens here: at the backward_end of iteration DEAR_WARMUP_ITERS (and every
+ * DEAR_REPLAN_EVERY iterations after it) every rank waits for the collectives in flight (dear:
+ * this iteration's all-gathers, so this one call blocks for them; the updates still run in the
+ * next dear_forward_begin), rank 0 plans from the measured per-layer times and broadcasts, and
+ * all ranks continue on the new plan. Results are unchanged by a switch (same sums, same
+ * updates); DEAR_LOG_LEVEL=info logs the plan and its predicted iteration time. */
 DEAR_API int dear_backward_end(dear_ctx_t *ctx);
 
-/* Complete all communication in flight and run every pending update. */
+/* Complete all communication in flight and run every pending update. Between iterations only
+ * (during a backward pass it is DEAR_ERR_STATE); a no-op when nothing is pending. */
 DEAR_API int dear_flush(dear_ctx_t *ctx);
 
 /* Snapshot of the counters. */

@@ -5,5 +5,7 @@ runtime_libdearbase_la_SOURCES = runtime/status.c runtime/log.c runtime/log.h ru
 runtime_libdearbase_la_CFLAGS = $(AM_CFLAGS) $(VIS_CFLAGS)
 EXTRA_DIST += runtime/params.def
 
-runtime_libdearrt_la_SOURCES = runtime/api.c
+runtime_libdearrt_la_SOURCES = runtime/api.c runtime/rt.h runtime/model.c runtime/engine.c runtime/hooks.c \
+    runtime/planning.c
 runtime_libdearrt_la_CFLAGS = $(AM_CFLAGS) $(VIS_CFLAGS) $(HWLOC_CFLAGS)
+runtime_libdearrt_la_SOURCES += runtime/timeline.c runtime/topo.c runtime/timeline.h runtime/topo.h

@@ -1,0 +1,458 @@
+/*
+ * Fusion planning inside the runtime: the cost model at commit and the switch from the warm-up
+ * plan to a model-driven one during training.
+ *
+ * At commit (dear_planning_setup), when DEAR_FUSION names a model-driven planner (mgwfbp, dp,
+ * gradssa, auto), the schedule is not sync, no DEAR_PLAN_FILE is given and there are at least two
+ * ranks, the runtime gets a cost model: DEAR_CALIBRATE=auto measures reduce-scatter, all-gather
+ * and all-reduce for each algorithm on the context's private communicator (four sizes, three
+ * repetitions, the slowest rank's time, median per size, least-squares line) unless
+ * DEAR_CALIBRATION_FILE already holds lines for this communicator size and ranks per host;
+ * DEAR_CALIBRATE=off takes DEAR_COST_PRESET. The cache is read on rank 0 and the model
+ * broadcast, so every rank plans from the same numbers. A corrupt cache is not fatal: it is
+ * reported, kept as PATH.corrupt, measured again and replaced. This runs before the progress
+ * thread starts, so the communicator is the application thread's alone.
+ *
+ * During training (dear_planning_replan, from dear_backward_end of iteration DEAR_WARMUP_ITERS
+ * and then every DEAR_REPLAN_EVERY iterations) the caller has drained every collective of the
+ * old plan; the progress thread is stopped, the per-layer medians are combined (slowest rank),
+ * rank 0 plans and broadcasts, every rank rebuilds its buckets from the same plan and the
+ * progress thread restarts with the new operation order. Because this happens on every rank at
+ * the same backward_end, the global order of collectives stays identical across ranks.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion/cost.h"
+#include "fusion/planners.h"
+#include "fusion/profile.h"
+#include "fusion/sim.h"
+#include "runtime/check.h"
+#include "runtime/params.h"
+#include "runtime/rt.h"
+#include "runtime/util.h"
+
+/* Four sizes spanning start-up dominated to bandwidth dominated, three repetitions each: about
+ * 0.2-0.5 s for the nine (collective, algorithm) pairs at 4 ranks on shared memory. */
+static const size_t calib_bytes[] = { 8u << 10, 128u << 10, 1u << 20, 4u << 20 };
+#define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
+#define CALIB_REPS 3
+
+static const dear_coll_algo_t algo_of_cost[DEAR_COST_NALGOS] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_MPI };
+static const dear_coll_op_t coll_of_cost[DEAR_COST_NOPS] = { DEAR_COLL_REDUCE_SCATTER, DEAR_COLL_ALLGATHER,
+                                                             DEAR_COLL_ALLREDUCE };
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void log_model(const dear_ctx_t *ctx, const char *how)
+{
+    if (!DEAR_LOG_ON(DEAR_LOG_INFO) || ctx->rank != 0) /* the same on every rank: printed once */
+        return;
+    DEAR_INFO("plan", "cost model (%s) for P=%d, %d rank(s) per host: %s", ctx->cost.source, ctx->cost.comm_size,
+              ctx->cost.ranks_per_host, how);
+    for (int op = 0; op < DEAR_COST_NOPS; op++)
+        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+            const dear_cost_line_t *l = &ctx->cost.line[op][a];
+            if (!l->valid)
+                continue;
+            DEAR_INFO("plan", "  %s %-4s alpha %.2f us, beta %.4f ns/B (%.0f MB/s), gamma %.4f ns/B, fit error %.1f%% "
+                              "over %d sample(s)",
+                      dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a), 1e6 * l->alpha,
+                      1e9 * l->beta, l->beta > 0 ? 1e-6 / l->beta : 0.0, 1e9 * l->gamma, 100 * l->fit_err,
+                      l->nsamples);
+        }
+}
+
+/* One timed collective; the barrier lines the ranks up so the slowest rank's time is the
+ * collective's, not its skew. DEAR_ERR_UNSUPPORTED from start (size limits) is returned
+ * without logging: the same on every rank, it only means the algorithm is skipped. */
+static int time_one(dear_ctx_t *ctx, dear_coll_args_t *args, double *seconds)
+{
+    dear_coll_req_t *req = NULL;
+    DEAR_MPI_CHECK(MPI_Barrier(ctx->comm));
+    double t0 = dear_now();
+    int rc = dear_coll_start(args, &req);
+    if (rc != DEAR_OK)
+        return rc;
+    rc = dear_coll_wait(req);
+    *seconds = dear_now() - t0;
+    dear_coll_free(req);
+    return rc;
+}
+
+/* Measure every wanted (collective, algorithm) pair and fit; the fitted model is the same on
+ * every rank (rank 0 fits from the slowest rank's samples and broadcasts). */
+static int calibrate(dear_ctx_t *ctx, const int *want_algo)
+{
+    int rc = DEAR_OK;
+    size_t maxb = calib_bytes[CALIB_NSIZES - 1];
+    size_t count = maxb / sizeof(float);
+    float *buf = NULL;
+    double *t = NULL, *tmax = NULL;
+    size_t nt = (size_t)DEAR_COST_NOPS * DEAR_COST_NALGOS * CALIB_NSIZES * CALIB_REPS;
+    double t_start = dear_now();
+
+    DEAR_ALLOC_GOTO(buf, malloc(maxb), maxb, rc, out);
+    DEAR_ALLOC_GOTO(t, calloc(nt, sizeof *t), nt * sizeof *t, rc, out);
+    DEAR_ALLOC_GOTO(tmax, calloc(nt, sizeof *tmax), nt * sizeof *tmax, rc, out);
+    for (size_t i = 0; i < count; i++)
+        buf[i] = 1.0f;
+    for (int op = 0; op < DEAR_COST_NOPS; op++)
+        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+            if (!want_algo[a])
+                continue;
+            for (int s = 0; s < CALIB_NSIZES; s++)
+                for (int r = 0; r < CALIB_REPS; r++) {
+                    dear_coll_args_t args = { 0 };
+                    args.op = coll_of_cost[op];
+                    args.algo = algo_of_cost[a];
+                    args.dtype = DEAR_FLOAT32;
+                    args.comm = ctx->comm;
+                    args.tag = 0; /* nothing else runs on the communicator before commit ends */
+                    args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
+                    args.recvbuf = buf;
+                    args.count = calib_bytes[s] / sizeof(float);
+                    size_t k = (((size_t)op * DEAR_COST_NALGOS + (size_t)a) * CALIB_NSIZES + (size_t)s) * CALIB_REPS +
+                               (size_t)r;
+                    int r1 = time_one(ctx, &args, &t[k]);
+                    if (r1 == DEAR_ERR_UNSUPPORTED) {
+                        t[k] = -1; /* this size is beyond the algorithm: no sample */
+                        continue;
+                    }
+                    if (r1 != DEAR_OK) {
+                        DEAR_ERROR("plan", "calibration: %s with algorithm %s on %zu bytes failed: %s",
+                                   dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a),
+                                   calib_bytes[s], dear_status_string(r1));
+                        rc = r1;
+                        goto out;
+                    }
+                }
+        }
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
+    if (ctx->rank == 0) {
+        dear_cost_model_t m;
+        memset(&m, 0, sizeof m);
+        m.comm_size = ctx->size;
+        m.ranks_per_host = ctx->topo.max_local_size;
+        snprintf(m.source, sizeof m.source, "fit");
+        for (int op = 0; op < DEAR_COST_NOPS; op++)
+            for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+                if (!want_algo[a])
+                    continue;
+                double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
+                int n = 0;
+                for (int s = 0; s < CALIB_NSIZES; s++) {
+                    double *v = &tmax[(((size_t)op * DEAR_COST_NALGOS + (size_t)a) * CALIB_NSIZES + (size_t)s) *
+                                      CALIB_REPS];
+                    if (v[0] < 0)
+                        continue;
+                    qsort(v, CALIB_REPS, sizeof *v, cmp_double);
+                    xs[n] = (double)calib_bytes[s];
+                    ys[n++] = v[CALIB_REPS / 2];
+                }
+                if (n >= 2 && dear_cost_fit(xs, ys, n, &m.line[op][a]) != DEAR_OK)
+                    DEAR_WARN("plan", "calibration: no line fits %s/%s; that algorithm is left out of the model",
+                              dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a));
+            }
+        ctx->cost = m;
+    }
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->cost, (int)sizeof ctx->cost, MPI_BYTE, 0, ctx->comm), rc, out);
+    ctx->calib_measured++;
+    DEAR_INFO("plan", "calibration: measured %d size(s) x %d repetition(s) per collective and algorithm in %.3f s",
+              CALIB_NSIZES, CALIB_REPS, dear_now() - t_start);
+out:
+    free(buf);
+    free(t);
+    free(tmax);
+    return rc;
+}
+
+/* 1 if model has a line for every collective among the wanted algorithms. */
+static int model_covers(const dear_cost_model_t *m, const int *want_algo)
+{
+    for (int op = 0; op < DEAR_COST_NOPS; op++) {
+        int any = 0;
+        for (int a = 0; a < DEAR_COST_NALGOS; a++)
+            any |= want_algo[a] && m->line[op][a].valid;
+        if (!any)
+            return 0;
+    }
+    return 1;
+}
+
+/* DEAR_CALIBRATE=auto: the cache (rank 0 reads, everyone receives), else a measurement. */
+static int cost_calibrated(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK, want_algo[DEAR_COST_NALGOS] = { 1, 1, 1 };
+    /* A forced algorithm is the only one the runtime will run: measure only that one. One the
+     * cost model has no line for (direct) leaves all three measured, as an approximation. */
+    int forced = (int)dear_param_enum(DEAR_P_COLL_ALGO); /* auto|ring|rhd|mpi|... = dear_coll_algo_t */
+    if (forced > 0 && forced <= DEAR_COST_NALGOS)
+        for (int a = 0; a < DEAR_COST_NALGOS; a++)
+            want_algo[a] = (int)algo_of_cost[a] == forced;
+    const char *path = dear_param_string(DEAR_P_CALIBRATION_FILE);
+    int use_file = path && path[0];
+    int verdict = 0; /* rank 0's: 1 cache hit, 0 measure, 2 measure and replace a corrupt file */
+    if (ctx->rank == 0 && use_file) {
+        dear_cost_model_t m;
+        int found = 0;
+        int lrc = dear_cost_load(path, ctx->size, ctx->topo.max_local_size, &m, &found);
+        if (lrc == DEAR_ERR_FORMAT) {
+            DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s is corrupt (the error above names the line): measuring "
+                              "again; the file is kept as %s.corrupt and a new one is written",
+                      path, path);
+            verdict = 2;
+        } else if (lrc != DEAR_OK) {
+            DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s cannot be read (%s): measuring again", path,
+                      dear_status_string(lrc));
+        } else if (found > 0 && model_covers(&m, want_algo)) {
+            ctx->cost = m;
+            verdict = 1;
+        }
+    }
+    DEAR_MPI_CHECK(MPI_Bcast(&verdict, 1, MPI_INT, 0, ctx->comm));
+    if (verdict == 1) {
+        DEAR_MPI_CHECK(MPI_Bcast(&ctx->cost, (int)sizeof ctx->cost, MPI_BYTE, 0, ctx->comm));
+        log_model(ctx, "loaded from the calibration cache, nothing measured");
+        return DEAR_OK;
+    }
+    DEAR_CHECK(calibrate(ctx, want_algo));
+    log_model(ctx, "measured at commit");
+    if (ctx->rank == 0 && use_file) {
+        if (verdict == 2) {
+            char bad[4200];
+            snprintf(bad, sizeof bad, "%s.corrupt", path);
+            if (rename(path, bad) != 0)
+                DEAR_WARN("plan", "cannot move the corrupt %s aside to %s", path, bad);
+        }
+        rc = dear_cost_save(path, &ctx->cost);
+        if (rc != DEAR_OK)
+            DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s: cannot save the fitted model (%s); the next run measures "
+                              "again",
+                      path, dear_status_string(rc));
+    }
+    return DEAR_OK;
+}
+
+int dear_planning_setup(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK;
+    /* Rank 0's settings decide, as its plan does: ranks with different environments still agree
+     * on whether and when to plan. */
+    const char *fusion = dear_param_string(DEAR_P_FUSION);
+    const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
+    int cfg[4];
+    cfg[0] = (strcmp(fusion, "mgwfbp") == 0 || strcmp(fusion, "dp") == 0 || strcmp(fusion, "gradssa") == 0 ||
+              strcmp(fusion, "auto") == 0) &&
+             ctx->sched != DEAR_SCHED_SYNC && !(pfile && pfile[0]) && ctx->size > 1;
+    cfg[1] = (int)dear_param_int(DEAR_P_WARMUP_ITERS);
+    cfg[2] = (int)dear_param_int(DEAR_P_REPLAN_EVERY);
+    cfg[3] = (int)dear_param_enum(DEAR_P_CALIBRATE); /* auto|off */
+    DEAR_MPI_CHECK(MPI_Bcast(cfg, 4, MPI_INT, 0, ctx->comm));
+    ctx->online = cfg[0];
+    ctx->replan_every = cfg[2];
+    ctx->next_plan_iter = ctx->online ? cfg[1] : -1;
+    if (!ctx->online)
+        return DEAR_OK;
+    if (cfg[3] == 0) {
+        rc = cost_calibrated(ctx);
+    } else {
+        char name[32];
+        if (ctx->rank == 0)
+            snprintf(name, sizeof name, "%s", dear_param_string(DEAR_P_COST_PRESET));
+        DEAR_MPI_CHECK(MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, ctx->comm));
+        rc = dear_cost_preset(name, ctx->size, ctx->topo.max_local_size, &ctx->cost);
+        if (rc == DEAR_OK)
+            log_model(ctx, "DEAR_CALIBRATE=off, from DEAR_COST_PRESET");
+    }
+    /* Every rank computed or received the same model; a failure on one is a failure on all. */
+    int any = rc != DEAR_OK, all = 0;
+    DEAR_MPI_CHECK(MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, ctx->comm));
+    if (all && rc == DEAR_OK) {
+        DEAR_ERROR("plan", "dear_commit: another rank could not build the cost model; see its message");
+        rc = DEAR_ERR_INTERNAL;
+    }
+    if (rc == DEAR_OK)
+        DEAR_INFO("plan", "online planning: planner %s after %d warm-up iteration(s)%s", fusion, cfg[1],
+                  cfg[2] > 0 ? ", then again periodically (DEAR_REPLAN_EVERY)" : "");
+    return rc;
+}
+
+/* Rank 0: the profile of the last iterations (slowest rank's medians). */
+static int build_profile(const dear_ctx_t *ctx, const double *med, dear_profile_t *prof)
+{
+    int rc = DEAR_OK;
+    char msg[256];
+    dear_prof_init(prof, "online");
+    for (int l = 0; l < ctx->nlayers && rc == DEAR_OK; l++)
+        rc = dear_prof_add_layer(prof, ctx->layers[l].id, med[2 * l], med[2 * l + 1]);
+    for (int t = 0; t < ctx->ntensors && rc == DEAR_OK; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%d", t);
+        rc = dear_prof_add_tensor(prof, name, ctx->tensors[t].layer, ctx->tensors[t].bytes);
+    }
+    if (rc == DEAR_OK && (rc = dear_prof_check(prof, msg, sizeof msg)) != DEAR_OK)
+        DEAR_ERROR("plan", "online planning: the measured profile is rejected: %s", msg);
+    return rc;
+}
+
+static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
+{
+    dear_sim_result_t r = { 0 };
+    if (dear_sim_run(prob->prof, &prob->cost, prob->sched, plan, 0, &r) != DEAR_OK)
+        return INFINITY;
+    return r.iter_s;
+}
+
+/* auto for schedule dear: the phases are planned separately, so the best reduce-scatter
+ * buckets and the best all-gather groups may come from different planners. */
+static int plan_auto_per_phase(dear_plan_t *out, const dear_plan_problem_t *prob)
+{
+    static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp", "gradssa" };
+    enum { NC = (int)(sizeof cands / sizeof cands[0]) };
+    dear_plan_t p[NC];
+    int rc = DEAR_OK, bi = 0, bj = 0;
+    double best = INFINITY;
+    memset(p, 0, sizeof p);
+    for (int c = 0; c < NC && rc == DEAR_OK; c++)
+        rc = dear_plan_by_name(&p[c], prob, cands[c]);
+    for (int i = 0; i < NC && rc == DEAR_OK; i++)
+        for (int j = 0; j < NC; j++) {
+            dear_plan_t mix = { .ntensors = p[i].ntensors, .rs = p[i].rs, .ag = p[j].ag };
+            double t = predict(prob, &mix);
+            if (t < best) { /* ties keep the earlier, simpler pair */
+                best = t;
+                bi = i;
+                bj = j;
+            }
+        }
+    if (rc == DEAR_OK) {
+        dear_plan_t res = { 0 };
+        res.ntensors = p[bi].ntensors;
+        rc = dear_partition_set(&res.rs, res.ntensors, p[bi].rs.ngroups, p[bi].rs.first);
+        if (rc == DEAR_OK)
+            rc = dear_partition_set(&res.ag, res.ntensors, p[bj].ag.ngroups, p[bj].ag.first);
+        if (rc == DEAR_OK) {
+            if (bi == bj)
+                snprintf(res.planner, sizeof res.planner, "auto:%.26s", p[bi].planner);
+            else
+                snprintf(res.planner, sizeof res.planner, "auto:%.12s+%.12s", p[bi].planner, p[bj].planner);
+            dear_plan_free(out);
+            *out = res;
+        } else {
+            dear_plan_free(&res);
+        }
+    }
+    for (int c = 0; c < NC; c++)
+        dear_plan_free(&p[c]);
+    return rc;
+}
+
+/* Rank 0: plan from the medians; logs the choice against the threshold plan. */
+static int plan_rank0(dear_ctx_t *ctx, const double *med, dear_plan_t *plan)
+{
+    int rc;
+    dear_profile_t prof;
+    dear_plan_problem_t prob;
+    dear_sim_model_arg_t marg;
+    dear_plan_t thr = { 0 };
+    const char *fusion = dear_param_string(DEAR_P_FUSION);
+    double t0 = dear_now();
+
+    memset(&prof, 0, sizeof prof);
+    rc = build_profile(ctx, med, &prof);
+    if (rc == DEAR_OK)
+        rc = dear_plan_problem_init(&prob, &prof, (dear_sim_sched_t)ctx->sched, &ctx->cost, 0, &marg);
+    if (rc == DEAR_OK) {
+        prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
+        prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
+        if (strcmp(fusion, "auto") == 0 && ctx->sched == DEAR_SCHED_DEAR)
+            rc = plan_auto_per_phase(plan, &prob);
+        else
+            rc = dear_plan_by_name(plan, &prob, fusion);
+        if (rc != DEAR_OK)
+            DEAR_ERROR("plan", "online planning: planner %s failed for %d tensors: %s", fusion, ctx->ntensors,
+                       dear_status_string(rc));
+    }
+    if (rc == DEAR_OK && DEAR_LOG_ON(DEAR_LOG_INFO)) {
+        double tnew = predict(&prob, plan), tcur = predict(&prob, &ctx->plan), tthr = INFINITY;
+        if (dear_plan_by_name(&thr, &prob, "threshold") == DEAR_OK)
+            tthr = predict(&prob, &thr);
+        DEAR_INFO("plan", "online plan at iteration %lld (%s, schedule %s): %s with %d reduce-scatter bucket(s) "
+                          "and %d all-gather group(s); predicted iteration %.3f ms vs %.3f ms with threshold "
+                          "(%zu B) and %.3f ms with the current plan (%s, %d bucket(s)); compute %.3f ms; planned "
+                          "in %.1f ms",
+                  ctx->iter, fusion, dear_sched_name(ctx->sched), plan->planner, plan->rs.ngroups, plan->ag.ngroups,
+                  1e3 * tnew, 1e3 * tthr, prob.threshold, 1e3 * tcur, ctx->plan.planner, ctx->plan.rs.ngroups,
+                  1e3 * (dear_prof_fwd_total(&prof) + dear_prof_bwd_total(&prof)), 1e3 * (dear_now() - t0));
+    }
+    dear_plan_free(&thr);
+    dear_prof_free(&prof);
+    return rc;
+}
+
+int dear_planning_replan(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK;
+    double *med = NULL, *all = NULL;
+    dear_plan_t plan = { 0 };
+
+    /* The caller drained the old plan's collectives: with the thread stopped, the communicator
+     * is this thread's alone and the operations can be rebuilt. */
+    dear_engine_stop(ctx);
+    ctx->stop = 0;
+    size_t bytes = sizeof(double) * 2 * (size_t)ctx->nlayers;
+    DEAR_ALLOC_GOTO(med, malloc(bytes), bytes, rc, out);
+    DEAR_ALLOC_GOTO(all, malloc(bytes), bytes, rc, out);
+    for (int l = 0; l < ctx->nlayers; l++) {
+        med[2 * l] = dear_samples_median(&ctx->fwd_times[l]);
+        med[2 * l + 1] = dear_samples_median(&ctx->bwd_times[l]);
+    }
+    /* A plan must fit the slowest worker. */
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(med, all, 2 * ctx->nlayers, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
+    if (ctx->rank == 0)
+        rc = plan_rank0(ctx, all, &plan);
+    /* Switch only after this; a planner failure keeps the plan that works (communication
+     * errors stop the context as usual). */
+    ctx->next_plan_iter = ctx->replan_every > 0 ? ctx->iter + ctx->replan_every : -1;
+    rc = dear_model_bcast_plan(ctx, &plan, rc);
+    if (rc == DEAR_ERR_MPI || rc == DEAR_ERR_NOMEM)
+        goto out;
+    if (rc != DEAR_OK) {
+        DEAR_WARN("plan", "online planning at iteration %lld failed (%s); keeping plan %s", ctx->iter,
+                  dear_status_string(rc), ctx->plan.planner);
+        rc = DEAR_OK;
+        goto out;
+    }
+    if (!dear_plan_equal(&plan, &ctx->plan)) {
+        DEAR_CHECK_GOTO(dear_model_rebuild(ctx, &plan), rc, out);
+    } else {
+        /* Same buckets: keep them, but record who confirmed them. */
+        snprintf(ctx->plan.planner, sizeof ctx->plan.planner, "%s", plan.planner);
+        DEAR_INFO("plan", "online plan at iteration %lld: unchanged (%d bucket(s))", ctx->iter, ctx->nbuckets);
+    }
+    ctx->nplans++;
+out:
+    if (rc != DEAR_OK) {
+        /* The context cannot go on (no consistent plan, or MPI failed): later hooks say so. */
+        ctx->engine_rc = rc;
+        ctx->next_plan_iter = -1;
+    }
+    if (ctx->nops > 0) {
+        /* The new operation order starts with this iteration on every rank. */
+        ctx->next_seq = ctx->iter * ctx->nops;
+        int src = dear_engine_start(ctx);
+        if (src != DEAR_OK && rc == DEAR_OK)
+            rc = ctx->engine_rc = src;
+    }
+    dear_plan_free(&plan);
+    free(med);
+    free(all);
+    return rc;
+}
