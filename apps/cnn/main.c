@@ -1,0 +1,850 @@
+/*
+ * dear-cnn: data-parallel training of a small CNN on Fashion-MNIST with libdear.
+ *
+ *     mpirun -np 4 --oversubscribe dear-cnn      (5 epochs, about 91% test accuracy, ~2 min on
+ *                                                 2 cores)
+ *
+ * Every rank holds the whole model and trains on its shard of every global batch (--batch is
+ * the global batch, split evenly). libdear averages the gradients: the trainer tells it where
+ * the model is (dear_forward_begin before each layer's forward, dear_backward_done after each
+ * layer's backward, dear_backward_end after the pass) and registers one update function per
+ * tensor, SGD with momentum and weight decay, which the runtime calls the moment that tensor's
+ * averaged gradient is in place. The same code runs under every schedule (--schedule
+ * dear|wfbp|sync). The model itself is in model.c, the data loader in data.c.
+ *
+ * Sections: options; the trainer (data, dear hooks, update); checkpoints; evaluation; main.
+ *
+ * Errors: bad options and data are found on every rank before any collective call, so all
+ * ranks exit with the same message instead of hanging. The trainer's own MPI calls keep MPI's
+ * default MPI_ERRORS_ARE_FATAL handler (an MPI failure ends the job); a dear failure in the
+ * training loop aborts the job with the status string, since other ranks may be waiting in a
+ * collective that can no longer complete.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "include/dear.h"
+#include "apps/cnn/data.h"
+#include "apps/cnn/model.h"
+
+/* Fashion-MNIST pixel statistics (mean and standard deviation of x/255 over the training set). */
+#define PIXEL_MEAN 0.2860
+#define PIXEL_STD 0.3530
+
+/* ---------------------------------------------------------------------------------------------
+ * Options
+ */
+typedef struct {
+    const char *data_dir;
+    int epochs;
+    long iters;          /* > 0: stop after this global iteration (counted from the start) */
+    int batch;           /* global batch */
+    double lr, momentum, wd;
+    int cosine;          /* cosine decay of lr to 0 over the run */
+    long warmup;         /* linear warm-up of lr over the first iterations */
+    uint64_t seed;
+    int log_every;
+    const char *schedule;     /* NULL: DEAR_SCHEDULE or the library default */
+    const char *profile_out;
+    const char *ckpt;
+    long ckpt_every;
+    const char *resume;
+    int train_limit, test_limit;
+    int ckpt_test_crash;      /* hidden: _exit halfway through writing checkpoint number N */
+} options_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: mpirun -np P dear-cnn [options]\n"
+        "Data-parallel training of a small CNN (conv5x5 16 - pool - conv5x5 32 - pool - fc 128 -\n"
+        "fc 10) on Fashion-MNIST, gradients averaged by libdear.\n\n"
+        "  --data DIR         Fashion-MNIST IDX files (.gz or plain) [%s]\n"
+        "  --epochs N         passes over the training set [5]\n"
+        "  --iters N          stop after global iteration N instead (counted from the start of\n"
+        "                     training, also after --resume); 0: run --epochs [0]\n"
+        "  --batch B          global batch, split evenly over the ranks [64]\n"
+        "  --lr X             peak learning rate [0.06]\n"
+        "  --lr-schedule S    const or cosine (decay to 0 over the whole run) [cosine]\n"
+        "  --warmup N         raise lr linearly over the first N iterations [200]\n"
+        "  --momentum X       SGD momentum [0.9]\n"
+        "  --wd X             weight decay on weights (not biases) [5e-4]\n"
+        "  --seed N           initialisation and shuffling seed; same seed, same run [1]\n"
+        "  --log-every N      progress line every N iterations; 0: none [100]\n"
+        "  --schedule S       dear, wfbp or sync (sets DEAR_SCHEDULE) [DEAR_SCHEDULE or dear]\n"
+        "  --profile-out FILE write the measured per-layer profile (dear-plan's format)\n"
+        "  --ckpt FILE        checkpoint file, written atomically by rank 0\n"
+        "  --ckpt-every N     write a checkpoint every N iterations and after the last (needs --ckpt)\n"
+        "  --resume FILE      continue exactly where the run that wrote FILE stopped\n"
+        "  --train-limit N    use only the first N training images (quick tests) [all]\n"
+        "  --test-limit N     use only the first N test images [all]\n"
+        "  --help             this text\n",
+        CNN_DATA_DEFAULT_DIR);
+}
+
+/* Every rank parses the same argv, so all ranks reach the same verdict without talking. */
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out, char *err,
+                      size_t errlen)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        snprintf(err, errlen, "%s '%s': expected an integer in [%ld, %ld]", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out,
+                        char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        snprintf(err, errlen, "%s '%s': expected a number in [%g, %g]", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Returns 0 to train, 1 for --help, -1 on a bad argument (message in err). */
+static int parse_args(int argc, char **argv, options_t *o, char *err, size_t errlen)
+{
+    *o = (options_t){.data_dir = CNN_DATA_DEFAULT_DIR, .epochs = 5, .batch = 64, .lr = 0.06,
+                     .momentum = 0.9, .wd = 5e-4, .cosine = 1, .warmup = 200, .seed = 1, .log_every = 100};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return 1;
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%s' (options start with --; see --help)", a);
+            return -1;
+        }
+        if (i + 1 >= argc) {
+            snprintf(err, errlen, "%s needs a value (see --help)", a);
+            return -1;
+        }
+        const char *v = argv[++i];
+        long n;
+        int rc = 0;
+        if (!strcmp(a, "--data")) {
+            o->data_dir = v;
+        } else if (!strcmp(a, "--epochs")) {
+            rc = parse_long(a, v, 1, 100000, &n, err, errlen);
+            o->epochs = (int)n;
+        } else if (!strcmp(a, "--iters")) {
+            rc = parse_long(a, v, 0, LONG_MAX / 2, &o->iters, err, errlen);
+        } else if (!strcmp(a, "--batch")) {
+            rc = parse_long(a, v, 1, 1 << 20, &n, err, errlen);
+            o->batch = (int)n;
+        } else if (!strcmp(a, "--lr")) {
+            rc = parse_double(a, v, 0, 100, &o->lr, err, errlen);
+        } else if (!strcmp(a, "--lr-schedule")) {
+            if (!strcmp(v, "const") || !strcmp(v, "cosine")) {
+                o->cosine = !strcmp(v, "cosine");
+            } else {
+                snprintf(err, errlen, "--lr-schedule '%s': expected const or cosine", v);
+                rc = -1;
+            }
+        } else if (!strcmp(a, "--warmup")) {
+            rc = parse_long(a, v, 0, LONG_MAX / 2, &o->warmup, err, errlen);
+        } else if (!strcmp(a, "--momentum")) {
+            rc = parse_double(a, v, 0, 0.9999, &o->momentum, err, errlen);
+        } else if (!strcmp(a, "--wd")) {
+            rc = parse_double(a, v, 0, 1, &o->wd, err, errlen);
+        } else if (!strcmp(a, "--seed")) {
+            rc = parse_long(a, v, 0, LONG_MAX, &n, err, errlen);
+            o->seed = (uint64_t)n;
+        } else if (!strcmp(a, "--log-every")) {
+            rc = parse_long(a, v, 0, INT_MAX, &n, err, errlen);
+            o->log_every = (int)n;
+        } else if (!strcmp(a, "--schedule")) {
+            if (strcmp(v, "dear") && strcmp(v, "wfbp") && strcmp(v, "sync")) {
+                snprintf(err, errlen, "--schedule '%s': expected dear, wfbp or sync", v);
+                rc = -1;
+            }
+            o->schedule = v;
+        } else if (!strcmp(a, "--profile-out")) {
+            o->profile_out = v;
+        } else if (!strcmp(a, "--ckpt")) {
+            o->ckpt = v;
+        } else if (!strcmp(a, "--ckpt-every")) {
+            rc = parse_long(a, v, 1, LONG_MAX / 2, &o->ckpt_every, err, errlen);
+        } else if (!strcmp(a, "--resume")) {
+            o->resume = v;
+        } else if (!strcmp(a, "--train-limit")) {
+            rc = parse_long(a, v, 1, INT_MAX, &n, err, errlen);
+            o->train_limit = (int)n;
+        } else if (!strcmp(a, "--test-limit")) {
+            rc = parse_long(a, v, 1, INT_MAX, &n, err, errlen);
+            o->test_limit = (int)n;
+        } else if (!strcmp(a, "--ckpt-test-crash")) {
+            rc = parse_long(a, v, 1, INT_MAX, &n, err, errlen);
+            o->ckpt_test_crash = (int)n;
+        } else {
+            snprintf(err, errlen, "unknown option '%s' (see --help)", a);
+            rc = -1;
+        }
+        if (rc != 0)
+            return -1;
+    }
+    if (o->ckpt_every && !o->ckpt) {
+        snprintf(err, errlen, "--ckpt-every needs --ckpt FILE");
+        return -1;
+    }
+    if (o->ckpt && !o->ckpt_every) {
+        snprintf(err, errlen, "--ckpt needs --ckpt-every N");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The trainer
+ */
+typedef struct trainer trainer_t;
+
+/* One registered tensor: where its weights and momentum are, and how many updates it has had
+ * (the learning-rate schedule follows the tensor's own step, which is right under every
+ * schedule: with `dear` the update of iteration k runs during the forward of iteration k+1). */
+typedef struct {
+    trainer_t *t;
+    int index;
+    uint64_t steps;
+} slot_t;
+
+struct trainer {
+    options_t opt;
+    int rank, size;
+    MPI_Comm comm;            /* the trainer's own duplicate for losses, accuracy, checkpoints */
+    cnn_model_t model;
+    float *momentum;          /* one allocation, the parameters' layout */
+    cnn_dataset_t train, test;
+    int local_batch;
+    long iters_per_epoch;
+    long total_iters;
+    long iter;                /* completed iterations */
+    uint32_t *perm;           /* shuffled training indices of perm_epoch */
+    long perm_epoch;
+    slot_t slots[CNN_NTENSORS];
+    dear_ctx_t *dear;
+    int ckpts_written;
+};
+
+static void die_dear(trainer_t *t, const char *what, int rc)
+{
+    fprintf(stderr, "dear-cnn: rank %d: %s failed: %s\n", t->rank, what, dear_status_string(rc));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* Learning rate of update number `step` (0-based): linear warm-up (the first steps of a fresh
+ * network are the least stable), then constant or cosine decay to 0 at the last iteration. */
+static double lr_at(const trainer_t *t, uint64_t step)
+{
+    double lr = t->opt.lr;
+    if ((long)step < t->opt.warmup)
+        lr *= (double)(step + 1) / (double)t->opt.warmup;
+    if (t->opt.cosine && t->total_iters > 0) {
+        double frac = (double)step / (double)t->total_iters;
+        lr *= 0.5 * (1.0 + cos(M_PI * (frac > 1 ? 1 : frac)));
+    }
+    return lr;
+}
+
+/* dear_update_fn: SGD with momentum and weight decay (weights only, not biases) on the averaged
+ * gradient: v = mu v + (g + wd w); w -= lr v. */
+static int sgd_update(void *grad, size_t count, dear_dtype_t dtype, void *arg)
+{
+    slot_t *s = arg;
+    trainer_t *t = s->t;
+    if (dtype != DEAR_FLOAT32 || count != t->model.count[s->index])
+        return -1;
+    const size_t off = t->model.offset[s->index];
+    float *w = t->model.params + off;
+    float *v = t->momentum + off;
+    const float *g = grad;
+    const float lr = (float)lr_at(t, s->steps);
+    const float mu = (float)t->opt.momentum;
+    const float wd = s->index % 2 == 0 ? (float)t->opt.wd : 0.0f; /* even index: a weight */
+    for (size_t i = 0; i < count; i++) {
+        float gi = g[i] + wd * w[i];
+        v[i] = mu * v[i] + gi;
+        w[i] -= lr * v[i];
+    }
+    s->steps++;
+    return 0;
+}
+
+/* Model hook: tell dear where the model is. */
+static int dear_hook(void *arg, int event, int layer)
+{
+    trainer_t *t = arg;
+    int rc = event == CNN_HOOK_FORWARD_BEGIN ? dear_forward_begin(t->dear, layer)
+                                             : dear_backward_done(t->dear, layer);
+    if (rc != DEAR_OK)
+        die_dear(t, event == CNN_HOOK_FORWARD_BEGIN ? "dear_forward_begin" : "dear_backward_done",
+                 rc);
+    return 0;
+}
+
+/* The permutation of epoch e depends only on (seed, e): a resumed run rebuilds it from the
+ * checkpoint's seed and iteration alone. */
+static void shuffle_epoch(trainer_t *t, long epoch)
+{
+    cnn_rng_t rng = {t->opt.seed * 0x2545F4914F6CDD1Dull + (uint64_t)epoch + 1};
+    for (int i = 0; i < t->train.n; i++)
+        t->perm[i] = (uint32_t)i;
+    for (int i = t->train.n - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)cnn_rng_below(&rng, (uint64_t)i + 1);
+        uint32_t tmp = t->perm[i];
+        t->perm[i] = t->perm[j];
+        t->perm[j] = tmp;
+    }
+    t->perm_epoch = epoch;
+}
+
+static void load_images(float *x, uint8_t *labels, const cnn_dataset_t *ds, const uint32_t *idx,
+                        int first, int n)
+{
+    const size_t px = (size_t)ds->rows * ds->cols;
+    const float scale = (float)(1.0 / (255.0 * PIXEL_STD));
+    const float shift = (float)(PIXEL_MEAN / PIXEL_STD);
+    for (int j = 0; j < n; j++) {
+        size_t src = idx ? idx[first + j] : (size_t)(first + j);
+        const uint8_t *img = ds->images + src * px;
+        for (size_t p = 0; p < px; p++)
+            x[(size_t)j * px + p] = img[p] * scale - shift;
+        labels[j] = ds->labels[src];
+    }
+}
+
+/* One iteration on this rank's shard of global batch t->iter; returns the local mean loss. */
+static double train_step(trainer_t *t, uint8_t *labels)
+{
+    long epoch = t->iter / t->iters_per_epoch;
+    long pos = t->iter % t->iters_per_epoch;
+    if (epoch != t->perm_epoch)
+        shuffle_epoch(t, epoch);
+    int first = (int)(pos * t->opt.batch + (long)t->rank * t->local_batch);
+    load_images(t->model.x, labels, &t->train, t->perm, first, t->local_batch);
+    int status;
+    double loss = cnn_forward(&t->model, t->model.x, labels, t->local_batch, &status);
+    cnn_backward(&t->model, labels); /* hooks abort on error */
+    int rc = dear_backward_end(t->dear);
+    if (rc != DEAR_OK)
+        die_dear(t, "dear_backward_end", rc);
+    t->iter++;
+    return loss;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Checkpoints: one file, native byte order, rank 0 writes. Layout:
+ *   char magic[8] "DEARCNN1"; uint32 version; uint32 nparams; uint64 iteration; uint64 seed;
+ *   uint32 global batch; uint32 training images; double lr, momentum, wd;
+ *   float params[nparams]; float momentum[nparams]; uint32 crc32 of everything before it.
+ * The data position and the shuffling RNG follow from (seed, iteration, batch, images).
+ */
+#define CKPT_MAGIC "DEARCNN1"
+#define CKPT_VERSION 1u
+#define CKPT_HEADER (8 + 4 + 4 + 8 + 8 + 4 + 4 + 3 * 8)
+
+static size_t ckpt_size(size_t nparams)
+{
+    return CKPT_HEADER + 2 * nparams * sizeof(float) + 4;
+}
+
+static void put(unsigned char **p, const void *v, size_t n)
+{
+    memcpy(*p, v, n);
+    *p += n;
+}
+
+static unsigned char *ckpt_serialise(const trainer_t *t, size_t *len)
+{
+    const size_t np = t->model.nparams;
+    size_t n = ckpt_size(np);
+    unsigned char *buf = malloc(n), *p = buf;
+    if (!buf)
+        return NULL;
+    uint32_t version = CKPT_VERSION, nparams = (uint32_t)np, batch = (uint32_t)t->opt.batch,
+             ntrain = (uint32_t)t->train.n;
+    uint64_t iter = (uint64_t)t->iter, seed = t->opt.seed;
+    put(&p, CKPT_MAGIC, 8);
+    put(&p, &version, 4);
+    put(&p, &nparams, 4);
+    put(&p, &iter, 8);
+    put(&p, &seed, 8);
+    put(&p, &batch, 4);
+    put(&p, &ntrain, 4);
+    put(&p, &t->opt.lr, 8);
+    put(&p, &t->opt.momentum, 8);
+    put(&p, &t->opt.wd, 8);
+    put(&p, t->model.params, np * sizeof(float));
+    put(&p, t->momentum, np * sizeof(float));
+    uint32_t crc = (uint32_t)crc32(0L, buf, (uInt)(p - buf));
+    put(&p, &crc, 4);
+    *len = n;
+    return buf;
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Temporary file, fsync, rename over the old checkpoint, fsync of the folder: a crash at any
+ * point leaves either the old or the new checkpoint, never a torn one. */
+static int ckpt_write(trainer_t *t)
+{
+    const char *path = t->opt.ckpt;
+    char tmp[4096], dir[4096];
+    size_t len;
+    unsigned char *buf = ckpt_serialise(t, &len);
+    if (!buf) {
+        fprintf(stderr, "dear-cnn: out of memory writing checkpoint %s\n", path);
+        return -1;
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "dear-cnn: cannot create %s: %s\n", tmp, strerror(errno));
+        goto err_free;
+    }
+    t->ckpts_written++;
+    if (t->opt.ckpt_test_crash == t->ckpts_written) {
+        /* Test hook: die halfway through the write, as a killed process would. */
+        if (write_all(fd, buf, len / 2) == 0)
+            fsync(fd);
+        fprintf(stderr, "dear-cnn: --ckpt-test-crash: exiting halfway through checkpoint %d\n",
+                t->ckpts_written);
+        _exit(42);
+    }
+    if (write_all(fd, buf, len) != 0 || fsync(fd) != 0) {
+        fprintf(stderr, "dear-cnn: cannot write %s: %s\n", tmp, strerror(errno));
+        close(fd);
+        goto err_unlink;
+    }
+    if (close(fd) != 0) {
+        fprintf(stderr, "dear-cnn: cannot close %s: %s\n", tmp, strerror(errno));
+        goto err_unlink;
+    }
+    if (rename(tmp, path) != 0) {
+        fprintf(stderr, "dear-cnn: cannot rename %s to %s: %s\n", tmp, path, strerror(errno));
+        goto err_unlink;
+    }
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        fprintf(stderr, "dear-cnn: cannot fsync folder %s: %s\n", dir, strerror(errno));
+        if (dfd >= 0)
+            close(dfd);
+        free(buf);
+        return -1;
+    }
+    close(dfd);
+    free(buf);
+    return 0;
+
+err_unlink:
+    unlink(tmp);
+err_free:
+    free(buf);
+    return -1;
+}
+
+/* Rank 0 reads and checks the file; every rank gets the bytes (the file need not be on a
+ * shared file system). Returns 0 with *out malloc'ed, or -1 on every rank (rank 0 says why). */
+static int ckpt_read_bcast(trainer_t *t, const char *path, unsigned char **out)
+{
+    const size_t want = ckpt_size(t->model.nparams);
+    long long len = -1;
+    unsigned char *buf = malloc(want);
+    if (!buf) {
+        fprintf(stderr, "dear-cnn: out of memory reading %s\n", path);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (t->rank == 0) {
+        FILE *f = fopen(path, "rb");
+        struct stat st;
+        if (!f) {
+            fprintf(stderr, "dear-cnn: cannot open checkpoint %s: %s\n", path, strerror(errno));
+        } else if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size < CKPT_HEADER ||
+                   fread(buf, 1, CKPT_HEADER, f) != CKPT_HEADER ||
+                   memcmp(buf, CKPT_MAGIC, 8) != 0) {
+            fprintf(stderr, "dear-cnn: %s is not a dear-cnn checkpoint (bad header)\n", path);
+        } else {
+            uint32_t version, nparams;
+            memcpy(&version, buf + 8, 4);
+            memcpy(&nparams, buf + 12, 4);
+            if (version != CKPT_VERSION)
+                fprintf(stderr, "dear-cnn: %s: checkpoint version %u, this program reads %u\n",
+                        path, version, CKPT_VERSION);
+            else if (nparams != t->model.nparams)
+                fprintf(stderr, "dear-cnn: %s holds %u parameters, this model has %zu\n", path,
+                        nparams, t->model.nparams);
+            else if ((size_t)st.st_size != want)
+                fprintf(stderr, "dear-cnn: %s is %lld bytes, expected %zu (truncated?)\n", path,
+                        (long long)st.st_size, want);
+            else if (fread(buf + CKPT_HEADER, 1, want - CKPT_HEADER, f) != want - CKPT_HEADER)
+                fprintf(stderr, "dear-cnn: cannot read %s: %s\n", path, strerror(errno));
+            else {
+                uint32_t crc;
+                memcpy(&crc, buf + want - 4, 4);
+                if (crc != (uint32_t)crc32(0L, buf, (uInt)(want - 4)))
+                    fprintf(stderr, "dear-cnn: %s: checksum mismatch (corrupt checkpoint)\n",
+                            path);
+                else
+                    len = (long long)want;
+            }
+        }
+        if (f)
+            fclose(f);
+    }
+    MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, t->comm);
+    if (len < 0) {
+        free(buf);
+        return -1;
+    }
+    MPI_Bcast(buf, (int)want, MPI_BYTE, 0, t->comm);
+    *out = buf;
+    return 0;
+}
+
+/* Apply a checkpoint read by ckpt_read_bcast. Every rank checks the same bytes against the same
+ * options, so all agree. */
+static int ckpt_apply(trainer_t *t, const unsigned char *buf, const char *path)
+{
+    const size_t np = t->model.nparams;
+    uint64_t iter, seed;
+    uint32_t batch, ntrain;
+    double lr, mom, wd;
+    memcpy(&iter, buf + 16, 8);
+    memcpy(&seed, buf + 24, 8);
+    memcpy(&batch, buf + 32, 4);
+    memcpy(&ntrain, buf + 36, 4);
+    memcpy(&lr, buf + 40, 8);
+    memcpy(&mom, buf + 48, 8);
+    memcpy(&wd, buf + 56, 8);
+    if ((int)batch != t->opt.batch) {
+        if (t->rank == 0)
+            fprintf(stderr, "dear-cnn: %s was written with --batch %u; resume with the same batch "
+                    "(got %d)\n", path, batch, t->opt.batch);
+        return -1;
+    }
+    if ((int)ntrain != t->train.n) {
+        if (t->rank == 0)
+            fprintf(stderr, "dear-cnn: %s was written with %u training images, this run has %d "
+                    "(use the same --train-limit)\n", path, ntrain, t->train.n);
+        return -1;
+    }
+    if (t->rank == 0 && (seed != t->opt.seed || lr != t->opt.lr || mom != t->opt.momentum ||
+                         wd != t->opt.wd))
+        fprintf(stderr, "dear-cnn: note: resuming with the checkpoint's seed %llu; lr/momentum/wd "
+                "from the command line (%g/%g/%g; checkpoint %g/%g/%g)\n",
+                (unsigned long long)seed, t->opt.lr, t->opt.momentum, t->opt.wd, lr, mom, wd);
+    t->opt.seed = seed;
+    memcpy(t->model.params, buf + CKPT_HEADER, np * sizeof(float));
+    memcpy(t->momentum, buf + CKPT_HEADER + np * sizeof(float), np * sizeof(float));
+    t->iter = (long)iter;
+    for (int i = 0; i < CNN_NTENSORS; i++)
+        t->slots[i].steps = iter;
+    return 0;
+}
+
+/* Collective: complete every pending update, then rank 0 writes; a failed write ends the job
+ * (the run would otherwise go on without the checkpoints it was asked for). */
+static void checkpoint(trainer_t *t)
+{
+    int rc = dear_flush(t->dear);
+    if (rc != DEAR_OK)
+        die_dear(t, "dear_flush", rc);
+    int ok = t->rank == 0 ? ckpt_write(t) == 0 : 1;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, t->comm);
+    if (!ok)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Evaluation: each rank scores a contiguous share of the test set; the counts are summed.
+ */
+static double evaluate(trainer_t *t, long *correct_out)
+{
+    const int n = t->test.n;
+    int lo = (int)((long)n * t->rank / t->size), hi = (int)((long)n * (t->rank + 1) / t->size);
+    long correct = 0;
+    cnn_hook_fn hook = t->model.hook;
+    t->model.hook = NULL; /* evaluation is not an iteration dear should see */
+    uint8_t *labels = malloc((size_t)t->model.max_batch);
+    if (!labels) {
+        fprintf(stderr, "dear-cnn: out of memory in evaluation\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (int i = lo; i < hi; i += t->model.max_batch) {
+        int b = hi - i < t->model.max_batch ? hi - i : t->model.max_batch;
+        int status;
+        load_images(t->model.x, labels, &t->test, NULL, i, b);
+        cnn_forward(&t->model, t->model.x, NULL, b, &status);
+        for (int j = 0; j < b; j++)
+            correct += cnn_predict(&t->model, j) == labels[j];
+    }
+    free(labels);
+    t->model.hook = hook;
+    MPI_Allreduce(MPI_IN_PLACE, &correct, 1, MPI_LONG, MPI_SUM, t->comm);
+    *correct_out = correct;
+    return (double)correct / n;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * main
+ */
+
+/* Every rank reports its own failure; all ranks learn whether any failed (no one hangs). */
+static int all_ok(MPI_Comm comm, int ok)
+{
+    int all;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+    return all;
+}
+
+int main(int argc, char **argv)
+{
+    int provided, rank, size;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+#ifdef OPENBLAS_VERSION
+    openblas_set_num_threads(1); /* one rank per core: BLAS threads would only fight */
+#endif
+
+    static trainer_t tr;
+    trainer_t *t = &tr;
+    char err[4096];
+    t->rank = rank;
+    t->size = size;
+    int prc = parse_args(argc, argv, &t->opt, err, sizeof err);
+    if (prc == 1) {
+        if (rank == 0)
+            usage(stdout);
+        MPI_Finalize();
+        return 0;
+    }
+    if (prc == 0 && t->opt.batch % size != 0) {
+        snprintf(err, sizeof err, "--batch %d does not divide across %d ranks: use a multiple of %d",
+                 t->opt.batch, size, size);
+        prc = -1;
+    }
+    if (prc != 0) {
+        if (rank == 0)
+            fprintf(stderr, "dear-cnn: %s\n", err);
+        MPI_Finalize();
+        return 2;
+    }
+    const options_t *o = &t->opt;
+    t->local_batch = o->batch / size;
+    MPI_Comm_dup(MPI_COMM_WORLD, &t->comm);
+
+    /* Data: every rank reads the files itself. */
+    int ok = 1;
+    if (cnn_data_load(o->data_dir, "train", o->train_limit, &t->train, err, sizeof err) != 0 ||
+        cnn_data_load(o->data_dir, "t10k", o->test_limit, &t->test, err, sizeof err) != 0) {
+        fprintf(stderr, "dear-cnn: rank %d: %s\n", rank, err);
+        ok = 0;
+    }
+    cnn_config_t cfg = cnn_config_default();
+    if (ok && (t->train.rows != cfg.in_h || t->train.cols != cfg.in_w ||
+               t->test.rows != cfg.in_h || t->test.cols != cfg.in_w)) {
+        fprintf(stderr, "dear-cnn: rank %d: images are %dx%d (test %dx%d), the model takes %dx%d\n",
+                rank, t->train.rows, t->train.cols, t->test.rows, t->test.cols, cfg.in_h, cfg.in_w);
+        ok = 0;
+    }
+    if (ok && t->train.n < o->batch) {
+        fprintf(stderr, "dear-cnn: rank %d: %d training images are fewer than one batch of %d\n",
+                rank, t->train.n, o->batch);
+        ok = 0;
+    }
+    int max_batch = t->local_batch > 256 ? t->local_batch : 256;
+    if (ok && cnn_model_create(&t->model, &cfg, max_batch, err, sizeof err) != 0) {
+        fprintf(stderr, "dear-cnn: rank %d: %s\n", rank, err);
+        ok = 0;
+    }
+    if (ok) {
+        t->momentum = calloc(t->model.nparams, sizeof(float));
+        t->perm = malloc((size_t)t->train.n * sizeof(uint32_t));
+        if (!t->momentum || !t->perm) {
+            fprintf(stderr, "dear-cnn: rank %d: out of memory\n", rank);
+            ok = 0;
+        }
+    }
+    if (!all_ok(t->comm, ok)) {
+        MPI_Finalize();
+        return 1;
+    }
+    t->iters_per_epoch = t->train.n / o->batch;
+    t->total_iters = o->iters > 0 ? o->iters : (long)o->epochs * t->iters_per_epoch;
+    t->perm_epoch = -1;
+
+    /* Parameters: from the seed (rank 0's copy is broadcast, so all ranks start identical),
+     * or from a checkpoint. */
+    for (int i = 0; i < CNN_NTENSORS; i++)
+        t->slots[i] = (slot_t){.t = t, .index = i};
+    cnn_rng_t init_rng = {o->seed};
+    cnn_init_params(&t->model, &init_rng);
+    MPI_Bcast(t->model.params, (int)t->model.nparams, MPI_FLOAT, 0, t->comm);
+    if (o->resume) {
+        unsigned char *buf;
+        if (ckpt_read_bcast(t, o->resume, &buf) != 0) {
+            MPI_Finalize();
+            return 1;
+        }
+        int arc = ckpt_apply(t, buf, o->resume);
+        free(buf);
+        if (arc != 0) {
+            MPI_Finalize();
+            return 1;
+        }
+    }
+
+    /* dear: the schedule comes from the environment, read once by dear_init. */
+    if (o->schedule && setenv("DEAR_SCHEDULE", o->schedule, 1) != 0) {
+        fprintf(stderr, "dear-cnn: setenv: %s\n", strerror(errno));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const char *sched = getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear";
+    int rc = dear_init(MPI_COMM_WORLD, &t->dear);
+    if (rc != DEAR_OK) {
+        /* dear_init is collective and fails on every rank alike (bad DEAR_* values). */
+        if (rank == 0)
+            fprintf(stderr, "dear-cnn: dear_init failed: %s\n", dear_status_string(rc));
+        MPI_Finalize();
+        return 1;
+    }
+    for (int i = 0; i < CNN_NTENSORS; i++) {
+        rc = dear_register(t->dear, t->model.name[i], t->model.layer[i],
+                           t->model.grads + t->model.offset[i], t->model.count[i], DEAR_FLOAT32,
+                           DEAR_MEM_HOST, sgd_update, &t->slots[i]);
+        if (rc != DEAR_OK)
+            die_dear(t, "dear_register", rc);
+    }
+    rc = dear_commit(t->dear);
+    if (rc != DEAR_OK)
+        die_dear(t, "dear_commit", rc);
+    t->model.hook = dear_hook;
+    t->model.hook_arg = t;
+
+    if (rank == 0)
+        printf("dear-cnn: %d ranks, schedule %s, batch %d (%d per rank), %ld iterations/epoch, "
+               "%ld iterations from %ld, %zu parameters, lr %g (%s) momentum %g wd %g seed %llu\n",
+               size, sched, o->batch, t->local_batch, t->iters_per_epoch, t->total_iters, t->iter,
+               t->model.nparams, o->lr, o->cosine ? "cosine" : "const", o->momentum, o->wd,
+               (unsigned long long)o->seed);
+
+    uint8_t *labels = malloc((size_t)t->local_batch);
+    if (!labels) {
+        fprintf(stderr, "dear-cnn: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    double t_start = MPI_Wtime(), t_log = t_start, loss_sum = 0.0;
+    const long log0 = t->iter;
+    long log_iter = t->iter, evaluated_at = -1, correct = 0;
+    double acc = 0.0, blocked_log = 0.0, eval_s = 0.0;
+    dear_stats_t st;
+    while (t->iter < t->total_iters) {
+        double loss = train_step(t, labels);
+        loss_sum += loss;
+        if (o->log_every && t->iter % o->log_every == 0) {
+            double sum[1] = {loss_sum};
+            MPI_Allreduce(MPI_IN_PLACE, sum, 1, MPI_DOUBLE, MPI_SUM, t->comm);
+            double now = MPI_Wtime();
+            if ((rc = dear_get_stats(t->dear, &st)) != DEAR_OK)
+                die_dear(t, "dear_get_stats", rc);
+            long n = t->iter - log_iter;
+            if (rank == 0)
+                printf("iter %ld epoch %.2f loss %.6f img/s %.1f blocked %.2fms/iter (%.1f%%) "
+                       "lr %.5f\n",
+                       t->iter, (double)t->iter / t->iters_per_epoch, sum[0] / size / n,
+                       (double)n * o->batch / (now - t_log),
+                       1e3 * (st.blocked_s - blocked_log) / n,
+                       100.0 * (st.blocked_s - blocked_log) / (now - t_log),
+                       lr_at(t, (uint64_t)t->iter));
+            fflush(stdout);
+            t_log = now;
+            log_iter = t->iter;
+            loss_sum = 0.0;
+            blocked_log = st.blocked_s;
+        }
+        if (o->ckpt && (t->iter % o->ckpt_every == 0 || t->iter == t->total_iters))
+            checkpoint(t); /* also after the last iteration, so a finished run can be extended */
+        if (t->iter % t->iters_per_epoch == 0 || t->iter == t->total_iters) {
+            if ((rc = dear_flush(t->dear)) != DEAR_OK)
+                die_dear(t, "dear_flush", rc);
+            double t_eval = MPI_Wtime();
+            acc = evaluate(t, &correct);
+            evaluated_at = t->iter;
+            t_eval = MPI_Wtime() - t_eval;
+            t_log += t_eval; /* images/s and blocked shares count training time only */
+            eval_s += t_eval;
+            if (rank == 0)
+                printf("epoch %.2f iter %ld test_acc %.4f (%ld/%d) time %.1fs\n",
+                       (double)t->iter / t->iters_per_epoch, t->iter, acc, correct, t->test.n,
+                       MPI_Wtime() - t_start);
+            fflush(stdout);
+        }
+    }
+    if ((rc = dear_flush(t->dear)) != DEAR_OK)
+        die_dear(t, "dear_flush", rc);
+    if (evaluated_at != t->iter)
+        acc = evaluate(t, &correct);
+    if ((rc = dear_get_stats(t->dear, &st)) != DEAR_OK)
+        die_dear(t, "dear_get_stats", rc);
+    double elapsed = MPI_Wtime() - t_start, train_s = elapsed - eval_s;
+    if (rank == 0)
+        printf("final iter %ld test_acc %.4f time %.1fs img/s %.1f blocked %.1f%% median_iter "
+               "%.2fms\n",
+               t->iter, acc, elapsed, train_s > 0 ? (double)(t->iter - log0) * o->batch / train_s : 0.0,
+               train_s > 0 ? 100.0 * st.blocked_s / train_s : 0.0, 1e3 * st.median_iter_s);
+    if (o->profile_out && (rc = dear_profile_save(t->dear, o->profile_out)) != DEAR_OK)
+        die_dear(t, "dear_profile_save", rc);
+    if ((rc = dear_finalize(t->dear)) != DEAR_OK)
+        die_dear(t, "dear_finalize", rc);
+
+    free(labels);
+    free(t->perm);
+    free(t->momentum);
+    cnn_model_destroy(&t->model);
+    cnn_data_free(&t->train);
+    cnn_data_free(&t->test);
+    MPI_Comm_free(&t->comm);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,56 @@
+# tests/cnn-lib.sh: shared by the tests/cnn-*.sh tests (sourced, not run). Finds dear-cnn and the
+# data, runs it under mpirun with a time limit, and compares the loss lines of two runs.
+: "${top_builddir:=.}"
+CNN=$top_builddir/apps/cnn/dear-cnn
+[ -x "$CNN" ] || { echo "cnn-lib: $CNN not built" >&2; exit 99; }
+DATA=${CNN_TEST_DATA:-/usr/share/datasets/fashion-mnist}
+if [ ! -r "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -r "$DATA/train-images-idx3-ubyte" ]; then
+    echo "SKIP: no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist, or set CNN_TEST_DATA)"
+    exit 77
+fi
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_btl_vader_single_copy_mechanism
+# Single-threaded BLAS in every rank (dear-cnn sets it too; this covers BLAS start-up threads).
+OPENBLAS_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/cnn-test.XXXXXX") || exit 99
+trap 'rm -rf "$WORK"' EXIT
+# A few hundred images: 512 training images give 10 iterations of a global batch of 48 (48
+# divides over 1, 2, 3 and 4 ranks).
+SMALL="--data $DATA --train-limit 512 --test-limit 256 --batch 48 --lr 0.02 --warmup 5 --log-every 1"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# count_iters LOG N: LOG has loss lines for exactly iterations 1..N.
+count_iters() {
+    [ "$(grep -c '^iter ' "$1")" -eq "$2" ] && grep -q "^iter $2 " "$1" ||
+        fail "$1: expected loss lines for iterations 1..$2"
+}
+
+# cnn_run NP ARGS...: dear-cnn under mpirun; never hangs past CNN_TIMEOUT seconds.
+cnn_run() {
+    np=$1
+    shift
+    timeout -k 10 "${CNN_TIMEOUT:-120}" mpirun -np "$np" --oversubscribe --bind-to none \
+        --mca btl self,vader --mca mpi_yield_when_idle 1 "$CNN" "$@"
+}
+
+# compare_losses A B TOL WHAT: every "iter N ... loss X" line of log B has its iteration in log A
+# and the losses agree within relative tolerance TOL (0: identical text).
+compare_losses() {
+    awk -v tol="$3" -v what="$4" '
+        FNR == 1 { f++ }
+        /^iter / { if (f == 1) a[$2] = $6; else { b[$2] = $6; n++ } }
+        END {
+            if (n == 0) { print what ": no loss lines"; exit 1 }
+            for (i in b) {
+                if (!(i in a)) { print what ": iteration " i " missing"; exit 1 }
+                d = a[i] - b[i]; if (d < 0) d = -d
+                if ((tol == 0 && a[i] != b[i]) || (tol > 0 && d > tol * (a[i] > 1 ? a[i] : 1))) {
+                    print what ": iteration " i " loss " a[i] " vs " b[i]; exit 1
+                }
+                if (d > worst) worst = d
+            }
+            printf "%s: %d iterations agree (largest difference %g)\n", what, n, worst
+        }' "$1" "$2" || fail "$4"
+}
