@@ -1,0 +1,660 @@
+/*
+ * dear-gpt: trains a character-level decoder-only transformer (model.c) data-parallel over MPI,
+ * with libdear synchronising the gradients.
+ *
+ *     mpirun -np 4 dear-gpt --iters 1000 --schedule dear
+ *
+ * Every rank holds the whole model and trains on its shard of every global batch: the global
+ * batch is drawn from a random generator seeded identically on all ranks, rank r takes
+ * sequences [r*B/P, (r+1)*B/P), and libdear averages the gradients, so P ranks compute the
+ * same steps as one rank with the same global batch. Every parameter tensor is registered
+ * with its layer id in forward order (the token embedding's gradient is its own tensor: it is
+ * sparse in every batch); the model calls dear_forward_begin before each layer and
+ * dear_backward_done after each layer's backward through its hooks, and AdamW runs in the
+ * per-tensor update callback, the moment the averaged gradient of that tensor is in place.
+ *
+ * Reports training and validation loss in nats per character next to the unigram baseline
+ * (entropy of the training text's character distribution: the best a model without context
+ * can do), throughput, and the share of iteration time the application was blocked on
+ * communication; prints a sample at the end. Uses only include/dear.h and MPI.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "include/dear.h"
+#include "apps/gpt/model.h"
+#include "apps/gpt/text.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Options */
+
+typedef struct {
+    const char *data;           /* NULL: the fortunes */
+    const char *schedule;       /* NULL: DEAR_SCHEDULE or dear's default */
+    const char *profile_out;
+    const char *loss_out;
+    long iters, batch, seq, layers, heads, dim;
+    long seed, sample, eval_every, print_every, val_chars, warmup;
+    double lr, min_lr_frac, weight_decay, beta1, beta2, temperature;
+} opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: mpirun -np P dear-gpt [options]\n"
+        "Train a character-level transformer data-parallel with libdear.\n\n"
+        "Data\n"
+        "  --data FILE         train on FILE instead of the fortunes in %s\n"
+        "                      (Debian package: fortunes)\n"
+        "  --val-chars N       characters of validation text evaluated (default 65536)\n"
+        "Model\n"
+        "  --layers N          transformer blocks (default 2)\n"
+        "  --heads N           attention heads, must divide --dim (default 4)\n"
+        "  --dim N             channels (default 96)\n"
+        "  --seq N             context length in characters (default 64)\n"
+        "Training\n"
+        "  --iters N           iterations (default 1000)\n"
+        "  --batch N           global batch in sequences, divisible by P (default 32)\n"
+        "  --lr X              AdamW peak learning rate (default 3e-3; warm-up, cosine decay)\n"
+        "  --warmup N          warm-up iterations (default: iters/20)\n"
+        "  --weight-decay X    AdamW decoupled weight decay of the weight matrices (default 0.1)\n"
+        "  --seed N            seed of initialisation, batches and sample (default 1)\n"
+        "  --schedule S        dear|wfbp|sync (default: $DEAR_SCHEDULE, else dear)\n"
+        "Output\n"
+        "  --print-every N     progress line every N iterations (default 50; 0: none)\n"
+        "  --eval-every N      validation loss every N iterations (default 200; 0: end only)\n"
+        "  --sample N          characters to sample at the end (default 400; 0: none)\n"
+        "  --temperature X     sampling temperature (default 0.8)\n"
+        "  --profile-out FILE  write the measured per-layer profile (dear_profile_save)\n"
+        "  --loss-out FILE     write the training loss of every iteration (rank 0)\n"
+        "  --help              this text\n",
+        GPT_FORTUNES_DIR);
+}
+
+/* Only rank 0 prints argument errors; every rank reaches the same verdict without talking. */
+static int g_verbose = 1;
+
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        if (g_verbose)
+            fprintf(stderr, "dear-gpt: %s '%s': expected an integer in [%ld, %ld]\n", opt, s, lo,
+                    hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        if (g_verbose)
+            fprintf(stderr, "dear-gpt: %s '%s': expected a number in [%g, %g]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Returns 0 to run, 1 after --help, -1 on a bad argument (message printed when verbose). */
+static int parse_args(int argc, char **argv, opts_t *o, int verbose)
+{
+    enum { O_DATA = 256, O_VALCH, O_LAYERS, O_HEADS, O_DIM, O_SEQ, O_ITERS, O_BATCH, O_LR,
+           O_WARMUP, O_WD, O_SEED, O_SCHED, O_PRINT, O_EVAL, O_SAMPLE, O_TEMP, O_PROF, O_LOSS,
+           O_HELP };
+    static const struct option longopts[] = {
+        {"data", required_argument, 0, O_DATA}, {"val-chars", required_argument, 0, O_VALCH},
+        {"layers", required_argument, 0, O_LAYERS}, {"heads", required_argument, 0, O_HEADS},
+        {"dim", required_argument, 0, O_DIM}, {"seq", required_argument, 0, O_SEQ},
+        {"iters", required_argument, 0, O_ITERS}, {"batch", required_argument, 0, O_BATCH},
+        {"lr", required_argument, 0, O_LR}, {"warmup", required_argument, 0, O_WARMUP},
+        {"weight-decay", required_argument, 0, O_WD}, {"seed", required_argument, 0, O_SEED},
+        {"schedule", required_argument, 0, O_SCHED},
+        {"print-every", required_argument, 0, O_PRINT},
+        {"eval-every", required_argument, 0, O_EVAL}, {"sample", required_argument, 0, O_SAMPLE},
+        {"temperature", required_argument, 0, O_TEMP},
+        {"profile-out", required_argument, 0, O_PROF}, {"loss-out", required_argument, 0, O_LOSS},
+        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+    *o = (opts_t){.iters = 1000, .batch = 32, .seq = 64, .layers = 2, .heads = 4, .dim = 96,
+                  .seed = 1, .sample = 400, .eval_every = 200, .print_every = 50,
+                  .val_chars = 65536, .warmup = -1, .lr = 3e-3, .min_lr_frac = 0.1,
+                  .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.99, .temperature = 0.8};
+    int rc = 0, c;
+    g_verbose = verbose;
+    opterr = 0;
+    optind = 1;
+    while (!rc && (c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_DATA: o->data = optarg; break;
+        case O_VALCH: rc = parse_long("--val-chars", optarg, 1, 1L << 30, &o->val_chars); break;
+        case O_LAYERS: rc = parse_long("--layers", optarg, 1, 64, &o->layers); break;
+        case O_HEADS: rc = parse_long("--heads", optarg, 1, 64, &o->heads); break;
+        case O_DIM: rc = parse_long("--dim", optarg, 1, 4096, &o->dim); break;
+        case O_SEQ: rc = parse_long("--seq", optarg, 1, 4096, &o->seq); break;
+        case O_ITERS: rc = parse_long("--iters", optarg, 1, 100000000, &o->iters); break;
+        case O_BATCH: rc = parse_long("--batch", optarg, 1, 1 << 20, &o->batch); break;
+        case O_LR: rc = parse_double("--lr", optarg, 0, 10, &o->lr); break;
+        case O_WARMUP: rc = parse_long("--warmup", optarg, 0, 100000000, &o->warmup); break;
+        case O_WD: rc = parse_double("--weight-decay", optarg, 0, 10, &o->weight_decay); break;
+        case O_SEED: rc = parse_long("--seed", optarg, 0, LONG_MAX, &o->seed); break;
+        case O_SCHED:
+            if (strcmp(optarg, "dear") && strcmp(optarg, "wfbp") && strcmp(optarg, "sync")) {
+                if (verbose)
+                    fprintf(stderr, "dear-gpt: --schedule '%s': expected dear, wfbp or sync\n",
+                            optarg);
+                rc = -1;
+            }
+            o->schedule = optarg;
+            break;
+        case O_PRINT: rc = parse_long("--print-every", optarg, 0, LONG_MAX, &o->print_every); break;
+        case O_EVAL: rc = parse_long("--eval-every", optarg, 0, LONG_MAX, &o->eval_every); break;
+        case O_SAMPLE: rc = parse_long("--sample", optarg, 0, 1L << 24, &o->sample); break;
+        case O_TEMP: rc = parse_double("--temperature", optarg, 1e-3, 100, &o->temperature); break;
+        case O_PROF: o->profile_out = optarg; break;
+        case O_LOSS: o->loss_out = optarg; break;
+        case O_HELP: rc = 1; break;
+        case ':':
+            if (verbose)
+                fprintf(stderr, "dear-gpt: %s needs a value (see --help)\n", argv[optind - 1]);
+            rc = -1;
+            break;
+        default:
+            if (verbose)
+                fprintf(stderr, "dear-gpt: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            rc = -1;
+            break;
+        }
+    }
+    if (!rc && optind < argc) {
+        if (verbose)
+            fprintf(stderr, "dear-gpt: unexpected argument '%s' (see --help)\n", argv[optind]);
+        rc = -1;
+    }
+    if (!rc && o->dim % o->heads != 0) {
+        if (verbose)
+            fprintf(stderr, "dear-gpt: --dim %ld is not a multiple of --heads %ld\n", o->dim,
+                    o->heads);
+        rc = -1;
+    }
+    if (o->warmup < 0)
+        o->warmup = o->iters / 20;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Random numbers: one generator per purpose, seeded from --seed, identical on every rank */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s)
+{
+    return (double)(rng_next(s) >> 11) / 9007199254740992.0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* AdamW, run by libdear in the update callback of each tensor */
+
+typedef struct {
+    gpt_real *param;            /* the tensor's values */
+    float *m, *v;               /* its moments */
+    int decay;                  /* weight decay applies (weight matrices only) */
+    long step;                  /* updates applied so far */
+    const opts_t *o;
+} adamw_slot_t;
+
+/* Warm-up, then cosine decay to min_lr_frac of the peak at the last iteration. */
+static double lr_at(const opts_t *o, long step)
+{
+    if (step <= o->warmup)
+        return o->lr * (double)step / (double)(o->warmup + 1);
+    double frac = (double)(step - o->warmup) / (double)(o->iters - o->warmup > 0 ?
+                                                         o->iters - o->warmup : 1);
+    if (frac > 1)
+        frac = 1;
+    double coeff = 0.5 * (1.0 + cos(M_PI * frac));
+    return o->lr * (o->min_lr_frac + (1.0 - o->min_lr_frac) * coeff);
+}
+
+static int adamw_update(void *grad, size_t count, dear_dtype_t dtype, void *arg)
+{
+    adamw_slot_t *s = arg;
+    if (dtype != DEAR_FLOAT32)
+        return 1;
+    const float *g = grad;
+    const opts_t *o = s->o;
+    s->step++;
+    const float lr = (float)lr_at(o, s->step);
+    const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = 1e-8f;
+    const float c1 = 1.0f / (1.0f - (float)pow(o->beta1, (double)s->step));
+    const float c2 = 1.0f / (1.0f - (float)pow(o->beta2, (double)s->step));
+    const float wd = s->decay ? (float)o->weight_decay : 0.0f;
+    for (size_t i = 0; i < count; i++) {
+        float m = b1 * s->m[i] + (1 - b1) * g[i];
+        float v = b2 * s->v[i] + (1 - b2) * g[i] * g[i];
+        s->m[i] = m;
+        s->v[i] = v;
+        s->param[i] -= lr * ((m * c1) / (sqrtf(v * c2) + eps) + wd * s->param[i]);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Hooks: the model calls these around each layer */
+
+static int hook_forward_begin(void *arg, int layer)
+{
+    int rc = dear_forward_begin(arg, layer);
+    if (rc)
+        fprintf(stderr, "dear-gpt: dear_forward_begin(%d): %s\n", layer, dear_status_string(rc));
+    return rc;
+}
+
+static int hook_backward_done(void *arg, int layer)
+{
+    int rc = dear_backward_done(arg, layer);
+    if (rc)
+        fprintf(stderr, "dear-gpt: dear_backward_done(%d): %s\n", layer, dear_status_string(rc));
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Data and evaluation */
+
+/* Draw the global batch (B offsets, same on every rank) and keep this rank's sequences. */
+static void next_batch(uint64_t *rng, const gpt_text_t *text, int B, int T, int rank, int P,
+                       int *inputs, int *targets)
+{
+    const int local = B / P;
+    const size_t span = text->train_len - (size_t)T - 1;
+    for (int b = 0; b < B; b++) {
+        size_t off = (size_t)(rng_uniform(rng) * (double)(span + 1));
+        if (off > span)
+            off = span;
+        int lb = b - rank * local;
+        if (lb < 0 || lb >= local)
+            continue;
+        for (int t = 0; t < T; t++) {
+            inputs[lb * T + t] = text->train[off + t];
+            targets[lb * T + t] = text->train[off + t + 1];
+        }
+    }
+}
+
+/* Mean loss in nats per character over the first val_chars characters of the validation
+ * text, in windows of T; windows are dealt round-robin to the ranks. Parameters must be up to
+ * date (dear_flush first). Collective. */
+static double evaluate(gpt_model_t *m, const gpt_text_t *text, long val_chars, int T, int rank,
+                       int P, int *inputs, int *targets)
+{
+    size_t windows = (text->val_len - 1) / (size_t)T;
+    if ((size_t)val_chars / (size_t)T < windows)
+        windows = (size_t)val_chars / (size_t)T;
+    if (windows == 0)
+        windows = 1;
+    double sums[2] = {0, 0}; /* loss sum, characters */
+    int nb = 0;
+    for (size_t w = (size_t)rank;; w += (size_t)P) {
+        int flush = w >= windows;
+        if (!flush) {
+            for (int t = 0; t < T; t++) {
+                inputs[nb * T + t] = text->val[w * T + t];
+                targets[nb * T + t] = text->val[w * T + t + 1];
+            }
+            nb++;
+        }
+        if (nb == m->max_batch || (flush && nb > 0)) {
+            gpt_forward(m, inputs, targets, nb, T, NULL);
+            sums[0] += m->mean_loss * nb * T;
+            sums[1] += (double)nb * T;
+            nb = 0;
+        }
+        if (flush)
+            break;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return sums[0] / sums[1];
+}
+
+/* Sample n characters after a newline, at the given temperature (rank 0). */
+static void sample_text(gpt_model_t *m, const gpt_text_t *text, long n, double temperature,
+                        uint64_t *rng, int *ctx_buf, FILE *out)
+{
+    const int T = m->cfg.max_seq, V = m->cfg.vocab;
+    int len = 1;
+    ctx_buf[0] = text->stoi['\n'] >= 0 ? text->stoi['\n'] : 0;
+    double *p = malloc((size_t)V * sizeof *p);
+    if (!p)
+        return;
+    for (long i = 0; i < n; i++) {
+        int start = len > T ? len - T : 0, t = len - start;
+        gpt_forward(m, ctx_buf + start, NULL, 1, t, NULL);
+        const gpt_real *logits = m->acts.logits + (size_t)(t - 1) * V;
+        double mx = logits[0], sum = 0;
+        for (int c = 1; c < V; c++)
+            if (logits[c] > mx)
+                mx = logits[c];
+        for (int c = 0; c < V; c++)
+            sum += (p[c] = exp((logits[c] - mx) / temperature));
+        double r = rng_uniform(rng) * sum;
+        int next = V - 1;
+        for (int c = 0; c < V; c++) {
+            r -= p[c];
+            if (r <= 0) {
+                next = c;
+                break;
+            }
+        }
+        fputc(text->itos[next], out);
+        /* keep the last T tokens: slide the window when the buffer is full */
+        if (len == 2 * T) {
+            memmove(ctx_buf, ctx_buf + T, (size_t)T * sizeof *ctx_buf);
+            len = T;
+        }
+        ctx_buf[len++] = next;
+    }
+    fputc('\n', out);
+    free(p);
+}
+
+/* Start the output head at the unigram distribution (bias = log frequency, add-one smoothed):
+ * the first iterations then learn context instead of spending hundreds of small Adam steps
+ * walking the bias from uniform to the character frequencies. Same on every rank. */
+static void init_head_bias(gpt_model_t *m, const gpt_text_t *text)
+{
+    const int V = m->cfg.vocab;
+    double total = (double)text->train_len + V;
+    for (int c = 0; c < V; c++)
+        m->params.lmb[c] = 0;
+    for (size_t i = 0; i < text->train_len; i++)
+        m->params.lmb[text->train[i]] += 1;
+    for (int c = 0; c < V; c++)
+        m->params.lmb[c] = (gpt_real)log((m->params.lmb[c] + 1) / total);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Main */
+
+/* A failing dear call is reported with its status text; the trainer's own few MPI calls keep
+ * MPI_COMM_WORLD's default handler (MPI_ERRORS_ARE_FATAL), which aborts the job with MPI's
+ * message. A rank that fails alone ends in MPI_Abort so the others never wait forever. */
+#define DEAR_TRY(call)                                                                       \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        if (rc_ != DEAR_OK) {                                                                \
+            fprintf(stderr, "dear-gpt: rank %d: %s: %s\n", rank, #call,                      \
+                    dear_status_string(rc_));                                                \
+            goto fail;                                                                       \
+        }                                                                                    \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    int provided, rank = 0, P = 1, status = 1;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "dear-gpt: MPI_Init_thread failed\n");
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+
+    opts_t o;
+    int prc = parse_args(argc, argv, &o, rank == 0);
+    if (prc != 0) {
+        if (prc > 0 && rank == 0)
+            usage(stdout);
+        MPI_Finalize();
+        return prc > 0 ? 0 : 2;
+    }
+    if (o.batch % P != 0) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "dear-gpt: --batch %ld does not divide across %d ranks: every rank trains on "
+                    "an equal shard of the global batch; pick a multiple of %d\n",
+                    o.batch, P, P);
+        MPI_Finalize();
+        return 2;
+    }
+    if (o.schedule && setenv("DEAR_SCHEDULE", o.schedule, 1) != 0) {
+        fprintf(stderr, "dear-gpt: setenv: %s\n", strerror(errno));
+        MPI_Finalize();
+        return 1;
+    }
+#ifdef OPENBLAS_VERSION
+    openblas_set_num_threads(1); /* one core per rank: ranks share the machine */
+#endif
+
+    char err[512];
+    gpt_text_t text;
+    gpt_model_t model;
+    dear_ctx_t *ctx = NULL;
+    int have_text = 0, have_model = 0;
+    float *opt_state = NULL;
+    adamw_slot_t *slots = NULL;
+    int *inputs = NULL, *targets = NULL;
+    double *losses = NULL;
+    FILE *loss_file = NULL;
+
+    /* Every rank reads the same file, so a missing file fails everywhere alike: no hang. */
+    if (gpt_text_load(&text, o.data, NULL, err, sizeof err)) {
+        if (rank == 0)
+            fprintf(stderr, "dear-gpt: %s\n", err);
+        MPI_Finalize();
+        return 2;
+    }
+    have_text = 1;
+    if (text.train_len < (size_t)o.seq + 2 || text.val_len < (size_t)o.seq + 2) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "dear-gpt: the text is too short for --seq %ld (%zu training and %zu "
+                    "validation characters)\n",
+                    o.seq, text.train_len, text.val_len);
+        status = 2;
+        goto fail;
+    }
+
+    const int B = (int)o.batch, T = (int)o.seq, local_B = B / P;
+    const int eval_B = local_B > 8 ? local_B : 8;
+    gpt_config_t cfg = {.vocab = text.vocab, .max_seq = T, .layers = (int)o.layers,
+                        .heads = (int)o.heads, .dim = (int)o.dim};
+    if (gpt_model_init(&model, &cfg, eval_B, (uint64_t)o.seed, err, sizeof err)) {
+        fprintf(stderr, "dear-gpt: rank %d: %s\n", rank, err);
+        goto fail;
+    }
+    have_model = 1;
+    init_head_bias(&model, &text);
+    opt_state = calloc(2 * model.num_params, sizeof *opt_state);
+    slots = calloc((size_t)model.num_tensors, sizeof *slots);
+    inputs = malloc((size_t)eval_B * T * sizeof *inputs);
+    targets = malloc((size_t)eval_B * T * sizeof *targets);
+    losses = calloc((size_t)o.iters, sizeof *losses);
+    if (!opt_state || !slots || !inputs || !targets || !losses) {
+        fprintf(stderr, "dear-gpt: rank %d: out of memory\n", rank);
+        goto fail;
+    }
+    if (rank == 0 && o.loss_out && !(loss_file = fopen(o.loss_out, "w"))) {
+        fprintf(stderr, "dear-gpt: cannot write --loss-out %s: %s\n", o.loss_out,
+                strerror(errno));
+        status = 2;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (status == 2)
+        goto fail;
+
+    DEAR_TRY(dear_init(MPI_COMM_WORLD, &ctx));
+    for (int i = 0; i < model.num_tensors; i++) {
+        const gpt_tensor_t *t = &model.tensors[i];
+        slots[i] = (adamw_slot_t){.param = model.params_memory + t->offset,
+                                  .m = opt_state + t->offset,
+                                  .v = opt_state + model.num_params + t->offset,
+                                  .decay = t->is_matrix, .o = &o};
+        DEAR_TRY(dear_register(ctx, t->name, t->layer, model.grads_memory + t->offset, t->count,
+                               DEAR_FLOAT32, DEAR_MEM_HOST, adamw_update, &slots[i]));
+    }
+    DEAR_TRY(dear_commit(ctx));
+
+    const double unigram = gpt_unigram_entropy(text.train, text.train_len, text.vocab);
+    if (rank == 0) {
+        printf("dear-gpt: %d ranks, schedule %s, %s: %zu characters (%d files), vocabulary %d, "
+               "%zu train / %zu validation\n",
+               P, getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear (default)",
+               o.data ? o.data : GPT_FORTUNES_DIR, text.raw_len, text.files, text.vocab,
+               text.train_len, text.val_len);
+        printf("model: %ld layers, %ld heads, dim %ld, context %d, %zu parameters in %d tensors, "
+               "%d hook layers; global batch %d x %d characters\n",
+               o.layers, o.heads, o.dim, T, model.num_params, model.num_tensors,
+               gpt_layer_count(&cfg), B, T);
+        printf("unigram baseline (entropy of the training characters): %.4f nats/char\n", unigram);
+        fflush(stdout);
+    }
+
+    const gpt_hooks_t hooks = {hook_forward_begin, hook_backward_done, ctx};
+    uint64_t batch_rng = (uint64_t)o.seed * 0x9E3779B97F4A7C15ull + 7;
+    double train_s = 0, blocked_s = 0, window_s = 0, window_blocked = 0, val_loss = NAN;
+    long timed_iters = 0, last_print = 0;
+    for (long it = 1; it <= o.iters; it++) {
+        dear_stats_t s0, s1;
+        DEAR_TRY(dear_get_stats(ctx, &s0));
+        double t0 = MPI_Wtime();
+        next_batch(&batch_rng, &text, B, T, rank, P, inputs, targets);
+        if (gpt_forward(&model, inputs, targets, local_B, T, &hooks) ||
+            gpt_backward(&model, &hooks))
+            goto fail;
+        DEAR_TRY(dear_backward_end(ctx));
+        double dt = MPI_Wtime() - t0;
+        DEAR_TRY(dear_get_stats(ctx, &s1));
+        losses[it - 1] = model.mean_loss;
+        /* the first iteration pays for first touches and plan set-up: keep it out of rates */
+        if (it > 1) {
+            train_s += dt;
+            blocked_s += s1.blocked_s - s0.blocked_s;
+            timed_iters++;
+        }
+        window_s += dt;
+        window_blocked += s1.blocked_s - s0.blocked_s;
+
+        if ((o.print_every > 0 && it % o.print_every == 0) || it == o.iters) {
+            /* mean over ranks of the per-rank means = mean over the global batch */
+            long n = it - last_print;
+            MPI_Allreduce(MPI_IN_PLACE, losses + last_print, (int)n, MPI_DOUBLE, MPI_SUM,
+                          MPI_COMM_WORLD);
+            double mean = 0;
+            for (long i = last_print; i < it; i++) {
+                losses[i] /= P;
+                mean += losses[i];
+            }
+            mean /= (double)n;
+            if (rank == 0 && o.print_every > 0) {
+                printf("iter %6ld  train %.4f  lr %.2e  %8.0f chars/s  blocked %4.1f%%\n", it,
+                       mean, lr_at(&o, it), (double)n * B * T / window_s,
+                       100.0 * window_blocked / window_s);
+                fflush(stdout);
+            }
+            last_print = it;
+            window_s = window_blocked = 0;
+        }
+        if ((o.eval_every > 0 && it % o.eval_every == 0) || it == o.iters) {
+            DEAR_TRY(dear_flush(ctx));
+            val_loss = evaluate(&model, &text, o.val_chars, T, rank, P, inputs, targets);
+            if (rank == 0) {
+                printf("iter %6ld  validation %.4f nats/char  (unigram %.4f)\n", it, val_loss,
+                       unigram);
+                fflush(stdout);
+            }
+        }
+    }
+    DEAR_TRY(dear_flush(ctx));
+
+    /* ranks block for different lengths (the last to arrive waits least): report the mean */
+    double blocked_share = train_s > 0 ? blocked_s / train_s : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &blocked_share, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    blocked_share /= P;
+    if (rank == 0) {
+        double tail = 0;
+        long k = o.iters < 20 ? o.iters : 20;
+        for (long i = o.iters - k; i < o.iters; i++)
+            tail += losses[i];
+        tail /= (double)k;
+        printf("final: train %.4f (mean of last %ld)  validation %.4f  unigram %.4f nats/char  "
+               "(%.1f%% below unigram)\n",
+               tail, k, val_loss, unigram, 100.0 * (unigram - val_loss) / unigram);
+        if (timed_iters > 0)
+            printf("throughput: %.0f chars/s, %.2f ms/iteration, blocked on communication "
+                   "%.1f%% of iteration time (mean over ranks; iterations 2..%ld, evaluation "
+                   "excluded)\n",
+                   (double)timed_iters * B * T / train_s, 1e3 * train_s / (double)timed_iters,
+                   100.0 * blocked_share, o.iters);
+        if (loss_file) {
+            for (long i = 0; i < o.iters; i++)
+                fprintf(loss_file, "%ld %.9g\n", i + 1, losses[i]);
+        }
+        fflush(stdout);
+    }
+    if (o.profile_out) {
+        int rc = dear_profile_save(ctx, o.profile_out);
+        if (rc != DEAR_OK) {
+            if (rank == 0)
+                fprintf(stderr, "dear-gpt: --profile-out %s: %s\n", o.profile_out,
+                        dear_status_string(rc));
+            goto fail;
+        }
+    }
+    if (rank == 0 && o.sample > 0) {
+        uint64_t sample_rng = (uint64_t)o.seed * 0xD1B54A32D192ED03ull + 11;
+        int *ctx_buf = malloc((size_t)2 * T * sizeof *ctx_buf);
+        if (ctx_buf) {
+            printf("sample (%ld characters, temperature %.2f):\n", o.sample, o.temperature);
+            sample_text(&model, &text, o.sample, o.temperature, &sample_rng, ctx_buf, stdout);
+            free(ctx_buf);
+        }
+    }
+    status = 0;
+
+fail:
+    if (loss_file && fclose(loss_file) != 0 && status == 0) {
+        fprintf(stderr, "dear-gpt: error writing --loss-out %s\n", o.loss_out);
+        status = 1;
+    }
+    if (ctx) {
+        int rc = dear_finalize(ctx);
+        if (rc != DEAR_OK && status == 0) {
+            fprintf(stderr, "dear-gpt: dear_finalize: %s\n", dear_status_string(rc));
+            status = 1;
+        }
+    }
+    free(losses);
+    free(inputs);
+    free(targets);
+    free(slots);
+    free(opt_state);
+    if (have_model)
+        gpt_model_free(&model);
+    if (have_text)
+        gpt_text_free(&text);
+    if (status != 0 && status != 2 && P > 1) {
+        /* a rank that failed alone would leave the others waiting in a collective */
+        MPI_Abort(MPI_COMM_WORLD, status);
+    }
+    MPI_Finalize();
+    return status;
+}
