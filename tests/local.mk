@@ -1,5 +1,6 @@
 # tests/: unit (Check, no MPI), mpi (Check under mpirun via *.mpi files), cuda (skip 77 without
 # GPU). One fragment per area, owned with the code it tests.
+include tests/build.mk
 include tests/base.mk
 include tests/coll.mk
 include tests/runtime.mk
@@ -8,3 +9,4 @@ include tests/cnn.mk
 include tests/gpt.mk
 include tests/bench.mk
 include tests/cuda.mk
+include tests/dearbench.mk

@@ -1,0 +1,7 @@
+# tests for apps/bench/dear-bench: argument and profile errors, every schedule at np 2 and 3 on a
+# tiny profile (correctness check and CSV rows), and injected faults that must be detected.
+TESTS += tests/dearbench-args.sh tests/dearbench-run.sh tests/dearbench-fault.sh
+EXTRA_DIST += tests/dearbench-args.sh tests/dearbench-run.sh tests/dearbench-fault.sh \
+    tests/dearbench-lib.sh tests/dearbench-tiny.prof
+# The end-to-end matrix of issue 6 (needs root and the emulated cluster; not run by make check).
+EXTRA_DIST += bench/e2e-matrix.sh bench/e2e-report.py
