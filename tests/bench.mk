@@ -1,1 +1,3 @@
-# tests for bench
+# tests for bench/: the emulated cluster end to end (skips without CAP_NET_ADMIN, ip or tc).
+TESTS += tests/emucluster.sh
+EXTRA_DIST += tests/emucluster.sh

@@ -1,3 +1,4 @@
+# shellcheck shell=sh disable=SC2034
 # tests/cnn-lib.sh: shared by the tests/cnn-*.sh tests (sourced, not run). Finds dear-cnn and the
 # data, runs it under mpirun with a time limit, and compares the loss lines of two runs.
 : "${top_builddir:=.}"

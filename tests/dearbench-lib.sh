@@ -1,3 +1,4 @@
+# shellcheck shell=sh disable=SC2034
 # Shared by tests/dearbench-*.sh: where things are and how to start dear-bench under mpirun
 # (the flags of tests/run-mpi.sh). Sourced, not run.
 : "${top_srcdir:=.}" "${top_builddir:=.}"

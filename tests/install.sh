@@ -10,6 +10,7 @@ ${MAKE:-make} -s -C "$top_builddir" install DESTDIR="$tmp/root" >"$tmp/install.l
 pcdir=$(find "$tmp/root" -name dear.pc -printf '%h\n' | head -1)
 [ -n "$pcdir" ] || { echo "install.sh: dear.pc was not installed"; exit 1; }
 prefix=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=prefix dear)
+# shellcheck disable=SC2043
 for f in include/dear.h; do
     [ -f "$tmp/root$prefix/$f" ] || { echo "install.sh: $f missing"; exit 1; }
 done

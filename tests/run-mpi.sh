@@ -10,6 +10,7 @@
 set -u
 spec=$1
 NP=1; PROG=; ARGS=; ENVS=; TIMEOUT=600
+# shellcheck disable=SC1090
 . "$spec"
 : "${top_builddir:=.}"
 [ -n "$PROG" ] || { echo "run-mpi.sh: $spec names no PROG" >&2; exit 99; }

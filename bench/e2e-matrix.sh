@@ -1,0 +1,176 @@
+#!/bin/bash
+# e2e-matrix.sh: the end-to-end matrix of issue 6, from measurement to report.
+#
+# Brings up an emulated cluster (bench/emucluster; 4 hosts at 1 Gbit/s by default) under its own
+# prefix and subnet, so it never disturbs a cluster someone else has up, and runs dear-bench on
+# two layouts: 4 hosts x 1 rank, and 2 hosts x 2 ranks. Cases: each of the five shipped profiles
+# scaled so that compute about equals the all-reduce of its gradients at the link rate
+# ("balanced"), plus one compute-bound case (resnet50, compute 3x communication) and one
+# communication-bound case (bert-base, communication 3x compute). Every case runs the seven
+# configurations of the issue one after another in one job. Tensors are shrunk (--size-scale)
+# so one iteration's communication takes about --comm-ms, then compute is scaled to the wanted
+# ratio (--time-scale). A short extra run of dear+auto per case records the runtime's timeline
+# for a Gantt chart (drawn at once; the JSON is not kept). Then the cluster is torn down and bench/e2e-report.py writes the tables,
+# targets, lower bounds and SVG plots: bench/results/e2e.md (a section docs/PERFORMANCE.md can
+# include), bench/results/e2e-*.csv and bench/results/e2e-*.svg.
+# --quick: one profile (resnet50, balanced, 4x1) for a few iterations. --report-only: redraw.
+set -euo pipefail
+
+SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+EMU=$SRCDIR/bench/emucluster
+PROG=e2e-matrix.sh
+RES=$SRCDIR/bench/results
+
+HOSTS=4
+RATE=1gbit
+COMM_MS=300
+ITERS=20
+WARMUP=8
+QUICK=0
+REPORT_ONLY=0
+BUILDDIR=
+PROFILES="resnet50 vgg16 densenet201 bert-base gpt2-small"
+LAYOUTS="4x1 2x2"
+CONFIGS="sync;wfbp:threshold:64m;wfbp:threshold:25m;wfbp:mgwfbp;dear:threshold:25m;dear:gradssa;dear:auto"
+: "${EMU_PREFIX:=e}" "${EMU_SUBNET:=10.213.49}"
+export EMU_PREFIX EMU_SUBNET
+
+usage() {
+    cat <<EOF
+usage: bench/e2e-matrix.sh [options]
+  --builddir DIR    build directory holding apps/bench/dear-bench (default: the current
+                    directory if it has it, else the source tree)
+  --rate RATE       link rate, tc syntax (default $RATE)
+  --comm-ms MS      target communication time per iteration after --size-scale (default $COMM_MS)
+  --iters N         measured iterations per configuration (default $ITERS)
+  --warmup N        warm-up iterations per configuration (default $WARMUP; keep it above
+                    DEAR_WARMUP_ITERS so the runtime's online plan is in place)
+  --profiles LIST   profiles to run, space separated (default: $PROFILES)
+  --layouts LIST    "4x1 2x2" (default); HOSTSxRANKS, hosts <= 4
+  --configs LIST    dear-bench --configs (default: the seven of issue 6)
+  --quick           resnet50 balanced on 4x1 only, --iters 4 --warmup 7, --comm-ms 150
+  --report-only     do not measure; regenerate the report from bench/results/e2e-*.csv
+  --help            this text
+Environment: EMU_PREFIX (default e: hosts e1..e4), EMU_SUBNET (default 10.213.49).
+Writes bench/results/e2e-CASE.csv, e2e-CASE.svg, e2e-gantt-CASE.svg, e2e.meta and e2e.md.
+Needs root (network namespaces). The full matrix takes about half an hour at 1gbit.
+EOF
+}
+
+die() { echo "$PROG: $*" >&2; exit 1; }
+
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --builddir) BUILDDIR=${2:?--builddir needs a directory}; shift 2 ;;
+        --rate) RATE=${2:?--rate needs a rate}; shift 2 ;;
+        --comm-ms) COMM_MS=${2:?--comm-ms needs milliseconds}; shift 2 ;;
+        --iters) ITERS=${2:?--iters needs a count}; shift 2 ;;
+        --warmup) WARMUP=${2:?--warmup needs a count}; shift 2 ;;
+        --profiles) PROFILES=${2:?--profiles needs a list}; shift 2 ;;
+        --layouts) LAYOUTS=${2:?--layouts needs a list}; shift 2 ;;
+        --configs) CONFIGS=${2:?--configs needs a list}; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        --report-only) REPORT_ONLY=1; shift ;;
+        --help | -h) usage; exit 0 ;;
+        *) usage >&2; die "unknown option '$1'" ;;
+    esac
+done
+if ((QUICK)); then
+    PROFILES=resnet50 LAYOUTS=4x1 ITERS=4 WARMUP=7 COMM_MS=150
+fi
+[[ $ITERS =~ ^[0-9]+$ && $WARMUP =~ ^[0-9]+$ ]] && ((ITERS >= 1)) ||
+    die "bad --iters/--warmup '$ITERS'/'$WARMUP': expected counts, iters >= 1"
+[[ $COMM_MS =~ ^[0-9]+([.][0-9]+)?$ ]] || die "bad --comm-ms '$COMM_MS': expected milliseconds"
+for l in $LAYOUTS; do
+    [[ $l =~ ^([1-4])x([1-8])$ ]] && ((BASH_REMATCH[1] * BASH_REMATCH[2] >= 2)) ||
+        die "bad layout '$l': expected HOSTSxRANKS with 1-$HOSTS hosts and at least 2 ranks"
+done
+for p in $PROFILES; do
+    [[ -f $SRCDIR/fusion/profiles/$p.prof ]] || die "no profile fusion/profiles/$p.prof"
+done
+
+report() {
+    python3 "$SRCDIR/bench/e2e-report.py" report --results "$RES" --rate "$RATE" \
+        --command "bench/e2e-matrix.sh $*"
+}
+
+if ((REPORT_ONLY)); then
+    compgen -G "$RES/e2e-*.csv" >/dev/null || die "no bench/results/e2e-*.csv: run without --report-only first"
+    report "(report of the last run)"
+    exit 0
+fi
+
+if [[ -z $BUILDDIR ]]; then
+    for d in "$PWD" "$SRCDIR"; do
+        [[ -x $d/apps/bench/dear-bench ]] && { BUILDDIR=$d; break; }
+    done
+    [[ -n $BUILDDIR ]] || die "apps/bench/dear-bench not found in $PWD or $SRCDIR: build it or pass --builddir"
+fi
+BUILDDIR=$(cd "$BUILDDIR" && pwd)
+BENCH=$BUILDDIR/apps/bench/dear-bench
+[[ -x $BENCH ]] || die "$BENCH is not built (make apps/bench/dear-bench)"
+[[ $EUID -eq 0 ]] || die "needs root to create network namespaces"
+
+# Cases: NAME LAYOUT PROFILE RATIO (compute / communication).
+cases=()
+for l in $LAYOUTS; do
+    for p in $PROFILES; do cases+=("$p-balanced-$l $l $p 1"); done
+done
+if ! ((QUICK)); then
+    [[ " $PROFILES " == *" resnet50 "* ]] && cases+=("resnet50-compute-4x1 4x1 resnet50 3")
+    [[ " $PROFILES " == *" bert-base "* ]] && cases+=("bert-base-comm-4x1 4x1 bert-base 0.333")
+fi
+
+mkdir -p "$RES"
+tmp=$(mktemp -d)
+cleanup() { "$EMU" down >/dev/null 2>&1 || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+"$EMU" up "$HOSTS" "$RATE"
+"$EMU" status
+start=$(date +%s)
+rm -f "$RES"/e2e-*.csv "$RES"/e2e-*.svg
+status=0
+for c in "${cases[@]}"; do
+    read -r name layout prof ratio <<<"$c"
+    nh=${layout%x*} rph=${layout#*x}
+    np=$((nh * rph))
+    hosts=$(seq -s, -f "${EMU_PREFIX}%g:$rph" 1 "$nh")
+    read -r sscale tscale < <(python3 "$SRCDIR/bench/e2e-report.py" scale \
+        --profile "$SRCDIR/fusion/profiles/$prof.prof" --rate "$RATE" --np "$np" \
+        --comm-ms "$COMM_MS" --ratio "$ratio")
+    echo "$PROG: case $name: $prof on $layout ($hosts), size x $sscale, time x $tscale"
+    # A configuration the runtime refuses (exit 3) is recorded in the CSV and reported; a
+    # failed parameter check (exit 1) fails the whole script after the report is written.
+    rc=0
+    "$EMU" mpirun -np "$np" --host "$hosts" "$BENCH" --profile "$SRCDIR/fusion/profiles/$prof.prof" \
+        --configs "$CONFIGS" --iters "$ITERS" --warmup "$WARMUP" --size-scale "$sscale" \
+        --time-scale "$tscale" --csv "$RES/e2e-$name.csv" --svg-dir "$tmp" | tee "$tmp/$name.txt" || rc=$?
+    ((rc == 0 || rc == 3)) || { echo "$PROG: case $name: dear-bench exit status $rc" >&2; status=1; }
+    # Timeline of the product configuration for the Gantt chart (a short separate run: the
+    # timeline file is rewritten by every dear_init).
+    "$EMU" mpirun -np "$np" --host "$hosts" -x "DEAR_TIMELINE=$tmp/tl-$name-%r.json" "$BENCH" \
+        --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "dear:auto" --iters 3 \
+        --warmup "$WARMUP" --size-scale "$sscale" --time-scale "$tscale" --quiet >/dev/null ||
+        echo "$PROG: case $name: timeline run failed (no Gantt chart)" >&2
+    if [[ -f $tmp/tl-$name-0.json ]]; then
+        python3 "$SRCDIR/bench/e2e-report.py" gantt --case "$name" --timeline "$tmp/tl-$name-0.json" \
+            --svg "$RES/e2e-gantt-$name.svg" || echo "$PROG: case $name: no Gantt chart" >&2
+    fi
+    for f in "$tmp"/pred-*dear-auto*.svg; do
+        [[ -f $f ]] && mv "$f" "$RES/e2e-pred-$name.svg"
+    done
+    rm -f "$tmp"/pred-*.svg
+done
+elapsed=$(($(date +%s) - start))
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "cluster: $HOSTS emulated hosts (bench/emucluster), $RATE each way per host; layouts $LAYOUTS"
+    echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"
+    echo "bench: dear-bench --iters $ITERS --warmup $WARMUP, communication scaled to ~$COMM_MS ms per iteration; $elapsed s in all$( ((QUICK)) && echo '; --quick')"
+} >"$RES/e2e.meta"
+"$EMU" down
+report "$( ((QUICK)) && echo --quick || echo "--rate $RATE --comm-ms $COMM_MS --iters $ITERS --warmup $WARMUP")"
+exit $status
