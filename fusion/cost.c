@@ -1,6 +1,7 @@
 /* Cost model: evaluation, least-squares fit, presets, scaling and the calibration cache file.
  * Pure C; the runtime measures, this file only does arithmetic and files. */
 #include "fusion/cost.h"
+#include "fusion/textio.h"
 
 #include <errno.h>
 #include <math.h>
@@ -294,38 +295,6 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
 
 /* ---- cache file ---- */
 
-/* Split s in place into at most max whitespace-separated fields; returns the count. */
-static int split_fields(char *s, char **f, int max)
-{
-    int n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(s, " \t\r\n", &save); tok; tok = strtok_r(NULL, " \t\r\n", &save)) {
-        if (n == max)
-            return max + 1;
-        f[n++] = tok;
-    }
-    return n;
-}
-
-static int parse_double(const char *s, double *v)
-{
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    return (errno || end == s || *end) ? -1 : 0;
-}
-
-static int parse_int(const char *s, int *v)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || end == s || *end || x < -2147483647L || x > 2147483647L)
-        return -1;
-    *v = (int)x;
-    return 0;
-}
-
 typedef struct {
     int p, rph;
     dear_cost_op_t op;
@@ -361,7 +330,7 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
         if (hash)
             *hash = '\0';
         char *fld[12];
-        int nf = split_fields(buf, fld, 11);
+        int nf = dear_text_fields(buf, fld, 11);
         if (nf == 0)
             continue;
         if (!seen_magic) {
@@ -374,11 +343,11 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
             continue;
         }
         cost_rec_t c = { 0 };
-        if (nf != 9 || parse_int(fld[0], &c.p) || c.p < 1 || parse_int(fld[1], &c.rph) || c.rph < 1 ||
+        if (nf != 9 || dear_text_int(fld[0], &c.p) || c.p < 1 || dear_text_int(fld[1], &c.rph) || c.rph < 1 ||
             dear_cost_op_parse(fld[2], &c.op) || dear_cost_algo_parse(fld[3], &c.algo) ||
-            parse_double(fld[4], &c.line.alpha) || parse_double(fld[5], &c.line.beta) ||
-            parse_double(fld[6], &c.line.gamma) || parse_double(fld[7], &c.line.fit_err) ||
-            parse_int(fld[8], &c.line.nsamples) || !(c.line.alpha >= 0) || !(c.line.beta >= 0) ||
+            dear_text_double(fld[4], -HUGE_VAL, HUGE_VAL, &c.line.alpha) || dear_text_double(fld[5], -HUGE_VAL, HUGE_VAL, &c.line.beta) ||
+            dear_text_double(fld[6], -HUGE_VAL, HUGE_VAL, &c.line.gamma) || dear_text_double(fld[7], -HUGE_VAL, HUGE_VAL, &c.line.fit_err) ||
+            dear_text_int(fld[8], &c.line.nsamples) || !(c.line.alpha >= 0) || !(c.line.beta >= 0) ||
             !(c.line.gamma >= 0)) {
             DEAR_ERROR("cost",
                        "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi alpha beta gamma fit_err nsamples' "

@@ -1,5 +1,6 @@
 /* Plan files: write, read, and check against the registered tensors. */
 #include "fusion/planfile.h"
+#include "fusion/textio.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -57,17 +58,6 @@ int dear_planfile_save(const char *path, const dear_plan_t *plan, const dear_ten
     return rc;
 }
 
-static int parse_long(const char *s, long lo, long hi, long *v)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || end == s || *end || x < lo || x > hi)
-        return -1;
-    *v = x;
-    return 0;
-}
-
 typedef struct {
     char name[64];
     int layer;
@@ -123,7 +113,7 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
         } else if (strcmp(tag, "tensors") == 0) {
             long v;
             char *s = strtok_r(NULL, " \t\r\n", &save);
-            if (nfile >= 0 || !s || parse_long(s, 0, 100000000, &v) || strtok_r(NULL, " \t\r\n", &save))
+            if (nfile >= 0 || !s || dear_text_long(s, 0, 100000000, &v) || strtok_r(NULL, " \t\r\n", &save))
                 BAD("expected one 'tensors COUNT' line with COUNT >= 0");
             nfile = (int)v;
             rt = calloc((size_t)(nfile > 0 ? nfile : 1), sizeof *rt);
@@ -138,9 +128,9 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
             long i, l, b;
             if (nfile < 0)
                 BAD("'tensor' before the 'tensors COUNT' line");
-            if (!by || strtok_r(NULL, " \t\r\n", &save) || parse_long(fi, 0, nfile - 1, &i) ||
-                strlen(nm) >= sizeof rt[0].name || parse_long(la, -2147483647L, 2147483647L, &l) ||
-                parse_long(by, 1, __LONG_MAX__, &b))
+            if (!by || strtok_r(NULL, " \t\r\n", &save) || dear_text_long(fi, 0, nfile - 1, &i) ||
+                strlen(nm) >= sizeof rt[0].name || dear_text_long(la, -2147483647L, 2147483647L, &l) ||
+                dear_text_long(by, 1, __LONG_MAX__, &b))
                 BAD("expected 'tensor INDEX NAME LAYER BYTES' with INDEX in 0..%d and BYTES > 0", nfile - 1);
             if (rt[i].seen)
                 BAD("tensor %ld listed twice", i);
@@ -155,14 +145,14 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
                 BAD("'%s' before the 'tensors COUNT' line", tag);
             if ((is_rs && have_rs) || (!is_rs && have_ag))
                 BAD("second '%s' line", tag);
-            if (!s || parse_long(s, nfile > 0 ? 1 : 0, nfile, &ng))
+            if (!s || dear_text_long(s, nfile > 0 ? 1 : 0, nfile, &ng))
                 BAD("expected '%s NGROUPS FIRST...' with NGROUPS in %d..%d", tag, nfile > 0 ? 1 : 0, nfile);
             for (long g = 0; g < ng; g++) {
                 long v;
                 s = strtok_r(NULL, " \t\r\n", &save);
                 if (!s)
                     BAD("'%s' says %ld groups but lists %ld", tag, ng, g);
-                if (parse_long(s, 0, nfile - 1, &v))
+                if (dear_text_long(s, 0, nfile - 1, &v))
                     BAD("'%s' group %ld starts at '%s', not a tensor index in 0..%d", tag, g, s, nfile - 1);
                 if ((g == 0 && v != 0) || (g > 0 && v <= first[g - 1]))
                     BAD("'%s' group starts must begin at 0 and strictly increase (group %ld starts at %ld)", tag,

@@ -1,6 +1,7 @@
 /* Profiles: builder, checks and the text format of docs/FORMATS.md. A load error names the file
  * and line, and a file cut short is caught by its closing 'end NLAYERS NTENSORS' line. */
 #include "fusion/profile.h"
+#include "fusion/textio.h"
 
 #include <errno.h>
 #include <math.h>
@@ -136,38 +137,6 @@ int dear_prof_save(const dear_profile_t *prof, const char *path)
     return DEAR_OK;
 }
 
-static int parse_dbl(const char *s, double *v)
-{
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    return (errno || end == s || *end) ? -1 : 0;
-}
-
-static int parse_int(const char *s, int *v)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || end == s || *end || x < -2147483647L || x > 2147483647L)
-        return -1;
-    *v = (int)x;
-    return 0;
-}
-
-static int parse_size(const char *s, size_t *v)
-{
-    char *end;
-    errno = 0;
-    if (*s == '-')
-        return -1;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (errno || end == s || *end)
-        return -1;
-    *v = (size_t)x;
-    return 0;
-}
-
 int dear_prof_load(const char *path, dear_profile_t *prof)
 {
     if (!path || !prof)
@@ -218,7 +187,7 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
         } else if (strcmp(fld[0], "layer") == 0) {
             int id;
             double fw, bw;
-            if (nf != 4 || parse_int(fld[1], &id) || parse_dbl(fld[2], &fw) || parse_dbl(fld[3], &bw) ||
+            if (nf != 4 || dear_text_int(fld[1], &id) || dear_text_double(fld[2], -HUGE_VAL, HUGE_VAL, &fw) || dear_text_double(fld[3], -HUGE_VAL, HUGE_VAL, &bw) ||
                 !(fw >= 0) || !(bw >= 0) || !isfinite(fw) || !isfinite(bw))
                 BAD("expected 'layer ID FORWARD_S BACKWARD_S' with an integer id and times >= 0 seconds");
             if (p.ntensors > 0)
@@ -232,8 +201,8 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
         } else if (strcmp(fld[0], "tensor") == 0) {
             int layer;
             size_t bytes;
-            if (nf != 4 || strlen(fld[1]) >= DEAR_PROF_NAME_MAX || parse_int(fld[2], &layer) ||
-                parse_size(fld[3], &bytes) || bytes == 0)
+            if (nf != 4 || strlen(fld[1]) >= DEAR_PROF_NAME_MAX || dear_text_int(fld[2], &layer) ||
+                dear_text_size(fld[3], &bytes) || bytes == 0)
                 BAD("expected 'tensor NAME LAYER_ID BYTES' (name under %d characters, bytes > 0)",
                     DEAR_PROF_NAME_MAX);
             int ok = 0;
@@ -250,7 +219,7 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
             }
         } else if (strcmp(fld[0], "end") == 0) {
             int nl, nt;
-            if (nf != 3 || parse_int(fld[1], &nl) || parse_int(fld[2], &nt))
+            if (nf != 3 || dear_text_int(fld[1], &nl) || dear_text_int(fld[2], &nt))
                 BAD("expected 'end NLAYERS NTENSORS'");
             if (nl != p.nlayers || nt != p.ntensors)
                 BAD("'end' says %d layers and %d tensors, the file has %d and %d", nl, nt, p.nlayers, p.ntensors);

@@ -29,6 +29,7 @@
 #include "fusion/planners.h"
 #include "fusion/profile.h"
 #include "fusion/sim.h"
+#include "fusion/textio.h"
 #include "include/dear.h"
 
 #define MAX_CONFIGS 32
@@ -128,17 +129,6 @@ static void usage(void)
         "Exit status: 0 all configurations ran and passed the parameter check; 1 a check failed or\n"
         "the run broke; 2 bad arguments or profile; 3 the runtime refused a configuration.\n",
         DEFAULT_CONFIGS, dear_cost_preset_names());
-}
-
-static int parse_dbl(const char *s, double lo, double *v)
-{
-    char *e;
-    errno = 0;
-    double x = strtod(s, &e);
-    if (errno || e == s || *e || !isfinite(x) || x < lo)
-        return -1;
-    *v = x;
-    return 0;
 }
 
 static int parse_int(const char *s, long lo, long hi, int *v)
@@ -283,21 +273,21 @@ static int parse_args(int argc, char **argv, opts_t *o)
                 return usage_error("--warmup '%s' is not an integer in [0, 1000000]", optarg);
             break;
         case 'T':
-            if (parse_dbl(optarg, 0, &o->time_scale) || o->time_scale > 1e6)
+            if (dear_text_double(optarg, 0, HUGE_VAL, &o->time_scale) || o->time_scale > 1e6)
                 return usage_error("--time-scale '%s' is not a number in [0, 1e6]", optarg);
             break;
         case 'S':
-            if (parse_dbl(optarg, 0, &o->size_scale) || o->size_scale <= 0 || o->size_scale > 1e3)
+            if (dear_text_double(optarg, 0, HUGE_VAL, &o->size_scale) || o->size_scale <= 0 || o->size_scale > 1e3)
                 return usage_error("--size-scale '%s' is not a number in (0, 1000]", optarg);
             break;
         case 'p': o->preset = optarg; break;
         case 'a':
-            if (parse_dbl(optarg, 0, &o->alpha))
+            if (dear_text_double(optarg, 0, HUGE_VAL, &o->alpha))
                 return usage_error("--alpha '%s' is not a time in seconds >= 0", optarg);
             have_a = 1;
             break;
         case 'b':
-            if (parse_dbl(optarg, 0, &o->beta))
+            if (dear_text_double(optarg, 0, HUGE_VAL, &o->beta))
                 return usage_error("--beta '%s' is not a time per byte in seconds >= 0", optarg);
             have_b = 1;
             break;

@@ -19,6 +19,7 @@
 #include "fusion/planners.h"
 #include "fusion/profile.h"
 #include "fusion/sim.h"
+#include "fusion/textio.h"
 #include "include/dear.h"
 #include "runtime/util.h"
 
@@ -59,25 +60,6 @@ __attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, " (try --help)\n");
     return 2;
-}
-
-static int parse_dbl(const char *s, double *v)
-{
-    char *e;
-    errno = 0;
-    *v = strtod(s, &e);
-    return (errno || e == s || *e || !isfinite(*v)) ? -1 : 0;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *v)
-{
-    char *e;
-    errno = 0;
-    long x = strtol(s, &e, 10);
-    if (errno || e == s || *e || x < lo || x > hi)
-        return -1;
-    *v = x;
-    return 0;
 }
 
 typedef struct {
@@ -224,23 +206,23 @@ int main(int argc, char **argv)
         case 'f': profile = optarg; break;
         case 'p': src.preset = optarg; break;
         case 'a':
-            if (parse_dbl(optarg, &src.alpha) || src.alpha < 0)
+            if (dear_text_double(optarg, -HUGE_VAL, HUGE_VAL, &src.alpha) || src.alpha < 0)
                 return fail("--alpha '%s' is not a time in seconds >= 0", optarg);
             have_a = 1;
             break;
         case 'b':
-            if (parse_dbl(optarg, &src.beta) || src.beta < 0)
+            if (dear_text_double(optarg, -HUGE_VAL, HUGE_VAL, &src.beta) || src.beta < 0)
                 return fail("--beta '%s' is not a time per byte in seconds >= 0", optarg);
             have_b = 1;
             break;
         case 'c': src.cost_file = optarg; break;
         case 'r':
-            if (parse_long(optarg, 1, 1 << 20, &v))
+            if (dear_text_long(optarg, 1, 1 << 20, &v))
                 return fail("--ranks-per-host '%s' is not an integer >= 1", optarg);
             src.rph = (int)v;
             break;
         case 'w':
-            if (parse_long(optarg, 2, 1 << 24, &workers))
+            if (dear_text_long(optarg, 2, 1 << 24, &workers))
                 return fail("--workers '%s' is not an integer >= 2", optarg);
             break;
         case 's':
@@ -263,15 +245,15 @@ int main(int argc, char **argv)
             break;
         }
         case 't':
-            if (parse_long(optarg, 1, __LONG_MAX__, &threshold))
+            if (dear_text_long(optarg, 1, __LONG_MAX__, &threshold))
                 return fail("--threshold '%s' is not a size in bytes >= 1", optarg);
             break;
         case 'm':
-            if (parse_long(optarg, 1, __LONG_MAX__, &cap))
+            if (dear_text_long(optarg, 1, __LONG_MAX__, &cap))
                 return fail("--cap '%s' is not a size in bytes >= 1", optarg);
             break;
         case 'S':
-            if (parse_long(optarg, 0, __LONG_MAX__, &seed))
+            if (dear_text_long(optarg, 0, __LONG_MAX__, &seed))
                 return fail("--seed '%s' is not an integer >= 0", optarg);
             break;
         case 'g': svg = optarg; break;
@@ -408,7 +390,7 @@ int main(int argc, char **argv)
         char *save = NULL;
         for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             long q;
-            if (parse_long(tok, 2, 1 << 24, &q)) {
+            if (dear_text_long(tok, 2, 1 << 24, &q)) {
                 fprintf(stderr, "dear-plan: --scale entry '%s' is not an integer >= 2\n", tok);
                 status = 2;
                 break;
