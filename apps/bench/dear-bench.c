@@ -133,10 +133,8 @@ static void usage(void)
 
 static int parse_int(const char *s, long lo, long hi, int *v)
 {
-    char *e;
-    errno = 0;
-    long x = strtol(s, &e, 10);
-    if (errno || e == s || *e || x < lo || x > hi)
+    long x;
+    if (dear_text_long(s, lo, hi, &x) != 0)
         return -1;
     *v = (int)x;
     return 0;
