@@ -150,7 +150,7 @@ static void *engine_main(void *arg)
         while ((op = startable(ctx)) != NULL) {
             op->state = DEAR_OP_RUNNING;
             op->t_start = dear_now();
-            op->last_sent = 0;
+            op->last_events = 0;
             ctx->nqueued--;
             op->args.tag = (int)(ctx->next_seq % TAG_SPAN);
             ctx->next_seq++;
@@ -200,12 +200,12 @@ static void *engine_main(void *arg)
                 goto out;
             }
             if (!done) {
-                /* A step of a multi-step algorithm (a new segment posted) counts as progress:
+                /* A completed transfer (a segment sent or received) counts as progress:
                  * the back-off restarts so the next step is not left waiting up to 1 ms. */
                 dear_coll_info_t info;
                 dear_coll_get_info(op->req, &info);
-                if (info.bytes_sent != op->last_sent) {
-                    op->last_sent = info.bytes_sent;
+                if (info.events != op->last_events) {
+                    op->last_events = info.events;
                     stepped = 1;
                 }
                 link = &op->next_running;

@@ -68,7 +68,7 @@ struct dear_op {
     double t_queued, t_start, t_done;
     /* engine */
     dear_coll_req_t *req;
-    size_t last_sent;       /* bytes_sent at the last poll: a change is progress */
+    size_t last_events;     /* transfers completed at the last poll: a change is progress */
     int stall_warned;
     dear_op_t *next_running;
 };
