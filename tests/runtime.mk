@@ -18,13 +18,13 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi/test_runtime tests/mpi/test_online
 TESTS += tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi
-tests_mpi_test_online_SOURCES = tests/mpi/test_online.c
+tests_mpi_test_online_SOURCES = tests/mpi/test_online.c tests/mpi/synth.h
 tests_mpi_test_online_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_online_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 TESTS += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runtime-np3.mpi \
     tests/mpi/runtime-np4.mpi tests/mpi/runtime-thread-np1.mpi tests/mpi/runtime-timeline.sh \
     tests/mpi/runtime-stall-abort.sh
-tests_mpi_test_runtime_SOURCES = tests/mpi/test_runtime.c
+tests_mpi_test_runtime_SOURCES = tests/mpi/test_runtime.c tests/mpi/synth.h
 tests_mpi_test_runtime_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_runtime_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 endif

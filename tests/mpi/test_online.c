@@ -23,56 +23,21 @@
 
 #include "include/dear.h"
 #include "runtime/log.h"
+#include "tests/mpi/synth.h"
 #include "runtime/rt.h"
 
 #define NT 30
 #define ITERS 12
-#define LR 0.125
 
 static int rank, nranks;
 
-/* ---- log capture ---- */
-
-static char logbuf[1 << 16];
-static size_t loglen;
-
-static void sink(const char *line, void *arg)
-{
-    (void)arg;
-    size_t n = strlen(line);
-    if (loglen + n + 1 < sizeof logbuf) {
-        memcpy(logbuf + loglen, line, n + 1);
-        loglen += n;
-    }
-}
-
-static void capture_start(void)
-{
-    loglen = 0;
-    logbuf[0] = '\0';
-    dear_log_set_sink(sink, NULL);
-}
-
-static void capture_stop(void) { dear_log_set_sink(NULL, NULL); }
-
 /* ---- the model ---- */
-
-typedef struct {
-    char name[32];
-    int layer;
-    size_t count;
-    dear_dtype_t dtype;
-    void *param, *grad;
-    long long updates;
-} tensor_t;
 
 typedef struct {
     tensor_t t[NT];
     void *arena;
     int nlayers, layer_ids[NT], lfirst[NT], llast[NT];
 } model_t;
-
-static size_t esize(dear_dtype_t d) { return d == DEAR_FLOAT64 ? 8 : 4; }
 
 static void model_init(model_t *m)
 {
@@ -139,42 +104,13 @@ static void compute_grads(model_t *m, int i, int k, void *dst)
     }
 }
 
-static void sgd(tensor_t *t, const void *grad)
-{
-    for (size_t j = 0; j < t->count; j++) {
-        if (t->dtype == DEAR_FLOAT64)
-            ((double *)t->param)[j] -= LR * ((const double *)grad)[j];
-        else
-            ((float *)t->param)[j] -= (float)LR * ((const float *)grad)[j];
-    }
-}
-
-static int update_cb(void *grad, size_t count, dear_dtype_t dtype, void *arg)
-{
-    tensor_t *t = arg;
-    if (grad != t->grad || count != t->count || dtype != t->dtype)
-        return 1;
-    sgd(t, grad);
-    t->updates++;
-    return 0;
-}
-
 static void reference_train(model_t *m, int iters)
 {
     for (int k = 0; k < iters; k++)
         for (int i = NT - 1; i >= 0; i--) {
             tensor_t *t = &m->t[i];
             compute_grads(m, i, k, t->grad);
-            MPI_Datatype dt = t->dtype == DEAR_FLOAT64 ? MPI_DOUBLE : MPI_FLOAT;
-            ck_assert_int_eq(MPI_Allreduce(MPI_IN_PLACE, t->grad, (int)t->count, dt, MPI_SUM, MPI_COMM_WORLD),
-                             MPI_SUCCESS);
-            for (size_t j = 0; j < t->count; j++) {
-                if (t->dtype == DEAR_FLOAT64)
-                    ((double *)t->grad)[j] /= nranks;
-                else
-                    ((float *)t->grad)[j] /= (float)nranks;
-            }
-            sgd(t, t->grad);
+            reference_step(t, nranks);
         }
 }
 
