@@ -136,22 +136,28 @@ void dear_plan_print(FILE *out, const dear_plan_t *plan, const dear_tensor_desc_
     partition_print(out, "all-gather groups", &plan->ag, tensors);
 }
 
-/* Both phases get the same partition, built from boundaries in forward order. */
-static int plan_from_boundaries(dear_plan_t *plan, int ntensors, int ngroups, const int *first, const char *name)
+int dear_plan_set(dear_plan_t *plan, int ntensors, int nrs, const int *rs_first, int nag, const int *ag_first,
+                  const char *planner)
 {
     dear_plan_t tmp = { 0 };
-    int rc = dear_partition_set(&tmp.rs, ntensors, ngroups, first);
+    int rc = dear_partition_set(&tmp.rs, ntensors, nrs, rs_first);
     if (rc == DEAR_OK)
-        rc = dear_partition_set(&tmp.ag, ntensors, ngroups, first);
+        rc = dear_partition_set(&tmp.ag, ntensors, nag, ag_first);
     if (rc != DEAR_OK) {
         dear_plan_free(&tmp);
         return rc;
     }
     tmp.ntensors = ntensors;
-    snprintf(tmp.planner, sizeof tmp.planner, "%s", name);
+    snprintf(tmp.planner, sizeof tmp.planner, "%s", planner);
     dear_plan_free(plan);
     *plan = tmp;
     return DEAR_OK;
+}
+
+/* Both phases get the same partition, built from boundaries in forward order. */
+static int plan_from_boundaries(dear_plan_t *plan, int ntensors, int ngroups, const int *first, const char *name)
+{
+    return dear_plan_set(plan, ntensors, ngroups, first, ngroups, first, name);
 }
 
 int dear_plan_none(dear_plan_t *plan, int ntensors, const dear_tensor_desc_t *tensors)

@@ -48,6 +48,11 @@ int dear_plan_equal(const dear_plan_t *a, const dear_plan_t *b);
 /* Human-readable summary: groups with tensor ranges and bytes. */
 void dear_plan_print(FILE *out, const dear_plan_t *plan, const dear_tensor_desc_t *tensors);
 
+/* Replace *plan with one of ntensors tensors made from the two partitions' boundaries (copied)
+ * and the planner's name; *plan is untouched on error. */
+int dear_plan_set(dear_plan_t *plan, int ntensors, int nrs, const int *rs_first, int nag, const int *ag_first,
+                  const char *planner);
+
 /* Planner `none`: one bucket per layer (WFBP), same partition for both phases. */
 int dear_plan_none(dear_plan_t *plan, int ntensors, const dear_tensor_desc_t *tensors);
 /* Planner `threshold`: walking backward from the last tensor, a bucket is closed once it holds

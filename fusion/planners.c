@@ -31,27 +31,10 @@ int dear_plan_problem_init(dear_plan_problem_t *prob, const dear_profile_t *prof
 
 /* ---- helpers ---- */
 
-static int plan_set(dear_plan_t *plan, int n, int nrs, const int *rs, int nag, const int *ag, const char *name)
-{
-    dear_plan_t tmp = { 0 };
-    int rc = dear_partition_set(&tmp.rs, n, nrs, rs);
-    if (rc == DEAR_OK)
-        rc = dear_partition_set(&tmp.ag, n, nag, ag);
-    if (rc != DEAR_OK) {
-        dear_plan_free(&tmp);
-        return rc;
-    }
-    tmp.ntensors = n;
-    snprintf(tmp.planner, sizeof tmp.planner, "%s", name);
-    dear_plan_free(plan);
-    *plan = tmp;
-    return DEAR_OK;
-}
-
 static int plan_one(dear_plan_t *plan, int n)
 {
     int first[2] = { 0, n };
-    return plan_set(plan, n, 1, first, 1, first, "one");
+    return dear_plan_set(plan, n, 1, first, 1, first, "one");
 }
 
 /* Per tensor: ready (after backward start) and need (forward start without stalls) times. */
@@ -159,7 +142,7 @@ int dear_plan_mgwfbp(dear_plan_t *plan, const dear_plan_problem_t *prob)
         first[j] = x;
     }
     first[ng] = n;
-    rc = plan_set(plan, n, ng, first, ng, first, "mgwfbp");
+    rc = dear_plan_set(plan, n, ng, first, ng, first, "mgwfbp");
     free(first);
     free(ready);
     free(need);
@@ -304,7 +287,7 @@ int dear_plan_dp(dear_plan_t *plan, const dear_plan_problem_t *prob)
             dear_dp_ag(n, bytes, need, prob->alpha[DEAR_COST_AG], prob->beta[DEAR_COST_AG], prob->cap_bytes, ag, &nag);
         }
     }
-    rc = (nrs > 0 && nag > 0) ? plan_set(plan, n, nrs, rs, nag, ag, "dp") : DEAR_ERR_NOMEM;
+    rc = (nrs > 0 && nag > 0) ? dear_plan_set(plan, n, nrs, rs, nag, ag, "dp") : DEAR_ERR_NOMEM;
     free(rs);
     free(ag);
     free(ready);
@@ -596,7 +579,7 @@ int dear_plan_gradssa(dear_plan_t *plan, const dear_plan_problem_t *prob)
             nag = decode(gbest + e.d1, e.d1, n, e.ag);
             ag = e.ag;
         }
-        rc = plan_set(plan, n, nrs, e.rs, nag, ag, "gradssa");
+        rc = dear_plan_set(plan, n, nrs, e.rs, nag, ag, "gradssa");
     }
 out:
     for (int i = 0; i < 5; i++)
