@@ -12,6 +12,7 @@
  */
 #include "collectives/reduce.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -175,5 +176,28 @@ void dear_reduce_scale(dear_dtype_t dtype, void *dst, const void *src, size_t n,
     case DEAR_BFLOAT16: DISPATCH_SCALE(bf16, uint16_t, float, 2); break;
     case DEAR_FLOAT16: DISPATCH_SCALE(f16, uint16_t, float, 2); break;
     case DEAR_INT32: DISPATCH_SCALE(i32, uint32_t, uint32_t, 4); break;
+    }
+}
+
+double dear_elem_get(dear_dtype_t dtype, const void *buf, size_t i)
+{
+    switch (dtype) {
+    case DEAR_FLOAT32: return ((const float *)buf)[i];
+    case DEAR_FLOAT64: return ((const double *)buf)[i];
+    case DEAR_BFLOAT16: return dear_bf16_to_float(((const uint16_t *)buf)[i]);
+    case DEAR_FLOAT16: return dear_half_to_float(((const uint16_t *)buf)[i]);
+    case DEAR_INT32: return ((const int32_t *)buf)[i];
+    }
+    return NAN;
+}
+
+void dear_elem_put(dear_dtype_t dtype, void *buf, size_t i, double v)
+{
+    switch (dtype) {
+    case DEAR_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case DEAR_FLOAT64: ((double *)buf)[i] = v; break;
+    case DEAR_BFLOAT16: ((uint16_t *)buf)[i] = dear_float_to_bf16((float)v); break;
+    case DEAR_FLOAT16: ((uint16_t *)buf)[i] = dear_float_to_half((float)v); break;
+    case DEAR_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
     }
 }

@@ -26,4 +26,9 @@ unsigned short dear_float_to_bf16(float f);
 float dear_half_to_float(unsigned short h);
 unsigned short dear_float_to_half(float f);
 
+/* Element i of buf as a double, and back (rounded to the type): for filling and verifying
+ * buffers of any type in tests and benchmarks, not for hot loops. */
+double dear_elem_get(dear_dtype_t dtype, const void *buf, size_t i);
+void dear_elem_put(dear_dtype_t dtype, void *buf, size_t i, double v);
+
 #endif

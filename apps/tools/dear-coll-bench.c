@@ -164,29 +164,6 @@ static int parse_args(int argc, char **argv, opts_t *o)
 
 static double value(int r, size_t i) { return (double)((long)((i * 7 + (size_t)r * 13) % 17) - 8); }
 
-static void put(dear_dtype_t t, void *buf, size_t i, double v)
-{
-    switch (t) {
-    case DEAR_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case DEAR_FLOAT64: ((double *)buf)[i] = v; break;
-    case DEAR_BFLOAT16: ((uint16_t *)buf)[i] = dear_float_to_bf16((float)v); break;
-    case DEAR_FLOAT16: ((uint16_t *)buf)[i] = dear_float_to_half((float)v); break;
-    case DEAR_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    }
-}
-
-static double get(dear_dtype_t t, const void *buf, size_t i)
-{
-    switch (t) {
-    case DEAR_FLOAT32: return ((const float *)buf)[i];
-    case DEAR_FLOAT64: return ((const double *)buf)[i];
-    case DEAR_BFLOAT16: return dear_bf16_to_float(((const uint16_t *)buf)[i]);
-    case DEAR_FLOAT16: return dear_half_to_float(((const uint16_t *)buf)[i]);
-    case DEAR_INT32: return ((const int32_t *)buf)[i];
-    }
-    return NAN;
-}
-
 /* Sum over ranks of value(r, i): value depends on i mod 17 only through (i*7) % 17. */
 static double sum_table[17];
 
@@ -226,7 +203,7 @@ static void bench_setup(bench_t *b, dear_coll_op_t op, dear_dtype_t t, size_t co
         MPI_Abort(MPI_COMM_WORLD, 3);
     }
     for (size_t i = 0; i < sn; i++)
-        put(t, b->send, i, op == DEAR_COLL_ALLGATHER ? expected_sum(b->off + i) : value(g_rank, i));
+        dear_elem_put(t, b->send, i, op == DEAR_COLL_ALLGATHER ? expected_sum(b->off + i) : value(g_rank, i));
     memset(b->recv, 0, rn * b->es);
 }
 
@@ -243,7 +220,7 @@ static long bench_verify(const bench_t *b, double scale)
     size_t lo = b->op == DEAR_COLL_REDUCE_SCATTER ? b->off : 0;
     size_t n = b->op == DEAR_COLL_REDUCE_SCATTER ? b->len : b->count;
     for (size_t i = 0; i < n; i++)
-        wrong += get(b->t, b->recv, i) != expected_sum(lo + i) * scale;
+        wrong += dear_elem_get(b->t, b->recv, i) != expected_sum(lo + i) * scale;
     return wrong;
 }
 

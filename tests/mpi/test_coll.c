@@ -51,29 +51,6 @@ static double rand_value(int r, size_t i)
     return (double)(x >> 11) / 4503599627370496.0 - 1.0;
 }
 
-static void put(dear_dtype_t t, void *buf, size_t i, double v)
-{
-    switch (t) {
-    case DEAR_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case DEAR_FLOAT64: ((double *)buf)[i] = v; break;
-    case DEAR_BFLOAT16: ((uint16_t *)buf)[i] = dear_float_to_bf16((float)v); break;
-    case DEAR_FLOAT16: ((uint16_t *)buf)[i] = dear_float_to_half((float)v); break;
-    case DEAR_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    }
-}
-
-static double get(dear_dtype_t t, const void *buf, size_t i)
-{
-    switch (t) {
-    case DEAR_FLOAT32: return ((const float *)buf)[i];
-    case DEAR_FLOAT64: return ((const double *)buf)[i];
-    case DEAR_BFLOAT16: return dear_bf16_to_float(((const uint16_t *)buf)[i]);
-    case DEAR_FLOAT16: return dear_half_to_float(((const uint16_t *)buf)[i]);
-    case DEAR_INT32: return ((const int32_t *)buf)[i];
-    }
-    return NAN;
-}
-
 /* The value a correct collective stores for a reduced sum (exact in double) and a scale: the
  * library scales in the accumulation type and rounds once to the element type. */
 static double expected_of(dear_dtype_t t, double sum, double scale)
@@ -178,19 +155,19 @@ static void run_prepare(run_t *r, const case_t *c)
             int own = i >= r->off && i < r->off + r->len;
             double v = c->random ? rand_value(7, i) : int_value(3, i);
             if (own) {
-                put(c->t, in, c->in_place ? i : i - r->off, v);
-                mine[i] = get(c->t, in, c->in_place ? i : i - r->off);
+                dear_elem_put(c->t, in, c->in_place ? i : i - r->off, v);
+                mine[i] = dear_elem_get(c->t, in, c->in_place ? i : i - r->off);
             } else {
                 mine[i] = 0;
                 if (c->in_place)
-                    put(c->t, in, i, 99);
+                    dear_elem_put(c->t, in, i, 99);
             }
             mabs[i] = fabs(mine[i]);
         }
     } else {
         for (size_t i = 0; i < n; i++) {
-            put(c->t, in, i, c->random ? rand_value(g_rank, i) : int_value(g_rank, i));
-            mine[i] = get(c->t, in, i);
+            dear_elem_put(c->t, in, i, c->random ? rand_value(g_rank, i) : int_value(g_rank, i));
+            mine[i] = dear_elem_get(c->t, in, i);
             mabs[i] = fabs(mine[i]);
         }
     }
@@ -237,7 +214,7 @@ static int run_check(run_t *r)
     }
     double scale = c->op == DEAR_COLL_ALLGATHER ? 1.0 : c->scale;
     for (size_t i = lo; i < hi && !bad; i++) {
-        double got = get(c->t, res, i);
+        double got = dear_elem_get(c->t, res, i);
         bad = note(elem_bad(r, i, got, r->ref[i], r->absref[i], scale),
                    "%s algo %s %s %s count %zu scale %g: element %zu is %.9g, expected %.9g",
                    name, dear_coll_algo_name(c->algo), dear_dtype_name(c->t),
