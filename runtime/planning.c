@@ -34,8 +34,9 @@
 #include "runtime/rt.h"
 #include "runtime/util.h"
 
-/* Four sizes spanning start-up dominated to bandwidth dominated, three repetitions each: about
- * 0.2-0.5 s for the nine (collective, algorithm) pairs at 4 ranks on shared memory. */
+/* Four sizes spanning start-up dominated to bandwidth dominated, one untimed and three timed
+ * repetitions each: about 0.3-0.7 s for the nine (collective, algorithm) pairs at 4 ranks on
+ * shared memory, 3-4 s on 4 hosts at 1 Gbit/s (cache it: DEAR_CALIBRATION_FILE). */
 static const size_t calib_bytes[] = { 8u << 10, 128u << 10, 1u << 20, 4u << 20 };
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
 #define CALIB_REPS 3
@@ -69,21 +70,31 @@ static void log_model(const dear_ctx_t *ctx, const char *how)
         }
 }
 
-/* One timed collective; the barrier lines the ranks up so the slowest rank's time is the
- * collective's, not its skew. DEAR_ERR_UNSUPPORTED from start (size limits) is returned
- * without logging: the same on every rank, it only means the algorithm is skipped. */
-static int time_one(dear_ctx_t *ctx, dear_coll_args_t *args, double *seconds)
+/* One (collective, algorithm, size) sample set. The barrier lines the ranks up so the slowest
+ * rank's time is the collective's, not its skew; then one untimed run and CALIB_REPS timed runs
+ * back to back. Timed in isolation after an idle gap, a collective rides on whatever the network
+ * let build up while it was idle (a token bucket's burst, a switch's buffers) and looks several
+ * times faster than the same collective in a busy backward pass, where the runtime's operations
+ * follow each other: the steady state is what the planner needs. DEAR_ERR_UNSUPPORTED from
+ * start (size limits) is returned without logging: the same on every rank, it only means the
+ * algorithm is skipped. */
+static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, double *seconds)
 {
-    dear_coll_req_t *req = NULL;
     DEAR_MPI_CHECK(MPI_Barrier(ctx->comm));
-    double t0 = dear_now();
-    int rc = dear_coll_start(args, &req);
-    if (rc != DEAR_OK)
-        return rc;
-    rc = dear_coll_wait(req);
-    *seconds = dear_now() - t0;
-    dear_coll_free(req);
-    return rc;
+    for (int r = -1; r < CALIB_REPS; r++) {
+        dear_coll_req_t *req = NULL;
+        double t0 = dear_now();
+        int rc = dear_coll_start(args, &req);
+        if (rc != DEAR_OK)
+            return rc;
+        rc = dear_coll_wait(req);
+        if (r >= 0)
+            seconds[r] = dear_now() - t0;
+        dear_coll_free(req);
+        if (rc != DEAR_OK)
+            return rc;
+    }
+    return DEAR_OK;
 }
 
 /* Measure every wanted (collective, algorithm) pair and fit; the fitted model is the same on
@@ -107,32 +118,30 @@ static int calibrate(dear_ctx_t *ctx, const int *want_algo)
         for (int a = 0; a < DEAR_COST_NALGOS; a++) {
             if (!want_algo[a])
                 continue;
-            for (int s = 0; s < CALIB_NSIZES; s++)
-                for (int r = 0; r < CALIB_REPS; r++) {
-                    dear_coll_args_t args = { 0 };
-                    args.op = coll_of_cost[op];
-                    args.algo = algo_of_cost[a];
-                    args.dtype = DEAR_FLOAT32;
-                    args.comm = ctx->comm;
-                    args.tag = 0; /* nothing else runs on the communicator before commit ends */
-                    args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
-                    args.recvbuf = buf;
-                    args.count = calib_bytes[s] / sizeof(float);
-                    size_t k = (((size_t)op * DEAR_COST_NALGOS + (size_t)a) * CALIB_NSIZES + (size_t)s) * CALIB_REPS +
-                               (size_t)r;
-                    int r1 = time_one(ctx, &args, &t[k]);
-                    if (r1 == DEAR_ERR_UNSUPPORTED) {
-                        t[k] = -1; /* this size is beyond the algorithm: no sample */
-                        continue;
-                    }
-                    if (r1 != DEAR_OK) {
-                        DEAR_ERROR("plan", "calibration: %s with algorithm %s on %zu bytes failed: %s",
-                                   dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a),
-                                   calib_bytes[s], dear_status_string(r1));
-                        rc = r1;
-                        goto out;
-                    }
+            for (int s = 0; s < CALIB_NSIZES; s++) {
+                dear_coll_args_t args = { 0 };
+                args.op = coll_of_cost[op];
+                args.algo = algo_of_cost[a];
+                args.dtype = DEAR_FLOAT32;
+                args.comm = ctx->comm;
+                args.tag = 0; /* nothing else runs on the communicator before commit ends */
+                args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
+                args.recvbuf = buf;
+                args.count = calib_bytes[s] / sizeof(float);
+                size_t k = (((size_t)op * DEAR_COST_NALGOS + (size_t)a) * CALIB_NSIZES + (size_t)s) * CALIB_REPS;
+                int r1 = time_run(ctx, &args, &t[k]);
+                if (r1 == DEAR_ERR_UNSUPPORTED) {
+                    t[k] = -1; /* this size is beyond the algorithm: no sample */
+                    continue;
                 }
+                if (r1 != DEAR_OK) {
+                    DEAR_ERROR("plan", "calibration: %s with algorithm %s on %zu bytes failed: %s",
+                               dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a),
+                               calib_bytes[s], dear_status_string(r1));
+                    rc = r1;
+                    goto out;
+                }
+            }
         }
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
     if (ctx->rank == 0) {
@@ -155,6 +164,9 @@ static int calibrate(dear_ctx_t *ctx, const int *want_algo)
                     qsort(v, CALIB_REPS, sizeof *v, cmp_double);
                     xs[n] = (double)calib_bytes[s];
                     ys[n++] = v[CALIB_REPS / 2];
+                    DEAR_DEBUG("plan", "calibration: %s %s %zu B: median %.1f us (min %.1f, max %.1f)",
+                               dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a),
+                               calib_bytes[s], 1e6 * ys[n - 1], 1e6 * v[0], 1e6 * v[CALIB_REPS - 1]);
                 }
                 if (n >= 2 && dear_cost_fit(xs, ys, n, &m.line[op][a]) != DEAR_OK)
                     DEAR_WARN("plan", "calibration: no line fits %s/%s; that algorithm is left out of the model",
