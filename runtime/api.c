@@ -99,6 +99,7 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
     ctx->stall_warn_s = dear_param_double(DEAR_P_STALL_WARN_S);
     ctx->stall_abort_s = dear_param_double(DEAR_P_STALL_ABORT_S);
     ctx->max_inflight = (int)dear_param_int(DEAR_P_MAX_INFLIGHT);
+    ctx->inflight_window = (size_t)dear_param_int(DEAR_P_INFLIGHT_BYTES);
     ctx->last_hook_lidx = -1;
     const char *tl = dear_param_string(DEAR_P_TIMELINE);
     if (tl && tl[0])

@@ -61,6 +61,11 @@ static dear_op_t *startable(dear_ctx_t *ctx)
     dear_op_t *op = ctx->ops[ctx->next_seq % ctx->nops];
     if (op->state != DEAR_OP_QUEUED || op->iter != iter)
         return NULL;
+    /* Large collectives go one at a time (DEAR_INFLIGHT_BYTES): sharing the links, they would
+     * all finish late, the first one needed included, which is what the planner's simulator
+     * (one collective at a time) and the schedule's priorities assume does not happen. */
+    if (ctx->nrunning > 0 && ctx->inflight_window > 0 && ctx->inflight_bytes + op->bytes > ctx->inflight_window)
+        return NULL;
     for (int d = 0; d < op->ndeps; d++)
         if (op->deps[d]->done_iter != iter)
             return NULL;
@@ -163,6 +168,7 @@ static void *engine_main(void *arg)
             }
             if (ctx->nrunning == 0)
                 ctx->busy_since = op->t_start;
+            ctx->inflight_bytes += op->bytes;
             op->next_running = ctx->running;
             ctx->running = op;
             ctx->nrunning++;
@@ -213,6 +219,7 @@ static void *engine_main(void *arg)
             }
             *link = op->next_running;
             ctx->nrunning--;
+            ctx->inflight_bytes -= op->bytes;
             op->t_done = dear_now();
             dear_coll_info_t info;
             dear_coll_get_info(op->req, &info);
@@ -269,6 +276,7 @@ out:
         op->req = NULL;
         ctx->nrunning--;
     }
+    ctx->inflight_bytes = 0;
     ctx->progress_cpu_s = dear_thread_cpu();
     pthread_cond_broadcast(&ctx->done_cv);
     pthread_mutex_unlock(&ctx->lock);

@@ -104,6 +104,7 @@ struct dear_ctx {
     int stats_print;
     double stall_warn_s, stall_abort_s;
     int max_inflight;
+    size_t inflight_window;     /* DEAR_INFLIGHT_BYTES; 0: no limit */
 
     /* registry */
     dear_tensor_t *tensors;
@@ -161,6 +162,7 @@ struct dear_ctx {
     long long next_seq;     /* next operation to start: iteration * nops + pos */
     dear_op_t *running;
     int nrunning;
+    size_t inflight_bytes;      /* sum of bytes of the running collectives */
     double busy_since;
 };
 

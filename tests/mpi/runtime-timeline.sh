@@ -15,17 +15,34 @@ timeout -k 10 120 mpirun -np 2 --oversubscribe --bind-to none --mca btl self,vad
     -x DEAR_FUSION_THRESHOLD=100000 -x "DEAR_TIMELINE=$dir/tl-%r.json" -x DEAR_STATS=1 \
     "$exe" train >"$dir/out" 2>&1 || { cat "$dir/out"; exit 1; }
 cat "$dir/out"
+# DEAR_INFLIGHT_BYTES=1: every collective is larger than the window, so each runs alone: no two
+# collective spans of a rank overlap (by default the 100 kB buckets do).
+timeout -k 10 120 mpirun -np 2 --oversubscribe --bind-to none --mca btl self,vader \
+    --mca mpi_yield_when_idle 1 -x DEAR_SCHEDULE=dear -x DEAR_FUSION=threshold \
+    -x DEAR_FUSION_THRESHOLD=100000 -x "DEAR_TIMELINE=$dir/one-%r.json" -x DEAR_INFLIGHT_BYTES=1 \
+    "$exe" train >"$dir/out1" 2>&1 || { cat "$dir/out1"; exit 1; }
 # DEAR_STATS=1: rank 0 (only) prints its counters at finalize
 [ "$(grep -c 'stats: 4 iterations, median iteration .* busbw .* progress thread CPU' "$dir/out")" = 1 ] ||
     { echo "runtime-timeline.sh: no DEAR_STATS line from rank 0" >&2; exit 1; }
 python3 - "$dir" <<'PYEOF'
 import json, sys
 d = sys.argv[1]
-for r in (0, 1):
-    with open(f"{d}/tl-{r}.json") as f:
+def spans_of(path):
+    with open(path) as f:
         doc = json.load(f)
     ev = doc["traceEvents"] if isinstance(doc, dict) else doc
-    spans = [e for e in ev if e.get("ph") == "X"]
+    return [e for e in ev if e.get("ph") == "X"]
+for r in (0, 1):
+    comm = sorted((e for e in spans_of(f"{d}/one-{r}.json") if e.get("cat") == "comm"), key=lambda e: e["ts"])
+    if len(comm) < 8:
+        sys.exit(f"rank {r}: only {len(comm)} collectives with DEAR_INFLIGHT_BYTES=1")
+    for a, b in zip(comm, comm[1:]):
+        if b["ts"] < a["ts"] + a["dur"] - 1e-3:
+            sys.exit(f"rank {r}: with DEAR_INFLIGHT_BYTES=1, {b['name']} started at {b['ts']} us while "
+                     f"{a['name']} ran until {a['ts'] + a['dur']} us")
+    print(f"rank {r}: {len(comm)} collectives, one at a time with DEAR_INFLIGHT_BYTES=1: ok")
+for r in (0, 1):
+    spans = spans_of(f"{d}/tl-{r}.json")
     names = [e["name"] for e in spans]
     fwd = [n for n in names if n.startswith("forward L")]
     bwd = [n for n in names if n.startswith("backward L")]
