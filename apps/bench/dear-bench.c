@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -120,7 +121,9 @@ static void usage(void)
         "  --alpha A --beta B   cost model: all-reduce start-up (s) and per-byte time (s/B)\n"
         "  --calibration FILE   cost model: a calibration cache (DEAR_CALIBRATION_FILE format)\n"
         "                       entry for this communicator size and ranks per host\n"
-        "                       (default: a quick fit of MPI's collectives on this communicator)\n"
+        "                       (default: the model the runtime itself calibrated during the runs,\n"
+        "                       through DEAR_CALIBRATION_FILE, a temporary file unless it is set;\n"
+        "                       when no configuration calibrated, a quick fit of MPI's collectives)\n"
         "  --csv FILE           also write the results as CSV (rank 0)\n"
         "  --svg-dir DIR        write the predicted Gantt chart of each configuration there\n"
         "  --quiet              only the result table\n"
@@ -785,31 +788,83 @@ static int calibrate_mpi(size_t max_bytes, dear_cost_model_t *model)
     return rc;
 }
 
-static int load_model(const opts_t *o, size_t total_bytes, dear_cost_model_t *model)
+/* A calibration cache's entry for this communicator, keyed by ranks per host as MPI sees
+ * shared-memory nodes (the runtime's key). Rank 0 reads, everyone receives: the runtime writes
+ * its cache on rank 0 only. *found: lines in the entry. Collective. */
+static int load_calibration(const char *path, dear_cost_model_t *model, int *found)
+{
+    MPI_Comm node;
+    int rph = 1, rc = DEAR_OK;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &rph);
+    MPI_Comm_free(&node);
+    MPI_Allreduce(MPI_IN_PLACE, &rph, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    *found = 0;
+    if (g_rank == 0)
+        rc = dear_cost_load(path, g_size, rph, model, found);
+    int hdr[2] = { rc, *found };
+    MPI_Bcast(hdr, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    rc = hdr[0], *found = hdr[1];
+    if (rc == DEAR_OK && *found)
+        MPI_Bcast(model, (int)sizeof *model, MPI_BYTE, 0, MPI_COMM_WORLD);
+    return rc;
+}
+
+/* The model the predictions use: the one asked for, else (runtime_calib set) the runtime's
+ * own calibration from the runs just made, else a fit of MPI's collectives. Collective. */
+static int load_model(const opts_t *o, const char *runtime_calib, size_t total_bytes, dear_cost_model_t *model)
 {
     if (o->preset)
         return dear_cost_preset(o->preset, g_size, 1, model);
     if (o->have_ab)
         return dear_cost_from_alpha_beta(o->alpha, o->beta, g_size, model);
+    int found = 0, rc;
     if (o->calibration) {
-        /* Key: ranks per host as MPI sees shared-memory nodes (the runtime's key). */
-        MPI_Comm node;
-        int rph = 1, found = 0;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-        MPI_Comm_size(node, &rph);
-        MPI_Comm_free(&node);
-        int rc = dear_cost_load(o->calibration, g_size, rph, model, &found);
-        if (rc != DEAR_OK)
+        if ((rc = load_calibration(o->calibration, model, &found)) != DEAR_OK)
             return rc;
-        if (!found) {
-            if (g_rank == 0)
-                fprintf(stderr, "dear-bench: %s has no entry for %d ranks, %d per host\n", o->calibration, g_size,
-                        rph);
-            return DEAR_ERR_ARG;
+        if (!found && g_rank == 0)
+            fprintf(stderr, "dear-bench: %s has no entry for %d ranks\n", o->calibration, g_size);
+        return found ? DEAR_OK : DEAR_ERR_ARG;
+    }
+    if (runtime_calib) {
+        if ((rc = load_calibration(runtime_calib, model, &found)) != DEAR_OK)
+            return rc;
+        if (found) {
+            snprintf(model->source, sizeof model->source, "runtime-fit");
+            return DEAR_OK;
         }
-        return DEAR_OK;
     }
     return calibrate_mpi(total_bytes, model);
+}
+
+/* Rank 0: unless the user chose a model or a cache, the runtime calibrates into a temporary
+ * cache, which the later configurations reuse (one calibration per run, one model for all) and
+ * the predictions read. NULL when not used. The other ranks never read the variable. */
+static char *runtime_calibration_file(const opts_t *o, int *created)
+{
+    static char path[4096];
+    *created = 0;
+    if (o->preset || o->have_ab || o->calibration || g_rank != 0)
+        return NULL;
+    const char *set = getenv("DEAR_CALIBRATION_FILE");
+    if (set && set[0]) {
+        snprintf(path, sizeof path, "%s", set);
+        return path;
+    }
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/dear-bench-calib-XXXXXX", dir && dir[0] ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0 || setenv("DEAR_CALIBRATION_FILE", path, 1) != 0) {
+        fprintf(stderr, "dear-bench: cannot create a calibration cache %s (%s): every configuration calibrates "
+                        "anew and predictions use a fit of MPI's collectives\n",
+                path, strerror(errno));
+        if (fd >= 0)
+            close(fd), unlink(path);
+        return NULL;
+    }
+    close(fd);
+    *created = 1;
+    return path;
 }
 
 /* The simulator's iteration time for a configuration, planned the way the runtime plans it
@@ -912,26 +967,16 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return rc == DEAR_ERR_FORMAT ? 2 : 1;
     }
-    dear_cost_model_t model;
-    rc = load_model(&o, dear_prof_bytes_total(&m.prof), &model);
-    if (rc != DEAR_OK) {
-        if (g_rank == 0)
-            fprintf(stderr, "dear-bench: no cost model for predictions: %s\n", dear_status_string(rc));
-        model_free(&m);
-        MPI_Finalize();
-        return 2;
-    }
     double F = dear_prof_fwd_total(&m.prof), B = dear_prof_bwd_total(&m.prof);
-    double bound = lower_bound(&m, &model);
-    if (!o.quiet) {
+    if (!o.quiet)
         say("dear-bench: %s, %d ranks; %d layers, %d tensors, %.2f MiB of float32 gradients (size x %g); "
-            "forward %.3f ms + backward %.3f ms (time x %g); %d warm-up + %d measured iterations\n",
+            "forward %.3f ms + backward %.3f ms (time x %g); %d warm-up + %d measured iterations\n\n",
             m.prof.model, g_size, m.prof.nlayers, m.prof.ntensors, dear_prof_bytes_total(&m.prof) / 1048576.0,
             o.size_scale, F * 1e3, B * 1e3, o.time_scale, o.warmup, o.iters);
-        if (g_rank == 0)
-            dear_cost_print(stdout, &model);
-        say("lower bound (issue 6): %.3f ms\n\n", bound * 1e3);
-    }
+    int calib_created = 0;
+    char *calib = runtime_calibration_file(&o, &calib_created);
+    int use_rt_calib = calib != NULL;
+    MPI_Bcast(&use_rt_calib, 1, MPI_INT, 0, MPI_COMM_WORLD);
 
     result_t res[MAX_CONFIGS];
     int failed_check = 0, broken = 0, refused = 0;
@@ -957,6 +1002,28 @@ int main(int argc, char **argv)
                 fprintf(stderr, "dear-bench: configuration %s: PARAMETER CHECK FAILED (%s)\n", o.configs[i].text,
                         res[i].status);
         }
+    }
+
+    /* Predictions, with the model the runtime planned with when it calibrated during the runs. */
+    dear_cost_model_t model;
+    rc = load_model(&o, use_rt_calib ? (calib ? calib : "") : NULL, dear_prof_bytes_total(&m.prof), &model);
+    if (calib_created)
+        unlink(calib);
+    if (rc != DEAR_OK) {
+        if (g_rank == 0)
+            fprintf(stderr, "dear-bench: no cost model for predictions: %s\n", dear_status_string(rc));
+        model_free(&m);
+        MPI_Finalize();
+        return 2;
+    }
+    double bound = lower_bound(&m, &model);
+    if (!o.quiet) {
+        say("\n");
+        if (g_rank == 0)
+            dear_cost_print(stdout, &model);
+        say("lower bound (issue 6): %.3f ms\n", bound * 1e3);
+    }
+    for (int i = 0; i < o.nconfigs; i++) {
         double p;
         if (predict(&m, &model, &o.configs[i], &o, &p) == DEAR_OK)
             res[i].pred_s = p;
