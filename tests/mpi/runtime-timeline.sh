@@ -3,6 +3,7 @@
 # with %r) is one file per rank that parses as JSON and holds the events the runtime promises:
 # forward and backward spans per layer, each collective with phase, bucket, bytes and
 # algorithm, and the waits in forward_begin. DEAR_STATS=1 makes rank 0 print its counters.
+# A second run with DEAR_INFLIGHT_BYTES=1 must run its collectives one at a time.
 set -u
 : "${top_builddir:=.}"
 exe=$top_builddir/tests/mpi/test_runtime
