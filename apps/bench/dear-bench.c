@@ -60,6 +60,7 @@ typedef struct {
     int ok_run;                 /* the runtime accepted and ran the configuration */
     int check_ok;
     double iter_s, iter_min_s, iter_max_s, compute_s, blocked_s, pred_s;
+    double iter_q1_s, iter_q3_s;  /* quartiles of the measured iterations: the run-to-run noise */
     char status[96];
 } result_t;
 
@@ -525,10 +526,18 @@ static int cmp_dbl(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+/* Quantile q of v[0..n) by linear interpolation between order statistics; sorts v. */
+static double quantile(double *v, int n, double q)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_dbl);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    double x = q * (n - 1);
+    int i = (int)x;
+    return i + 1 < n ? v[i] + (x - i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
+static double median(double *v, int n)
+{
+    return quantile(v, n, 0.5);
 }
 
 static size_t scaled_threshold(const config_t *c, const opts_t *o)
@@ -718,6 +727,8 @@ out:;
         res->iter_max_s = fmax(res->iter_max_s, meas[i]);
     }
     res->iter_s = median(meas, o->iters);
+    res->iter_q1_s = quantile(meas, o->iters, 0.25);
+    res->iter_q3_s = quantile(meas, o->iters, 0.75);
     res->compute_s = median(comp_max + o->warmup, o->iters);
     res->blocked_s = blocked_max;
     res->ok_run = 1;
@@ -926,10 +937,15 @@ static double lower_bound(const model_t *m, const dear_cost_model_t *model)
 
 /* ---- main ---- */
 
+static double it_q(double q_s, const result_t *r)
+{
+    return r->ok_run ? q_s * 1e3 : NAN;
+}
+
 static const char *csv_header = "model,np,config,schedule,fusion,threshold_bytes,iters,warmup,time_scale,size_scale,"
                                 "grad_bytes,compute_ms,compute_meas_ms,iter_ms,iter_min_ms,iter_max_ms,exposed_ms,"
                                 "blocked_ms,speedup_sync,speedup_wfbp64,pred_ms,pred_err_pct,bound_ms,iter_over_bound,"
-                                "cost_model,check";
+                                "cost_model,check,iter_q1_ms,iter_q3_ms";
 
 int main(int argc, char **argv)
 {
@@ -1074,12 +1090,12 @@ int main(int argc, char **argv)
                 r->pred_s * 1e3, "-", "-", r->status);
         if (csv)
             fprintf(csv, "%s,%d,%s,%s,%s,%zu,%d,%d,%g,%g,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
-                         "%.4f,%.4f,%s,%s\n",
+                         "%.4f,%.4f,%s,%s,%.4f,%.4f\n",
                     m.prof.model, g_size, c->text, c->sched, c->fusion, scaled_threshold(c, &o), o.iters, o.warmup,
                     o.time_scale, o.size_scale, dear_prof_bytes_total(&m.prof), (F + B) * 1e3, r->compute_s * 1e3,
                     it * 1e3, r->iter_min_s * 1e3, r->iter_max_s * 1e3, (it - r->compute_s) * 1e3,
                     r->blocked_s * 1e3, t_sync / it, t_w64 / it, r->pred_s * 1e3, err, bound * 1e3, it / bound,
-                    model.source, r->ok_run ? r->status : "refused");
+                    model.source, r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r));
     }
     if (csv && fclose(csv) != 0) {
         fprintf(stderr, "dear-bench: error writing %s\n", o.csv);
