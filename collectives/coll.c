@@ -193,7 +193,7 @@ static int validate(const dear_coll_args_t *a, int *rank, int *nranks)
                    "dear_coll_start: unknown op %d (accepted: 0 reduce_scatter, 1 allgather, 2 allreduce)",
                    (int)a->op);
     DEAR_ARG_CHECK((unsigned)a->algo < DEAR_ALGO_COUNT,
-                   "dear_coll_start: unknown algo %d (accepted: 0 auto, 1 ring, 2 rhd, 3 mpi, 4 direct)", (int)a->algo);
+                   "dear_coll_start: unknown algo %d (accepted: 0 auto, 1 ring, 2 rhd, 3 mpi)", (int)a->algo);
     DEAR_ARG_CHECK((unsigned)a->dtype < DEAR_DTYPE_COUNT,
                    "dear_coll_start: unknown dtype %d (accepted: float32, float64, bfloat16, float16, int32)",
                    (int)a->dtype);

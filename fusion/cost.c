@@ -13,7 +13,7 @@
 #include "runtime/log.h"
 
 static const char *const op_names[DEAR_COST_NOPS] = { "rs", "ag", "ar" };
-static const char *const algo_names[DEAR_COST_NALGOS] = { "ring", "rhd", "mpi", "direct" };
+static const char *const algo_names[DEAR_COST_NALGOS] = { "ring", "rhd", "mpi" };
 
 const char *dear_cost_op_name(dear_cost_op_t op)
 {
@@ -350,7 +350,7 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
             dear_text_int(fld[8], &c.line.nsamples) || !(c.line.alpha >= 0) || !(c.line.beta >= 0) ||
             !(c.line.gamma >= 0)) {
             DEAR_ERROR("cost",
-                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|direct alpha beta gamma fit_err nsamples' "
+                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi alpha beta gamma fit_err nsamples' "
                        "with P, ranks_per_host >= 1 and alpha, beta, gamma >= 0",
                        path, lineno);
             rc = DEAR_ERR_FORMAT;

@@ -1,6 +1,6 @@
 /*
  * Cost model of the collectives: time = alpha + (beta + gamma) * bytes for each collective
- * (reduce-scatter, all-gather, all-reduce) and algorithm (ring, rhd, mpi, direct). bytes is always the
+ * (reduce-scatter, all-gather, all-reduce) and algorithm (ring, rhd, mpi). bytes is always the
  * full buffer size, as in nccl-tests. Lines come from a least-squares fit of measured
  * (bytes, seconds) samples, from a cache file keyed by communicator size, ranks per host,
  * collective and algorithm (docs/FORMATS.md), or from presets. The cost of an operation of a
@@ -15,8 +15,8 @@
 
 typedef enum { DEAR_COST_RS = 0, DEAR_COST_AG = 1, DEAR_COST_AR = 2 } dear_cost_op_t;
 #define DEAR_COST_NOPS 3
-typedef enum { DEAR_COST_RING = 0, DEAR_COST_RHD = 1, DEAR_COST_MPI = 2, DEAR_COST_DIRECT = 3 } dear_cost_algo_t;
-#define DEAR_COST_NALGOS 4
+typedef enum { DEAR_COST_RING = 0, DEAR_COST_RHD = 1, DEAR_COST_MPI = 2 } dear_cost_algo_t;
+#define DEAR_COST_NALGOS 3
 
 typedef struct {
     int valid;          /* 0: no data for this collective and algorithm */
@@ -34,7 +34,7 @@ typedef struct {
     dear_cost_line_t line[DEAR_COST_NOPS][DEAR_COST_NALGOS];
 } dear_cost_model_t;
 
-/* "rs"/"ag"/"ar" and "ring"/"rhd"/"mpi"/"direct"; parse returns 0 or -1. */
+/* "rs"/"ag"/"ar" and "ring"/"rhd"/"mpi"; parse returns 0 or -1. */
 const char *dear_cost_op_name(dear_cost_op_t op);
 const char *dear_cost_algo_name(dear_cost_algo_t algo);
 int dear_cost_op_parse(const char *name, dear_cost_op_t *op);
@@ -69,7 +69,7 @@ int dear_cost_from_alpha_beta(double alpha, double beta, int comm_size, dear_cos
 /* Scale every line to P workers. Ring model: alpha grows as (P-1) (P-1 sequential steps), beta
  * as 2(P-1)/P for all-reduce and (P-1)/P for reduce-scatter and all-gather (bytes each rank
  * moves per byte of buffer; the ratio is the same for the three). rhd: alpha grows as
- * ceil(log2 P), beta like the ring. mpi and direct (P-1 messages each way): scaled like the ring. */
+ * ceil(log2 P), beta like the ring. mpi: scaled like the ring. */
 int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_t *out);
 
 /* Cache file (docs/FORMATS.md). load: fills model with every line stored for

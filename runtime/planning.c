@@ -41,8 +41,7 @@ static const size_t calib_bytes[] = { 8u << 10, 128u << 10, 1u << 20, 4u << 20 }
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
 #define CALIB_REPS 3
 
-static const dear_coll_algo_t algo_of_cost[DEAR_COST_NALGOS] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_MPI,
-                                                                  DEAR_ALGO_DIRECT };
+static const dear_coll_algo_t algo_of_cost[DEAR_COST_NALGOS] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_MPI };
 static const dear_coll_op_t coll_of_cost[DEAR_COST_NOPS] = { DEAR_COLL_REDUCE_SCATTER, DEAR_COLL_ALLGATHER,
                                                              DEAR_COLL_ALLREDUCE };
 
@@ -202,8 +201,9 @@ static int model_covers(const dear_cost_model_t *m, const int *want_algo)
 /* DEAR_CALIBRATE=auto: the cache (rank 0 reads, everyone receives), else a measurement. */
 static int cost_calibrated(dear_ctx_t *ctx)
 {
-    int rc = DEAR_OK, want_algo[DEAR_COST_NALGOS] = { 1, 1, 1, 1 };
-    /* A forced algorithm is the only one the runtime will run: measure only that one. */
+    int rc = DEAR_OK, want_algo[DEAR_COST_NALGOS] = { 1, 1, 1 };
+    /* A forced algorithm is the only one the runtime will run: measure only that one. One the
+     * cost model has no line for (direct) leaves all three measured, as an approximation. */
     int forced = (int)dear_param_enum(DEAR_P_COLL_ALGO); /* auto|ring|rhd|mpi|... = dear_coll_algo_t */
     if (forced > 0 && forced <= DEAR_COST_NALGOS)
         for (int a = 0; a < DEAR_COST_NALGOS; a++)
