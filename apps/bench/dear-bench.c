@@ -800,9 +800,10 @@ static int calibrate_mpi(size_t max_bytes, dear_cost_model_t *model)
 }
 
 /* A calibration cache's entry for this communicator, keyed by ranks per host as MPI sees
- * shared-memory nodes (the runtime's key). Rank 0 reads, everyone receives: the runtime writes
- * its cache on rank 0 only. *found: lines in the entry. Collective. */
-static int load_calibration(const char *path, dear_cost_model_t *model, int *found)
+ * shared-memory nodes (the runtime's key, stored in *rph). Rank 0 reads path (the other ranks'
+ * is not used), everyone receives: the runtime writes its cache on rank 0 only. *found: lines in
+ * the entry. Collective. */
+static int load_calibration(const char *path, dear_cost_model_t *model, int *found, int *rph_out)
 {
     MPI_Comm node;
     int rph = 1, rc = DEAR_OK;
@@ -818,27 +819,30 @@ static int load_calibration(const char *path, dear_cost_model_t *model, int *fou
     rc = hdr[0], *found = hdr[1];
     if (rc == DEAR_OK && *found)
         MPI_Bcast(model, (int)sizeof *model, MPI_BYTE, 0, MPI_COMM_WORLD);
+    *rph_out = rph;
     return rc;
 }
 
-/* The model the predictions use: the one asked for, else (runtime_calib set) the runtime's
- * own calibration from the runs just made, else a fit of MPI's collectives. Collective. */
-static int load_model(const opts_t *o, const char *runtime_calib, size_t total_bytes, dear_cost_model_t *model)
+/* The model the predictions use: the one asked for, else (use_runtime) the runtime's own
+ * calibration from the runs just made, in rank 0's runtime_calib, else a fit of MPI's
+ * collectives. Collective. */
+static int load_model(const opts_t *o, int use_runtime, const char *runtime_calib, size_t total_bytes,
+                      dear_cost_model_t *model)
 {
     if (o->preset)
         return dear_cost_preset(o->preset, g_size, 1, model);
     if (o->have_ab)
         return dear_cost_from_alpha_beta(o->alpha, o->beta, g_size, model);
-    int found = 0, rc;
+    int found = 0, rph = 1, rc;
     if (o->calibration) {
-        if ((rc = load_calibration(o->calibration, model, &found)) != DEAR_OK)
+        if ((rc = load_calibration(o->calibration, model, &found, &rph)) != DEAR_OK)
             return rc;
         if (!found && g_rank == 0)
-            fprintf(stderr, "dear-bench: %s has no entry for %d ranks\n", o->calibration, g_size);
+            fprintf(stderr, "dear-bench: %s has no entry for %d ranks, %d per host\n", o->calibration, g_size, rph);
         return found ? DEAR_OK : DEAR_ERR_ARG;
     }
-    if (runtime_calib) {
-        if ((rc = load_calibration(runtime_calib, model, &found)) != DEAR_OK)
+    if (use_runtime) {
+        if ((rc = load_calibration(runtime_calib, model, &found, &rph)) != DEAR_OK)
             return rc;
         if (found) {
             snprintf(model->source, sizeof model->source, "runtime-fit");
@@ -1022,7 +1026,7 @@ int main(int argc, char **argv)
 
     /* Predictions, with the model the runtime planned with when it calibrated during the runs. */
     dear_cost_model_t model;
-    rc = load_model(&o, use_rt_calib ? (calib ? calib : "") : NULL, dear_prof_bytes_total(&m.prof), &model);
+    rc = load_model(&o, use_rt_calib, calib, dear_prof_bytes_total(&m.prof), &model);
     if (calib_created)
         unlink(calib);
     if (rc != DEAR_OK) {
