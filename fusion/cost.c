@@ -13,7 +13,7 @@
 #include "runtime/log.h"
 
 static const char *const op_names[DEAR_COST_NOPS] = { "rs", "ag", "ar" };
-static const char *const algo_names[DEAR_COST_NALGOS] = { "ring", "rhd", "mpi" };
+static const char *const algo_names[DEAR_COST_NALGOS] = { "ring", "rhd", "mpi", "auto" };
 
 const char *dear_cost_op_name(dear_cost_op_t op)
 {
@@ -47,13 +47,27 @@ int dear_cost_algo_parse(const char *name, dear_cost_algo_t *algo)
 
 double dear_cost_line_eval(const dear_cost_line_t *line, double bytes)
 {
-    return line->alpha + (line->beta + line->gamma) * bytes;
+    int n = line->npts;
+    if (n < 2)
+        return line->alpha + (line->beta + line->gamma) * bytes;
+    const double *x = line->pt_bytes, *y = line->pt_sec;
+    if (bytes <= x[0])
+        return y[0]; /* start-up dominated: no cheaper than the smallest measured size */
+    int i = 0; /* the segment [i, i + 1] holding bytes, or the last one */
+    while (i < n - 2 && bytes > x[i + 1])
+        i++;
+    return y[i] + (y[i + 1] - y[i]) / (x[i + 1] - x[i]) * (bytes - x[i]);
 }
 
 double dear_cost_eval(const dear_cost_model_t *model, dear_cost_op_t op, double bytes, int *algo)
 {
     double best = INFINITY;
     int which = -1;
+    if (model->line[op][DEAR_COST_AUTO].valid) {
+        if (algo)
+            *algo = DEAR_COST_AUTO;
+        return dear_cost_line_eval(&model->line[op][DEAR_COST_AUTO], bytes);
+    }
     for (int a = 0; a < DEAR_COST_NALGOS; a++) {
         const dear_cost_line_t *l = &model->line[op][a];
         if (!l->valid)
@@ -150,6 +164,36 @@ int dear_cost_fit(const double *bytes, const double *seconds, int n, dear_cost_l
     return DEAR_OK;
 }
 
+int dear_cost_fit_curve(const double *bytes, const double *seconds, int n, dear_cost_line_t *line)
+{
+    if (n > DEAR_COST_MAXPTS) {
+        DEAR_ERROR("cost", "a curve holds at most %d points, got %d samples", DEAR_COST_MAXPTS, n);
+        return DEAR_ERR_ARG;
+    }
+    dear_cost_line_t l;
+    int rc = dear_cost_fit(bytes, seconds, n, &l);
+    if (rc != DEAR_OK)
+        return rc;
+    int order[DEAR_COST_MAXPTS];
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        for (; j > 0 && bytes[order[j - 1]] > bytes[i]; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    for (int i = 0; i < n; i++) {
+        l.pt_bytes[i] = bytes[order[i]];
+        l.pt_sec[i] = i > 0 && seconds[order[i]] < l.pt_sec[i - 1] ? l.pt_sec[i - 1] : seconds[order[i]];
+        if (i > 0 && !(l.pt_bytes[i] > l.pt_bytes[i - 1])) {
+            DEAR_ERROR("cost", "a curve needs distinct sizes, %g bytes appears twice", l.pt_bytes[i]);
+            return DEAR_ERR_ARG;
+        }
+    }
+    l.npts = n;
+    *line = l;
+    return DEAR_OK;
+}
+
 int dear_cost_linear(const dear_cost_model_t *model, dear_cost_op_t op, double *alpha, double *beta)
 {
     int nvalid = 0, last = -1;
@@ -162,7 +206,7 @@ int dear_cost_linear(const dear_cost_model_t *model, dear_cost_op_t op, double *
         DEAR_ERROR("cost", "cost model has no line for %s", dear_cost_op_name(op));
         return DEAR_ERR_ARG;
     }
-    if (nvalid == 1) {
+    if (nvalid == 1 && model->line[op][last].npts < 2) {
         *alpha = model->line[op][last].alpha;
         *beta = model->line[op][last].beta + model->line[op][last].gamma;
         return DEAR_OK;
@@ -284,6 +328,10 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
             if (!l->valid)
                 continue;
             double st = a == DEAR_COST_RHD ? log_steps(p1) / log_steps(p0) : ring_steps(p1) / ring_steps(p0);
+            for (int i = 0; i < l->npts; i++) {
+                double rest = l->pt_sec[i] - l->alpha;
+                l->pt_sec[i] = l->alpha * st + (rest > 0 ? rest * bw : rest * st);
+            }
             l->alpha *= st;
             l->beta *= bw;
             l->gamma *= bw;
@@ -303,6 +351,41 @@ typedef struct {
 } cost_rec_t;
 
 #define COST_MAGIC "dear-cost 1"
+
+/* "B:S,B:S,..." into line's curve; -1 unless 2..DEAR_COST_MAXPTS points with increasing sizes
+ * and non-decreasing times > 0 (what dear_cost_fit_curve makes). */
+static int parse_points(char *text, dear_cost_line_t *line)
+{
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(text, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(tok, ':');
+        if (!colon || n == DEAR_COST_MAXPTS)
+            return -1;
+        *colon = '\0';
+        double b, t;
+        if (dear_text_double(tok, 0, HUGE_VAL, &b) || dear_text_double(colon + 1, 0, HUGE_VAL, &t) || !(t > 0))
+            return -1;
+        if (n > 0 && (!(b > line->pt_bytes[n - 1]) || t < line->pt_sec[n - 1]))
+            return -1;
+        line->pt_bytes[n] = b;
+        line->pt_sec[n] = t;
+        n++;
+    }
+    if (n < 2)
+        return -1;
+    line->npts = n;
+    return 0;
+}
+
+/* One record of a cache file, with its points when it has them. */
+static void write_record(FILE *f, int p, int rph, int op, int algo, const dear_cost_line_t *l)
+{
+    fprintf(f, "%d %d %s %s %.9g %.9g %.9g %.6g %d", p, rph, op_names[op], algo_names[algo], l->alpha, l->beta,
+            l->gamma, l->fit_err, l->nsamples);
+    for (int i = 0; i < l->npts; i++)
+        fprintf(f, "%c%.9g:%.9g", i ? ',' : ' ', l->pt_bytes[i], l->pt_sec[i]);
+    fputc('\n', f);
+}
 
 /* Read every record of a cache file. A missing file gives 0 records. */
 static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
@@ -343,16 +426,24 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
             continue;
         }
         cost_rec_t c = { 0 };
-        if (nf != 9 || dear_text_int(fld[0], &c.p) || c.p < 1 || dear_text_int(fld[1], &c.rph) || c.rph < 1 ||
+        if ((nf != 9 && nf != 10) || dear_text_int(fld[0], &c.p) || c.p < 1 || dear_text_int(fld[1], &c.rph) || c.rph < 1 ||
             dear_cost_op_parse(fld[2], &c.op) || dear_cost_algo_parse(fld[3], &c.algo) ||
             dear_text_double(fld[4], -HUGE_VAL, HUGE_VAL, &c.line.alpha) || dear_text_double(fld[5], -HUGE_VAL, HUGE_VAL, &c.line.beta) ||
             dear_text_double(fld[6], -HUGE_VAL, HUGE_VAL, &c.line.gamma) || dear_text_double(fld[7], -HUGE_VAL, HUGE_VAL, &c.line.fit_err) ||
             dear_text_int(fld[8], &c.line.nsamples) || !(c.line.alpha >= 0) || !(c.line.beta >= 0) ||
             !(c.line.gamma >= 0)) {
             DEAR_ERROR("cost",
-                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi alpha beta gamma fit_err nsamples' "
-                       "with P, ranks_per_host >= 1 and alpha, beta, gamma >= 0",
+                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto alpha beta gamma fit_err "
+                       "nsamples [points]' with P, ranks_per_host >= 1 and alpha, beta, gamma >= 0",
                        path, lineno);
+            rc = DEAR_ERR_FORMAT;
+            break;
+        }
+        if (nf == 10 && parse_points(fld[9], &c.line) != 0) {
+            DEAR_ERROR("cost",
+                       "%s:%d: expected the points as BYTES:SECONDS,BYTES:SECONDS,... (2 to %d of them, sizes "
+                       "increasing, times > 0 and non-decreasing), got '%s'",
+                       path, lineno, DEAR_COST_MAXPTS, fld[9]);
             rc = DEAR_ERR_FORMAT;
             break;
         }
@@ -426,24 +517,22 @@ int dear_cost_save(const char *path, const dear_cost_model_t *model)
         free(recs);
         return DEAR_ERR_IO;
     }
-    fprintf(f, "%s\n# dear calibration cache (docs/FORMATS.md): time = alpha + (beta + gamma) * bytes\n"
-               "# P ranks_per_host op algo alpha_s beta_s_per_byte gamma_s_per_byte fit_err nsamples\n",
+    fprintf(f, "%s\n# dear calibration cache (docs/FORMATS.md): time = alpha + (beta + gamma) * bytes, or\n"
+               "# interpolated between the points bytes:seconds when a record has them\n"
+               "# P ranks_per_host op algo alpha_s beta_s_per_byte gamma_s_per_byte fit_err nsamples [points]\n",
             COST_MAGIC);
     for (int i = 0; i < n; i++) {
         const cost_rec_t *c = &recs[i];
         if (c->p == model->comm_size && c->rph == model->ranks_per_host && model->line[c->op][c->algo].valid)
             continue;   /* replaced below */
-        fprintf(f, "%d %d %s %s %.9g %.9g %.9g %.6g %d\n", c->p, c->rph, dear_cost_op_name(c->op),
-                dear_cost_algo_name(c->algo), c->line.alpha, c->line.beta, c->line.gamma, c->line.fit_err,
-                c->line.nsamples);
+        write_record(f, c->p, c->rph, c->op, c->algo, &c->line);
     }
     free(recs);
     for (int op = 0; op < DEAR_COST_NOPS; op++)
         for (int a = 0; a < DEAR_COST_NALGOS; a++) {
             const dear_cost_line_t *l = &model->line[op][a];
             if (l->valid)
-                fprintf(f, "%d %d %s %s %.9g %.9g %.9g %.6g %d\n", model->comm_size, model->ranks_per_host,
-                        op_names[op], algo_names[a], l->alpha, l->beta, l->gamma, l->fit_err, l->nsamples);
+                write_record(f, model->comm_size, model->ranks_per_host, op, a, l);
         }
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
@@ -471,7 +560,9 @@ void dear_cost_print(FILE *out, const dear_cost_model_t *model)
             fprintf(out, "  %s %-4s alpha %10.3f us  beta %8.4f ns/B (%7.1f MB/s)", op_names[op], algo_names[a],
                     l->alpha * 1e6, (l->beta + l->gamma) * 1e9,
                     l->beta + l->gamma > 0 ? 1e-6 / (l->beta + l->gamma) : INFINITY);
-            if (l->nsamples > 0)
+            if (l->npts >= 2)
+                fprintf(out, "  curve through %d measured sizes (%.0f%% from linear)", l->npts, 100 * l->fit_err);
+            else if (l->nsamples > 0)
                 fprintf(out, "  fit: %d samples, max rel. error %.1f%%", l->nsamples, 100 * l->fit_err);
             fputc('\n', out);
         }

@@ -1,11 +1,16 @@
 /*
  * Cost model of the collectives: time = alpha + (beta + gamma) * bytes for each collective
- * (reduce-scatter, all-gather, all-reduce) and algorithm (ring, rhd, mpi). bytes is always the
- * full buffer size, as in nccl-tests. Lines come from a least-squares fit of measured
+ * (reduce-scatter, all-gather, all-reduce) and algorithm (ring, rhd, mpi, auto). bytes is always
+ * the full buffer size, as in nccl-tests. Lines come from a least-squares fit of measured
  * (bytes, seconds) samples, from a cache file keyed by communicator size, ranks per host,
- * collective and algorithm (docs/FORMATS.md), or from presets. The cost of an operation of a
- * given size is the cheapest valid algorithm at that size: this is the per-size algorithm
- * switch the collectives layer applies. Pure C: no MPI or CUDA calls.
+ * collective and algorithm (docs/FORMATS.md), or from presets.
+ *
+ * A line may also carry the measured points themselves (a curve): it is then evaluated by
+ * linear interpolation between them, and beyond the largest along the last segment's slope.
+ * The runtime calibrates the "auto" algorithm this way: what the collectives layer's selection
+ * table actually runs at each size (direct up to a threshold, the ring above it), whose cost is
+ * not one straight line. When a collective has an auto line, that is its cost; otherwise the
+ * cost is the cheapest valid algorithm at that size. Pure C: no MPI or CUDA calls.
  */
 #ifndef DEAR_FUSION_COST_H
 #define DEAR_FUSION_COST_H
@@ -15,8 +20,9 @@
 
 typedef enum { DEAR_COST_RS = 0, DEAR_COST_AG = 1, DEAR_COST_AR = 2 } dear_cost_op_t;
 #define DEAR_COST_NOPS 3
-typedef enum { DEAR_COST_RING = 0, DEAR_COST_RHD = 1, DEAR_COST_MPI = 2 } dear_cost_algo_t;
-#define DEAR_COST_NALGOS 3
+typedef enum { DEAR_COST_RING = 0, DEAR_COST_RHD = 1, DEAR_COST_MPI = 2, DEAR_COST_AUTO = 3 } dear_cost_algo_t;
+#define DEAR_COST_NALGOS 4
+#define DEAR_COST_MAXPTS 8
 
 typedef struct {
     int valid;          /* 0: no data for this collective and algorithm */
@@ -25,6 +31,9 @@ typedef struct {
     double gamma;       /* seconds per byte for the reduction; 0 when folded into beta (fits) */
     double fit_err;     /* max relative residual of the fit over its samples; 0 for presets */
     int nsamples;       /* samples behind the fit; 0 for presets */
+    int npts;           /* 0: the line; 2..DEAR_COST_MAXPTS: the curve through these points */
+    double pt_bytes[DEAR_COST_MAXPTS];  /* strictly increasing */
+    double pt_sec[DEAR_COST_MAXPTS];    /* non-decreasing */
 } dear_cost_line_t;
 
 typedef struct {
@@ -34,16 +43,19 @@ typedef struct {
     dear_cost_line_t line[DEAR_COST_NOPS][DEAR_COST_NALGOS];
 } dear_cost_model_t;
 
-/* "rs"/"ag"/"ar" and "ring"/"rhd"/"mpi"; parse returns 0 or -1. */
+/* "rs"/"ag"/"ar" and "ring"/"rhd"/"mpi"/"auto"; parse returns 0 or -1. */
 const char *dear_cost_op_name(dear_cost_op_t op);
 const char *dear_cost_algo_name(dear_cost_algo_t algo);
 int dear_cost_op_parse(const char *name, dear_cost_op_t *op);
 int dear_cost_algo_parse(const char *name, dear_cost_algo_t *algo);
 
-/* Time of one line at a size. */
+/* Time of one line at a size: alpha + (beta + gamma) * bytes, or for a curve the interpolation
+ * between its points: below the first point the first point's time (start-up dominated), above
+ * the last along the last segment's slope. */
 double dear_cost_line_eval(const dear_cost_line_t *line, double bytes);
-/* Time of op at a size: the cheapest valid algorithm, stored in *algo when algo != NULL.
- * Returns INFINITY (and algo -1) when no algorithm is valid for op. */
+/* Time of op at a size: the auto line when op has one, else the cheapest valid algorithm;
+ * stored in *algo when algo != NULL. Returns INFINITY (and algo -1) when no algorithm is valid
+ * for op. */
 double dear_cost_eval(const dear_cost_model_t *model, dear_cost_op_t op, double bytes, int *algo);
 /* One line standing for op when a planner needs a linear cost (MG-WFBP, DP): the only valid
  * algorithm if there is one, else a relative least-squares line through dear_cost_eval at
@@ -55,6 +67,11 @@ int dear_cost_linear(const dear_cost_model_t *model, dear_cost_op_t op, double *
  * folded into beta (0). fit_err = max |predicted - measured| / measured. Needs n >= 2 samples
  * with at least two distinct sizes and positive times; else DEAR_ERR_ARG. */
 int dear_cost_fit(const double *bytes, const double *seconds, int n, dear_cost_line_t *line);
+/* dear_cost_fit, and the samples kept as the line's curve: one sample per size (distinct
+ * sizes, 2..DEAR_COST_MAXPTS of them, else DEAR_ERR_ARG), sorted by size, times made
+ * non-decreasing (a larger collective is never cheaper: a dip is measurement noise). fit_err
+ * stays the straight line's: how far from linear the cost is. */
+int dear_cost_fit_curve(const double *bytes, const double *seconds, int n, dear_cost_line_t *line);
 
 /* Presets: "10gbe" and "ib56" are the MG-WFBP paper's all-reduce fits for P = 8 and 16
  * (DESIGN.md); "shm" is a shared-memory figure for one host (see cost.c). Reduce-scatter and
@@ -69,7 +86,8 @@ int dear_cost_from_alpha_beta(double alpha, double beta, int comm_size, dear_cos
 /* Scale every line to P workers. Ring model: alpha grows as (P-1) (P-1 sequential steps), beta
  * as 2(P-1)/P for all-reduce and (P-1)/P for reduce-scatter and all-gather (bytes each rank
  * moves per byte of buffer; the ratio is the same for the three). rhd: alpha grows as
- * ceil(log2 P), beta like the ring. mpi: scaled like the ring. */
+ * ceil(log2 P), beta like the ring. mpi and auto: scaled like the ring. A curve's points are
+ * scaled as alpha plus the rest: t' = alpha * steps + (t - alpha) * bytes ratio. */
 int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_t *out);
 
 /* Cache file (docs/FORMATS.md). load: fills model with every line stored for

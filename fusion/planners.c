@@ -622,42 +622,59 @@ static int plan_simple(dear_plan_t *plan, const dear_plan_problem_t *prob, int t
     return rc;
 }
 
+static double sim_iter(const dear_plan_problem_t *prob, const dear_plan_t *plan, int *rc)
+{
+    dear_sim_result_t r = { 0 };
+    *rc = dear_sim_run(prob->prof, &prob->cost, prob->sched, plan, 0, &r);
+    return *rc == DEAR_OK ? r.iter_s : INFINITY;
+}
+
 int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
 {
     int rc = check_prob(prob);
     if (rc != DEAR_OK)
         return rc;
     static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp", "gradssa" };
-    dear_plan_t best = { 0 };
-    double tbest = INFINITY;
-    for (size_t c = 0; c < sizeof cands / sizeof cands[0]; c++) {
-        dear_plan_t p = { 0 };
-        rc = dear_plan_by_name(&p, prob, cands[c]);
-        if (rc != DEAR_OK) {
-            dear_plan_free(&best);
-            return rc;
+    enum { NC = (int)(sizeof cands / sizeof cands[0]) };
+    dear_plan_t p[NC];
+    memset(p, 0, sizeof p);
+    for (int c = 0; c < NC && rc == DEAR_OK; c++)
+        rc = dear_plan_by_name(&p[c], prob, cands[c]);
+    /* Schedule dear has two independent phases: every pair (reduce-scatter buckets of one
+     * planner, all-gather groups of another) is simulated. The others only have buckets. */
+    int nag = prob->sched == DEAR_SIM_SCHED_DEAR ? NC : 1, bi = 0, bj = 0;
+    double best = INFINITY;
+    for (int i = 0; i < NC && rc == DEAR_OK; i++)
+        for (int j = 0; j < nag && rc == DEAR_OK; j++) {
+            int k = nag > 1 ? j : i;
+            dear_plan_t mix = { .ntensors = p[i].ntensors, .rs = p[i].rs, .ag = p[k].ag };
+            double t = sim_iter(prob, &mix, &rc);
+            if (t < best) { /* ties keep the earlier, simpler pair */
+                best = t;
+                bi = i;
+                bj = k;
+            }
         }
-        dear_sim_result_t r = { 0 };
-        rc = dear_sim_run(prob->prof, &prob->cost, prob->sched, &p, 0, &r);
-        if (rc != DEAR_OK) {
-            dear_plan_free(&p);
-            dear_plan_free(&best);
-            return rc;
-        }
-        if (r.iter_s < tbest) {   /* ties keep the simpler planner */
-            tbest = r.iter_s;
-            dear_plan_free(&best);
-            best = p;
-        } else {
-            dear_plan_free(&p);
-        }
+    dear_plan_t res = { 0 };
+    if (rc == DEAR_OK) {
+        res.ntensors = p[bi].ntensors;
+        rc = dear_partition_set(&res.rs, res.ntensors, p[bi].rs.ngroups, p[bi].rs.first);
     }
-    char name[32];
-    snprintf(name, sizeof name, "auto:%.26s", best.planner);
-    snprintf(best.planner, sizeof best.planner, "%s", name);
-    dear_plan_free(plan);
-    *plan = best;
-    return DEAR_OK;
+    if (rc == DEAR_OK)
+        rc = dear_partition_set(&res.ag, res.ntensors, p[bj].ag.ngroups, p[bj].ag.first);
+    if (rc == DEAR_OK) {
+        if (bi == bj)
+            snprintf(res.planner, sizeof res.planner, "auto:%.26s", p[bi].planner);
+        else
+            snprintf(res.planner, sizeof res.planner, "auto:%.12s+%.12s", p[bi].planner, p[bj].planner);
+        dear_plan_free(plan);
+        *plan = res;
+    } else {
+        dear_plan_free(&res);
+    }
+    for (int c = 0; c < NC; c++)
+        dear_plan_free(&p[c]);
+    return rc;
 }
 
 int dear_plan_by_name(dear_plan_t *plan, const dear_plan_problem_t *prob, const char *name)

@@ -10,7 +10,8 @@
  *            fitness = the simulator's iteration time under the problem's cost function (which
  *            may switch algorithm by size or cap bucket memory); seeded with none, one bucket,
  *            mgwfbp, dp and threshold plans; deterministic per seed; never worse than its seeds.
- *   auto     the lowest predicted of none, threshold, mgwfbp, dp and gradssa.
+ *   auto     the lowest predicted of none, threshold, mgwfbp, dp and gradssa; for schedule dear
+ *            per phase: the best pair of one planner's buckets and another's all-gather groups.
  * Pure C.
  */
 #ifndef DEAR_FUSION_PLANNERS_H

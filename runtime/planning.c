@@ -5,9 +5,10 @@
  * At commit (dear_planning_setup), when DEAR_FUSION names a model-driven planner (mgwfbp, dp,
  * gradssa, auto), the schedule is not sync, no DEAR_PLAN_FILE is given and there are at least two
  * ranks, the runtime gets a cost model: DEAR_CALIBRATE=auto measures reduce-scatter, all-gather
- * and all-reduce for each algorithm on the context's private communicator (four sizes, three
- * repetitions, the slowest rank's time, median per size, least-squares line) unless
- * DEAR_CALIBRATION_FILE already holds lines for this communicator size and ranks per host;
+ * and all-reduce as the collectives layer will run them (its selection table) on the context's
+ * private communicator (seven sizes, three repetitions, the slowest rank's time, median per
+ * size, kept as an interpolated curve) unless DEAR_CALIBRATION_FILE already holds those curves
+ * for this communicator size and ranks per host;
  * DEAR_CALIBRATE=off takes DEAR_COST_PRESET. The cache is read on rank 0 and the model
  * broadcast, so every rank plans from the same numbers. A corrupt cache is not fatal: it is
  * reported, kept as PATH.corrupt, measured again and replaced. This runs before the progress
@@ -34,14 +35,16 @@
 #include "runtime/rt.h"
 #include "runtime/util.h"
 
-/* Four sizes spanning start-up dominated to bandwidth dominated, one untimed and three timed
- * repetitions each: about 0.3-0.7 s for the nine (collective, algorithm) pairs at 4 ranks on
- * shared memory, 3-4 s on 4 hosts at 1 Gbit/s (cache it: DEAR_CALIBRATION_FILE). */
-static const size_t calib_bytes[] = { 8u << 10, 128u << 10, 1u << 20, 4u << 20 };
+/* Sizes from start-up dominated to bandwidth dominated, around the selection table's switch
+ * from the direct exchange to the ring at 1 MiB, one untimed and five timed repetitions each:
+ * about 0.3 s for the three collectives at 4 ranks on shared memory, 1.5-2 s on 4 hosts at
+ * 1 Gbit/s (cache it: DEAR_CALIBRATION_FILE). The largest size sets the slope the curve is
+ * extended with, so it is well past the network's burst allowance (a token bucket, a switch's
+ * buffers: hundreds of KiB). */
+static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
-#define CALIB_REPS 3
+#define CALIB_REPS 5
 
-static const dear_coll_algo_t algo_of_cost[DEAR_COST_NALGOS] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_MPI };
 static const dear_coll_op_t coll_of_cost[DEAR_COST_NOPS] = { DEAR_COLL_REDUCE_SCATTER, DEAR_COLL_ALLGATHER,
                                                              DEAR_COLL_ALLREDUCE };
 
@@ -63,10 +66,13 @@ static void log_model(const dear_ctx_t *ctx, const char *how)
             if (!l->valid)
                 continue;
             DEAR_INFO("plan", "  %s %-4s alpha %.2f us, beta %.4f ns/B (%.0f MB/s), gamma %.4f ns/B, fit error %.1f%% "
-                              "over %d sample(s)",
+                              "over %d sample(s)%s",
                       dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a), 1e6 * l->alpha,
                       1e9 * l->beta, l->beta > 0 ? 1e-6 / l->beta : 0.0, 1e9 * l->gamma, 100 * l->fit_err,
-                      l->nsamples);
+                      l->nsamples, l->npts >= 2 ? "; priced by the curve through the samples" : "");
+            for (int i = 0; i < l->npts; i++)
+                DEAR_INFO("plan", "    %.0f B: %.1f us (%.0f MB/s)", l->pt_bytes[i], 1e6 * l->pt_sec[i],
+                          l->pt_sec[i] > 0 ? 1e-6 * l->pt_bytes[i] / l->pt_sec[i] : 0.0);
         }
 }
 
@@ -97,16 +103,20 @@ static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, double *seconds)
     return DEAR_OK;
 }
 
-/* Measure every wanted (collective, algorithm) pair and fit; the fitted model is the same on
- * every rank (rank 0 fits from the slowest rank's samples and broadcasts). */
-static int calibrate(dear_ctx_t *ctx, const int *want_algo)
+/* Measure each collective as the runtime will run it (DEAR_ALGO_AUTO: the selection table, or
+ * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the medians as the
+ * auto curve of the model; the model is the same on every rank (rank 0 takes the slowest rank's
+ * samples and broadcasts). A straight line per algorithm, as the model had before, priced
+ * buckets of 2-25 MiB from a fit dominated by the small sizes (off by 20-50% on a 1 Gbit/s
+ * link) and with algorithms the selection table never runs there. */
+static int calibrate(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
     size_t maxb = calib_bytes[CALIB_NSIZES - 1];
     size_t count = maxb / sizeof(float);
     float *buf = NULL;
     double *t = NULL, *tmax = NULL;
-    size_t nt = (size_t)DEAR_COST_NOPS * DEAR_COST_NALGOS * CALIB_NSIZES * CALIB_REPS;
+    size_t nt = (size_t)DEAR_COST_NOPS * CALIB_NSIZES * CALIB_REPS;
     double t_start = dear_now();
 
     DEAR_ALLOC_GOTO(buf, malloc(maxb), maxb, rc, out);
@@ -115,32 +125,27 @@ static int calibrate(dear_ctx_t *ctx, const int *want_algo)
     for (size_t i = 0; i < count; i++)
         buf[i] = 1.0f;
     for (int op = 0; op < DEAR_COST_NOPS; op++)
-        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
-            if (!want_algo[a])
+        for (int s = 0; s < CALIB_NSIZES; s++) {
+            dear_coll_args_t args = { 0 };
+            args.op = coll_of_cost[op];
+            args.algo = DEAR_ALGO_AUTO;
+            args.dtype = DEAR_FLOAT32;
+            args.comm = ctx->comm;
+            args.tag = 0; /* nothing else runs on the communicator before commit ends */
+            args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
+            args.recvbuf = buf;
+            args.count = calib_bytes[s] / sizeof(float);
+            size_t k = ((size_t)op * CALIB_NSIZES + (size_t)s) * CALIB_REPS;
+            int r1 = time_run(ctx, &args, &t[k]);
+            if (r1 == DEAR_ERR_UNSUPPORTED) {
+                t[k] = -1; /* this size is beyond the algorithm: no sample */
                 continue;
-            for (int s = 0; s < CALIB_NSIZES; s++) {
-                dear_coll_args_t args = { 0 };
-                args.op = coll_of_cost[op];
-                args.algo = algo_of_cost[a];
-                args.dtype = DEAR_FLOAT32;
-                args.comm = ctx->comm;
-                args.tag = 0; /* nothing else runs on the communicator before commit ends */
-                args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
-                args.recvbuf = buf;
-                args.count = calib_bytes[s] / sizeof(float);
-                size_t k = (((size_t)op * DEAR_COST_NALGOS + (size_t)a) * CALIB_NSIZES + (size_t)s) * CALIB_REPS;
-                int r1 = time_run(ctx, &args, &t[k]);
-                if (r1 == DEAR_ERR_UNSUPPORTED) {
-                    t[k] = -1; /* this size is beyond the algorithm: no sample */
-                    continue;
-                }
-                if (r1 != DEAR_OK) {
-                    DEAR_ERROR("plan", "calibration: %s with algorithm %s on %zu bytes failed: %s",
-                               dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a),
-                               calib_bytes[s], dear_status_string(r1));
-                    rc = r1;
-                    goto out;
-                }
+            }
+            if (r1 != DEAR_OK) {
+                DEAR_ERROR("plan", "calibration: %s on %zu bytes failed: %s", dear_cost_op_name((dear_cost_op_t)op),
+                           calib_bytes[s], dear_status_string(r1));
+                rc = r1;
+                goto out;
             }
         }
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
@@ -150,34 +155,31 @@ static int calibrate(dear_ctx_t *ctx, const int *want_algo)
         m.comm_size = ctx->size;
         m.ranks_per_host = ctx->topo.max_local_size;
         snprintf(m.source, sizeof m.source, "fit");
-        for (int op = 0; op < DEAR_COST_NOPS; op++)
-            for (int a = 0; a < DEAR_COST_NALGOS; a++) {
-                if (!want_algo[a])
+        for (int op = 0; op < DEAR_COST_NOPS; op++) {
+            double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
+            int n = 0;
+            for (int s = 0; s < CALIB_NSIZES; s++) {
+                double *v = &tmax[((size_t)op * CALIB_NSIZES + (size_t)s) * CALIB_REPS];
+                if (v[0] < 0)
                     continue;
-                double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
-                int n = 0;
-                for (int s = 0; s < CALIB_NSIZES; s++) {
-                    double *v = &tmax[(((size_t)op * DEAR_COST_NALGOS + (size_t)a) * CALIB_NSIZES + (size_t)s) *
-                                      CALIB_REPS];
-                    if (v[0] < 0)
-                        continue;
-                    qsort(v, CALIB_REPS, sizeof *v, cmp_double);
-                    xs[n] = (double)calib_bytes[s];
-                    ys[n++] = v[CALIB_REPS / 2];
-                    DEAR_DEBUG("plan", "calibration: %s %s %zu B: median %.1f us (min %.1f, max %.1f)",
-                               dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a),
-                               calib_bytes[s], 1e6 * ys[n - 1], 1e6 * v[0], 1e6 * v[CALIB_REPS - 1]);
-                }
-                if (n >= 2 && dear_cost_fit(xs, ys, n, &m.line[op][a]) != DEAR_OK)
-                    DEAR_WARN("plan", "calibration: no line fits %s/%s; that algorithm is left out of the model",
-                              dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a));
+                qsort(v, CALIB_REPS, sizeof *v, cmp_double);
+                xs[n] = (double)calib_bytes[s];
+                ys[n++] = v[CALIB_REPS / 2];
+                DEAR_DEBUG("plan", "calibration: %s %zu B: median %.1f us (min %.1f, max %.1f)",
+                           dear_cost_op_name((dear_cost_op_t)op), calib_bytes[s], 1e6 * ys[n - 1], 1e6 * v[0],
+                           1e6 * v[CALIB_REPS - 1]);
             }
+            if (n < 2 || dear_cost_fit_curve(xs, ys, n, &m.line[op][DEAR_COST_AUTO]) != DEAR_OK)
+                DEAR_WARN("plan", "calibration: %d usable size(s) of %s, no curve: that collective is priced "
+                                  "as infinitely expensive",
+                          n, dear_cost_op_name((dear_cost_op_t)op));
+        }
         ctx->cost = m;
     }
     DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->cost, (int)sizeof ctx->cost, MPI_BYTE, 0, ctx->comm), rc, out);
     ctx->calib_measured++;
-    DEAR_INFO("plan", "calibration: measured %d size(s) x %d repetition(s) per collective and algorithm in %.3f s",
-              CALIB_NSIZES, CALIB_REPS, dear_now() - t_start);
+    DEAR_INFO("plan", "calibration: measured %d size(s) x %d repetition(s) per collective in %.3f s", CALIB_NSIZES,
+              CALIB_REPS, dear_now() - t_start);
 out:
     free(buf);
     free(t);
@@ -185,29 +187,19 @@ out:
     return rc;
 }
 
-/* 1 if model has a line for every collective among the wanted algorithms. */
-static int model_covers(const dear_cost_model_t *m, const int *want_algo)
+/* 1 if model has the auto curve of every collective (what calibrate measures). */
+static int model_covers(const dear_cost_model_t *m)
 {
-    for (int op = 0; op < DEAR_COST_NOPS; op++) {
-        int any = 0;
-        for (int a = 0; a < DEAR_COST_NALGOS; a++)
-            any |= want_algo[a] && m->line[op][a].valid;
-        if (!any)
+    for (int op = 0; op < DEAR_COST_NOPS; op++)
+        if (!m->line[op][DEAR_COST_AUTO].valid)
             return 0;
-    }
     return 1;
 }
 
 /* DEAR_CALIBRATE=auto: the cache (rank 0 reads, everyone receives), else a measurement. */
 static int cost_calibrated(dear_ctx_t *ctx)
 {
-    int rc = DEAR_OK, want_algo[DEAR_COST_NALGOS] = { 1, 1, 1 };
-    /* A forced algorithm is the only one the runtime will run: measure only that one. One the
-     * cost model has no line for (direct) leaves all three measured, as an approximation. */
-    int forced = (int)dear_param_enum(DEAR_P_COLL_ALGO); /* auto|ring|rhd|mpi|... = dear_coll_algo_t */
-    if (forced > 0 && forced <= DEAR_COST_NALGOS)
-        for (int a = 0; a < DEAR_COST_NALGOS; a++)
-            want_algo[a] = (int)algo_of_cost[a] == forced;
+    int rc = DEAR_OK;
     const char *path = dear_param_string(DEAR_P_CALIBRATION_FILE);
     int use_file = path && path[0];
     int verdict = 0; /* rank 0's: 1 cache hit, 0 measure, 2 measure and replace a corrupt file */
@@ -223,7 +215,7 @@ static int cost_calibrated(dear_ctx_t *ctx)
         } else if (lrc != DEAR_OK) {
             DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s cannot be read (%s): measuring again", path,
                       dear_status_string(lrc));
-        } else if (found > 0 && model_covers(&m, want_algo)) {
+        } else if (found > 0 && model_covers(&m)) {
             ctx->cost = m;
             verdict = 1;
         }
@@ -234,7 +226,7 @@ static int cost_calibrated(dear_ctx_t *ctx)
         log_model(ctx, "loaded from the calibration cache, nothing measured");
         return DEAR_OK;
     }
-    DEAR_CHECK(calibrate(ctx, want_algo));
+    DEAR_CHECK(calibrate(ctx));
     log_model(ctx, "measured at commit");
     if (ctx->rank == 0 && use_file) {
         if (verdict == 2) {
@@ -322,50 +314,6 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
     return r.iter_s;
 }
 
-/* auto for schedule dear: the phases are planned separately, so the best reduce-scatter
- * buckets and the best all-gather groups may come from different planners. */
-static int plan_auto_per_phase(dear_plan_t *out, const dear_plan_problem_t *prob)
-{
-    static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp", "gradssa" };
-    enum { NC = (int)(sizeof cands / sizeof cands[0]) };
-    dear_plan_t p[NC];
-    int rc = DEAR_OK, bi = 0, bj = 0;
-    double best = INFINITY;
-    memset(p, 0, sizeof p);
-    for (int c = 0; c < NC && rc == DEAR_OK; c++)
-        rc = dear_plan_by_name(&p[c], prob, cands[c]);
-    for (int i = 0; i < NC && rc == DEAR_OK; i++)
-        for (int j = 0; j < NC; j++) {
-            dear_plan_t mix = { .ntensors = p[i].ntensors, .rs = p[i].rs, .ag = p[j].ag };
-            double t = predict(prob, &mix);
-            if (t < best) { /* ties keep the earlier, simpler pair */
-                best = t;
-                bi = i;
-                bj = j;
-            }
-        }
-    if (rc == DEAR_OK) {
-        dear_plan_t res = { 0 };
-        res.ntensors = p[bi].ntensors;
-        rc = dear_partition_set(&res.rs, res.ntensors, p[bi].rs.ngroups, p[bi].rs.first);
-        if (rc == DEAR_OK)
-            rc = dear_partition_set(&res.ag, res.ntensors, p[bj].ag.ngroups, p[bj].ag.first);
-        if (rc == DEAR_OK) {
-            if (bi == bj)
-                snprintf(res.planner, sizeof res.planner, "auto:%.26s", p[bi].planner);
-            else
-                snprintf(res.planner, sizeof res.planner, "auto:%.12s+%.12s", p[bi].planner, p[bj].planner);
-            dear_plan_free(out);
-            *out = res;
-        } else {
-            dear_plan_free(&res);
-        }
-    }
-    for (int c = 0; c < NC; c++)
-        dear_plan_free(&p[c]);
-    return rc;
-}
-
 /* Rank 0: plan from the medians; logs the choice against the threshold plan. */
 static int plan_rank0(dear_ctx_t *ctx, const double *med, dear_plan_t *plan)
 {
@@ -384,10 +332,7 @@ static int plan_rank0(dear_ctx_t *ctx, const double *med, dear_plan_t *plan)
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
-        if (strcmp(fusion, "auto") == 0 && ctx->sched == DEAR_SCHED_DEAR)
-            rc = plan_auto_per_phase(plan, &prob);
-        else
-            rc = dear_plan_by_name(plan, &prob, fusion);
+        rc = dear_plan_by_name(plan, &prob, fusion);
         if (rc != DEAR_OK)
             DEAR_ERROR("plan", "online planning: planner %s failed for %d tensors: %s", fusion, ctx->ntensors,
                        dear_status_string(rc));

@@ -319,6 +319,13 @@ START_TEST(test_calibration)
                 ck_assert_int_ge(ctx->cost.line[op][a].nsamples, 2);
             }
         ck_assert_msg(any, "no fitted line for %s", dear_cost_op_name((dear_cost_op_t)op));
+        /* what the selection table runs, measured at every calibration size: a curve */
+        const dear_cost_line_t *c = &ctx->cost.line[op][DEAR_COST_AUTO];
+        ck_assert_msg(c->valid && c->npts == 7, "%s: auto curve valid %d with %d points",
+                      dear_cost_op_name((dear_cost_op_t)op), c->valid, c->npts);
+        for (int i = 1; i < c->npts; i++)
+            ck_assert(c->pt_bytes[i] > c->pt_bytes[i - 1] && c->pt_sec[i] >= c->pt_sec[i - 1]);
+        ck_assert(c->pt_sec[0] > 0);
     }
     ck_assert_msg(same_everywhere(cost_hash(ctx)), "ranks hold different cost models");
     dear_cost_model_t fitted = ctx->cost;
@@ -340,6 +347,9 @@ START_TEST(test_calibration)
             const dear_cost_line_t *x = &fitted.line[op][a], *y = &ctx->cost.line[op][a];
             ck_assert_int_eq(x->valid, y->valid);
             ck_assert(fabs(x->alpha - y->alpha) <= 1e-8 * x->alpha && fabs(x->beta - y->beta) <= 1e-8 * x->beta);
+            ck_assert_int_eq(x->npts, y->npts);
+            for (int i = 0; i < x->npts; i++)
+                ck_assert(fabs(x->pt_sec[i] - y->pt_sec[i]) <= 1e-8 * x->pt_sec[i]);
         }
     train(ctx, &m, "dear");
     ck_assert_int_eq(ctx->nplans, 4);

@@ -261,6 +261,91 @@ START_TEST(cost_file_round_trip)
 }
 END_TEST
 
+/* A measured cost that is not one line (a burst allowance, an algorithm switch at 1 MiB): the
+ * curve reproduces every sample, interpolates between them and extends the last slope; noise
+ * that makes a larger size cheaper is flattened; the cache file keeps the points. */
+START_TEST(cost_curve)
+{
+    double x[5] = { 1u << 20, 8192, 131072, 4u << 20, 2u << 20 };    /* unsorted on purpose */
+    double y[5] = { 6.6e-3, 4.5e-4, 5.0e-4, 32.2e-3, 16.0e-3 };
+    dear_cost_line_t l;
+    ck_assert_int_eq(dear_cost_fit_curve(x, y, 5, &l), DEAR_OK);
+    ck_assert_int_eq(l.npts, 5);
+    ck_assert(l.fit_err > 0.1); /* far from linear, and the straight fit says so */
+    for (int i = 0; i < 5; i++)
+        EQ(dear_cost_line_eval(&l, x[i]), y[i]);
+    EQ(dear_cost_line_eval(&l, 3u << 20), (16.0e-3 + 32.2e-3) / 2);
+    /* Beyond the largest: the last segment's slope, 16.2 ms per 2 MiB. */
+    EQ(dear_cost_line_eval(&l, 16u << 20), 32.2e-3 + 6 * 16.2e-3);
+    /* Below the smallest: no cheaper than the smallest (a steep first segment must not reach
+     * zero: the linear stand-in's fit refuses a 0 s sample). */
+    EQ(dear_cost_line_eval(&l, 0), 4.5e-4);
+    EQ(dear_cost_line_eval(&l, 4096), 4.5e-4);
+    /* A dip is noise: 128 KiB measured faster than 8 KiB is priced like 8 KiB. */
+    y[2] = 3e-4;
+    ck_assert_int_eq(dear_cost_fit_curve(x, y, 5, &l), DEAR_OK);
+    EQ(dear_cost_line_eval(&l, 131072), 4.5e-4);
+    for (double b = 1024; b < 64e6; b *= 1.5)
+        ck_assert(dear_cost_line_eval(&l, b * 1.5) >= dear_cost_line_eval(&l, b));
+    /* In a model the auto curve is the cost, even where another line is cheaper. */
+    dear_cost_model_t m;
+    memset(&m, 0, sizeof m);
+    m.comm_size = 4;
+    m.ranks_per_host = 1;
+    m.line[DEAR_COST_RS][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = 1e-6, .beta = 1e-12 };
+    m.line[DEAR_COST_RS][DEAR_COST_AUTO] = l;
+    int algo;
+    EQ(dear_cost_eval(&m, DEAR_COST_RS, 1u << 20, &algo), 6.6e-3);
+    ck_assert_int_eq(algo, DEAR_COST_AUTO);
+    /* The linear stand-in is fitted through the curve (4 KiB..256 MiB), not the curve's own
+     * straight fit of 5 samples: its slope lies between the curve's first and last. */
+    double a, b;
+    ck_assert_int_eq(dear_cost_linear(&m, DEAR_COST_RS, &a, &b), DEAR_OK);
+    ck_assert_msg(a >= 0 && b > 2e-9 && b < 8.2e-9 && b != l.beta, "alpha %g beta %g", a, b);
+    /* Scaling to 8 ranks keeps the points' order and grows them. */
+    dear_cost_model_t m8;
+    ck_assert_int_eq(dear_cost_scale(&m, 8, &m8), DEAR_OK);
+    ck_assert_int_eq(m8.line[DEAR_COST_RS][DEAR_COST_AUTO].npts, 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert(m8.line[DEAR_COST_RS][DEAR_COST_AUTO].pt_sec[i] >= l.pt_sec[i]);
+    /* Round trip through the cache file, 9 significant digits. */
+    const char *path = tmpfile_path("curve.txt");
+    unlink(path);
+    ck_assert_int_eq(dear_cost_save(path, &m), DEAR_OK);
+    dear_cost_model_t back;
+    int found = 0;
+    ck_assert_int_eq(dear_cost_load(path, 4, 1, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 2);
+    const dear_cost_line_t *bl = &back.line[DEAR_COST_RS][DEAR_COST_AUTO];
+    ck_assert_int_eq(bl->npts, 5);
+    for (int i = 0; i < 5; i++) {
+        EQ(bl->pt_bytes[i], l.pt_bytes[i]);
+        ck_assert(fabs(bl->pt_sec[i] - l.pt_sec[i]) <= 1e-8 * l.pt_sec[i]);
+    }
+    ck_assert_int_eq(back.line[DEAR_COST_RS][DEAR_COST_RING].npts, 0);
+    /* Bad points name the file, the line and what is accepted; bad input to the fit is refused. */
+    static const char *const bad[] = { "8192:1e-4", "8192:1e-4,4096:2e-4", "8192:2e-4,16384:1e-4",
+                                       "8192-1e-4,16384:2e-4", "8192:x,16384:2e-4", "8192:0,16384:2e-4" };
+    capture();
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[200];
+        snprintf(text, sizeof text, "dear-cost 1\n4 1 rs auto 1e-4 1e-9 0 0 2 %s\n", bad[i]);
+        write_file(path, text);
+        logbuf[0] = '\0';
+        ck_assert_int_eq(dear_cost_load(path, 4, 1, &back, &found), DEAR_ERR_FORMAT);
+        ck_assert_msg(strstr(logbuf, "curve.txt:2:") && strstr(logbuf, "BYTES:SECONDS"), "log: %s", logbuf);
+    }
+    double same[2] = { 5, 5 }, t2[2] = { 1, 2 }, many[DEAR_COST_MAXPTS + 1];
+    ck_assert_int_eq(dear_cost_fit_curve(same, t2, 2, &l), DEAR_ERR_ARG);
+    for (int i = 0; i <= DEAR_COST_MAXPTS; i++)
+        many[i] = i + 1;
+    ck_assert_int_eq(dear_cost_fit_curve(many, many, DEAR_COST_MAXPTS + 1, &l), DEAR_ERR_ARG);
+    ck_assert(strstr(logbuf, "at most") != NULL);
+    uncapture();
+    unlink(path);
+}
+END_TEST
+
 /* ---- profiles ---- */
 
 START_TEST(profile_round_trip)
@@ -753,8 +838,30 @@ START_TEST(gradssa_deterministic_and_never_worse)
                 bytes += p.tensors[t].bytes;
             ck_assert(bytes <= cap);
         }
-        /* auto is no worse than gradssa. */
-        ck_assert(plan_T(&prob, "auto", NULL) <= ta * (1 + 1e-12));
+        /* auto is no worse than gradssa, and for dear it is the best of every pair of one
+         * planner's buckets and another's all-gather groups, found here by brute force. */
+        dear_plan_t au = { 0 };
+        double tauto = plan_T(&prob, "auto", &au);
+        ck_assert(tauto <= ta * (1 + 1e-12));
+        ck_assert(strncmp(au.planner, "auto:", 5) == 0);
+        static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp", "gradssa" };
+        dear_plan_t cp[5] = { 0 };
+        for (int i = 0; i < 5; i++)
+            plan_T(&prob, cands[i], &cp[i]);
+        double brute = INFINITY;
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 5; j++) {
+                if (s != DEAR_SIM_SCHED_DEAR && i != j)
+                    continue;
+                dear_plan_t mix = { .ntensors = cp[i].ntensors, .rs = cp[i].rs, .ag = cp[j].ag };
+                double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix);
+                brute = t < brute ? t : brute;
+            }
+        ck_assert_msg(fabs(tauto - brute) <= 1e-12 * brute, "%s: auto %.9g, best pair %.9g (%s)",
+                      dear_sim_sched_name((dear_sim_sched_t)s), tauto, brute, au.planner);
+        for (int i = 0; i < 5; i++)
+            dear_plan_free(&cp[i]);
+        dear_plan_free(&au);
         dear_plan_free(&a);
         dear_plan_free(&b);
     }
@@ -870,6 +977,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, cost_presets_and_scaling);
     tcase_add_test(tc, cost_per_size_switch);
     tcase_add_test(tc, cost_file_round_trip);
+    tcase_add_test(tc, cost_curve);
     suite_add_tcase(s, tc);
     tc = tcase_create("profile");
     tcase_add_test(tc, profile_round_trip);
