@@ -36,12 +36,13 @@ cnn_run() {
         --mca btl self,vader --mca mpi_yield_when_idle 1 "$CNN" "$@"
 }
 
-# compare_losses A B TOL WHAT: every "iter N ... loss X" line of log B has its iteration in log A
-# and the losses agree within relative tolerance TOL (0: identical text).
+# compare_losses A B TOL WHAT [UPTO]: every "iter N ... loss X" line of log B (N <= UPTO when
+# given) has its iteration in log A and the losses agree within relative tolerance TOL (0:
+# identical text).
 compare_losses() {
-    awk -v tol="$3" -v what="$4" '
+    awk -v tol="$3" -v what="$4" -v upto="${5:-0}" '
         FNR == 1 { f++ }
-        /^iter / { if (f == 1) a[$2] = $6; else { b[$2] = $6; n++ } }
+        /^iter / && (upto == 0 || $2 + 0 <= upto + 0) { if (f == 1) a[$2] = $6; else { b[$2] = $6; n++ } }
         END {
             if (n == 0) { print what ": no loss lines"; exit 1 }
             for (i in b) {
