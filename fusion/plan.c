@@ -66,6 +66,7 @@ int dear_plan_copy(dear_plan_t *dst, const dear_plan_t *src)
         return rc;
     }
     tmp.ntensors = src->ntensors;
+    tmp.ag_early = src->ag_early;
     memcpy(tmp.planner, src->planner, sizeof tmp.planner);
     dear_plan_free(dst);
     *dst = tmp;
@@ -101,7 +102,14 @@ int dear_plan_validate(const dear_plan_t *plan, int ntensors, char *msg, size_t 
         return DEAR_ERR_FORMAT;
     }
     int rc = partition_check(&plan->rs, ntensors, "reduce-scatter", msg, msglen);
-    return rc != DEAR_OK ? rc : partition_check(&plan->ag, ntensors, "all-gather", msg, msglen);
+    if (rc == DEAR_OK)
+        rc = partition_check(&plan->ag, ntensors, "all-gather", msg, msglen);
+    if (rc == DEAR_OK && (plan->ag_early < 0 || plan->ag_early > plan->ag.ngroups)) {
+        snprintf(msg, msglen, "%d early all-gather group(s), expected 0..%d (the all-gather groups)", plan->ag_early,
+                 plan->ag.ngroups);
+        rc = DEAR_ERR_FORMAT;
+    }
+    return rc;
 }
 
 static int partition_equal(const dear_partition_t *a, const dear_partition_t *b)
@@ -112,7 +120,8 @@ static int partition_equal(const dear_partition_t *a, const dear_partition_t *b)
 
 int dear_plan_equal(const dear_plan_t *a, const dear_plan_t *b)
 {
-    return a->ntensors == b->ntensors && partition_equal(&a->rs, &b->rs) && partition_equal(&a->ag, &b->ag);
+    return a->ntensors == b->ntensors && a->ag_early == b->ag_early && partition_equal(&a->rs, &b->rs) &&
+           partition_equal(&a->ag, &b->ag);
 }
 
 static void partition_print(FILE *out, const char *what, const dear_partition_t *p, const dear_tensor_desc_t *t)
@@ -134,6 +143,9 @@ void dear_plan_print(FILE *out, const dear_plan_t *plan, const dear_tensor_desc_
     fprintf(out, "plan (%s) for %d tensors\n", plan->planner[0] ? plan->planner : "?", plan->ntensors);
     partition_print(out, "reduce-scatter buckets", &plan->rs, tensors);
     partition_print(out, "all-gather groups", &plan->ag, tensors);
+    if (plan->ag_early > 0)
+        fprintf(out, "  early all-gather groups (during backward): %d..%d\n", plan->ag.ngroups - plan->ag_early,
+                plan->ag.ngroups - 1);
 }
 
 int dear_plan_set(dear_plan_t *plan, int ntensors, int nrs, const int *rs_first, int nag, const int *ag_first,

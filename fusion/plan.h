@@ -7,7 +7,11 @@
  * first[ngroups] = n. A plan has two partitions under one objective, the iteration time:
  *   rs: reduce-scatter buckets (all-reduce buckets for wfbp), launched last group first, as
  *       backward completes them;
- *   ag: all-gather groups, run in forward order during the next forward pass (schedule dear).
+ *   ag: all-gather groups, run in forward order during the next forward pass (schedule dear);
+ *       the last ag_early of them (the last layers' tensors, needed last in forward and reduced
+ *       first in backward) run early instead: during backward, each right behind the
+ *       reduce-scatter that completes its data, so link time left idle by backward carries
+ *       all-gather traffic and the next forward waits for less.
  * Pure C: no MPI, no CUDA. Planners fill plans; the runtime executes them.
  */
 #ifndef DEAR_FUSION_PLAN_H
@@ -30,6 +34,7 @@ typedef struct {
     int ntensors;
     dear_partition_t rs;
     dear_partition_t ag;
+    int ag_early;       /* 0..ag.ngroups: trailing all-gather groups run during backward */
     char planner[32];   /* who made it, for logs and plan files */
 } dear_plan_t;
 
@@ -49,7 +54,7 @@ int dear_plan_equal(const dear_plan_t *a, const dear_plan_t *b);
 void dear_plan_print(FILE *out, const dear_plan_t *plan, const dear_tensor_desc_t *tensors);
 
 /* Replace *plan with one of ntensors tensors made from the two partitions' boundaries (copied)
- * and the planner's name; *plan is untouched on error. */
+ * and the planner's name, no early all-gather groups; *plan is untouched on error. */
 int dear_plan_set(dear_plan_t *plan, int ntensors, int nrs, const int *rs_first, int nag, const int *ag_first,
                   const char *planner);
 

@@ -26,7 +26,8 @@ int dear_planfile_write(FILE *out, const dear_plan_t *plan, const dear_tensor_de
     if (!out || !plan || dear_plan_validate(plan, plan->ntensors, msg, sizeof msg) != DEAR_OK)
         return DEAR_ERR_ARG;
     fprintf(out, "%s\n# tensors in forward order; rs: reduce-scatter (all-reduce) buckets, ag: all-gather groups,\n"
-                 "# each 'TAG NGROUPS FIRST_TENSOR_OF_EACH_GROUP...' (docs/FORMATS.md)\n", PLAN_MAGIC);
+                 "# each 'TAG NGROUPS FIRST_TENSOR_OF_EACH_GROUP...'; early: trailing all-gather groups run\n"
+                 "# during backward (docs/FORMATS.md)\n", PLAN_MAGIC);
     fprintf(out, "planner %s\n", plan->planner[0] ? plan->planner : "unknown");
     fprintf(out, "tensors %d\n", plan->ntensors);
     if (tensors)
@@ -38,6 +39,8 @@ int dear_planfile_write(FILE *out, const dear_plan_t *plan, const dear_tensor_de
         }
     write_partition(out, "rs", &plan->rs);
     write_partition(out, "ag", &plan->ag);
+    if (plan->ag_early > 0)
+        fprintf(out, "early %d\n", plan->ag_early);
     fprintf(out, "end\n");
     return ferror(out) ? DEAR_ERR_IO : DEAR_OK;
 }
@@ -80,7 +83,7 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
     int lineno = 0, rc = DEAR_OK, magic = 0, end = 0, nfile = -1, ntrec = 0;
     rec_tensor_t *rt = NULL;
     dear_plan_t p = { 0 };
-    int have_rs = 0, have_ag = 0;
+    int have_rs = 0, have_ag = 0, have_early = 0;
     int *first = NULL;
 #define BAD(...)                                                                                   \
     do {                                                                                           \
@@ -171,10 +174,19 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
                 have_rs = 1;
             else
                 have_ag = 1;
+        } else if (strcmp(tag, "early") == 0) {
+            long v;
+            char *s = strtok_r(NULL, " \t\r\n", &save);
+            if (!have_ag)
+                BAD("'early' before the 'ag' line");
+            if (have_early || !s || dear_text_long(s, 0, p.ag.ngroups, &v) || strtok_r(NULL, " \t\r\n", &save))
+                BAD("expected one 'early COUNT' line with COUNT in 0..%d (the all-gather groups)", p.ag.ngroups);
+            p.ag_early = (int)v;
+            have_early = 1;
         } else if (strcmp(tag, "end") == 0) {
             end = 1;
         } else {
-            BAD("unknown record '%s' (accepted: planner, tensors, tensor, rs, ag, end)", tag);
+            BAD("unknown record '%s' (accepted: planner, tensors, tensor, rs, ag, early, end)", tag);
         }
     }
     if (!magic)

@@ -152,35 +152,54 @@ int dear_plan_mgwfbp(dear_plan_t *plan, const dear_plan_problem_t *prob)
 
 /* ---- exact DPs ---- */
 
-double dear_dp_rs(int n, const size_t *bytes, const double *ready, double alpha, double beta, size_t cap, int *first,
-                  int *ng)
+/* The cost of one group of tensors [lo, hi) (forward order) in a DP: the collective op on its
+ * bytes, by the problem's cost function; with `early` < n the tensors of the group at or past
+ * `early` also pay their all-gather right behind it (an early group aligned with the bucket, as
+ * the simulator runs it). Non-decreasing in the group's extent, which is all the DPs' pruning
+ * needs. */
+typedef struct {
+    const dear_sim_cost_t *fn;
+    dear_cost_op_t op;
+    int early;
+    const double *prefix;       /* prefix[t]: bytes of tensors 0..t-1 */
+} dp_cost_t;
+
+static double dp_group(const dp_cost_t *c, int lo, int hi)
+{
+    double t = c->fn->fn(c->fn->arg, c->op, (size_t)(c->prefix[hi] - c->prefix[lo]));
+    if (hi > c->early)
+        t += c->fn->fn(c->fn->arg, DEAR_COST_AG, (size_t)(c->prefix[hi] - c->prefix[lo > c->early ? lo : c->early]));
+    return t;
+}
+
+/* Bucket DP over tensors 0..n-1 in ready order; ready[t] non-increasing. */
+static double dp_rs_core(int n, const double *ready, const dp_cost_t *c, size_t cap, int *first, int *ng)
 {
     /* Ready order j = 1..n is tensor n - j. F(j): earliest end of the bucket closing at j;
-     * F(j) = min_{i<j} max(F(i), r_j) + alpha + beta (S_j - S_i). F is non-decreasing (dropping
+     * F(j) = min_{i<j} max(F(i), r_j) + cost(bucket (i, j]). F is non-decreasing (dropping
      * the last tensor of a schedule never ends it later), so scanning i downward we can stop at
-     * the first i with F(i) <= r_j: smaller i only add bytes. */
+     * the first i with F(i) <= r_j: smaller i only add bytes; and once r_j + cost alone reaches
+     * the best so far. */
     double *F = malloc(sizeof(double) * (size_t)(n + 1));
-    double *S = malloc(sizeof(double) * (size_t)(n + 1));
     int *arg = malloc(sizeof(int) * (size_t)(n + 1));
-    if (!F || !S || !arg) {
+    if (!F || !arg) {
         free(F);
-        free(S);
         free(arg);
         *ng = -1;
         return NAN;
     }
     F[0] = -INFINITY;
-    S[0] = 0;
-    for (int j = 1; j <= n; j++)
-        S[j] = S[j - 1] + (double)bytes[n - j];
     for (int j = 1; j <= n; j++) {
         double rj = ready[n - j], best = INFINITY;
         int bi = j - 1;
         for (int i = j - 1; i >= 0; i--) {
-            if (cap > 0 && i < j - 1 && S[j] - S[i] > (double)cap)
+            if (cap > 0 && i < j - 1 && c->prefix[n - i] - c->prefix[n - j] > (double)cap)
                 break;   /* smaller i only add bytes */
+            double cost = dp_group(c, n - j, n - i);
+            if (rj + cost >= best)
+                break;   /* every smaller i costs more and starts no earlier than r_j */
             double st = F[i] > rj ? F[i] : rj;
-            double v = st + alpha + beta * (S[j] - S[i]);
+            double v = st + cost;
             if (v < best) {
                 best = v;
                 bi = i;
@@ -198,42 +217,40 @@ double dear_dp_rs(int n, const size_t *bytes, const double *ready, double alpha,
     *ng = k;
     double opt = F[n];
     free(F);
-    free(S);
     free(arg);
     return opt;
 }
 
-double dear_dp_ag(int n, const size_t *bytes, const double *need, double alpha, double beta, size_t cap, int *first,
-                  int *ng)
+/* Group DP over tensors 0..n-1 run back to back in forward order; need[t] non-decreasing. */
+static double dp_ag_core(int n, const double *need, const dp_cost_t *c, size_t cap, int *first, int *ng)
 {
     /* Groups run back to back from time 0 in forward order; group g is first needed by the
      * layer of its first tensor. Lateness of a partition = max_g (end_g - need_first(g)); the
      * forward pass ends at F + max(0, c0 + lateness) when the channel frees at c0. Suffix DP:
-     * H(n) = -inf, H(i) = min_{j>i} alpha + beta (S_j - S_i) + max(-need_i, H(j)), since the
-     * first group [i, j) shifts every later group by its own cost. H is non-increasing (a
-     * shorter suffix is never later), so scanning j upward we stop once H(j) <= -need_i. */
+     * H(n) = -inf, H(i) = min_{j>i} cost([i, j)) + max(-need_i, H(j)), since the first group
+     * [i, j) shifts every later group by its own cost. H is non-increasing (a shorter suffix is
+     * never later), so scanning j upward we stop once H(j) <= -need_i, or once the group's
+     * cost - need_i alone reaches the best so far. */
     double *H = malloc(sizeof(double) * (size_t)(n + 1));
-    double *S = malloc(sizeof(double) * (size_t)(n + 1));
     int *arg = malloc(sizeof(int) * (size_t)(n + 1));
-    if (!H || !S || !arg) {
+    if (!H || !arg) {
         free(H);
-        free(S);
         free(arg);
         *ng = -1;
         return NAN;
     }
-    S[0] = 0;
-    for (int t = 0; t < n; t++)
-        S[t + 1] = S[t] + (double)bytes[t];
     H[n] = -INFINITY;
     for (int i = n - 1; i >= 0; i--) {
         double best = INFINITY;
         int bj = i + 1;
         for (int j = i + 1; j <= n; j++) {
-            if (cap > 0 && j > i + 1 && S[j] - S[i] > (double)cap)
+            if (cap > 0 && j > i + 1 && c->prefix[j] - c->prefix[i] > (double)cap)
                 break;   /* larger j only add bytes */
+            double cost = dp_group(c, i, j);
+            if (cost - need[i] >= best)
+                break;   /* every larger j costs more and is late by at least -need_i */
             double late = H[j] > -need[i] ? H[j] : -need[i];
-            double v = alpha + beta * (S[j] - S[i]) + late;
+            double v = cost + late;
             if (v < best) {
                 best = v;
                 bj = j;
@@ -251,17 +268,63 @@ double dear_dp_ag(int n, const size_t *bytes, const double *need, double alpha, 
     *ng = k;
     double opt = H[0];
     free(H);
-    free(S);
     free(arg);
     return opt;
 }
 
-int dear_plan_dp(dear_plan_t *plan, const dear_plan_problem_t *prob)
+static double *prefix_bytes(int n, const size_t *bytes)
+{
+    double *S = malloc(sizeof(double) * (size_t)(n + 1));
+    if (!S)
+        return NULL;
+    S[0] = 0;
+    for (int t = 0; t < n; t++)
+        S[t + 1] = S[t] + (double)bytes[t];
+    return S;
+}
+
+/* Schedule dear with the all-gathers of tensors [m, n) early: the bucket DP with each bucket's
+ * early part gathered right behind it, and the group DP over [0, m) for the forward pass; the
+ * early groups are the buckets cut at m. ag must hold n + 2 ints. Returns DEAR_OK or NOMEM. */
+static int dp_split(const dear_plan_problem_t *prob, int m, const double *ready, const double *need, const double *S,
+                    int *rs, int *nrs, int *ag, int *nag, int *ne)
+{
+    int n = prob->prof->ntensors;
+    dp_cost_t c = { .fn = &prob->cost, .op = DEAR_COST_RS, .early = m, .prefix = S };
+    dp_rs_core(n, ready, &c, prob->cap_bytes, rs, nrs);
+    if (*nrs < 0)
+        return DEAR_ERR_NOMEM;
+    int k = 0;
+    if (m > 0) {
+        dp_cost_t ca = { .fn = &prob->cost, .op = DEAR_COST_AG, .early = m, .prefix = S };
+        dp_ag_core(m, need, &ca, prob->cap_bytes, ag, &k);
+        if (k < 0)
+            return DEAR_ERR_NOMEM;
+    }
+    int reg = k;
+    if (m < n) {
+        ag[k++] = m;
+        for (int g = 1; g < *nrs; g++)
+            if (rs[g] > m)
+                ag[k++] = rs[g];
+    }
+    ag[k] = n;
+    *nag = k;
+    *ne = k - reg;
+    return DEAR_OK;
+}
+
+/* dp; for schedule dear at the given split, or (split < 0) at the best one. */
+static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split)
 {
     int rc = check_prob(prob);
     if (rc != DEAR_OK)
         return rc;
     int n = prob->prof->ntensors;
+    if (split > n || (split >= 0 && prob->sched != DEAR_SIM_SCHED_DEAR)) {
+        DEAR_ERROR("plan", "dp split %d: needs schedule dear and a split in 0..%d", split, n);
+        return DEAR_ERR_ARG;
+    }
     if (prob->sched == DEAR_SIM_SCHED_SYNC) {
         rc = plan_one(plan, n);
         if (rc == DEAR_OK)
@@ -273,27 +336,102 @@ int dear_plan_dp(dear_plan_t *plan, const dear_plan_problem_t *prob)
     rc = tensor_times(prob->prof, &ready, &need, &bytes);
     if (rc != DEAR_OK)
         return rc;
-    int *rs = malloc(sizeof(int) * (size_t)(n + 1)), *ag = malloc(sizeof(int) * (size_t)(n + 1));
-    int nrs = -1, nag = -1;
-    if (rs && ag) {
-        if (prob->sched == DEAR_SIM_SCHED_WFBP) {
-            dear_dp_rs(n, bytes, ready, prob->alpha[DEAR_COST_AR], prob->beta[DEAR_COST_AR], prob->cap_bytes, rs, &nrs);
-            if (nrs > 0) {
-                memcpy(ag, rs, sizeof(int) * (size_t)(nrs + 1));
-                nag = nrs;
-            }
-        } else {
-            dear_dp_rs(n, bytes, ready, prob->alpha[DEAR_COST_RS], prob->beta[DEAR_COST_RS], prob->cap_bytes, rs, &nrs);
-            dear_dp_ag(n, bytes, need, prob->alpha[DEAR_COST_AG], prob->beta[DEAR_COST_AG], prob->cap_bytes, ag, &nag);
-        }
+    double *S = prefix_bytes(n, bytes);
+    int *rs = malloc(sizeof(int) * (size_t)(n + 1)), *ag = malloc(sizeof(int) * (size_t)(n + 2));
+    int *brs = malloc(sizeof(int) * (size_t)(n + 1)), *bag = malloc(sizeof(int) * (size_t)(n + 2));
+    dear_sim_ws_t *ws = NULL;
+    int nrs = -1, nag = -1, bnrs = 0, bnag = 0, bne = 0;
+    if (!S || !rs || !ag || !brs || !bag) {
+        rc = DEAR_ERR_NOMEM;
+        goto out;
     }
-    rc = (nrs > 0 && nag > 0) ? dear_plan_set(plan, n, nrs, rs, nag, ag, "dp") : DEAR_ERR_NOMEM;
+    if (prob->sched == DEAR_SIM_SCHED_WFBP) {
+        dp_cost_t c = { .fn = &prob->cost, .op = DEAR_COST_AR, .early = n, .prefix = S };
+        dp_rs_core(n, ready, &c, prob->cap_bytes, brs, &bnrs);
+        if (bnrs < 0) {
+            rc = DEAR_ERR_NOMEM;
+            goto out;
+        }
+        memcpy(bag, brs, sizeof(int) * (size_t)(bnrs + 1));
+        bnag = bnrs;
+    } else if (split >= 0) {
+        rc = dp_split(prob, split, ready, need, S, brs, &bnrs, bag, &bnag, &bne);
+    } else {
+        /* Each split between all-gathers run early (during backward) and in the next forward
+         * pass is solved exactly per phase; the simulator, which couples the phases (the
+         * backward tail delays the next forward), picks the split. Splits lie between layers.
+         * Up to SPLITS_ALL of them are all tried; beyond, every step-th (at most SPLITS_ALL
+         * in all), then every one within a step of the best, which keeps planning a
+         * 400-tensor model around half a second. m = n (every all-gather in the forward pass)
+         * is tried first, so ties keep it. */
+        enum { SPLITS_ALL = 160 };
+        rc = dear_sim_ws_create(prob->prof, &ws);
+        if (rc != DEAR_OK)
+            goto out;
+        int *cand = malloc(sizeof(int) * (size_t)(n + 1)), nc = 0;
+        if (!cand) {
+            rc = DEAR_ERR_NOMEM;
+            goto out;
+        }
+        for (int m = n; m >= 0; m--)
+            if (m == 0 || m == n || prob->prof->tensors[m].lidx != prob->prof->tensors[m - 1].lidx)
+                cand[nc++] = m;
+        int step = nc > SPLITS_ALL ? (nc + SPLITS_ALL / 2 - 1) / (SPLITS_ALL / 2) : 1;
+        double best = INFINITY;
+        int bk = 0;
+        for (int stage = 0; stage < (step > 1 ? 2 : 1) && rc == DEAR_OK; stage++) {
+            int k0 = stage ? (bk - step + 1 > 0 ? bk - step + 1 : 0) : 0;
+            int k1 = stage ? (bk + step - 1 < nc - 1 ? bk + step - 1 : nc - 1) : nc - 1;
+            for (int k = k0; k <= k1 && rc == DEAR_OK; k++) {
+                if ((stage == 0 && k % step && k != nc - 1) || (stage == 1 && k % step == 0))
+                    continue;   /* stage 0: every step-th and the last; stage 1: the rest near bk */
+                int ne, m = cand[k];
+                rc = dp_split(prob, m, ready, need, S, rs, &nrs, ag, &nag, &ne);
+                if (rc != DEAR_OK)
+                    break;
+                double t = dear_sim_ws_iter(ws, &prob->cost, prob->sched, nrs, rs, nag, ag, ne);
+                if (t < best) {
+                    best = t;
+                    bk = k;
+                    memcpy(brs, rs, sizeof(int) * (size_t)(nrs + 1));
+                    memcpy(bag, ag, sizeof(int) * (size_t)(nag + 1));
+                    bnrs = nrs;
+                    bnag = nag;
+                    bne = ne;
+                }
+            }
+        }
+        free(cand);
+    }
+    if (rc == DEAR_OK)
+        rc = dear_plan_set(plan, n, bnrs, brs, bnag, bag, "dp");
+    if (rc == DEAR_OK)
+        plan->ag_early = bne;
+out:
+    dear_sim_ws_free(ws);
+    free(S);
     free(rs);
     free(ag);
+    free(brs);
+    free(bag);
     free(ready);
     free(need);
     free(bytes);
     return rc;
+}
+
+int dear_plan_dp(dear_plan_t *plan, const dear_plan_problem_t *prob)
+{
+    return dp_plan(plan, prob, -1);
+}
+
+int dear_plan_dp_split(dear_plan_t *plan, const dear_plan_problem_t *prob, int m)
+{
+    if (m < 0) {
+        DEAR_ERROR("plan", "dp split %d: needs a split in 0..ntensors", m);
+        return DEAR_ERR_ARG;
+    }
+    return dp_plan(plan, prob, m);
 }
 
 /* ---- GradSSA ---- */
@@ -365,16 +503,30 @@ static int decode(const double *x, int d1, int n, int *first)
     return k;
 }
 
+/* Schedule dear's last coordinate: the share of all-gather groups that run early. */
+static int decode_early(double x, int nag)
+{
+    int ne = (int)(x * (nag + 1));
+    return ne < 0 ? 0 : ne > nag ? nag : ne;
+}
+
 static double ssa_fitness(ssa_eval_t *e, const double *x)
 {
     int nrs = decode(x, e->d1, e->n, e->rs);
-    int nag = nrs;
+    int nag = nrs, ne = 0;
     const int *ag = e->rs;
     if (e->prob->sched == DEAR_SIM_SCHED_DEAR) {
         nag = decode(x + e->d1, e->d1, e->n, e->ag);
         ag = e->ag;
+        ne = decode_early(x[2 * e->d1], nag);
     }
-    return dear_sim_ws_iter(e->ws, &e->prob->cost, e->prob->sched, nrs, e->rs, nag, ag);
+    return dear_sim_ws_iter(e->ws, &e->prob->cost, e->prob->sched, nrs, e->rs, nag, ag, ne);
+}
+
+/* The coordinate that decodes to ne early groups of nag (the middle of its interval). */
+static double encode_early(int ne, int nag)
+{
+    return (ne + 0.5) / (nag + 1);
 }
 
 static void encode_partition(const dear_partition_t *p, double *x, int d1)
@@ -403,6 +555,32 @@ static void sort_idx(int *idx, int n, double *fit)
     qsort_r(idx, (size_t)n, sizeof(int), by_fitness, fit);
 }
 
+/* Seeds of the search: WFBP (one bucket per layer), sync (one bucket), MG-WFBP, DP, threshold. */
+enum { SSA_NSEEDS = 5 };
+
+static int gradssa_seeds(const dear_plan_problem_t *prob, dear_plan_t seeds[SSA_NSEEDS])
+{
+    int n = prob->prof->ntensors;
+    dear_tensor_desc_t *descs;
+    int rc = dear_prof_descs(prob->prof, &descs);
+    if (rc != DEAR_OK)
+        return rc;
+    rc = dear_plan_none(&seeds[0], n, descs);
+    if (rc == DEAR_OK)
+        rc = dear_plan_threshold(&seeds[4], n, descs, prob->threshold ? prob->threshold : 1);
+    free(descs);
+    if (rc == DEAR_OK)
+        rc = plan_one(&seeds[1], n);
+    if (rc == DEAR_OK)
+        rc = dear_plan_mgwfbp(&seeds[2], prob);
+    if (rc == DEAR_OK)
+        rc = dear_plan_dp(&seeds[3], prob);
+    return rc;
+}
+
+/* The search itself from given seeds (read only; auto passes the plans it already made). */
+static int gradssa_run(dear_plan_t *plan, const dear_plan_problem_t *prob, const dear_plan_t seeds[SSA_NSEEDS]);
+
 int dear_plan_gradssa(dear_plan_t *plan, const dear_plan_problem_t *prob)
 {
     int rc = check_prob(prob);
@@ -415,18 +593,30 @@ int dear_plan_gradssa(dear_plan_t *plan, const dear_plan_problem_t *prob)
             snprintf(plan->planner, sizeof plan->planner, "gradssa");
         return rc;
     }
+    dear_plan_t seeds[SSA_NSEEDS];
+    memset(seeds, 0, sizeof seeds);
+    rc = gradssa_seeds(prob, seeds);
+    if (rc == DEAR_OK)
+        rc = gradssa_run(plan, prob, seeds);
+    for (int i = 0; i < SSA_NSEEDS; i++)
+        dear_plan_free(&seeds[i]);
+    return rc;
+}
+
+static int gradssa_run(dear_plan_t *plan, const dear_plan_problem_t *prob, const dear_plan_t seeds[SSA_NSEEDS])
+{
+    int rc = DEAR_OK, n = prob->prof->ntensors;
     const double ST = 0.8, PD = 0.2, SD = 0.1;
     int N = prob->population > 0 ? prob->population : 100;
     int T = prob->rounds > 0 ? prob->rounds : 100;
-    if (N < 6)
-        N = 6;   /* room for the five seeds and one random sparrow */
+    if (N < SSA_NSEEDS + 1)
+        N = SSA_NSEEDS + 1;   /* room for the seeds and one random sparrow */
     ssa_eval_t e = { .prob = prob, .n = n, .d1 = n - 1 };
-    e.dims = prob->sched == DEAR_SIM_SCHED_DEAR ? 2 * e.d1 : e.d1;
+    e.dims = prob->sched == DEAR_SIM_SCHED_DEAR ? 2 * e.d1 + 1 : e.d1;
     int dims = e.dims;
     double *pos = NULL, *fit = NULL, *gbest = NULL, *xp = NULL, *xw = NULL;
     int *idx = NULL, *perm = NULL;
     char *dirty = NULL;
-    dear_plan_t seeds[5] = { 0 };
     rc = dear_sim_ws_create(prob->prof, &e.ws);
     if (rc != DEAR_OK)
         return rc;
@@ -444,34 +634,26 @@ int dear_plan_gradssa(dear_plan_t *plan, const dear_plan_problem_t *prob)
         rc = DEAR_ERR_NOMEM;
         goto out;
     }
-    /* Seeds: WFBP (one bucket per layer), sync (one bucket), MG-WFBP, DP, threshold. */
-    {
-        dear_tensor_desc_t *descs;
-        rc = dear_prof_descs(prob->prof, &descs);
-        if (rc != DEAR_OK)
-            goto out;
-        rc = dear_plan_none(&seeds[0], n, descs);
-        if (rc == DEAR_OK)
-            rc = dear_plan_threshold(&seeds[4], n, descs, prob->threshold ? prob->threshold : 1);
-        free(descs);
-        if (rc != DEAR_OK)
-            goto out;
-    }
-    rc = plan_one(&seeds[1], n);
-    if (rc == DEAR_OK)
-        rc = dear_plan_mgwfbp(&seeds[2], prob);
-    if (rc == DEAR_OK)
-        rc = dear_plan_dp(&seeds[3], prob);
-    if (rc != DEAR_OK)
-        goto out;
     rng_t rng;
     rng_seed(&rng, prob->seed);
     for (int s = 0; s < N; s++) {
         double *x = pos + (size_t)s * dims;
-        if (s < 5) {
+        if (s < SSA_NSEEDS) {
             encode_partition(&seeds[s].rs, x, e.d1);
-            if (dims > e.d1)
+            if (dims > e.d1) {
+                /* dear: the seed's partitions with their best number of early groups. */
                 encode_partition(&seeds[s].ag, x + e.d1, e.d1);
+                double bt = INFINITY;
+                for (int ne = 0; ne <= seeds[s].ag.ngroups; ne++) {
+                    x[2 * e.d1] = encode_early(ne, seeds[s].ag.ngroups);
+                    double t = ssa_fitness(&e, x);
+                    if (t < bt) {
+                        bt = t;
+                        fit[s] = encode_early(ne, seeds[s].ag.ngroups); /* scratch: best coordinate */
+                    }
+                }
+                x[2 * e.d1] = fit[s];
+            }
         } else {
             for (int k = 0; k < dims; k++)
                 x[k] = rng_unif(&rng);
@@ -573,17 +755,18 @@ int dear_plan_gradssa(dear_plan_t *plan, const dear_plan_problem_t *prob)
             }
     }
     {
-        int nrs = decode(gbest, e.d1, n, e.rs), nag = nrs;
+        int nrs = decode(gbest, e.d1, n, e.rs), nag = nrs, ne = 0;
         int *ag = e.rs;
         if (dims > e.d1) {
             nag = decode(gbest + e.d1, e.d1, n, e.ag);
             ag = e.ag;
+            ne = decode_early(gbest[2 * e.d1], nag);
         }
         rc = dear_plan_set(plan, n, nrs, e.rs, nag, ag, "gradssa");
+        if (rc == DEAR_OK)
+            plan->ag_early = ne;
     }
 out:
-    for (int i = 0; i < 5; i++)
-        dear_plan_free(&seeds[i]);
     dear_sim_ws_free(e.ws);
     free(pos);
     free(fit);
@@ -638,21 +821,38 @@ int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
     enum { NC = (int)(sizeof cands / sizeof cands[0]) };
     dear_plan_t p[NC];
     memset(p, 0, sizeof p);
-    for (int c = 0; c < NC && rc == DEAR_OK; c++)
+    for (int c = 0; c < NC - 1 && rc == DEAR_OK; c++)
         rc = dear_plan_by_name(&p[c], prob, cands[c]);
+    /* GradSSA from the plans just made (the same seeds it would make itself). */
+    if (rc == DEAR_OK && (prob->sched == DEAR_SIM_SCHED_SYNC || prob->prof->ntensors == 1)) {
+        rc = dear_plan_gradssa(&p[NC - 1], prob);
+    } else if (rc == DEAR_OK) {
+        dear_plan_t one = { 0 };
+        rc = plan_one(&one, prob->prof->ntensors);
+        if (rc == DEAR_OK) {
+            const dear_plan_t seeds[SSA_NSEEDS] = { p[0], one, p[2], p[3], p[1] };
+            rc = gradssa_run(&p[NC - 1], prob, seeds);
+        }
+        dear_plan_free(&one);
+    }
     /* Schedule dear has two independent phases: every pair (reduce-scatter buckets of one
      * planner, all-gather groups of another) is simulated. The others only have buckets. */
-    int nag = prob->sched == DEAR_SIM_SCHED_DEAR ? NC : 1, bi = 0, bj = 0;
+    int nag = prob->sched == DEAR_SIM_SCHED_DEAR ? NC : 1, bi = 0, bj = 0, be = 0;
     double best = INFINITY;
     for (int i = 0; i < NC && rc == DEAR_OK; i++)
         for (int j = 0; j < nag && rc == DEAR_OK; j++) {
             int k = nag > 1 ? j : i;
-            dear_plan_t mix = { .ntensors = p[i].ntensors, .rs = p[i].rs, .ag = p[k].ag };
-            double t = sim_iter(prob, &mix, &rc);
-            if (t < best) { /* ties keep the earlier, simpler pair */
-                best = t;
-                bi = i;
-                bj = k;
+            /* dear: also every number of early all-gather groups (0 = all in the forward). */
+            int emax = nag > 1 ? p[k].ag.ngroups : 0;
+            for (int ne = 0; ne <= emax && rc == DEAR_OK; ne++) {
+                dear_plan_t mix = { .ntensors = p[i].ntensors, .rs = p[i].rs, .ag = p[k].ag, .ag_early = ne };
+                double t = sim_iter(prob, &mix, &rc);
+                if (t < best) { /* ties keep the earlier, simpler choice */
+                    best = t;
+                    bi = i;
+                    bj = k;
+                    be = ne;
+                }
             }
         }
     dear_plan_t res = { 0 };
@@ -663,6 +863,7 @@ int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
     if (rc == DEAR_OK)
         rc = dear_partition_set(&res.ag, res.ntensors, p[bj].ag.ngroups, p[bj].ag.first);
     if (rc == DEAR_OK) {
+        res.ag_early = be;
         if (bi == bj)
             snprintf(res.planner, sizeof res.planner, "auto:%.26s", p[bi].planner);
         else

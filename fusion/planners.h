@@ -2,16 +2,21 @@
  * Model-driven planners. Each fills a dear_plan_t (fusion/plan.h) for one schedule:
  *   mgwfbp   the published MG-WFBP greedy merge (Shi et al.) on the linear model, in backward
  *            order; the all-gather groups reuse the buckets (one bucketing, as published).
- *   dp       exact dynamic programmes for one FIFO channel with linear cost, one per phase:
- *            reduce-scatter (all-reduce for wfbp) over backward ready times, and all-gather
- *            over forward need times (the derivation is in docs/FORMATS.md, "Planners");
- *            with a bucket memory cap, only groups under the cap are admitted (still exact).
- *   gradssa  sparrow search (Xue & Shen 2020) over fusion vectors x in [0,1]^(n-1) per phase,
- *            fitness = the simulator's iteration time under the problem's cost function (which
- *            may switch algorithm by size or cap bucket memory); seeded with none, one bucket,
- *            mgwfbp, dp and threshold plans; deterministic per seed; never worse than its seeds.
+ *   dp       exact dynamic programmes for one FIFO channel, one per phase, on the problem's
+ *            cost (any cost growing with bytes): reduce-scatter (all-reduce for wfbp) over
+ *            backward ready times, and all-gather over forward need times (the derivation is in
+ *            docs/FORMATS.md, "Planners"); for dear also the split between all-gathers run
+ *            early (during backward, behind their buckets) and in the next forward, each split
+ *            solved exactly and the best chosen by the simulator; with a bucket memory cap,
+ *            only groups under the cap are admitted (still exact).
+ *   gradssa  sparrow search (Xue & Shen 2020) over fusion vectors x in [0,1]^(n-1) per phase
+ *            (and, for dear, the number of early all-gather groups), fitness = the simulator's
+ *            iteration time under the problem's cost function (which may switch algorithm by
+ *            size or cap bucket memory); seeded with none, one bucket, mgwfbp, dp and threshold
+ *            plans; deterministic per seed; never worse than its seeds.
  *   auto     the lowest predicted of none, threshold, mgwfbp, dp and gradssa; for schedule dear
- *            per phase: the best pair of one planner's buckets and another's all-gather groups.
+ *            per phase: the best pair of one planner's buckets and another's all-gather groups,
+ *            with the best number of early groups.
  * Pure C.
  */
 #ifndef DEAR_FUSION_PLANNERS_H
@@ -46,22 +51,13 @@ int dear_plan_problem_init(dear_plan_problem_t *prob, const dear_profile_t *prof
 
 int dear_plan_mgwfbp(dear_plan_t *plan, const dear_plan_problem_t *prob);
 int dear_plan_dp(dear_plan_t *plan, const dear_plan_problem_t *prob);
+/* dp for schedule dear with a given split m in 0..n: the all-gathers of tensors [m, n) run
+ * early, each behind the bucket it is cut from (m = n: none early). For tests and tools. */
+int dear_plan_dp_split(dear_plan_t *plan, const dear_plan_problem_t *prob, int m);
 int dear_plan_gradssa(dear_plan_t *plan, const dear_plan_problem_t *prob);
 int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob);
 /* One of none|threshold|mgwfbp|dp|gradssa|auto; "one" gives a single bucket (sync). */
 int dear_plan_by_name(dear_plan_t *plan, const dear_plan_problem_t *prob, const char *name);
 const char *dear_plan_names(void);
-
-/* The exact DPs alone, for tests and tools: group starts in forward order (first[0..*ng]),
- * first must hold n + 1 ints. cap > 0 admits only groups of at most cap bytes (a single
- * tensor larger than cap still travels alone), which keeps the DP exact under a memory cap. rs: ready[t] is when tensor t's gradient is ready (non-increasing
- * in t, since backward runs last tensor first); minimises the end of the last bucket. ag:
- * need[t] is when tensor t's layer starts its forward pass without stalls (non-decreasing);
- * minimises the largest lateness max_g(end of group g - need of its first tensor). Return the
- * optimum (end time, resp. lateness with the channel free at 0). */
-double dear_dp_rs(int n, const size_t *bytes, const double *ready, double alpha, double beta, size_t cap, int *first,
-                  int *ng);
-double dear_dp_ag(int n, const size_t *bytes, const double *need, double alpha, double beta, size_t cap, int *first,
-                  int *ng);
 
 #endif

@@ -49,8 +49,11 @@ struct dear_sim_ws {
     double *bwd;        /* per layer */
     double *ready;      /* per tensor: seconds after backward start when its gradient is ready */
     size_t *prefix;     /* prefix[t] = bytes of tensors 0..t-1 (ntensors + 1) */
+    int *first_tensor;  /* per layer: its first tensor, or -1 */
     int *last_tensor;   /* per layer: its last tensor, or -1 */
     int *lidx;          /* per tensor: profile layer index */
+    double *ag_end;     /* per all-gather group (<= ntensors): end, seconds from this forward's start */
+    double *early_prev; /* per early group: its end in the previous iteration, same origin */
     /* recording (dear_sim_run only) */
     dear_sim_op_t *ops;
     int nops, capops;
@@ -65,8 +68,11 @@ void dear_sim_ws_free(dear_sim_ws_t *ws)
     free(ws->bwd);
     free(ws->ready);
     free(ws->prefix);
+    free(ws->first_tensor);
     free(ws->last_tensor);
     free(ws->lidx);
+    free(ws->ag_end);
+    free(ws->early_prev);
     free(ws->ops);
     free(ws);
 }
@@ -85,9 +91,13 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
     ws->bwd = malloc(sizeof(double) * (size_t)nl);
     ws->ready = malloc(sizeof(double) * (size_t)nt);
     ws->prefix = malloc(sizeof(size_t) * (size_t)(nt + 1));
+    ws->first_tensor = malloc(sizeof(int) * (size_t)nl);
     ws->last_tensor = malloc(sizeof(int) * (size_t)nl);
     ws->lidx = malloc(sizeof(int) * (size_t)nt);
-    if (!ws->fwd || !ws->bwd || !ws->ready || !ws->prefix || !ws->last_tensor || !ws->lidx) {
+    ws->ag_end = malloc(sizeof(double) * (size_t)nt);
+    ws->early_prev = malloc(sizeof(double) * (size_t)nt);
+    if (!ws->fwd || !ws->bwd || !ws->ready || !ws->prefix || !ws->first_tensor || !ws->last_tensor || !ws->lidx ||
+        !ws->ag_end || !ws->early_prev) {
         dear_sim_ws_free(ws);
         return DEAR_ERR_NOMEM;
     }
@@ -107,7 +117,7 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
         ws->fwd[l] = prof->layers[l].fwd_s;
         ws->bwd[l] = prof->layers[l].bwd_s;
         ws->F += prof->layers[l].fwd_s;
-        ws->last_tensor[l] = -1;
+        ws->first_tensor[l] = ws->last_tensor[l] = -1;
     }
     ws->prefix[0] = 0;
     for (int t = 0; t < nt; t++) {
@@ -121,6 +131,8 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
         ws->lidx[t] = l;
         ws->ready[t] = bwd_done[l];
         ws->prefix[t + 1] = ws->prefix[t] + prof->tensors[t].bytes;
+        if (ws->first_tensor[l] < 0)
+            ws->first_tensor[l] = t;
         ws->last_tensor[l] = t;
     }
     free(bwd_done);
@@ -205,74 +217,125 @@ static double sim_wfbp(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, 
     return end > compute ? end : compute;
 }
 
-/* One dear iteration with the channel free from c0 (>= 0) after the forward start. Returns the
- * iteration time and the next iteration's c0. */
+/* Index of the group of a partition (first[0..ng]) holding tensor t. */
+static int group_of(const int *first, int ng, int t)
+{
+    int lo = 0, hi = ng - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* One dear iteration. The channel is free from c0 (>= 0) after the forward start; the early
+ * all-gather groups (the last ne of nag) ended at ws->early_prev[g] in the previous iteration's
+ * backward (same origin: usually negative). Returns the iteration time, the next iteration's c0
+ * and, in ws->early_prev, the early groups' ends for the next iteration. */
 static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, const int *rs, int nag,
-                        const int *ag, double c0, double *c0_next, double *comm)
+                        const int *ag, int ne, double c0, double *c0_next, double *comm)
 {
     *comm = 0;
-    /* All-gathers, queued at the end of the previous backward (time 0), run back to back. */
-    double chan = c0;
-    double t = 0;
-    int g = 0;
-    double ag_end = chan;   /* end of group g-1 */
+    int nreg = nag - ne;
+    /* Regular all-gathers, queued at the end of the previous backward, run back to back from
+     * c0, in forward order; layer l starts once every group holding one of its tensors is done. */
+    double chan = c0, t = 0;
+    int g = 0, g0 = 0, g1 = 0;
     for (int l = 0; l < ws->nlayers; l++) {
-        int lt = ws->last_tensor[l];
-        /* Run the all-gather groups up to the one holding l's last tensor. */
-        while (lt >= 0 && g < nag && ag[g] <= lt) {
-            size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
-            double c = cost->fn(cost->arg, DEAR_COST_AG, bytes);
-            rec(ws, DEAR_SIM_AG, g, ag_end, ag_end + c, bytes);
-            ag_end += c;
-            *comm += c;
-            g++;
-        }
+        int ft = ws->first_tensor[l], lt = ws->last_tensor[l];
         double start = t;
-        if (lt >= 0 && ag_end > start)
-            start = ag_end;
+        if (lt >= 0) {
+            /* Layers come in tensor order: the groups holding them only move forward. */
+            for (g0 = g1; g0 + 1 < nag && ag[g0 + 1] <= ft; g0++)
+                ;
+            for (g1 = g0; g1 + 1 < nag && ag[g1 + 1] <= lt; g1++)
+                ;
+            for (; g < nreg && g <= g1; g++) {
+                size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
+                double c = cost->fn(cost->arg, DEAR_COST_AG, bytes);
+                rec(ws, DEAR_SIM_AG, g, chan, chan + c, bytes);
+                chan += c;
+                ws->ag_end[g] = chan;
+                *comm += c;
+            }
+            for (int k = g0; k <= g1; k++) {
+                double e = k < nreg ? ws->ag_end[k] : ws->early_prev[k];
+                if (e > start)
+                    start = e;
+            }
+        }
         rec(ws, DEAR_SIM_FWD, l, start, start + ws->fwd[l], 0);
         t = start + ws->fwd[l];
     }
-    /* Groups whose tensors no layer waits for cannot exist (groups cover every tensor). */
     double fw = t;
     if (ws->record)
         rec_backward(ws, fw);
-    chan = ag_end > fw ? ag_end : fw;
-    double rs_end = run_buckets(ws, cost, DEAR_COST_RS, DEAR_SIM_RS, fw, chan, nrs, rs, comm);
+    /* Reduce-scatters as backward completes their buckets (last first); an early all-gather
+     * group follows, in the same FIFO channel, the bucket that completes its data. */
+    int e = nag - 1, eb = e >= nreg ? group_of(rs, nrs, ag[e]) : -1; /* bucket completing group e */
+    for (int b = nrs - 1; b >= 0; b--) {
+        size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
+        double ready = fw + ws->ready[rs[b]];
+        double start = ready > chan ? ready : chan;
+        double c = cost->fn(cost->arg, DEAR_COST_RS, bytes);
+        rec(ws, DEAR_SIM_RS, b, start, start + c, bytes);
+        chan = start + c;
+        *comm += c;
+        for (; e >= nreg && eb >= b; e--) {
+            size_t gb = ws->prefix[ag[e + 1]] - ws->prefix[ag[e]];
+            double cg = cost->fn(cost->arg, DEAR_COST_AG, gb);
+            rec(ws, DEAR_SIM_AG, e, chan, chan + cg, gb);
+            chan += cg;
+            ws->ag_end[e] = chan;
+            *comm += cg;
+            while (e - 1 >= nreg && eb > 0 && rs[eb] > ag[e - 1])
+                eb--;   /* the bucket holding group e - 1's first tensor */
+        }
+    }
     double iter = fw + ws->B;
-    *c0_next = rs_end > iter ? rs_end - iter : 0;
+    for (int k = nreg; k < nag; k++)
+        ws->early_prev[k] = ws->ag_end[k] - iter;
+    *c0_next = chan > iter ? chan - iter : 0;
     return iter;
 }
 
 static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, const int *rs, int nag,
-                       const int *ag, double *comm)
+                       const int *ag, int ne, double *comm)
 {
     int record = ws->record;
     ws->record = 0;
     double next = 0, iter = 0;
-    /* The channel is always free when backward starts (the last all-gather group holds the
-     * last tensor, whose layer waits for it), so the reduce-scatter tail past the end of
-     * backward depends on plan.rs alone: that is the fixed point c0, computed directly. The
-     * loop below confirms it (one pass) and would iterate the monotone map c0 -> next up to
-     * its least fixed point if that argument ever failed. */
+    /* Without early groups the channel is always free when backward starts (the last
+     * all-gather group holds the last tensor, whose layer waits for it), so the reduce-scatter
+     * tail past the end of backward depends on plan.rs alone: that is the fixed point c0, and
+     * one pass confirms it. Early groups make the next forward depend on this backward (their
+     * ends, the channel's tail): the monotone map (c0, ends) -> next is iterated from that
+     * start to its fixed point. */
     double c0 = run_buckets(ws, cost, DEAR_COST_RS, DEAR_SIM_RS, 0, 0, nrs, rs, comm) - ws->B;
     if (c0 < 0)
         c0 = 0;
+    for (int k = nag - ne; k < nag; k++)
+        ws->early_prev[k] = -INFINITY;
+    double prev_iter = -1;
     for (int k = 0; k < 64; k++) {
-        iter = dear_once(ws, cost, nrs, rs, nag, ag, c0, &next, comm);
-        if (fabs(next - c0) <= 1e-12 * (1 + iter))
+        iter = dear_once(ws, cost, nrs, rs, nag, ag, ne, c0, &next, comm);
+        if (fabs(next - c0) <= 1e-12 * (1 + iter) && (ne == 0 || fabs(iter - prev_iter) <= 1e-12 * (1 + iter)))
             break;
         c0 = next;
+        prev_iter = iter;
     }
     if (record) {
         ws->record = record;
-        iter = dear_once(ws, cost, nrs, rs, nag, ag, c0, &next, comm);
+        iter = dear_once(ws, cost, nrs, rs, nag, ag, ne, c0, &next, comm);
     }
     return iter;
 }
 
 double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sim_sched_t sched, int nrs,
-                        const int *rs_first, int nag, const int *ag_first)
+                        const int *rs_first, int nag, const int *ag_first, int ag_early)
 {
     double comm;
     switch (sched) {
@@ -281,7 +344,9 @@ double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sim
     case DEAR_SIM_SCHED_WFBP:
         return sim_wfbp(ws, cost, nrs, rs_first, &comm);
     case DEAR_SIM_SCHED_DEAR:
-        return sim_dear(ws, cost, nrs, rs_first, nag, ag_first, &comm);
+        if (ag_early < 0 || ag_early > nag)
+            return INFINITY;
+        return sim_dear(ws, cost, nrs, rs_first, nag, ag_first, ag_early, &comm);
     }
     return INFINITY;
 }
@@ -310,7 +375,8 @@ int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_s
         iter = sim_wfbp(ws, cost, plan->rs.ngroups, plan->rs.first, &comm);
         break;
     case DEAR_SIM_SCHED_DEAR:
-        iter = sim_dear(ws, cost, plan->rs.ngroups, plan->rs.first, plan->ag.ngroups, plan->ag.first, &comm);
+        iter = sim_dear(ws, cost, plan->rs.ngroups, plan->rs.first, plan->ag.ngroups, plan->ag.first,
+                        plan->ag_early, &comm);
         break;
     }
     if (ws->record < 0) {

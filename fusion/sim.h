@@ -10,8 +10,11 @@
  *   dear: reduce-scatter buckets (plan.rs) are queued as backward completes them; at the end of
  *         backward the all-gather groups (plan.ag) are queued in forward order behind them. They
  *         run during the next forward, whose layer l waits for the all-gather group(s) holding
- *         l's tensors. The iteration is the period of that cycle: the channel state carried
- *         from the previous iteration (its reduce-scatter tail) is iterated to its fixed point.
+ *         l's tensors. The last plan.ag_early groups instead run during backward, each behind
+ *         the reduce-scatter bucket that completes its data (the one holding its first tensor),
+ *         in the same FIFO channel. The iteration is the period of that cycle: the channel state
+ *         carried from the previous iteration (its tail, the early groups' ends) is iterated to
+ *         its fixed point.
  * Exposed communication = iteration time - (forward + backward compute).
  *
  * Costs come through a function so planners can use anything the runtime can do: the cheapest
@@ -92,6 +95,6 @@ typedef struct dear_sim_ws dear_sim_ws_t;
 int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **ws);
 void dear_sim_ws_free(dear_sim_ws_t *ws);
 double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sim_sched_t sched, int nrs,
-                        const int *rs_first, int nag, const int *ag_first);
+                        const int *rs_first, int nag, const int *ag_first, int ag_early);
 
 #endif

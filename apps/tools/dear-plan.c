@@ -116,7 +116,7 @@ typedef struct {
     dear_sim_sched_t sched;
     const char *planner;
     double iter, exposed, plan_s;
-    int nrs, nag;
+    int nrs, nag, nearly;
     dear_plan_t plan;
 } row_t;
 
@@ -165,6 +165,7 @@ static int evaluate(const dear_profile_t *prof, const dear_cost_model_t *model, 
             r.exposed = res.exposed_s;
             r.nrs = s == DEAR_SIM_SCHED_SYNC ? 1 : r.plan.rs.ngroups;
             r.nag = s == DEAR_SIM_SCHED_DEAR ? r.plan.ag.ngroups : 0;
+            r.nearly = s == DEAR_SIM_SCHED_DEAR ? r.plan.ag_early : 0;
             if (s == DEAR_SIM_SCHED_SYNC)
                 *t_sync = r.iter;
             if (is_ref && s == DEAR_SIM_SCHED_WFBP)
@@ -302,18 +303,18 @@ int main(int argc, char **argv)
     double F = dear_prof_fwd_total(&prof), B = dear_prof_bwd_total(&prof);
     if (csv) {
         printf("model,workers,schedule,planner,iter_ms,exposed_ms,speedup_sync,speedup_wfbp_threshold,rs_buckets,"
-               "ag_groups,plan_cpu_ms,over_cap\n");
+               "ag_groups,plan_cpu_ms,over_cap,ag_early\n");
         for (int i = 0; i < nrows; i++)
-            printf("%s,%d,%s,%s,%.4f,%.4f,%.4f,%.4f,%d,%d,%.3f,%d\n", prof.model, P,
+            printf("%s,%d,%s,%s,%.4f,%.4f,%.4f,%.4f,%d,%d,%.3f,%d,%d\n", prof.model, P,
                    dear_sim_sched_name(rows[i].sched), rows[i].planner, rows[i].iter * 1e3, rows[i].exposed * 1e3,
                    ratio(t_sync, rows[i].iter), ratio(t_wthr, rows[i].iter), rows[i].nrs, rows[i].nag,
-                   rows[i].plan_s * 1e3, over_cap(rows[i].iter));
+                   rows[i].plan_s * 1e3, over_cap(rows[i].iter), rows[i].nearly);
     } else {
         printf("profile %s (%s): %d layers, %d tensors, %.1f MiB; forward %.2f ms, backward %.2f ms\n", profile,
                prof.model, prof.nlayers, prof.ntensors, dear_prof_bytes_total(&prof) / 1048576.0, F * 1e3, B * 1e3);
         dear_cost_print(stdout, &model);
-        printf("\n%-8s %-10s %11s %12s %9s %10s %8s %8s %12s\n", "schedule", "planner", "iter_ms", "exposed_ms",
-               "vs_sync", "vs_wfbp_th", "buckets", "ag_grps", "plan_cpu_ms");
+        printf("\n%-8s %-10s %11s %12s %9s %10s %8s %8s %6s %12s\n", "schedule", "planner", "iter_ms", "exposed_ms",
+               "vs_sync", "vs_wfbp_th", "buckets", "ag_grps", "early", "plan_cpu_ms");
         for (int i = 0; i < nrows; i++) {
             if (over_cap(rows[i].iter))
                 printf("%-8s %-10s %11s %12s %9s %10s %8d ", dear_sim_sched_name(rows[i].sched), rows[i].planner,
@@ -323,9 +324,9 @@ int main(int argc, char **argv)
                        rows[i].planner, rows[i].iter * 1e3, rows[i].exposed * 1e3, ratio(t_sync, rows[i].iter),
                        ratio(t_wthr, rows[i].iter), rows[i].nrs);
             if (rows[i].sched == DEAR_SIM_SCHED_DEAR)
-                printf("%8d", rows[i].nag);
+                printf("%8d %6d", rows[i].nag, rows[i].nearly);
             else
-                printf("%8s", "-");
+                printf("%8s %6s", "-", "-");
             printf(" %12.3f\n", rows[i].plan_s * 1e3);
         }
     }

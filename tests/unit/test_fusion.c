@@ -557,6 +557,43 @@ START_TEST(sim_dear_by_hand)
 }
 END_TEST
 
+/* The last all-gather group early: it follows its bucket's reduce-scatter during backward and
+ * is done before the next forward needs it; the channel tail it leaves delays the others. */
+START_TEST(sim_dear_early_by_hand)
+{
+    dear_profile_t p;
+    hand_prof(&p);
+    dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
+    dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+    int none[4] = { 0, 1, 2, 3 };
+    dear_plan_t pl;
+    plan2(&pl, 3, 3, none, 3, none);
+    pl.ag_early = 1;
+    /* Steady state: backward runs fw..fw+6 with gradients at fw+2, +4, +6. RS2 fw+2..+4, early
+     * AG2 fw+4..+6, RS1 (ready +4) fw+6..+7.5, RS0 (ready +6) fw+7.5..+8.5: tail c0 = 2.5, AG2
+     * ends at the iteration's end. Forward: AG0 2.5..3.5, fwd0 3.5..4.5, AG1 3.5..5, fwd1 5..6,
+     * fwd2 (AG2 done) 6..7; iteration 7 + 6 = 13 (12.5 with every group in the forward). */
+    dear_sim_result_t r = { 0 };
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_DEAR, &pl, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 13);
+    EQ(find_op(&r, DEAR_SIM_AG, 0)->start, 2.5);
+    EQ(find_op(&r, DEAR_SIM_FWD, 1)->start, 5);
+    EQ(find_op(&r, DEAR_SIM_FWD, 2)->start, 6);
+    EQ(find_op(&r, DEAR_SIM_RS, 2)->start, 9);
+    EQ(find_op(&r, DEAR_SIM_AG, 2)->start, 11);
+    EQ(find_op(&r, DEAR_SIM_AG, 2)->end, 13);
+    EQ(find_op(&r, DEAR_SIM_RS, 1)->start, 13);
+    EQ(find_op(&r, DEAR_SIM_RS, 0)->end, 15.5);
+    EQ(r.comm_s, 1 + 1.5 + 2 + 2 + 1.5 + 1);
+    /* A plan with more early groups than groups is refused. */
+    pl.ag_early = 4;
+    ck_assert_int_ne(dear_sim_run(&p, &c, DEAR_SIM_SCHED_DEAR, &pl, 0, &r), DEAR_OK);
+    dear_sim_result_free(&r);
+    dear_plan_free(&pl);
+    dear_prof_free(&p);
+}
+END_TEST
+
 /* A layer without tensors, a layer whose two tensors sit in two all-gather groups, and a
  * trailing layer without tensors. */
 START_TEST(sim_dear_layers_without_tensors)
@@ -694,30 +731,32 @@ START_TEST(dp_equals_brute_force)
         double best = INFINITY;
         for (unsigned m = 0; m < (1u << (n - 1)); m++) {
             partition_from_mask(m, n, rs, &nrs);
-            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_WFBP, nrs, rs, nrs, rs);
+            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_WFBP, nrs, rs, nrs, rs, 0);
             best = t < best ? t : best;
         }
         double tdp = sim_T(&p, &c, DEAR_SIM_SCHED_WFBP, &dp);
         ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "wfbp instance %d (n=%d): dp %.12g, brute force %.12g", inst,
                       n, tdp, best);
-        /* dear: the reduce-scatter phase, all-gathers one group per tensor. */
+        /* dear, every all-gather in the forward pass (split n): the reduce-scatter phase,
+         * all-gathers one group per tensor. */
         problem_linear(&prob, &p, DEAR_SIM_SCHED_DEAR, &l);
-        ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
+        ck_assert_int_eq(dear_plan_dp_split(&dp, &prob, n), DEAR_OK);
+        ck_assert_int_eq(dp.ag_early, 0);
         partition_from_mask((1u << (n - 1)) - 1, n, ag, &nag);
         best = INFINITY;
         for (unsigned m = 0; m < (1u << (n - 1)); m++) {
             partition_from_mask(m, n, rs, &nrs);
-            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, nag, ag);
+            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, nag, ag, 0);
             best = t < best ? t : best;
         }
-        double tdp_rs = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag);
+        double tdp_rs = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag, 0);
         ck_assert_msg(fabs(tdp_rs - best) <= 1e-9 * best, "dear rs instance %d (n=%d): dp %.12g, brute %.12g", inst,
                       n, tdp_rs, best);
         /* dear: the all-gather phase with the DP's reduce-scatter buckets. */
         best = INFINITY;
         for (unsigned m = 0; m < (1u << (n - 1)); m++) {
             partition_from_mask(m, n, ag, &nag);
-            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag);
+            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag, 0);
             best = t < best ? t : best;
         }
         tdp = sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &dp);
@@ -731,7 +770,7 @@ START_TEST(dp_equals_brute_force)
             tot += p.tensors[t].bytes;
         }
         prob.cap_bytes = maxb + (size_t)((double)(tot - maxb) * 0.4 * urand());
-        ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
+        ck_assert_int_eq(dear_plan_dp_split(&dp, &prob, n), DEAR_OK);
         double best_rs = INFINITY, best_ag = INFINITY;
         for (unsigned m = 0; m < (1u << (n - 1)); m++) {
             partition_from_mask(m, n, rs, &nrs);
@@ -744,8 +783,8 @@ START_TEST(dp_equals_brute_force)
             }
             if (!fits)
                 continue;
-            double t1 = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, dp.ag.ngroups, dp.ag.first);
-            double t2 = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nrs, rs);
+            double t1 = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, dp.ag.ngroups, dp.ag.first, 0);
+            double t2 = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nrs, rs, 0);
             best_rs = t1 < best_rs ? t1 : best_rs;
             best_ag = t2 < best_ag ? t2 : best_ag;
         }
@@ -759,7 +798,7 @@ START_TEST(dp_equals_brute_force)
             ck_assert(b <= prob.cap_bytes);
         }
         prob.cap_bytes = 0;
-        ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
+        ck_assert_int_eq(dear_plan_dp_split(&dp, &prob, n), DEAR_OK);
         /* Both phases jointly, small n. */
         if (n <= 7) {
             best = INFINITY;
@@ -767,7 +806,7 @@ START_TEST(dp_equals_brute_force)
                 for (unsigned m2 = 0; m2 < (1u << (n - 1)); m2++) {
                     partition_from_mask(m1, n, rs, &nrs);
                     partition_from_mask(m2, n, ag, &nag);
-                    double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, nag, ag);
+                    double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, nag, ag, 0);
                     best = t < best ? t : best;
                 }
             ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "dear joint instance %d: dp %.12g, brute %.12g", inst, tdp,
@@ -777,6 +816,80 @@ START_TEST(dp_equals_brute_force)
         dear_sim_ws_free(ws);
         dear_prof_free(&p);
     }
+}
+END_TEST
+
+/* dp with a split m: the bucket DP (each bucket's part past m gathered right behind it) and the
+ * group DP over [0, m) give the best plan of that family, against brute force over both
+ * partitions; dear_plan_dp is the best split, never worse than no early group. */
+START_TEST(dp_split_equals_brute_force)
+{
+    int wins = 0;
+    for (int inst = 0; inst < 60; inst++) {
+        int n = 2 + inst % 6;   /* 2..7 tensors */
+        dear_profile_t p;
+        dear_sim_linear_arg_t l;
+        random_instance(&p, n, &l);
+        if (inst % 2) /* backward-heavy: the link idles in backward, early groups pay */
+            for (int i = 0; i < p.nlayers; i++)
+                p.layers[i].bwd_s *= 3;
+        dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+        dear_sim_ws_t *ws;
+        ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
+        dear_plan_problem_t prob;
+        problem_linear(&prob, &p, DEAR_SIM_SCHED_DEAR, &l);
+        double best_all = INFINITY, t_none = INFINITY;
+        for (int m = 0; m <= n; m++) {
+            dear_plan_t dp = { 0 };
+            ck_assert_int_eq(dear_plan_dp_split(&dp, &prob, m), DEAR_OK);
+            double tdp = sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &dp);
+            ck_assert_int_eq(dp.ag.first[dp.ag.ngroups - dp.ag_early], m < n ? m : n);
+            /* Brute force: buckets (any), regular groups over [0, m) (any), early groups = the
+             * buckets cut at m. */
+            double best = INFINITY;
+            int rs[16], ag[18], nrs, nreg;
+            for (unsigned a = 0; a < (1u << (n - 1)); a++) {
+                partition_from_mask(a, n, rs, &nrs);
+                unsigned nmask = m > 1 ? (1u << (m - 1)) : 1;
+                for (unsigned b = 0; b < nmask; b++) {
+                    int k = 0;
+                    if (m > 0) {
+                        partition_from_mask(b, m, ag, &nreg);
+                        k = nreg;
+                    }
+                    int reg = k;
+                    if (m < n) {
+                        ag[k++] = m;
+                        for (int g = 1; g < nrs; g++)
+                            if (rs[g] > m)
+                                ag[k++] = rs[g];
+                    }
+                    ag[k] = n;
+                    double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, k, ag, k - reg);
+                    best = t < best ? t : best;
+                }
+            }
+            ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "instance %d (n=%d) split %d: dp %.12g, brute %.12g",
+                          inst, n, m, tdp, best);
+            int between = m == 0 || m == n || p.tensors[m].lidx != p.tensors[m - 1].lidx;
+            if (between)
+                best_all = tdp < best_all ? tdp : best_all;
+            if (m == n)
+                t_none = tdp;
+            dear_plan_free(&dp);
+        }
+        dear_plan_t dp = { 0 };
+        ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
+        double tdp = sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &dp);
+        ck_assert_msg(fabs(tdp - best_all) <= 1e-9 * best_all, "instance %d: dp %.12g, best split %.12g", inst, tdp,
+                      best_all);
+        ck_assert(tdp <= t_none * (1 + 1e-12));
+        wins += tdp < t_none * (1 - 1e-9);
+        dear_plan_free(&dp);
+        dear_sim_ws_free(ws);
+        dear_prof_free(&p);
+    }
+    ck_assert_msg(wins >= 5, "early all-gathers won only %d of 60 instances", wins);
 }
 END_TEST
 
@@ -932,8 +1045,24 @@ START_TEST(planfile_round_trip_and_refusal)
     write_file(path, "dear-plan 1\nplanner x\ntensors 5\nrs 2 0 3\nag 1 0\n");
     ck_assert_int_eq(dear_planfile_load(path, 5, NULL, NULL, &back), DEAR_ERR_FORMAT);
     ck_assert(strstr(logbuf, "truncated") != NULL);
+    /* Early all-gather groups: more than the groups, or before the groups, are refused. */
+    logbuf[0] = '\0';
+    write_file(path, "dear-plan 1\nplanner x\ntensors 5\nrs 2 0 3\nag 2 0 4\nearly 3\nend\n");
+    ck_assert_int_eq(dear_planfile_load(path, 5, NULL, NULL, &back), DEAR_ERR_FORMAT);
+    ck_assert_msg(strstr(logbuf, "x.plan:6:") && strstr(logbuf, "COUNT in 0..2"), "%s", logbuf);
+    logbuf[0] = '\0';
+    write_file(path, "dear-plan 1\nplanner x\ntensors 5\nrs 2 0 3\nearly 1\nag 2 0 4\nend\n");
+    ck_assert_int_eq(dear_planfile_load(path, 5, NULL, NULL, &back), DEAR_ERR_FORMAT);
+    ck_assert_msg(strstr(logbuf, "'early' before the 'ag' line") != NULL, "%s", logbuf);
     uncapture();
     /* Still intact after the refusals. */
+    ck_assert(dear_plan_equal(&pl, &back));
+    /* And they round-trip; a plan differing only in them is another plan. */
+    pl.ag_early = 1;
+    ck_assert(!dear_plan_equal(&pl, &back));
+    ck_assert_int_eq(dear_planfile_save(path, &pl, t, names), DEAR_OK);
+    ck_assert_int_eq(dear_planfile_load(path, 5, t, names, &back), DEAR_OK);
+    ck_assert_int_eq(back.ag_early, 1);
     ck_assert(dear_plan_equal(&pl, &back));
     dear_plan_free(&pl);
     dear_plan_free(&back);
@@ -987,12 +1116,14 @@ static Suite *fusion_suite(void)
     tc = tcase_create("sim");
     tcase_add_test(tc, sim_sync_and_wfbp_by_hand);
     tcase_add_test(tc, sim_dear_by_hand);
+    tcase_add_test(tc, sim_dear_early_by_hand);
     tcase_add_test(tc, sim_dear_layers_without_tensors);
     suite_add_tcase(s, tc);
     tc = tcase_create("planners");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, mgwfbp_hand_worked);
     tcase_add_test(tc, dp_equals_brute_force);
+    tcase_add_test(tc, dp_split_equals_brute_force);
     tcase_add_test(tc, gradssa_deterministic_and_never_worse);
     tcase_add_test(tc, gradssa_within_1pct_of_dp_on_shipped);
     tcase_add_test(tc, planners_fast_on_2000_tensors);
