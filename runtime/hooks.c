@@ -293,6 +293,11 @@ int dear_backward_done(dear_ctx_t *ctx, int layer)
             dear_bucket_pack(ctx, b);
         if (ctx->sched != DEAR_SCHED_SYNC)
             dear_engine_queue(ctx, &b->op);
+        /* Early all-gathers this bucket completes: they start once it is reduced. */
+        for (int g = b->early_hi; ctx->sched == DEAR_SCHED_DEAR && g >= b->early_lo; g--) {
+            ctx->groups[g].unpacked = 0;
+            dear_engine_queue(ctx, &ctx->groups[g].op);
+        }
     }
     hook_mark(ctx, 0, lidx);
     return rc;
@@ -347,8 +352,11 @@ int dear_backward_end(dear_ctx_t *ctx)
     }
     switch (ctx->sched) {
     case DEAR_SCHED_DEAR:
-        /* Behind the reduce-scatters, in forward order: the first layers' groups arrive first. */
+        /* Behind the reduce-scatters, in forward order: the first layers' groups arrive first
+         * (the early ones were queued during backward). */
         for (int g = 0; g < ctx->ngroups; g++) {
+            if (ctx->groups[g].early)
+                continue;
             ctx->groups[g].unpacked = 0;
             dear_engine_queue(ctx, &ctx->groups[g].op);
         }

@@ -256,6 +256,7 @@ int dear_model_bcast_plan(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
     DEAR_MPI_CHECK(MPI_Bcast(plan->planner, (int)sizeof plan->planner, MPI_CHAR, 0, ctx->comm));
     DEAR_CHECK(bcast_partition(ctx, &plan->rs));
     DEAR_CHECK(bcast_partition(ctx, &plan->ag));
+    DEAR_MPI_CHECK(MPI_Bcast(&plan->ag_early, 1, MPI_INT, 0, ctx->comm));
     plan->ntensors = ctx->ntensors;
     char msg[256];
     if (dear_plan_validate(plan, ctx->ntensors, msg, sizeof msg) != DEAR_OK) {
@@ -352,7 +353,11 @@ static int build_ops(dear_ctx_t *ctx)
     free(first);
     first = NULL;
 
-    /* all-gather groups (schedule dear) */
+    /* all-gather groups (schedule dear); the plan's early ones are those from its first early
+     * group's first tensor on (cutting by type only splits groups) */
+    int early_t0 = ctx->plan.ag_early > 0 ? ctx->plan.ag.first[ctx->plan.ag.ngroups - ctx->plan.ag_early]
+                                          : ctx->ntensors;
+    ctx->ngroups_early = 0;
     if (ctx->sched == DEAR_SCHED_DEAR) {
         DEAR_CHECK_GOTO(split_by_dtype(ctx, &ctx->plan.ag, &first, &ng), rc, out);
         DEAR_ALLOC_GOTO(ctx->groups, calloc((size_t)ng, sizeof *ctx->groups), sizeof *ctx->groups * (size_t)ng, rc,
@@ -381,6 +386,8 @@ static int build_ops(dear_ctx_t *ctx)
                 op->deps[b - b0] = (dear_op_t *)&bk->op;
             }
             op->ndeps = nb;
+            gr->early = gr->t0 >= early_t0;
+            ctx->ngroups_early += gr->early;
             op->kind = DEAR_COLL_ALLGATHER;
             op->index = g;
             op->done_iter = -1;
@@ -398,23 +405,34 @@ static int build_ops(dear_ctx_t *ctx)
     }
 
     /* One iteration's operations in their fixed order: buckets as backward completes them
-     * (last first), then the all-gathers in forward order. */
+     * (last first), each followed by the early all-gather groups whose data it completes (the
+     * bucket holding a group's first tensor is the last of its dependencies to finish; groups
+     * last first), then the other all-gathers in forward order. The simulator assumes exactly
+     * this order (fusion/sim.h). */
     ctx->nops = ctx->nbuckets + ctx->ngroups;
     bytes = sizeof *ctx->ops * (size_t)ctx->nops;
     DEAR_ALLOC_GOTO(ctx->ops, malloc(bytes), bytes, rc, out);
-    for (int b = 0; b < ctx->nbuckets; b++) {
-        dear_op_t *op = &ctx->buckets[ctx->nbuckets - 1 - b].op;
-        op->pos = b;
-        ctx->ops[b] = op;
+    int pos = 0, ge = ctx->ngroups - 1;
+    for (int b = ctx->nbuckets - 1; b >= 0; b--) {
+        dear_bucket_t *bk = &ctx->buckets[b];
+        bk->early_hi = ge;
+        bk->op.pos = pos;
+        ctx->ops[pos++] = &bk->op;
+        for (; ge >= 0 && ctx->groups[ge].early && ctx->tensors[ctx->groups[ge].t0].bucket == b; ge--) {
+            ctx->groups[ge].op.pos = pos;
+            ctx->ops[pos++] = &ctx->groups[ge].op;
+        }
+        bk->early_lo = ge + 1;  /* the bucket's early groups: early_lo..early_hi (none if lo > hi) */
     }
-    for (int g = 0; g < ctx->ngroups; g++) {
-        ctx->groups[g].op.pos = ctx->nbuckets + g;
-        ctx->ops[ctx->nbuckets + g] = &ctx->groups[g].op;
-    }
-    DEAR_INFO("plan", "planner %s: %d bucket(s) (%d with a fusion buffer, %d zero-copy), %d all-gather group(s), "
-                      "%d tensor(s) in %d layer(s)",
-              ctx->plan.planner, ctx->nbuckets, nfused, ctx->nbuckets - nfused, ctx->ngroups, ctx->ntensors,
-              ctx->nlayers);
+    for (int g = 0; g < ctx->ngroups; g++)
+        if (!ctx->groups[g].early) {
+            ctx->groups[g].op.pos = pos;
+            ctx->ops[pos++] = &ctx->groups[g].op;
+        }
+    DEAR_INFO("plan", "planner %s: %d bucket(s) (%d with a fusion buffer, %d zero-copy), %d all-gather group(s) "
+                      "(%d during backward), %d tensor(s) in %d layer(s)",
+              ctx->plan.planner, ctx->nbuckets, nfused, ctx->nbuckets - nfused, ctx->ngroups, ctx->ngroups_early,
+              ctx->ntensors, ctx->nlayers);
 out:
     free(first);
     return rc;

@@ -80,11 +80,13 @@ typedef struct {
     void *buf;              /* the vector the collective runs on */
     int fused;              /* 1: buf is a fusion buffer (pack/unpack); 0: the gradients themselves */
     int remaining;          /* tensors whose layer has not reported backward_done this iteration */
+    int early_lo, early_hi; /* dear: early all-gather groups queued behind it (none if lo > hi) */
     dear_op_t op;           /* reduce-scatter (dear) or all-reduce (wfbp, sync) */
 } dear_bucket_t;
 
 typedef struct {
     int t0, t1;             /* tensors [t0, t1), in forward order */
+    int early;              /* runs during backward, behind the bucket holding t0 (plan.ag_early) */
     int unpacked;           /* data of the pending iteration copied to the gradients */
     dear_op_t op;           /* the all-gather */
 } dear_group_t;
@@ -118,6 +120,7 @@ struct dear_ctx {
     int nbuckets;
     dear_group_t *groups;   /* schedule dear only */
     int ngroups;
+    int ngroups_early;      /* of them, run during backward */
     dear_op_t **ops;        /* one iteration's operations in their fixed order */
     int nops;
 

@@ -268,9 +268,11 @@ START_TEST(test_train)
 END_TEST
 
 /* A plan from a file (DEAR_PLAN_FILE) whose all-gather groups cut across the reduce-scatter
- * buckets: groups span several buckets and parts of one (the multi-block all-gather). */
+ * buckets: groups span several buckets and parts of one (the multi-block all-gather); none, half
+ * or all of the groups run early (during backward, behind the bucket completing their data). */
 START_TEST(test_planfile)
 {
+    int arena = _i % 2, early = _i / 2;
     model_t m;
     model_init(&m, 0);
     dear_tensor_desc_t desc[NT];
@@ -291,6 +293,7 @@ START_TEST(test_planfile)
     ck_assert_int_eq(dear_partition_set(&plan.rs, NT, nrs, rs), DEAR_OK);
     ck_assert_int_eq(dear_partition_set(&plan.ag, NT, nag, ag), DEAR_OK);
     plan.ntensors = NT;
+    plan.ag_early = early == 0 ? 0 : early == 1 ? nag / 2 : nag;
     snprintf(plan.planner, sizeof plan.planner, "test");
     char path[64] = "/tmp/dear-test-plan-XXXXXX";
     if (rank == 0) {
@@ -303,9 +306,9 @@ START_TEST(test_planfile)
     dear_plan_free(&plan);
     model_free(&m);
     setenv("DEAR_PLAN_FILE", path, 1);
-    train_and_compare("dear", "threshold", NULL, _i);
+    train_and_compare("dear", "threshold", NULL, arena);
     setenv("DEAR_PLAN_FILE", path, 1);
-    train_and_compare("wfbp", "threshold", NULL, _i);
+    train_and_compare("wfbp", "threshold", NULL, arena);
     unsetenv("DEAR_PLAN_FILE");
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0)
@@ -570,7 +573,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_params);
     tcase_add_test(tc, test_mismatch);
     tcase_add_loop_test(tc, test_train, 0, 18);
-    tcase_add_loop_test(tc, test_planfile, 0, 2);
+    tcase_add_loop_test(tc, test_planfile, 0, 6);
     tcase_add_test(tc, test_stall);
     tcase_add_test(tc, test_profile);
     suite_add_tcase(s, tc);
