@@ -6,8 +6,8 @@
  * gradssa, auto), the schedule is not sync, no DEAR_PLAN_FILE is given and there are at least two
  * ranks, the runtime gets a cost model: DEAR_CALIBRATE=auto measures reduce-scatter, all-gather
  * and all-reduce as the collectives layer will run them (its selection table) on the context's
- * private communicator (seven sizes, three repetitions, the slowest rank's time, median per
- * size, kept as an interpolated curve) unless DEAR_CALIBRATION_FILE already holds those curves
+ * private communicator (seven sizes, each a stream of back-to-back collectives, the slowest
+ * rank's mean per size, kept as an interpolated curve) unless DEAR_CALIBRATION_FILE already holds those curves
  * for this communicator size and ranks per host;
  * DEAR_CALIBRATE=off takes DEAR_COST_PRESET. The cache is read on rank 0 and the model
  * broadcast, so every rank plans from the same numbers. A corrupt cache is not fatal: it is
@@ -36,23 +36,24 @@
 #include "runtime/util.h"
 
 /* Sizes from start-up dominated to bandwidth dominated, around the selection table's switch
- * from the direct exchange to the ring at 1 MiB, one untimed and five timed repetitions each:
- * about 0.3 s for the three collectives at 4 ranks on shared memory, 1.5-2 s on 4 hosts at
- * 1 Gbit/s (cache it: DEAR_CALIBRATION_FILE). The largest size sets the slope the curve is
- * extended with, so it is well past the network's burst allowance (a token bucket, a switch's
- * buffers: hundreds of KiB). */
+ * from the direct exchange to the ring at 1 MiB. Each size is timed as a stream of back-to-back
+ * collectives of at least CALIB_STREAM_BYTES (and CALIB_REPS), after an untimed CALIB_WARM_BYTES:
+ * that is how the runtime's channel runs them, one behind the other, and a network with a burst
+ * allowance (a token bucket, a switch's buffers: hundreds of KiB) carries a few small
+ * collectives after an idle gap much faster than a stream of them. Timed alone, 64 KiB
+ * all-gathers looked 3x cheaper than they ran in a 96-group all-gather phase on the emulated
+ * cluster, and the planner cut the phase into groups that small. About 1-2 s for the three
+ * collectives on 4 hosts at 1 Gbit/s (cache it: DEAR_CALIBRATION_FILE). The largest size sets the
+ * slope the curve is extended with. */
 static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
 #define CALIB_REPS 5
+#define CALIB_STREAM_BYTES ((size_t)4 << 20)
+#define CALIB_WARM_BYTES ((size_t)1 << 20)
+#define CALIB_MAX_REPS 512
 
 static const dear_coll_op_t coll_of_cost[DEAR_COST_NOPS] = { DEAR_COLL_REDUCE_SCATTER, DEAR_COLL_ALLGATHER,
                                                              DEAR_COLL_ALLREDUCE };
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void log_model(const dear_ctx_t *ctx, const char *how)
 {
@@ -76,35 +77,40 @@ static void log_model(const dear_ctx_t *ctx, const char *how)
         }
 }
 
-/* One (collective, algorithm, size) sample set. The barrier lines the ranks up so the slowest
- * rank's time is the collective's, not its skew; then one untimed run and CALIB_REPS timed runs
- * back to back. Timed in isolation after an idle gap, a collective rides on whatever the network
- * let build up while it was idle (a token bucket's burst, a switch's buffers) and looks several
- * times faster than the same collective in a busy backward pass, where the runtime's operations
- * follow each other: the steady state is what the planner needs. DEAR_ERR_UNSUPPORTED from
- * start (size limits) is returned without logging: the same on every rank, it only means the
- * algorithm is skipped. */
-static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, double *seconds)
+static int reps_for(size_t bytes, size_t volume, int least)
+{
+    size_t r = (volume + bytes - 1) / bytes;
+    return r < (size_t)least ? least : r > CALIB_MAX_REPS ? CALIB_MAX_REPS : (int)r;
+}
+
+/* One (collective, size) sample: the barrier lines the ranks up, an untimed stream fills the
+ * pipes and drains any burst allowance, then a timed stream of back-to-back collectives gives the
+ * mean seconds per collective in the steady state (what the planner's FIFO channel assumes).
+ * DEAR_ERR_UNSUPPORTED from start (size limits) is returned without logging: the same on every
+ * rank, it only means the size is skipped. */
+static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, double *seconds)
 {
     DEAR_MPI_CHECK(MPI_Barrier(ctx->comm));
-    for (int r = -1; r < CALIB_REPS; r++) {
+    int warm = reps_for(bytes, CALIB_WARM_BYTES, 1), reps = reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS);
+    double t0 = 0;
+    for (int r = -warm; r < reps; r++) {
+        if (r == 0)
+            t0 = dear_now();
         dear_coll_req_t *req = NULL;
-        double t0 = dear_now();
         int rc = dear_coll_start(args, &req);
         if (rc != DEAR_OK)
             return rc;
         rc = dear_coll_wait(req);
-        if (r >= 0)
-            seconds[r] = dear_now() - t0;
         dear_coll_free(req);
         if (rc != DEAR_OK)
             return rc;
     }
+    *seconds = (dear_now() - t0) / reps;
     return DEAR_OK;
 }
 
 /* Measure each collective as the runtime will run it (DEAR_ALGO_AUTO: the selection table, or
- * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the medians as the
+ * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the means as the
  * auto curve of the model; the model is the same on every rank (rank 0 takes the slowest rank's
  * samples and broadcasts). A straight line per algorithm, as the model had before, priced
  * buckets of 2-25 MiB from a fit dominated by the small sizes (off by 20-50% on a 1 Gbit/s
@@ -116,7 +122,7 @@ static int calibrate(dear_ctx_t *ctx)
     size_t count = maxb / sizeof(float);
     float *buf = NULL;
     double *t = NULL, *tmax = NULL;
-    size_t nt = (size_t)DEAR_COST_NOPS * CALIB_NSIZES * CALIB_REPS;
+    size_t nt = (size_t)DEAR_COST_NOPS * CALIB_NSIZES;
     double t_start = dear_now();
 
     DEAR_ALLOC_GOTO(buf, malloc(maxb), maxb, rc, out);
@@ -135,8 +141,8 @@ static int calibrate(dear_ctx_t *ctx)
             args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
             args.recvbuf = buf;
             args.count = calib_bytes[s] / sizeof(float);
-            size_t k = ((size_t)op * CALIB_NSIZES + (size_t)s) * CALIB_REPS;
-            int r1 = time_run(ctx, &args, &t[k]);
+            size_t k = (size_t)op * CALIB_NSIZES + (size_t)s;
+            int r1 = time_run(ctx, &args, calib_bytes[s], &t[k]);
             if (r1 == DEAR_ERR_UNSUPPORTED) {
                 t[k] = -1; /* this size is beyond the algorithm: no sample */
                 continue;
@@ -159,15 +165,14 @@ static int calibrate(dear_ctx_t *ctx)
             double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
             int n = 0;
             for (int s = 0; s < CALIB_NSIZES; s++) {
-                double *v = &tmax[((size_t)op * CALIB_NSIZES + (size_t)s) * CALIB_REPS];
-                if (v[0] < 0)
+                double v = tmax[(size_t)op * CALIB_NSIZES + (size_t)s];
+                if (v < 0)
                     continue;
-                qsort(v, CALIB_REPS, sizeof *v, cmp_double);
                 xs[n] = (double)calib_bytes[s];
-                ys[n++] = v[CALIB_REPS / 2];
-                DEAR_DEBUG("plan", "calibration: %s %zu B: median %.1f us (min %.1f, max %.1f)",
-                           dear_cost_op_name((dear_cost_op_t)op), calib_bytes[s], 1e6 * ys[n - 1], 1e6 * v[0],
-                           1e6 * v[CALIB_REPS - 1]);
+                ys[n++] = v;
+                DEAR_DEBUG("plan", "calibration: %s %zu B: %.1f us per collective over a stream of %d (slowest rank)",
+                           dear_cost_op_name((dear_cost_op_t)op), calib_bytes[s], 1e6 * v,
+                           reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS));
             }
             if (n < 2 || dear_cost_fit_curve(xs, ys, n, &m.line[op][DEAR_COST_AUTO]) != DEAR_OK)
                 DEAR_WARN("plan", "calibration: %d usable size(s) of %s, no curve: that collective is priced "
@@ -178,8 +183,9 @@ static int calibrate(dear_ctx_t *ctx)
     }
     DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->cost, (int)sizeof ctx->cost, MPI_BYTE, 0, ctx->comm), rc, out);
     ctx->calib_measured++;
-    DEAR_INFO("plan", "calibration: measured %d size(s) x %d repetition(s) per collective in %.3f s", CALIB_NSIZES,
-              CALIB_REPS, dear_now() - t_start);
+    DEAR_INFO("plan", "calibration: measured %d size(s) per collective, each as a stream of at least %zu bytes, in "
+                      "%.3f s",
+              CALIB_NSIZES, CALIB_STREAM_BYTES, dear_now() - t_start);
 out:
     free(buf);
     free(t);
