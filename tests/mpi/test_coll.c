@@ -555,13 +555,15 @@ START_TEST(test_select)
     ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 1 << 20, 16), DEAR_ALGO_RING);
     ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64, 12), DEAR_ALGO_RING);
     /* A job of 4 ranks over several hosts (2 on this one): a 4-rank communicator takes the ring
-     * for reduce-scatter at every size, all-gather and all-reduce keep the direct exchange up
-     * to 1 MiB; a smaller communicator is taken as one host (every rank must decide alike). */
+     * for reduce-scatter at every size, for all-gather above 64 KiB and for all-reduce above
+     * 256 KiB; a smaller communicator is taken as one host (every rank must decide alike). */
     setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
     ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 64, 4), DEAR_ALGO_RING);
     ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64, 4), DEAR_ALGO_DIRECT);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 1 << 20, 4), DEAR_ALGO_DIRECT);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, (1 << 20) + 4, 4), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64 << 10, 4), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, (64 << 10) + 4, 4), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 256 << 10, 4), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, (256 << 10) + 4, 4), DEAR_ALGO_RING);
     ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 64, 3), DEAR_ALGO_DIRECT);
     if (had_ls)
         setenv("OMPI_COMM_WORLD_LOCAL_SIZE", saved, 1);
