@@ -8,7 +8,7 @@
  *
  * Never a busy spin: with nothing in flight the thread sleeps on a condition variable; with
  * collectives in flight and no progress it yields a few times, then waits on the condition with
- * a timeout growing from 20 us to 1 ms (50 us while the application thread is blocked on a
+ * a timeout growing from 20 us to 100 us (50 us while the application thread is blocked on a
  * collective; a newly queued operation or a new waiter wakes it at once). It also
  * watches for stalls (DEAR_STALL_WARN_S, DEAR_STALL_ABORT_S) and records each collective in the
  * timeline and the counters.
@@ -25,12 +25,18 @@
 
 #define YIELDS_BEFORE_SLEEP 8
 #define SLEEP_MIN_S 20e-6
-#define SLEEP_MAX_S 1e-3
+/* While the application computes, sleeps grow to SLEEP_MAX_S and leave it the cores. Each
+ * step of a collective (a ring segment, a rendezvous) needs a progress call to follow the last,
+ * and TCP sockets only buffer so much, so a long sleep idles the link: with 1 ms, every
+ * configuration of dear-bench on 4 emulated hosts at 1 Gbit/s ran 2-4% slower than with
+ * 100 us (resnet50, two runs each: wfbp:threshold:25m 471/478 vs 452/459 ms, dear:auto 346/334
+ * vs 332/326), while dear-cnn on 4 ranks and 2 cores showed no difference beyond its noise
+ * (progress thread 3-5% of one core either way). */
+#define SLEEP_MAX_S 100e-6
 /* While the application thread is blocked on a collective, the progress thread is the critical
  * path: MPI's pipelined transfers (shared-memory fragments, rendezvous) need a progress call per
  * fragment, so sleeping up to 1 ms per poll would stretch a 200 KiB all-reduce on 4 ranks to
- * ~20 ms. Then sleeps stop growing at 50 us; while the application computes they grow to 1 ms
- * and leave it the cores. */
+ * ~20 ms. Then sleeps stop growing at 50 us. */
 #define SLEEP_URGENT_MAX_S 50e-6
 /* With only queued (not startable) work the thread still looks at the clock for stalls. */
 #define STALL_POLL_S 0.25
@@ -207,7 +213,7 @@ static void *engine_main(void *arg)
             }
             if (!done) {
                 /* A completed transfer (a segment sent or received) counts as progress:
-                 * the back-off restarts so the next step is not left waiting up to 1 ms. */
+                 * the back-off restarts so the next step is not left waiting up to SLEEP_MAX_S. */
                 dear_coll_info_t info;
                 dear_coll_get_info(op->req, &info);
                 if (info.events != op->last_events) {
