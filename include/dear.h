@@ -141,8 +141,10 @@ DEAR_API int dear_backward_done(dear_ctx_t *ctx, int layer);
  * DEAR_REPLAN_EVERY iterations after it) every rank waits for the collectives in flight (dear:
  * this iteration's all-gathers, so this one call blocks for them; the updates still run in the
  * next dear_forward_begin), rank 0 plans from the measured per-layer times and broadcasts, and
- * all ranks continue on the new plan. Results are unchanged by a switch (same sums, same
- * updates); DEAR_LOG_LEVEL=info logs the plan and its predicted iteration time. */
+ * all ranks continue on the new plan. With DEAR_FUSION=auto the new plan is then timed for
+ * DEAR_VERIFY_ITERS iterations and, at another such backward_end, dropped for the plan it
+ * replaced if that one ran faster. Results are unchanged by a switch (same sums, same updates);
+ * DEAR_LOG_LEVEL=info logs the plan, its predicted and its measured iteration time. */
 DEAR_API int dear_backward_end(dear_ctx_t *ctx);
 
 /* Complete all communication in flight and run every pending update. Between iterations only
@@ -155,6 +157,12 @@ DEAR_API int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats);
 /* Write the per-layer profile measured so far (forward/backward times, tensor sizes) in the
  * text format of docs/FORMATS.md, which dear-plan reads. Rank 0 writes; collective. */
 DEAR_API int dear_profile_save(dear_ctx_t *ctx, const char *path);
+
+/* Write the plan in use (buckets, all-gather groups, early groups, who made it) as a plan file
+ * (docs/FORMATS.md) that DEAR_PLAN_FILE and dear-plan read: after online planning it is the
+ * plan the runtime settled on. Every rank holds the same plan; call it on one. Not collective.
+ * DEAR_ERR_STATE before dear_commit, DEAR_ERR_IO if the file cannot be written. */
+DEAR_API int dear_plan_save(dear_ctx_t *ctx, const char *path);
 
 /* Flush, stop the progress thread, free everything. ctx may be NULL. Collective. */
 DEAR_API int dear_finalize(dear_ctx_t *ctx);

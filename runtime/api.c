@@ -1,13 +1,14 @@
 /*
  * The lifetime of a context: dear_init (thread level, parameters, private communicator,
  * topology, timeline), dear_register (validation of each tensor), dear_commit (registry check
- * across ranks, plan, buckets, progress thread), dear_get_stats, dear_profile_save and
- * dear_finalize (flush, stop, report, free). The per-iteration hooks live in hooks.c.
+ * across ranks, plan, buckets, progress thread), dear_get_stats, dear_profile_save,
+ * dear_plan_save and dear_finalize (flush, stop, report, free). The per-iteration hooks live in hooks.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fusion/planfile.h"
 #include "fusion/profile.h"
 #include "runtime/check.h"
 #include "runtime/params.h"
@@ -25,6 +26,8 @@ static int ctx_free(dear_ctx_t *ctx)
     free(ctx->tensors);
     layers_free(ctx);
     dear_samples_free(&ctx->iter_times);
+    dear_samples_free(&ctx->verify_times);
+    dear_plan_free(&ctx->prev_plan);
     dear_timeline_close(ctx->tl);
     if (ctx->comm != MPI_COMM_NULL) {
         int fin = 0;
@@ -323,6 +326,32 @@ int dear_profile_save(dear_ctx_t *ctx, const char *path)
 out:
     free(med);
     free(all);
+    return rc;
+}
+
+int dear_plan_save(dear_ctx_t *ctx, const char *path)
+{
+    int rc = DEAR_OK;
+    DEAR_ARG_CHECK(ctx != NULL && path != NULL && path[0], "dear_plan_save: %s is NULL or empty",
+                   ctx ? "path" : "ctx");
+    if (!ctx->committed) {
+        DEAR_ERROR("api", "dear_plan_save('%s'): the context is not committed; call it after dear_commit", path);
+        return DEAR_ERR_STATE;
+    }
+    int n = ctx->ntensors;
+    dear_tensor_desc_t *desc = NULL;
+    const char **names = NULL;
+    DEAR_ALLOC_GOTO(desc, malloc(sizeof *desc * (size_t)(n ? n : 1)), sizeof *desc * (size_t)n, rc, out);
+    DEAR_ALLOC_GOTO(names, malloc(sizeof *names * (size_t)(n ? n : 1)), sizeof *names * (size_t)n, rc, out);
+    for (int t = 0; t < n; t++) {
+        desc[t].bytes = ctx->tensors[t].bytes;
+        desc[t].layer = ctx->tensors[t].layer;
+        names[t] = ctx->tensors[t].name;
+    }
+    rc = dear_planfile_save(path, &ctx->plan, desc, names);
+out:
+    free(desc);
+    free(names);
     return rc;
 }
 

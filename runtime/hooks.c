@@ -47,18 +47,31 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-double dear_samples_median(const dear_samples_t *s)
+static double median_of(const double *v, size_t n)
 {
-    if (s->n == 0)
+    if (n == 0)
         return 0;
-    double *tmp = malloc(sizeof *tmp * s->n);
+    double *tmp = malloc(sizeof *tmp * n);
     if (!tmp)
-        return s->v[s->n - 1];
-    memcpy(tmp, s->v, sizeof *tmp * s->n);
-    qsort(tmp, s->n, sizeof *tmp, cmp_double);
-    double m = s->n % 2 ? tmp[s->n / 2] : 0.5 * (tmp[s->n / 2 - 1] + tmp[s->n / 2]);
+        return v[n - 1];
+    memcpy(tmp, v, sizeof *tmp * n);
+    qsort(tmp, n, sizeof *tmp, cmp_double);
+    double m = n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
     free(tmp);
     return m;
+}
+
+double dear_samples_median(const dear_samples_t *s)
+{
+    return median_of(s->v, s->n);
+}
+
+double dear_samples_median_tail(const dear_samples_t *s, size_t k)
+{
+    size_t from = s->n > k ? s->n - k : 0;
+    if (from == 0 && s->n > 1)
+        from = 1; /* the first sample carries the start-up (connections, first touches) */
+    return median_of(s->v + from, s->n - from);
 }
 
 void dear_samples_free(dear_samples_t *s)
@@ -324,16 +337,16 @@ static int reduce_and_update(dear_ctx_t *ctx)
     return rc;
 }
 
-/* Online planning: every rank reaches this at the same backward_end. The old plan's
- * collectives are drained first (dear: the all-gathers just queued are waited for and their data
- * put in place; the updates stay pending and still run in the next forward passes), so the
- * switch happens with nothing in flight. */
-static int switch_plan(dear_ctx_t *ctx)
+/* Online planning and its check: every rank reaches this at the same backward_end. The plan's
+ * collectives are drained first (dear: the all-gathers just queued are waited for and their
+ * data put in place; the updates stay pending and still run in the next forward passes), so
+ * the switch happens with nothing in flight. */
+static int switch_plan(dear_ctx_t *ctx, int verify)
 {
     if (ctx->sched == DEAR_SCHED_DEAR && ctx->npending > 0)
         for (int g = 0; g < ctx->ngroups; g++)
             DEAR_CHECK(group_ready(ctx, g, "dear_backward_end", -1));
-    return dear_planning_replan(ctx);
+    return verify ? dear_planning_verify(ctx) : dear_planning_replan(ctx);
 }
 
 int dear_backward_end(dear_ctx_t *ctx)
@@ -376,10 +389,17 @@ int dear_backward_end(dear_ctx_t *ctx)
     ctx->in_backward = 0;
     ctx->iter++;
     double now = dear_now();
-    if (ctx->t_iter_start > 0)
+    if (ctx->t_iter_start > 0) {
         dear_samples_add(&ctx->iter_times, now - ctx->t_iter_start);
+        if (ctx->verify_at >= 0 && ctx->iter > ctx->verify_at - ctx->verify_iters)
+            dear_samples_add(&ctx->verify_times, now - ctx->t_iter_start);
+    }
+    if (rc == DEAR_OK && ctx->verify_at >= 0 && ctx->iter >= ctx->verify_at) {
+        rc = switch_plan(ctx, 1);
+        now = dear_now();
+    }
     if (rc == DEAR_OK && ctx->next_plan_iter >= 0 && ctx->iter >= ctx->next_plan_iter) {
-        rc = switch_plan(ctx);
+        rc = switch_plan(ctx, 0);
         now = dear_now(); /* planning time is not the next forward pass's */
     }
     ctx->t_iter_start = now;

@@ -257,17 +257,21 @@ int dear_planning_setup(dear_ctx_t *ctx)
      * on whether and when to plan. */
     const char *fusion = dear_param_string(DEAR_P_FUSION);
     const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
-    int cfg[4];
+    int cfg[5];
     cfg[0] = (strcmp(fusion, "mgwfbp") == 0 || strcmp(fusion, "dp") == 0 || strcmp(fusion, "gradssa") == 0 ||
               strcmp(fusion, "auto") == 0) &&
              ctx->sched != DEAR_SCHED_SYNC && !(pfile && pfile[0]) && ctx->size > 1;
     cfg[1] = (int)dear_param_int(DEAR_P_WARMUP_ITERS);
     cfg[2] = (int)dear_param_int(DEAR_P_REPLAN_EVERY);
     cfg[3] = (int)dear_param_enum(DEAR_P_CALIBRATE); /* auto|off */
-    DEAR_MPI_CHECK(MPI_Bcast(cfg, 4, MPI_INT, 0, ctx->comm));
+    /* Only auto promises the fastest plan it can find; a named planner's plan is kept. */
+    cfg[4] = strcmp(fusion, "auto") == 0 ? (int)dear_param_int(DEAR_P_VERIFY_ITERS) : 0;
+    DEAR_MPI_CHECK(MPI_Bcast(cfg, 5, MPI_INT, 0, ctx->comm));
     ctx->online = cfg[0];
     ctx->replan_every = cfg[2];
     ctx->next_plan_iter = ctx->online ? cfg[1] : -1;
+    ctx->verify_iters = cfg[4];
+    ctx->verify_at = -1;
     if (!ctx->online)
         return DEAR_OK;
     if (cfg[3] == 0) {
@@ -360,6 +364,25 @@ static int plan_rank0(dear_ctx_t *ctx, const double *med, dear_plan_t *plan)
     return rc;
 }
 
+/* After a plan switch or check (the progress thread stopped): a failure stops the context
+ * (later hooks say so); otherwise the progress thread restarts with the operation order of the
+ * plan in place, from this iteration on every rank. */
+static int engine_restart(dear_ctx_t *ctx, int rc)
+{
+    if (rc != DEAR_OK) {
+        ctx->engine_rc = rc;
+        ctx->next_plan_iter = -1;
+        ctx->verify_at = -1;
+    }
+    if (ctx->nops > 0) {
+        ctx->next_seq = ctx->iter * ctx->nops;
+        int src = dear_engine_start(ctx);
+        if (src != DEAR_OK && rc == DEAR_OK)
+            rc = ctx->engine_rc = src;
+    }
+    return rc;
+}
+
 int dear_planning_replan(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
@@ -394,7 +417,24 @@ int dear_planning_replan(dear_ctx_t *ctx)
         goto out;
     }
     if (!dear_plan_equal(&plan, &ctx->plan)) {
-        DEAR_CHECK_GOTO(dear_model_rebuild(ctx, &plan), rc, out);
+        /* Keep the plan being replaced, and how fast it ran, for the check DEAR_VERIFY_ITERS
+         * iterations from now (the first iteration on the new plan is left out: the switch
+         * drained the pipeline). */
+        dear_plan_t prev = { 0 };
+        DEAR_CHECK_GOTO(dear_plan_copy(&prev, &ctx->plan), rc, out);
+        DEAR_CHECK_GOTO(dear_model_rebuild(ctx, &plan), rc, out_prev);
+        if (ctx->verify_iters > 0) {
+            dear_plan_free(&ctx->prev_plan);
+            ctx->prev_plan = prev;
+            prev = (dear_plan_t){ 0 };
+            ctx->prev_iter_s = dear_samples_median_tail(&ctx->iter_times, (size_t)ctx->verify_iters);
+            dear_samples_free(&ctx->verify_times);
+            ctx->verify_at = ctx->iter + 1 + ctx->verify_iters;
+        }
+out_prev:
+        dear_plan_free(&prev);
+        if (rc != DEAR_OK)
+            goto out;
     } else {
         /* Same buckets: keep them, but record who confirmed them. */
         snprintf(ctx->plan.planner, sizeof ctx->plan.planner, "%s", plan.planner);
@@ -402,20 +442,39 @@ int dear_planning_replan(dear_ctx_t *ctx)
     }
     ctx->nplans++;
 out:
-    if (rc != DEAR_OK) {
-        /* The context cannot go on (no consistent plan, or MPI failed): later hooks say so. */
-        ctx->engine_rc = rc;
-        ctx->next_plan_iter = -1;
-    }
-    if (ctx->nops > 0) {
-        /* The new operation order starts with this iteration on every rank. */
-        ctx->next_seq = ctx->iter * ctx->nops;
-        int src = dear_engine_start(ctx);
-        if (src != DEAR_OK && rc == DEAR_OK)
-            rc = ctx->engine_rc = src;
-    }
+    rc = engine_restart(ctx, rc);
     dear_plan_free(&plan);
     free(med);
     free(all);
     return rc;
+}
+
+/* A new plan must beat the one it replaced by measurement as well as by prediction: the
+ * simulator prices each collective by its mean cost alone and the links' jitter (a tight plan
+ * has no slack to absorb it) or a collective the calibration flattered can make a predicted
+ * win a measured loss. Both medians are the slowest rank's. */
+#define VERIFY_TOLERANCE 0.02
+
+int dear_planning_verify(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK;
+    dear_engine_stop(ctx);
+    ctx->stop = 0;
+    double mine[2] = { ctx->prev_iter_s, dear_samples_median(&ctx->verify_times) }, slowest[2];
+    ctx->verify_at = -1;
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, ctx->comm), rc, out);
+    if (slowest[1] > slowest[0] * (1 + VERIFY_TOLERANCE)) {
+        DEAR_INFO("plan", "plan %s measured %.3f ms per iteration, the plan %s it replaced %.3f ms: going back to "
+                          "it (DEAR_VERIFY_ITERS)",
+                  ctx->plan.planner, 1e3 * slowest[1], ctx->prev_plan.planner, 1e3 * slowest[0]);
+        DEAR_CHECK_GOTO(dear_model_rebuild(ctx, &ctx->prev_plan), rc, out);
+        ctx->nreverts++;
+    } else {
+        DEAR_INFO("plan", "plan %s measured %.3f ms per iteration, the plan %s it replaced %.3f ms: kept",
+                  ctx->plan.planner, 1e3 * slowest[1], ctx->prev_plan.planner, 1e3 * slowest[0]);
+    }
+out:
+    dear_plan_free(&ctx->prev_plan);
+    dear_samples_free(&ctx->verify_times);
+    return engine_restart(ctx, rc);
 }

@@ -131,6 +131,12 @@ struct dear_ctx {
     long long next_plan_iter; /* plan at the backward_end that completes this iteration; -1: never */
     int calib_measured;     /* calibrations measured (not loaded from the cache): tests read it */
     int nplans;             /* online plans made */
+    int nreverts;           /* online plans dropped after timing (DEAR_VERIFY_ITERS): tests read it */
+    int verify_iters;       /* DEAR_VERIFY_ITERS of rank 0; 0 for planners other than auto */
+    long long verify_at;    /* verify at the backward_end completing this iteration; -1: nothing to verify */
+    dear_plan_t prev_plan;  /* the plan the last switch replaced, while it is being verified */
+    double prev_iter_s;     /* its median iteration time before the switch (this rank) */
+    dear_samples_t verify_times; /* iteration times since the switch (the first one left out) */
 
     /* iteration state (application thread) */
     long long iter;         /* completed backward_end calls */
@@ -197,11 +203,16 @@ int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter);
 int dear_planning_setup(dear_ctx_t *ctx);
 /* At a backward_end with nothing in flight: plan from the profile and switch. Collective. */
 int dear_planning_replan(dear_ctx_t *ctx);
+/* At the backward_end of ctx->verify_at, nothing in flight: keep the new plan or go back to the
+ * one it replaced, whichever ran faster. Collective. */
+int dear_planning_verify(dear_ctx_t *ctx);
 
 /* hooks.c */
 int dear_hooks_flush(dear_ctx_t *ctx, const char *call);
 void dear_samples_add(dear_samples_t *s, double v);
 double dear_samples_median(const dear_samples_t *s);
+/* Median of the last k samples, leaving out the very first one while there are others. */
+double dear_samples_median_tail(const dear_samples_t *s, size_t k);
 void dear_samples_free(dear_samples_t *s);
 /* Index in ctx->layers of the caller's layer id, or -1. */
 int dear_layer_index(const dear_ctx_t *ctx, int layer);

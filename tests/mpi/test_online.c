@@ -10,7 +10,8 @@
  * rank ends on the same plan, the plan really changed, updates still run at the documented hook;
  * the calibration cache is written, then used without measuring (ctx->calib_measured), a
  * corrupt cache is reported, kept as PATH.corrupt, measured again and replaced; DEAR_CALIBRATE=off
- * takes each DEAR_COST_PRESET.
+ * takes each DEAR_COST_PRESET; auto's measured check (DEAR_VERIFY_ITERS) goes back to the
+ * replaced plan when that one ran faster and keeps the new one otherwise.
  */
 #include <check.h>
 #include <math.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fusion/planfile.h"
 #include "include/dear.h"
 #include "runtime/log.h"
 #include "tests/mpi/synth.h"
@@ -126,6 +128,8 @@ static void register_model(dear_ctx_t *ctx, model_t *m)
 
 /* Train ITERS iterations through the hooks; updates must run at the documented hook even across
  * plan switches (dear: in the next forward_begin; wfbp/sync: in backward_end). */
+static void (*after_backward_end)(dear_ctx_t *ctx); /* test_verify's hand on the check */
+
 static void train(dear_ctx_t *ctx, model_t *m, const char *sched)
 {
     int deferred = strcmp(sched, "dear") == 0;
@@ -141,6 +145,8 @@ static void train(dear_ctx_t *ctx, model_t *m, const char *sched)
             ck_assert_int_eq(dear_backward_done(ctx, m->layer_ids[l]), DEAR_OK);
         }
         ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
+        if (after_backward_end)
+            after_backward_end(ctx);
         for (int i = 0; i < NT; i++)
             ck_assert_int_eq(m->t[i].updates, deferred ? k : k + 1);
     }
@@ -206,7 +212,7 @@ static void unset_all(void)
 {
     const char *vars[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_FUSION_THRESHOLD", "DEAR_WARMUP_ITERS",
                            "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_CALIBRATION_FILE",
-                           "DEAR_LOG_LEVEL" };
+                           "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -255,6 +261,75 @@ START_TEST(test_switch)
     ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
     char what[64];
     snprintf(what, sizeof what, "%s/%s/%s", planner, sched, preset);
+    compare(&m, what);
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
+/* ---- DEAR_VERIFY_ITERS: auto's plan is timed and dropped if the replaced one ran faster ---- */
+
+static double fake_prev_s;
+
+/* Right after the switch, every rank pretends the warm-up plan ran in fake_prev_s per iteration:
+ * 1 ns makes any new plan the slower one, 1000 s the faster. */
+static void fake_prev(dear_ctx_t *ctx)
+{
+    if (ctx->verify_at >= 0 && ctx->prev_iter_s != fake_prev_s) {
+        ck_assert_int_eq(ctx->nplans, 1);
+        ck_assert_msg(ctx->prev_iter_s > 0, "warm-up median %g", ctx->prev_iter_s);
+        ck_assert_str_eq(ctx->prev_plan.planner, "threshold(warm-up)");
+        ctx->prev_iter_s = fake_prev_s;
+    }
+}
+
+START_TEST(test_verify)
+{
+    const char *sched = _i / 2 ? "wfbp" : "dear";
+    int revert = _i % 2 == 0;
+    set_common();
+    setenv("DEAR_REPLAN_EVERY", "0", 1);
+    setenv("DEAR_VERIFY_ITERS", "3", 1); /* planned after iteration 2, checked after 2 + 1 + 3 */
+    setenv("DEAR_SCHEDULE", sched, 1);
+    setenv("DEAR_FUSION", "auto", 1);
+    setenv("DEAR_CALIBRATE", "off", 1);
+    setenv("DEAR_COST_PRESET", "shm", 1);
+    model_t m;
+    model_init(&m);
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    register_model(ctx, &m);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    ck_assert_int_eq(ctx->verify_iters, 3);
+    fake_prev_s = revert ? 1e-9 : 1e3;
+    after_backward_end = fake_prev;
+    train(ctx, &m, sched);
+    after_backward_end = NULL;
+    ck_assert_int_eq(ctx->nplans, 1);
+    ck_assert_int_eq(ctx->verify_at, -1);
+    ck_assert_int_eq(ctx->nreverts, revert);
+    if (revert) {
+        ck_assert_str_eq(ctx->plan.planner, "threshold(warm-up)");
+        ck_assert_int_ge(ctx->nbuckets, NT);
+    } else {
+        ck_assert_msg(strncmp(ctx->plan.planner, "auto", 4) == 0, "on %s", ctx->plan.planner);
+        ck_assert_int_lt(ctx->plan.rs.ngroups, NT);
+    }
+    ck_assert_msg(same_everywhere(plan_hash(&ctx->plan)), "ranks ended on different plans");
+    /* dear_plan_save writes the plan in use; it reads back equal. */
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dear-verify-%d-%d.plan", (int)getpid(), rank);
+    ck_assert_int_eq(dear_plan_save(ctx, path), DEAR_OK);
+    dear_plan_t back = { 0 };
+    ck_assert_int_eq(dear_planfile_load(path, NT, NULL, NULL, &back), DEAR_OK);
+    ck_assert(dear_plan_equal(&back, &ctx->plan));
+    ck_assert_str_eq(back.planner, ctx->plan.planner);
+    dear_plan_free(&back);
+    unlink(path);
+    ck_assert_int_eq(dear_plan_save(ctx, ""), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
+    char what[64];
+    snprintf(what, sizeof what, "verify %s %s", sched, revert ? "revert" : "keep");
     compare(&m, what);
     model_free(&m);
     unset_all();
@@ -429,6 +504,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("online");
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, test_switch, 0, 12);
+    tcase_add_loop_test(tc, test_verify, 0, 4);
     tcase_add_test(tc, test_calibration);
     tcase_add_test(tc, test_presets);
     suite_add_tcase(s, tc);
