@@ -25,7 +25,7 @@ HOSTS=4
 RATE=1gbit
 COMM_MS=300
 ITERS=20
-WARMUP=8
+WARMUP=12
 QUICK=0
 REPORT_ONLY=0
 BUILDDIR=
@@ -44,11 +44,12 @@ usage: bench/e2e-matrix.sh [options]
   --comm-ms MS      target communication time per iteration after --size-scale (default $COMM_MS)
   --iters N         measured iterations per configuration (default $ITERS)
   --warmup N        warm-up iterations per configuration (default $WARMUP; keep it above
-                    DEAR_WARMUP_ITERS so the runtime's online plan is in place)
+                    DEAR_WARMUP_ITERS + 1 + DEAR_VERIFY_ITERS so the runtime's online plan
+                    is in place and checked)
   --profiles LIST   profiles to run, space separated (default: $PROFILES)
   --layouts LIST    "4x1 2x2" (default); HOSTSxRANKS, hosts <= 4
   --configs LIST    dear-bench --configs (default: the seven of issue 6)
-  --quick           resnet50 balanced on 4x1 only, --iters 4 --warmup 7, --comm-ms 150
+  --quick           resnet50 balanced on 4x1 only, --iters 4 --warmup 12, --comm-ms 150
   --report-only     do not measure; regenerate the report from bench/results/e2e-*.csv
   --help            this text
 Environment: EMU_PREFIX (default e: hosts e1..e4), EMU_SUBNET (default 10.213.49).
@@ -76,7 +77,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 if ((QUICK)); then
-    PROFILES=resnet50 LAYOUTS=4x1 ITERS=4 WARMUP=7 COMM_MS=150
+    PROFILES=resnet50 LAYOUTS=4x1 ITERS=4 WARMUP=12 COMM_MS=150
 fi
 [[ $ITERS =~ ^[0-9]+$ && $WARMUP =~ ^[0-9]+$ ]] && ((ITERS >= 1)) ||
     die "bad --iters/--warmup '$ITERS'/'$WARMUP': expected counts, iters >= 1"
@@ -166,7 +167,7 @@ done
 elapsed=$(($(date +%s) - start))
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet -- . ':!bench/results' 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "cluster: $HOSTS emulated hosts (bench/emucluster), $RATE each way per host; layouts $LAYOUTS"
     echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"
     echo "bench: dear-bench --iters $ITERS --warmup $WARMUP, communication scaled to ~$COMM_MS ms per iteration; $elapsed s in all$( ((QUICK)) && echo '; --quick')"

@@ -27,6 +27,7 @@
 #include <mpi.h>
 
 #include "fusion/cost.h"
+#include "fusion/planfile.h"
 #include "fusion/planners.h"
 #include "fusion/profile.h"
 #include "fusion/sim.h"
@@ -62,6 +63,7 @@ typedef struct {
     double iter_s, iter_min_s, iter_max_s, compute_s, blocked_s, pred_s;
     double iter_q1_s, iter_q3_s;  /* quartiles of the measured iterations: the run-to-run noise */
     char status[96];
+    dear_plan_t plan;           /* rank 0: the plan the runtime ran last (dear_plan_save); empty if unknown */
 } result_t;
 
 /* One tensor's update: SGD on its parameters, counted so a missing or repeated call is caught. */
@@ -323,16 +325,21 @@ static int parse_args(int argc, char **argv, opts_t *o)
         if (dear_cost_preset(o->preset, 2, 1, &m) != DEAR_OK)
             return usage_error("--preset '%s' is not one of %s", o->preset, dear_cost_preset_names());
     }
-    int rt_warm = 5;
-    const char *env_w = getenv("DEAR_WARMUP_ITERS");
+    /* The runtime plans after DEAR_WARMUP_ITERS and (auto) checks the plan by timing
+     * DEAR_VERIFY_ITERS more after the first on it; the measured iterations start after both. */
+    int rt_warm = 5, rt_verify = 4;
+    const char *env_w = getenv("DEAR_WARMUP_ITERS"), *env_v = getenv("DEAR_VERIFY_ITERS");
     if (env_w && parse_int(env_w, 1, 1000000, &rt_warm))
         rt_warm = 5; /* the runtime reports the bad value itself at dear_init */
+    if (env_v && parse_int(env_v, 0, 1000000, &rt_verify))
+        rt_verify = 4;
+    int settled = rt_warm + (rt_verify > 0 ? 1 + rt_verify : 0);
     if (o->warmup < 0)
-        o->warmup = rt_warm + 3;
-    else if (o->warmup <= rt_warm && !o->quiet)
-        say("dear-bench: note: --warmup %d <= DEAR_WARMUP_ITERS %d: measured iterations include the runtime's "
-            "own warm-up and re-planning\n",
-            o->warmup, rt_warm);
+        o->warmup = settled + 2;
+    else if (o->warmup <= settled && !o->quiet)
+        say("dear-bench: note: --warmup %d <= %d (DEAR_WARMUP_ITERS %d, then DEAR_VERIFY_ITERS %d after one): "
+            "measured iterations of auto may include the runtime's own warm-up, planning and check\n",
+            o->warmup, settled, rt_warm, rt_verify);
     if (configs) {
         if (sched || fusion || thr_text)
             return usage_error("--configs cannot be combined with --schedule, --fusion or --threshold");
@@ -654,6 +661,24 @@ static int iterate(dear_ctx_t *ctx, model_t *m, long it, int fault, double *comp
     return DEAR_OK;
 }
 
+/* Rank 0: what the runtime ran, read back through a plan file, so the prediction simulates
+ * that plan (auto may have kept the warm-up plan after timing its own). Best effort: without
+ * it the prediction plans the configuration itself. */
+static void keep_plan(dear_ctx_t *ctx, const model_t *m, result_t *res)
+{
+    const char *dir = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/dear-bench-plan-XXXXXX", dir && dir[0] ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return;
+    close(fd);
+    if (dear_plan_save(ctx, path) != DEAR_OK ||
+        dear_planfile_load(path, m->prof.ntensors, NULL, NULL, &res->plan) != DEAR_OK)
+        dear_plan_free(&res->plan);
+    unlink(path);
+}
+
 /* Run one configuration from fresh parameters: init, register, commit, warm-up + measured
  * iterations, flush, finalize, then the parameter check. Collective. */
 static int run_config(const config_t *c, const opts_t *o, model_t *m, result_t *res)
@@ -700,6 +725,8 @@ static int run_config(const config_t *c, const opts_t *o, model_t *m, result_t *
         rc = dear_get_stats(ctx, &st1);
     if (rc == DEAR_OK)
         rc = dear_flush(ctx);
+    if (rc == DEAR_OK && g_rank == 0)
+        keep_plan(ctx, m, res);
 out:;
     int frc = dear_finalize(ctx);
     if (rc == DEAR_OK)
@@ -882,10 +909,11 @@ static char *runtime_calibration_file(const opts_t *o, int *created)
     return path;
 }
 
-/* The simulator's iteration time for a configuration, planned the way the runtime plans it
- * (same planner, same scaled threshold) on the scaled profile. Optionally its Gantt chart. */
+/* The simulator's iteration time for a configuration on the scaled profile: of the plan the
+ * runtime ran when known (ran), else planned the way the runtime plans it (same planner, same
+ * scaled threshold). Optionally its Gantt chart. */
 static int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c, const opts_t *o,
-                   double *iter_s)
+                   const dear_plan_t *ran, double *iter_s)
 {
     dear_sim_sched_t s;
     if (dear_sim_sched_parse(c->sched, &s))
@@ -898,7 +926,11 @@ static int predict(const model_t *m, const dear_cost_model_t *model, const confi
     if (rc != DEAR_OK)
         return rc;
     prob.threshold = scaled_threshold(c, o);
-    if ((rc = dear_plan_by_name(&plan, &prob, c->fusion)) != DEAR_OK)
+    if (ran && ran->ntensors == m->prof.ntensors && s != DEAR_SIM_SCHED_SYNC)
+        rc = dear_plan_copy(&plan, ran);
+    else
+        rc = dear_plan_by_name(&plan, &prob, c->fusion);
+    if (rc != DEAR_OK)
         return rc;
     rc = dear_sim_run(&m->prof, &prob.cost, s, &plan, o->svg_dir != NULL, &res);
     if (rc == DEAR_OK)
@@ -949,7 +981,7 @@ static double it_q(double q_s, const result_t *r)
 static const char *csv_header = "model,np,config,schedule,fusion,threshold_bytes,iters,warmup,time_scale,size_scale,"
                                 "grad_bytes,compute_ms,compute_meas_ms,iter_ms,iter_min_ms,iter_max_ms,exposed_ms,"
                                 "blocked_ms,speedup_sync,speedup_wfbp64,pred_ms,pred_err_pct,bound_ms,iter_over_bound,"
-                                "cost_model,check,iter_q1_ms,iter_q3_ms";
+                                "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early";
 
 int main(int argc, char **argv)
 {
@@ -1045,7 +1077,7 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < o.nconfigs; i++) {
         double p;
-        if (predict(&m, &model, &o.configs[i], &o, &p) == DEAR_OK)
+        if (predict(&m, &model, &o.configs[i], &o, &res[i].plan, &p) == DEAR_OK)
             res[i].pred_s = p;
     }
 
@@ -1060,8 +1092,8 @@ int main(int argc, char **argv)
             o.configs[i].threshold == REF64M)
             t_w64 = res[i].iter_s;
     }
-    say("\n%-24s %9s %9s %9s %9s %8s %8s %9s %7s %8s %s\n", "config", "iter_ms", "compute", "exposed", "blocked",
-        "vs_sync", "vs_w64", "pred_ms", "err%", "/bound", "check");
+    say("\n%-24s %9s %9s %9s %9s %8s %8s %9s %7s %8s %-5s %s\n", "config", "iter_ms", "compute", "exposed",
+        "blocked", "vs_sync", "vs_w64", "pred_ms", "err%", "/bound", "check", "plan run (buckets/groups/early)");
     FILE *csv = NULL;
     if (o.csv && g_rank == 0) {
         csv = fopen(o.csv, "w");
@@ -1085,22 +1117,29 @@ int main(int argc, char **argv)
             else
                 snprintf(vs[k], sizeof vs[k], "-");
         }
+        const dear_plan_t *pl = &r->plan;
+        char ran[96] = "-";
+        if (pl->ntensors > 0)
+            snprintf(ran, sizeof ran, "%s %d/%d/%d", pl->planner, pl->rs.ngroups, pl->ag.ngroups, pl->ag_early);
         if (r->ok_run)
-            say("%-24s %9.3f %9.3f %9.3f %9.3f %8s %8s %9.3f %+6.1f%% %8.3f %s\n", c->text, it * 1e3,
+            say("%-24s %9.3f %9.3f %9.3f %9.3f %8s %8s %9.3f %+6.1f%% %8.3f %-5s %s\n", c->text, it * 1e3,
                 r->compute_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, vs[0], vs[1], r->pred_s * 1e3,
-                err, it / bound, r->status);
+                err, it / bound, r->status, ran);
         else
             say("%-24s %9s %9s %9s %9s %8s %8s %9.3f %7s %8s %s\n", c->text, "-", "-", "-", "-", "-", "-",
                 r->pred_s * 1e3, "-", "-", r->status);
         if (csv)
             fprintf(csv, "%s,%d,%s,%s,%s,%zu,%d,%d,%g,%g,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
-                         "%.4f,%.4f,%s,%s,%.4f,%.4f\n",
+                         "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d\n",
                     m.prof.model, g_size, c->text, c->sched, c->fusion, scaled_threshold(c, &o), o.iters, o.warmup,
                     o.time_scale, o.size_scale, dear_prof_bytes_total(&m.prof), (F + B) * 1e3, r->compute_s * 1e3,
                     it * 1e3, r->iter_min_s * 1e3, r->iter_max_s * 1e3, (it - r->compute_s) * 1e3,
                     r->blocked_s * 1e3, t_sync / it, t_w64 / it, r->pred_s * 1e3, err, bound * 1e3, it / bound,
-                    model.source, r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r));
+                    model.source, r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
+                    pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early);
     }
+    for (int i = 0; i < o.nconfigs; i++)
+        dear_plan_free(&res[i].plan);
     if (csv && fclose(csv) != 0) {
         fprintf(stderr, "dear-bench: error writing %s\n", o.csv);
         broken = 1;
