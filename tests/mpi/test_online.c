@@ -219,6 +219,21 @@ static void unset_all(void)
 
 /* ---- plan switches: every planner x schedule ---- */
 
+/* A committed context on a fresh model, with a preset cost model (no calibration). */
+static dear_ctx_t *commit_preset(model_t *m, const char *sched, const char *planner, const char *preset)
+{
+    setenv("DEAR_SCHEDULE", sched, 1);
+    setenv("DEAR_FUSION", planner, 1);
+    setenv("DEAR_CALIBRATE", "off", 1);
+    setenv("DEAR_COST_PRESET", preset, 1);
+    model_init(m);
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    register_model(ctx, m);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    return ctx;
+}
+
 static const char *const planners[] = { "mgwfbp", "dp", "gradssa", "auto" };
 static const char *const scheds[] = { "dear", "wfbp", "sync" };
 static const char *const presets[] = { "10gbe", "ib56", "shm" };
@@ -227,16 +242,8 @@ START_TEST(test_switch)
 {
     const char *planner = planners[_i % 4], *sched = scheds[_i / 4], *preset = presets[_i % 3];
     set_common();
-    setenv("DEAR_SCHEDULE", sched, 1);
-    setenv("DEAR_FUSION", planner, 1);
-    setenv("DEAR_CALIBRATE", "off", 1);
-    setenv("DEAR_COST_PRESET", preset, 1);
     model_t m;
-    model_init(&m);
-    dear_ctx_t *ctx = NULL;
-    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
-    register_model(ctx, &m);
-    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    dear_ctx_t *ctx = commit_preset(&m, sched, planner, preset);
     ck_assert_int_eq(ctx->calib_measured, 0);
     int sync = strcmp(sched, "sync") == 0;
     if (!sync) {
@@ -290,16 +297,8 @@ START_TEST(test_verify)
     set_common();
     setenv("DEAR_REPLAN_EVERY", "0", 1);
     setenv("DEAR_VERIFY_ITERS", "3", 1); /* planned after iteration 2, checked after 2 + 1 + 3 */
-    setenv("DEAR_SCHEDULE", sched, 1);
-    setenv("DEAR_FUSION", "auto", 1);
-    setenv("DEAR_CALIBRATE", "off", 1);
-    setenv("DEAR_COST_PRESET", "shm", 1);
     model_t m;
-    model_init(&m);
-    dear_ctx_t *ctx = NULL;
-    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
-    register_model(ctx, &m);
-    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    dear_ctx_t *ctx = commit_preset(&m, sched, "auto", "shm");
     ck_assert_int_eq(ctx->verify_iters, 3);
     fake_prev_s = revert ? 1e-9 : 1e3;
     after_backward_end = fake_prev;
