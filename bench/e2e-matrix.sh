@@ -10,9 +10,10 @@
 # configurations of the issue one after another in one job. Tensors are shrunk (--size-scale)
 # so one iteration's communication takes about --comm-ms, then compute is scaled to the wanted
 # ratio (--time-scale). A short extra run of dear+auto per case records the runtime's timeline
-# for a Gantt chart (drawn at once; the JSON is not kept). Then the cluster is torn down and bench/e2e-report.py writes the tables,
-# targets, lower bounds and SVG plots: bench/results/e2e.md (a section docs/PERFORMANCE.md can
-# include), bench/results/e2e-*.csv and bench/results/e2e-*.svg.
+# for a Gantt chart (drawn at once; the JSON is not kept). Then the cluster is torn down and
+# bench/e2e-report.py writes the tables, targets, lower bounds and SVG plots: bench/results/e2e.md,
+# bench/results/e2e-*.csv and bench/results/e2e-*.svg, and the summary section of
+# docs/PERFORMANCE.md.
 # --quick: one profile (resnet50, balanced, 4x1) for a few iterations. --report-only: redraw.
 set -euo pipefail
 
@@ -53,7 +54,8 @@ usage: bench/e2e-matrix.sh [options]
   --report-only     do not measure; regenerate the report from bench/results/e2e-*.csv
   --help            this text
 Environment: EMU_PREFIX (default e: hosts e1..e4), EMU_SUBNET (default 10.213.49).
-Writes bench/results/e2e-CASE.csv, e2e-CASE.svg, e2e-gantt-CASE.svg, e2e.meta and e2e.md.
+Writes bench/results/e2e-CASE.csv, e2e-CASE.svg, e2e-gantt-CASE.svg, e2e.meta and e2e.md, and the
+end-to-end section of docs/PERFORMANCE.md.
 Needs root (network namespaces). The full matrix takes about half an hour at 1gbit.
 EOF
 }
@@ -92,7 +94,7 @@ done
 
 report() {
     python3 "$SRCDIR/bench/e2e-report.py" report --results "$RES" --rate "$RATE" \
-        --command "bench/e2e-matrix.sh $*"
+        --command "bench/e2e-matrix.sh $*" --doc "$SRCDIR/docs/PERFORMANCE.md"
 }
 
 if ((REPORT_ONLY)); then
