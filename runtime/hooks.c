@@ -66,12 +66,15 @@ double dear_samples_median(const dear_samples_t *s)
     return median_of(s->v, s->n);
 }
 
-double dear_samples_median_tail(const dear_samples_t *s, size_t k)
+double dear_samples_min_tail(const dear_samples_t *s, size_t k)
 {
     size_t from = s->n > k ? s->n - k : 0;
     if (from == 0 && s->n > 1)
         from = 1; /* the first sample carries the start-up (connections, first touches) */
-    return median_of(s->v + from, s->n - from);
+    double m = s->n > from ? s->v[from] : 0;
+    for (size_t i = from + 1; i < s->n; i++)
+        m = s->v[i] < m ? s->v[i] : m;
+    return m;
 }
 
 void dear_samples_free(dear_samples_t *s)

@@ -135,7 +135,7 @@ struct dear_ctx {
     int verify_iters;       /* DEAR_VERIFY_ITERS of rank 0; 0 for planners other than auto */
     long long verify_at;    /* verify at the backward_end completing this iteration; -1: nothing to verify */
     dear_plan_t prev_plan;  /* the plan the last switch replaced, while it is being verified */
-    double prev_iter_s;     /* its median iteration time before the switch (this rank) */
+    double prev_iter_s;     /* its best recent iteration time before the switch (this rank) */
     dear_samples_t verify_times; /* iteration times since the switch (the first one left out) */
 
     /* iteration state (application thread) */
@@ -211,8 +211,9 @@ int dear_planning_verify(dear_ctx_t *ctx);
 int dear_hooks_flush(dear_ctx_t *ctx, const char *call);
 void dear_samples_add(dear_samples_t *s, double v);
 double dear_samples_median(const dear_samples_t *s);
-/* Median of the last k samples, leaving out the very first one while there are others. */
-double dear_samples_median_tail(const dear_samples_t *s, size_t k);
+/* Smallest of the last k samples (all of them when k >= n), leaving out the very first one while
+ * there are others. */
+double dear_samples_min_tail(const dear_samples_t *s, size_t k);
 void dear_samples_free(dear_samples_t *s);
 /* Index in ctx->layers of the caller's layer id, or -1. */
 int dear_layer_index(const dear_ctx_t *ctx, int layer);
