@@ -29,6 +29,8 @@ ITERS=20
 WARMUP=12
 QUICK=0
 REPORT_ONLY=0
+KEEP_OTHERS=0
+ONLY_CASES=
 BUILDDIR=
 PROFILES="resnet50 vgg16 densenet201 bert-base gpt2-small"
 LAYOUTS="4x1 2x2"
@@ -50,6 +52,9 @@ usage: bench/e2e-matrix.sh [options]
   --profiles LIST   profiles to run, space separated (default: $PROFILES)
   --layouts LIST    "4x1 2x2" (default); HOSTSxRANKS, hosts <= 4
   --configs LIST    dear-bench --configs (default: the seven of issue 6)
+  --cases "A B"     run only these cases (names as in the report, e.g. gpt2-small-balanced-4x1)
+  --keep-others     keep the results of the cases not run (rerunning a disturbed case); the
+                    meta file then lists each run's cases, date and commit
   --quick           resnet50 balanced on 4x1 only, --iters 4 --warmup 12, --comm-ms 150
   --report-only     do not measure; regenerate the report from bench/results/e2e-*.csv
   --help            this text
@@ -72,6 +77,8 @@ while [[ $# -gt 0 ]]; do
         --profiles) PROFILES=${2:?--profiles needs a list}; shift 2 ;;
         --layouts) LAYOUTS=${2:?--layouts needs a list}; shift 2 ;;
         --configs) CONFIGS=${2:?--configs needs a list}; shift 2 ;;
+        --cases) ONLY_CASES=${2:?--cases needs case names}; shift 2 ;;
+        --keep-others) KEEP_OTHERS=1; shift ;;
         --quick) QUICK=1; shift ;;
         --report-only) REPORT_ONLY=1; shift ;;
         --help | -h) usage; exit 0 ;;
@@ -124,6 +131,17 @@ if ! ((QUICK)); then
     [[ " $PROFILES " == *" bert-base "* ]] && cases+=("bert-base-comm-4x1 4x1 bert-base 0.333")
 fi
 
+if [[ -n $ONLY_CASES ]]; then
+    kept=()
+    for c in "${cases[@]}"; do
+        [[ " $ONLY_CASES " == *" ${c%% *} "* ]] && kept+=("$c")
+    done
+    for n in $ONLY_CASES; do
+        printf '%s\n' "${kept[@]}" | grep -q "^$n " || die "no case '$n' among the selected profiles and layouts"
+    done
+    cases=("${kept[@]}")
+fi
+
 mkdir -p "$RES"
 tmp=$(mktemp -d)
 cleanup() { "$EMU" down >/dev/null 2>&1 || true; rm -rf "$tmp"; }
@@ -133,10 +151,13 @@ trap 'exit 1' INT TERM HUP
 "$EMU" up "$HOSTS" "$RATE"
 "$EMU" status
 start=$(date +%s)
-rm -f "$RES"/e2e-*.csv "$RES"/e2e-*.svg
+((KEEP_OTHERS)) || rm -f "$RES"/e2e-*.csv "$RES"/e2e-*.svg "$RES"/e2e.meta
 status=0
+names=
 for c in "${cases[@]}"; do
     read -r name layout prof ratio <<<"$c"
+    names="$names $name"
+    rm -f "$RES/e2e-$name.csv" "$RES/e2e-$name.svg" "$RES/e2e-gantt-$name.svg" "$RES/e2e-pred-$name.svg"
     nh=${layout%x*} rph=${layout#*x}
     np=$((nh * rph))
     hosts=$(seq -s, -f "${EMU_PREFIX}%g:$rph" 1 "$nh")
@@ -167,13 +188,17 @@ for c in "${cases[@]}"; do
     rm -f "$tmp"/pred-*.svg
 done
 elapsed=$(($(date +%s) - start))
-{
+if ((KEEP_OTHERS)) && [[ -f $RES/e2e.meta ]]; then
+    echo "rerun:$names: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown), $elapsed s" >>"$RES/e2e.meta"
+else {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet -- . ':!bench/results' 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "cluster: $HOSTS emulated hosts (bench/emucluster), $RATE each way per host; layouts $LAYOUTS"
     echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"
     echo "bench: dear-bench --iters $ITERS --warmup $WARMUP, communication scaled to ~$COMM_MS ms per iteration; $elapsed s in all$( ((QUICK)) && echo '; --quick')"
+    echo "cases:$names"
 } >"$RES/e2e.meta"
+fi
 "$EMU" down
 report "$( ((QUICK)) && echo --quick || echo "--rate $RATE --comm-ms $COMM_MS --iters $ITERS --warmup $WARMUP")"
 exit $status
