@@ -46,15 +46,34 @@ typedef enum {
     DEAR_COLL_OP_COUNT
 } dear_coll_op_t;
 
-/* Values match the choices of DEAR_COLL_ALGO (auto|ring|rhd|mpi|direct) in runtime/params.def. */
+/* Values match the choices of DEAR_COLL_ALGO (auto|ring|rhd|mpi|direct|hier) in
+ * runtime/params.def. */
 typedef enum {
     DEAR_ALGO_AUTO = 0,
     DEAR_ALGO_RING = 1,
     DEAR_ALGO_RHD = 2,
     DEAR_ALGO_MPI = 3,
     DEAR_ALGO_DIRECT = 4,
+    DEAR_ALGO_HIER = 5,
     DEAR_ALGO_COUNT
 } dear_coll_algo_t;
+
+/* The hosts of a communicator (coll_topo.c), for the hierarchical algorithm: H hosts of L ranks
+ * each, a communicator inside this rank's host (rank = local index) and one across the hosts
+ * among the ranks of this local index (rank = host index), and rank_of[host * L + local]. */
+typedef struct {
+    int nhosts, local_size;
+    int host, local;            /* this rank's */
+    MPI_Comm node, cross;
+    int *rank_of;
+} dear_coll_topo_t;
+
+/* Collective over comm. host_id < 0: ranks sharing memory (MPI_Comm_split_type SHARED) are one
+ * host; else ranks passing equal host_id are (tests build synthetic hosts this way). *topo is
+ * NULL (and DEAR_OK) unless there are several hosts of the same number of ranks, at least two
+ * each: the only layout the hierarchical algorithm serves. Free with dear_coll_topo_free. */
+int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **topo);
+void dear_coll_topo_free(dear_coll_topo_t *topo);
 
 typedef struct {
     void *buf;      /* the block's full vector, count elements */
@@ -74,6 +93,7 @@ typedef struct {
     size_t count;               /* elements of the full vector */
     int nblocks;                /* > 0: multi-block all-gather; sendbuf/recvbuf/count ignored */
     const dear_coll_block_t *blocks;
+    const dear_coll_topo_t *topo; /* comm's hosts (NULL: flat); must outlive the request */
 } dear_coll_args_t;
 
 typedef struct dear_coll_req dear_coll_req_t;
@@ -111,9 +131,10 @@ void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info);
 /* Free a finished request (or one whose start or progress failed). NULL is accepted. */
 void dear_coll_free(dear_coll_req_t *req);
 
-/* The selection table: algorithm for op on nranks ranks and a vector of bytes. Honors
- * DEAR_COLL_ALGO when it is not auto. */
-dear_coll_algo_t dear_coll_select(dear_coll_op_t op, size_t bytes, int nranks);
+/* The selection table: algorithm for op on nranks ranks and a vector of bytes, with the
+ * communicator's hosts when known (NULL: flat). Honors DEAR_COLL_ALGO when it is not auto;
+ * hier without a topology to serve falls back to ring. */
+dear_coll_algo_t dear_coll_select(dear_coll_op_t op, size_t bytes, int nranks, const dear_coll_topo_t *topo);
 
 const char *dear_coll_op_name(dear_coll_op_t op);
 const char *dear_coll_algo_name(dear_coll_algo_t algo);

@@ -17,6 +17,6 @@ const char *dear_coll_op_name(dear_coll_op_t op)
 
 const char *dear_coll_algo_name(dear_coll_algo_t algo)
 {
-    static const char *const names[] = { "auto", "ring", "rhd", "mpi", "direct" };
+    static const char *const names[] = { "auto", "ring", "rhd", "mpi", "direct", "hier" };
     return (unsigned)algo < DEAR_ALGO_COUNT ? names[algo] : "unknown";
 }

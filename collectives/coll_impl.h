@@ -1,6 +1,6 @@
 /*
  * Internal view of a collective request, shared by the dispatcher (coll.c) and the algorithm
- * files (coll_mpi.c, coll_ring.c, coll_rhd.c, coll_direct.c). The dispatcher validates the arguments and
+ * files (coll_mpi.c, coll_ring.c, coll_rhd.c, coll_direct.c, coll_hier.c). The dispatcher validates the arguments and
  * normalises every call to one of three shapes over a per-rank layout (counts[r], displs[r],
  * in elements), so an algorithm never sees multi-block all-gathers or out-of-place
  * all-gathers:
@@ -62,12 +62,23 @@ struct dear_coll_req {
     size_t events;              /* completed transfers, for back-off decisions */
     const dear_coll_algo_ops_t *ops;
     void *state;                /* the algorithm's */
+    const dear_coll_topo_t *topo; /* hier: the communicator's hosts */
 };
 
 extern const dear_coll_algo_ops_t dear_coll_ring_ops;
 extern const dear_coll_algo_ops_t dear_coll_rhd_ops;
 extern const dear_coll_algo_ops_t dear_coll_mpi_ops;
 extern const dear_coll_algo_ops_t dear_coll_direct_ops;
+extern const dear_coll_algo_ops_t dear_coll_hier_ops;
+
+/* A collective of another algorithm run as a step of parent's (hier): op over nranks ranks of
+ * comm (this one rank), chunk p of rank p at counts[p]/displs[p] (copied) of the vector vec,
+ * in place: a reduce-scatter reads and works in vec and writes this rank's result to out
+ * (vec + displs[rank] or elsewhere), an all-gather fills vec. Parent's type and tag. Started;
+ * advance with dear_coll_progress, free with dear_coll_free. */
+int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo, MPI_Comm comm,
+                        int rank, int nranks, const size_t *counts, const size_t *displs, char *vec, char *out,
+                        double scale, dear_coll_req_t **sub);
 
 /* MPI datatype that moves one element of dtype (16-bit types as MPI_UINT16_T). */
 MPI_Datatype dear_coll_mpi_type(dear_dtype_t dtype);

@@ -29,6 +29,7 @@ static int ctx_free(dear_ctx_t *ctx)
     dear_samples_free(&ctx->verify_times);
     dear_plan_free(&ctx->prev_plan);
     dear_timeline_close(ctx->tl);
+    dear_coll_topo_free(ctx->coll_topo);
     if (ctx->comm != MPI_COMM_NULL) {
         int fin = 0;
         MPI_Finalized(&fin);
@@ -96,6 +97,8 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
     DEAR_MPI_CHECK_GOTO(MPI_Comm_size(ctx->comm, &ctx->size), rc, err);
     dear_log_set_rank(ctx->rank);
     DEAR_CHECK_GOTO(dear_topo_detect(ctx->comm, &ctx->topo), rc, err);
+    /* Hosts of several ranks each: the collectives may go in two levels (coll_hier.c). */
+    DEAR_CHECK_GOTO(dear_coll_topo_create(ctx->comm, -1, &ctx->coll_topo), rc, err);
 
     ctx->sched = (dear_sched_t)dear_param_enum(DEAR_P_SCHEDULE);
     ctx->stats_print = (int)dear_param_int(DEAR_P_STATS);

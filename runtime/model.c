@@ -345,6 +345,7 @@ static int build_ops(dear_ctx_t *ctx)
         op->args.algo = DEAR_ALGO_AUTO;
         op->args.dtype = bk->dtype;
         op->args.comm = ctx->comm;
+        op->args.topo = ctx->coll_topo;
         op->args.scale = 1.0 / ctx->size; /* averaging fused into the reduction */
         op->args.sendbuf = NULL;          /* in place */
         op->args.recvbuf = bk->buf;
@@ -396,6 +397,7 @@ static int build_ops(dear_ctx_t *ctx)
             op->args.algo = DEAR_ALGO_AUTO;
             op->args.dtype = ctx->tensors[gr->t0].dtype;
             op->args.comm = ctx->comm;
+            op->args.topo = ctx->coll_topo;
             op->args.scale = 1.0;
             op->args.nblocks = nb;
             op->args.blocks = op->blocks;

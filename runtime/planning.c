@@ -137,6 +137,7 @@ static int calibrate(dear_ctx_t *ctx)
             args.algo = DEAR_ALGO_AUTO;
             args.dtype = DEAR_FLOAT32;
             args.comm = ctx->comm;
+            args.topo = ctx->coll_topo;
             args.tag = 0; /* nothing else runs on the communicator before commit ends */
             args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
             args.recvbuf = buf;

@@ -100,6 +100,7 @@ struct dear_ctx {
     MPI_Comm comm;          /* private duplicate; only the progress thread uses it after commit */
     int rank, size;
     dear_topo_t topo;
+    dear_coll_topo_t *coll_topo; /* hosts of comm for hierarchical collectives; NULL: flat */
     dear_timeline_t *tl;
     dear_sched_t sched;
     int committed;

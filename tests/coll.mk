@@ -3,11 +3,14 @@
 #                                 op against MPI_Allreduce, several in flight, multi-block
 #                                 all-gather, bad arguments, 16-bit rounding, selection.
 #                                 np3 runs with 1 KiB ring segments (many segments per chunk);
-#                                 np3 and np5 skip the 1000003-element cases (--quick).
+#                                 np3 and np5 skip the 1000003-element cases (--quick). np4
+#                                 also runs hier over synthetic 2 x 2 hosts (blocked and
+#                                 interleaved ranks).
+#   tests/mpi/coll-np6.mpi        hier alone over 3 x 2 and 2 x 3 synthetic hosts (--hier-only).
 #   make check-valgrind-coll      one np=2 run under valgrind memcheck, zero errors required
 #                                 (Open MPI internals suppressed by tests/valgrind-ompi.supp).
 COLL_MPI_TESTS = tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
-    tests/mpi/coll-np4.mpi tests/mpi/coll-np5.mpi
+    tests/mpi/coll-np4.mpi tests/mpi/coll-np5.mpi tests/mpi/coll-np6.mpi
 EXTRA_DIST += $(COLL_MPI_TESTS) tests/valgrind-ompi.supp
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi/test_coll

@@ -36,9 +36,12 @@
 #include "runtime/params.h"
 #include "runtime/util.h"
 
-enum { A_RING, A_RHD, A_DIRECT, A_AUTO, A_MPI, A_OMPI_BLOCKING, A_OMPI_NB, A_COUNT };
-static const char *const algo_names[A_COUNT] = { "ring", "rhd", "direct", "auto", "mpi", "ompi-blocking",
+enum { A_RING, A_RHD, A_DIRECT, A_AUTO, A_MPI, A_HIER, A_OMPI_BLOCKING, A_OMPI_NB, A_COUNT };
+static const char *const algo_names[A_COUNT] = { "ring", "rhd", "direct", "auto", "mpi", "hier", "ompi-blocking",
                                                  "ompi-nb" };
+/* The hosts of MPI_COMM_WORLD (NULL: one host, or hosts of unequal or single ranks): what the
+ * runtime hands its collectives, so auto and hier choose as there. */
+static dear_coll_topo_t *g_topo;
 static const char *const op_short[DEAR_COLL_OP_COUNT] = { "rs", "ag", "ar" };
 
 typedef struct {
@@ -61,7 +64,8 @@ static void usage(FILE *f)
             "  --iters N          timed iterations per row, median reported (default 20)\n"
             "  --warmup N         untimed iterations first (default 3)\n"
             "  --ops LIST         rs,ag,ar (default all three)\n"
-            "  --algos LIST       ring,rhd,direct,auto,mpi,ompi-blocking,ompi-nb (default all)\n"
+            "  --algos LIST       ring,rhd,direct,auto,mpi,hier,ompi-blocking,ompi-nb (default all;\n"
+            "                     hier only where the job spans several hosts of as many ranks each)\n"
             "  --dtype TYPE       float32 (default), float64, bfloat16, float16, int32; Open MPI's\n"
             "                     own calls run only for float32, float64 and int32\n"
             "  --csv FILE         also write the rows as CSV (rank 0); header\n"
@@ -239,10 +243,10 @@ static MPI_Datatype mpi_type(dear_dtype_t t)
 static int dear_start(bench_t *b, int algo, dear_coll_req_t **req)
 {
     static const dear_coll_algo_t map[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_DIRECT, DEAR_ALGO_AUTO,
-                                            DEAR_ALGO_MPI };
+                                            DEAR_ALGO_MPI, DEAR_ALGO_HIER };
     dear_coll_args_t a = { .op = b->op, .algo = map[algo], .dtype = b->t, .comm = b->comm,
                            .tag = 5, .scale = 1.0, .sendbuf = b->send, .recvbuf = b->recv,
-                           .count = b->count };
+                           .count = b->count, .topo = g_topo };
     return dear_coll_start(&a, req);
 }
 
@@ -591,6 +595,13 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return rc > 0 ? 0 : 2;
     }
+    if (dear_coll_topo_create(MPI_COMM_WORLD, -1, &g_topo) != DEAR_OK)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    if (g_topo == NULL && o.algos[A_HIER]) {
+        o.algos[A_HIER] = 0;
+        if (g_rank == 0)
+            fprintf(stderr, "dear-coll-bench: hier skipped: the job is not several hosts of as many ranks each\n");
+    }
     for (int k = 0; k < 17; k++) {
         sum_table[k] = 0;
         for (int r = 0; r < g_size; r++)
@@ -612,6 +623,7 @@ int main(int argc, char **argv)
         run_normal(&o, csv);
     if (csv)
         fclose(csv);
+    dear_coll_topo_free(g_topo);
     MPI_Finalize();
     return 0;
 }

@@ -5,12 +5,12 @@
  * the same data: exact on integer-valued data, a relative bound on random floats. Also several
  * collectives in flight at once completing in a different order on each rank, multi-block
  * all-gathers against a reference, the bad-argument cases, the reduction kernels' 16-bit
- * rounding against the compiler's _Float16 and a long-hand bfloat16 rounding, and the
- * selection table's DEAR_COLL_ALGO override.
+ * rounding against the compiler's _Float16 and a long-hand bfloat16 rounding, the selection
+ * table's DEAR_COLL_ALGO override, and the hierarchical algorithm over synthetic hosts.
  *
  * Every rank reaches every assertion: local mismatches are combined with MPI_Allreduce before
  * ck_assert, so one failing rank cannot leave the others waiting in a collective.
- * Arguments: --quick skips the 1000003-element cases.
+ * Arguments: --quick skips the 1000003-element cases; --hier-only runs test_hier alone.
  */
 #include <check.h>
 #include <math.h>
@@ -34,9 +34,13 @@ static char g_first_err[512];
 #define GUARD 8                 /* elements past every receive buffer that must stay untouched */
 #define SENTINEL_BYTE 0x5A
 
-static const dear_coll_algo_t algos[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_MPI, DEAR_ALGO_DIRECT,
-                                          DEAR_ALGO_AUTO };
-#define NALGOS ((int)(sizeof algos / sizeof algos[0]))
+static const dear_coll_algo_t flat_algos[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_MPI, DEAR_ALGO_DIRECT,
+                                               DEAR_ALGO_AUTO };
+/* What the sweeps run: every flat algorithm, or (test_hier) hier and auto over g_topo. */
+static const dear_coll_algo_t *algos = flat_algos;
+static int NALGOS = (int)(sizeof flat_algos / sizeof flat_algos[0]);
+static const dear_coll_topo_t *g_topo;
+static int g_hier_only;
 
 /* Element i of rank r's input: small integers, so every sum is exact in every type. */
 static double int_value(int r, size_t i) { return (double)((long)((i * 7 + (size_t)r * 13) % 17) - 8); }
@@ -181,7 +185,7 @@ static int run_start(run_t *r, dear_coll_req_t **req)
 {
     dear_coll_args_t a = { .op = r->c.op, .algo = r->c.algo, .dtype = r->c.t, .comm = g_comm,
                            .tag = r->c.tag, .scale = r->c.scale, .sendbuf = r->send,
-                           .recvbuf = r->recv, .count = r->c.count };
+                           .recvbuf = r->recv, .count = r->c.count, .topo = g_topo };
     return dear_coll_start(&a, req);
 }
 
@@ -280,6 +284,8 @@ static void sweep(dear_coll_op_t op)
                     if (big && (g_quick || types[t] != DEAR_FLOAT32 || algos[a] == DEAR_ALGO_AUTO ||
                                 (algos[a] != DEAR_ALGO_RING && !ip)))
                         continue;
+                    if (g_topo && !big && k == 1 && types[t] != DEAR_FLOAT32)
+                        continue; /* hier: fewer tiny cases (time); every count in float32 */
                     for (int s = 0; s < 2; s++) {
                         if (s == 1 && (types[t] == DEAR_INT32 || op == DEAR_COLL_ALLGATHER || big))
                             continue;
@@ -330,7 +336,7 @@ START_TEST(test_many_in_flight)
     int done[N] = { 0 }, bad = 0, rc;
     g_first_err[0] = '\0';
     for (int i = 0; i < N; i++) {
-        case_t c = { (dear_coll_op_t)(i % 3), algos[(i / 3) % 3], i % 2 ? DEAR_FLOAT32 : DEAR_BFLOAT16,
+        case_t c = { (dear_coll_op_t)(i % 3), algos[(i / 3) % NALGOS], i % 2 ? DEAR_FLOAT32 : DEAR_BFLOAT16,
                      i % 2, 20000 + 1000 * (size_t)i, i % 3 == 1 ? 1.0 : 0.5, 0, 100 + i };
         run_prepare(&runs[i], &c);
         rc = run_start(&runs[i], &reqs[i]);
@@ -381,7 +387,8 @@ static int check_blocks(dear_coll_algo_t algo, int nb, const size_t *cnt, const 
         blocks[b] = (dear_coll_block_t){ buf, cnt[b], lo[b], hi[b] };
     }
     dear_coll_args_t a = { .op = DEAR_COLL_ALLGATHER, .algo = algo, .dtype = DEAR_FLOAT32,
-                           .comm = g_comm, .tag = 9, .scale = 1.0, .nblocks = nb, .blocks = blocks };
+                           .comm = g_comm, .tag = 9, .scale = 1.0, .nblocks = nb, .blocks = blocks,
+                           .topo = g_topo };
     dear_coll_req_t *req = NULL;
     int rc = dear_coll_start(&a, &req);
     bad |= note(rc != DEAR_OK, "multi-block start: %s", dear_status_string(rc));
@@ -545,26 +552,26 @@ START_TEST(test_select)
         snprintf(saved_ws, sizeof saved_ws, "%s", ws);
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 1 << 26, 4), DEAR_ALGO_RING);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 4), DEAR_ALGO_DIRECT);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 2), DEAR_ALGO_DIRECT);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 1 << 20, 3), DEAR_ALGO_DIRECT);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, (1 << 20) + 4, 3), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 1 << 26, 4, NULL), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 4, NULL), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 2, NULL), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 1 << 20, 3, NULL), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, (1 << 20) + 4, 3, NULL), DEAR_ALGO_RING);
     /* Beyond 8 ranks the direct exchange is not used: rhd for small vectors, else the ring. */
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 16), DEAR_ALGO_RHD);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 1 << 20, 16), DEAR_ALGO_RING);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64, 12), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 16, NULL), DEAR_ALGO_RHD);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 1 << 20, 16, NULL), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64, 12, NULL), DEAR_ALGO_RING);
     /* A job of 4 ranks over several hosts (2 on this one): a 4-rank communicator takes the ring
      * for reduce-scatter at every size, for all-gather above 64 KiB and for all-reduce above
      * 256 KiB; a smaller communicator is taken as one host (every rank must decide alike). */
     setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 64, 4), DEAR_ALGO_RING);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64, 4), DEAR_ALGO_DIRECT);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64 << 10, 4), DEAR_ALGO_DIRECT);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, (64 << 10) + 4, 4), DEAR_ALGO_RING);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 256 << 10, 4), DEAR_ALGO_DIRECT);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, (256 << 10) + 4, 4), DEAR_ALGO_RING);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 64, 3), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 64, 4, NULL), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64, 4, NULL), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 64 << 10, 4, NULL), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, (64 << 10) + 4, 4, NULL), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 256 << 10, 4, NULL), DEAR_ALGO_DIRECT);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, (256 << 10) + 4, 4, NULL), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 64, 3, NULL), DEAR_ALGO_DIRECT);
     if (had_ls)
         setenv("OMPI_COMM_WORLD_LOCAL_SIZE", saved, 1);
     else
@@ -573,10 +580,10 @@ START_TEST(test_select)
         setenv("OMPI_COMM_WORLD_SIZE", saved_ws, 1);
     else
         unsetenv("OMPI_COMM_WORLD_SIZE");
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 100, 1), DEAR_ALGO_RING);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLGATHER, 100, 1, NULL), DEAR_ALGO_RING);
     setenv("DEAR_COLL_ALGO", "mpi", 1);
     ck_assert_int_eq(dear_params_load(), DEAR_OK);
-    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 4), DEAR_ALGO_MPI);
+    ck_assert_int_eq(dear_coll_select(DEAR_COLL_ALLREDUCE, 64, 4, NULL), DEAR_ALGO_MPI);
     /* AUTO in the args follows the override; the info reports what ran. */
     float v[40];
     for (int i = 0; i < 40; i++)
@@ -598,6 +605,64 @@ START_TEST(test_select)
 }
 END_TEST
 
+/* Hierarchical collectives over synthetic hosts (ranks sharing a host id form a host; here
+ * they all share one machine, so this checks the algorithm, not its speed): every grid H x L
+ * of this run's ranks with H, L >= 2, ranks placed blocked (host = rank / L) and interleaved
+ * (host = rank % H), so rank_of is not the identity. The sweeps, random floats, several in
+ * flight and multi-block all-gathers run with hier and with auto (which picks hier from 64 KiB
+ * to 1-2 MiB), against the same float64 MPI_Allreduce reference. */
+START_TEST(test_hier)
+{
+    static const dear_coll_algo_t hier_algos[] = { DEAR_ALGO_HIER, DEAR_ALGO_AUTO };
+    int grids = 0;
+    /* One machine: MPI's view is one host, so the topology stays flat. */
+    dear_coll_topo_t *t = NULL;
+    ck_assert_int_eq(dear_coll_topo_create(g_comm, -1, &t), DEAR_OK);
+    ck_assert_ptr_null(t);
+    for (int L = 2; L <= g_size / 2; L++) {
+        if (g_size % L)
+            continue;
+        int H = g_size / L;
+        for (int inter = 0; inter < 2; inter++) {
+            int host = inter ? g_rank % H : g_rank / L;
+            ck_assert_int_eq(dear_coll_topo_create(g_comm, host, &t), DEAR_OK);
+            ck_assert_ptr_nonnull(t);
+            ck_assert_int_eq(t->nhosts, H);
+            ck_assert_int_eq(t->local_size, L);
+            ck_assert_int_eq(t->rank_of[t->host * L + t->local], g_rank);
+            if (g_rank == 0)
+                fprintf(stderr, "hier: %d hosts x %d ranks, %s\n", H, L, inter ? "interleaved" : "blocked");
+            ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 1 << 20, g_size, t), DEAR_ALGO_HIER);
+            ck_assert_int_ne(dear_coll_select(DEAR_COLL_ALLGATHER, 1024, g_size, t), DEAR_ALGO_HIER);
+            ck_assert_int_ne(dear_coll_select(DEAR_COLL_ALLGATHER, 64 << 20, g_size, t), DEAR_ALGO_HIER);
+            g_topo = t;
+            algos = hier_algos;
+            NALGOS = 2;
+            sweep(DEAR_COLL_REDUCE_SCATTER);
+            sweep(DEAR_COLL_ALLGATHER);
+            sweep(DEAR_COLL_ALLREDUCE);
+            test_random_floats_fn(0);
+            test_many_in_flight_fn(0);
+            test_multi_block_fn(0);
+            algos = flat_algos;
+            NALGOS = (int)(sizeof flat_algos / sizeof flat_algos[0]);
+            g_topo = NULL;
+            dear_coll_topo_free(t);
+            grids++;
+        }
+    }
+    if (g_rank == 0)
+        fprintf(stderr, "hier: %d layout(s) on %d ranks\n", grids, g_size);
+    /* hier asked for without a topology that fits: refused, naming what it needs. */
+    float v[8] = { 0 };
+    dear_coll_args_t a = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_HIER, .dtype = DEAR_FLOAT32,
+                           .comm = g_comm, .tag = 5, .scale = 1.0, .recvbuf = v, .count = 8 };
+    dear_coll_req_t *req = NULL;
+    ck_assert_int_eq(dear_coll_start(&a, &req), DEAR_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(req);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -606,24 +671,30 @@ int main(int argc, char **argv)
     MPI_Comm_rank(g_comm, &g_rank);
     MPI_Comm_size(g_comm, &g_size);
     dear_log_set_rank(g_rank);
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             g_quick = 1;
+        if (strcmp(argv[i], "--hier-only") == 0)
+            g_hier_only = 1;
+    }
     if (dear_params_load() != DEAR_OK)
         MPI_Abort(MPI_COMM_WORLD, 2);
 
     Suite *s = suite_create("coll");
     TCase *tc = tcase_create("coll");
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_select);
-    tcase_add_test(tc, test_conversions);
-    tcase_add_test(tc, test_bad_args);
-    tcase_add_test(tc, test_reduce_scatter);
-    tcase_add_test(tc, test_allgather);
-    tcase_add_test(tc, test_allreduce);
-    tcase_add_test(tc, test_random_floats);
-    tcase_add_test(tc, test_many_in_flight);
-    tcase_add_test(tc, test_multi_block);
+    if (!g_hier_only) {
+        tcase_add_test(tc, test_select);
+        tcase_add_test(tc, test_conversions);
+        tcase_add_test(tc, test_bad_args);
+        tcase_add_test(tc, test_reduce_scatter);
+        tcase_add_test(tc, test_allgather);
+        tcase_add_test(tc, test_allreduce);
+        tcase_add_test(tc, test_random_floats);
+        tcase_add_test(tc, test_many_in_flight);
+        tcase_add_test(tc, test_multi_block);
+    }
+    tcase_add_test(tc, test_hier);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
