@@ -25,8 +25,9 @@ RES=$SRCDIR/bench/results
 HOSTS=4
 RATE=1gbit
 COMM_MS=300
-ITERS=20
-WARMUP=12
+ITERS=21
+ROUNDS=3
+WARMUP=
 QUICK=0
 REPORT_ONLY=0
 KEEP_OTHERS=0
@@ -46,16 +47,18 @@ usage: bench/e2e-matrix.sh [options]
   --rate RATE       link rate, tc syntax (default $RATE)
   --comm-ms MS      target communication time per iteration after --size-scale (default $COMM_MS)
   --iters N         measured iterations per configuration (default $ITERS)
-  --warmup N        warm-up iterations per configuration (default $WARMUP; keep it above
-                    DEAR_WARMUP_ITERS + 1 + DEAR_VERIFY_ITERS so the runtime's online plan
-                    is in place and checked)
+  --rounds R        the configurations of a case run R times in turn, N/R measured
+                    iterations each, pooled (default $ROUNDS): a stall of the shared
+                    machine then spoils a part of several configurations, not one whole
+  --warmup N        warm-up iterations of every run (default: dear-bench's per planner, which
+                    waits for the online plan and auto's check)
   --profiles LIST   profiles to run, space separated (default: $PROFILES)
   --layouts LIST    "4x1 2x2" (default); HOSTSxRANKS, hosts <= 4
   --configs LIST    dear-bench --configs (default: the seven of issue 6)
   --cases "A B"     run only these cases (names as in the report, e.g. gpt2-small-balanced-4x1)
   --keep-others     keep the results of the cases not run (rerunning a disturbed case); the
                     meta file then lists each run's cases, date and commit
-  --quick           resnet50 balanced on 4x1 only, --iters 4 --warmup 12, --comm-ms 150
+  --quick           resnet50 balanced on 4x1 only, --iters 4 --rounds 1, --comm-ms 150
   --report-only     do not measure; regenerate the report from bench/results/e2e-*.csv
   --help            this text
 Environment: EMU_PREFIX (default e: hosts e1..e4), EMU_SUBNET (default 10.213.49).
@@ -74,6 +77,7 @@ while [[ $# -gt 0 ]]; do
         --comm-ms) COMM_MS=${2:?--comm-ms needs milliseconds}; shift 2 ;;
         --iters) ITERS=${2:?--iters needs a count}; shift 2 ;;
         --warmup) WARMUP=${2:?--warmup needs a count}; shift 2 ;;
+        --rounds) ROUNDS=${2:?--rounds needs a count}; shift 2 ;;
         --profiles) PROFILES=${2:?--profiles needs a list}; shift 2 ;;
         --layouts) LAYOUTS=${2:?--layouts needs a list}; shift 2 ;;
         --configs) CONFIGS=${2:?--configs needs a list}; shift 2 ;;
@@ -86,10 +90,13 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 if ((QUICK)); then
-    PROFILES=resnet50 LAYOUTS=4x1 ITERS=4 WARMUP=12 COMM_MS=150
+    PROFILES=resnet50 LAYOUTS=4x1 ITERS=4 ROUNDS=1 COMM_MS=150
 fi
-[[ $ITERS =~ ^[0-9]+$ && $WARMUP =~ ^[0-9]+$ ]] && ((ITERS >= 1)) ||
-    die "bad --iters/--warmup '$ITERS'/'$WARMUP': expected counts, iters >= 1"
+[[ $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ && ( -z $WARMUP || $WARMUP =~ ^[0-9]+$ ) ]] &&
+    ((ITERS >= 1 && ROUNDS >= 1 && ROUNDS <= ITERS)) ||
+    die "bad --iters/--rounds/--warmup '$ITERS'/'$ROUNDS'/'$WARMUP': expected counts, 1 <= rounds <= iters"
+warm=()
+[[ -n $WARMUP ]] && warm=(--warmup "$WARMUP")
 [[ $COMM_MS =~ ^[0-9]+([.][0-9]+)?$ ]] || die "bad --comm-ms '$COMM_MS': expected milliseconds"
 for l in $LAYOUTS; do
     [[ $l =~ ^([1-4])x([1-8])$ ]] && ((BASH_REMATCH[1] * BASH_REMATCH[2] >= 2)) ||
@@ -169,14 +176,14 @@ for c in "${cases[@]}"; do
     # failed parameter check (exit 1) fails the whole script after the report is written.
     rc=0
     "$EMU" mpirun -np "$np" --host "$hosts" "$BENCH" --profile "$SRCDIR/fusion/profiles/$prof.prof" \
-        --configs "$CONFIGS" --iters "$ITERS" --warmup "$WARMUP" --size-scale "$sscale" \
+        --configs "$CONFIGS" --iters "$ITERS" --rounds "$ROUNDS" "${warm[@]}" --size-scale "$sscale" \
         --time-scale "$tscale" --csv "$RES/e2e-$name.csv" --svg-dir "$tmp" | tee "$tmp/$name.txt" || rc=$?
     ((rc == 0 || rc == 3)) || { echo "$PROG: case $name: dear-bench exit status $rc" >&2; status=1; }
     # Timeline of the product configuration for the Gantt chart (a short separate run: the
     # timeline file is rewritten by every dear_init).
     "$EMU" mpirun -np "$np" --host "$hosts" -x "DEAR_TIMELINE=$tmp/tl-$name-%r.json" "$BENCH" \
         --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "dear:auto" --iters 3 \
-        --warmup "$WARMUP" --size-scale "$sscale" --time-scale "$tscale" --quiet >/dev/null ||
+        "${warm[@]}" --size-scale "$sscale" --time-scale "$tscale" --quiet >/dev/null ||
         echo "$PROG: case $name: timeline run failed (no Gantt chart)" >&2
     if [[ -f $tmp/tl-$name-0.json ]]; then
         python3 "$SRCDIR/bench/e2e-report.py" gantt --case "$name" --timeline "$tmp/tl-$name-0.json" \
@@ -195,10 +202,10 @@ else {
     echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet -- . ':!bench/results' 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "cluster: $HOSTS emulated hosts (bench/emucluster), $RATE each way per host; layouts $LAYOUTS"
     echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"
-    echo "bench: dear-bench --iters $ITERS --warmup $WARMUP, communication scaled to ~$COMM_MS ms per iteration; $elapsed s in all$( ((QUICK)) && echo '; --quick')"
+    echo "bench: dear-bench --iters $ITERS --rounds $ROUNDS${WARMUP:+ --warmup $WARMUP}, communication scaled to ~$COMM_MS ms per iteration; $elapsed s in all$( ((QUICK)) && echo '; --quick')"
     echo "cases:$names"
 } >"$RES/e2e.meta"
 fi
 "$EMU" down
-report "$( ((QUICK)) && echo --quick || echo "--rate $RATE --comm-ms $COMM_MS --iters $ITERS --warmup $WARMUP")"
+report "$( ((QUICK)) && echo --quick || echo "--rate $RATE --comm-ms $COMM_MS --iters $ITERS --rounds $ROUNDS${WARMUP:+ --warmup $WARMUP}")"
 exit $status

@@ -372,22 +372,31 @@ def why_missed(summary):
 
 
 DISTURBED = 0.05  # measured emulated compute this far over its nominal time: the machine stalled the run
+SPREAD = 0.10     # (q3 - q1) / median above this: the iterations of one configuration disagree
 
 
 def disturbed(summary):
-    """Configurations whose sleeping compute overran: what they measured is the machine's stall."""
+    """Configurations the machine disturbed: sleeping compute overran, or their iterations spread
+    too wide to stand for one number."""
     out = []
     for t in summary:
         for c, r in t["rows"].items():
             over = float(r["compute_meas_ms"]) / float(r["compute_ms"]) - 1
+            spread = (quart(r, "iter_q3_ms") - quart(r, "iter_q1_ms")) / float(r["iter_ms"])
+            why = []
             if over > DISTURBED:
-                out.append("%s %s (compute +%.0f%%)" % (t["case"], c, 100 * over))
+                why.append("compute +%.0f%%" % (100 * over))
+            if spread > SPREAD:
+                why.append("spread %.0f%%" % (100 * spread))
+            if why:
+                out.append("%s %s (%s)" % (t["case"], c, ", ".join(why)))
     if not out:
         return []
     return ["**Disturbed**: in these runs the emulated compute (a sleep) overran its nominal time by more than "
-            "%.0f%%, so the machine itself stalled and their figures say little about the schedule: %s. "
-            "Rerun such a case with `bench/e2e-matrix.sh --cases NAME --keep-others`."
-            % (100 * DISTURBED, "; ".join(out)), ""]
+            "%.0f%%, or the middle half of the iterations spread over more than %.0f%% of the median: the "
+            "machine itself stalled, and their figures say less about the schedule: %s. Rerun such a case "
+            "with `bench/e2e-matrix.sh --cases NAME --keep-others`." % (100 * DISTURBED, 100 * SPREAD,
+                                                                      "; ".join(out)), ""]
 
 
 def doc_section(command, meta, summary):

@@ -19,6 +19,8 @@ expect 0 "planner 'fast'" --profile "$TINY" --configs "dear:fast"
 expect 0 "SCHEDULE\[:PLANNER" --profile "$TINY" --configs "dear:threshold:12q"
 expect 0 "cannot be combined" --profile "$TINY" --configs "sync" --schedule dear
 expect 0 "--iters '0'" --profile "$TINY" --iters 0
+expect 0 "--rounds '0'" --profile "$TINY" --rounds 0
+expect 0 "--rounds 4 exceeds --iters 3" --profile "$TINY" --iters 3 --rounds 4
 expect 0 "--size-scale '-1'" --profile "$TINY" --size-scale -1
 expect 0 "--time-scale 'x'" --profile "$TINY" --time-scale x
 expect 0 "--alpha and --beta go together" --profile "$TINY" --alpha 1e-5

@@ -30,6 +30,18 @@ assert int(by["dear:threshold:100k"]["threshold_bytes"]) == 102400
 PY
     grep -q "PARAMETER CHECK FAILED" "$TMPD/out" && fail "np $np: check failure reported"
 done
+# --rounds: the configurations run twice, 5 measured iterations split 3 + 2, pooled; the
+# default warm-up per planner (3 for a fixed plan).
+bench 2 --profile "$TINY" --iters 5 --rounds 2 --configs "dear:threshold:100k;wfbp:none" --csv "$TMPD/rr.csv"
+[ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "--rounds 2: exit status $rc"; }
+[ "$(grep -c 'round 2 of 2' "$TMPD/out")" -eq 2 ] || { cat "$TMPD/out" >&2; fail "--rounds 2: second round"; }
+python3 - "$TMPD/rr.csv" <<'PY' || fail "--rounds 2: CSV check"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [r["config"] for r in rows] == ["dear:threshold:100k", "wfbp:none"], rows
+for r in rows:
+    assert r["check"] == "ok" and int(r["iters"]) == 5 and int(r["warmup"]) == 3, r
+PY
 # --size-scale and --time-scale shrink the model consistently (threshold too).
 bench 2 --profile "$TINY" --iters 3 --warmup 6 --size-scale 0.5 --time-scale 0.5 \
     --schedule dear --fusion threshold --threshold 100k --csv "$TMPD/s.csv"

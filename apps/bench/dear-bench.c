@@ -46,12 +46,14 @@ typedef struct {
     char sched[8];              /* dear|wfbp|sync */
     char fusion[16];            /* planner; "one" for sync */
     size_t threshold;           /* bytes, before --size-scale */
+    int warmup;                 /* iterations before measuring (per round) */
 } config_t;
 
 typedef struct {
     const char *profile, *csv, *preset, *calibration, *svg_dir;
     double time_scale, size_scale, alpha, beta;
     int have_ab, iters, warmup, quiet;
+    int rounds;                 /* the configuration list runs this many times, iters split over them */
     int fault;                  /* hidden: 1 perturbs one rank's gradient, 2 one rank's parameters */
     int nconfigs;
     config_t configs[MAX_CONFIGS];
@@ -64,6 +66,11 @@ typedef struct {
     double iter_q1_s, iter_q3_s;  /* quartiles of the measured iterations: the run-to-run noise */
     char status[96];
     dear_plan_t plan;           /* rank 0: the plan the runtime ran last (dear_plan_save); empty if unknown */
+    /* accumulated over the rounds, then summarised by result_finish */
+    double *samples, *comp;     /* slowest rank's measured iterations and their compute */
+    int nsamples;
+    double blocked_sum;         /* per-iteration blocked time, summed over rounds */
+    int nrounds;
 } result_t;
 
 /* One tensor's update: SGD on its parameters, counted so a missing or repeated call is caught. */
@@ -115,8 +122,13 @@ static void usage(void)
         "                       one configuration (default: DEAR_SCHEDULE, DEAR_FUSION,\n"
         "                       DEAR_FUSION_THRESHOLD, else dear, threshold, 25m); not with --configs\n"
         "  --iters N            measured iterations per configuration (default 20)\n"
-        "  --warmup N           iterations before measuring (default DEAR_WARMUP_ITERS + 3 = 8);\n"
-        "                       the runtime re-plans after DEAR_WARMUP_ITERS, keep N above it\n"
+        "  --rounds R           run the configuration list R times, N/R measured iterations each,\n"
+        "                       and pool them (default 1): a stall of the machine then hits a part\n"
+        "                       of several configurations rather than one whole\n"
+        "  --warmup N           iterations before measuring, in every run (default per planner:\n"
+        "                       none/threshold/sync 3; mgwfbp/dp/gradssa DEAR_WARMUP_ITERS + 2;\n"
+        "                       auto also waits for its check, DEAR_WARMUP_ITERS + 1 +\n"
+        "                       DEAR_VERIFY_ITERS + 2 = 12)\n"
         "  --time-scale X       multiply every profiled compute time by X (default 1)\n"
         "  --size-scale X       multiply every tensor size by X (default 1; thresholds scale too,\n"
         "                       so the bucketing matches the full-size model)\n"
@@ -241,6 +253,8 @@ static int parse_configs(const char *list, opts_t *o)
     return rc;
 }
 
+static int parse_single(opts_t *o, const char *sched, const char *fusion, const char *thr_text);
+
 static int parse_args(int argc, char **argv, opts_t *o)
 {
     static const struct option lopts[] = {
@@ -253,12 +267,14 @@ static int parse_args(int argc, char **argv, opts_t *o)
         { "calibration", required_argument, 0, 'c' }, { "csv", required_argument, 0, 'o' },
         { "svg-dir", required_argument, 0, 'g' },     { "quiet", no_argument, 0, 'q' },
         { "inject-fault", required_argument, 0, 'F' }, { "help", no_argument, 0, 'h' },
+        { "rounds", required_argument, 0, 'R' },
         { 0, 0, 0, 0 }
     };
     const char *configs = NULL, *sched = NULL, *fusion = NULL, *thr_text = NULL;
     int have_a = 0, have_b = 0, c;
     o->iters = 20;
     o->warmup = -1;
+    o->rounds = 1;
     o->time_scale = o->size_scale = 1.0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
@@ -275,6 +291,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
         case 'w':
             if (parse_int(optarg, 0, 1000000, &o->warmup))
                 return usage_error("--warmup '%s' is not an integer in [0, 1000000]", optarg);
+            break;
+        case 'R':
+            if (parse_int(optarg, 1, 1000, &o->rounds))
+                return usage_error("--rounds '%s' is not an integer in [1, 1000]", optarg);
             break;
         case 'T':
             if (dear_text_double(optarg, 0, HUGE_VAL, &o->time_scale) || o->time_scale > 1e6)
@@ -334,17 +354,36 @@ static int parse_args(int argc, char **argv, opts_t *o)
     if (env_v && parse_int(env_v, 0, 1000000, &rt_verify))
         rt_verify = 4;
     int settled = rt_warm + (rt_verify > 0 ? 1 + rt_verify : 0);
-    if (o->warmup < 0)
-        o->warmup = settled + 2;
-    else if (o->warmup <= settled && !o->quiet)
+    if (o->warmup >= 0 && o->warmup <= settled && !o->quiet)
         say("dear-bench: note: --warmup %d <= %d (DEAR_WARMUP_ITERS %d, then DEAR_VERIFY_ITERS %d after one): "
             "measured iterations of auto may include the runtime's own warm-up, planning and check\n",
             o->warmup, settled, rt_warm, rt_verify);
+    if (o->rounds > o->iters)
+        return usage_error("--rounds %d exceeds --iters %d: every round measures at least one iteration", o->rounds,
+                           o->iters);
+    int rc;
     if (configs) {
         if (sched || fusion || thr_text)
             return usage_error("--configs cannot be combined with --schedule, --fusion or --threshold");
-        return parse_configs(configs, o);
+        rc = parse_configs(configs, o);
+    } else {
+        rc = parse_single(o, sched, fusion, thr_text);
     }
+    /* Warm-up per configuration: what its plan needs before it is in place. */
+    for (int i = 0; rc == 0 && i < o->nconfigs; i++) {
+        config_t *cf = &o->configs[i];
+        int fixed = !strcmp(cf->fusion, "none") || !strcmp(cf->fusion, "threshold") || !strcmp(cf->fusion, "one");
+        cf->warmup = o->warmup >= 0 ? o->warmup
+                     : fixed        ? 3
+                     : !strcmp(cf->fusion, "auto") ? settled + 2
+                                                   : rt_warm + 2;
+    }
+    return rc;
+}
+
+/* The configuration of --schedule/--fusion/--threshold (or the DEAR_* environment). */
+static int parse_single(opts_t *o, const char *sched, const char *fusion, const char *thr_text)
+{
     if (!sched)
         sched = getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear";
     if (!fusion)
@@ -680,11 +719,11 @@ static void keep_plan(dear_ctx_t *ctx, const model_t *m, result_t *res)
 }
 
 /* Run one configuration from fresh parameters: init, register, commit, warm-up + measured
- * iterations, flush, finalize, then the parameter check. Collective. */
-static int run_config(const config_t *c, const opts_t *o, model_t *m, result_t *res)
+ * iterations (iters), flush, finalize, then the parameter check; the measured iterations are
+ * added to res (zeroed by the caller before the first round). Collective. */
+static int run_config(const config_t *c, const opts_t *o, int iters, model_t *m, result_t *res)
 {
-    int nt = m->prof.ntensors, total = o->warmup + o->iters;
-    memset(res, 0, sizeof *res);
+    int nt = m->prof.ntensors, warmup = c->warmup, total = warmup + iters;
     for (size_t e = 0; e < m->nelem; e++)
         m->param[e] = param0(e);
     for (int t = 0; t < nt; t++)
@@ -702,6 +741,7 @@ static int run_config(const config_t *c, const opts_t *o, model_t *m, result_t *
     if (rc != DEAR_OK) {
         /* Refusals (a planner not built, a bad DEAR_* value) are collective: every rank is here. */
         snprintf(res->status, sizeof res->status, "refused: %s", dear_status_string(rc));
+        res->ok_run = 0;
         dear_finalize(ctx);
         return DEAR_OK;
     }
@@ -713,7 +753,7 @@ static int run_config(const config_t *c, const opts_t *o, model_t *m, result_t *
     }
     dear_stats_t st0 = { 0 }, st1 = { 0 };
     for (long it = 0; it < total && rc == DEAR_OK; it++) {
-        if (it == o->warmup)
+        if (it == warmup)
             rc = dear_get_stats(ctx, &st0);
         int fault = o->fault == 1 && g_rank == g_size - 1 && it == total / 2;
         double t0 = MPI_Wtime();
@@ -725,8 +765,10 @@ static int run_config(const config_t *c, const opts_t *o, model_t *m, result_t *
         rc = dear_get_stats(ctx, &st1);
     if (rc == DEAR_OK)
         rc = dear_flush(ctx);
-    if (rc == DEAR_OK && g_rank == 0)
+    if (rc == DEAR_OK && g_rank == 0) {
+        dear_plan_free(&res->plan);
         keep_plan(ctx, m, res);
+    }
 out:;
     int frc = dear_finalize(ctx);
     if (rc == DEAR_OK)
@@ -745,25 +787,51 @@ out:;
     /* An iteration lasts as long as its slowest rank. */
     MPI_Allreduce(it_s, it_max, total, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(comp_s, comp_max, total, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    double blocked = (st1.blocked_s - st0.blocked_s) / o->iters, blocked_max;
+    double blocked = (st1.blocked_s - st0.blocked_s) / iters, blocked_max;
     MPI_Allreduce(&blocked, &blocked_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    double *meas = it_max + o->warmup;
-    res->iter_min_s = res->iter_max_s = meas[0];
-    for (int i = 1; i < o->iters; i++) {
-        res->iter_min_s = fmin(res->iter_min_s, meas[i]);
-        res->iter_max_s = fmax(res->iter_max_s, meas[i]);
+    double *ns = realloc(res->samples, sizeof(double) * (size_t)(res->nsamples + iters));
+    double *nc = ns ? realloc(res->comp, sizeof(double) * (size_t)(res->nsamples + iters)) : NULL;
+    if (ns)
+        res->samples = ns;
+    if (nc)
+        res->comp = nc;
+    if (!ns || !nc) {
+        free(it_s), free(comp_s), free(it_max), free(comp_max);
+        return DEAR_ERR_NOMEM;
     }
-    res->iter_s = median(meas, o->iters);
-    res->iter_q1_s = quantile(meas, o->iters, 0.25);
-    res->iter_q3_s = quantile(meas, o->iters, 0.75);
-    res->compute_s = median(comp_max + o->warmup, o->iters);
-    res->blocked_s = blocked_max;
-    res->ok_run = 1;
+    memcpy(res->samples + res->nsamples, it_max + warmup, sizeof(double) * (size_t)iters);
+    memcpy(res->comp + res->nsamples, comp_max + warmup, sizeof(double) * (size_t)iters);
+    res->nsamples += iters;
+    res->blocked_sum += blocked_max;
+    res->nrounds++;
     char why[96];
-    res->check_ok = check_params(m, total, why, sizeof why);
-    snprintf(res->status, sizeof res->status, "%s", res->check_ok ? "ok" : why);
+    int ok = check_params(m, total, why, sizeof why);
+    if (res->nrounds == 1 || (res->check_ok && !ok)) {
+        res->check_ok = ok;
+        snprintf(res->status, sizeof res->status, "%s", ok ? "ok" : why);
+    }
+    res->ok_run = 1;
     free(it_s), free(comp_s), free(it_max), free(comp_max);
     return DEAR_OK;
+}
+
+/* The pooled measured iterations of every round: medians, quartiles, extremes. */
+static void result_finish(result_t *res)
+{
+    if (!res->ok_run || res->nsamples == 0)
+        return;
+    double *v = res->samples; /* sorted in place by the quantiles */
+    int n = res->nsamples;
+    res->iter_min_s = res->iter_max_s = v[0];
+    for (int i = 1; i < n; i++) {
+        res->iter_min_s = fmin(res->iter_min_s, v[i]);
+        res->iter_max_s = fmax(res->iter_max_s, v[i]);
+    }
+    res->iter_s = median(v, n);
+    res->iter_q1_s = quantile(v, n, 0.25);
+    res->iter_q3_s = quantile(v, n, 0.75);
+    res->compute_s = median(res->comp, n);
+    res->blocked_s = res->blocked_sum / res->nrounds;
 }
 
 /* ---- cost model and prediction ---- */
@@ -1022,28 +1090,41 @@ int main(int argc, char **argv)
     double F = dear_prof_fwd_total(&m.prof), B = dear_prof_bwd_total(&m.prof);
     if (!o.quiet)
         say("dear-bench: %s, %d ranks; %d layers, %d tensors, %.2f MiB of float32 gradients (size x %g); "
-            "forward %.3f ms + backward %.3f ms (time x %g); %d warm-up + %d measured iterations\n\n",
+            "forward %.3f ms + backward %.3f ms (time x %g); %d measured iterations per configuration in %d "
+            "round(s), after %s warm-up iterations per run\n\n",
             m.prof.model, g_size, m.prof.nlayers, m.prof.ntensors, dear_prof_bytes_total(&m.prof) / 1048576.0,
-            o.size_scale, F * 1e3, B * 1e3, o.time_scale, o.warmup, o.iters);
+            o.size_scale, F * 1e3, B * 1e3, o.time_scale, o.iters, o.rounds,
+            o.warmup >= 0 ? "--warmup" : "its planner's");
     int calib_created = 0;
     char *calib = runtime_calibration_file(&o, &calib_created);
     int use_rt_calib = calib != NULL;
     MPI_Bcast(&use_rt_calib, 1, MPI_INT, 0, MPI_COMM_WORLD);
 
     result_t res[MAX_CONFIGS];
+    memset(res, 0, sizeof res);
     int failed_check = 0, broken = 0, refused = 0;
-    for (int i = 0; i < o.nconfigs; i++) {
-        if (!o.quiet)
-            say("running %s ...\n", o.configs[i].text);
-        rc = run_config(&o.configs[i], &o, &m, &res[i]);
-        res[i].pred_s = NAN;
-        if (rc != DEAR_OK) {
-            broken = 1;
-            if (g_rank == 0)
-                fprintf(stderr, "dear-bench: configuration %s: %s\n", o.configs[i].text, res[i].status);
-            o.nconfigs = i + 1;
-            break; /* the runtime's state after a failed run is unknown: stop here */
+    for (int round = 0; round < o.rounds && !broken; round++) {
+        int iters = o.iters / o.rounds + (round < o.iters % o.rounds);
+        for (int i = 0; i < o.nconfigs; i++) {
+            if (round > 0 && !res[i].ok_run)
+                continue; /* refused: the same again */
+            if (!o.quiet)
+                say("running %s (round %d of %d) ...\n", o.configs[i].text, round + 1, o.rounds);
+            rc = run_config(&o.configs[i], &o, iters, &m, &res[i]);
+            if (rc != DEAR_OK) {
+                broken = 1;
+                if (g_rank == 0)
+                    fprintf(stderr, "dear-bench: configuration %s: %s\n", o.configs[i].text, res[i].status);
+                o.nconfigs = i + 1;
+                break; /* the runtime's state after a failed run is unknown: stop here */
+            }
         }
+    }
+    for (int i = 0; i < o.nconfigs; i++) {
+        result_finish(&res[i]);
+        res[i].pred_s = NAN;
+        if (broken && i == o.nconfigs - 1)
+            continue;
         if (!res[i].ok_run) {
             refused = 1;
             if (g_rank == 0)
@@ -1131,15 +1212,18 @@ int main(int argc, char **argv)
         if (csv)
             fprintf(csv, "%s,%d,%s,%s,%s,%zu,%d,%d,%g,%g,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
                          "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d\n",
-                    m.prof.model, g_size, c->text, c->sched, c->fusion, scaled_threshold(c, &o), o.iters, o.warmup,
+                    m.prof.model, g_size, c->text, c->sched, c->fusion, scaled_threshold(c, &o), o.iters, c->warmup,
                     o.time_scale, o.size_scale, dear_prof_bytes_total(&m.prof), (F + B) * 1e3, r->compute_s * 1e3,
                     it * 1e3, r->iter_min_s * 1e3, r->iter_max_s * 1e3, (it - r->compute_s) * 1e3,
                     r->blocked_s * 1e3, t_sync / it, t_w64 / it, r->pred_s * 1e3, err, bound * 1e3, it / bound,
                     model.source, r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
                     pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early);
     }
-    for (int i = 0; i < o.nconfigs; i++)
+    for (int i = 0; i < o.nconfigs; i++) {
         dear_plan_free(&res[i].plan);
+        free(res[i].samples);
+        free(res[i].comp);
+    }
     if (csv && fclose(csv) != 0) {
         fprintf(stderr, "dear-bench: error writing %s\n", o.csv);
         broken = 1;
