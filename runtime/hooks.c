@@ -47,7 +47,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double median_of(const double *v, size_t n)
+double dear_median(const double *v, size_t n)
 {
     if (n == 0)
         return 0;
@@ -63,7 +63,7 @@ static double median_of(const double *v, size_t n)
 
 double dear_samples_median(const dear_samples_t *s)
 {
-    return median_of(s->v, s->n);
+    return dear_median(s->v, s->n);
 }
 
 double dear_samples_min_tail(const dear_samples_t *s, size_t k)

@@ -42,15 +42,20 @@
  * allowance (a token bucket, a switch's buffers: hundreds of KiB) carries a few small
  * collectives after an idle gap much faster than a stream of them. Timed alone, 64 KiB
  * all-gathers looked 3x cheaper than they ran in a 96-group all-gather phase on the emulated
- * cluster, and the planner cut the phase into groups that small. About 1-2 s for the three
- * collectives on 4 hosts at 1 Gbit/s (cache it: DEAR_CALIBRATION_FILE). The largest size sets the
- * slope the curve is extended with. */
+ * cluster, and the planner cut the phase into groups that small. Every size is measured in
+ * CALIB_PASSES passes over all sizes and collectives, and the median pass kept: on a shared
+ * machine a stall of the host (tens of ms) inflates the one stream it falls into, and a single
+ * pass priced a whole size 30-90% too high (the planner then avoided it, the simulator
+ * mispredicted every plan using it by 25-50%). About 3-6 s for the three collectives on 4 hosts
+ * at 1 Gbit/s (cache it: DEAR_CALIBRATION_FILE). The largest size sets the slope the curve is
+ * extended with. */
 static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
 #define CALIB_REPS 5
 #define CALIB_STREAM_BYTES ((size_t)4 << 20)
 #define CALIB_WARM_BYTES ((size_t)1 << 20)
 #define CALIB_MAX_REPS 512
+#define CALIB_PASSES 3
 
 static const dear_coll_op_t coll_of_cost[DEAR_COST_NOPS] = { DEAR_COLL_REDUCE_SCATTER, DEAR_COLL_ALLGATHER,
                                                              DEAR_COLL_ALLREDUCE };
@@ -110,8 +115,8 @@ static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, doubl
 }
 
 /* Measure each collective as the runtime will run it (DEAR_ALGO_AUTO: the selection table, or
- * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the means as the
- * auto curve of the model; the model is the same on every rank (rank 0 takes the slowest rank's
+ * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the median pass's
+ * means as the auto curve of the model; the model is the same on every rank (rank 0 takes the slowest rank's
  * samples and broadcasts). A straight line per algorithm, as the model had before, priced
  * buckets of 2-25 MiB from a fit dominated by the small sizes (off by 20-50% on a 1 Gbit/s
  * link) and with algorithms the selection table never runs there. */
@@ -122,7 +127,7 @@ static int calibrate(dear_ctx_t *ctx)
     size_t count = maxb / sizeof(float);
     float *buf = NULL;
     double *t = NULL, *tmax = NULL;
-    size_t nt = (size_t)DEAR_COST_NOPS * CALIB_NSIZES;
+    size_t nk = (size_t)DEAR_COST_NOPS * CALIB_NSIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
     double t_start = dear_now();
 
     DEAR_ALLOC_GOTO(buf, malloc(maxb), maxb, rc, out);
@@ -130,31 +135,32 @@ static int calibrate(dear_ctx_t *ctx)
     DEAR_ALLOC_GOTO(tmax, calloc(nt, sizeof *tmax), nt * sizeof *tmax, rc, out);
     for (size_t i = 0; i < count; i++)
         buf[i] = 1.0f;
-    for (int op = 0; op < DEAR_COST_NOPS; op++)
-        for (int s = 0; s < CALIB_NSIZES; s++) {
-            dear_coll_args_t args = { 0 };
-            args.op = coll_of_cost[op];
-            args.algo = DEAR_ALGO_AUTO;
-            args.dtype = DEAR_FLOAT32;
-            args.comm = ctx->comm;
-            args.topo = ctx->coll_topo;
-            args.tag = 0; /* nothing else runs on the communicator before commit ends */
-            args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
-            args.recvbuf = buf;
-            args.count = calib_bytes[s] / sizeof(float);
-            size_t k = (size_t)op * CALIB_NSIZES + (size_t)s;
-            int r1 = time_run(ctx, &args, calib_bytes[s], &t[k]);
-            if (r1 == DEAR_ERR_UNSUPPORTED) {
-                t[k] = -1; /* this size is beyond the algorithm: no sample */
-                continue;
+    for (int pass = 0; pass < CALIB_PASSES; pass++)
+        for (int op = 0; op < DEAR_COST_NOPS; op++)
+            for (int s = 0; s < CALIB_NSIZES; s++) {
+                dear_coll_args_t args = { 0 };
+                args.op = coll_of_cost[op];
+                args.algo = DEAR_ALGO_AUTO;
+                args.dtype = DEAR_FLOAT32;
+                args.comm = ctx->comm;
+                args.topo = ctx->coll_topo;
+                args.tag = 0; /* nothing else runs on the communicator before commit ends */
+                args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
+                args.recvbuf = buf;
+                args.count = calib_bytes[s] / sizeof(float);
+                size_t k = (size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s;
+                int r1 = time_run(ctx, &args, calib_bytes[s], &t[k]);
+                if (r1 == DEAR_ERR_UNSUPPORTED) {
+                    t[k] = -1; /* this size is beyond the algorithm: no sample */
+                    continue;
+                }
+                if (r1 != DEAR_OK) {
+                    DEAR_ERROR("plan", "calibration: %s on %zu bytes failed: %s", dear_cost_op_name((dear_cost_op_t)op),
+                               calib_bytes[s], dear_status_string(r1));
+                    rc = r1;
+                    goto out;
+                }
             }
-            if (r1 != DEAR_OK) {
-                DEAR_ERROR("plan", "calibration: %s on %zu bytes failed: %s", dear_cost_op_name((dear_cost_op_t)op),
-                           calib_bytes[s], dear_status_string(r1));
-                rc = r1;
-                goto out;
-            }
-        }
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
     if (ctx->rank == 0) {
         dear_cost_model_t m;
@@ -166,14 +172,22 @@ static int calibrate(dear_ctx_t *ctx)
             double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
             int n = 0;
             for (int s = 0; s < CALIB_NSIZES; s++) {
-                double v = tmax[(size_t)op * CALIB_NSIZES + (size_t)s];
-                if (v < 0)
+                double pv[CALIB_PASSES], lo = INFINITY, hi = 0;
+                for (int pass = 0; pass < CALIB_PASSES; pass++) {
+                    pv[pass] = tmax[(size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s];
+                    lo = pv[pass] < lo ? pv[pass] : lo;
+                    hi = pv[pass] > hi ? pv[pass] : hi;
+                }
+                if (pv[0] < 0) /* beyond the algorithm, in every pass alike */
                     continue;
+                double v = dear_median(pv, CALIB_PASSES);
                 xs[n] = (double)calib_bytes[s];
                 ys[n++] = v;
-                DEAR_DEBUG("plan", "calibration: %s %zu B: %.1f us per collective over a stream of %d (slowest rank)",
+                DEAR_DEBUG("plan", "calibration: %s %zu B: %.1f us per collective over a stream of %d (slowest rank, "
+                                   "median of %d passes, %.1f..%.1f us)",
                            dear_cost_op_name((dear_cost_op_t)op), calib_bytes[s], 1e6 * v,
-                           reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS));
+                           reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS), CALIB_PASSES,
+                           1e6 * lo, 1e6 * hi);
             }
             if (n < 2 || dear_cost_fit_curve(xs, ys, n, &m.line[op][DEAR_COST_AUTO]) != DEAR_OK)
                 DEAR_WARN("plan", "calibration: %d usable size(s) of %s, no curve: that collective is priced "
@@ -184,9 +198,9 @@ static int calibrate(dear_ctx_t *ctx)
     }
     DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->cost, (int)sizeof ctx->cost, MPI_BYTE, 0, ctx->comm), rc, out);
     ctx->calib_measured++;
-    DEAR_INFO("plan", "calibration: measured %d size(s) per collective, each as a stream of at least %zu bytes, in "
-                      "%.3f s",
-              CALIB_NSIZES, CALIB_STREAM_BYTES, dear_now() - t_start);
+    DEAR_INFO("plan", "calibration: measured %d size(s) per collective, each as a stream of at least %zu bytes, "
+                      "median of %d passes, in %.3f s",
+              CALIB_NSIZES, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
 out:
     free(buf);
     free(t);

@@ -212,6 +212,8 @@ int dear_planning_verify(dear_ctx_t *ctx);
 int dear_hooks_flush(dear_ctx_t *ctx, const char *call);
 void dear_samples_add(dear_samples_t *s, double v);
 double dear_samples_median(const dear_samples_t *s);
+/* Median of v[0..n) (0 when n is 0); v is left as it was. */
+double dear_median(const double *v, size_t n);
 /* Smallest of the last k samples (all of them when k >= n), leaving out the very first one while
  * there are others. */
 double dear_samples_min_tail(const dear_samples_t *s, size_t k);
