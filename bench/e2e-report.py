@@ -357,13 +357,16 @@ def why_missed(summary):
                             "overturn it" if pa < pb else ""))
         if "pred" in t and not t["pred"][0]:
             w = by[t["worst_pred"]]
+            stalled = disturbance(w)
             notes.append("prediction off by %s for %s (%s): measured %.1f ms, predicted %s; %s"
                          % (fnum(float(w["pred_err_pct"]), "%+.1f%%"), w["config"], plan_text(w),
                             float(w["iter_ms"]), fnum(float(w["pred_ms"])),
+                            ("the machine stalled this run (%s)" % ", ".join(stalled)) if stalled else
                             "its collectives ran slower than their calibrated means (jitter of single collectives "
                             "on 2 shared cores; a tight plan has no slack to absorb it)"
                             if float(w["pred_err_pct"]) < 0 else
-                            "it ran faster than its calibrated means (a burst allowance after idle gaps)"))
+                            "it ran faster than its calibrated means (a burst allowance after idle gaps, or a "
+                            "calibration stream a stall of the host slowed)"))
         if notes:
             out.append("- **%s**: %s." % (t["case"], "; ".join(notes)))
     if len(out) == 2:
@@ -375,19 +378,25 @@ DISTURBED = 0.05  # measured emulated compute this far over its nominal time: th
 SPREAD = 0.10     # (q3 - q1) / median above this: the iterations of one configuration disagree
 
 
+def disturbance(r):
+    """Why the machine disturbed one configuration's run (empty: it did not): its sleeping compute
+    overran, or its iterations spread too wide to stand for one number."""
+    over = float(r["compute_meas_ms"]) / float(r["compute_ms"]) - 1
+    spread = (quart(r, "iter_q3_ms") - quart(r, "iter_q1_ms")) / float(r["iter_ms"])
+    why = []
+    if over > DISTURBED:
+        why.append("compute +%.0f%%" % (100 * over))
+    if spread > SPREAD:
+        why.append("spread %.0f%%" % (100 * spread))
+    return why
+
+
 def disturbed(summary):
-    """Configurations the machine disturbed: sleeping compute overran, or their iterations spread
-    too wide to stand for one number."""
+    """The configurations the machine disturbed, as a paragraph of the report."""
     out = []
     for t in summary:
         for c, r in t["rows"].items():
-            over = float(r["compute_meas_ms"]) / float(r["compute_ms"]) - 1
-            spread = (quart(r, "iter_q3_ms") - quart(r, "iter_q1_ms")) / float(r["iter_ms"])
-            why = []
-            if over > DISTURBED:
-                why.append("compute +%.0f%%" % (100 * over))
-            if spread > SPREAD:
-                why.append("spread %.0f%%" % (100 * spread))
+            why = disturbance(r)
             if why:
                 out.append("%s %s (%s)" % (t["case"], c, ", ".join(why)))
     if not out:
