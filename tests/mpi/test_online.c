@@ -383,7 +383,9 @@ START_TEST(test_calibration)
     ck_assert_int_eq(ctx->calib_measured, 1);
     ck_assert_str_eq(ctx->cost.source, "fit");
     ck_assert_msg(strstr(logbuf, "calibration: measured") != NULL, "log: %s", logbuf);
-    ck_assert_msg(took < 10, "calibration took %.1f s", took);
+    /* 1 s at np 4 on 2 idle cores (three passes); 10.3 s under make -j2 check, where another
+     * 4-rank test shares the cores: the bound only catches a runaway calibration */
+    ck_assert_msg(took < 30, "calibration took %.1f s", took);
     for (int op = 0; op < DEAR_COST_NOPS; op++) {
         int any = 0;
         for (int a = 0; a < DEAR_COST_NALGOS; a++)
