@@ -52,7 +52,8 @@ static const dear_coll_algo_ops_t *const algo_table[DEAR_ALGO_COUNT] = {
  * senders converge on every receiver's link); 8 KiB direct 214 vs 350 us, 64 KiB equal;
  * all-reduce equal up to 1 MiB (13.7 vs 13.2 ms), direct 2-3x slower from 2 MiB.
  * Row 1 (the communicator spans several hosts) therefore sends reduce-scatters through the
- * ring, all-gathers above 64 KiB and all-reduces above 256 KiB too. Whether it does is read without communication, and so that every rank decides alike
+ * ring, all-gathers above 64 KiB and all-reduces above 256 KiB too. Whether it does is read
+ * without communication, and so that every rank decides alike
  * (different algorithms on different ranks would hang): a communicator of the job's size
  * (MPI_COMM_WORLD, a duplicate of it: what the runtime uses) spans several hosts when the job's
  * ranks on this host (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE / _SIZE; MPICH's MPI_LOCALNRANKS /
@@ -381,6 +382,15 @@ err:
     return rc;
 }
 
+/* Hand a filled request to its algorithm (at start, or at the first progress call of an
+ * all-gather whose own block is copied in then). */
+static int req_begin(dear_coll_req_t *r)
+{
+    int rc = r->ops->start(r);
+    r->started = rc == DEAR_OK;
+    return rc;
+}
+
 int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
 {
     int rank = 0, nranks = 1, rc;
@@ -431,10 +441,8 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
     r->ops = algo_table[r->algo];
     DEAR_DEBUG("coll", "start %s %s %s count %zu tag %d", dear_coll_op_name(r->op),
                dear_coll_algo_name(r->algo), dear_dtype_name(r->dtype), r->total, r->tag);
-    if (r->ag_send == NULL) {
-        DEAR_CHECK_GOTO(r->ops->start(r), rc, err);
-        r->started = 1;
-    }
+    if (r->ag_send == NULL)
+        DEAR_CHECK_GOTO(req_begin(r), rc, err);
     *req = r;
     return DEAR_OK;
 err:
@@ -459,8 +467,7 @@ int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_c
     r->buf = vec;
     r->out = out;
     r->ops = algo_table[algo];
-    DEAR_CHECK_GOTO(r->ops->start(r), rc, err);
-    r->started = 1;
+    DEAR_CHECK_GOTO(req_begin(r), rc, err);
     *sub = r;
     return DEAR_OK;
 err:
@@ -475,12 +482,11 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
     if (!req->started) {
         memcpy(req->buf + req->displs[req->rank] * req->esize, req->ag_send,
                req->counts[req->rank] * req->esize);
-        int rc = req->ops->start(req);
+        int rc = req_begin(req);
         if (rc != DEAR_OK) {
             req->failed = 1;
             return rc;
         }
-        req->started = 1;
     }
     if (!req->done) {
         int d = 0, rc = req->ops->progress(req, &d);
