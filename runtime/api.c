@@ -341,16 +341,9 @@ int dear_plan_save(dear_ctx_t *ctx, const char *path)
         DEAR_ERROR("api", "dear_plan_save('%s'): the context is not committed; call it after dear_commit", path);
         return DEAR_ERR_STATE;
     }
-    int n = ctx->ntensors;
     dear_tensor_desc_t *desc = NULL;
     const char **names = NULL;
-    DEAR_ALLOC_GOTO(desc, malloc(sizeof *desc * (size_t)(n ? n : 1)), sizeof *desc * (size_t)n, rc, out);
-    DEAR_ALLOC_GOTO(names, malloc(sizeof *names * (size_t)(n ? n : 1)), sizeof *names * (size_t)n, rc, out);
-    for (int t = 0; t < n; t++) {
-        desc[t].bytes = ctx->tensors[t].bytes;
-        desc[t].layer = ctx->tensors[t].layer;
-        names[t] = ctx->tensors[t].name;
-    }
+    DEAR_CHECK_GOTO(dear_tensor_table(ctx, &desc, &names), rc, out);
     rc = dear_planfile_save(path, &ctx->plan, desc, names);
 out:
     free(desc);

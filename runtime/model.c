@@ -171,23 +171,35 @@ out:
 
 /* ---- plan ---- */
 
+int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const char ***names)
+{
+    int rc = DEAR_OK, n = ctx->ntensors;
+    size_t nd = sizeof **desc * (size_t)(n ? n : 1), nn = sizeof **names * (size_t)(n ? n : 1);
+    *desc = NULL;
+    *names = NULL;
+    DEAR_ALLOC_GOTO(*desc, malloc(nd), nd, rc, err);
+    DEAR_ALLOC_GOTO(*names, malloc(nn), nn, rc, err);
+    for (int i = 0; i < n; i++) {
+        (*desc)[i].bytes = ctx->tensors[i].bytes;
+        (*desc)[i].layer = ctx->tensors[i].layer;
+        (*names)[i] = ctx->tensors[i].name;
+    }
+    return DEAR_OK;
+err:
+    free(*desc);
+    *desc = NULL;
+    return rc;
+}
+
 static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
 {
     int rc = DEAR_OK, n = ctx->ntensors;
     dear_tensor_desc_t *desc = NULL;
     const char **names = NULL;
-    size_t bytes = sizeof *desc * (size_t)n;
-    DEAR_ALLOC_GOTO(desc, malloc(bytes), bytes, rc, out);
-    for (int i = 0; i < n; i++) {
-        desc[i].bytes = ctx->tensors[i].bytes;
-        desc[i].layer = ctx->tensors[i].layer;
-    }
+    DEAR_CHECK_GOTO(dear_tensor_table(ctx, &desc, &names), rc, out);
     const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
     if (pfile && pfile[0] && ctx->sched != DEAR_SCHED_SYNC) {
         /* A fixed plan (dear-plan's output), checked against the registered tensors. */
-        DEAR_ALLOC_GOTO(names, malloc(sizeof *names * (size_t)n), sizeof *names * (size_t)n, rc, out);
-        for (int i = 0; i < n; i++)
-            names[i] = ctx->tensors[i].name;
         rc = dear_planfile_load(pfile, n, desc, names, plan);
         if (rc != DEAR_OK)
             DEAR_ERROR("plan", "DEAR_PLAN_FILE=%s: cannot use this plan (%s); see the message above", pfile,

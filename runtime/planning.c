@@ -116,8 +116,8 @@ static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, doubl
 
 /* Measure each collective as the runtime will run it (DEAR_ALGO_AUTO: the selection table, or
  * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the median pass's
- * means as the auto curve of the model; the model is the same on every rank (rank 0 takes the slowest rank's
- * samples and broadcasts). A straight line per algorithm, as the model had before, priced
+ * means as the auto curve of the model; the model is the same on every rank (rank 0 takes the
+ * slowest rank's samples and broadcasts). A straight line per algorithm, as the model had before, priced
  * buckets of 2-25 MiB from a fit dominated by the small sizes (off by 20-50% on a 1 Gbit/s
  * link) and with algorithms the selection table never runs there. */
 static int calibrate(dear_ctx_t *ctx)

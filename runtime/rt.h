@@ -177,6 +177,9 @@ struct dear_ctx {
 };
 
 /* model.c */
+/* The registered tensors as the fusion layer describes them, in registration order: desc[i]
+ * (bytes, layer) and names[i] (pointing into ctx), both allocated; free both. */
+int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const char ***names);
 int dear_model_check(dear_ctx_t *ctx);
 int dear_model_build(dear_ctx_t *ctx);
 void dear_model_free(dear_ctx_t *ctx);
