@@ -1,5 +1,5 @@
 #!/bin/bash
-# e2e-matrix.sh: the end-to-end matrix of issue 6, from measurement to report.
+# e2e-matrix.sh: the end-to-end matrix, from measurement to report.
 #
 # Brings up an emulated cluster (bench/emucluster; 4 hosts at 1 Gbit/s by default) under its own
 # prefix and subnet, so it never disturbs a cluster someone else has up, and runs dear-bench on
@@ -54,7 +54,7 @@ usage: bench/e2e-matrix.sh [options]
                     waits for the online plan and auto's check)
   --profiles LIST   profiles to run, space separated (default: $PROFILES)
   --layouts LIST    "4x1 2x2" (default); HOSTSxRANKS, hosts <= 4
-  --configs LIST    dear-bench --configs (default: the seven of issue 6)
+  --configs LIST    dear-bench --configs (default: the seven below)
   --cases "A B"     run only these cases (names as in the report, e.g. gpt2-small-balanced-4x1)
   --keep-others     keep the results of the cases not run (rerunning a disturbed case); the
                     meta file then lists each run's cases, date and commit

@@ -1,7 +1,11 @@
 # bench/: the emulated cluster (bench/emucluster), its probe programs, and the scripts that
-# regenerate docs/PERFORMANCE.md. The programs use MPI only (CC is mpicc), not libdear.
-noinst_PROGRAMS += bench/dear-p2p bench/emu-hello
+# regenerate docs/PERFORMANCE.md. dear-p2p and emu-hello use MPI only (CC is mpicc), not libdear.
+noinst_PROGRAMS += bench/dear-p2p bench/emu-hello bench/dear-overhead
 bench_dear_p2p_SOURCES = bench/dear-p2p.c
 bench_dear_p2p_LDADD = -lm
 bench_emu_hello_SOURCES = bench/emu-hello.c
-EXTRA_DIST += bench/emucluster bench/README.md bench/coll-perf.sh bench/perf-report.py
+# dear-overhead: libdear's cost per hook and its progress thread's CPU (public API only).
+bench_dear_overhead_SOURCES = bench/dear-overhead.c
+bench_dear_overhead_LDADD = libdear.la $(DEAR_DEP_LIBS)
+EXTRA_DIST += bench/emucluster bench/README.md bench/coll-perf.sh bench/perf-report.py bench/loop-overhead.py bench/docsection.py bench/torch-ddp.sh bench/torch-ddp.py \
+    bench/auto-repeat.sh

@@ -9,7 +9,7 @@ marker comments, so other sections of the page (written by hand or by other scri
 as they are; the file is created when missing. The SVG is drawn here (no plotting library:
 the figure must regenerate on a bare Debian machine).
 
-Targets checked (issue 2): from 4 MiB up, busbw of every collective >= 90% of the measured
+Targets checked: from 4 MiB up, busbw of every collective >= 90% of the measured
 one-way point-to-point rate; up to 256 KiB, our best algorithm no slower than Open MPI's
 best call at that size. "Ours" are the algorithms dear implements itself (every algo whose
 name is not mpi or ompi-*); "mpi" is dear's wrapper of Open MPI's non-blocking calls and

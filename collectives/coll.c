@@ -15,53 +15,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sync.h"
 #include "collectives/coll_impl.h"
 #include "collectives/reduce.h"
-#include "runtime/check.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
-#include "runtime/util.h"
+#include "base/mpi_check.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/util.h"
 
 /* Indexed by dear_coll_algo_t (AUTO resolves through dear_coll_select first). */
+#define ALGO_OPS_(ID, NAME, OPS, FLAGS, HELP) [DEAR_ALGO_##ID] = &OPS,
 static const dear_coll_algo_ops_t *const algo_table[DEAR_ALGO_COUNT] = {
     [DEAR_ALGO_AUTO] = NULL,
-    [DEAR_ALGO_RING] = &dear_coll_ring_ops,
-    [DEAR_ALGO_RHD] = &dear_coll_rhd_ops,
-    [DEAR_ALGO_MPI] = &dear_coll_mpi_ops,
-    [DEAR_ALGO_DIRECT] = &dear_coll_direct_ops,
-    [DEAR_ALGO_HIER] = &dear_coll_hier_ops,
+    DEAR_COLL_ALGO_TABLE(ALGO_OPS_)
 };
+#undef ALGO_OPS_
 
-/* The selection table. From 2 to DIRECT_MAX_RANKS ranks: up to direct_max[multihost][op] bytes
- * (full vector) the direct exchange (one round per phase, the ring's byte count), above it the
- * pipelined ring, which overlaps reduction with transfer and keeps every link busy.
- * dear-coll-bench, median of 15-40, on a loaded 2-core machine (trends only):
- *  - shared memory (vader), P = 3, 4, 8: direct beat ring and rhd for all three ops at every
- *    size from 4 KiB to 1 MiB, by 1.3-3x (one round instead of P-1 or log2 P); at P = 4 the
- *    ring took over between 2 and 8 MiB (pipelining), at P = 3 between 1 and 2 MiB.
- *  - the emulated cluster (4 hosts x 1 rank, 1 Gbit/s TCP, algorithms taking turns): from
- *    128 KiB up everything runs near line rate; there the ring's reduce-scatter was 10-15%
- *    faster than direct's and Open MPI's from 64 KiB to 1 MiB (one flow per link instead of
- *    P-1 converging on each receiver's link), while direct's all-gather and all-reduce were
- *    equal or 3-8% faster than the ring's; from 2 MiB direct lost 10-20% (incast). rhd's
- *    all-reduce (full vectors, 2n bytes per rank against 1.5n) lost to the ring by 1.4x.
- * Those were collectives timed alone after an idle gap, riding on the links' burst allowance.
- * Timed as streams of back-to-back collectives, as the runtime runs them (the calibration's
- * way, runtime/planning.c), the emulated cluster gave (4 hosts x 1 rank, 1 Gbit/s, mean per
- * collective): all-gather 256 KiB direct 3.2 ms vs ring 1.6 ms, 1 MiB 12.6 vs 6.6 ms (P-1
- * senders converge on every receiver's link); 8 KiB direct 214 vs 350 us, 64 KiB equal;
- * all-reduce equal up to 1 MiB (13.7 vs 13.2 ms), direct 2-3x slower from 2 MiB.
- * Row 1 (the communicator spans several hosts) therefore sends reduce-scatters through the
- * ring, all-gathers above 64 KiB and all-reduces above 256 KiB too. Whether it does is read
- * without communication, and so that every rank decides alike
- * (different algorithms on different ranks would hang): a communicator of the job's size
- * (MPI_COMM_WORLD, a duplicate of it: what the runtime uses) spans several hosts when the job's
- * ranks on this host (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE / _SIZE; MPICH's MPI_LOCALNRANKS /
- * PMI_SIZE) are fewer than all; any smaller communicator, or a job without these variables,
- * gets row 0. (MPI_Comm_split_type would tell exactly, but is a collective call, which
- * dear_coll_start must not make.) Above DIRECT_MAX_RANKS (not measured: 2(P-1) messages at once and P-1
- * senders into every receiver) the earlier table applies: rhd_max[0] for P a power of two,
- * rhd_max[1] for other P, where rhd's fold sends the whole vector to and from the extra ranks. */
+/* The selection table (figures: docs/PERFORMANCE.md#selection-table). From 2 to DIRECT_MAX_RANKS
+ * ranks: the direct exchange up to direct_max[multihost][op] bytes (one round instead of P-1),
+ * the pipelined ring above it (overlaps reduction with transfer, one flow per link). Row 1, a
+ * communicator over several hosts, keeps reduce-scatters and larger all-gathers and all-reduces
+ * on the ring: P-1 senders converging on each receiver's link lose to it there. Above
+ * DIRECT_MAX_RANKS (not measured) rhd up to rhd_max[pow2 ? 0 : 1], the ring above.
+ * Whether the communicator spans hosts is read without communication, so every rank decides
+ * alike (different algorithms on different ranks would hang): a communicator of the job's size
+ * spans several hosts when the job's ranks on this host (OMPI_COMM_WORLD_LOCAL_SIZE / _SIZE;
+ * MPICH's MPI_LOCALNRANKS / PMI_SIZE) are fewer than all; any other communicator gets row 0.
+ * (MPI_Comm_split_type would tell exactly, but dear_coll_start must not make collective calls.) */
 #define DIRECT_MAX_RANKS 8
 static const size_t direct_max[2][DEAR_COLL_OP_COUNT] = {
     { [DEAR_COLL_REDUCE_SCATTER] = 1 << 20, [DEAR_COLL_ALLGATHER] = 1 << 20, [DEAR_COLL_ALLREDUCE] = 1 << 20 },
@@ -73,13 +53,8 @@ static const size_t rhd_max[2][DEAR_COLL_OP_COUNT] = {
 };
 
 /* Several hosts of several ranks each: in [hier_min, hier_max] two levels (coll_hier.c) carry
- * (H-1)/H of the vector over each host's link instead of the flat ring's (P-1)/P. Streams on
- * 2 emulated hosts x 2 ranks at 1 Gbit/s (calibration, mean per collective), hier vs ring:
- * reduce-scatter 64 KiB 278 vs 376 us, 256 KiB 1.0 vs 2.1 ms, 1 MiB 4.7 vs 6.9 ms, 2 MiB 13.1
- * vs 13.1, 8 MiB 61.7 vs 57.0; all-gather alike but 2 MiB 11.5 vs 13.9 ms (and 9.1 vs 12.2
- * timed alone in dear-coll-bench); all-reduce 256 KiB 2.2 vs 4.4 ms, 1 MiB 8.9 vs
- * 13.3, 4 MiB 52.9 vs 58.7, 8 MiB 117 vs 111. Its steps run one after the other, so from a
- * few MiB the link idles through the steps inside the hosts and the flat ring catches up. */
+ * (H-1)/H of the vector over each host's link instead of the flat ring's (P-1)/P; above it the
+ * flat ring catches up, since hier's steps run one after the other (docs/PERFORMANCE.md#hier). */
 static const size_t hier_min[DEAR_COLL_OP_COUNT] = {
     [DEAR_COLL_REDUCE_SCATTER] = 64 << 10, [DEAR_COLL_ALLGATHER] = 64 << 10, [DEAR_COLL_ALLREDUCE] = 64 << 10,
 };
@@ -114,11 +89,11 @@ static int hier_fits(const dear_coll_topo_t *topo, int nranks)
 
 dear_coll_algo_t dear_coll_select(dear_coll_op_t op, size_t bytes, int nranks, const dear_coll_topo_t *topo)
 {
-    static const dear_coll_algo_t from_param[] = { DEAR_ALGO_AUTO, DEAR_ALGO_RING, DEAR_ALGO_RHD,
-                                                   DEAR_ALGO_MPI, DEAR_ALGO_DIRECT, DEAR_ALGO_HIER };
-    int e = dear_param_enum(DEAR_P_COLL_ALGO);
-    if (e > 0 && e < (int)(sizeof from_param / sizeof from_param[0]))
-        return from_param[e] == DEAR_ALGO_HIER && !hier_fits(topo, nranks) ? DEAR_ALGO_RING : from_param[e];
+    /* DEAR_COLL_ALGO's choices are the algorithm table in enum order (base/algo_table.h). */
+    dear_coll_algo_t forced = (dear_coll_algo_t)dear_param_enum(DEAR_P_COLL_ALGO);
+    if (forced > DEAR_ALGO_AUTO && forced < DEAR_ALGO_COUNT)
+        return (dear_coll_algo_flags(forced) & DEAR_ALGO_F_NEEDS_HOSTS) && !hier_fits(topo, nranks) ? DEAR_ALGO_RING
+                                                                                                   : forced;
     if (nranks <= 1 || (unsigned)op >= DEAR_COLL_OP_COUNT)
         return DEAR_ALGO_RING;  /* nothing travels */
     if (hier_fits(topo, nranks) && bytes >= hier_min[op] && bytes <= hier_max[op])
@@ -166,7 +141,7 @@ void *dear_coll_scratch_get(size_t bytes, size_t *capacity)
 {
     void *p = NULL;
     int best = -1;
-    pthread_mutex_lock(&scratch_mu);
+    dear_lock(&scratch_mu);
     for (int i = 0; i < 2; i++)
         if (scratch_cache[i].p != NULL && scratch_cache[i].bytes >= bytes &&
             (best < 0 || scratch_cache[i].bytes < scratch_cache[best].bytes))
@@ -176,7 +151,7 @@ void *dear_coll_scratch_get(size_t bytes, size_t *capacity)
         *capacity = scratch_cache[best].bytes;
         scratch_cache[best].p = NULL;
     }
-    pthread_mutex_unlock(&scratch_mu);
+    dear_unlock(&scratch_mu);
     if (p != NULL)
         return p;
     p = malloc(bytes ? bytes : 1);
@@ -190,7 +165,7 @@ void dear_coll_scratch_put(void *p, size_t capacity)
 {
     if (p == NULL)
         return;
-    pthread_mutex_lock(&scratch_mu);
+    dear_lock(&scratch_mu);
     /* Keep the largest vectors: an empty slot first, else replace a smaller one. */
     int slot = -1;
     for (int i = 0; i < 2 && slot < 0; i++)
@@ -205,7 +180,7 @@ void dear_coll_scratch_put(void *p, size_t capacity)
         scratch_cache[slot].p = p;
         scratch_cache[slot].bytes = capacity;
     }
-    pthread_mutex_unlock(&scratch_mu);
+    dear_unlock(&scratch_mu);
     free(evict);
 }
 
@@ -225,11 +200,14 @@ static int validate(const dear_coll_args_t *a, int *rank, int *nranks)
                    "dear_coll_start: unknown op %d (accepted: 0 reduce_scatter, 1 allgather, 2 allreduce)",
                    (int)a->op);
     DEAR_ARG_CHECK((unsigned)a->algo < DEAR_ALGO_COUNT,
-                   "dear_coll_start: unknown algo %d (accepted: 0 auto, 1 ring, 2 rhd, 3 mpi, 4 direct, 5 hier)",
-                   (int)a->algo);
+                   "dear_coll_start: unknown algo %d (accepted: 0 .. %d, one of %s in this order)", (int)a->algo,
+                   DEAR_ALGO_COUNT - 1, DEAR_COLL_ALGO_CHOICES);
     DEAR_ARG_CHECK((unsigned)a->dtype < DEAR_DTYPE_COUNT,
                    "dear_coll_start: unknown dtype %d (accepted: float32, float64, bfloat16, float16, int32)",
                    (int)a->dtype);
+    DEAR_ARG_CHECK(!(dear_coll_algo_flags(a->algo) & DEAR_ALGO_F_NEEDS_BLOCK) || a->sparse_block > 0,
+                   "dear_coll_start: algo %s with sparse_block 0 (accepted: elements per block > 0, e.g. a "
+                   "tensor's row length)", dear_coll_algo_name(a->algo));
     DEAR_ARG_CHECK(a->comm != MPI_COMM_NULL, "dear_coll_start: comm is MPI_COMM_NULL");
     DEAR_ARG_CHECK(a->tag >= 0, "dear_coll_start: tag %d is negative (accepted: 0 .. MPI_TAG_UB)", a->tag);
     int *ub = NULL, has_ub = 0;
@@ -294,6 +272,17 @@ static void shard_layout(dear_coll_req_t *r, size_t count)
     r->total = count;
 }
 
+/* Rank p's piece of a block: its shard of the block's vector cut to [lo, hi); *n is 0 when they
+ * do not meet. */
+static size_t block_piece(const dear_coll_block_t *b, int nranks, int p, size_t *lo)
+{
+    size_t off, len;
+    dear_coll_shard(b->count, nranks, p, &off, &len);
+    size_t l = off > b->lo ? off : b->lo, h = off + len < b->hi ? off + len : b->hi;
+    *lo = l;
+    return h > l ? h - l : 0;
+}
+
 /* Multi-block all-gather: rank p contributes, block after block, its shard of each block cut to
  * [lo, hi). One block travels in place (its pieces are adjacent in rank order); several go
  * through a staging vector packed here and unpacked when the gather completes. */
@@ -304,11 +293,8 @@ static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
     for (int p = 0; p < r->nranks; p++) {
         size_t c = 0;
         for (int b = 0; b < a->nblocks; b++) {
-            size_t off, len;
-            dear_coll_shard(a->blocks[b].count, r->nranks, p, &off, &len);
-            size_t lo = off > a->blocks[b].lo ? off : a->blocks[b].lo;
-            size_t hi = off + len < a->blocks[b].hi ? off + len : a->blocks[b].hi;
-            c += hi > lo ? hi - lo : 0;
+            size_t lo;
+            c += block_piece(&a->blocks[b], r->nranks, p, &lo);
         }
         r->counts[p] = c;
         r->displs[p] = total;
@@ -327,14 +313,10 @@ static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
     r->buf = r->staging;
     char *dst = r->staging + r->displs[r->rank] * r->esize;
     for (int b = 0; b < a->nblocks; b++) {
-        size_t off, len;
-        dear_coll_shard(a->blocks[b].count, r->nranks, r->rank, &off, &len);
-        size_t lo = off > a->blocks[b].lo ? off : a->blocks[b].lo;
-        size_t hi = off + len < a->blocks[b].hi ? off + len : a->blocks[b].hi;
-        if (hi > lo) {
-            memcpy(dst, (char *)a->blocks[b].buf + lo * r->esize, (hi - lo) * r->esize);
-            dst += (hi - lo) * r->esize;
-        }
+        size_t lo, n = block_piece(&a->blocks[b], r->nranks, r->rank, &lo);
+        if (n > 0) /* a block with nothing to gather may have a NULL buf */
+            memcpy(dst, (char *)a->blocks[b].buf + lo * r->esize, n * r->esize);
+        dst += n * r->esize;
     }
 out:
     return rc;
@@ -345,14 +327,10 @@ static void blocks_unpack(dear_coll_req_t *r)
     for (int p = 0; p < r->nranks; p++) {
         const char *src = r->staging + r->displs[p] * r->esize;
         for (int b = 0; b < r->nblocks; b++) {
-            size_t off, len;
-            dear_coll_shard(r->blocks[b].count, r->nranks, p, &off, &len);
-            size_t lo = off > r->blocks[b].lo ? off : r->blocks[b].lo;
-            size_t hi = off + len < r->blocks[b].hi ? off + len : r->blocks[b].hi;
-            if (hi > lo) {
-                memcpy((char *)r->blocks[b].buf + lo * r->esize, src, (hi - lo) * r->esize);
-                src += (hi - lo) * r->esize;
-            }
+            size_t lo, n = block_piece(&r->blocks[b], r->nranks, p, &lo);
+            if (n > 0)
+                memcpy((char *)r->blocks[b].buf + lo * r->esize, src, n * r->esize);
+            src += n * r->esize;
         }
     }
 }
@@ -364,8 +342,8 @@ static int req_new(dear_coll_op_t op, dear_dtype_t dtype, MPI_Comm comm, int tag
     int rc = DEAR_OK;
     dear_coll_req_t *r = NULL;
     DEAR_ALLOC_GOTO(r, calloc(1, sizeof *r), sizeof *r, rc, err);
-    r->op = op;
-    r->dtype = dtype;
+    r->op = r->user_op = op;
+    r->dtype = r->user_dtype = dtype;
     r->comm = comm;
     r->tag = tag;
     r->rank = rank;
@@ -380,6 +358,55 @@ static int req_new(dear_coll_op_t op, dear_dtype_t dtype, MPI_Comm comm, int tag
 err:
     dear_coll_free(r);
     return rc;
+}
+
+/* An all-reduce of an algorithm without one of its own (DEAR_ALGO_F_COMPOSED_AR) runs as its
+ * reduce-scatter, reading the input and leaving the reduced shards in the output vector, then
+ * its all-gather in place on that vector (compose_next). */
+static void compose_setup(dear_coll_req_t *r)
+{
+    if (r->op != DEAR_COLL_ALLREDUCE || !(dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_COMPOSED_AR))
+        return;
+    r->composed = 1;
+    r->op = DEAR_COLL_REDUCE_SCATTER;
+    r->work = r->buf;
+    r->out = r->buf + r->displs[r->rank] * r->esize;
+}
+
+/* A 16-bit reduction of an algorithm without DEAR_ALGO_F_EXACT16 runs on a float32 copy of the
+ * input (the algorithm sees DEAR_FLOAT32, so its partial sums are never rounded) and its result
+ * is rounded once into the caller's buffer by widen_finish. */
+static int widen_setup(dear_coll_req_t *r)
+{
+    if (!dear_dtype_is16(r->dtype) || r->op == DEAR_COLL_ALLGATHER ||
+        (dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_EXACT16))
+        return DEAR_OK;
+    float *w = dear_coll_scratch_get(r->total * sizeof(float), &r->wide_cap);
+    if (w == NULL)
+        return DEAR_ERR_NOMEM;
+    dear_reduce_widen(r->dtype, w, r->src, r->total);
+    int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
+    r->wide = w;
+    r->narrow_to = rs ? r->out : r->buf;
+    r->narrow_from = rs ? w + r->displs[r->rank] : w;
+    r->narrow_count = rs ? r->counts[r->rank] : r->total;
+    r->saved_buf = r->buf;
+    r->dtype = DEAR_FLOAT32;
+    r->esize = sizeof(float);
+    r->src = r->work = r->buf = (char *)w;
+    r->out = (char *)r->narrow_from;
+    r->in_place = 1;
+    return DEAR_OK;
+}
+
+static void widen_finish(dear_coll_req_t *r)
+{
+    dear_reduce_narrow(r->user_dtype, r->narrow_to, r->narrow_from, r->narrow_count, 1.0);
+    dear_coll_scratch_put(r->wide, r->wide_cap);
+    r->wide = NULL;
+    r->dtype = r->user_dtype;
+    r->esize = dear_dtype_size(r->dtype);
+    r->buf = r->saved_buf;
 }
 
 /* Hand a filled request to its algorithm (at start, or at the first progress call of an
@@ -438,8 +465,13 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         rc = DEAR_ERR_UNSUPPORTED;
         goto err;
     }
+    if ((dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_NEEDS_BLOCK) && args->sparse_block == 0)
+        r->algo = DEAR_ALGO_RING;  /* forced by DEAR_COLL_ALGO onto a vector without blocks */
+    r->block = args->sparse_block;
     r->ops = algo_table[r->algo];
-    DEAR_DEBUG("coll", "start %s %s %s count %zu tag %d", dear_coll_op_name(r->op),
+    compose_setup(r);
+    DEAR_CHECK_GOTO(widen_setup(r), rc, err);
+    DEAR_DEBUG("coll", "start %s %s %s count %zu tag %d", dear_coll_op_name(r->user_op),
                dear_coll_algo_name(r->algo), dear_dtype_name(r->dtype), r->total, r->tag);
     if (r->ag_send == NULL)
         DEAR_CHECK_GOTO(req_begin(r), rc, err);
@@ -494,6 +526,19 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
             req->failed = 1;
             return rc;
         }
+        if (d && req->wide != NULL)
+            widen_finish(req);
+        if (d && req->composed && req->op == DEAR_COLL_REDUCE_SCATTER) {
+            /* The composed all-reduce's second half (compose_setup). */
+            req->ops->cleanup(req);
+            req->op = DEAR_COLL_ALLGATHER;
+            rc = req_begin(req);
+            if (rc != DEAR_OK) {
+                req->failed = 1;
+                return rc;
+            }
+            d = 0;
+        }
         if (d) {
             if (req->staging != NULL)
                 blocks_unpack(req);
@@ -513,18 +558,10 @@ int dear_coll_wait(dear_coll_req_t *req)
         DEAR_CHECK(dear_coll_progress(req, &done));
         if (done)
             return DEAR_OK;
-        /* Back off without spinning for long (ranks may outnumber cores): poll for 20 us after
-         * the last completed transfer (a small message's reply often comes that fast; this
-         * halved the 1 KiB latency on shared memory), then yield until 100 ms have passed
-         * without one, as Open MPI's mpi_yield_when_idle does, then sleep in short steps. A
-         * sleep costs ~60 us of timer slack (on a loaded machine the wake-up can come
-         * milliseconds later), and one large message (rhd, algo mpi) completes no request
-         * until its last byte while needing our MPI calls to move at all: sleeping after
-         * 10 ms made a 64 MiB rhd all-reduce 5x slower than the ring. Sleeping instead of
-         * yielding while transfers are slow (an eighth of the mean gap between completions,
-         * at most 200 us) was tried for TCP: it left 4 and 64 MiB ring busbw on the emulated
-         * cluster unchanged but made 4-16 MiB rhd 2-4x and ring up to 1.5x slower on shared
-         * memory, where the copies need our calls, so the yield stays. */
+        /* Back off without spinning (ranks may outnumber cores): poll for 20 us after the last
+         * completed transfer (replies often come that fast), yield until 100 ms have passed
+         * without one (large messages need our MPI calls to move at all), then sleep in short
+         * steps (docs/PERFORMANCE.md#coll-wait). */
         if (req->events != events) {
             events = req->events;
             since = dear_now();
@@ -543,11 +580,13 @@ void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info)
 {
     if (req == NULL || info == NULL)
         return;
-    info->op = req->op;
+    info->op = req->user_op;
     info->algo = req->algo;
-    info->bytes = req->total * req->esize;
+    info->bytes = req->total * dear_dtype_size(req->user_dtype);
     info->bytes_sent = req->bytes_sent;
     info->events = req->events;
+    info->msgs_sparse = req->msgs_sparse;
+    info->msgs_dense = req->msgs_dense;
 }
 
 void dear_coll_free(dear_coll_req_t *req)
@@ -557,6 +596,7 @@ void dear_coll_free(dear_coll_req_t *req)
     if (req->ops != NULL && req->ops->cleanup != NULL)
         req->ops->cleanup(req);
     dear_coll_scratch_put(req->scratch, req->scratch_bytes);
+    dear_coll_scratch_put(req->wide, req->wide_cap);
     free(req->staging);
     free(req->blocks);
     free(req->counts);

@@ -25,10 +25,18 @@
  *                   block.count elements of which only [lo, hi) travels; this rank contributes
  *                   its shard of the block intersected with [lo, hi). One collective serves every
  *                   block (one start-up cost for several buckets, or part of one bucket).
- * Reductions are sums; 16-bit float types are added in float32 and rounded once per reduction
- * step (ring and rhd forward partial sums in the element type, as NCCL does, so a sum over P
- * ranks may be rounded up to P-1 times; integer-valued data stay exact); `scale`
- * multiplies every reduced element (1/P averages) and must be 1 for int32. Out-of-place
+ * Block-sparse (algo sparse, sparse_block > 0 elements per block): the vector is cut into blocks
+ *                   of sparse_block elements from element 0 (the last one may be ragged); a block
+ *                   cut by a shard boundary is two pieces, one per shard. Only the pieces that are
+ *                   not all-bits-zero travel, each message dense instead when that is no larger
+ *                   (coll_sparse.c). The shards, buffers and results are those of the dense
+ *                   collectives above: an all-gather's receiver needs no zeroed buffer, the pieces
+ *                   that do not travel are written as zeros. A multi-block all-gather cuts its
+ *                   blocks over the concatenation of what travels.
+ * Reductions are sums; 16-bit float types are added in float32 and rounded once, when the
+ * result is final, whatever the algorithm and the rank count (partial sums travel and wait in
+ * float32), so every rank gets round16(float32 sum * scale); integer-valued data stay exact.
+ * `scale` multiplies every reduced element (1/P averages) and must be 1 for int32. Out-of-place
  * buffers must not overlap.
  */
 #ifndef DEAR_COLL_H
@@ -37,26 +45,8 @@
 #include <mpi.h>
 #include <stddef.h>
 
-#include "include/dear.h"
-
-typedef enum {
-    DEAR_COLL_REDUCE_SCATTER = 0,
-    DEAR_COLL_ALLGATHER = 1,
-    DEAR_COLL_ALLREDUCE = 2,
-    DEAR_COLL_OP_COUNT
-} dear_coll_op_t;
-
-/* Values match the choices of DEAR_COLL_ALGO (auto|ring|rhd|mpi|direct|hier) in
- * runtime/params.def. */
-typedef enum {
-    DEAR_ALGO_AUTO = 0,
-    DEAR_ALGO_RING = 1,
-    DEAR_ALGO_RHD = 2,
-    DEAR_ALGO_MPI = 3,
-    DEAR_ALGO_DIRECT = 4,
-    DEAR_ALGO_HIER = 5,
-    DEAR_ALGO_COUNT
-} dear_coll_algo_t;
+#include "base/algo_table.h"
+#include "include/dear_types.h"
 
 /* The hosts of a communicator (coll_topo.c), for the hierarchical algorithm: H hosts of L ranks
  * each, a communicator inside this rank's host (rank = local index) and one across the hosts
@@ -94,6 +84,8 @@ typedef struct {
     int nblocks;                /* > 0: multi-block all-gather; sendbuf/recvbuf/count ignored */
     const dear_coll_block_t *blocks;
     const dear_coll_topo_t *topo; /* comm's hosts (NULL: flat); must outlive the request */
+    size_t sparse_block;        /* elements per block for algo sparse (> 0 required there, e.g. a
+                                 * tensor's row length); ignored by the dense algorithms */
 } dear_coll_args_t;
 
 typedef struct dear_coll_req dear_coll_req_t;
@@ -106,18 +98,25 @@ typedef struct {
     size_t bytes_sent;          /* payload this rank sent so far */
     size_t events;              /* transfers completed so far: a progress loop backs off while
                                  * this stands still */
+    size_t msgs_sparse;         /* algo sparse: messages this rank sent as non-zero pieces ... */
+    size_t msgs_dense;          /* ... and as the dense shard (no smaller sparse); 0 otherwise */
 } dear_coll_info_t;
 
 /* The shard rule above. */
 void dear_coll_shard(size_t count, int nranks, int rank, size_t *offset, size_t *len);
+
+/* Blocks of sparse_block elements of vec (count elements of dtype) that are not all-bits-zero:
+ * the zero-block scan of algo sparse, for density measurements and benchmarks. */
+size_t dear_coll_sparse_nonzero(dear_dtype_t dtype, const void *vec, size_t count, size_t sparse_block);
 
 /* Validate args, pick the algorithm, post the first round (an out-of-place all-gather copies its
  * shard into place and posts in its first progress call instead). *req is set only on success.
  * Errors: DEAR_ERR_ARG (NULL buffer with count > 0, unknown type/op/algo, overlapping
  * out-of-place buffers, scale != 1 for int32, bad block range; also NULL args/req, MPI_COMM_NULL,
  * a tag outside [0, MPI_TAG_UB], a zero or non-finite scale for a reducing op, blocks with an op
- * other than all-gather), DEAR_ERR_NOMEM, DEAR_ERR_MPI, DEAR_ERR_UNSUPPORTED (algo mpi beyond
- * Open MPI's int counts, algo rhd beyond 2 GiB). */
+ * other than all-gather, algo sparse with sparse_block 0), DEAR_ERR_NOMEM, DEAR_ERR_MPI,
+ * DEAR_ERR_UNSUPPORTED (algo mpi beyond Open MPI's int counts, algo rhd beyond 2 GiB, algo direct
+ * or sparse with a shard beyond 2 GiB). */
 int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req);
 
 /* Advance without blocking; *done becomes 1 when the result is in place. */
@@ -135,8 +134,5 @@ void dear_coll_free(dear_coll_req_t *req);
  * communicator's hosts when known (NULL: flat). Honors DEAR_COLL_ALGO when it is not auto;
  * hier without a topology to serve falls back to ring. */
 dear_coll_algo_t dear_coll_select(dear_coll_op_t op, size_t bytes, int nranks, const dear_coll_topo_t *topo);
-
-const char *dear_coll_op_name(dear_coll_op_t op);
-const char *dear_coll_algo_name(dear_coll_algo_t algo);
 
 #endif

@@ -1,31 +1,28 @@
 /*
- * Algorithm `direct`: every rank exchanges with every other rank at once, one round per phase.
+ * Algorithm `direct`: every rank exchanges with every other rank at once, in one round.
  * The reduce-scatter sends chunk p of the input straight to rank p and receives the P-1 pieces
  * of its own chunk, then adds them in rank order (deterministic, with the scale fused into the
- * last addition); the all-gather sends this rank's shard to all others and receives theirs in
- * place; the all-reduce is the one followed by the other. Each rank sends and receives
- * (P-1)/P of the vector per phase, as the ring does, but with one latency per phase instead of
- * P-1, which is what counts for small vectors: on the emulated TCP cluster the ring's three
- * dependent steps at P = 4 cost more than the transfer itself up to a few hundred KiB, and
- * Open MPI's non-blocking all-gather (a linear exchange) beat it for that reason. It does not
- * pipeline the reduction with the transfers and posts 2(P-1) messages at once, so it is for
- * small vectors only (see the selection table in coll.c).
+ * last addition; 16-bit types in float32, rounded once); the all-gather sends this rank's shard to all others and receives theirs in
+ * place (the dispatcher composes the all-reduce). Each rank sends and receives (P-1)/P of the
+ * vector, as the ring does, but with one latency instead of P-1, which is what counts for small
+ * vectors. It does not pipeline the reduction with the transfers and posts 2(P-1) messages at
+ * once, so it is for small vectors only (the selection table in coll.c).
  */
 #include <limits.h>
 #include <stdlib.h>
 
 #include "collectives/coll_impl.h"
 #include "collectives/reduce.h"
-#include "runtime/check.h"
-#include "runtime/log.h"
+#include "base/mpi_check.h"
+#include "base/log.h"
 
 typedef struct {
-    int phase, nphases;
-    dear_coll_op_t ops[2];
-    int nreq;                   /* requests of the current phase, all posted at phase start */
+    int posted;                 /* 0: one rank, nothing to exchange */
+    int nreq;                   /* requests, all posted at start */
     int ndone;
     MPI_Request *reqs;          /* 2 (P-1): receives first, then sends */
     char *slots;                /* reduce-scatter: P-1 pieces of this rank's chunk */
+    float *acc;                 /* 16-bit reduce-scatter: the float32 sum of this rank's chunk */
 } direct_state_t;
 
 static char *elem(const dear_coll_req_t *r, const void *base, size_t index)
@@ -33,12 +30,12 @@ static char *elem(const dear_coll_req_t *r, const void *base, size_t index)
     return (char *)base + index * r->esize;
 }
 
-/* Post the whole phase: P-1 receives and P-1 sends. */
-static int phase_post(dear_coll_req_t *r, direct_state_t *st)
+/* Post the whole exchange: P-1 receives and P-1 sends. */
+static int post_all(dear_coll_req_t *r, direct_state_t *st)
 {
     int P = r->nranks, me = r->rank, n = 0;
     size_t mine = r->counts[me];
-    int rs = st->ops[st->phase] == DEAR_COLL_REDUCE_SCATTER;
+    int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
     for (int i = 1; i < P; i++) {
         int p = (me + i) % P;   /* partners in a rotated order, so no rank is everyone's first */
         void *dst = rs ? st->slots + (size_t)(i - 1) * mine * r->esize : elem(r, r->buf, r->displs[p]);
@@ -57,11 +54,19 @@ static int phase_post(dear_coll_req_t *r, direct_state_t *st)
     return DEAR_OK;
 }
 
-/* All pieces of this rank's chunk are in: out = (own + piece_1 + ... + piece_{P-1}) * scale. */
+/* All pieces of this rank's chunk are in: out = (own + piece_1 + ... + piece_{P-1}) * scale;
+ * 16-bit types add in float32 and round once. */
 static void reduce_pieces(dear_coll_req_t *r, const direct_state_t *st)
 {
     size_t mine = r->counts[r->rank];
     const char *own = elem(r, r->src, r->displs[r->rank]);
+    if (st->acc != NULL) {
+        dear_reduce_widen(r->dtype, st->acc, own, mine);
+        for (int i = 1; i < r->nranks; i++)
+            dear_reduce_widen_acc(r->dtype, st->acc, st->slots + (size_t)(i - 1) * mine * r->esize, mine);
+        dear_reduce_narrow(r->dtype, r->out, st->acc, mine, r->scale);
+        return;
+    }
     for (int i = 1; i < r->nranks; i++) {
         const char *piece = st->slots + (size_t)(i - 1) * mine * r->esize;
         double scale = i == r->nranks - 1 ? r->scale : 1.0;
@@ -72,7 +77,7 @@ static void reduce_pieces(dear_coll_req_t *r, const direct_state_t *st)
 static int direct_progress(dear_coll_req_t *r, int *done)
 {
     direct_state_t *st = r->state;
-    while (st->phase < st->nphases) {
+    if (st->posted) {
         for (int i = 0; i < st->nreq; i++) {
             if (st->reqs[i] == MPI_REQUEST_NULL)
                 continue;
@@ -85,10 +90,9 @@ static int direct_progress(dear_coll_req_t *r, int *done)
         }
         if (st->ndone < st->nreq)
             return DEAR_OK;
-        if (st->ops[st->phase] == DEAR_COLL_REDUCE_SCATTER)
+        if (r->op == DEAR_COLL_REDUCE_SCATTER)
             reduce_pieces(r, st);
-        if (++st->phase < st->nphases)
-            DEAR_CHECK(phase_post(r, st));
+        st->posted = 0;
     }
     *done = 1;
     return DEAR_OK;
@@ -115,31 +119,18 @@ static int direct_start(dear_coll_req_t *r)
     if (r->nranks == 1) {
         if (r->op == DEAR_COLL_REDUCE_SCATTER)
             dear_reduce_scale(r->dtype, r->out, r->src, r->total, r->scale);
-        else if (r->op == DEAR_COLL_ALLREDUCE)
-            dear_reduce_scale(r->dtype, r->buf, r->src, r->total, r->scale);
-        return DEAR_OK;  /* no phases */
+        return DEAR_OK;  /* nothing to exchange */
     }
-    switch (r->op) {
-    case DEAR_COLL_REDUCE_SCATTER:
-        st->ops[0] = DEAR_COLL_REDUCE_SCATTER;
-        st->nphases = 1;
-        break;
-    case DEAR_COLL_ALLGATHER:
-        st->ops[0] = DEAR_COLL_ALLGATHER;
-        st->nphases = 1;
-        break;
-    default:
-        st->ops[0] = DEAR_COLL_REDUCE_SCATTER;
-        st->ops[1] = DEAR_COLL_ALLGATHER;
-        st->nphases = 2;
-        r->out = r->buf + r->displs[r->rank] * r->esize;
-        break;
-    }
-    if (st->ops[0] == DEAR_COLL_REDUCE_SCATTER) {
+    if (r->op == DEAR_COLL_REDUCE_SCATTER) {
         size_t sb = (size_t)(r->nranks - 1) * r->counts[r->rank] * r->esize + 1;
         DEAR_ALLOC_GOTO(st->slots, malloc(sb), sb, rc, out);
+        if (dear_dtype_is16(r->dtype)) {
+            size_t ab = r->counts[r->rank] * sizeof(float) + 1;
+            DEAR_ALLOC_GOTO(st->acc, malloc(ab), ab, rc, out);
+        }
     }
-    DEAR_CHECK(phase_post(r, st));
+    DEAR_CHECK(post_all(r, st));
+    st->posted = 1;
 out:
     return rc;
 }
@@ -154,6 +145,7 @@ static void direct_cleanup(dear_coll_req_t *r)
             dear_coll_abandon(&st->reqs[i]);
     free(st->reqs);
     free(st->slots);
+    free(st->acc);
     free(st);
     r->state = NULL;
 }

@@ -12,7 +12,7 @@
  *                   2. a reduce-scatter across the hosts among the ranks of local index l over
  *                      the H chunks c(0..H-1, l): rank (h, l) ends with the full sum of c(h, l).
  *   all-gather      the reverse: across the hosts, then inside the host for each h'.
- *   all-reduce      the one followed by the other, in place in the output vector.
+ *   all-reduce      composed of the two by the dispatcher, in place in the output vector.
  * Each step is an ordinary collective of this directory (ring across hosts; inside a host the
  * direct exchange up to DIRECT_INSIDE bytes, else the ring) on the topology's communicators,
  * started on the step's chunks of the caller's vector (no packing), one step after the other
@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "collectives/coll_impl.h"
-#include "runtime/check.h"
-#include "runtime/log.h"
+#include "base/check.h"
+#include "base/log.h"
 
 /* On shared memory the direct exchange beat the ring up to 1 MiB (coll.c's table, row 0). */
 #define DIRECT_INSIDE ((size_t)1 << 20)
@@ -106,7 +106,10 @@ static int hier_start(dear_coll_req_t *r)
      * are), the output of an all-reduce, else a scratch copy of a reduce-scatter's input. */
     switch (r->op) {
     case DEAR_COLL_REDUCE_SCATTER:
-        if (r->work != NULL && r->work == r->src) {
+        if (r->work != NULL) {
+            /* In place, or the first half of a composed all-reduce (work: its output). */
+            if (r->work != r->src)
+                memcpy(r->work, r->src, r->total * r->esize);
             st->vec = r->work;
         } else {
             r->scratch = dear_coll_scratch_get(r->total * r->esize, &r->scratch_bytes);
@@ -115,11 +118,6 @@ static int hier_start(dear_coll_req_t *r)
             memcpy(r->scratch, r->src, r->total * r->esize);
             st->vec = r->scratch;
         }
-        break;
-    case DEAR_COLL_ALLREDUCE:
-        if (r->src != r->buf)
-            memcpy(r->buf, r->src, r->total * r->esize);
-        st->vec = r->buf;
         break;
     default:
         st->vec = r->buf;

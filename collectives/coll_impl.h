@@ -1,6 +1,6 @@
 /*
  * Internal view of a collective request, shared by the dispatcher (coll.c) and the algorithm
- * files (coll_mpi.c, coll_ring.c, coll_rhd.c, coll_direct.c, coll_hier.c). The dispatcher validates the arguments and
+ * files (coll_mpi.c, coll_ring.c, coll_rhd.c, coll_direct.c, coll_hier.c, coll_sparse.c). The dispatcher validates the arguments and
  * normalises every call to one of three shapes over a per-rank layout (counts[r], displs[r],
  * in elements), so an algorithm never sees multi-block all-gathers or out-of-place
  * all-gathers:
@@ -8,9 +8,12 @@
  *                   work (total elements) may be used as scratch for partial sums and may be
  *                   src itself (in place).
  *   ALLGATHER       in place on buf: rank r's part is buf[displs[r], +counts[r]).
- *   ALLREDUCE       src (total) -> buf (total); src == buf when in place.
- * Adding an algorithm means one file with one dear_coll_algo_ops_t and one entry in the table
- * in coll.c.
+ *   ALLREDUCE       src (total) -> buf (total); src == buf when in place. Only algorithms
+ *                   without DEAR_ALGO_F_COMPOSED_AR see it: for the others the dispatcher runs
+ *                   a REDUCE_SCATTER from src with work = buf and out = this rank's part of buf,
+ *                   then an in-place ALLGATHER on buf.
+ * Adding an algorithm means one file with one dear_coll_algo_ops_t and one row in
+ * DEAR_COLL_ALGO_TABLE (base/algo_table.h).
  */
 #ifndef DEAR_COLL_IMPL_H
 #define DEAR_COLL_IMPL_H
@@ -30,7 +33,18 @@ typedef struct dear_coll_algo_ops {
 } dear_coll_algo_ops_t;
 
 struct dear_coll_req {
-    dear_coll_op_t op;
+    dear_coll_op_t user_op;     /* what the caller asked for */
+    dear_coll_op_t op;          /* what the algorithm runs now: user_op, or a composed
+                                 * all-reduce's current half */
+    int composed;               /* an all-reduce run as reduce-scatter then all-gather */
+    dear_dtype_t user_dtype;    /* the caller's; dtype is DEAR_FLOAT32 while a 16-bit reduction runs
+                                 * on the float32 copy below */
+    float *wide;                /* that copy (coll.c's widen_setup), or NULL */
+    size_t wide_cap;
+    void *narrow_to;            /* where its result is rounded to, from narrow_from */
+    const float *narrow_from;
+    size_t narrow_count;
+    char *saved_buf;            /* buf while the copy runs */
     dear_coll_algo_t algo;
     dear_dtype_t dtype;
     MPI_Comm comm;
@@ -59,17 +73,18 @@ struct dear_coll_req {
     int done;
     int failed;
     size_t bytes_sent;
+    size_t msgs_sparse, msgs_dense; /* algo sparse: the form of each message sent */
+    size_t block;               /* algo sparse: elements per block */
     size_t events;              /* completed transfers, for back-off decisions */
     const dear_coll_algo_ops_t *ops;
     void *state;                /* the algorithm's */
     const dear_coll_topo_t *topo; /* hier: the communicator's hosts */
 };
 
-extern const dear_coll_algo_ops_t dear_coll_ring_ops;
-extern const dear_coll_algo_ops_t dear_coll_rhd_ops;
-extern const dear_coll_algo_ops_t dear_coll_mpi_ops;
-extern const dear_coll_algo_ops_t dear_coll_direct_ops;
-extern const dear_coll_algo_ops_t dear_coll_hier_ops;
+/* Each row of DEAR_COLL_ALGO_TABLE (base/algo_table.h) names its ops, defined in its file. */
+#define DEAR_ALGO_OPS_DECL_(ID, NAME, OPS, FLAGS, HELP) extern const dear_coll_algo_ops_t OPS;
+DEAR_COLL_ALGO_TABLE(DEAR_ALGO_OPS_DECL_)
+#undef DEAR_ALGO_OPS_DECL_
 
 /* A collective of another algorithm run as a step of parent's (hier): op over nranks ranks of
  * comm (this one rank), chunk p of rank p at counts[p]/displs[p] (copied) of the vector vec,

@@ -1,59 +1,25 @@
 /*
  * Algorithm `mpi`: Open MPI's own non-blocking collectives behind the dear_coll interface, for
  * comparison and as a fallback. MPI_Ireduce_scatter with the shard rule's uneven counts,
- * MPI_Iallgatherv in place, MPI_Iallreduce. bfloat16 and float16 travel as MPI_UINT16_T and
- * are summed by a user MPI_Op that widens to float32 (reduce.c). The scale is applied after
- * completion, and an in-place reduce-scatter's result (which MPI leaves at the start of the
+ * MPI_Iallgatherv in place, MPI_Iallreduce. bfloat16 and float16 are gathered as MPI_UINT16_T
+ * and reduced on a float32 copy (the dispatcher's), so MPI's own sums never round them. The
+ * scale is applied after completion, and an in-place reduce-scatter's result (which MPI leaves at the start of the
  * buffer) is moved to this rank's shard as coll.h specifies. Open MPI's counts are ints:
  * larger vectors fail with DEAR_ERR_UNSUPPORTED.
  */
 #include <limits.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collectives/coll_impl.h"
 #include "collectives/reduce.h"
-#include "runtime/check.h"
-#include "runtime/log.h"
+#include "base/mpi_check.h"
+#include "base/log.h"
 
 typedef struct {
     MPI_Request req;
     int *counts, *displs;
 } mpi_state_t;
-
-static MPI_Op op_bf16 = MPI_OP_NULL, op_f16 = MPI_OP_NULL;
-static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
-static int ops_rc = MPI_SUCCESS;
-
-static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt)
-{
-    dear_reduce_sum(DEAR_BFLOAT16, inout, inout, in, (size_t)*len, 1.0);
-}
-
-static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
-{
-    dear_reduce_sum(DEAR_FLOAT16, inout, inout, in, (size_t)*len, 1.0);
-}
-
-static void create_ops(void)
-{
-    ops_rc = MPI_Op_create(sum_bf16, 1, &op_bf16);
-    if (ops_rc == MPI_SUCCESS)
-        ops_rc = MPI_Op_create(sum_f16, 1, &op_f16);
-}
-
-static int sum_op(dear_dtype_t dtype, MPI_Op *op)
-{
-    if (dtype == DEAR_BFLOAT16 || dtype == DEAR_FLOAT16) {
-        DEAR_PTHREAD_CHECK(pthread_once(&ops_once, create_ops));
-        DEAR_MPI_CHECK(ops_rc);
-        *op = dtype == DEAR_BFLOAT16 ? op_bf16 : op_f16;
-    } else {
-        *op = MPI_SUM;
-    }
-    return DEAR_OK;
-}
 
 static int int_counts(dear_coll_req_t *r, mpi_state_t *s)
 {
@@ -81,9 +47,9 @@ static int mpi_start(dear_coll_req_t *r)
     DEAR_ALLOC_GOTO(s, calloc(1, sizeof *s), sizeof *s, rc, out);
     s->req = MPI_REQUEST_NULL;
     r->state = s;
-    MPI_Op op;
+    /* 16-bit reductions reach this algorithm as float32 (coll.c's widen_setup). */
+    MPI_Op op = MPI_SUM;
     MPI_Datatype t = dear_coll_mpi_type(r->dtype);
-    DEAR_CHECK(sum_op(r->dtype, &op));
     DEAR_CHECK(int_counts(r, s));
     switch (r->op) {
     case DEAR_COLL_REDUCE_SCATTER:

@@ -24,8 +24,8 @@
 
 #include "collectives/coll_impl.h"
 #include "collectives/reduce.h"
-#include "runtime/check.h"
-#include "runtime/log.h"
+#include "base/mpi_check.h"
+#include "base/log.h"
 
 typedef enum { ACT_NONE, ACT_ACC, ACT_SCALE_ALL, ACT_SCALE_OWN, ACT_SCALE_OUT } action_t;
 

@@ -1,7 +1,6 @@
 /*
  * Algorithm `ring`: bandwidth-optimal reduce-scatter and all-gather over a ring of P ranks,
- * all-reduce as the one followed by the other, pipelined in segments of DEAR_COLL_SEGMENT
- * bytes. At step s (0..P-2) of the reduce-scatter rank r sends chunk r-s-1 and receives chunk
+ * pipelined in segments of DEAR_COLL_SEGMENT bytes (the dispatcher composes the all-reduce). At step s (0..P-2) of the reduce-scatter rank r sends chunk r-s-1 and receives chunk
  * r-s-2 (mod P), adds it to its own data and forwards the sum at step s+1; after P-1 steps it
  * holds the full sum of chunk r (the shard rule's shard). The all-gather is the same walk
  * without the additions, chunk r-s out and r-s-1 in.
@@ -10,6 +9,10 @@
  * once, so the reduction of one segment overlaps the transfer of the next. A segment's forward
  * (step s+1) is posted as soon as its reduction (step s) is done. Receives complete in posting
  * order (one source, one tag), which keeps both sides' views of the sequence identical.
+ *
+ * 16-bit floating types keep their partial sums in float32 (a float32 work vector, float32
+ * messages after the first step, which carries the input itself) and round once, at the last
+ * step: the sum is the same whatever the rank count.
  *
  * Buffers: the reduce-scatter reads the input, receives into RING_WINDOW segment slots and
  * writes partial sums into a work vector, which is the input itself when in place (zero copy)
@@ -25,9 +28,9 @@
 
 #include "collectives/coll_impl.h"
 #include "collectives/reduce.h"
-#include "runtime/check.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
+#include "base/mpi_check.h"
+#include "base/log.h"
+#include "base/params.h"
 
 #define RING_WINDOW 8
 
@@ -37,12 +40,14 @@ typedef struct {
 } cursor_t;
 
 typedef struct {
-    int phase;                  /* index into ops[] */
-    int nphases;
-    dear_coll_op_t ops[2];
+    int trivial;                /* one rank: nothing travels, done at start */
+    int wide;                   /* 16-bit reduce-scatter: partial sums travel as float32 */
+    float *wide_work;           /* wide: the float32 partial sums (scratch of total elements) */
+    size_t wide_cap;
+    size_t slot_esize;          /* bytes per element of a receive slot */
     size_t seg;                 /* elements per segment */
     int left, right;
-    size_t nsend, nrecv;        /* items of the current phase */
+    size_t nsend, nrecv;        /* items to send and receive */
     size_t send_posted, send_done, recv_posted, recv_done;
     cursor_t sc, rpost, rdone;
     size_t *recv_first;         /* recv item index of the first segment of each step */
@@ -54,7 +59,7 @@ static int mod(int a, int p) { return ((a % p) + p) % p; }
 
 static int send_chunk(const dear_coll_req_t *r, const ring_state_t *st, int step)
 {
-    int off = st->ops[st->phase] == DEAR_COLL_REDUCE_SCATTER ? 1 : 0;
+    int off = r->op == DEAR_COLL_REDUCE_SCATTER ? 1 : 0;
     return mod(r->rank - step - off, r->nranks);
 }
 
@@ -83,7 +88,7 @@ static void cursor_next(const dear_coll_req_t *r, const ring_state_t *st, cursor
     cursor_norm(r, st, c, recv);
 }
 
-static void phase_setup(dear_coll_req_t *r, ring_state_t *st)
+static void items_setup(dear_coll_req_t *r, ring_state_t *st)
 {
     st->nsend = st->nrecv = 0;
     for (int s = 0; s < r->nranks - 1; s++) {
@@ -109,19 +114,29 @@ static char *elem(const dear_coll_req_t *r, const void *base, size_t index)
     return (char *)base + index * r->esize;
 }
 
+/* Bytes per element of what travels at a step: wide partial sums are float32 after the first
+ * step, which carries the input itself. */
+static size_t step_esize(const dear_coll_req_t *r, const ring_state_t *st, int step)
+{
+    return st->wide && step > 0 ? sizeof(float) : r->esize;
+}
+
 static int post_send(dear_coll_req_t *r, ring_state_t *st)
 {
     const cursor_t *c = &st->sc;
     int chunk = send_chunk(r, st, c->step);
     size_t n = seg_len(r, st, chunk, c->k), at = r->displs[chunk] + c->k * st->seg;
-    const void *base;
-    if (st->ops[st->phase] == DEAR_COLL_ALLGATHER)
-        base = r->buf;
+    size_t es = step_esize(r, st, c->step);
+    const char *p;
+    if (r->op == DEAR_COLL_ALLGATHER)
+        p = elem(r, r->buf, at);
+    else if (c->step == 0)
+        p = elem(r, r->src, at);
     else
-        base = c->step == 0 ? (const void *)r->src : (const void *)r->work;
-    DEAR_MPI_CHECK(MPI_Isend(elem(r, base, at), (int)(n * r->esize), MPI_BYTE, st->right, r->tag,
-                             r->comm, &st->sreq[st->send_posted % RING_WINDOW]));
-    r->bytes_sent += n * r->esize;
+        p = st->wide ? (const char *)(st->wide_work + at) : elem(r, r->work, at);
+    DEAR_MPI_CHECK(MPI_Isend(p, (int)(n * es), MPI_BYTE, st->right, r->tag, r->comm,
+                             &st->sreq[st->send_posted % RING_WINDOW]));
+    r->bytes_sent += n * es;
     st->send_posted++;
     cursor_next(r, st, &st->sc, 0);
     return DEAR_OK;
@@ -133,15 +148,34 @@ static int post_recv(dear_coll_req_t *r, ring_state_t *st)
     int chunk = recv_chunk(r, st, c->step);
     size_t n = seg_len(r, st, chunk, c->k);
     void *dst;
-    if (st->ops[st->phase] == DEAR_COLL_ALLGATHER)
+    if (r->op == DEAR_COLL_ALLGATHER)
         dst = elem(r, r->buf, r->displs[chunk] + c->k * st->seg);
     else
-        dst = st->slots + (st->recv_posted % RING_WINDOW) * st->seg * r->esize;
-    DEAR_MPI_CHECK(MPI_Irecv(dst, (int)(n * r->esize), MPI_BYTE, st->left, r->tag, r->comm,
+        dst = st->slots + (st->recv_posted % RING_WINDOW) * st->seg * st->slot_esize;
+    DEAR_MPI_CHECK(MPI_Irecv(dst, (int)(n * step_esize(r, st, c->step)), MPI_BYTE, st->left, r->tag, r->comm,
                              &st->rreq[st->recv_posted % RING_WINDOW]));
     st->recv_posted++;
     cursor_next(r, st, &st->rpost, 1);
     return DEAR_OK;
+}
+
+/* wide: the received segment (16-bit input at step 0, float32 partial sums after) plus this
+ * rank's input, in float32; the last step rounds once, scaled, into the output. */
+static void reduce_recv_wide(dear_coll_req_t *r, ring_state_t *st, char *slot, size_t n, size_t at, size_t k)
+{
+    float *w = st->wide_work + at;
+    int last = st->rdone.step == r->nranks - 2;
+    if (st->rdone.step == 0) {
+        dear_reduce_widen(r->dtype, w, elem(r, r->src, at), n);
+        dear_reduce_widen_acc(r->dtype, w, slot, n);
+    } else {
+        w = (float *)slot; /* float32 partial sums: add the input to them in the slot */
+        dear_reduce_widen_acc(r->dtype, w, elem(r, r->src, at), n);
+        if (!last)
+            memcpy(st->wide_work + at, w, n * sizeof(float));
+    }
+    if (last)
+        dear_reduce_narrow(r->dtype, elem(r, r->out, k), w, n, r->scale);
 }
 
 /* A received reduce-scatter segment: add it to the input; the last step writes the result. */
@@ -150,8 +184,10 @@ static void reduce_recv(dear_coll_req_t *r, ring_state_t *st)
     const cursor_t *c = &st->rdone;
     int chunk = recv_chunk(r, st, c->step);
     size_t n = seg_len(r, st, chunk, c->k), at = r->displs[chunk] + c->k * st->seg;
-    const char *slot = st->slots + (st->recv_done % RING_WINDOW) * st->seg * r->esize;
-    if (c->step == r->nranks - 2)
+    char *slot = st->slots + (st->recv_done % RING_WINDOW) * st->seg * st->slot_esize;
+    if (st->wide)
+        reduce_recv_wide(r, st, slot, n, at, c->k * st->seg);
+    else if (c->step == r->nranks - 2)
         dear_reduce_sum(r->dtype, elem(r, r->out, c->k * st->seg), elem(r, r->src, at), slot, n,
                         r->scale);
     else
@@ -175,7 +211,7 @@ static int ring_progress(dear_coll_req_t *r, int *done)
             DEAR_CHECK(dear_coll_test(&st->rreq[st->recv_done % RING_WINDOW], &flag));
             if (!flag)
                 break;
-            if (st->ops[st->phase] == DEAR_COLL_REDUCE_SCATTER)
+            if (r->op == DEAR_COLL_REDUCE_SCATTER)
                 reduce_recv(r, st);
             st->recv_done++;
             r->events++;
@@ -200,12 +236,8 @@ static int ring_progress(dear_coll_req_t *r, int *done)
             moved = 1;
         }
         if (st->send_done == st->nsend && st->recv_done == st->nrecv) {
-            if (++st->phase == st->nphases) {
-                *done = 1;
-                return DEAR_OK;
-            }
-            phase_setup(r, st);
-            moved = 1;
+            *done = 1;
+            return DEAR_OK;
         }
         if (!moved)
             break;
@@ -221,64 +253,55 @@ static int ring_start(dear_coll_req_t *r)
     r->state = st;
     for (int i = 0; i < RING_WINDOW; i++)
         st->sreq[i] = st->rreq[i] = MPI_REQUEST_NULL;
-    /* MPI counts are ints: segments above 1 GiB gain nothing anyway. */
+    /* No segment is longer than the longest chunk: the same messages, and the receive slots are
+     * sized by the vector, not by DEAR_COLL_SEGMENT. */
     size_t seg_bytes = (size_t)dear_param_int(DEAR_P_COLL_SEGMENT);
-    if (seg_bytes > ((size_t)1 << 30))
-        seg_bytes = (size_t)1 << 30;
+    size_t max_chunk = 0;
+    for (int i = 0; i < r->nranks; i++)
+        max_chunk = r->counts[i] > max_chunk ? r->counts[i] : max_chunk;
     st->seg = seg_bytes / r->esize > 0 ? seg_bytes / r->esize : 1;
+    if (st->seg > max_chunk && max_chunk > 0)
+        st->seg = max_chunk;
     st->left = mod(r->rank - 1, r->nranks);
     st->right = mod(r->rank + 1, r->nranks);
     size_t nb = (size_t)r->nranks * sizeof(size_t);
     DEAR_ALLOC_GOTO(st->recv_first, malloc(nb), nb, rc, out);
 
     if (r->nranks == 1) {
-        /* Nothing travels: the result is the input, scaled. */
+        /* Nothing travels: a reduce-scatter's result is the input, scaled. */
         if (r->op == DEAR_COLL_REDUCE_SCATTER)
             dear_reduce_scale(r->dtype, r->out, r->src, r->total, r->scale);
-        else if (r->op == DEAR_COLL_ALLREDUCE)
-            dear_reduce_scale(r->dtype, r->buf, r->src, r->total, r->scale);
-        st->nphases = 0;
+        st->trivial = 1;
         return DEAR_OK;
     }
-    switch (r->op) {
-    case DEAR_COLL_REDUCE_SCATTER:
-        st->ops[0] = DEAR_COLL_REDUCE_SCATTER;
-        st->nphases = 1;
-        if (r->work == NULL) {
-            r->scratch = dear_coll_scratch_get(r->total * r->esize, &r->scratch_bytes);
-            if (r->scratch == NULL)
-                return DEAR_ERR_NOMEM;
-            r->work = r->scratch;
-        }
-        break;
-    case DEAR_COLL_ALLGATHER:
-        st->ops[0] = DEAR_COLL_ALLGATHER;
-        st->nphases = 1;
-        break;
-    default:
-        st->ops[0] = DEAR_COLL_REDUCE_SCATTER;
-        st->ops[1] = DEAR_COLL_ALLGATHER;
-        st->nphases = 2;
-        r->work = r->buf;
-        r->out = r->buf + r->displs[r->rank] * r->esize;
-        break;
+    st->wide = r->op == DEAR_COLL_REDUCE_SCATTER && dear_dtype_is16(r->dtype);
+    st->slot_esize = st->wide ? sizeof(float) : r->esize;
+    if (st->wide) {
+        st->wide_work = dear_coll_scratch_get(r->total * sizeof(float), &st->wide_cap);
+        if (st->wide_work == NULL)
+            return DEAR_ERR_NOMEM;
+    } else if (r->op == DEAR_COLL_REDUCE_SCATTER && r->work == NULL) {
+        r->scratch = dear_coll_scratch_get(r->total * r->esize, &r->scratch_bytes);
+        if (r->scratch == NULL)
+            return DEAR_ERR_NOMEM;
+        r->work = r->scratch;
     }
-    if (st->ops[0] == DEAR_COLL_REDUCE_SCATTER) {
-        size_t sb = RING_WINDOW * st->seg * r->esize;
+    if (r->op == DEAR_COLL_REDUCE_SCATTER) {
+        size_t sb = RING_WINDOW * st->seg * st->slot_esize;
         DEAR_ALLOC_GOTO(st->slots, malloc(sb), sb, rc, out);
     }
-    phase_setup(r, st);
+    items_setup(r, st);
     int done = 0;
     rc = ring_progress(r, &done);  /* post the first round */
 out:
     return rc;
 }
 
-/* ring_progress reports done through *done; a request with no phases is done at once. */
+/* ring_progress reports done through *done; a one-rank request is done at once. */
 static int ring_progress_entry(dear_coll_req_t *r, int *done)
 {
     ring_state_t *st = r->state;
-    if (st->phase >= st->nphases) {
+    if (st->trivial) {
         *done = 1;
         return DEAR_OK;
     }
@@ -296,6 +319,7 @@ static void ring_cleanup(dear_coll_req_t *r)
     }
     free(st->slots);
     free(st->recv_first);
+    dear_coll_scratch_put(st->wide_work, st->wide_cap);
     free(st);
     r->state = NULL;
 }

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "collectives/coll_impl.h"
-#include "runtime/check.h"
-#include "runtime/log.h"
+#include "base/mpi_check.h"
+#include "base/log.h"
 
 void dear_coll_topo_free(dear_coll_topo_t *t)
 {

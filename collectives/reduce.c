@@ -2,13 +2,8 @@
  * Reduction kernels (see reduce.h). Each kernel is a simple counted loop over restrict
  * pointers with branch-free conversions, so gcc vectorises every one of them; the type switch
  * and the scale == 1 test happen once per call. This file is built with -O3 and a dynamic
- * vectorisation cost model (collectives/local.mk).
- *
- * Vectorisation report (gcc 12.2, x86-64 baseline SSE2, -fopt-info-vec-optimized, also with
- * the configure default -O2 appended after the per-library flags): all 30 loops of the sum_*,
- * acc_*, sums_*, accs_*, scale_* and scalei_* kernels report "loop vectorized using 16 byte
- * vectors", float16 and bfloat16 included. The float16 conversions are written with mask
- * selects: with ?: in them gcc reported "control flow in loop" and left those loops scalar.
+ * vectorisation cost model (collectives/local.mk). Conversions use mask selects, not ?:, which
+ * gcc leaves scalar (the vectorisation report: docs/PERFORMANCE.md#reduce-kernels).
  */
 #include "collectives/reduce.h"
 
@@ -122,6 +117,122 @@ DEF_KERNELS(bf16, uint16_t, bf16_to_f, f_to_bf16, float)
 DEF_KERNELS(f16, uint16_t, half_to_f, f_to_half, float)
 /* int32 adds in uint32 so that overflow wraps (defined) instead of being undefined. */
 DEF_KERNELS(i32, uint32_t, ID, ID, uint32_t)
+
+/* 16-bit types summed in float32 and rounded once: widen, accumulate widened, narrow. */
+#define DEF_WIDE_KERNELS(NAME, LOAD, STORE)                                                    \
+    static void widen_##NAME(float *restrict d, const uint16_t *restrict a, size_t n)         \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = LOAD(a[i]);                                                                 \
+    }                                                                                          \
+    static void wacc_##NAME(float *restrict d, const uint16_t *restrict a, size_t n)          \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] += LOAD(a[i]);                                                                \
+    }                                                                                          \
+    static void narrow_##NAME(uint16_t *restrict d, const float *restrict a, size_t n, float s) \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = STORE(a[i] * s);                                                            \
+    }
+
+DEF_WIDE_KERNELS(bf16, bf16_to_f, f_to_bf16)
+DEF_WIDE_KERNELS(f16, half_to_f, f_to_half)
+
+void dear_reduce_widen(dear_dtype_t dtype, float *dst, const void *src, size_t n)
+{
+    if (dtype == DEAR_BFLOAT16)
+        widen_bf16(dst, src, n);
+    else if (dtype == DEAR_FLOAT16)
+        widen_f16(dst, src, n);
+    else if (dtype == DEAR_FLOAT32 && (const void *)dst != src)
+        memcpy(dst, src, n * sizeof(float));
+}
+
+void dear_reduce_widen_acc(dear_dtype_t dtype, float *acc, const void *src, size_t n)
+{
+    if (dtype == DEAR_BFLOAT16)
+        wacc_bf16(acc, src, n);
+    else if (dtype == DEAR_FLOAT16)
+        wacc_f16(acc, src, n);
+    else if (dtype == DEAR_FLOAT32)
+        acc_f32(acc, src, n);
+}
+
+void dear_reduce_narrow(dear_dtype_t dtype, void *dst, const float *src, size_t n, double scale)
+{
+    if (dtype == DEAR_BFLOAT16)
+        narrow_bf16(dst, src, n, (float)scale);
+    else if (dtype == DEAR_FLOAT16)
+        narrow_f16(dst, src, n, (float)scale);
+    else if (dtype == DEAR_FLOAT32)
+        dear_reduce_scale(DEAR_FLOAT32, dst, src, n, scale);
+}
+
+size_t dear_reduce_zero_prefix(const void *p, size_t n)
+{
+    /* 64 bytes per test: a run of zeros costs one OR per word and vectorises; the first non-zero
+     * 64 bytes end it, and the byte it starts at is found within them. */
+    const unsigned char *b = p;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint64_t w[8], o = 0;
+        memcpy(w, b + i, sizeof w);
+        for (int k = 0; k < 8; k++)
+            o |= w[k];
+        if (o != 0)
+            break;
+    }
+    while (i < n && b[i] == 0)
+        i++;
+    return i;
+}
+
+void dear_reduce_zero_sign(dear_dtype_t dtype, void *v, size_t n)
+{
+    /* x == 0 holds for both zeros, so assigning +0 there changes nothing else. */
+    if (dtype == DEAR_FLOAT32) {
+        float *f = v;
+        for (size_t i = 0; i < n; i++)
+            f[i] = f[i] == 0.0f ? 0.0f : f[i];
+    } else if (dtype == DEAR_FLOAT64) {
+        double *d = v;
+        for (size_t i = 0; i < n; i++)
+            d[i] = d[i] == 0.0 ? 0.0 : d[i];
+    }
+}
+
+double dear_reduce_sumsq(dear_dtype_t dtype, const void *src, size_t n)
+{
+    double s = 0;
+    switch (dtype) {
+    case DEAR_FLOAT32:
+        for (size_t i = 0; i < n; i++)
+            s += (double)((const float *)src)[i] * ((const float *)src)[i];
+        break;
+    case DEAR_FLOAT64:
+        for (size_t i = 0; i < n; i++)
+            s += ((const double *)src)[i] * ((const double *)src)[i];
+        break;
+    case DEAR_BFLOAT16:
+        for (size_t i = 0; i < n; i++) {
+            double v = bf16_to_f(((const uint16_t *)src)[i]);
+            s += v * v;
+        }
+        break;
+    case DEAR_FLOAT16:
+        for (size_t i = 0; i < n; i++) {
+            double v = half_to_f(((const uint16_t *)src)[i]);
+            s += v * v;
+        }
+        break;
+    case DEAR_INT32:
+        for (size_t i = 0; i < n; i++)
+            s += (double)((const int32_t *)src)[i] * ((const int32_t *)src)[i];
+        break;
+    }
+    return s;
+}
 
 #define DISPATCH_SUM(NAME, T, ACC_T)                                                           \
     do {                                                                                       \

@@ -3,7 +3,9 @@
  * element type. The type and the scale are resolved once per call, never per element, so the
  * loops inside are plain and vectorise (reduce.c is built with -O3). 16-bit float types are
  * widened to float32, added (and scaled) in float32 and rounded once per call to the nearest
- * even 16-bit value; int32 sums wrap modulo 2^32 like MPI_SUM in Open MPI.
+ * even 16-bit value; the collectives keep their partial sums in float32 (widen, widen_acc,
+ * narrow), so a sum over any number of ranks is rounded once. int32 sums wrap modulo 2^32 like
+ * MPI_SUM in Open MPI.
  */
 #ifndef DEAR_REDUCE_H
 #define DEAR_REDUCE_H
@@ -19,6 +21,26 @@ void dear_reduce_sum(dear_dtype_t dtype, void *dst, const void *a, const void *b
 
 /* dst[i] = src[i] * scale; dst may be exactly src. With scale == 1.0 a copy (or nothing). */
 void dear_reduce_scale(dear_dtype_t dtype, void *dst, const void *src, size_t n, double scale);
+
+/* Exact 16-bit sums: partial sums of bfloat16 and float16 are kept in float32 and rounded once,
+ * when the result is final. widen: dst = float32(src); widen_acc: acc += float32(src); narrow:
+ * dst = round(src * scale) to the 16-bit type. For DEAR_FLOAT32 they copy, add and scale. */
+void dear_reduce_widen(dear_dtype_t dtype, float *dst, const void *src, size_t n);
+void dear_reduce_widen_acc(dear_dtype_t dtype, float *acc, const void *src, size_t n);
+void dear_reduce_narrow(dear_dtype_t dtype, void *dst, const float *src, size_t n, double scale);
+/* 1 for the 16-bit floating types, whose partial sums must not be rounded on the way. */
+static inline int dear_dtype_is16(dear_dtype_t dtype) { return dtype == DEAR_BFLOAT16 || dtype == DEAR_FLOAT16; }
+
+/* Leading zero bytes of the n bytes at p (n when all are zero): the zero-block scan of the sparse
+ * collectives, bitwise, so -0.0 is not zero and a zero block is rebuilt exactly by zero-filling;
+ * one call skips a whole run of zero blocks, however small they are. */
+size_t dear_reduce_zero_prefix(const void *p, size_t n);
+
+/* Negative zeros of a float32 or float64 vector made positive (other types: nothing). */
+void dear_reduce_zero_sign(dear_dtype_t dtype, void *v, size_t n);
+
+/* Sum of the squares of src[0..n), added in float64 in index order (global-norm clipping). */
+double dear_reduce_sumsq(dear_dtype_t dtype, const void *src, size_t n);
 
 /* Scalar conversions used by the kernels and by tests as the reference rounding. */
 float dear_bf16_to_float(unsigned short h);

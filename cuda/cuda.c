@@ -1,10 +1,12 @@
 /* CUDA device discovery; built only with CUDA (cuda/local.mk). */
+#include "config.h"
+
 #include "cuda/cuda.h"
 
 #include <cuda_runtime.h>
 
 #include "include/dear.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 int dear_cuda_built(void) { return 1; }
 

@@ -1,7 +1,8 @@
 /* Cost model: evaluation, least-squares fit, presets, scaling and the calibration cache file.
  * Pure C; the runtime measures, this file only does arithmetic and files. */
 #include "fusion/cost.h"
-#include "fusion/textio.h"
+#include "base/fileio.h"
+#include "base/textio.h"
 
 #include <errno.h>
 #include <math.h>
@@ -9,41 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "include/dear.h"
-#include "runtime/log.h"
-
-static const char *const op_names[DEAR_COST_NOPS] = { "rs", "ag", "ar" };
-static const char *const algo_names[DEAR_COST_NALGOS] = { "ring", "rhd", "mpi", "auto" };
-
-const char *dear_cost_op_name(dear_cost_op_t op)
-{
-    return (unsigned)op < DEAR_COST_NOPS ? op_names[op] : "?";
-}
-
-const char *dear_cost_algo_name(dear_cost_algo_t algo)
-{
-    return (unsigned)algo < DEAR_COST_NALGOS ? algo_names[algo] : "?";
-}
-
-int dear_cost_op_parse(const char *name, dear_cost_op_t *op)
-{
-    for (int i = 0; i < DEAR_COST_NOPS; i++)
-        if (strcmp(name, op_names[i]) == 0) {
-            *op = (dear_cost_op_t)i;
-            return 0;
-        }
-    return -1;
-}
-
-int dear_cost_algo_parse(const char *name, dear_cost_algo_t *algo)
-{
-    for (int i = 0; i < DEAR_COST_NALGOS; i++)
-        if (strcmp(name, algo_names[i]) == 0) {
-            *algo = (dear_cost_algo_t)i;
-            return 0;
-        }
-    return -1;
-}
+#include "include/dear_types.h"
+#include "base/log.h"
 
 double dear_cost_line_eval(const dear_cost_line_t *line, double bytes)
 {
@@ -59,16 +27,16 @@ double dear_cost_line_eval(const dear_cost_line_t *line, double bytes)
     return y[i] + (y[i + 1] - y[i]) / (x[i + 1] - x[i]) * (bytes - x[i]);
 }
 
-double dear_cost_eval(const dear_cost_model_t *model, dear_cost_op_t op, double bytes, int *algo)
+double dear_cost_eval(const dear_cost_model_t *model, dear_coll_op_t op, double bytes, int *algo)
 {
     double best = INFINITY;
     int which = -1;
-    if (model->line[op][DEAR_COST_AUTO].valid) {
+    if (model->line[op][DEAR_ALGO_AUTO].valid) {
         if (algo)
-            *algo = DEAR_COST_AUTO;
-        return dear_cost_line_eval(&model->line[op][DEAR_COST_AUTO], bytes);
+            *algo = DEAR_ALGO_AUTO;
+        return dear_cost_line_eval(&model->line[op][DEAR_ALGO_AUTO], bytes);
     }
-    for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+    for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
         const dear_cost_line_t *l = &model->line[op][a];
         if (!l->valid)
             continue;
@@ -194,16 +162,16 @@ int dear_cost_fit_curve(const double *bytes, const double *seconds, int n, dear_
     return DEAR_OK;
 }
 
-int dear_cost_linear(const dear_cost_model_t *model, dear_cost_op_t op, double *alpha, double *beta)
+int dear_cost_linear(const dear_cost_model_t *model, dear_coll_op_t op, double *alpha, double *beta)
 {
     int nvalid = 0, last = -1;
-    for (int a = 0; a < DEAR_COST_NALGOS; a++)
+    for (int a = 0; a < DEAR_ALGO_COUNT; a++)
         if (model->line[op][a].valid) {
             nvalid++;
             last = a;
         }
     if (nvalid == 0) {
-        DEAR_ERROR("cost", "cost model has no line for %s", dear_cost_op_name(op));
+        DEAR_ERROR("cost", "cost model has no line for %s", dear_coll_op_short(op));
         return DEAR_ERR_ARG;
     }
     if (nvalid == 1 && model->line[op][last].npts < 2) {
@@ -237,9 +205,9 @@ static void model_clear(dear_cost_model_t *m, int comm_size, int rph, const char
 /* All-reduce (a, b) into the ring column; RS and AG as half an all-reduce each. */
 static void model_set_ar(dear_cost_model_t *m, double a, double b)
 {
-    m->line[DEAR_COST_AR][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = a, .beta = b };
-    m->line[DEAR_COST_RS][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = a / 2, .beta = b / 2 };
-    m->line[DEAR_COST_AG][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = a / 2, .beta = b / 2 };
+    m->line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RING] = (dear_cost_line_t){ .valid = 1, .alpha = a, .beta = b };
+    m->line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_RING] = (dear_cost_line_t){ .valid = 1, .alpha = a / 2, .beta = b / 2 };
+    m->line[DEAR_COLL_ALLGATHER][DEAR_ALGO_RING] = (dear_cost_line_t){ .valid = 1, .alpha = a / 2, .beta = b / 2 };
 }
 
 int dear_cost_from_alpha_beta(double alpha, double beta, int comm_size, dear_cost_model_t *model)
@@ -260,9 +228,8 @@ typedef struct {
     double alpha, beta;   /* all-reduce */
 } preset_t;
 
-/* MG-WFBP (Shi et al.) all-reduce fits, seconds and seconds per byte. shm: one host, Open
- * MPI's vader transport, P = 4: about 15 us start-up and 2.5 GB/s algorithm bandwidth, a
- * typical memcpy-bound figure for this class of machine (calibration replaces it). */
+/* MG-WFBP (Shi et al.) all-reduce fits, seconds and seconds per byte. shm: one host of four
+ * ranks, a memcpy-bound figure that calibration replaces (docs/PERFORMANCE.md#shm-preset). */
 static const preset_t presets[] = {
     { "10gbe", 8, 5.23e-4, 8.57e-10 },
     { "10gbe", 16, 9.08e-4, 7.40e-10 },
@@ -322,12 +289,12 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
     dear_cost_model_t m = *in;
     int p0 = in->comm_size, p1 = comm_size;
     double bw = ((double)(p1 - 1) / p1) / ((double)(p0 - 1) / p0);
-    for (int op = 0; op < DEAR_COST_NOPS; op++)
-        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
             dear_cost_line_t *l = &m.line[op][a];
             if (!l->valid)
                 continue;
-            double st = a == DEAR_COST_RHD ? log_steps(p1) / log_steps(p0) : ring_steps(p1) / ring_steps(p0);
+            double st = a == DEAR_ALGO_RHD ? log_steps(p1) / log_steps(p0) : ring_steps(p1) / ring_steps(p0);
             for (int i = 0; i < l->npts; i++) {
                 double rest = l->pt_sec[i] - l->alpha;
                 l->pt_sec[i] = l->alpha * st + (rest > 0 ? rest * bw : rest * st);
@@ -345,12 +312,24 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
 
 typedef struct {
     int p, rph;
-    dear_cost_op_t op;
-    dear_cost_algo_t algo;
+    dear_coll_op_t op;
+    dear_coll_algo_t algo;
     dear_cost_line_t line;
 } cost_rec_t;
 
 #define COST_MAGIC "dear-cost 1"
+/* Bounds a measured model cannot break: a cache line is short (a record and at most
+ * DEAR_COST_MAXPTS points), a cache holds a few records per layout, and no collective costs a
+ * minute of start-up or a second per byte; beyond them a value is damage, refused at its line
+ * rather than failing a planner later with no file named. */
+#define COST_MAX_LINE 4096
+#define COST_MAX_BYTES ((size_t)16 << 20)
+#define COST_MAX_ALPHA_S 60.0
+#define COST_MAX_S_PER_BYTE 1.0
+#define COST_MAX_PT_BYTES 1e15
+#define COST_MAX_PT_S 3600.0
+#define COST_MAX_FIT_ERR 1e3
+#define COST_MAX_RANKS 10000000
 
 /* "B:S,B:S,..." into line's curve; -1 unless 2..DEAR_COST_MAXPTS points with increasing sizes
  * and non-decreasing times > 0 (what dear_cost_fit_curve makes). */
@@ -363,7 +342,8 @@ static int parse_points(char *text, dear_cost_line_t *line)
             return -1;
         *colon = '\0';
         double b, t;
-        if (dear_text_double(tok, 0, HUGE_VAL, &b) || dear_text_double(colon + 1, 0, HUGE_VAL, &t) || !(t > 0))
+        if (dear_text_double(tok, 0, COST_MAX_PT_BYTES, &b) || dear_text_double(colon + 1, 0, COST_MAX_PT_S, &t) ||
+            !(t > 0))
             return -1;
         if (n > 0 && (!(b > line->pt_bytes[n - 1]) || t < line->pt_sec[n - 1]))
             return -1;
@@ -380,7 +360,7 @@ static int parse_points(char *text, dear_cost_line_t *line)
 /* One record of a cache file, with its points when it has them. */
 static void write_record(FILE *f, int p, int rph, int op, int algo, const dear_cost_line_t *l)
 {
-    fprintf(f, "%d %d %s %s %.9g %.9g %.9g %.6g %d", p, rph, op_names[op], algo_names[algo], l->alpha, l->beta,
+    fprintf(f, "%d %d %s %s %.9g %.9g %.9g %.6g %d", p, rph, dear_coll_op_short((dear_coll_op_t)op), dear_coll_algo_name((dear_coll_algo_t)algo), l->alpha, l->beta,
             l->gamma, l->fit_err, l->nsamples);
     for (int i = 0; i < l->npts; i++)
         fprintf(f, "%c%.9g:%.9g", i ? ',' : ' ', l->pt_bytes[i], l->pt_sec[i]);
@@ -392,23 +372,15 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
 {
     *recs = NULL;
     *nrecs = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        if (errno == ENOENT)
-            return DEAR_OK;
-        DEAR_ERROR("cost", "cannot open calibration file %s: %s", path, strerror(errno));
-        return DEAR_ERR_IO;
-    }
-    char buf[1024];
-    int lineno = 0, rc = DEAR_OK, seen_magic = 0, cap = 0;
+    dear_lines_t lr;
+    int rc = dear_lines_open(&lr, path, "calibration file", COST_MAX_LINE, COST_MAX_BYTES, 1);
+    if (rc != DEAR_OK || !lr.f)
+        return rc;
+    int lineno = 0, seen_magic = 0, cap = 0, got;
+    char *buf;
     cost_rec_t *r = NULL;
-    while (fgets(buf, sizeof buf, f)) {
-        lineno++;
-        if (!strchr(buf, '\n') && !feof(f)) {
-            DEAR_ERROR("cost", "%s:%d: line longer than %zu characters", path, lineno, sizeof buf - 2);
-            rc = DEAR_ERR_FORMAT;
-            break;
-        }
+    while ((got = dear_lines_next(&lr, &buf)) == 1) {
+        lineno = lr.lineno;
         char *hash = strchr(buf, '#');
         if (hash)
             *hash = '\0';
@@ -426,16 +398,19 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
             continue;
         }
         cost_rec_t c = { 0 };
-        if ((nf != 9 && nf != 10) || dear_text_int(fld[0], &c.p) || c.p < 1 || dear_text_int(fld[1], &c.rph) || c.rph < 1 ||
-            dear_cost_op_parse(fld[2], &c.op) || dear_cost_algo_parse(fld[3], &c.algo) ||
-            dear_text_double(fld[4], -HUGE_VAL, HUGE_VAL, &c.line.alpha) || dear_text_double(fld[5], -HUGE_VAL, HUGE_VAL, &c.line.beta) ||
-            dear_text_double(fld[6], -HUGE_VAL, HUGE_VAL, &c.line.gamma) || dear_text_double(fld[7], -HUGE_VAL, HUGE_VAL, &c.line.fit_err) ||
-            dear_text_int(fld[8], &c.line.nsamples) || !(c.line.alpha >= 0) || !(c.line.beta >= 0) ||
-            !(c.line.gamma >= 0)) {
+        long p, rph, ns;
+        if ((nf != 9 && nf != 10) || dear_text_long(fld[0], 1, COST_MAX_RANKS, &p) ||
+            dear_text_long(fld[1], 1, p, &rph) || dear_coll_op_parse(fld[2], &c.op) ||
+            dear_coll_algo_parse(fld[3], &c.algo) || dear_text_double(fld[4], 0, COST_MAX_ALPHA_S, &c.line.alpha) ||
+            dear_text_double(fld[5], 0, COST_MAX_S_PER_BYTE, &c.line.beta) ||
+            dear_text_double(fld[6], 0, COST_MAX_S_PER_BYTE, &c.line.gamma) ||
+            dear_text_double(fld[7], 0, COST_MAX_FIT_ERR, &c.line.fit_err) ||
+            dear_text_long(fld[8], 0, 1000000000L, &ns)) {
             DEAR_ERROR("cost",
                        "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto alpha beta gamma fit_err "
-                       "nsamples [points]' with P, ranks_per_host >= 1 and alpha, beta, gamma >= 0",
-                       path, lineno);
+                       "nsamples [points]' with 1 <= ranks_per_host <= P <= %d, alpha in [0, %g] s, beta and "
+                       "gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
+                       path, lineno, COST_MAX_RANKS, COST_MAX_ALPHA_S, COST_MAX_S_PER_BYTE, COST_MAX_FIT_ERR);
             rc = DEAR_ERR_FORMAT;
             break;
         }
@@ -447,6 +422,9 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
             rc = DEAR_ERR_FORMAT;
             break;
         }
+        c.p = (int)p;
+        c.rph = (int)rph;
+        c.line.nsamples = (int)ns;
         c.line.valid = 1;
         if (*nrecs == cap) {
             cap = cap ? 2 * cap : 16;
@@ -459,15 +437,13 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
         }
         r[(*nrecs)++] = c;
     }
-    if (rc == DEAR_OK && ferror(f)) {
-        DEAR_ERROR("cost", "error reading %s", path);
-        rc = DEAR_ERR_IO;
-    }
+    if (rc == DEAR_OK && got < 0)
+        rc = got;
     if (rc == DEAR_OK && !seen_magic && lineno > 0) {
         DEAR_ERROR("cost", "%s: no '%s' header", path, COST_MAGIC);
         rc = DEAR_ERR_FORMAT;
     }
-    fclose(f);
+    dear_lines_close(&lr);
     if (rc != DEAR_OK) {
         free(r);
         *nrecs = 0;
@@ -504,19 +480,22 @@ int dear_cost_save(const char *path, const dear_cost_model_t *model)
 {
     if (!path || !model)
         return DEAR_ERR_ARG;
+    /* The records of other layouts are kept, so the file is read first: refuse a link or a
+     * device before even that. */
+    if (dear_file_check_target(path, "calibration file") != DEAR_OK)
+        return DEAR_ERR_IO;
     cost_rec_t *recs;
     int n;
     int rc = cost_read(path, &recs, &n);
     if (rc != DEAR_OK)
         return rc;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        DEAR_ERROR("cost", "cannot write %s: %s", tmp, strerror(errno));
+    dear_file_out_t out;
+    rc = dear_file_out_open(&out, path, "calibration file");
+    if (rc != DEAR_OK) {
         free(recs);
-        return DEAR_ERR_IO;
+        return rc;
     }
+    FILE *f = out.f;
     fprintf(f, "%s\n# dear calibration cache (docs/FORMATS.md): time = alpha + (beta + gamma) * bytes, or\n"
                "# interpolated between the points bytes:seconds when a record has them\n"
                "# P ranks_per_host op algo alpha_s beta_s_per_byte gamma_s_per_byte fit_err nsamples [points]\n",
@@ -528,36 +507,25 @@ int dear_cost_save(const char *path, const dear_cost_model_t *model)
         write_record(f, c->p, c->rph, c->op, c->algo, &c->line);
     }
     free(recs);
-    for (int op = 0; op < DEAR_COST_NOPS; op++)
-        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
             const dear_cost_line_t *l = &model->line[op][a];
             if (l->valid)
                 write_record(f, model->comm_size, model->ranks_per_host, op, a, l);
         }
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        DEAR_ERROR("cost", "error writing %s", tmp);
-        unlink(tmp);
-        return DEAR_ERR_IO;
-    }
-    if (rename(tmp, path) != 0) {
-        DEAR_ERROR("cost", "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        return DEAR_ERR_IO;
-    }
-    return DEAR_OK;
+    return dear_file_out_commit(&out);
 }
 
 void dear_cost_print(FILE *out, const dear_cost_model_t *model)
 {
     fprintf(out, "cost model (%s) for P=%d, %d rank(s) per host\n", model->source, model->comm_size,
             model->ranks_per_host);
-    for (int op = 0; op < DEAR_COST_NOPS; op++)
-        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
             const dear_cost_line_t *l = &model->line[op][a];
             if (!l->valid)
                 continue;
-            fprintf(out, "  %s %-4s alpha %10.3f us  beta %8.4f ns/B (%7.1f MB/s)", op_names[op], algo_names[a],
+            fprintf(out, "  %s %-4s alpha %10.3f us  beta %8.4f ns/B (%7.1f MB/s)", dear_coll_op_short((dear_coll_op_t)op), dear_coll_algo_name((dear_coll_algo_t)a),
                     l->alpha * 1e6, (l->beta + l->gamma) * 1e9,
                     l->beta + l->gamma > 0 ? 1e-6 / (l->beta + l->gamma) : INFINITY);
             if (l->npts >= 2)

@@ -18,10 +18,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-typedef enum { DEAR_COST_RS = 0, DEAR_COST_AG = 1, DEAR_COST_AR = 2 } dear_cost_op_t;
-#define DEAR_COST_NOPS 3
-typedef enum { DEAR_COST_RING = 0, DEAR_COST_RHD = 1, DEAR_COST_MPI = 2, DEAR_COST_AUTO = 3 } dear_cost_algo_t;
-#define DEAR_COST_NALGOS 4
+#include "base/algo_table.h"
+
 #define DEAR_COST_MAXPTS 8
 
 typedef struct {
@@ -40,14 +38,8 @@ typedef struct {
     int comm_size;      /* P */
     int ranks_per_host;
     char source[32];    /* "fit", "file", "preset:10gbe", "alpha-beta", ... */
-    dear_cost_line_t line[DEAR_COST_NOPS][DEAR_COST_NALGOS];
+    dear_cost_line_t line[DEAR_COLL_OP_COUNT][DEAR_ALGO_COUNT];
 } dear_cost_model_t;
-
-/* "rs"/"ag"/"ar" and "ring"/"rhd"/"mpi"/"auto"; parse returns 0 or -1. */
-const char *dear_cost_op_name(dear_cost_op_t op);
-const char *dear_cost_algo_name(dear_cost_algo_t algo);
-int dear_cost_op_parse(const char *name, dear_cost_op_t *op);
-int dear_cost_algo_parse(const char *name, dear_cost_algo_t *algo);
 
 /* Time of one line at a size: alpha + (beta + gamma) * bytes, or for a curve the interpolation
  * between its points: below the first point the first point's time (start-up dominated), above
@@ -56,11 +48,11 @@ double dear_cost_line_eval(const dear_cost_line_t *line, double bytes);
 /* Time of op at a size: the auto line when op has one, else the cheapest valid algorithm;
  * stored in *algo when algo != NULL. Returns INFINITY (and algo -1) when no algorithm is valid
  * for op. */
-double dear_cost_eval(const dear_cost_model_t *model, dear_cost_op_t op, double bytes, int *algo);
+double dear_cost_eval(const dear_cost_model_t *model, dear_coll_op_t op, double bytes, int *algo);
 /* One line standing for op when a planner needs a linear cost (MG-WFBP, DP): the only valid
  * algorithm if there is one, else a relative least-squares line through dear_cost_eval at
  * sizes 4 KiB..256 MiB. DEAR_ERR_ARG when op has no valid algorithm. */
-int dear_cost_linear(const dear_cost_model_t *model, dear_cost_op_t op, double *alpha, double *beta);
+int dear_cost_linear(const dear_cost_model_t *model, dear_coll_op_t op, double *alpha, double *beta);
 
 /* Least-squares fit of seconds = alpha + beta * bytes minimising relative residuals (weights
  * 1/seconds^2), so small and large sizes count alike; alpha and beta are kept >= 0. gamma is
@@ -74,7 +66,7 @@ int dear_cost_fit(const double *bytes, const double *seconds, int n, dear_cost_l
 int dear_cost_fit_curve(const double *bytes, const double *seconds, int n, dear_cost_line_t *line);
 
 /* Presets: "10gbe" and "ib56" are the MG-WFBP paper's all-reduce fits for P = 8 and 16
- * (DESIGN.md); "shm" is a shared-memory figure for one host (see cost.c). Reduce-scatter and
+ * (docs/DESIGN.md); "shm" is a shared-memory figure for one host (see cost.c). Reduce-scatter and
  * all-gather are taken as half an all-reduce each (alpha/2, beta/2: a ring all-reduce is a
  * reduce-scatter followed by an all-gather of the same volume). The ring algorithm gets the
  * line. For other P the nearest published P is scaled with dear_cost_scale. */

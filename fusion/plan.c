@@ -1,11 +1,11 @@
-/* Plan structs and the two simple planners (none, threshold). The model-driven planners live
- * beside this file and fill the same struct. */
+/* Plan structs: partitions, validation, copies, comparison and printing. The planners (one file
+ * each, plan_*.c) fill the same struct. */
 #include "fusion/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "include/dear.h"
+#include "include/dear_types.h"
 
 int dear_partition_set(dear_partition_t *p, int ntensors, int ngroups, const int *first)
 {
@@ -167,52 +167,7 @@ int dear_plan_set(dear_plan_t *plan, int ntensors, int nrs, const int *rs_first,
 }
 
 /* Both phases get the same partition, built from boundaries in forward order. */
-static int plan_from_boundaries(dear_plan_t *plan, int ntensors, int ngroups, const int *first, const char *name)
+int dear_plan_same(dear_plan_t *plan, int ntensors, int ngroups, const int *first, const char *name)
 {
     return dear_plan_set(plan, ntensors, ngroups, first, ngroups, first, name);
-}
-
-int dear_plan_none(dear_plan_t *plan, int ntensors, const dear_tensor_desc_t *tensors)
-{
-    if (ntensors < 0 || (ntensors > 0 && !tensors))
-        return DEAR_ERR_ARG;
-    int *first = malloc(sizeof(int) * (size_t)(ntensors + 1));
-    if (!first)
-        return DEAR_ERR_NOMEM;
-    int n = 0;
-    for (int i = 0; i < ntensors; i++)
-        if (i == 0 || tensors[i].layer != tensors[i - 1].layer)
-            first[n++] = i;
-    first[n] = ntensors;
-    int rc = plan_from_boundaries(plan, ntensors, n, first, "none");
-    free(first);
-    return rc;
-}
-
-int dear_plan_threshold(dear_plan_t *plan, int ntensors, const dear_tensor_desc_t *tensors, size_t threshold)
-{
-    if (ntensors < 0 || (ntensors > 0 && !tensors) || threshold == 0)
-        return DEAR_ERR_ARG;
-    int *first = malloc(sizeof(int) * (size_t)(ntensors + 1));
-    if (!first)
-        return DEAR_ERR_NOMEM;
-    /* Collect bucket starts walking backward, then reverse them into forward order. */
-    int n = 0;
-    size_t acc = 0;
-    for (int i = ntensors - 1; i >= 0; i--) {
-        acc += tensors[i].bytes;
-        if (acc >= threshold || i == 0) {
-            first[n++] = i;
-            acc = 0;
-        }
-    }
-    for (int a = 0, b = n - 1; a < b; a++, b--) {
-        int t = first[a];
-        first[a] = first[b];
-        first[b] = t;
-    }
-    first[n] = ntensors;
-    int rc = plan_from_boundaries(plan, ntensors, n, first, "threshold");
-    free(first);
-    return rc;
 }

@@ -58,6 +58,9 @@ void dear_plan_print(FILE *out, const dear_plan_t *plan, const dear_tensor_desc_
 int dear_plan_set(dear_plan_t *plan, int ntensors, int nrs, const int *rs_first, int nag, const int *ag_first,
                   const char *planner);
 
+/* Replace *plan with the same partition for both phases (ngroups+1 boundaries, copied). */
+int dear_plan_same(dear_plan_t *plan, int ntensors, int ngroups, const int *first, const char *planner);
+
 /* Planner `none`: one bucket per layer (WFBP), same partition for both phases. */
 int dear_plan_none(dear_plan_t *plan, int ntensors, const dear_tensor_desc_t *tensors);
 /* Planner `threshold`: walking backward from the last tensor, a bucket is closed once it holds

@@ -1,13 +1,14 @@
 /* Plan files: write, read, and check against the registered tensors. */
 #include "fusion/planfile.h"
-#include "fusion/textio.h"
+#include "base/fileio.h"
+#include "base/textio.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "include/dear.h"
-#include "runtime/log.h"
+#include "include/dear_types.h"
+#include "base/log.h"
 
 #define PLAN_MAGIC "dear-plan 1"
 
@@ -48,18 +49,24 @@ int dear_planfile_write(FILE *out, const dear_plan_t *plan, const dear_tensor_de
 int dear_planfile_save(const char *path, const dear_plan_t *plan, const dear_tensor_desc_t *tensors,
                        const char *const *names)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        DEAR_ERROR("plan", "cannot write plan file %s: %s", path, strerror(errno));
-        return DEAR_ERR_IO;
-    }
-    int rc = dear_planfile_write(f, plan, tensors, names);
-    if (fclose(f) != 0 && rc == DEAR_OK)
-        rc = DEAR_ERR_IO;
+    dear_file_out_t out;
+    int rc = dear_file_out_open(&out, path, "plan file");
     if (rc != DEAR_OK)
-        DEAR_ERROR("plan", "error writing plan file %s", path);
-    return rc;
+        return rc;
+    rc = dear_planfile_write(out.f, plan, tensors, names);
+    if (rc != DEAR_OK) {
+        DEAR_ERROR("plan", "error writing plan file %s; the old file, if any, is left as it was", path);
+        dear_file_out_abort(&out);
+        return rc;
+    }
+    return dear_file_out_commit(&out);
 }
+
+/* Bounds of a plan file: a tensor record per tensor and two lines of group starts; a million
+ * tensors is ten times the largest model in fusion/profiles. */
+#define PLAN_MAX_TENSORS (1 << 20)
+#define PLAN_MAX_LINE ((size_t)16 << 20)
+#define PLAN_MAX_BYTES ((size_t)256 << 20)
 
 typedef struct {
     char name[64];
@@ -73,14 +80,12 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
 {
     if (!path || !plan || ntensors < 0)
         return DEAR_ERR_ARG;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        DEAR_ERROR("plan", "cannot open plan file %s: %s", path, strerror(errno));
-        return DEAR_ERR_IO;
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    int lineno = 0, rc = DEAR_OK, magic = 0, end = 0, nfile = -1, ntrec = 0;
+    dear_lines_t lr;
+    int rc = dear_lines_open(&lr, path, "plan file", PLAN_MAX_LINE, PLAN_MAX_BYTES, 0);
+    if (rc != DEAR_OK)
+        return rc;
+    char *line;
+    int lineno = 0, got, magic = 0, end = 0, nfile = -1, ntrec = 0;
     rec_tensor_t *rt = NULL;
     dear_plan_t p = { 0 };
     int have_rs = 0, have_ag = 0, have_early = 0;
@@ -93,8 +98,8 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
         rc = DEAR_ERR_FORMAT;                                                                      \
         goto done;                                                                                 \
     } while (0)
-    while (getline(&line, &cap, f) >= 0) {
-        lineno++;
+    while ((got = dear_lines_next(&lr, &line)) == 1) {
+        lineno = lr.lineno;
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
@@ -116,9 +121,17 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
         } else if (strcmp(tag, "tensors") == 0) {
             long v;
             char *s = strtok_r(NULL, " \t\r\n", &save);
-            if (nfile >= 0 || !s || dear_text_long(s, 0, 100000000, &v) || strtok_r(NULL, " \t\r\n", &save))
-                BAD("expected one 'tensors COUNT' line with COUNT >= 0");
+            if (nfile >= 0 || !s || dear_text_long(s, 0, PLAN_MAX_TENSORS, &v) || strtok_r(NULL, " \t\r\n", &save))
+                BAD("expected one 'tensors COUNT' line with COUNT in 0..%d", PLAN_MAX_TENSORS);
             nfile = (int)v;
+            /* Another count cannot fit, so it is refused here, before anything is allocated: the
+             * count is only the file's claim, and even within PLAN_MAX_TENSORS it would ask for
+             * tens of megabytes. */
+            if (nfile != ntensors) {
+                DEAR_ERROR("plan", "plan file %s was made for %d tensors, %d are registered", path, nfile, ntensors);
+                rc = DEAR_ERR_MISMATCH;
+                goto done;
+            }
             rt = calloc((size_t)(nfile > 0 ? nfile : 1), sizeof *rt);
             first = malloc(sizeof(int) * (size_t)(nfile + 1));
             if (!rt || !first) {
@@ -189,6 +202,10 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
             BAD("unknown record '%s' (accepted: planner, tensors, tensor, rs, ag, early, end)", tag);
         }
     }
+    if (got < 0) {
+        rc = got;
+        goto done;
+    }
     if (!magic)
         BAD("empty file: expected the header '%s'", PLAN_MAGIC);
     if (!end)
@@ -199,12 +216,7 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
         BAD("lists %d of its %d tensors: list all or none", ntrec, nfile);
     p.ntensors = nfile;
 #undef BAD
-    /* Well formed; now does it fit the registered tensors? */
-    if (nfile != ntensors) {
-        DEAR_ERROR("plan", "plan file %s was made for %d tensors, %d are registered", path, nfile, ntensors);
-        rc = DEAR_ERR_MISMATCH;
-        goto done;
-    }
+    /* Well formed, and for as many tensors; now are they the registered ones? */
     for (int t = 0; ntrec && t < nfile; t++) {
         const char *nm = names && names[t] ? names[t] : NULL;
         if ((tensors && (tensors[t].bytes != rt[t].bytes || tensors[t].layer != rt[t].layer)) ||
@@ -219,10 +231,9 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
         }
     }
 done:
-    free(line);
     free(rt);
     free(first);
-    fclose(f);
+    dear_lines_close(&lr);
     if (rc != DEAR_OK) {
         dear_plan_free(&p);
         return rc;

@@ -18,8 +18,9 @@ int dear_planfile_save(const char *path, const dear_plan_t *plan, const dear_ten
                        const char *const *names);
 /* Load and check against the ntensors registered tensors (tensors and names may be NULL to
  * skip that part of the check). DEAR_ERR_IO: unreadable; DEAR_ERR_FORMAT: malformed (the error
- * names file and line); DEAR_ERR_MISMATCH: well formed but made for other tensors (the error
- * names the first tensor that differs). *plan is set only on success. */
+ * names file and line); DEAR_ERR_MISMATCH: made for another number of tensors (refused at its
+ * 'tensors' line, before the rest is read), or well formed but made for other tensors (the
+ * error names the first tensor that differs). *plan is set only on success. */
 int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t *tensors,
                        const char *const *names, dear_plan_t *plan);
 

@@ -1,5 +1,8 @@
 /*
- * Model-driven planners. Each fills a dear_plan_t (fusion/plan.h) for one schedule:
+ * The planners, one file each (plan_<name>.c), listed in base/planner_table.h. Each fills a
+ * dear_plan_t (fusion/plan.h) for one schedule from a problem (profile, schedule, cost):
+ *   none     one bucket per layer (WFBP);
+ *   threshold buckets closed at prob->threshold bytes walking backward (Horovod, DDP, DeAR);
  *   mgwfbp   the published MG-WFBP greedy merge (Shi et al.) on the linear model, in backward
  *            order; the all-gather groups reuse the buckets (one bucketing, as published).
  *   dp       exact dynamic programmes for one FIFO channel, one per phase, on the problem's
@@ -25,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/planner_table.h"
 #include "fusion/cost.h"
 #include "fusion/plan.h"
 #include "fusion/profile.h"
@@ -32,10 +36,10 @@
 
 typedef struct {
     const dear_profile_t *prof;     /* checked profile */
-    dear_sim_sched_t sched;
+    dear_sched_t sched;
     dear_sim_cost_t cost;           /* fitness of gradssa and the choice of auto */
-    double alpha[DEAR_COST_NOPS];   /* linear model of mgwfbp and dp, per collective */
-    double beta[DEAR_COST_NOPS];
+    double alpha[DEAR_COLL_OP_COUNT];   /* linear model of mgwfbp and dp, per collective */
+    double beta[DEAR_COLL_OP_COUNT];
     size_t threshold;               /* bytes, threshold planner and gradssa's threshold seed */
     size_t cap_bytes;               /* bucket memory cap for dp (0: none); gradssa sees it via cost */
     uint64_t seed;                  /* gradssa */
@@ -46,18 +50,20 @@ typedef struct {
 /* Fill prob for a profile, schedule and cost model: linear lines from dear_cost_linear, the
  * cost function dear_sim_cost_model over `marg` (which must outlive prob; it is set to
  * {model, cap_bytes}), cap_bytes also for dp, threshold 25 MiB, seed 1. */
-int dear_plan_problem_init(dear_plan_problem_t *prob, const dear_profile_t *prof, dear_sim_sched_t sched,
+int dear_plan_problem_init(dear_plan_problem_t *prob, const dear_profile_t *prof, dear_sched_t sched,
                            const dear_cost_model_t *model, size_t cap_bytes, dear_sim_model_arg_t *marg);
 
-int dear_plan_mgwfbp(dear_plan_t *plan, const dear_plan_problem_t *prob);
-int dear_plan_dp(dear_plan_t *plan, const dear_plan_problem_t *prob);
+/* Every planner of the table, by the entry point its row names (dear_plan_<name>, or _p where
+ * plan.h already has a descriptor-based form). */
+#define DEAR_PLANNER_DECL_(ID, NAME, FN, FLAGS, HELP) int FN(dear_plan_t *plan, const dear_plan_problem_t *prob);
+DEAR_PLANNER_TABLE(DEAR_PLANNER_DECL_)
+#undef DEAR_PLANNER_DECL_
 /* dp for schedule dear with a given split m in 0..n: the all-gathers of tensors [m, n) run
  * early, each behind the bucket it is cut from (m = n: none early). For tests and tools. */
 int dear_plan_dp_split(dear_plan_t *plan, const dear_plan_problem_t *prob, int m);
-int dear_plan_gradssa(dear_plan_t *plan, const dear_plan_problem_t *prob);
-int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob);
-/* One of none|threshold|mgwfbp|dp|gradssa|auto; "one" gives a single bucket (sync). */
+/* A planner of the table by id, or by name (DEAR_PLANNER_CHOICES); the name "one" gives a single
+ * bucket (sync). An unknown name is DEAR_ERR_ARG, logged with the accepted names. */
+int dear_plan_by_id(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_planner_t which);
 int dear_plan_by_name(dear_plan_t *plan, const dear_plan_problem_t *prob, const char *name);
-const char *dear_plan_names(void);
 
 #endif

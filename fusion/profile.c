@@ -1,15 +1,16 @@
 /* Profiles: builder, checks and the text format of docs/FORMATS.md. A load error names the file
  * and line, and a file cut short is caught by its closing 'end NLAYERS NTENSORS' line. */
 #include "fusion/profile.h"
-#include "fusion/textio.h"
+#include "base/fileio.h"
+#include "base/textio.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "include/dear.h"
-#include "runtime/log.h"
+#include "include/dear_types.h"
+#include "base/log.h"
 
 #define PROF_MAGIC "dear-profile 1"
 
@@ -107,6 +108,13 @@ int dear_prof_check(dear_profile_t *prof, char *msg, size_t msglen)
     return DEAR_OK;
 }
 
+/* Bounds of a profile: short lines, a few records per layer and tensor; no layer takes an hour
+ * and no model holds 2^48 bytes of gradients (the sums of sizes must not wrap). */
+#define PROF_MAX_LINE 1024
+#define PROF_MAX_BYTES ((size_t)64 << 20)
+#define PROF_MAX_LAYER_S 3600.0
+#define PROF_MAX_BYTES_TOTAL ((size_t)1 << 48)
+
 int dear_prof_write(const dear_profile_t *prof, FILE *out)
 {
     fprintf(out, "%s\n", PROF_MAGIC);
@@ -124,32 +132,31 @@ int dear_prof_write(const dear_profile_t *prof, FILE *out)
 
 int dear_prof_save(const dear_profile_t *prof, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        DEAR_ERROR("profile", "cannot write %s: %s", path, strerror(errno));
+    dear_file_out_t out;
+    int rc = dear_file_out_open(&out, path, "profile");
+    if (rc != DEAR_OK)
+        return rc;
+    if (dear_prof_write(prof, out.f) != DEAR_OK) {
+        DEAR_ERROR("profile", "error writing %s; the old file, if any, is left as it was", path);
+        dear_file_out_abort(&out);
         return DEAR_ERR_IO;
     }
-    int rc = dear_prof_write(prof, f);
-    if (fclose(f) != 0 || rc != DEAR_OK) {
-        DEAR_ERROR("profile", "error writing %s", path);
-        return DEAR_ERR_IO;
-    }
-    return DEAR_OK;
+    return dear_file_out_commit(&out);
 }
 
 int dear_prof_load(const char *path, dear_profile_t *prof)
 {
     if (!path || !prof)
         return DEAR_ERR_ARG;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        DEAR_ERROR("profile", "cannot open profile %s: %s", path, strerror(errno));
-        return DEAR_ERR_IO;
-    }
+    dear_lines_t lr;
+    int rc = dear_lines_open(&lr, path, "profile", PROF_MAX_LINE, PROF_MAX_BYTES, 0);
+    if (rc != DEAR_OK)
+        return rc;
     dear_profile_t p;
     dear_prof_init(&p, "");
-    char buf[1024];
-    int lineno = 0, rc = DEAR_OK, seen_magic = 0, seen_end = 0;
+    char *buf;
+    size_t total = 0;
+    int lineno = 0, got, seen_magic = 0, seen_end = 0;
 #define BAD(...)                                                                                   \
     do {                                                                                           \
         char m_[512];                                                                              \
@@ -158,10 +165,8 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
         rc = DEAR_ERR_FORMAT;                                                                      \
         goto done;                                                                                 \
     } while (0)
-    while (fgets(buf, sizeof buf, f)) {
-        lineno++;
-        if (!strchr(buf, '\n') && !feof(f))
-            BAD("line longer than %zu characters", sizeof buf - 2);
+    while ((got = dear_lines_next(&lr, &buf)) == 1) {
+        lineno = lr.lineno;
         char *hash = strchr(buf, '#');
         if (hash)
             *hash = '\0';
@@ -187,9 +192,10 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
         } else if (strcmp(fld[0], "layer") == 0) {
             int id;
             double fw, bw;
-            if (nf != 4 || dear_text_int(fld[1], &id) || dear_text_double(fld[2], -HUGE_VAL, HUGE_VAL, &fw) || dear_text_double(fld[3], -HUGE_VAL, HUGE_VAL, &bw) ||
-                !(fw >= 0) || !(bw >= 0) || !isfinite(fw) || !isfinite(bw))
-                BAD("expected 'layer ID FORWARD_S BACKWARD_S' with an integer id and times >= 0 seconds");
+            if (nf != 4 || dear_text_int(fld[1], &id) || dear_text_double(fld[2], 0, PROF_MAX_LAYER_S, &fw) ||
+                dear_text_double(fld[3], 0, PROF_MAX_LAYER_S, &bw))
+                BAD("expected 'layer ID FORWARD_S BACKWARD_S' with an integer id and times in [0, %g] seconds",
+                    PROF_MAX_LAYER_S);
             if (p.ntensors > 0)
                 BAD("layer %d after the first tensor: all layer lines come first", id);
             if (p.nlayers > 0 && id <= p.layers[p.nlayers - 1].id)
@@ -202,9 +208,12 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
             int layer;
             size_t bytes;
             if (nf != 4 || strlen(fld[1]) >= DEAR_PROF_NAME_MAX || dear_text_int(fld[2], &layer) ||
-                dear_text_size(fld[3], &bytes) || bytes == 0)
-                BAD("expected 'tensor NAME LAYER_ID BYTES' (name under %d characters, bytes > 0)",
-                    DEAR_PROF_NAME_MAX);
+                dear_text_size(fld[3], &bytes) || bytes == 0 || bytes > PROF_MAX_BYTES_TOTAL)
+                BAD("expected 'tensor NAME LAYER_ID BYTES' (name under %d characters, bytes in 1..%zu)",
+                    DEAR_PROF_NAME_MAX, PROF_MAX_BYTES_TOTAL);
+            if (bytes > PROF_MAX_BYTES_TOTAL - total)
+                BAD("tensor %s: the tensors add up to more than %zu bytes", fld[1], PROF_MAX_BYTES_TOTAL);
+            total += bytes;
             int ok = 0;
             for (int l = p.nlayers - 1; l >= 0 && !ok; l--)
                 ok = p.layers[l].id == layer;
@@ -228,9 +237,8 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
             BAD("unknown record '%s' (accepted: model, layer, tensor, end)", fld[0]);
         }
     }
-    if (ferror(f)) {
-        DEAR_ERROR("profile", "%s: read error after line %d", path, lineno);
-        rc = DEAR_ERR_IO;
+    if (got < 0) {
+        rc = got;
         goto done;
     }
     if (!seen_magic)
@@ -246,7 +254,7 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
     }
 #undef BAD
 done:
-    fclose(f);
+    dear_lines_close(&lr);
     if (rc != DEAR_OK) {
         dear_prof_free(&p);
         return rc;

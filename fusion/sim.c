@@ -7,27 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "include/dear.h"
-#include "runtime/log.h"
+#include "include/dear_types.h"
+#include "base/log.h"
 
-static const char *const sched_names[DEAR_SIM_SCHED_COUNT] = { "dear", "wfbp", "sync" };
-
-const char *dear_sim_sched_name(dear_sim_sched_t s)
-{
-    return (unsigned)s < DEAR_SIM_SCHED_COUNT ? sched_names[s] : "?";
-}
-
-int dear_sim_sched_parse(const char *name, dear_sim_sched_t *s)
-{
-    for (int i = 0; i < DEAR_SIM_SCHED_COUNT; i++)
-        if (strcmp(name, sched_names[i]) == 0) {
-            *s = (dear_sim_sched_t)i;
-            return 0;
-        }
-    return -1;
-}
-
-double dear_sim_cost_model(void *arg, dear_cost_op_t op, size_t bytes)
+double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes)
 {
     const dear_sim_model_arg_t *m = arg;
     double t = dear_cost_eval(m->model, op, (double)bytes, NULL);
@@ -36,7 +19,7 @@ double dear_sim_cost_model(void *arg, dear_cost_op_t op, size_t bytes)
     return t;
 }
 
-double dear_sim_cost_linear(void *arg, dear_cost_op_t op, size_t bytes)
+double dear_sim_cost_linear(void *arg, dear_coll_op_t op, size_t bytes)
 {
     const dear_sim_linear_arg_t *l = arg;
     return l->alpha[op] + l->beta[op] * (double)bytes;
@@ -140,7 +123,7 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
     return DEAR_OK;
 }
 
-static void rec(dear_sim_ws_t *ws, dear_sim_kind_t kind, int index, double start, double end, size_t bytes)
+static void rec(dear_sim_ws_t *ws, int kind, int index, double start, double end, size_t bytes)
 {
     if (!ws->record)
         return;
@@ -166,10 +149,16 @@ static void rec_backward(dear_sim_ws_t *ws, double t0)
     }
 }
 
-static double sim_sync(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, double *comm)
+/* The partitions of a plan as the schedules' functions take them. */
+typedef struct {
+    int nrs, nag, ne;
+    const int *rs, *ag;
+} sim_plan_t;
+
+static double sim_sync(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double *comm)
 {
     size_t bytes = ws->prefix[ws->ntensors];
-    double c = cost->fn(cost->arg, DEAR_COST_AR, bytes);
+    double c = cost->fn(cost->arg, DEAR_COLL_ALLREDUCE, bytes);
     if (ws->record) {
         double t = 0;
         for (int l = 0; l < ws->nlayers; l++) {
@@ -177,7 +166,7 @@ static double sim_sync(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, double *c
             t += ws->fwd[l];
         }
         rec_backward(ws, ws->F);
-        rec(ws, DEAR_SIM_AR, 0, ws->F + ws->B, ws->F + ws->B + c, bytes);
+        rec(ws, DEAR_COLL_ALLREDUCE, 0, ws->F + ws->B, ws->F + ws->B + c, bytes);
     }
     *comm = c;
     return ws->F + ws->B + c;
@@ -185,8 +174,7 @@ static double sim_sync(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, double *c
 
 /* Buckets launched last group first as backward completes them, FIFO from chan_free. Returns
  * the channel's free time; adds busy time to *comm. */
-static double run_buckets(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_cost_op_t op, dear_sim_kind_t kind,
-                          double bwd_start, double chan_free, int ng, const int *first, double *comm)
+static double run_buckets(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, double bwd_start, double chan_free, int ng, const int *first, double *comm)
 {
     double chan = chan_free;
     for (int g = ng - 1; g >= 0; g--) {
@@ -196,12 +184,12 @@ static double run_buckets(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_c
         double c = cost->fn(cost->arg, op, bytes);
         chan = start + c;
         *comm += c;
-        rec(ws, kind, g, start, chan, bytes);
+        rec(ws, (int)op, g, start, chan, bytes);
     }
     return chan;
 }
 
-static double sim_wfbp(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, const int *rs, double *comm)
+static double sim_wfbp(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double *comm)
 {
     if (ws->record) {
         double t = 0;
@@ -212,7 +200,7 @@ static double sim_wfbp(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, 
         rec_backward(ws, ws->F);
     }
     *comm = 0;
-    double end = run_buckets(ws, cost, DEAR_COST_AR, DEAR_SIM_AR, ws->F, 0, nrs, rs, comm);
+    double end = run_buckets(ws, cost, DEAR_COLL_ALLREDUCE, ws->F, 0, p->nrs, p->rs, comm);
     double compute = ws->F + ws->B;
     return end > compute ? end : compute;
 }
@@ -255,8 +243,8 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
                 ;
             for (; g < nreg && g <= g1; g++) {
                 size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
-                double c = cost->fn(cost->arg, DEAR_COST_AG, bytes);
-                rec(ws, DEAR_SIM_AG, g, chan, chan + c, bytes);
+                double c = cost->fn(cost->arg, DEAR_COLL_ALLGATHER, bytes);
+                rec(ws, DEAR_COLL_ALLGATHER, g, chan, chan + c, bytes);
                 chan += c;
                 ws->ag_end[g] = chan;
                 *comm += c;
@@ -280,14 +268,14 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
         size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
         double ready = fw + ws->ready[rs[b]];
         double start = ready > chan ? ready : chan;
-        double c = cost->fn(cost->arg, DEAR_COST_RS, bytes);
-        rec(ws, DEAR_SIM_RS, b, start, start + c, bytes);
+        double c = cost->fn(cost->arg, DEAR_COLL_REDUCE_SCATTER, bytes);
+        rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
         chan = start + c;
         *comm += c;
         for (; e >= nreg && eb >= b; e--) {
             size_t gb = ws->prefix[ag[e + 1]] - ws->prefix[ag[e]];
-            double cg = cost->fn(cost->arg, DEAR_COST_AG, gb);
-            rec(ws, DEAR_SIM_AG, e, chan, chan + cg, gb);
+            double cg = cost->fn(cost->arg, DEAR_COLL_ALLGATHER, gb);
+            rec(ws, DEAR_COLL_ALLGATHER, e, chan, chan + cg, gb);
             chan += cg;
             ws->ag_end[e] = chan;
             *comm += cg;
@@ -302,9 +290,13 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
     return iter;
 }
 
-static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, const int *rs, int nag,
-                       const int *ag, int ne, double *comm)
+static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double *comm)
 {
+    int nrs = p->nrs, nag = p->nag, ne = p->ne;
+    const int *rs = p->rs, *ag = p->ag;
+    if (ne < 0 || ne > nag)
+        return INFINITY;
+    *comm = 0;
     int record = ws->record;
     ws->record = 0;
     double next = 0, iter = 0;
@@ -314,7 +306,7 @@ static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, 
      * one pass confirms it. Early groups make the next forward depend on this backward (their
      * ends, the channel's tail): the monotone map (c0, ends) -> next is iterated from that
      * start to its fixed point. */
-    double c0 = run_buckets(ws, cost, DEAR_COST_RS, DEAR_SIM_RS, 0, 0, nrs, rs, comm) - ws->B;
+    double c0 = run_buckets(ws, cost, DEAR_COLL_REDUCE_SCATTER, 0, 0, nrs, rs, comm) - ws->B;
     if (c0 < 0)
         c0 = 0;
     for (int k = nag - ne; k < nag; k++)
@@ -334,27 +326,26 @@ static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, 
     return iter;
 }
 
-double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sim_sched_t sched, int nrs,
+/* One iteration of each schedule, in the order of dear_sched_t (base/sched_table.h). */
+typedef double (*sim_fn_t)(dear_sim_ws_t *, const dear_sim_cost_t *, const sim_plan_t *, double *);
+#define SIM_FN_(ID, NAME, OPS, SIM, FLAGS, HELP) [DEAR_SCHED_##ID] = SIM,
+static const sim_fn_t sim_fns[DEAR_SCHED_COUNT] = { DEAR_SCHED_TABLE(SIM_FN_) };
+#undef SIM_FN_
+
+double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
                         const int *rs_first, int nag, const int *ag_first, int ag_early)
 {
     double comm;
-    switch (sched) {
-    case DEAR_SIM_SCHED_SYNC:
-        return sim_sync(ws, cost, &comm);
-    case DEAR_SIM_SCHED_WFBP:
-        return sim_wfbp(ws, cost, nrs, rs_first, &comm);
-    case DEAR_SIM_SCHED_DEAR:
-        if (ag_early < 0 || ag_early > nag)
-            return INFINITY;
-        return sim_dear(ws, cost, nrs, rs_first, nag, ag_first, ag_early, &comm);
-    }
-    return INFINITY;
+    if ((unsigned)sched >= DEAR_SCHED_COUNT)
+        return INFINITY;
+    sim_plan_t p = { .nrs = nrs, .rs = rs_first, .nag = nag, .ag = ag_first, .ne = ag_early };
+    return sim_fns[sched](ws, cost, &p, &comm);
 }
 
-int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sim_sched_t sched,
+int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
                  const dear_plan_t *plan, int record, dear_sim_result_t *res)
 {
-    if (!prof || !cost || !cost->fn || !plan || !res || (unsigned)sched >= DEAR_SIM_SCHED_COUNT)
+    if (!prof || !cost || !cost->fn || !plan || !res || (unsigned)sched >= DEAR_SCHED_COUNT)
         return DEAR_ERR_ARG;
     char msg[256];
     if (dear_plan_validate(plan, prof->ntensors, msg, sizeof msg) != DEAR_OK) {
@@ -366,19 +357,10 @@ int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_s
     if (rc != DEAR_OK)
         return rc;
     ws->record = record ? 1 : 0;
-    double comm = 0, iter = 0;
-    switch (sched) {
-    case DEAR_SIM_SCHED_SYNC:
-        iter = sim_sync(ws, cost, &comm);
-        break;
-    case DEAR_SIM_SCHED_WFBP:
-        iter = sim_wfbp(ws, cost, plan->rs.ngroups, plan->rs.first, &comm);
-        break;
-    case DEAR_SIM_SCHED_DEAR:
-        iter = sim_dear(ws, cost, plan->rs.ngroups, plan->rs.first, plan->ag.ngroups, plan->ag.first,
-                        plan->ag_early, &comm);
-        break;
-    }
+    double comm = 0;
+    sim_plan_t p = { .nrs = plan->rs.ngroups, .rs = plan->rs.first, .nag = plan->ag.ngroups, .ag = plan->ag.first,
+                     .ne = plan->ag_early };
+    double iter = sim_fns[sched](ws, cost, &p, &comm);
     if (ws->record < 0) {
         dear_sim_ws_free(ws);
         return DEAR_ERR_NOMEM;
@@ -405,10 +387,17 @@ void dear_sim_result_free(dear_sim_result_t *res)
     res->nops = 0;
 }
 
-static const char *kind_name(dear_sim_kind_t k)
+/* Record kinds (dear_coll_op_t values, then DEAR_SIM_FWD, DEAR_SIM_BWD): names and colours,
+ * and the legend's order. */
+#define SIM_NKINDS (DEAR_SIM_BWD + 1)
+static const char *kind_name(int k)
 {
-    static const char *const n[] = { "forward", "backward", "reduce-scatter", "all-gather", "all-reduce" };
-    return (unsigned)k < 5 ? n[k] : "?";
+    static const char *const n[SIM_NKINDS] = { [DEAR_COLL_REDUCE_SCATTER] = "reduce-scatter",
+                                               [DEAR_COLL_ALLGATHER] = "all-gather",
+                                               [DEAR_COLL_ALLREDUCE] = "all-reduce",
+                                               [DEAR_SIM_FWD] = "forward",
+                                               [DEAR_SIM_BWD] = "backward" };
+    return (unsigned)k < SIM_NKINDS ? n[k] : "?";
 }
 
 int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out)
@@ -423,7 +412,12 @@ int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out)
         tmax = 1;
     const double W = 1200, left = 110, right = 20, row = 36, top = 50;
     double scale = (W - left - right) / tmax;
-    static const char *const fill[] = { "#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759" };
+    static const char *const fill[SIM_NKINDS] = { [DEAR_SIM_FWD] = "#4e79a7", [DEAR_SIM_BWD] = "#59a14f",
+                                                  [DEAR_COLL_REDUCE_SCATTER] = "#f28e2b",
+                                                  [DEAR_COLL_ALLGATHER] = "#b07aa1",
+                                                  [DEAR_COLL_ALLREDUCE] = "#e15759" };
+    static const int legend[SIM_NKINDS] = { DEAR_SIM_FWD, DEAR_SIM_BWD, DEAR_COLL_REDUCE_SCATTER, DEAR_COLL_ALLGATHER,
+                                            DEAR_COLL_ALLREDUCE };
     fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                  "font-family=\"sans-serif\" font-size=\"12\">\n", W, top + 2 * row + 70);
     fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
@@ -437,7 +431,7 @@ int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out)
             fputc(*c, out);
     }
     fprintf(out, "</text>\n<text x=\"10\" y=\"38\">%s: iteration %.3f ms, compute %.3f ms, exposed communication "
-                 "%.3f ms</text>\n", dear_sim_sched_name(res->sched), res->iter_s * 1e3, res->compute_s * 1e3,
+                 "%.3f ms</text>\n", dear_sched_name(res->sched), res->iter_s * 1e3, res->compute_s * 1e3,
             res->exposed_s * 1e3);
     fprintf(out, "<text x=\"10\" y=\"%.0f\">compute</text>\n", top + row * 0.6);
     fprintf(out, "<text x=\"10\" y=\"%.0f\">communication</text>\n", top + row * 1.6);
@@ -447,7 +441,7 @@ int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out)
         double x = left + o->start * scale, w = (o->end - o->start) * scale;
         fprintf(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
                      "stroke-width=\"0.3\"><title>%s %d: %.3f-%.3f ms",
-                x, top + r * row + 4, w > 0.2 ? w : 0.2, row - 8, fill[o->kind], kind_name(o->kind), o->index,
+                x, top + r * row + 4, w > 0.2 ? w : 0.2, row - 8, (unsigned)o->kind < SIM_NKINDS ? fill[o->kind] : "black", kind_name(o->kind), o->index,
                 o->start * 1e3, o->end * 1e3);
         if (o->bytes)
             fprintf(out, ", %zu bytes", o->bytes);
@@ -464,10 +458,11 @@ int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out)
                 tk * 1e3);
     }
     double lx = left;
-    for (int k = 0; k < 5; k++) {
+    for (int i = 0; i < SIM_NKINDS; i++) {
+        int k = legend[i];
         fprintf(out, "<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
                      "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", lx, ay + 25, fill[k], lx + 16, ay + 36,
-                kind_name((dear_sim_kind_t)k));
+                kind_name(k));
         lx += 140;
     }
     fprintf(out, "</svg>\n");

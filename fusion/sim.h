@@ -28,18 +28,13 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "base/sched_table.h"
 #include "fusion/cost.h"
 #include "fusion/plan.h"
 #include "fusion/profile.h"
 
-/* Same values as DEAR_SCHEDULE's choices (dear|wfbp|sync), so the runtime can convert by cast. */
-typedef enum { DEAR_SIM_SCHED_DEAR = 0, DEAR_SIM_SCHED_WFBP = 1, DEAR_SIM_SCHED_SYNC = 2 } dear_sim_sched_t;
-#define DEAR_SIM_SCHED_COUNT 3
-const char *dear_sim_sched_name(dear_sim_sched_t s);
-int dear_sim_sched_parse(const char *name, dear_sim_sched_t *s);
-
 /* Seconds for one collective of `bytes` (full buffer). */
-typedef double (*dear_sim_cost_fn)(void *arg, dear_cost_op_t op, size_t bytes);
+typedef double (*dear_sim_cost_fn)(void *arg, dear_coll_op_t op, size_t bytes);
 typedef struct {
     dear_sim_cost_fn fn;
     void *arg;
@@ -52,26 +47,27 @@ typedef struct {
     const dear_cost_model_t *model;
     size_t cap_bytes;
 } dear_sim_model_arg_t;
-double dear_sim_cost_model(void *arg, dear_cost_op_t op, size_t bytes);
+double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes);
 
 /* arg for dear_sim_cost_linear: alpha[op] + beta[op] * bytes. */
 typedef struct {
-    double alpha[DEAR_COST_NOPS];
-    double beta[DEAR_COST_NOPS];
+    double alpha[DEAR_COLL_OP_COUNT];
+    double beta[DEAR_COLL_OP_COUNT];
 } dear_sim_linear_arg_t;
-double dear_sim_cost_linear(void *arg, dear_cost_op_t op, size_t bytes);
+double dear_sim_cost_linear(void *arg, dear_coll_op_t op, size_t bytes);
 
-typedef enum { DEAR_SIM_FWD = 0, DEAR_SIM_BWD, DEAR_SIM_RS, DEAR_SIM_AG, DEAR_SIM_AR } dear_sim_kind_t;
+/* A recorded operation's kind: a collective (a dear_coll_op_t value) or a layer's compute. */
+enum { DEAR_SIM_FWD = DEAR_COLL_OP_COUNT, DEAR_SIM_BWD };
 
 typedef struct {
-    dear_sim_kind_t kind;
+    int kind;           /* dear_coll_op_t, DEAR_SIM_FWD or DEAR_SIM_BWD */
     int index;          /* profile layer index (FWD, BWD) or group index in its partition */
     double start, end;  /* seconds from the start of the forward pass */
     size_t bytes;       /* communication ops */
 } dear_sim_op_t;
 
 typedef struct {
-    dear_sim_sched_t sched;
+    dear_sched_t sched;
     double iter_s;      /* steady-state iteration time */
     double compute_s;   /* forward + backward compute */
     double exposed_s;   /* iter_s - compute_s */
@@ -82,7 +78,7 @@ typedef struct {
 
 /* Simulate; with record != 0 every operation is stored in res->ops (free with
  * dear_sim_result_free). The profile must have passed dear_prof_check; the plan must fit it. */
-int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sim_sched_t sched,
+int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
                  const dear_plan_t *plan, int record, dear_sim_result_t *res);
 void dear_sim_result_free(dear_sim_result_t *res);
 
@@ -94,7 +90,7 @@ int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out);
 typedef struct dear_sim_ws dear_sim_ws_t;
 int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **ws);
 void dear_sim_ws_free(dear_sim_ws_t *ws);
-double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sim_sched_t sched, int nrs,
+double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
                         const int *rs_first, int nag, const int *ag_first, int ag_early);
 
 #endif

@@ -28,75 +28,13 @@
 #ifndef DEAR_H
 #define DEAR_H
 
-#include <stddef.h>
-#include <stdint.h>
 #include <mpi.h>
+
+#include "dear_types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#if defined(__GNUC__) || defined(__clang__)
-#define DEAR_API __attribute__((visibility("default")))
-#else
-#define DEAR_API
-#endif
-
-#define DEAR_VERSION_MAJOR 0
-#define DEAR_VERSION_MINOR 1
-#define DEAR_VERSION_PATCH 0
-
-/* Status codes: DEAR_OK or negative. MPI, CUDA and NCCL codes are translated where they enter
- * the library and are never returned raw. */
-typedef enum {
-    DEAR_OK = 0,
-    DEAR_ERR_ARG = -1,          /* invalid argument (NULL pointer, unknown enum, bad count) */
-    DEAR_ERR_STATE = -2,        /* call out of order (register after commit, done twice, ...) */
-    DEAR_ERR_MISMATCH = -3,     /* ranks disagree (registered tensors, plan) */
-    DEAR_ERR_MPI = -4,          /* an MPI call failed */
-    DEAR_ERR_NOMEM = -5,        /* allocation failed */
-    DEAR_ERR_UNSUPPORTED = -6,  /* feature not built or not available here */
-    DEAR_ERR_TIMEOUT = -7,      /* an operation stalled past DEAR_STALL_ABORT_S */
-    DEAR_ERR_PARAM = -8,        /* a DEAR_* environment variable has a bad value */
-    DEAR_ERR_IO = -9,           /* a file could not be read or written */
-    DEAR_ERR_FORMAT = -10,      /* a file (plan, profile, calibration) is malformed */
-    DEAR_ERR_CALLBACK = -11,    /* an update callback returned non-zero */
-    DEAR_ERR_CUDA = -12,        /* a CUDA or NCCL call failed */
-    DEAR_ERR_INTERNAL = -13     /* a bug in libdear: please report it */
-} dear_status_t;
-
-/* Element types. 16-bit floating types are reduced in float32 and rounded once. */
-typedef enum {
-    DEAR_FLOAT32 = 0,
-    DEAR_FLOAT64 = 1,
-    DEAR_BFLOAT16 = 2,
-    DEAR_FLOAT16 = 3,
-    DEAR_INT32 = 4
-} dear_dtype_t;
-#define DEAR_DTYPE_COUNT 5
-
-/* Where a registered buffer lives. */
-typedef enum {
-    DEAR_MEM_HOST = 0,
-    DEAR_MEM_CUDA = 1           /* refused with DEAR_ERR_UNSUPPORTED until the CUDA backend lands */
-} dear_mem_t;
-
-typedef struct dear_ctx dear_ctx_t;
-
-/* Update callback: grad holds the gradient averaged over all ranks (count elements of dtype).
- * Runs on the application thread, exactly once per tensor per iteration. Return 0 on success;
- * non-zero makes the calling dear_* function return DEAR_ERR_CALLBACK. */
-typedef int (*dear_update_fn)(void *grad, size_t count, dear_dtype_t dtype, void *arg);
-
-/* Counters for progress reports; all times in seconds, since dear_commit. */
-typedef struct {
-    uint64_t iterations;        /* completed dear_backward_end calls */
-    double blocked_s;           /* application time blocked in forward_begin/backward_end/flush */
-    double last_iter_s;         /* wall time of the last complete iteration */
-    double median_iter_s;       /* median iteration time so far (0 before the second) */
-    uint64_t bytes_sent;        /* payload bytes this rank sent in collectives */
-    double progress_cpu_s;      /* CPU time used by the progress thread */
-} dear_stats_t;
 
 /* Create a context on comm (duplicated internally). MPI must be initialised with
  * MPI_THREAD_MULTIPLE; anything less fails with DEAR_ERR_UNSUPPORTED and says so. Reads the
@@ -113,13 +51,39 @@ DEAR_API int dear_init(MPI_Comm comm, dear_ctx_t **ctx);
 DEAR_API int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
                            dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg);
 
+/* Declare a layer that may hold no registered tensor (an activation, attention scores, the loss),
+ * so that its hooks are accepted and the profile and the timeline see its time. Layers need not be
+ * declared in order. Every rank must declare the same layers (dear_commit checks it). Call the
+ * hooks of a declared layer like any other's: dear_backward_end waits for its backward_done too.
+ * DEAR_ERR_STATE after dear_commit. */
+DEAR_API int dear_register_layer(dear_ctx_t *ctx, int layer);
+
+/* Declare tensor (its registration index, dear_tensor_index) sparse-capable: its gradient is
+ * mostly zero rows, as a token embedding's, whose rows a batch barely touches. row_elems is the row
+ * length, the block that travels or not as a whole; it must divide the tensor's count (otherwise
+ * DEAR_ERR_ARG naming the tensor, the count and the block). Call it after dear_register and before
+ * dear_commit (DEAR_ERR_STATE afterwards); a second call replaces the block. Every rank must
+ * declare the same (dear_commit fails with DEAR_ERR_MISMATCH naming the tensor). Sparse tensors of
+ * one block size travel in buckets of their own, whatever the planner, with collectives that send
+ * only the non-zero blocks (and each message whole when that is no larger); the results are the
+ * dense ones bit for bit. DEAR_SPARSE=auto (the default) measures the density over the warm-up
+ * iterations and then keeps the sparse form only for the phases where it sends fewer bytes; on
+ * keeps it always, off never. dear_get_sparse_stats says what happened:
+ *
+ *     dear_register(ctx, "embed.w", 0, g, vocab * dim, DEAR_FLOAT32, DEAR_MEM_HOST, sgd, w);
+ *     dear_register_sparse(ctx, dear_tensor_index(ctx, "embed.w"), dim);
+ */
+DEAR_API int dear_register_sparse(dear_ctx_t *ctx, int tensor, size_t row_elems);
+
 /* Freeze the registry and build the communication plan. Collective: every rank must have
  * registered the same tensors (name, layer, count, type, order); otherwise every rank fails
  * within seconds with DEAR_ERR_MISMATCH and a message naming the first difference.
  * With a model-driven planner (DEAR_FUSION=mgwfbp|dp|gradssa|auto, auto being the default) on
  * two or more ranks, commit also gets the cost model: DEAR_CALIBRATE=auto measures the
- * collectives on the communicator (about 0.2 s on 4 ranks of one host) unless
- * DEAR_CALIBRATION_FILE already holds it; DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Training
+ * collectives the schedule runs on the communicator (reduce-scatter and all-gather for dear,
+ * all-reduce otherwise; 0.2-0.3 s on 4 ranks of one 2-core host, seconds across a slow
+ * network) unless DEAR_CALIBRATION_FILE already holds them (a cache it fills gets every
+ * collective, so that it serves every schedule: 0.5-1 s there); DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Training
  * then starts on the threshold plan; see dear_backward_end for the switch. DEAR_PLAN_FILE,
  * DEAR_FUSION=none|threshold and DEAR_SCHEDULE=sync keep one fixed plan. */
 DEAR_API int dear_commit(dear_ctx_t *ctx);
@@ -151,8 +115,87 @@ DEAR_API int dear_backward_end(dear_ctx_t *ctx);
  * (during a backward pass it is DEAR_ERR_STATE); a no-op when nothing is pending. */
 DEAR_API int dear_flush(dear_ctx_t *ctx);
 
+/* What the next passes are, between iterations:
+ * - DEAR_MODE_ACCUMULATE (gradient accumulation over micro-batches): forward_begin still runs the
+ *   pending updates, but backward_done and backward_end communicate nothing, count no iteration
+ *   and enter no profile. Each micro-batch adds its gradients to the registered buffers (the
+ *   first one writes them). Set DEAR_MODE_TRAIN before the last micro-batch: its backward pass
+ *   synchronises the sum, and the updates see it averaged over the ranks.
+ * - DEAR_MODE_EVAL: completes all communication and runs every pending update first (as
+ *   dear_flush), then forward_begin only checks its argument; backward hooks are DEAR_ERR_STATE.
+ *   Evaluation passes enter neither the profile nor the iteration times.
+ * - DEAR_MODE_TRAIN: the default.
+ * DEAR_ERR_STATE during a backward pass. For example:
+ *
+ *     dear_set_mode(ctx, DEAR_MODE_ACCUMULATE);       // micro-batches 0 .. M-2: no messages
+ *     for (m = 0; m < M - 1; m++) micro_batch(m);     // with the usual hooks
+ *     dear_set_mode(ctx, DEAR_MODE_TRAIN);
+ *     micro_batch(M - 1);                             // synchronises the sum
+ *
+ *     dear_set_mode(ctx, DEAR_MODE_EVAL);             // pending updates run first
+ *     for (l = 0; l < L; l++) { dear_forward_begin(ctx, l); forward(l); }
+ *     dear_set_mode(ctx, DEAR_MODE_TRAIN); */
+DEAR_API int dear_set_mode(dear_ctx_t *ctx, dear_mode_t mode);
+
+/* The schedule in force: "dear", "wfbp" or "sync" (DEAR_SCHEDULE). It says where averaged
+ * gradients can be read. wfbp, sync: in every registered buffer from dear_backward_end on.
+ * dear: a layer's in the next dear_forward_begin of that layer (just before its updates run),
+ * or earlier with dear_wait_grad; reading a buffer before that gives this rank's own gradient. */
+DEAR_API const char *dear_schedule(const dear_ctx_t *ctx);
+
+/* After dear_backward_end: wait for the averaged gradients of layer and put them in its
+ * registered buffers, without running its updates (they still run in its dear_forward_begin)
+ * and without waiting for any other layer's, whose communication goes on. Returns at once
+ * under wfbp and sync (already in place), and when the layer's data is already there:
+ *
+ *     dear_backward_end(ctx);
+ *     dear_wait_grad(ctx, l);   // grad of layer l now averaged, under every schedule
+ */
+DEAR_API int dear_wait_grad(dear_ctx_t *ctx, int layer);
+
+/* Clip the averaged gradient to a global L2 norm before the updates: each update sees it
+ * multiplied by min(1, max_norm / (norm + 1e-6)) and is told grad_norm and clip_coef
+ * (dear_update_info_t), as torch.nn.utils.clip_grad_norm_ does. Under `dear` the norm comes from
+ * the shards each rank holds after the reduce-scatters, summed by one scalar all-reduce before
+ * any all-gather: the all-gathers keep their overlap with the next forward pass (the plan's early
+ * all-gathers are not used). max_norm: 0 off, INFINITY to only report the norm. DEAR_CLIP_NORM
+ * sets it at dear_commit. Call it before dear_commit to turn clipping on; afterwards only the
+ * value can change (0 then reports without clipping). Every rank must use the same value:
+ *
+ *     dear_set_clip_norm(ctx, 1.0);   // before dear_commit
+ *     // in the update: info->grad is clipped; info->grad_norm, info->clip_coef say by how much
+ */
+DEAR_API int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm);
+
+/* The registration index of the tensor named name (what dear_freeze and dear_no_grad take), or
+ * DEAR_ERR_ARG when there is none. */
+DEAR_API int dear_tensor_index(const dear_ctx_t *ctx, const char *name);
+
+/* Freeze (frozen != 0) or thaw a tensor: a frozen tensor is neither communicated nor updated
+ * (its bytes leave its bucket; a bucket left empty costs no message). Before dear_commit it
+ * applies to every rank's registration (commit checks they agree); afterwards it is
+ * collective: every rank calls it with the same arguments between training iterations, it
+ * completes what is pending and rebuilds the buckets:
+ *
+ *     dear_freeze(ctx, dear_tensor_index(ctx, "embed.w"), 1);
+ */
+DEAR_API int dear_freeze(dear_ctx_t *ctx, int tensor, int frozen);
+
+/* This rank has no gradient for tensor in this iteration (an unused parameter): call it before
+ * dear_backward_done of its layer; the library writes the zeros the rank contributes. With
+ * DEAR_FIND_UNUSED=1 one small collective per iteration counts the ranks that had a gradient,
+ * and a tensor none had one for is not updated (its zeros still travel with its bucket). */
+DEAR_API int dear_no_grad(dear_ctx_t *ctx, int tensor);
+
 /* Snapshot of the counters. */
 DEAR_API int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats);
+
+/* The sparse path of tensor (registration index): block, whether each phase runs sparse now, the
+ * densities measured in warm-up and the bytes and messages of its sparse collectives. Set
+ * stats->size = sizeof *stats first. DEAR_ERR_ARG for an unknown tensor or a size below that of
+ * the first release of the struct; DEAR_ERR_STATE before dear_commit. A tensor not declared
+ * sparse reads block 0 and densities -1. */
+DEAR_API int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats);
 
 /* Write the per-layer profile measured so far (forward/backward times, tensor sizes) in the
  * text format of docs/FORMATS.md, which dear-plan reads. Rank 0 writes; collective. */
@@ -164,14 +207,13 @@ DEAR_API int dear_profile_save(dear_ctx_t *ctx, const char *path);
  * DEAR_ERR_STATE before dear_commit, DEAR_ERR_IO if the file cannot be written. */
 DEAR_API int dear_plan_save(dear_ctx_t *ctx, const char *path);
 
-/* Flush, stop the progress thread, free everything. ctx may be NULL. Collective. */
-DEAR_API int dear_finalize(dear_ctx_t *ctx);
-
-/* Short English text for a status code; never NULL. */
-DEAR_API const char *dear_status_string(int status);
-
-/* "MAJOR.MINOR.PATCH". */
-DEAR_API const char *dear_version(void);
+/* Flush, meet every other rank in dear_finalize (one that left the training loop early would
+ * otherwise leave its peers waiting forever: past DEAR_STALL_ABORT_S the job is aborted, naming
+ * the ranks that never came), stop the progress thread, free everything, and set *ctx to NULL (as MPI nulls a freed
+ * handle), so that finalizing the same handle twice is a no-op instead of a use after free; a
+ * copy of the pointer kept elsewhere is dangling all the same. *ctx may be NULL (DEAR_OK);
+ * ctx NULL is DEAR_ERR_ARG. Collective. */
+DEAR_API int dear_finalize(dear_ctx_t **ctx);
 
 #ifdef __cplusplus
 }

@@ -2,32 +2,35 @@
  * The lifetime of a context: dear_init (thread level, parameters, private communicator,
  * topology, timeline), dear_register (validation of each tensor), dear_commit (registry check
  * across ranks, plan, buckets, progress thread), dear_get_stats, dear_profile_save,
- * dear_plan_save and dear_finalize (flush, stop, report, free). The per-iteration hooks live in hooks.c.
+ * dear_plan_save and dear_finalize (flush, meet the other ranks, stop, report, free). The per-iteration hooks
+ * live in iteration.c and the schedules' files.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fusion/planfile.h"
 #include "fusion/profile.h"
-#include "runtime/check.h"
-#include "runtime/params.h"
+#include "base/mpi_check.h"
+#include "base/params.h"
+#include "base/sync.h"
 #include "runtime/rt.h"
-#include "runtime/util.h"
-
-static void layers_free(dear_ctx_t *ctx);
+#include "base/util.h"
 
 static int ctx_free(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
     if (!ctx)
         return DEAR_OK;
-    dear_model_free(ctx);
-    free(ctx->tensors);
-    layers_free(ctx);
-    dear_samples_free(&ctx->iter_times);
-    dear_samples_free(&ctx->verify_times);
-    dear_plan_free(&ctx->prev_plan);
+    dear_graph_free(ctx);
+    free(ctx->reg.tensors);
+    free(ctx->reg.declared);
+    free(ctx->unused.live);
+    dear_registry_free_layers(ctx);
+    dear_samples_free(&ctx->it.iter_times);
+    free(ctx->online.verify_s);
+    dear_plan_free(&ctx->online.alt_plan);
     dear_timeline_close(ctx->tl);
     dear_coll_topo_free(ctx->coll_topo);
     if (ctx->comm != MPI_COMM_NULL) {
@@ -36,10 +39,28 @@ static int ctx_free(dear_ctx_t *ctx)
         if (!fin && MPI_Comm_free(&ctx->comm) != MPI_SUCCESS)
             rc = DEAR_ERR_MPI;
     }
-    pthread_cond_destroy(&ctx->done_cv);
-    pthread_cond_destroy(&ctx->work_cv);
-    pthread_mutex_destroy(&ctx->lock);
+    if (ctx->eng.sync_ready) {
+        DEAR_PTHREAD_MUST(pthread_cond_destroy(&ctx->eng.done_cv));
+        DEAR_PTHREAD_MUST(pthread_cond_destroy(&ctx->eng.work_cv));
+        DEAR_PTHREAD_MUST(pthread_mutex_destroy(&ctx->eng.lock));
+    }
     free(ctx);
+    return rc;
+}
+
+/* The progress thread's lock and conditions; ctx->eng.sync_ready once all three exist. */
+static int sync_init(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK;
+    DEAR_PTHREAD_CHECK(pthread_mutex_init(&ctx->eng.lock, NULL));
+    DEAR_PTHREAD_CHECK_GOTO(pthread_cond_init(&ctx->eng.work_cv, NULL), rc, err_lock);
+    DEAR_PTHREAD_CHECK_GOTO(pthread_cond_init(&ctx->eng.done_cv, NULL), rc, err_work);
+    ctx->eng.sync_ready = 1;
+    return DEAR_OK;
+err_work:
+    DEAR_PTHREAD_MUST(pthread_cond_destroy(&ctx->eng.work_cv));
+err_lock:
+    DEAR_PTHREAD_MUST(pthread_mutex_destroy(&ctx->eng.lock));
     return rc;
 }
 
@@ -61,6 +82,13 @@ static int agree(MPI_Comm comm, int rc, const char *why)
     return rc != DEAR_OK ? rc : code;
 }
 
+static const char *thread_level_name(int level)
+{
+    return level == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : level == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED"
+           : level == MPI_THREAD_SERIALIZED                 ? "MPI_THREAD_SERIALIZED"
+                                                            : "unknown (below MPI_THREAD_MULTIPLE)";
+}
+
 int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
 {
     int rc = DEAR_OK, inited = 0, level = 0;
@@ -76,10 +104,10 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
     DEAR_ARG_CHECK(comm != MPI_COMM_NULL, "dear_init: comm is MPI_COMM_NULL");
     DEAR_MPI_CHECK(MPI_Query_thread(&level));
     if (level < MPI_THREAD_MULTIPLE) {
-        DEAR_ERROR("api", "dear_init: MPI provides thread level %d, libdear needs MPI_THREAD_MULTIPLE "
+        DEAR_ERROR("api", "dear_init: MPI provides thread level %s, libdear needs MPI_THREAD_MULTIPLE "
                           "(its progress thread calls MPI): initialise MPI with MPI_Init_thread(&argc, "
                           "&argv, MPI_THREAD_MULTIPLE, &provided) and check provided",
-                   level);
+                   thread_level_name(level));
         return DEAR_ERR_UNSUPPORTED;
     }
     /* Every rank must leave with the same verdict, or the others would hang in the collective
@@ -89,9 +117,7 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
 
     DEAR_ALLOC_GOTO(ctx, calloc(1, sizeof *ctx), sizeof *ctx, rc, err);
     ctx->comm = MPI_COMM_NULL;
-    pthread_mutex_init(&ctx->lock, NULL);
-    pthread_cond_init(&ctx->work_cv, NULL);
-    pthread_cond_init(&ctx->done_cv, NULL);
+    DEAR_CHECK_GOTO(sync_init(ctx), rc, err);
     DEAR_MPI_CHECK_GOTO(MPI_Comm_dup(comm, &ctx->comm), rc, err);
     DEAR_MPI_CHECK_GOTO(MPI_Comm_rank(ctx->comm, &ctx->rank), rc, err);
     DEAR_MPI_CHECK_GOTO(MPI_Comm_size(ctx->comm, &ctx->size), rc, err);
@@ -101,15 +127,16 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
     DEAR_CHECK_GOTO(dear_coll_topo_create(ctx->comm, -1, &ctx->coll_topo), rc, err);
 
     ctx->sched = (dear_sched_t)dear_param_enum(DEAR_P_SCHEDULE);
-    ctx->stats_print = (int)dear_param_int(DEAR_P_STATS);
-    ctx->stall_warn_s = dear_param_double(DEAR_P_STALL_WARN_S);
-    ctx->stall_abort_s = dear_param_double(DEAR_P_STALL_ABORT_S);
-    ctx->max_inflight = (int)dear_param_int(DEAR_P_MAX_INFLIGHT);
-    ctx->inflight_window = (size_t)dear_param_int(DEAR_P_INFLIGHT_BYTES);
-    ctx->last_hook_lidx = -1;
+    ctx->sched_ops = dear_sched_ops(ctx->sched);
+    ctx->cfg.stats_print = (int)dear_param_int(DEAR_P_STATS);
+    ctx->cfg.stall_warn_s = dear_param_double(DEAR_P_STALL_WARN_S);
+    ctx->cfg.stall_abort_s = dear_param_double(DEAR_P_STALL_ABORT_S);
+    ctx->cfg.max_inflight = (int)dear_param_int(DEAR_P_MAX_INFLIGHT);
+    ctx->cfg.inflight_window = (size_t)dear_param_int(DEAR_P_INFLIGHT_BYTES);
+    ctx->it.last_hook_lidx = -1;
     const char *tl = dear_param_string(DEAR_P_TIMELINE);
     if (tl && tl[0])
-        rc = dear_timeline_open(tl, ctx->rank, &ctx->tl);
+        rc = dear_timeline_open(tl, ctx->rank, (size_t)dear_param_int(DEAR_P_TIMELINE_MAX), &ctx->tl);
     DEAR_CHECK_GOTO(agree(ctx->comm, rc, "its DEAR_TIMELINE file cannot be opened"), rc, err);
     DEAR_INFO("api", "initialised on %d rank(s), schedule %s, fusion %s", ctx->size,
               dear_sched_name(ctx->sched), dear_param_string(DEAR_P_FUSION));
@@ -117,118 +144,6 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
     return DEAR_OK;
 err:
     ctx_free(ctx);
-    return rc;
-}
-
-static int name_taken(const dear_ctx_t *ctx, const char *name)
-{
-    for (int i = 0; i < ctx->ntensors; i++)
-        if (strcmp(ctx->tensors[i].name, name) == 0)
-            return 1;
-    return 0;
-}
-
-int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
-                  dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg)
-{
-    int rc = DEAR_OK;
-    DEAR_ARG_CHECK(ctx != NULL, "dear_register: ctx is NULL");
-    if (ctx->committed) {
-        DEAR_ERROR("api", "dear_register('%s'): the context is already committed; register every "
-                          "tensor before dear_commit",
-                   name ? name : "(null)");
-        return DEAR_ERR_STATE;
-    }
-    DEAR_ARG_CHECK(name != NULL && name[0] != '\0', "dear_register: name is NULL or empty");
-    DEAR_ARG_CHECK(strlen(name) <= DEAR_NAME_MAX,
-                   "dear_register: name '%.40s...' has %zu characters, at most %d are accepted", name,
-                   strlen(name), DEAR_NAME_MAX);
-    DEAR_ARG_CHECK(!name_taken(ctx, name), "dear_register('%s'): a tensor of that name is already registered",
-                   name);
-    if (mem == DEAR_MEM_CUDA) {
-        DEAR_ERROR("api", "dear_register('%s'): CUDA memory is not supported in this build yet; "
-                          "register host memory (DEAR_MEM_HOST)",
-                   name);
-        return DEAR_ERR_UNSUPPORTED;
-    }
-    DEAR_ARG_CHECK(mem == DEAR_MEM_HOST, "dear_register('%s'): memory kind %d unknown; accepted: "
-                                         "DEAR_MEM_HOST (0), DEAR_MEM_CUDA (1)", name, (int)mem);
-    DEAR_ARG_CHECK((unsigned)dtype < DEAR_DTYPE_COUNT, "dear_register('%s'): dtype %d unknown; accepted: "
-                   "DEAR_FLOAT32, DEAR_FLOAT64, DEAR_BFLOAT16, DEAR_FLOAT16", name, (int)dtype);
-    DEAR_ARG_CHECK(dtype != DEAR_INT32, "dear_register('%s'): int32 gradients cannot be averaged; "
-                   "accepted: DEAR_FLOAT32, DEAR_FLOAT64, DEAR_BFLOAT16, DEAR_FLOAT16", name);
-    /* An empty tensor would make an empty bucket, which the collectives and the plan reject;
-     * a caller with nothing to synchronise simply does not register it. */
-    DEAR_ARG_CHECK(count > 0, "dear_register('%s'): count is 0; register only tensors with elements", name);
-    DEAR_ARG_CHECK(grad != NULL, "dear_register('%s'): grad is NULL", name);
-    if (ctx->ntensors > 0 && layer < ctx->tensors[ctx->ntensors - 1].layer) {
-        DEAR_ERROR("api", "dear_register('%s'): layer %d after layer %d; register tensors in forward "
-                          "order with non-decreasing layer ids",
-                   name, layer, ctx->tensors[ctx->ntensors - 1].layer);
-        return DEAR_ERR_ARG;
-    }
-    if (ctx->ntensors == ctx->tensors_cap) {
-        int cap = ctx->tensors_cap ? 2 * ctx->tensors_cap : 64;
-        dear_tensor_t *t;
-        DEAR_ALLOC_GOTO(t, realloc(ctx->tensors, sizeof *t * (size_t)cap), sizeof *t * (size_t)cap, rc, err);
-        ctx->tensors = t;
-        ctx->tensors_cap = cap;
-    }
-    dear_tensor_t *t = &ctx->tensors[ctx->ntensors];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->layer = layer;
-    t->grad = grad;
-    t->count = count;
-    t->dtype = dtype;
-    t->bytes = count * dear_dtype_size(dtype);
-    t->update = update;
-    t->arg = arg;
-    ctx->ntensors++;
-    return DEAR_OK;
-err:
-    return rc;
-}
-
-static void layers_free(dear_ctx_t *ctx)
-{
-    for (int l = 0; ctx->fwd_times && l < ctx->nlayers; l++)
-        dear_samples_free(&ctx->fwd_times[l]);
-    for (int l = 0; ctx->bwd_times && l < ctx->nlayers; l++)
-        dear_samples_free(&ctx->bwd_times[l]);
-    free(ctx->fwd_times);
-    free(ctx->bwd_times);
-    free(ctx->layers);
-    ctx->fwd_times = ctx->bwd_times = NULL;
-    ctx->layers = NULL;
-    ctx->nlayers = 0;
-}
-
-static int build_layers(dear_ctx_t *ctx)
-{
-    int rc = DEAR_OK, n = 0;
-    for (int i = 0; i < ctx->ntensors; i++)
-        if (i == 0 || ctx->tensors[i].layer != ctx->tensors[i - 1].layer)
-            n++;
-    DEAR_ALLOC_GOTO(ctx->layers, calloc((size_t)n, sizeof *ctx->layers), sizeof *ctx->layers * (size_t)n, rc, err);
-    DEAR_ALLOC_GOTO(ctx->fwd_times, calloc((size_t)n, sizeof *ctx->fwd_times), sizeof *ctx->fwd_times * (size_t)n,
-                    rc, err);
-    DEAR_ALLOC_GOTO(ctx->bwd_times, calloc((size_t)n, sizeof *ctx->bwd_times), sizeof *ctx->bwd_times * (size_t)n,
-                    rc, err);
-    ctx->nlayers = n;
-    n = -1;
-    for (int i = 0; i < ctx->ntensors; i++) {
-        if (i == 0 || ctx->tensors[i].layer != ctx->tensors[i - 1].layer) {
-            n++;
-            ctx->layers[n].id = ctx->tensors[i].layer;
-            ctx->layers[n].t0 = i;
-            ctx->layers[n].bwd_iter = -1;
-        }
-        ctx->layers[n].t1 = i + 1;
-        ctx->tensors[i].lidx = n;
-    }
-    return DEAR_OK;
-err:
     return rc;
 }
 
@@ -242,26 +157,55 @@ int dear_commit(dear_ctx_t *ctx)
     }
     /* The check is collective and runs before anything is built, so every rank leaves here
      * with the same verdict. */
-    DEAR_CHECK(dear_model_check(ctx));
-    if (ctx->ntensors == 0) {
+    DEAR_CHECK(dear_registry_check(ctx));
+    if (ctx->reg.ntensors == 0) {
         DEAR_ERROR("api", "dear_commit: no tensor registered; call dear_register for each gradient first");
         return DEAR_ERR_STATE;
     }
-    int rc = build_layers(ctx);
+    dear_clip_setup(ctx);
+    /* Rank 0's DEAR_FIND_UNUSED decides: its collective must be in every rank's plan. */
+    ctx->unused.on = (int)dear_param_int(DEAR_P_FIND_UNUSED);
+    DEAR_MPI_CHECK(MPI_Bcast(&ctx->unused.on, 1, MPI_INT, 0, ctx->comm));
+    DEAR_CHECK(dear_sparse_setup(ctx));
+    int rc = dear_registry_build_layers(ctx);
+    if (rc == DEAR_OK)
+        rc = dear_registry_check_layers(ctx);
     if (rc == DEAR_OK)
         rc = dear_planning_setup(ctx);
     if (rc == DEAR_OK)
-        rc = dear_model_build(ctx);
+        rc = dear_planning_initial(ctx);
+    if (rc == DEAR_OK)
+        rc = dear_graph_build(ctx);
     if (rc == DEAR_OK)
         rc = dear_engine_start(ctx);
     if (rc != DEAR_OK) {
         /* Back to the registered state, so a corrected environment can commit again. */
-        dear_model_free(ctx);
-        layers_free(ctx);
+        dear_graph_free(ctx);
+        dear_registry_free_layers(ctx);
         return rc;
     }
     ctx->committed = 1;
-    ctx->t_commit = dear_now();
+    ctx->it.t_commit = dear_now();
+    return DEAR_OK;
+}
+
+int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "dear_set_clip_norm: ctx is NULL");
+    DEAR_ARG_CHECK(max_norm >= 0 && !isnan(max_norm),
+                   "dear_set_clip_norm: max_norm %g; accepted: 0 (off), a positive norm, or INFINITY (report the "
+                   "norm, clip nothing)",
+                   max_norm);
+    if (ctx->committed && !ctx->clip.on && max_norm > 0) {
+        DEAR_ERROR("api", "dear_set_clip_norm(%g): clipping was off at dear_commit; turn it on before dear_commit "
+                          "(or with DEAR_CLIP_NORM), since its collective is part of the plan",
+                   max_norm);
+        return DEAR_ERR_STATE;
+    }
+    if (ctx->committed && max_norm == 0)
+        max_norm = INFINITY; /* the collective stays; nothing is clipped any more */
+    ctx->clip.on = max_norm > 0;
+    ctx->clip.max_norm = max_norm;
     return DEAR_OK;
 }
 
@@ -269,14 +213,14 @@ int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats)
 {
     DEAR_ARG_CHECK(ctx != NULL && stats != NULL, "dear_get_stats: %s is NULL", ctx ? "stats" : "ctx");
     dear_stats_t s = { 0 };
-    s.iterations = (uint64_t)ctx->iter;
-    s.blocked_s = ctx->blocked_s;
-    s.last_iter_s = ctx->iter_times.n ? ctx->iter_times.v[ctx->iter_times.n - 1] : 0;
-    s.median_iter_s = ctx->iter_times.n >= 1 && ctx->iter >= 2 ? dear_samples_median(&ctx->iter_times) : 0;
-    pthread_mutex_lock(&ctx->lock);
-    s.bytes_sent = ctx->bytes_sent;
-    s.progress_cpu_s = ctx->progress_cpu_s;
-    pthread_mutex_unlock(&ctx->lock);
+    s.iterations = (uint64_t)ctx->it.iter;
+    s.blocked_s = ctx->it.blocked_s;
+    s.last_iter_s = ctx->it.iter_times.n ? ctx->it.iter_times.v[ctx->it.iter_times.n - 1] : 0;
+    s.median_iter_s = ctx->it.iter_times.n >= 1 && ctx->it.iter >= 2 ? dear_samples_median(&ctx->it.iter_times) : 0;
+    dear_lock(&ctx->eng.lock);
+    s.bytes_sent = ctx->eng.bytes_sent;
+    s.progress_cpu_s = ctx->eng.progress_cpu_s;
+    dear_unlock(&ctx->eng.lock);
     *stats = s;
     return DEAR_OK;
 }
@@ -286,49 +230,23 @@ int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats)
  * progress thread cannot interleave with its collectives. */
 int dear_profile_save(dear_ctx_t *ctx, const char *path)
 {
-    int rc = DEAR_OK;
-    double *med = NULL, *all = NULL;
-    dear_profile_t prof;
+    dear_profile_t prof = { 0 };
     DEAR_ARG_CHECK(ctx != NULL && path != NULL && path[0], "dear_profile_save: %s is NULL or empty",
                    ctx ? "path" : "ctx");
-    if (!ctx->committed || ctx->in_backward) {
+    if (!ctx->committed || ctx->it.in_backward) {
         DEAR_ERROR("api", "dear_profile_save('%s'): %s", path,
                    ctx->committed ? "called during the backward pass; call it between iterations"
                                   : "the context is not committed; call it after training iterations");
         return DEAR_ERR_STATE;
     }
-    DEAR_CHECK(dear_hooks_flush(ctx, "dear_profile_save"));
-    size_t bytes = sizeof(double) * 2 * (size_t)ctx->nlayers;
-    DEAR_ALLOC_GOTO(med, malloc(bytes), bytes, rc, out);
-    DEAR_ALLOC_GOTO(all, malloc(bytes), bytes, rc, out);
-    for (int l = 0; l < ctx->nlayers; l++) {
-        med[2 * l] = dear_samples_median(&ctx->fwd_times[l]);
-        med[2 * l + 1] = dear_samples_median(&ctx->bwd_times[l]);
-    }
-    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(med, all, 2 * ctx->nlayers, MPI_DOUBLE, MPI_MAX, ctx->comm), rc, out);
-    if (ctx->rank == 0) {
-        dear_prof_init(&prof, "dear");
-        for (int l = 0; l < ctx->nlayers && rc == DEAR_OK; l++)
-            rc = dear_prof_add_layer(&prof, ctx->layers[l].id, all[2 * l], all[2 * l + 1]);
-        for (int t = 0; t < ctx->ntensors && rc == DEAR_OK; t++) {
-            char name[DEAR_NAME_MAX + 1];
-            snprintf(name, sizeof name, "%s", ctx->tensors[t].name);
-            for (char *c = name; *c; c++) /* the text format has no blanks in names */
-                if (*c == ' ' || *c == '\t' || *c == '\n')
-                    *c = '_';
-            rc = dear_prof_add_tensor(&prof, name, ctx->tensors[t].layer, ctx->tensors[t].bytes);
-        }
-        char msg[256];
-        if (rc == DEAR_OK && (rc = dear_prof_check(&prof, msg, sizeof msg)) != DEAR_OK)
-            DEAR_ERROR("api", "dear_profile_save('%s'): profile rejected: %s", path, msg);
-        if (rc == DEAR_OK)
-            rc = dear_prof_save(&prof, path);
-        dear_prof_free(&prof);
-    }
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&rc, 1, MPI_INT, 0, ctx->comm), rc, out);
-out:
-    free(med);
-    free(all);
+    DEAR_CHECK(dear_sched_flush(ctx, "dear_profile_save"));
+    int rc = dear_profile_measured(ctx, "dear", 0, &prof);
+    if (rc == DEAR_ERR_MPI)
+        return rc;
+    if (ctx->rank == 0 && rc == DEAR_OK)
+        rc = dear_prof_save(&prof, path);
+    dear_prof_free(&prof);
+    DEAR_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, ctx->comm));
     return rc;
 }
 
@@ -344,7 +262,7 @@ int dear_plan_save(dear_ctx_t *ctx, const char *path)
     dear_tensor_desc_t *desc = NULL;
     const char **names = NULL;
     DEAR_CHECK_GOTO(dear_tensor_table(ctx, &desc, &names), rc, out);
-    rc = dear_planfile_save(path, &ctx->plan, desc, names);
+    rc = dear_planfile_save(path, &ctx->graph.plan, desc, names);
 out:
     free(desc);
     free(names);
@@ -356,34 +274,142 @@ static void print_stats(dear_ctx_t *ctx)
     dear_stats_t s;
     if (dear_get_stats(ctx, &s) != DEAR_OK)
         return;
-    double wall = dear_now() - ctx->t_commit;
-    pthread_mutex_lock(&ctx->lock);
-    double busbytes = ctx->busbytes, busy = ctx->busy_s;
-    pthread_mutex_unlock(&ctx->lock);
+    double wall = dear_now() - ctx->it.t_commit;
+    dear_lock(&ctx->eng.lock);
+    double busbytes = ctx->eng.busbytes, busy = ctx->eng.busy_s;
+    dear_unlock(&ctx->eng.lock);
     fprintf(stderr,
             "[dear 0] stats: %llu iterations, median iteration %.3f ms, blocked %.3f s, %.3f MB sent by rank 0, "
             "busbw %.1f MB/s over %.3f s of communication, progress thread CPU %.3f s (%.1f%% of %.3f s wall), "
             "schedule %s, %d bucket(s)\n",
             (unsigned long long)s.iterations, 1e3 * s.median_iter_s, s.blocked_s, 1e-6 * (double)s.bytes_sent,
             busy > 0 ? 1e-6 * busbytes / busy : 0.0, busy, s.progress_cpu_s,
-            wall > 0 ? 100.0 * s.progress_cpu_s / wall : 0.0, wall, dear_sched_name(ctx->sched), ctx->nbuckets);
+            wall > 0 ? 100.0 * s.progress_cpu_s / wall : 0.0, wall, dear_sched_name(ctx->sched), ctx->graph.nbuckets);
+    for (int t = 0; t < ctx->reg.ntensors; t++) {
+        dear_sparse_stats_t sp = { .size = sizeof sp };
+        if (dear_get_sparse_stats(ctx, t, &sp) != DEAR_OK || sp.block == 0)
+            continue;
+        char phases[64];
+        fprintf(stderr,
+                "[dear 0] stats: sparse tensor '%s' (block %zu): warm-up density %.3f (%.3f averaged), %s, %llu sparse "
+                "and %llu dense message(s), %.3f MB sent in sparse collectives\n",
+                ctx->reg.tensors[t].name, sp.block, sp.density, sp.density_union,
+                dear_sparse_phases(ctx, sp.sparse_rs, sp.sparse_ag, phases, sizeof phases),
+                (unsigned long long)sp.msgs_sparse, (unsigned long long)sp.msgs_dense, 1e-6 * (double)sp.bytes_sent);
+    }
 }
 
-int dear_finalize(dear_ctx_t *ctx)
+/* Above every collective's tag (the engine's run below 16384), within the MPI minimum of 32767. */
+#define FINALIZE_TAG 32000
+
+/* Names the ranks whose flag is 0 into buf ("1, 5, 7" or "1, 5 and 12 more"). */
+static void missing_ranks(const int *arrived, int n, int self, char *buf, size_t cap)
+{
+    size_t len = 0;
+    int listed = 0, more = 0;
+    buf[0] = '\0';
+    for (int p = 0; p < n; p++) {
+        if (p == self || arrived[p])
+            continue;
+        if (listed < 16 && len + 16 < cap)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d", listed ? ", " : "", p), listed++;
+        else
+            more++;
+    }
+    if (more)
+        snprintf(buf + len, cap - len, " and %d more", more);
+}
+
+/* Every rank tells every other one it is finalizing, with its iteration count, and waits for
+ * all of them. A rank that left the training loop early would otherwise return at once while
+ * its peers wait forever in a collective it will never join: past DEAR_STALL_ABORT_S the job is
+ * aborted, naming the ranks that never came (DEAR_STALL_WARN_S warns first). Point to point, so
+ * that the missing ranks can be named; runs after the engine stopped, on the private
+ * communicator. */
+static int finalize_together(dear_ctx_t *ctx)
+{
+    int n = ctx->size, rc = DEAR_OK;
+    if (n < 2)
+        return DEAR_OK;
+    long long mine = ctx->it.iter, *theirs = calloc((size_t)n, sizeof *theirs);
+    MPI_Request *req = malloc(sizeof *req * 2 * (size_t)n);
+    int *arrived = calloc((size_t)n, sizeof *arrived), *idx = malloc(sizeof *idx * 2 * (size_t)n);
+    if (!theirs || !req || !arrived || !idx) {
+        rc = DEAR_ERR_NOMEM;
+        goto out;
+    }
+    for (int p = 0; p < n; p++) {
+        req[p] = req[n + p] = MPI_REQUEST_NULL;
+        if (p == ctx->rank)
+            continue;
+        DEAR_MPI_CHECK_GOTO(MPI_Irecv(&theirs[p], 1, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->comm, &req[p]), rc, out);
+        DEAR_MPI_CHECK_GOTO(MPI_Isend(&mine, 1, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->comm, &req[n + p]), rc, out);
+    }
+    double t0 = dear_now(), pause = 1e-4;
+    int left = 2 * (n - 1), warned = 0;
+    while (left > 0) {
+        int got = 0;
+        DEAR_MPI_CHECK_GOTO(MPI_Testsome(2 * n, req, &got, idx, MPI_STATUSES_IGNORE), rc, out);
+        for (int i = 0; got != MPI_UNDEFINED && i < got; i++) {
+            if (idx[i] < n)
+                arrived[idx[i]] = 1;
+            left--;
+        }
+        if (left == 0)
+            break;
+        double age = dear_now() - t0;
+        char who[256];
+        if (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) {
+            missing_ranks(arrived, n, ctx->rank, who, sizeof who);
+            DEAR_ERROR("api", "dear_finalize: after %.1f s (DEAR_STALL_ABORT_S=%g), rank(s) %s have not reached "
+                              "dear_finalize; they are still training (this rank stopped after iteration %lld) or "
+                              "have stopped: aborting the job",
+                       age, ctx->cfg.stall_abort_s, who, mine);
+            MPI_Abort(ctx->comm, 1);
+        }
+        if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !warned) {
+            warned = 1;
+            missing_ranks(arrived, n, ctx->rank, who, sizeof who);
+            DEAR_WARN("api", "dear_finalize: waiting %.1f s for rank(s) %s, which have not reached dear_finalize "
+                             "(this rank stopped after iteration %lld); every rank must run the same iterations",
+                      age, who, mine);
+        }
+        /* Finalize is rare and not timed: back off to 10 ms sleeps rather than spin a core. */
+        dear_sleep(pause);
+        pause = pause < 0.01 ? pause * 2 : 0.01;
+    }
+    for (int p = 0; p < n; p++)
+        if (p != ctx->rank && theirs[p] != mine)
+            DEAR_WARN("api", "dear_finalize: rank %d ran %lld iterations, this rank %lld", p, theirs[p], mine);
+out:
+    free(theirs);
+    free(req);
+    free(arrived);
+    free(idx);
+    return rc;
+}
+
+int dear_finalize(dear_ctx_t **handle)
 {
     int rc = DEAR_OK;
+    DEAR_ARG_CHECK(handle != NULL, "dear_finalize: the handle is NULL (pass &ctx)");
+    dear_ctx_t *ctx = *handle;
     if (!ctx)
         return DEAR_OK;
+    *handle = NULL;
     if (ctx->committed) {
-        if (ctx->in_backward) {
+        if (ctx->it.in_backward) {
             DEAR_WARN("api", "dear_finalize: called during backward of iteration %lld (%d of %d layers done); "
                              "the partial iteration is dropped",
-                      ctx->iter, ctx->layers_done, ctx->nlayers);
+                      ctx->it.iter, ctx->it.layers_done, ctx->reg.nlayers);
         } else {
-            rc = dear_hooks_flush(ctx, "dear_finalize");
+            rc = dear_sched_flush(ctx, "dear_finalize");
         }
         dear_engine_stop(ctx);
-        if (ctx->stats_print && ctx->rank == 0)
+        int rc3 = finalize_together(ctx);
+        if (rc == DEAR_OK)
+            rc = rc3;
+        if (ctx->cfg.stats_print && ctx->rank == 0)
             print_stats(ctx);
     }
     int rc2 = ctx_free(ctx);

@@ -1,11 +1,8 @@
-# runtime/: base services (status, log, params, util) and the runtime proper.
-noinst_LTLIBRARIES += runtime/libdearbase.la runtime/libdearrt.la
-runtime_libdearbase_la_SOURCES = runtime/status.c runtime/log.c runtime/log.h runtime/check.h \
-    runtime/mpierr.c runtime/util.c runtime/util.h runtime/params.c runtime/params.h
-runtime_libdearbase_la_CFLAGS = $(AM_CFLAGS) $(VIS_CFLAGS)
-EXTRA_DIST += runtime/params.def
-
-runtime_libdearrt_la_SOURCES = runtime/api.c runtime/rt.h runtime/model.c runtime/engine.c runtime/hooks.c \
-    runtime/planning.c
+# runtime/: the runtime proper, above collectives/, fusion/ and cuda/: init and registry, plans
+# turned into buckets and operations, the schedules, the progress thread, online planning,
+# the timeline and the topology.
+noinst_LTLIBRARIES += runtime/libdearrt.la
+runtime_libdearrt_la_SOURCES = runtime/rt.h runtime/api.c runtime/registry.c runtime/buckets.c runtime/engine.c \
+    runtime/iteration.c runtime/sched_dear.c runtime/sched_allreduce.c runtime/clip.c runtime/unused.c runtime/sparse.c runtime/calibrate.c \
+    runtime/planning.c runtime/timeline.c runtime/topo.c runtime/timeline.h runtime/topo.h
 runtime_libdearrt_la_CFLAGS = $(AM_CFLAGS) $(VIS_CFLAGS) $(HWLOC_CFLAGS)
-runtime_libdearrt_la_SOURCES += runtime/timeline.c runtime/topo.c runtime/timeline.h runtime/topo.h

@@ -1,25 +1,17 @@
 /*
- * Fusion planning inside the runtime: the cost model at commit and the switch from the warm-up
- * plan to a model-driven one during training.
+ * The plan inside the runtime: the one in force at commit, made on rank 0 and broadcast (a
+ * planner with any rank-dependent behaviour still yields one plan), and the switch from that
+ * warm-up plan to a model-driven one during training.
  *
- * At commit (dear_planning_setup), when DEAR_FUSION names a model-driven planner (mgwfbp, dp,
- * gradssa, auto), the schedule is not sync, no DEAR_PLAN_FILE is given and there are at least two
- * ranks, the runtime gets a cost model: DEAR_CALIBRATE=auto measures reduce-scatter, all-gather
- * and all-reduce as the collectives layer will run them (its selection table) on the context's
- * private communicator (seven sizes, each a stream of back-to-back collectives, the slowest
- * rank's mean per size, kept as an interpolated curve) unless DEAR_CALIBRATION_FILE already holds those curves
- * for this communicator size and ranks per host;
- * DEAR_CALIBRATE=off takes DEAR_COST_PRESET. The cache is read on rank 0 and the model
- * broadcast, so every rank plans from the same numbers. A corrupt cache is not fatal: it is
- * reported, kept as PATH.corrupt, measured again and replaced. This runs before the progress
- * thread starts, so the communicator is the application thread's alone.
- *
- * During training (dear_planning_replan, from dear_backward_end of iteration DEAR_WARMUP_ITERS
- * and then every DEAR_REPLAN_EVERY iterations) the caller has drained every collective of the
- * old plan; the progress thread is stopped, the per-layer medians are combined (slowest rank),
- * rank 0 plans and broadcasts, every rank rebuilds its buckets from the same plan and the
- * progress thread restarts with the new operation order. Because this happens on every rank at
- * the same backward_end, the global order of collectives stays identical across ranks.
+ * Online planning runs when DEAR_FUSION names a model-driven planner (DEAR_PLANNER_F_MODEL), the
+ * schedule is not sync, no DEAR_PLAN_FILE is given and there are at least two ranks; commit then
+ * gets the cost model (calibrate.c). At the backward_end of iteration DEAR_WARMUP_ITERS (and
+ * every DEAR_REPLAN_EVERY iterations after it) the caller has drained every collective of the
+ * old plan; the progress thread is stopped, rank 0 plans from the measured profile (slowest
+ * rank) and broadcasts, every rank rebuilds its buckets from the same plan and the progress
+ * thread restarts with the new operation order. Because this happens on every rank at the same
+ * backward_end, the global order of collectives stays identical across ranks. auto then checks
+ * its plan against the one it replaced by measurement (DEAR_VERIFY_ITERS, below).
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,243 +19,121 @@
 #include <string.h>
 
 #include "fusion/cost.h"
+#include "fusion/planfile.h"
 #include "fusion/planners.h"
 #include "fusion/profile.h"
 #include "fusion/sim.h"
-#include "runtime/check.h"
-#include "runtime/params.h"
+#include "base/mpi_check.h"
+#include "base/params.h"
 #include "runtime/rt.h"
-#include "runtime/util.h"
+#include "base/util.h"
 
-/* Sizes from start-up dominated to bandwidth dominated, around the selection table's switch
- * from the direct exchange to the ring at 1 MiB. Each size is timed as a stream of back-to-back
- * collectives of at least CALIB_STREAM_BYTES (and CALIB_REPS), after an untimed CALIB_WARM_BYTES:
- * that is how the runtime's channel runs them, one behind the other, and a network with a burst
- * allowance (a token bucket, a switch's buffers: hundreds of KiB) carries a few small
- * collectives after an idle gap much faster than a stream of them. Timed alone, 64 KiB
- * all-gathers looked 3x cheaper than they ran in a 96-group all-gather phase on the emulated
- * cluster, and the planner cut the phase into groups that small. Every size is measured in
- * CALIB_PASSES passes over all sizes and collectives, and the median pass kept: on a shared
- * machine a stall of the host (tens of ms) inflates the one stream it falls into, and a single
- * pass priced a whole size 30-90% too high (the planner then avoided it, the simulator
- * mispredicted every plan using it by 25-50%). About 3-6 s for the three collectives on 4 hosts
- * at 1 Gbit/s (cache it: DEAR_CALIBRATION_FILE). The largest size sets the slope the curve is
- * extended with. */
-static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
-#define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
-#define CALIB_REPS 5
-#define CALIB_STREAM_BYTES ((size_t)4 << 20)
-#define CALIB_WARM_BYTES ((size_t)1 << 20)
-#define CALIB_MAX_REPS 512
-#define CALIB_PASSES 3
+/* ---- the plan at commit ---- */
 
-static const dear_coll_op_t coll_of_cost[DEAR_COST_NOPS] = { DEAR_COLL_REDUCE_SCATTER, DEAR_COLL_ALLGATHER,
-                                                             DEAR_COLL_ALLREDUCE };
-
-static void log_model(const dear_ctx_t *ctx, const char *how)
+static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
 {
-    if (!DEAR_LOG_ON(DEAR_LOG_INFO) || ctx->rank != 0) /* the same on every rank: printed once */
-        return;
-    DEAR_INFO("plan", "cost model (%s) for P=%d, %d rank(s) per host: %s", ctx->cost.source, ctx->cost.comm_size,
-              ctx->cost.ranks_per_host, how);
-    for (int op = 0; op < DEAR_COST_NOPS; op++)
-        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
-            const dear_cost_line_t *l = &ctx->cost.line[op][a];
-            if (!l->valid)
-                continue;
-            DEAR_INFO("plan", "  %s %-4s alpha %.2f us, beta %.4f ns/B (%.0f MB/s), gamma %.4f ns/B, fit error %.1f%% "
-                              "over %d sample(s)%s",
-                      dear_cost_op_name((dear_cost_op_t)op), dear_cost_algo_name((dear_cost_algo_t)a), 1e6 * l->alpha,
-                      1e9 * l->beta, l->beta > 0 ? 1e-6 / l->beta : 0.0, 1e9 * l->gamma, 100 * l->fit_err,
-                      l->nsamples, l->npts >= 2 ? "; priced by the curve through the samples" : "");
-            for (int i = 0; i < l->npts; i++)
-                DEAR_INFO("plan", "    %.0f B: %.1f us (%.0f MB/s)", l->pt_bytes[i], 1e6 * l->pt_sec[i],
-                          l->pt_sec[i] > 0 ? 1e-6 * l->pt_bytes[i] / l->pt_sec[i] : 0.0);
-        }
-}
-
-static int reps_for(size_t bytes, size_t volume, int least)
-{
-    size_t r = (volume + bytes - 1) / bytes;
-    return r < (size_t)least ? least : r > CALIB_MAX_REPS ? CALIB_MAX_REPS : (int)r;
-}
-
-/* One (collective, size) sample: the barrier lines the ranks up, an untimed stream fills the
- * pipes and drains any burst allowance, then a timed stream of back-to-back collectives gives the
- * mean seconds per collective in the steady state (what the planner's FIFO channel assumes).
- * DEAR_ERR_UNSUPPORTED from start (size limits) is returned without logging: the same on every
- * rank, it only means the size is skipped. */
-static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, double *seconds)
-{
-    DEAR_MPI_CHECK(MPI_Barrier(ctx->comm));
-    int warm = reps_for(bytes, CALIB_WARM_BYTES, 1), reps = reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS);
-    double t0 = 0;
-    for (int r = -warm; r < reps; r++) {
-        if (r == 0)
-            t0 = dear_now();
-        dear_coll_req_t *req = NULL;
-        int rc = dear_coll_start(args, &req);
-        if (rc != DEAR_OK)
-            return rc;
-        rc = dear_coll_wait(req);
-        dear_coll_free(req);
-        if (rc != DEAR_OK)
-            return rc;
+    int rc = DEAR_OK, n = ctx->reg.ntensors;
+    dear_tensor_desc_t *desc = NULL;
+    const char **names = NULL;
+    DEAR_CHECK_GOTO(dear_tensor_table(ctx, &desc, &names), rc, out);
+    const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
+    if (pfile && pfile[0] && ctx->sched != DEAR_SCHED_SYNC) {
+        /* A fixed plan (dear-plan's output), checked against the registered tensors. */
+        rc = dear_planfile_load(pfile, n, desc, names, plan);
+        if (rc == DEAR_ERR_MISMATCH)
+            DEAR_ERROR("plan", "DEAR_PLAN_FILE=%s does not fit the registered tensors (the message above says "
+                               "where); make the plan again for this model (dear-plan, dear_plan_save)",
+                       pfile);
+        else if (rc != DEAR_OK)
+            DEAR_ERROR("plan", "DEAR_PLAN_FILE=%s: cannot use this plan (%s); see the message above", pfile,
+                       dear_status_string(rc));
+        else if (!plan->planner[0])
+            snprintf(plan->planner, sizeof plan->planner, "file");
+        goto out;
     }
-    *seconds = (dear_now() - t0) / reps;
-    return DEAR_OK;
-}
-
-/* Measure each collective as the runtime will run it (DEAR_ALGO_AUTO: the selection table, or
- * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the median pass's
- * means as the auto curve of the model; the model is the same on every rank (rank 0 takes the
- * slowest rank's samples and broadcasts). A straight line per algorithm, as the model had before, priced
- * buckets of 2-25 MiB from a fit dominated by the small sizes (off by 20-50% on a 1 Gbit/s
- * link) and with algorithms the selection table never runs there. */
-static int calibrate(dear_ctx_t *ctx)
-{
-    int rc = DEAR_OK;
-    size_t maxb = calib_bytes[CALIB_NSIZES - 1];
-    size_t count = maxb / sizeof(float);
-    float *buf = NULL;
-    double *t = NULL, *tmax = NULL;
-    size_t nk = (size_t)DEAR_COST_NOPS * CALIB_NSIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
-    double t_start = dear_now();
-
-    DEAR_ALLOC_GOTO(buf, malloc(maxb), maxb, rc, out);
-    DEAR_ALLOC_GOTO(t, calloc(nt, sizeof *t), nt * sizeof *t, rc, out);
-    DEAR_ALLOC_GOTO(tmax, calloc(nt, sizeof *tmax), nt * sizeof *tmax, rc, out);
-    for (size_t i = 0; i < count; i++)
-        buf[i] = 1.0f;
-    for (int pass = 0; pass < CALIB_PASSES; pass++)
-        for (int op = 0; op < DEAR_COST_NOPS; op++)
-            for (int s = 0; s < CALIB_NSIZES; s++) {
-                dear_coll_args_t args = { 0 };
-                args.op = coll_of_cost[op];
-                args.algo = DEAR_ALGO_AUTO;
-                args.dtype = DEAR_FLOAT32;
-                args.comm = ctx->comm;
-                args.topo = ctx->coll_topo;
-                args.tag = 0; /* nothing else runs on the communicator before commit ends */
-                args.scale = op == DEAR_COST_AG ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
-                args.recvbuf = buf;
-                args.count = calib_bytes[s] / sizeof(float);
-                size_t k = (size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s;
-                int r1 = time_run(ctx, &args, calib_bytes[s], &t[k]);
-                if (r1 == DEAR_ERR_UNSUPPORTED) {
-                    t[k] = -1; /* this size is beyond the algorithm: no sample */
-                    continue;
-                }
-                if (r1 != DEAR_OK) {
-                    DEAR_ERROR("plan", "calibration: %s on %zu bytes failed: %s", dear_cost_op_name((dear_cost_op_t)op),
-                               calib_bytes[s], dear_status_string(r1));
-                    rc = r1;
-                    goto out;
-                }
-            }
-    DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
-    if (ctx->rank == 0) {
-        dear_cost_model_t m;
-        memset(&m, 0, sizeof m);
-        m.comm_size = ctx->size;
-        m.ranks_per_host = ctx->topo.max_local_size;
-        snprintf(m.source, sizeof m.source, "fit");
-        for (int op = 0; op < DEAR_COST_NOPS; op++) {
-            double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
-            int n = 0;
-            for (int s = 0; s < CALIB_NSIZES; s++) {
-                double pv[CALIB_PASSES], lo = INFINITY, hi = 0;
-                for (int pass = 0; pass < CALIB_PASSES; pass++) {
-                    pv[pass] = tmax[(size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s];
-                    lo = pv[pass] < lo ? pv[pass] : lo;
-                    hi = pv[pass] > hi ? pv[pass] : hi;
-                }
-                if (pv[0] < 0) /* beyond the algorithm, in every pass alike */
-                    continue;
-                double v = dear_median(pv, CALIB_PASSES);
-                xs[n] = (double)calib_bytes[s];
-                ys[n++] = v;
-                DEAR_DEBUG("plan", "calibration: %s %zu B: %.1f us per collective over a stream of %d (slowest rank, "
-                                   "median of %d passes, %.1f..%.1f us)",
-                           dear_cost_op_name((dear_cost_op_t)op), calib_bytes[s], 1e6 * v,
-                           reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS), CALIB_PASSES,
-                           1e6 * lo, 1e6 * hi);
-            }
-            if (n < 2 || dear_cost_fit_curve(xs, ys, n, &m.line[op][DEAR_COST_AUTO]) != DEAR_OK)
-                DEAR_WARN("plan", "calibration: %d usable size(s) of %s, no curve: that collective is priced "
-                                  "as infinitely expensive",
-                          n, dear_cost_op_name((dear_cost_op_t)op));
-        }
-        ctx->cost = m;
+    if (ctx->sched == DEAR_SCHED_SYNC) {
+        /* One all-reduce of everything: the baseline without overlap. */
+        int first[2] = { 0, n };
+        DEAR_CHECK_GOTO(dear_partition_set(&plan->rs, n, 1, first), rc, out);
+        DEAR_CHECK_GOTO(dear_partition_set(&plan->ag, n, 1, first), rc, out);
+        plan->ntensors = n;
+        snprintf(plan->planner, sizeof plan->planner, "sync");
+        goto out;
     }
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->cost, (int)sizeof ctx->cost, MPI_BYTE, 0, ctx->comm), rc, out);
-    ctx->calib_measured++;
-    DEAR_INFO("plan", "calibration: measured %d size(s) per collective, each as a stream of at least %zu bytes, "
-                      "median of %d passes, in %.3f s",
-              CALIB_NSIZES, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
+    const char *fusion = dear_param_string(DEAR_P_FUSION);
+    dear_planner_t planner = (dear_planner_t)dear_param_enum(DEAR_P_FUSION);
+    if (planner == DEAR_PLANNER_NONE) {
+        rc = dear_plan_none(plan, n, desc);
+    } else if (planner == DEAR_PLANNER_THRESHOLD || ctx->online.enabled) {
+        /* Model-driven planners need the measured profile: until the warm-up iterations have
+         * given one (planning.c), the threshold plan runs. */
+        rc = dear_plan_threshold(plan, n, desc, (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD));
+        if (rc == DEAR_OK && ctx->online.enabled)
+            snprintf(plan->planner, sizeof plan->planner, "threshold(warm-up)");
+    } else {
+        /* A model-driven planner on one rank has nothing to plan: no communication at all. */
+        rc = dear_plan_threshold(plan, n, desc, (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD));
+    }
+    if (rc != DEAR_OK)
+        DEAR_ERROR("plan", "planner %s failed for %d tensors: %s", fusion, n, dear_status_string(rc));
 out:
-    free(buf);
-    free(t);
-    free(tmax);
+    free(desc);
+    free(names);
     return rc;
 }
 
-/* 1 if model has the auto curve of every collective (what calibrate measures). */
-static int model_covers(const dear_cost_model_t *m)
+/* Rank 0 plans and broadcasts, so a planner with any rank-dependent behaviour (timings, floating
+ * point) still yields one plan. The verdict travels with it, so a failing planner fails everywhere. */
+static int bcast_partition(dear_ctx_t *ctx, dear_partition_t *p)
 {
-    for (int op = 0; op < DEAR_COST_NOPS; op++)
-        if (!m->line[op][DEAR_COST_AUTO].valid)
-            return 0;
-    return 1;
+    int rc = DEAR_OK, ng = p->ngroups;
+    int *first = NULL;
+    DEAR_MPI_CHECK(MPI_Bcast(&ng, 1, MPI_INT, 0, ctx->comm));
+    DEAR_ALLOC_GOTO(first, malloc(sizeof(int) * (size_t)(ng + 1)), sizeof(int) * (size_t)(ng + 1), rc, out);
+    if (ctx->rank == 0)
+        memcpy(first, p->first, sizeof(int) * (size_t)(ng + 1));
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(first, ng + 1, MPI_INT, 0, ctx->comm), rc, out);
+    if (ctx->rank != 0)
+        rc = dear_partition_set(p, ctx->reg.ntensors, ng, first);
+out:
+    free(first);
+    return rc;
 }
 
-/* DEAR_CALIBRATE=auto: the cache (rank 0 reads, everyone receives), else a measurement. */
-static int cost_calibrated(dear_ctx_t *ctx)
+int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
 {
-    int rc = DEAR_OK;
-    const char *path = dear_param_string(DEAR_P_CALIBRATION_FILE);
-    int use_file = path && path[0];
-    int verdict = 0; /* rank 0's: 1 cache hit, 0 measure, 2 measure and replace a corrupt file */
-    if (ctx->rank == 0 && use_file) {
-        dear_cost_model_t m;
-        int found = 0;
-        int lrc = dear_cost_load(path, ctx->size, ctx->topo.max_local_size, &m, &found);
-        if (lrc == DEAR_ERR_FORMAT) {
-            DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s is corrupt (the error above names the line): measuring "
-                              "again; the file is kept as %s.corrupt and a new one is written",
-                      path, path);
-            verdict = 2;
-        } else if (lrc != DEAR_OK) {
-            DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s cannot be read (%s): measuring again", path,
-                      dear_status_string(lrc));
-        } else if (found > 0 && model_covers(&m)) {
-            ctx->cost = m;
-            verdict = 1;
-        }
+    int rc = rc0;
+    DEAR_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, ctx->comm));
+    if (rc != DEAR_OK) {
+        if (ctx->rank != 0 && rc == DEAR_ERR_MISMATCH)
+            DEAR_ERROR("plan", "rank 0 could not make a plan: its DEAR_PLAN_FILE does not fit the registered "
+                               "tensors; see its message");
+        else if (ctx->rank != 0)
+            DEAR_ERROR("plan", "rank 0 could not make a plan (%s); see its message", dear_status_string(rc));
+        return rc;
     }
-    DEAR_MPI_CHECK(MPI_Bcast(&verdict, 1, MPI_INT, 0, ctx->comm));
-    if (verdict == 1) {
-        DEAR_MPI_CHECK(MPI_Bcast(&ctx->cost, (int)sizeof ctx->cost, MPI_BYTE, 0, ctx->comm));
-        log_model(ctx, "loaded from the calibration cache, nothing measured");
-        return DEAR_OK;
-    }
-    DEAR_CHECK(calibrate(ctx));
-    log_model(ctx, "measured at commit");
-    if (ctx->rank == 0 && use_file) {
-        if (verdict == 2) {
-            char bad[4200];
-            snprintf(bad, sizeof bad, "%s.corrupt", path);
-            if (rename(path, bad) != 0)
-                DEAR_WARN("plan", "cannot move the corrupt %s aside to %s", path, bad);
-        }
-        rc = dear_cost_save(path, &ctx->cost);
-        if (rc != DEAR_OK)
-            DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s: cannot save the fitted model (%s); the next run measures "
-                              "again",
-                      path, dear_status_string(rc));
+    DEAR_MPI_CHECK(MPI_Bcast(plan->planner, (int)sizeof plan->planner, MPI_CHAR, 0, ctx->comm));
+    DEAR_CHECK(bcast_partition(ctx, &plan->rs));
+    DEAR_CHECK(bcast_partition(ctx, &plan->ag));
+    DEAR_MPI_CHECK(MPI_Bcast(&plan->ag_early, 1, MPI_INT, 0, ctx->comm));
+    plan->ntensors = ctx->reg.ntensors;
+    char msg[256];
+    if (dear_plan_validate(plan, ctx->reg.ntensors, msg, sizeof msg) != DEAR_OK) {
+        DEAR_ERROR("plan", "the plan is malformed: %s", msg);
+        return DEAR_ERR_INTERNAL;
     }
     return DEAR_OK;
 }
+
+int dear_planning_initial(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK;
+    if (ctx->rank == 0)
+        rc = make_plan(ctx, &ctx->graph.plan);
+    return dear_planning_bcast(ctx, &ctx->graph.plan, rc);
+}
+
+/* ---- online planning ---- */
 
 int dear_planning_setup(dear_ctx_t *ctx)
 {
@@ -271,63 +141,36 @@ int dear_planning_setup(dear_ctx_t *ctx)
     /* Rank 0's settings decide, as its plan does: ranks with different environments still agree
      * on whether and when to plan. */
     const char *fusion = dear_param_string(DEAR_P_FUSION);
+    dear_planner_t planner = (dear_planner_t)dear_param_enum(DEAR_P_FUSION);
     const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
     int cfg[5];
-    cfg[0] = (strcmp(fusion, "mgwfbp") == 0 || strcmp(fusion, "dp") == 0 || strcmp(fusion, "gradssa") == 0 ||
-              strcmp(fusion, "auto") == 0) &&
-             ctx->sched != DEAR_SCHED_SYNC && !(pfile && pfile[0]) && ctx->size > 1;
+    cfg[0] = (dear_planner_flags(planner) & DEAR_PLANNER_F_MODEL) && ctx->sched != DEAR_SCHED_SYNC &&
+             !(pfile && pfile[0]) && ctx->size > 1;
     cfg[1] = (int)dear_param_int(DEAR_P_WARMUP_ITERS);
     cfg[2] = (int)dear_param_int(DEAR_P_REPLAN_EVERY);
     cfg[3] = (int)dear_param_enum(DEAR_P_CALIBRATE); /* auto|off */
     /* Only auto promises the fastest plan it can find; a named planner's plan is kept. */
-    cfg[4] = strcmp(fusion, "auto") == 0 ? (int)dear_param_int(DEAR_P_VERIFY_ITERS) : 0;
+    cfg[4] = planner == DEAR_PLANNER_AUTO ? (int)dear_param_int(DEAR_P_VERIFY_ITERS) : 0;
+    double margin = dear_param_double(DEAR_P_VERIFY_MARGIN);
     DEAR_MPI_CHECK(MPI_Bcast(cfg, 5, MPI_INT, 0, ctx->comm));
-    ctx->online = cfg[0];
-    ctx->replan_every = cfg[2];
-    ctx->next_plan_iter = ctx->online ? cfg[1] : -1;
-    ctx->verify_iters = cfg[4];
-    ctx->verify_at = -1;
-    if (!ctx->online)
+    DEAR_MPI_CHECK(MPI_Bcast(&margin, 1, MPI_DOUBLE, 0, ctx->comm));
+    ctx->online.enabled = cfg[0];
+    ctx->online.replan_every = cfg[2];
+    ctx->online.next_plan_iter = ctx->online.enabled ? cfg[1] : -1;
+    ctx->online.verify_iters = ctx->online.enabled ? cfg[4] : 0;
+    ctx->online.verify_margin = margin;
+    ctx->online.verify_at = -1;
+    if (!ctx->online.enabled)
         return DEAR_OK;
-    if (cfg[3] == 0) {
-        rc = cost_calibrated(ctx);
-    } else {
-        char name[32];
-        if (ctx->rank == 0)
-            snprintf(name, sizeof name, "%s", dear_param_string(DEAR_P_COST_PRESET));
-        DEAR_MPI_CHECK(MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, ctx->comm));
-        rc = dear_cost_preset(name, ctx->size, ctx->topo.max_local_size, &ctx->cost);
-        if (rc == DEAR_OK)
-            log_model(ctx, "DEAR_CALIBRATE=off, from DEAR_COST_PRESET");
-    }
-    /* Every rank computed or received the same model; a failure on one is a failure on all. */
-    int any = rc != DEAR_OK, all = 0;
-    DEAR_MPI_CHECK(MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, ctx->comm));
-    if (all && rc == DEAR_OK) {
-        DEAR_ERROR("plan", "dear_commit: another rank could not build the cost model; see its message");
-        rc = DEAR_ERR_INTERNAL;
-    }
+    /* Here rather than at each check: a check is collective, and one rank short of memory there
+     * would leave the others waiting in its reduction. */
+    size_t vbytes = sizeof(double) * 2 * (size_t)ctx->online.verify_iters;
+    DEAR_ALLOC_GOTO(ctx->online.verify_s, calloc(1, vbytes), vbytes, rc, out);
+    rc = dear_cost_setup(ctx, cfg[3] == 0);
     if (rc == DEAR_OK)
         DEAR_INFO("plan", "online planning: planner %s after %d warm-up iteration(s)%s", fusion, cfg[1],
                   cfg[2] > 0 ? ", then again periodically (DEAR_REPLAN_EVERY)" : "");
-    return rc;
-}
-
-/* Rank 0: the profile of the last iterations (slowest rank's medians). */
-static int build_profile(const dear_ctx_t *ctx, const double *med, dear_profile_t *prof)
-{
-    int rc = DEAR_OK;
-    char msg[256];
-    dear_prof_init(prof, "online");
-    for (int l = 0; l < ctx->nlayers && rc == DEAR_OK; l++)
-        rc = dear_prof_add_layer(prof, ctx->layers[l].id, med[2 * l], med[2 * l + 1]);
-    for (int t = 0; t < ctx->ntensors && rc == DEAR_OK; t++) {
-        char name[32];
-        snprintf(name, sizeof name, "t%d", t);
-        rc = dear_prof_add_tensor(prof, name, ctx->tensors[t].layer, ctx->tensors[t].bytes);
-    }
-    if (rc == DEAR_OK && (rc = dear_prof_check(prof, msg, sizeof msg)) != DEAR_OK)
-        DEAR_ERROR("plan", "online planning: the measured profile is rejected: %s", msg);
+out:
     return rc;
 }
 
@@ -339,161 +182,267 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
     return r.iter_s;
 }
 
-/* Rank 0: plan from the medians; logs the choice against the threshold plan. */
-static int plan_rank0(dear_ctx_t *ctx, const double *med, dear_plan_t *plan)
+/* Rank 0: plan from the medians; logs the choice against the threshold plan. pred: the predicted
+ * iteration time of the plan in force [0] and of the new one [1], for auto's check. */
+static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *prof, dear_plan_t *plan, double pred[2])
 {
     int rc;
-    dear_profile_t prof;
     dear_plan_problem_t prob;
     dear_sim_model_arg_t marg;
     dear_plan_t thr = { 0 };
     const char *fusion = dear_param_string(DEAR_P_FUSION);
     double t0 = dear_now();
 
-    memset(&prof, 0, sizeof prof);
-    rc = build_profile(ctx, med, &prof);
-    if (rc == DEAR_OK)
-        rc = dear_plan_problem_init(&prob, &prof, (dear_sim_sched_t)ctx->sched, &ctx->cost, 0, &marg);
+    rc = dear_plan_problem_init(&prob, prof, ctx->sched, &ctx->online.cost, 0, &marg);
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
-        rc = dear_plan_by_name(plan, &prob, fusion);
+        rc = dear_plan_by_id(plan, &prob, (dear_planner_t)dear_param_enum(DEAR_P_FUSION));
         if (rc != DEAR_OK)
-            DEAR_ERROR("plan", "online planning: planner %s failed for %d tensors: %s", fusion, ctx->ntensors,
+            DEAR_ERROR("plan", "online planning: planner %s failed for %d tensors: %s", fusion, ctx->reg.ntensors,
                        dear_status_string(rc));
     }
+    if (rc == DEAR_OK) {
+        pred[0] = predict(&prob, &ctx->graph.plan);
+        pred[1] = predict(&prob, plan);
+    }
     if (rc == DEAR_OK && DEAR_LOG_ON(DEAR_LOG_INFO)) {
-        double tnew = predict(&prob, plan), tcur = predict(&prob, &ctx->plan), tthr = INFINITY;
-        if (dear_plan_by_name(&thr, &prob, "threshold") == DEAR_OK)
+        double tnew = pred[1], tcur = pred[0], tthr = INFINITY;
+        if (dear_plan_by_id(&thr, &prob, DEAR_PLANNER_THRESHOLD) == DEAR_OK)
             tthr = predict(&prob, &thr);
         DEAR_INFO("plan", "online plan at iteration %lld (%s, schedule %s): %s with %d reduce-scatter bucket(s) "
                           "and %d all-gather group(s); predicted iteration %.3f ms vs %.3f ms with threshold "
                           "(%zu B) and %.3f ms with the current plan (%s, %d bucket(s)); compute %.3f ms; planned "
                           "in %.1f ms",
-                  ctx->iter, fusion, dear_sched_name(ctx->sched), plan->planner, plan->rs.ngroups, plan->ag.ngroups,
-                  1e3 * tnew, 1e3 * tthr, prob.threshold, 1e3 * tcur, ctx->plan.planner, ctx->plan.rs.ngroups,
-                  1e3 * (dear_prof_fwd_total(&prof) + dear_prof_bwd_total(&prof)), 1e3 * (dear_now() - t0));
+                  ctx->it.iter, fusion, dear_sched_name(ctx->sched), plan->planner, plan->rs.ngroups, plan->ag.ngroups,
+                  1e3 * tnew, 1e3 * tthr, prob.threshold, 1e3 * tcur, ctx->graph.plan.planner, ctx->graph.plan.rs.ngroups,
+                  1e3 * (dear_prof_fwd_total(prof) + dear_prof_bwd_total(prof)), 1e3 * (dear_now() - t0));
     }
     dear_plan_free(&thr);
-    dear_prof_free(&prof);
     return rc;
 }
 
 /* After a plan switch or check (the progress thread stopped): a failure stops the context
  * (later hooks say so); otherwise the progress thread restarts with the operation order of the
  * plan in place, from this iteration on every rank. */
-static int engine_restart(dear_ctx_t *ctx, int rc)
+int dear_planning_restart(dear_ctx_t *ctx, int rc)
 {
     if (rc != DEAR_OK) {
-        ctx->engine_rc = rc;
-        ctx->next_plan_iter = -1;
-        ctx->verify_at = -1;
+        ctx->eng.rc = rc;
+        ctx->online.next_plan_iter = -1;
+        ctx->online.verify_at = -1;
     }
-    if (ctx->nops > 0) {
-        ctx->next_seq = ctx->iter * ctx->nops;
+    if (ctx->graph.nops > 0) {
+        ctx->eng.next_seq = ctx->it.iter * ctx->graph.nops;
         int src = dear_engine_start(ctx);
         if (src != DEAR_OK && rc == DEAR_OK)
-            rc = ctx->engine_rc = src;
+            rc = ctx->eng.rc = src;
     }
     return rc;
 }
 
+/* ---- auto's check ----
+ *
+ * Rule: after a switch, the new plan and the one it replaced each run DEAR_VERIFY_ITERS timed
+ * iterations, in blocks new (half), old (all), new (the other half), the first iteration after
+ * each switch left out (the switch drained the pipeline). An iteration counts as long as its
+ * slowest rank ran it. The plan whose median is lower by more than the margin stays: margin =
+ * max(DEAR_VERIFY_MARGIN x spread, VERIFY_TOLERANCE x the lower median), spread being the scaled
+ * median absolute deviation of both plans' iterations (dear_samples_compare). Within the margin
+ * the measurement cannot tell them apart, and the plan the model predicts faster stays.
+ * Why: a shared machine's noise between runs can exceed the difference being judged; the same
+ * count of steady-state iterations for each plan, interleaved so a drift of the machine falls on
+ * both, compares like with like, and a decision made only beyond the spread the samples
+ * themselves show does not follow noise (docs/PERFORMANCE.md#verify). A re-plan due during the
+ * check waits for its end; each later re-plan (DEAR_REPLAN_EVERY) that proposes another plan is
+ * checked again, so a plan dropped on an unlucky measurement gets another chance. */
+
+/* Differences under this share of an iteration never override the model: too small to be worth
+ * a switch, and below what a few iterations of a shared machine can resolve. */
+#define VERIFY_TOLERANCE 0.02
+
+/* Timed iterations of check block b (0 and 2: the new plan's halves, 1: the old plan). */
+static int block_len(int n, int b)
+{
+    return b == 1 ? n : b == 0 ? (n + 1) / 2 : n / 2;
+}
+
+static void block_begin(dear_ctx_t *ctx, int b)
+{
+    ctx->online.verify_block = b;
+    ctx->online.verify_len = block_len(ctx->online.verify_iters, b);
+    ctx->online.verify_at = ctx->it.iter + 1 + ctx->online.verify_len;
+}
+
+/* The other plan of the check into force; the one it replaces waits in alt_plan. */
+static int swap_plan(dear_ctx_t *ctx)
+{
+    dear_plan_t cur = { 0 };
+    int rc = dear_plan_copy(&cur, &ctx->graph.plan);
+    if (rc == DEAR_OK)
+        rc = dear_graph_rebuild(ctx, &ctx->online.alt_plan);
+    if (rc == DEAR_OK) {
+        dear_plan_free(&ctx->online.alt_plan);
+        ctx->online.alt_plan = cur;
+        return DEAR_OK;
+    }
+    dear_plan_free(&cur);
+    return rc;
+}
+
+void dear_planning_sample(dear_ctx_t *ctx, double iter_s)
+{
+    int n = ctx->online.verify_iters, b = ctx->online.verify_block;
+    long long from = ctx->online.verify_at - ctx->online.verify_len; /* the settling iteration */
+    if (ctx->online.verify_at < 0 || ctx->it.iter <= from || ctx->it.iter > ctx->online.verify_at)
+        return;
+    /* By position, not by count: every rank fills the same slots, and a slot no rank timed stays 0. */
+    int pos = (int)(ctx->it.iter - from - 1) + (b == 2 ? block_len(n, 0) : 0);
+    ctx->online.verify_s[(b == 1 ? 0 : n) + pos] = iter_s;
+}
+
+/* The timed iterations of one plan without the empty slots; returns their count. */
+static size_t timed(double *v, int n)
+{
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] > 0)
+            v[k++] = v[i];
+    return k;
+}
+
+/* The verdict every rank follows: rank 0 judges the slowest rank's iterations and broadcasts.
+ * v: keep the new plan (1) or the old (0); how (-1 old faster, 1 new faster, 0 inconclusive);
+ * median old, median new, spread, margin, predicted old, predicted new (seconds). */
+static int judge(dear_ctx_t *ctx, double v[8])
+{
+    int n = ctx->online.verify_iters;
+    double *s = ctx->online.verify_s;
+    if (ctx->rank == 0)
+        DEAR_MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, s, 2 * n, MPI_DOUBLE, MPI_MAX, 0, ctx->comm));
+    else
+        DEAR_MPI_CHECK(MPI_Reduce(s, NULL, 2 * n, MPI_DOUBLE, MPI_MAX, 0, ctx->comm));
+    if (ctx->rank == 0) {
+        size_t na = timed(s, n), nb = timed(s + n, n);
+        dear_compare_t c = { NAN, NAN, NAN, NAN };
+        int how = na && nb ? dear_samples_compare(s, na, s + n, nb, ctx->online.verify_margin, VERIFY_TOLERANCE, &c)
+                           : 0;
+        /* A prediction that failed (infinite) loses; the new plan wins a tie, being the fresher. */
+        int model_new = !(ctx->online.pred_s[1] > ctx->online.pred_s[0]);
+        v[0] = how != 0 ? how > 0 : model_new;
+        v[1] = how;
+        v[2] = c.med_a, v[3] = c.med_b, v[4] = c.spread, v[5] = c.margin;
+        v[6] = ctx->online.pred_s[0], v[7] = ctx->online.pred_s[1];
+    }
+    DEAR_MPI_CHECK(MPI_Bcast(v, 8, MPI_DOUBLE, 0, ctx->comm));
+    return DEAR_OK;
+}
+
+/* The check begins on the new plan, just switched to; old waits in alt_plan (taken over). */
+static void check_begin(dear_ctx_t *ctx, dear_plan_t *old, const double pred[2])
+{
+    dear_plan_free(&ctx->online.alt_plan);
+    ctx->online.alt_plan = *old;
+    *old = (dear_plan_t){ 0 };
+    memset(ctx->online.verify_s, 0, sizeof(double) * 2 * (size_t)ctx->online.verify_iters);
+    ctx->online.pred_s[0] = pred[0];
+    ctx->online.pred_s[1] = pred[1];
+    block_begin(ctx, 0);
+}
+
 int dear_planning_replan(dear_ctx_t *ctx)
 {
-    int rc = DEAR_OK;
-    double *med = NULL, *all = NULL;
     dear_plan_t plan = { 0 };
+    dear_profile_t prof = { 0 };
+    double pred[2] = { 0, 0 };
 
     /* The caller drained the old plan's collectives: with the thread stopped, the communicator
      * is this thread's alone and the operations can be rebuilt. */
     dear_engine_stop(ctx);
-    ctx->stop = 0;
-    size_t bytes = sizeof(double) * 2 * (size_t)ctx->nlayers;
-    DEAR_ALLOC_GOTO(med, malloc(bytes), bytes, rc, out);
-    DEAR_ALLOC_GOTO(all, malloc(bytes), bytes, rc, out);
-    for (int l = 0; l < ctx->nlayers; l++) {
-        med[2 * l] = dear_samples_median(&ctx->fwd_times[l]);
-        med[2 * l + 1] = dear_samples_median(&ctx->bwd_times[l]);
-    }
-    /* A plan must fit the slowest worker. */
-    DEAR_MPI_CHECK_GOTO(MPI_Reduce(med, all, 2 * ctx->nlayers, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
-    if (ctx->rank == 0)
-        rc = plan_rank0(ctx, all, &plan);
+    ctx->eng.stop = 0;
+    int rc = dear_profile_measured(ctx, "online", 1, &prof);
+    if (rc == DEAR_ERR_MPI)
+        goto out;
+    if (ctx->rank == 0 && rc == DEAR_OK)
+        rc = plan_rank0(ctx, &prof, &plan, pred);
     /* Switch only after this; a planner failure keeps the plan that works (communication
      * errors stop the context as usual). */
-    ctx->next_plan_iter = ctx->replan_every > 0 ? ctx->iter + ctx->replan_every : -1;
-    rc = dear_model_bcast_plan(ctx, &plan, rc);
+    ctx->online.next_plan_iter = ctx->online.replan_every > 0 ? ctx->it.iter + ctx->online.replan_every : -1;
+    rc = dear_planning_bcast(ctx, &plan, rc);
     if (rc == DEAR_ERR_MPI || rc == DEAR_ERR_NOMEM)
         goto out;
     if (rc != DEAR_OK) {
-        DEAR_WARN("plan", "online planning at iteration %lld failed (%s); keeping plan %s", ctx->iter,
-                  dear_status_string(rc), ctx->plan.planner);
+        DEAR_WARN("plan", "online planning at iteration %lld failed (%s); keeping plan %s", ctx->it.iter,
+                  dear_status_string(rc), ctx->graph.plan.planner);
         rc = DEAR_OK;
         goto out;
     }
-    if (!dear_plan_equal(&plan, &ctx->plan)) {
-        /* Keep the plan being replaced, and how fast it ran, for the check DEAR_VERIFY_ITERS
-         * iterations from now (the first iteration on the new plan is left out: the switch
-         * drained the pipeline). */
+    if (!dear_plan_equal(&plan, &ctx->graph.plan)) {
+        /* Keep the plan being replaced for auto's check. */
         dear_plan_t prev = { 0 };
-        DEAR_CHECK_GOTO(dear_plan_copy(&prev, &ctx->plan), rc, out);
-        DEAR_CHECK_GOTO(dear_model_rebuild(ctx, &plan), rc, out_prev);
-        if (ctx->verify_iters > 0) {
-            dear_plan_free(&ctx->prev_plan);
-            ctx->prev_plan = prev;
-            prev = (dear_plan_t){ 0 };
-            ctx->prev_iter_s = dear_samples_min_tail(&ctx->iter_times, (size_t)ctx->verify_iters);
-            dear_samples_free(&ctx->verify_times);
-            ctx->verify_at = ctx->iter + 1 + ctx->verify_iters;
-        }
+        DEAR_CHECK_GOTO(dear_plan_copy(&prev, &ctx->graph.plan), rc, out);
+        DEAR_CHECK_GOTO(dear_graph_rebuild(ctx, &plan), rc, out_prev);
+        if (ctx->online.verify_iters > 0)
+            check_begin(ctx, &prev, pred);
 out_prev:
         dear_plan_free(&prev);
         if (rc != DEAR_OK)
             goto out;
     } else {
         /* Same buckets: keep them, but record who confirmed them. */
-        snprintf(ctx->plan.planner, sizeof ctx->plan.planner, "%s", plan.planner);
-        DEAR_INFO("plan", "online plan at iteration %lld: unchanged (%d bucket(s))", ctx->iter, ctx->nbuckets);
+        snprintf(ctx->graph.plan.planner, sizeof ctx->graph.plan.planner, "%s", plan.planner);
+        DEAR_INFO("plan", "online plan at iteration %lld: unchanged (%d bucket(s))", ctx->it.iter, ctx->graph.nbuckets);
     }
-    ctx->nplans++;
+    ctx->online.nplans++;
 out:
-    rc = engine_restart(ctx, rc);
+    rc = dear_planning_restart(ctx, rc);
     dear_plan_free(&plan);
-    free(med);
-    free(all);
+    dear_prof_free(&prof);
     return rc;
 }
-
-/* A new plan must beat the one it replaced by measurement as well as by prediction: the
- * simulator prices each collective by its mean cost alone and the links' jitter (a tight plan
- * has no slack to absorb it) or a collective the calibration flattered can make a predicted
- * win a measured loss. Each plan is represented by its best iteration of the window: a stall of
- * the machine only ever adds time, and one during the new plan's few iterations (seen on the
- * emulated cluster: a 2.4 s iteration among 0.9 s ones) must not send a good plan back. Both are
- * the slowest rank's. */
-#define VERIFY_TOLERANCE 0.02
 
 int dear_planning_verify(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
     dear_engine_stop(ctx);
-    ctx->stop = 0;
-    double mine[2] = { ctx->prev_iter_s, dear_samples_min_tail(&ctx->verify_times, ctx->verify_times.n) }, slowest[2];
-    ctx->verify_at = -1;
-    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, ctx->comm), rc, out);
-    if (slowest[1] > slowest[0] * (1 + VERIFY_TOLERANCE)) {
-        DEAR_INFO("plan", "plan %s measured %.3f ms per iteration (best of its check), the plan %s it replaced "
-                          "%.3f ms: going back to it (DEAR_VERIFY_ITERS)",
-                  ctx->plan.planner, 1e3 * slowest[1], ctx->prev_plan.planner, 1e3 * slowest[0]);
-        DEAR_CHECK_GOTO(dear_model_rebuild(ctx, &ctx->prev_plan), rc, out);
-        ctx->nreverts++;
-    } else {
-        DEAR_INFO("plan", "plan %s measured %.3f ms per iteration (best of its check), the plan %s it replaced "
-                          "%.3f ms: kept",
-                  ctx->plan.planner, 1e3 * slowest[1], ctx->prev_plan.planner, 1e3 * slowest[0]);
+    ctx->eng.stop = 0;
+    int b = ctx->online.verify_block + 1;
+    if (b == 2 && block_len(ctx->online.verify_iters, 2) == 0)
+        b = 3; /* one iteration each: no second half of the new plan */
+    if (b <= 2) {
+        DEAR_CHECK_GOTO(swap_plan(ctx), rc, out);
+        block_begin(ctx, b);
+        DEAR_DEBUG("plan", "auto's check: %s plan %s for %d iteration(s) after this one", b == 1 ? "old" : "new",
+                   ctx->graph.plan.planner, ctx->online.verify_len);
+        goto out;
     }
+    int new_in_force = ctx->online.verify_block != 1;
+    ctx->online.verify_at = -1;
+    double v[8];
+    DEAR_CHECK_GOTO(judge(ctx, v), rc, out);
+    int keep_new = v[0] != 0, how = (int)v[1];
+    const dear_plan_t *pnew = new_in_force ? &ctx->graph.plan : &ctx->online.alt_plan;
+    const dear_plan_t *pold = new_in_force ? &ctx->online.alt_plan : &ctx->graph.plan;
+    char why[160];
+    if (how != 0)
+        snprintf(why, sizeof why, "the %s plan measured faster beyond the margin", how > 0 ? "new" : "old");
+    else
+        snprintf(why, sizeof why, "inconclusive, so the model decides: predicted %.3f ms (old) vs %.3f ms (new)",
+                 1e3 * v[6], 1e3 * v[7]);
+    DEAR_INFO("plan", "auto's check, %d iteration(s) per plan (slowest rank): plan %s median %.3f ms, plan %s (it "
+                      "replaced) median %.3f ms, spread %.3f ms, margin %.3f ms (DEAR_VERIFY_MARGIN): %s; keeping %s",
+              ctx->online.verify_iters, pnew->planner, 1e3 * v[3], pold->planner, 1e3 * v[2], 1e3 * v[4], 1e3 * v[5],
+              why, keep_new ? pnew->planner : pold->planner);
+    if (keep_new != new_in_force)
+        DEAR_CHECK_GOTO(swap_plan(ctx), rc, out);
+    if (!keep_new)
+        ctx->online.nreverts++;
+    /* A re-plan that fell due during the check comes a full period after it. */
+    if (ctx->online.next_plan_iter >= 0 && ctx->online.next_plan_iter <= ctx->it.iter)
+        ctx->online.next_plan_iter = ctx->it.iter + ctx->online.replan_every;
 out:
-    dear_plan_free(&ctx->prev_plan);
-    dear_samples_free(&ctx->verify_times);
-    return engine_restart(ctx, rc);
+    rc = dear_planning_restart(ctx, rc);
+    if (ctx->online.verify_at < 0)
+        dear_plan_free(&ctx->online.alt_plan);
+    return rc;
 }

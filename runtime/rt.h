@@ -6,7 +6,7 @@
  * schedules behind forward_begin / backward_done / backward_end / flush).
  *
  * Threads: the application thread owns everything except the fields marked "shared", which
- * both threads touch under ctx->lock, and the fields marked "engine", which only the progress
+ * both threads touch under ctx->eng.lock, and the fields marked "engine", which only the progress
  * thread touches after commit.
  */
 #ifndef DEAR_RT_H
@@ -15,34 +15,52 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "collectives/coll.h"
 #include "fusion/cost.h"
 #include "fusion/plan.h"
+#include "fusion/profile.h"
 #include "include/dear.h"
+#include "base/sched_table.h"
+#include "base/stats.h"
 #include "runtime/timeline.h"
 #include "runtime/topo.h"
 
 #define DEAR_NAME_MAX 63
-
-typedef enum { DEAR_SCHED_DEAR = 0, DEAR_SCHED_WFBP = 1, DEAR_SCHED_SYNC = 2 } dear_sched_t;
 
 typedef enum { DEAR_OP_IDLE = 0, DEAR_OP_QUEUED, DEAR_OP_RUNNING, DEAR_OP_DONE } dear_op_state_t;
 
 typedef struct {
     char name[DEAR_NAME_MAX + 1];
     int layer;              /* caller's layer id */
-    int lidx;               /* index in ctx->layers */
+    int lidx;               /* index in ctx->reg.layers */
     void *grad;
     size_t count;
     dear_dtype_t dtype;
     size_t bytes;
+    dear_mem_t mem;
     dear_update_fn update;
     void *arg;
     int bucket;             /* reduce-scatter / all-reduce bucket holding it */
     size_t off;             /* element offset inside the bucket's vector */
     int pending;            /* averaged gradient in place (or arriving), update not yet run */
+    int frozen;             /* dear_freeze: neither communicated nor updated */
+    long long nograd_iter;  /* dear_no_grad: the iteration without a gradient here, or -1 */
+    int live_ranks;         /* DEAR_FIND_UNUSED: ranks that had a gradient in the last iteration */
+    size_t sparse_block;    /* dear_register_sparse: elements per block (a row); 0: dense */
+    int sparse_rs, sparse_ag; /* the phases that run sparse (DEAR_SPARSE; auto decides after warm-up) */
+    /* shared: warm-up density (non-zero blocks of this rank's gradient and of the averaged one,
+     * out of the blocks scanned) and the counters of the sparse collectives carrying it */
+    uint64_t nz_rs, nz_ag, blocks_rs, blocks_ag;
+    uint64_t sp_sent, sp_msgs_sparse, sp_msgs_dense;
 } dear_tensor_t;
+
+/* DEAR_SPARSE: the table's order. */
+typedef enum { DEAR_SPARSE_AUTO = 0, DEAR_SPARSE_ON = 1, DEAR_SPARSE_OFF = 2 } dear_sparse_mode_t;
+
+/* Elements a tensor contributes to its bucket's vector. */
+static inline size_t dear_tensor_ccount(const dear_tensor_t *t) { return t->frozen ? 0 : t->count; }
 
 typedef struct {
     int id;                 /* caller's layer id */
@@ -61,6 +79,10 @@ struct dear_op {
     dear_coll_block_t *blocks;
     int ndeps;
     dear_op_t **deps;       /* must be done (same iteration) before this starts */
+    /* Run by the progress thread right before the collective starts, and right after it ends
+     * (before anything depending on it may start); NULL: nothing. */
+    void (*before)(dear_ctx_t *ctx, dear_op_t *op);
+    void (*after)(dear_ctx_t *ctx, dear_op_t *op);
     /* shared */
     dear_op_state_t state;
     long long iter;         /* iteration it was queued for */
@@ -80,7 +102,9 @@ typedef struct {
     void *buf;              /* the vector the collective runs on */
     int fused;              /* 1: buf is a fusion buffer (pack/unpack); 0: the gradients themselves */
     int remaining;          /* tensors whose layer has not reported backward_done this iteration */
+    int first_live;         /* first tensor not frozen (buf is its gradient when zero-copy) */
     int early_lo, early_hi; /* dear: early all-gather groups queued behind it (none if lo > hi) */
+    size_t sparse_block;    /* its tensors' block when they are sparse (all alike); 0: dense */
     dear_op_t op;           /* reduce-scatter (dear) or all-reduce (wfbp, sync) */
 } dear_bucket_t;
 
@@ -91,11 +115,6 @@ typedef struct {
     dear_op_t op;           /* the all-gather */
 } dear_group_t;
 
-typedef struct {
-    double *v;
-    size_t n, cap;
-} dear_samples_t;
-
 struct dear_ctx {
     MPI_Comm comm;          /* private duplicate; only the progress thread uses it after commit */
     int rank, size;
@@ -103,126 +122,263 @@ struct dear_ctx {
     dear_coll_topo_t *coll_topo; /* hosts of comm for hierarchical collectives; NULL: flat */
     dear_timeline_t *tl;
     dear_sched_t sched;
+    const struct dear_sched_ops *sched_ops; /* sched's row of DEAR_SCHED_TABLE (below) */
     int committed;
-    int stats_print;
-    double stall_warn_s, stall_abort_s;
-    int max_inflight;
-    size_t inflight_window;     /* DEAR_INFLIGHT_BYTES; 0: no limit */
 
-    /* registry */
-    dear_tensor_t *tensors;
-    int ntensors, tensors_cap;
-    dear_layer_t *layers;
-    int nlayers;
+    /* settings read at init (the DEAR_* table) */
+    struct {
+        int stats_print;
+        double stall_warn_s, stall_abort_s;
+        int max_inflight;
+        size_t inflight_window; /* DEAR_INFLIGHT_BYTES; 0: no limit */
+    } cfg;
 
-    /* plan and its buffers */
-    dear_plan_t plan;
-    dear_bucket_t *buckets;
-    int nbuckets;
-    dear_group_t *groups;   /* schedule dear only */
-    int ngroups;
-    int ngroups_early;      /* of them, run during backward */
-    dear_op_t **ops;        /* one iteration's operations in their fixed order */
-    int nops;
+    /* the registry: tensors in registration (forward) order, grouped into layers */
+    struct {
+        dear_tensor_t *tensors;
+        int ntensors, tensors_cap;
+        dear_layer_t *layers;
+        int nlayers;
+        int *declared;          /* dear_register_layer's ids: layers that may hold no tensor */
+        int ndeclared, declared_cap;
+    } reg;
 
-    /* cost model and online planning (planning.c; the same on every rank) */
-    dear_cost_model_t cost;
-    int online;             /* a model-driven planner replaces the warm-up plan during training */
-    int replan_every;       /* DEAR_REPLAN_EVERY of rank 0 */
-    long long next_plan_iter; /* plan at the backward_end that completes this iteration; -1: never */
-    int calib_measured;     /* calibrations measured (not loaded from the cache): tests read it */
-    int nplans;             /* online plans made */
-    int nreverts;           /* online plans dropped after timing (DEAR_VERIFY_ITERS): tests read it */
-    int verify_iters;       /* DEAR_VERIFY_ITERS of rank 0; 0 for planners other than auto */
-    long long verify_at;    /* verify at the backward_end completing this iteration; -1: nothing to verify */
-    dear_plan_t prev_plan;  /* the plan the last switch replaced, while it is being verified */
-    double prev_iter_s;     /* its best recent iteration time before the switch (this rank) */
-    dear_samples_t verify_times; /* iteration times since the switch (the first one left out) */
+    /* the plan in force and what it became: buckets, all-gather groups, one iteration's
+     * operations in their fixed order (buckets.c) */
+    struct {
+        dear_plan_t plan;
+        dear_bucket_t *buckets;
+        int nbuckets;
+        dear_group_t *groups;   /* schedule dear only */
+        int ngroups;
+        int ngroups_early;      /* of them, run during backward */
+        dear_op_t **ops;
+        int nops;
+    } graph;
 
-    /* iteration state (application thread) */
-    long long iter;         /* completed backward_end calls */
-    int in_backward;        /* between the first backward_done and backward_end */
-    int layers_done;        /* layers reported in this backward */
-    int npending;           /* dear: updates of the last backward_end not yet run */
-    double t_hook;          /* when the previous hook returned (profile spans) */
-    int last_hook_fwd;      /* previous hook was forward_begin of layer last_hook_lidx */
-    int last_hook_lidx;
-    double t_iter_start;    /* end of the previous backward_end, or 0 after a flush */
-    double t_commit;
-    dear_samples_t iter_times;
-    dear_samples_t *fwd_times, *bwd_times;  /* per layer */
-    double blocked_s;
+    /* cost model and online planning (calibrate.c, planning.c; the same on every rank) */
+    struct {
+        dear_cost_model_t cost;
+        int enabled;            /* a model-driven planner replaces the warm-up plan during training */
+        int replan_every;       /* DEAR_REPLAN_EVERY of rank 0 */
+        long long next_plan_iter; /* plan at the backward_end that completes this iteration; -1: never */
+        int calib_measured;     /* calibrations measured (not loaded from the cache): tests read it */
+        int nplans;             /* online plans made */
+        int nreverts;           /* online plans dropped after timing (DEAR_VERIFY_ITERS): tests read it */
+        int verify_iters;       /* DEAR_VERIFY_ITERS of rank 0; 0 for planners other than auto */
+        double verify_margin;   /* DEAR_VERIFY_MARGIN of rank 0 */
+        /* auto's check (planning.c): blocks new, old, new, each one settling iteration left out
+         * and then verify_len timed ones */
+        long long verify_at;    /* the current block ends at the backward_end completing this iteration; -1: no check */
+        int verify_block;       /* 0, 1, 2: which block runs (1: the old plan) */
+        int verify_len;         /* timed iterations of the current block */
+        dear_plan_t alt_plan;   /* during a check, the one of the two plans not in force */
+        double pred_s[2];       /* rank 0: predicted iteration time of the old [0] and the new [1] plan */
+        double *verify_s;       /* this rank's timed iterations: old plan [0, verify_iters), new plan after */
+        int verify_n[2];        /* timed iterations so far of the old and the new plan */
+    } online;
 
-    /* progress thread */
-    pthread_t thread;
-    int thread_started;
-    pthread_mutex_t lock;
-    pthread_cond_t work_cv; /* wakes the progress thread */
-    pthread_cond_t done_cv; /* wakes the application thread */
-    /* shared */
-    int stop;
-    int engine_rc;          /* first error the progress thread hit */
-    int nqueued;            /* queued and not yet started */
-    int nwaiters;           /* application thread blocked in dear_engine_wait (0 or 1) */
-    uint64_t bytes_sent;
-    double busbytes;        /* bus bytes (nccl-tests convention) of finished collectives */
-    double busy_s;          /* time with at least one collective in flight */
-    double progress_cpu_s;
-    /* engine */
-    long long next_seq;     /* next operation to start: iteration * nops + pos */
-    dear_op_t *running;
-    int nrunning;
-    size_t inflight_bytes;      /* sum of bytes of the running collectives */
-    double busy_since;
+    /* iteration state and the profile it gives (application thread; iteration.c) */
+    struct {
+        long long iter;         /* completed backward_end calls */
+        int in_backward;        /* between the first backward_done and backward_end */
+        int layers_done;        /* layers reported in this backward */
+        int npending;           /* dear: updates of the last backward_end not yet run */
+        dear_mode_t mode;       /* dear_set_mode */
+        double t_hook;          /* when the previous hook returned (profile spans) */
+        int last_hook_fwd;      /* previous hook was forward_begin of layer last_hook_lidx */
+        int last_hook_lidx;
+        double t_iter_start;    /* end of the previous backward_end, or 0 after a flush */
+        double t_commit;
+        dear_samples_t iter_times;
+        dear_samples_t *fwd_times, *bwd_times;  /* per layer */
+        double blocked_s;
+    } it;
+
+    /* tensors without a gradient in an iteration (unused.c) */
+    struct {
+        int on;                 /* DEAR_FIND_UNUSED, rank 0's, fixed at commit */
+        int32_t *live;          /* per tensor: 1 if this rank had a gradient; summed over ranks */
+        dear_op_t op;           /* that sum, a collective of the plan */
+    } unused;
+
+    /* clipping by global norm (clip.c) */
+    struct {
+        int on;                 /* fixed at commit: the norm's collective is part of the plan */
+        double max_norm;        /* INFINITY: the norm is reported, nothing is clipped */
+        double *shard_sq;       /* dear: per bucket, this rank's reduced shard's squared norm */
+        double sum;             /* the norm collective's vector: the squared norm, summed over ranks */
+        dear_op_t op;           /* dear: that collective, between the reduce-scatters and all-gathers */
+        double norm, coef;      /* of the gradient of iteration `iter` */
+        long long iter;
+    } clip;
+
+    /* sparse tensors (sparse.c) */
+    struct {
+        int mode;               /* DEAR_SPARSE of rank 0, fixed at commit */
+        long long measure_iters; /* densities are measured in iterations below this (rank 0's warm-up) */
+        long long decide_at;    /* auto: decide at the backward_end completing this iteration; -1: never */
+    } sparse;
+
+    /* the progress thread (engine.c) */
+    struct {
+        pthread_t thread;
+        int thread_started;
+        pthread_mutex_t lock;
+        pthread_cond_t work_cv; /* wakes the progress thread */
+        pthread_cond_t done_cv; /* wakes the application thread */
+        int sync_ready;         /* the three above exist */
+        /* shared */
+        int stop;
+        int rc;                 /* first error the progress thread hit */
+        int nqueued;            /* queued and not yet started */
+        int nwaiters;           /* application thread blocked in dear_engine_wait (0 or 1) */
+        uint64_t bytes_sent;
+        double busbytes;        /* bus bytes (nccl-tests convention) of finished collectives */
+        double busy_s;          /* time with at least one collective in flight */
+        double progress_cpu_s;
+        /* engine */
+        long long next_seq;     /* next operation to start: iteration * nops + pos */
+        dear_op_t *running;
+        int nrunning;
+        size_t inflight_bytes;  /* sum of bytes of the running collectives */
+        double busy_since;
+    } eng;
 };
 
-/* model.c */
+/* What a schedule does at each hook (one row of DEAR_SCHED_TABLE, base/sched_table.h). A NULL
+ * entry does nothing. */
+typedef struct dear_sched_ops {
+    dear_coll_op_t bucket_op;   /* what a bucket's operation is: reduce-scatter or all-reduce */
+    /* dear_forward_begin of layer lidx, after the common checks: its updates, if pending */
+    int (*forward_layer)(dear_ctx_t *ctx, int lidx);
+    /* backward completed bucket b (packed already) */
+    void (*bucket_done)(dear_ctx_t *ctx, dear_bucket_t *b);
+    /* dear_backward_end, every layer reported */
+    int (*backward_end)(dear_ctx_t *ctx);
+    /* complete everything pending and run the pending updates (call names the caller) */
+    int (*flush)(dear_ctx_t *ctx, const char *call);
+    /* before a plan switch: nothing of this iteration's collectives still in flight */
+    int (*drain)(dear_ctx_t *ctx);
+    /* dear_wait_grad: layer lidx's averaged gradients in place, its updates left pending */
+    int (*wait_layer)(dear_ctx_t *ctx, int lidx);
+} dear_sched_ops_t;
+
+#define SCHED_OPS_DECL_(ID, NAME, OPS, SIM, FLAGS, HELP) extern const dear_sched_ops_t OPS;
+DEAR_SCHED_TABLE(SCHED_OPS_DECL_)
+#undef SCHED_OPS_DECL_
+
+/* registry.c */
+void dear_registry_free_layers(dear_ctx_t *ctx);
+/* The layers of the registered tensors and the declared ones (dear_commit). */
+int dear_registry_build_layers(dear_ctx_t *ctx);
+/* Collective: DEAR_ERR_MISMATCH on every rank, naming the first difference, unless every rank has
+ * the same layers. */
+int dear_registry_check_layers(dear_ctx_t *ctx);
+/* Collective: DEAR_ERR_MISMATCH on every rank, naming the first difference, unless every rank
+ * registered the same tensors. */
+int dear_registry_check(dear_ctx_t *ctx);
 /* The registered tensors as the fusion layer describes them, in registration order: desc[i]
  * (bytes, layer) and names[i] (pointing into ctx), both allocated; free both. */
 int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const char ***names);
-int dear_model_check(dear_ctx_t *ctx);
-int dear_model_build(dear_ctx_t *ctx);
-void dear_model_free(dear_ctx_t *ctx);
-/* Rank 0's status rc0 travels first; then, if it is DEAR_OK, rank 0's plan (set on the other
- * ranks, validated everywhere). Returns rc0 or the broadcast's own error. Collective. */
-int dear_model_bcast_plan(dear_ctx_t *ctx, dear_plan_t *plan, int rc0);
+/* Index in ctx->reg.layers of the caller's layer id, or -1. */
+int dear_layer_index(const dear_ctx_t *ctx, int layer);
+
+/* buckets.c */
+/* Buckets, groups, fusion buffers and the operation order of ctx->graph.plan. */
+int dear_graph_build(dear_ctx_t *ctx);
 /* Replace the plan and rebuild buckets, groups and operations from it; nothing may be in
  * flight and the progress thread must be stopped. Groups are marked unpacked: the caller has
  * already put the pending iteration's data in place. */
-int dear_model_rebuild(dear_ctx_t *ctx, const dear_plan_t *plan);
+int dear_graph_rebuild(dear_ctx_t *ctx, const dear_plan_t *plan);
+void dear_graph_free(dear_ctx_t *ctx);
+/* op: a plain sum (all-reduce, scale 1) of count elements of buf, over every tensor's layers, at
+ * place pos of the iteration; index names it in messages (< 0: not a bucket or group). */
+void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count);
 void dear_bucket_pack(const dear_ctx_t *ctx, const dear_bucket_t *b);
 void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int t0, int t1);
 
 /* engine.c */
 int dear_engine_start(dear_ctx_t *ctx);
 void dear_engine_stop(dear_ctx_t *ctx);
-/* Queue op for iteration ctx->iter (application thread). */
+/* Queue op for iteration ctx->it.iter (application thread). */
 void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op);
 /* Block until op's collective for iteration iter is done; counts blocked time. */
 int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter);
 
+/* calibrate.c */
+/* The cost model, the same on every rank: measured (or from DEAR_CALIBRATION_FILE) when
+ * calibrate_on, else DEAR_COST_PRESET. Collective. */
+int dear_cost_setup(dear_ctx_t *ctx, int calibrate_on);
+
 /* planning.c */
-/* At commit, before the model is built: decide on online planning and get the cost model
- * (calibration, cache or preset). Collective. */
+/* At commit, before the plan is made: decide on online planning and get the cost model.
+ * Collective. */
 int dear_planning_setup(dear_ctx_t *ctx);
+/* At commit: rank 0 makes the plan in force until online planning replaces it (DEAR_PLAN_FILE,
+ * the one bucket of sync, none, or threshold) and every rank receives it. Collective. */
+int dear_planning_initial(dear_ctx_t *ctx);
+/* Rank 0's status rc0 travels first; then, if it is DEAR_OK, rank 0's plan (set on the other
+ * ranks, validated everywhere). Returns rc0 or the broadcast's own error. Collective. */
+int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0);
+/* After a plan switch, check or freeze (the progress thread stopped): a failure rc stops the
+ * context (later hooks say so); otherwise the progress thread restarts with the operation order
+ * in place, from this iteration on every rank. Returns rc or the restart's error. */
+int dear_planning_restart(dear_ctx_t *ctx, int rc);
 /* At a backward_end with nothing in flight: plan from the profile and switch. Collective. */
 int dear_planning_replan(dear_ctx_t *ctx);
-/* At the backward_end of ctx->verify_at, nothing in flight: keep the new plan or go back to the
- * one it replaced, whichever ran faster. Collective. */
+/* At the backward_end of ctx->online.verify_at, nothing in flight: switch to the other plan for
+ * the next block of the check or, after the last, keep the plan the measurement (or, when it is
+ * inconclusive, the model) says is faster. Collective. */
 int dear_planning_verify(dear_ctx_t *ctx);
+/* This rank's time of the iteration just completed, for the check when one runs. */
+void dear_planning_sample(dear_ctx_t *ctx, double iter_s);
 
-/* hooks.c */
-int dear_hooks_flush(dear_ctx_t *ctx, const char *call);
-void dear_samples_add(dear_samples_t *s, double v);
-double dear_samples_median(const dear_samples_t *s);
-/* Median of v[0..n) (0 when n is 0); v is left as it was. */
-double dear_median(const double *v, size_t n);
-/* Smallest of the last k samples (all of them when k >= n), leaving out the very first one while
- * there are others. */
-double dear_samples_min_tail(const dear_samples_t *s, size_t k);
-void dear_samples_free(dear_samples_t *s);
-/* Index in ctx->layers of the caller's layer id, or -1. */
-int dear_layer_index(const dear_ctx_t *ctx, int layer);
-const char *dear_sched_name(dear_sched_t s);
+/* unused.c */
+/* DEAR_FIND_UNUSED: the collective counting, per tensor, the ranks that had a gradient, after the
+ * reduce-scatters (buckets) and before every all-gather (dear_graph_build). */
+int dear_unused_graph(dear_ctx_t *ctx, int pos);
+/* Whether tensor t's update runs for the last iteration: not frozen, and with a gradient on some
+ * rank when DEAR_FIND_UNUSED is on. */
+int dear_tensor_updates(const dear_ctx_t *ctx, int t);
+
+/* clip.c */
+/* At commit, before the plan is made: DEAR_CLIP_NORM or dear_set_clip_norm. */
+void dear_clip_setup(dear_ctx_t *ctx);
+/* dear: the norm's collective after the plan's buckets (dear_graph_build; it needs the buckets
+ * for its dependencies and the all-gathers depend on it). */
+int dear_clip_graph(dear_ctx_t *ctx, int pos);
+/* wfbp, sync: the norm of the averaged gradients in place, and the clipping. */
+void dear_clip_averaged(dear_ctx_t *ctx);
+
+/* sparse.c */
+/* The block a tensor travels with: its declared one unless DEAR_SPARSE is off. */
+size_t dear_tensor_block(const dear_ctx_t *ctx, int t);
+/* At commit: rank 0's DEAR_SPARSE and warm-up, each sparse tensor's phases. Collective. */
+int dear_sparse_setup(dear_ctx_t *ctx);
+/* dear_graph_build: the algorithm of each bucket's and group's collective, and the density scans
+ * of the warm-up iterations around them. */
+void dear_sparse_graph(dear_ctx_t *ctx);
+/* Under the lock: a finished collective's sparse counters into its tensors. */
+void dear_sparse_record(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_info_t *info);
+/* "reduce-scatter sparse, all-gather dense" or "all-reduce sparse", in buf, for messages. */
+const char *dear_sparse_phases(const dear_ctx_t *ctx, int rs, int ag, char *buf, size_t len);
+/* DEAR_SPARSE=auto at the backward_end of ctx->sparse.decide_at: drain, agree on the densities
+ * and keep the sparse form of each phase only where it sends fewer bytes. Collective. */
+int dear_sparse_decide(dear_ctx_t *ctx);
+
+/* iteration.c */
+const dear_sched_ops_t *dear_sched_ops(dear_sched_t s);
+/* The schedule's flush; the next iteration's time then starts at its first hook. */
+int dear_sched_flush(dear_ctx_t *ctx, const char *call);
+/* Tensor t's update callback for the gradient of `iteration`, its failure logged as
+ * DEAR_ERR_CALLBACK. */
+int dear_call_update(dear_ctx_t *ctx, int t, long long iteration);
+/* The per-layer profile of the iterations so far as the slowest rank ran them (each layer's
+ * median forward and backward times, the maximum over the ranks: a plan must fit the slowest
+ * worker) with the registered tensors, checked. Collective; rank 0 gets it in *prof (init'ed
+ * empty on the others; free it everywhere). DEAR_ERR_MPI or DEAR_ERR_NOMEM on every rank alike;
+ * rank 0 alone may also return the profile's own errors (logged). */
+int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, dear_profile_t *prof);
 
 #endif

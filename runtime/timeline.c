@@ -1,10 +1,13 @@
 /* Timeline writer: Chrome trace JSON ({"traceEvents":[...]}) that Perfetto and chrome://tracing
  * open. The file must stay valid JSON whenever it is read, including after a crash or a
  * SIGKILL, so every record is written as ",\n{...}\n]}\n" in ONE pwrite() at the offset where
- * the previous record's closing "\n]}\n" began; the next record overwrites that tail. A single
- * write to a regular file is never torn by the death of the process, so a reader sees either
- * the old valid file or the new valid file. The cost is one system call per record (about a
- * microsecond or two; no fsync), paid only when DEAR_TIMELINE is set.
+ * the previous record's closing "\n]}\n" began; the next record overwrites that tail, and a
+ * reader sees either the old valid file or the new valid file. The one exception: Linux checks
+ * for a fatal signal between the pages a write copies, so a SIGKILL landing inside the write of
+ * the one record per 4 KiB that spans two pages can leave that record cut (invalid JSON; seen
+ * once in dozens of test_killed_child runs). No order of writes to one file closes that window:
+ * the tail must move from one page to the next. The cost is one system call per record (about
+ * a microsecond or two; no fsync), paid only when DEAR_TIMELINE is set.
  *
  * Both the application thread and the progress thread record, so records are serialised by a
  * mutex; the record is formatted into a buffer owned by the timeline under that mutex. Times
@@ -24,9 +27,11 @@
 #include <unistd.h>
 
 #include "include/dear.h"
-#include "runtime/check.h"
-#include "runtime/log.h"
-#include "runtime/util.h"
+#include "base/check.h"
+#include "base/fileio.h"
+#include "base/sync.h"
+#include "base/log.h"
+#include "base/util.h"
 
 /* Written after every record and overwritten by the next one. */
 static const char tail[] = "\n]}\n";
@@ -37,7 +42,8 @@ struct dear_timeline {
     int rank;
     double t0;              /* dear_now() at open: ts 0 */
     off_t pos;              /* where the current tail begins */
-    int failed;             /* a write failed: the timeline is off */
+    int failed;             /* a write failed, or the size cap was reached: the timeline is off */
+    size_t max_bytes;       /* DEAR_TIMELINE_MAX: the file stays within this; 0: no cap */
     char *buf;              /* record being formatted (under lock) */
     size_t len, cap;
     char path[4096];
@@ -223,7 +229,7 @@ static int expand_path(const char *path, int rank, char *out, size_t outlen)
     return 0;
 }
 
-int dear_timeline_open(const char *path, int rank, dear_timeline_t **tlp)
+int dear_timeline_open(const char *path, int rank, size_t max_bytes, dear_timeline_t **tlp)
 {
     dear_timeline_t *tl = NULL;
     int rc = DEAR_OK;
@@ -233,24 +239,19 @@ int dear_timeline_open(const char *path, int rank, dear_timeline_t **tlp)
     DEAR_ALLOC_GOTO(tl, calloc(1, sizeof *tl), sizeof *tl, rc, err);
     tl->fd = -1;
     tl->rank = rank;
+    tl->max_bytes = max_bytes;
     if (expand_path(path, rank, tl->path, sizeof tl->path) != 0) {
         DEAR_ERROR("timeline", "DEAR_TIMELINE path '%s' is too long once %%r is replaced (at most %zu characters)",
                    path, sizeof tl->path - 1);
         rc = DEAR_ERR_ARG;
         goto err;
     }
-    tl->fd = open(tl->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (tl->fd < 0) {
-        DEAR_ERROR("timeline", "cannot open timeline file '%s' for writing: %s", tl->path, strerror(errno));
-        rc = DEAR_ERR_IO;
+    rc = dear_file_create_stream(tl->path, "timeline file (DEAR_TIMELINE)", &tl->fd);
+    if (rc != DEAR_OK) {
+        tl->fd = -1;
         goto err;
     }
-    int prc = pthread_mutex_init(&tl->lock, NULL);
-    if (prc != 0) {
-        DEAR_ERROR("sys", "pthread_mutex_init failed: %s", strerror(prc));
-        rc = DEAR_ERR_INTERNAL;
-        goto err;
-    }
+    DEAR_PTHREAD_CHECK_GOTO(pthread_mutex_init(&tl->lock, NULL), rc, err);
     tl->t0 = dear_now();
 
     /* Header and metadata: the process is the rank, one named thread row per lane. */
@@ -282,7 +283,7 @@ int dear_timeline_open(const char *path, int rank, dear_timeline_t **tlp)
     return DEAR_OK;
 
 err_mutex:
-    pthread_mutex_destroy(&tl->lock);
+    DEAR_PTHREAD_MUST(pthread_mutex_destroy(&tl->lock));
 err:
     if (tl) {
         if (tl->fd >= 0)
@@ -293,18 +294,30 @@ err:
     return rc;
 }
 
+/* Room kept below the cap for the note that says the timeline stopped there. */
+#define CAP_NOTE_ROOM 256
+
+/* The size cap is reached: one last record says so, and the timeline stops (the file stays
+ * valid JSON). Under lock. */
+static void write_cap_note(dear_timeline_t *tl, double t)
+{
+    tl->len = 0;
+    int bad = buf_printf(tl, ",\n{\"name\":\"timeline stopped: DEAR_TIMELINE_MAX (%zu bytes) reached\",\"cat\":\"dear\","
+                             "\"ph\":\"i\",\"s\":\"g\",\"ts\":%.3f,\"pid\":%d,\"tid\":0}",
+                         tl->max_bytes, (t - tl->t0) * 1e6, tl->rank);
+    if (!bad)
+        flush_record(tl);
+    tl->failed = 1;
+    DEAR_INFO("timeline", "%s reached DEAR_TIMELINE_MAX (%zu bytes): no more records", tl->path, tl->max_bytes);
+}
+
 /* Format and write one event. ph is "X" (dur >= 0) or "i" (dur < 0). */
 static void record(dear_timeline_t *tl, const char *name, const char *cat, int lane, double t,
                    double dur, const char *args_json)
 {
     if (tl == NULL)
         return;
-    int prc = pthread_mutex_lock(&tl->lock);
-    if (prc != 0) {
-        /* Cannot happen with a default mutex; never write unserialised. */
-        DEAR_WARN("timeline", "pthread_mutex_lock failed: %s; record dropped", strerror(prc));
-        return;
-    }
+    dear_lock(&tl->lock);
     if (tl->failed)
         goto out;
     tl->len = 0;
@@ -325,11 +338,13 @@ static void record(dear_timeline_t *tl, const char *name, const char *cat, int l
         tl->failed = 1;
         goto out;
     }
+    if (tl->max_bytes > 0 && (size_t)tl->pos + tl->len + TAIL_LEN + CAP_NOTE_ROOM > tl->max_bytes) {
+        write_cap_note(tl, t);
+        goto out;
+    }
     flush_record(tl);
 out:
-    prc = pthread_mutex_unlock(&tl->lock);
-    if (prc != 0)
-        DEAR_WARN("timeline", "pthread_mutex_unlock failed: %s", strerror(prc));
+    dear_unlock(&tl->lock);
 }
 
 void dear_timeline_span(dear_timeline_t *tl, const char *name, const char *cat, int lane,
@@ -352,7 +367,7 @@ void dear_timeline_close(dear_timeline_t *tl)
     /* The file already ends with the tail; nothing to finish. */
     if (close(tl->fd) != 0)
         DEAR_WARN("timeline", "closing %s: %s", tl->path, strerror(errno));
-    pthread_mutex_destroy(&tl->lock);
+    DEAR_PTHREAD_MUST(pthread_mutex_destroy(&tl->lock));
     free(tl->buf);
     free(tl);
 }

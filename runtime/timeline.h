@@ -13,8 +13,10 @@ typedef struct dear_timeline dear_timeline_t;
 /* Lanes (trace "tid"): one per kind of activity, so Perfetto draws them as separate rows. */
 enum { DEAR_LANE_COMPUTE = 0, DEAR_LANE_WAIT = 1, DEAR_LANE_COMM = 2 };
 
-/* Open path (every "%r" replaced by rank) for writing. *tl is set only on success. */
-int dear_timeline_open(const char *path, int rank, dear_timeline_t **tl);
+/* Open path (every "%r" replaced by rank) for writing. Once the file would grow past max_bytes
+ * (0: no cap) a last record says the timeline stopped there, and the rest is dropped. *tl is
+ * set only on success. */
+int dear_timeline_open(const char *path, int rank, size_t max_bytes, dear_timeline_t **tl);
 /* A complete event ("ph":"X") from t_begin to t_end. args_json: the members of the "args"
  * object without braces (e.g. "\"bucket\":3,\"bytes\":4096"), or NULL. */
 void dear_timeline_span(dear_timeline_t *tl, const char *name, const char *cat, int lane,

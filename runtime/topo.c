@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "include/dear.h"
-#include "runtime/check.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
+#include "base/mpi_check.h"
+#include "base/log.h"
+#include "base/params.h"
 
 /* Objects the progress thread can be placed on: cores, or PUs where hwloc knows no cores. */
 static hwloc_obj_type_t place_type(hwloc_topology_t hw)

@@ -1,4 +1,4 @@
-# tests for apps/cnn (issue 5). Unit tests link the model alone (built in double for the
+# tests for apps/cnn. Unit tests link the model alone (built in double for the
 # finite-difference checks); the *.sh tests run dear-cnn under mpirun on a few hundred images.
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_cnn_model tests/unit/test_cnn_data
@@ -11,5 +11,5 @@ tests_unit_test_cnn_data_SOURCES = tests/unit/test_cnn_data.c apps/cnn/data.c ap
 tests_unit_test_cnn_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
 tests_unit_test_cnn_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS)
 endif
-TESTS += tests/cnn-errors.sh tests/cnn-equiv.sh tests/cnn-resume.sh
-EXTRA_DIST += tests/cnn-errors.sh tests/cnn-equiv.sh tests/cnn-resume.sh tests/cnn-lib.sh
+TESTS += tests/apps/cnn-errors.sh tests/apps/cnn-equiv.sh tests/apps/cnn-resume.sh tests/apps/cnn-files.sh
+EXTRA_DIST += tests/apps/cnn-errors.sh tests/apps/cnn-equiv.sh tests/apps/cnn-resume.sh tests/apps/cnn-files.sh tests/apps/cnn-lib.sh

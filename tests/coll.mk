@@ -1,7 +1,9 @@
 # tests/coll.mk: the collectives (collectives/).
 #   tests/mpi/coll-np{1..5}.mpi   test_coll: every algorithm x type x in/out of place x counts x
 #                                 op against MPI_Allreduce, several in flight, multi-block
-#                                 all-gather, bad arguments, 16-bit rounding, selection.
+#                                 all-gather, bad arguments, 16-bit rounding, selection;
+#                                 algo sparse over per-rank block patterns against direct
+#                                 (bitwise) and MPI_Allreduce, with the form of every message.
 #                                 np3 runs with 1 KiB ring segments (many segments per chunk);
 #                                 np3 and np5 skip the 1000003-element cases (--quick). np4
 #                                 also runs hier over synthetic 2 x 2 hosts (blocked and
@@ -15,18 +17,17 @@ EXTRA_DIST += $(COLL_MPI_TESTS) tests/valgrind-ompi.supp
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi/test_coll
 TESTS += $(COLL_MPI_TESTS)
-tests_mpi_test_coll_SOURCES = tests/mpi/test_coll.c
+tests_mpi_test_coll_SOURCES = tests/mpi/test_coll.c tests/mpi/np_check.h
 tests_mpi_test_coll_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_coll_LDADD = collectives/libdearcoll.la runtime/libdearbase.la $(CHECK_LIBS) \
+tests_mpi_test_coll_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) \
     $(DEAR_DEP_LIBS)
 endif
 
 VALGRIND_COLL = valgrind --tool=memcheck --error-exitcode=1 --leak-check=no \
     --suppressions=$(abs_top_srcdir)/tests/valgrind-ompi.supp --quiet
 check-valgrind-coll: tests/mpi/test_coll$(EXEEXT)
-	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 CK_FORK=no \
-	OMPI_MCA_btl_vader_single_copy_mechanism=none \
-	$(MPIRUN) -np 2 --oversubscribe --bind-to none --mca btl self,vader \
-	    --mca mpi_yield_when_idle 1 -x CK_FORK \
+	@test "$(MPI_FLAVOUR)" = openmpi || \
+	    { echo "check-valgrind-coll: the suppressions cover Open MPI only, not $(MPI_FLAVOUR)"; exit 1; }
+	$(MPI_LAUNCH_ENV) . $(top_srcdir)/tests/mpi-launch.sh && mpi_run 900 2 CK_FORK=no \
 	    $(VALGRIND_COLL) $(abs_top_builddir)/tests/mpi/test_coll --quick
 .PHONY: check-valgrind-coll

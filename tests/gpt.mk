@@ -12,5 +12,5 @@ tests_unit_test_gpt_grad_SOURCES = tests/unit/test_gpt_grad.c apps/gpt/model.c a
 tests_unit_test_gpt_grad_CFLAGS = $(AM_CFLAGS) $(CBLAS_CFLAGS) $(CHECK_CFLAGS) -DGPT_REAL_DOUBLE
 tests_unit_test_gpt_grad_LDADD = $(CBLAS_LIBS) $(CHECK_LIBS) -lm
 endif
-TESTS += tests/gpt-args.sh tests/gpt-equiv.sh
-EXTRA_DIST += tests/gpt-args.sh tests/gpt-equiv.sh
+TESTS += tests/apps/gpt-args.sh tests/apps/gpt-equiv.sh
+EXTRA_DIST += tests/apps/gpt-args.sh tests/apps/gpt-equiv.sh

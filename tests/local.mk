@@ -10,3 +10,6 @@ include tests/gpt.mk
 include tests/bench.mk
 include tests/cuda.mk
 include tests/dearbench.mk
+include tests/python.mk
+include tests/fuzz.mk
+include tests/sanitizers.mk

@@ -1,4 +1,4 @@
-# tests/runtime.mk: the runtime (issue 3).
+# tests/runtime.mk: the runtime.
 #   tests/mpi/runtime-np{1,2,3,4}.mpi  test_runtime's Check suite: training under every schedule x
 #                                  fusion setting against an MPI_Allreduce reference, updates once
 #                                  per iteration, flush, mismatch, bad parameters, calls out of
@@ -9,22 +9,41 @@
 #   tests/mpi/runtime-timeline.sh  the timeline of a 2-rank run parses as JSON with the events
 #   tests/mpi/runtime-stall-abort.sh  DEAR_STALL_ABORT_S aborts a job whose rank 1 sleeps
 #   make check-valgrind-runtime    the engine test (np 2) under valgrind memcheck, zero errors;
-#                                  VALGRIND_TOOL=helgrind for the thread checker
+#                                  VALGRIND_TOOL=helgrind for the thread checker, which must
+#                                  also report the race tests/mpi/helgrind_race plants
 #   tests/mpi/online-np{2,4}.mpi   test_online: plan switches mid-run under every model-driven
 #                                  planner x schedule stay bitwise equal to MPI_Allreduce, ranks
 #                                  end on one plan; calibration cache written, reused, corrupt
 #                                  cache re-measured; DEAR_CALIBRATE=off with each preset
-#   tests/mpi/bench_overhead       per-iteration overhead with 200 small tensors (not run by check)
+#   tests/mpi/loop-np{1..5}.mpi    test_loop: a training loop's patterns (LR schedule, clipping,
+#                                  accumulation, frozen and unused tensors, evaluation,
+#                                  parameter-less layers, dear_wait_grad, bfloat16 rounded once)
+#                                  against a plain MPI_Allreduce loop; np5 bfloat16 only
+#   tests/mpi/sparse-np{1..5}.mpi  test_sparse: embedding-like tensors declared sparse
+#                                  (dear_register_sparse), per-rank row patterns from none to
+#                                  all, every schedule x DEAR_SPARSE=on|off|auto x float32,
+#                                  bfloat16, bitwise against MPI_Allreduce; the phases auto
+#                                  chose, warm-up densities, sparse messages sent; bad input
+LOOP_MPI_TESTS = tests/mpi/loop-np1.mpi tests/mpi/loop-np2.mpi tests/mpi/loop-np3.mpi \
+    tests/mpi/loop-np4.mpi tests/mpi/loop-np5.mpi
+EXTRA_DIST += $(LOOP_MPI_TESTS)
+if HAVE_CHECK
+check_PROGRAMS += tests/mpi/test_loop
+TESTS += $(LOOP_MPI_TESTS)
+tests_mpi_test_loop_SOURCES = tests/mpi/test_loop.c tests/mpi/np_check.h tests/mpi/suite_run.h
+tests_mpi_test_loop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_mpi_test_loop_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
+endif
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi/test_runtime tests/mpi/test_online
 TESTS += tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi
-tests_mpi_test_online_SOURCES = tests/mpi/test_online.c tests/mpi/synth.h
+tests_mpi_test_online_SOURCES = tests/mpi/test_online.c tests/mpi/synth.h tests/mpi/np_check.h
 tests_mpi_test_online_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_online_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 TESTS += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runtime-np3.mpi \
     tests/mpi/runtime-np4.mpi tests/mpi/runtime-thread-np1.mpi tests/mpi/runtime-timeline.sh \
     tests/mpi/runtime-stall-abort.sh
-tests_mpi_test_runtime_SOURCES = tests/mpi/test_runtime.c tests/mpi/synth.h
+tests_mpi_test_runtime_SOURCES = tests/mpi/test_runtime.c tests/mpi/synth.h tests/mpi/np_check.h
 tests_mpi_test_runtime_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_runtime_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 endif
@@ -33,11 +52,23 @@ EXTRA_DIST += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runt
     tests/mpi/runtime-valgrind.sh tests/mpi/helgrind-runtime.supp tests/mpi/runtime-stall-abort.sh \
     tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi
 
-noinst_PROGRAMS += tests/mpi/bench_overhead
-tests_mpi_bench_overhead_SOURCES = tests/mpi/bench_overhead.c
-tests_mpi_bench_overhead_LDADD = libdear.la $(DEAR_DEP_LIBS)
+SPARSE_MPI_TESTS = tests/mpi/sparse-np1.mpi tests/mpi/sparse-np2.mpi tests/mpi/sparse-np3.mpi \
+    tests/mpi/sparse-np4.mpi tests/mpi/sparse-np5.mpi
+EXTRA_DIST += $(SPARSE_MPI_TESTS)
+if HAVE_CHECK
+check_PROGRAMS += tests/mpi/test_sparse
+TESTS += $(SPARSE_MPI_TESTS)
+tests_mpi_test_sparse_SOURCES = tests/mpi/test_sparse.c tests/mpi/np_check.h tests/mpi/suite_run.h
+tests_mpi_test_sparse_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_mpi_test_sparse_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
+endif
 
-check-valgrind-runtime: tests/mpi/test_runtime$(EXEEXT)
-	top_srcdir='$(top_srcdir)' top_builddir='$(top_builddir)' \
+# A race planted on a user buffer that Open MPI copies: the helgrind run must report it.
+check_PROGRAMS += tests/mpi/helgrind_race
+tests_mpi_helgrind_race_SOURCES = tests/mpi/helgrind_race.c
+tests_mpi_helgrind_race_LDADD = $(PTHREAD_LIBS)
+
+check-valgrind-runtime: tests/mpi/test_runtime$(EXEEXT) tests/mpi/helgrind_race$(EXEEXT)
+	$(MPI_LAUNCH_ENV) top_srcdir='$(top_srcdir)' top_builddir='$(top_builddir)' \
 	    $(SHELL) $(top_srcdir)/tests/mpi/runtime-valgrind.sh
 .PHONY: check-valgrind-runtime

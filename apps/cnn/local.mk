@@ -1,4 +1,4 @@
-# apps/cnn: dear-cnn, the sample CNN trainer on Fashion-MNIST (issue 5). It links libdear like
+# apps/cnn: dear-cnn, the sample CNN trainer on Fashion-MNIST. It links libdear like
 # any outside program would (pkg-config dear), plus CBLAS and zlib.
 bin_PROGRAMS += apps/cnn/dear-cnn
 apps_cnn_dear_cnn_SOURCES = apps/cnn/main.c apps/cnn/model.c apps/cnn/model.h \

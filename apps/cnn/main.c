@@ -218,13 +218,10 @@ static int parse_args(int argc, char **argv, options_t *o, char *err, size_t err
  */
 typedef struct trainer trainer_t;
 
-/* One registered tensor: where its weights and momentum are, and how many updates it has had
- * (the learning-rate schedule follows the tensor's own step, which is right under every
- * schedule: with `dear` the update of iteration k runs during the forward of iteration k+1). */
+/* One registered tensor: where its weights and momentum are. */
 typedef struct {
     trainer_t *t;
     int index;
-    uint64_t steps;
 } slot_t;
 
 struct trainer {
@@ -238,6 +235,7 @@ struct trainer {
     long iters_per_epoch;
     long total_iters;
     long iter;                /* completed iterations */
+    long iter0;               /* iterations completed before dear_commit (a resumed run's) */
     uint32_t *perm;           /* shuffled training indices of perm_epoch */
     long perm_epoch;
     slot_t slots[CNN_NTENSORS];
@@ -247,7 +245,40 @@ struct trainer {
 
 static void die_dear(trainer_t *t, const char *what, int rc)
 {
+    fflush(stdout); /* MPI_Abort may end the process before stdio's buffers reach the launcher */
     fprintf(stderr, "dear-cnn: rank %d: %s failed: %s\n", t->rank, what, dear_status_string(rc));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void trainer_free(trainer_t *t);
+
+/* Every rank knows that the job failed: end it with `status` through MPI_Finalize, not
+ * MPI_Abort, which lets a launcher (MPICH's hydra) drop the messages that say why. */
+static void end_together(trainer_t *t, int status)
+{
+    fflush(stdout);
+    dear_finalize(&t->dear);
+    trainer_free(t);
+    MPI_Finalize();
+    exit(status);
+}
+
+/* A libdear call made on every rank: all learn whether it failed anywhere. Failed everywhere (a
+ * bad setting, a refused file): rank 0 says why and the job ends together. Failed on some ranks
+ * only: those say why and the job aborts, since the others hold state the failed ones cannot meet. */
+static void check_everywhere(trainer_t *t, const char *what, int rc)
+{
+    int v[2] = { rc == DEAR_OK, -(rc == DEAR_OK) }; /* min and -max of "succeeded" */
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, t->comm);
+    if (v[0])
+        return;
+    if (v[1] == 0) {
+        if (t->rank == 0)
+            fprintf(stderr, "dear-cnn: %s failed on every rank: %s\n", what, dear_status_string(rc));
+        end_together(t, 1);
+    }
+    if (rc != DEAR_OK)
+        die_dear(t, what, rc);
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -266,18 +297,21 @@ static double lr_at(const trainer_t *t, uint64_t step)
 }
 
 /* dear_update_fn: SGD with momentum and weight decay (weights only, not biases) on the averaged
- * gradient: v = mu v + (g + wd w); w -= lr v. */
-static int sgd_update(void *grad, size_t count, dear_dtype_t dtype, void *arg)
+ * gradient: v = mu v + (g + wd w); w -= lr v. The learning rate is that of the iteration the
+ * gradient belongs to, which dear reports: under `dear` the update of iteration k runs during
+ * the forward pass of iteration k+1. */
+static int sgd_update(const dear_update_info_t *u)
 {
-    slot_t *s = arg;
+    slot_t *s = u->arg;
     trainer_t *t = s->t;
-    if (dtype != DEAR_FLOAT32 || count != t->model.count[s->index])
+    size_t count = u->count;
+    if (u->dtype != DEAR_FLOAT32 || count != t->model.count[s->index])
         return -1;
     const size_t off = t->model.offset[s->index];
     float *w = t->model.params + off;
     float *v = t->momentum + off;
-    const float *g = grad;
-    const float lr = (float)lr_at(t, s->steps);
+    const float *g = u->grad;
+    const float lr = (float)lr_at(t, (uint64_t)(t->iter0 + u->iteration));
     const float mu = (float)t->opt.momentum;
     const float wd = s->index % 2 == 0 ? (float)t->opt.wd : 0.0f; /* even index: a weight */
     for (size_t i = 0; i < count; i++) {
@@ -285,7 +319,6 @@ static int sgd_update(void *grad, size_t count, dear_dtype_t dtype, void *arg)
         v[i] = mu * v[i] + gi;
         w[i] -= lr * v[i];
     }
-    s->steps++;
     return 0;
 }
 
@@ -416,22 +449,44 @@ static int write_all(int fd, const unsigned char *p, size_t n)
     return 0;
 }
 
-/* Temporary file, fsync, rename over the old checkpoint, fsync of the folder: a crash at any
- * point leaves either the old or the new checkpoint, never a torn one. */
+/* The checkpoint path may be a regular file (replaced) or nothing yet; a link, a device or a
+ * FIFO is refused, never written through or replaced. */
+static int ckpt_target_ok(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : (fprintf(stderr, "dear-cnn: checkpoint %s: %s\n", path, strerror(errno)), -1);
+    if (S_ISREG(st.st_mode))
+        return 0;
+    fprintf(stderr, "dear-cnn: checkpoint %s is %s; refused (accepted: a regular file or a path that does not "
+                    "exist yet)\n",
+            path, S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file");
+    return -1;
+}
+
+/* A fresh temporary file (mkstemp: an unpredictable name, created exclusively, so a link planted
+ * next to the checkpoint is never followed), fsync, rename over the old checkpoint, fsync of the
+ * folder: a crash at any point leaves either the old or the new checkpoint, never a torn one. */
 static int ckpt_write(trainer_t *t)
 {
     const char *path = t->opt.ckpt;
     char tmp[4096], dir[4096];
     size_t len;
+    if (ckpt_target_ok(path) != 0)
+        return -1;
     unsigned char *buf = ckpt_serialise(t, &len);
     if (!buf) {
         fprintf(stderr, "dear-cnn: out of memory writing checkpoint %s\n", path);
         return -1;
     }
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        fprintf(stderr, "dear-cnn: cannot create %s: %s\n", tmp, strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0 || fchmod(fd, 0644) != 0) {
+        fprintf(stderr, "dear-cnn: cannot create a temporary file %s: %s\n", tmp, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            goto err_unlink;
+        }
         goto err_free;
     }
     t->ckpts_written++;
@@ -452,6 +507,8 @@ static int ckpt_write(trainer_t *t)
         fprintf(stderr, "dear-cnn: cannot close %s: %s\n", tmp, strerror(errno));
         goto err_unlink;
     }
+    if (ckpt_target_ok(path) != 0) /* what is at path may have changed during the write */
+        goto err_unlink;
     if (rename(tmp, path) != 0) {
         fprintf(stderr, "dear-cnn: cannot rename %s to %s: %s\n", tmp, path, strerror(errno));
         goto err_unlink;
@@ -495,11 +552,19 @@ static int ckpt_read_bcast(trainer_t *t, const char *path, unsigned char **out)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (t->rank == 0) {
-        FILE *f = fopen(path, "rb");
+        /* O_NONBLOCK: a FIFO must be refused, not waited on. */
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        FILE *f = NULL;
         struct stat st;
-        if (!f) {
+        if (fd < 0) {
             fprintf(stderr, "dear-cnn: cannot open checkpoint %s: %s\n", path, strerror(errno));
-        } else if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size < CKPT_HEADER ||
+        } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            fprintf(stderr, "dear-cnn: checkpoint %s is not a regular file; refused\n", path);
+            close(fd);
+        } else if (!(f = fdopen(fd, "rb"))) {
+            fprintf(stderr, "dear-cnn: cannot read checkpoint %s: %s\n", path, strerror(errno));
+            close(fd);
+        } else if ((size_t)st.st_size < CKPT_HEADER ||
                    fread(buf, 1, CKPT_HEADER, f) != CKPT_HEADER ||
                    memcmp(buf, CKPT_MAGIC, 8) != 0) {
             fprintf(stderr, "dear-cnn: %s is not a dear-cnn checkpoint (bad header)\n", path);
@@ -577,8 +642,6 @@ static int ckpt_apply(trainer_t *t, const unsigned char *buf, const char *path)
     memcpy(t->model.params, buf + CKPT_HEADER, np * sizeof(float));
     memcpy(t->momentum, buf + CKPT_HEADER + np * sizeof(float), np * sizeof(float));
     t->iter = (long)iter;
-    for (int i = 0; i < CNN_NTENSORS; i++)
-        t->slots[i].steps = iter;
     return 0;
 }
 
@@ -592,7 +655,7 @@ static void checkpoint(trainer_t *t)
     int ok = t->rank == 0 ? ckpt_write(t) == 0 : 1;
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, t->comm);
     if (!ok)
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        end_together(t, 1);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -603,8 +666,10 @@ static double evaluate(trainer_t *t, long *correct_out)
     const int n = t->test.n;
     int lo = (int)((long)n * t->rank / t->size), hi = (int)((long)n * (t->rank + 1) / t->size);
     long correct = 0;
-    cnn_hook_fn hook = t->model.hook;
-    t->model.hook = NULL; /* evaluation is not an iteration dear should see */
+    /* Every update in place first, and nothing of this enters dear's profile. */
+    int rc = dear_set_mode(t->dear, DEAR_MODE_EVAL);
+    if (rc != DEAR_OK)
+        die_dear(t, "dear_set_mode(DEAR_MODE_EVAL)", rc);
     uint8_t *labels = malloc((size_t)t->model.max_batch);
     if (!labels) {
         fprintf(stderr, "dear-cnn: out of memory in evaluation\n");
@@ -619,14 +684,16 @@ static double evaluate(trainer_t *t, long *correct_out)
             correct += cnn_predict(&t->model, j) == labels[j];
     }
     free(labels);
-    t->model.hook = hook;
+    rc = dear_set_mode(t->dear, DEAR_MODE_TRAIN);
+    if (rc != DEAR_OK)
+        die_dear(t, "dear_set_mode(DEAR_MODE_TRAIN)", rc);
     MPI_Allreduce(MPI_IN_PLACE, &correct, 1, MPI_LONG, MPI_SUM, t->comm);
     *correct_out = correct;
     return (double)correct / n;
 }
 
 /* ---------------------------------------------------------------------------------------------
- * main
+ * main and its steps: options, set-up, the training loop, the final report
  */
 
 /* Every rank reports its own failure; all ranks learn whether any failed (no one hangs). */
@@ -637,214 +704,290 @@ static int all_ok(MPI_Comm comm, int ok)
     return all;
 }
 
-int main(int argc, char **argv)
+/* Options, checked on every rank alike: 0 to train, 1 after --help (printed by rank 0), -1 on a
+ * bad one (rank 0 says why). */
+static int check_options(trainer_t *t, int argc, char **argv)
 {
-    int provided, rank, size;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-#ifdef OPENBLAS_VERSION
-    openblas_set_num_threads(1); /* one rank per core: BLAS threads would only fight */
-#endif
-
-    static trainer_t tr;
-    trainer_t *t = &tr;
     char err[4096];
-    t->rank = rank;
-    t->size = size;
     int prc = parse_args(argc, argv, &t->opt, err, sizeof err);
     if (prc == 1) {
-        if (rank == 0)
+        if (t->rank == 0)
             usage(stdout);
-        MPI_Finalize();
-        return 0;
+        return 1;
     }
-    if (prc == 0 && t->opt.batch % size != 0) {
-        snprintf(err, sizeof err, "--batch %d does not divide across %d ranks: use a multiple of %d",
-                 t->opt.batch, size, size);
+    if (prc == 0 && t->opt.batch % t->size != 0) {
+        snprintf(err, sizeof err,
+                 "--batch %d does not divide across %d ranks: use a multiple of %d", t->opt.batch,
+                 t->size, t->size);
         prc = -1;
     }
-    if (prc != 0) {
-        if (rank == 0)
-            fprintf(stderr, "dear-cnn: %s\n", err);
-        MPI_Finalize();
-        return 2;
-    }
-    const options_t *o = &t->opt;
-    t->local_batch = o->batch / size;
-    MPI_Comm_dup(MPI_COMM_WORLD, &t->comm);
+    if (prc != 0 && t->rank == 0)
+        fprintf(stderr, "dear-cnn: %s\n", err);
+    return prc;
+}
 
-    /* Data: every rank reads the files itself. */
+/* Data, model and optimiser state. Every rank reads the files itself and reports its own
+ * failure; returns 1 when this rank is ready. */
+static int load_data_and_model(trainer_t *t)
+{
+    const options_t *o = &t->opt;
+    char err[4096];
     int ok = 1;
     if (cnn_data_load(o->data_dir, "train", o->train_limit, &t->train, err, sizeof err) != 0 ||
         cnn_data_load(o->data_dir, "t10k", o->test_limit, &t->test, err, sizeof err) != 0) {
-        fprintf(stderr, "dear-cnn: rank %d: %s\n", rank, err);
+        fprintf(stderr, "dear-cnn: rank %d: %s\n", t->rank, err);
         ok = 0;
     }
     cnn_config_t cfg = cnn_config_default();
     if (ok && (t->train.rows != cfg.in_h || t->train.cols != cfg.in_w ||
                t->test.rows != cfg.in_h || t->test.cols != cfg.in_w)) {
         fprintf(stderr, "dear-cnn: rank %d: images are %dx%d (test %dx%d), the model takes %dx%d\n",
-                rank, t->train.rows, t->train.cols, t->test.rows, t->test.cols, cfg.in_h, cfg.in_w);
+                t->rank, t->train.rows, t->train.cols, t->test.rows, t->test.cols, cfg.in_h,
+                cfg.in_w);
         ok = 0;
     }
     if (ok && t->train.n < o->batch) {
         fprintf(stderr, "dear-cnn: rank %d: %d training images are fewer than one batch of %d\n",
-                rank, t->train.n, o->batch);
+                t->rank, t->train.n, o->batch);
         ok = 0;
     }
     int max_batch = t->local_batch > 256 ? t->local_batch : 256;
     if (ok && cnn_model_create(&t->model, &cfg, max_batch, err, sizeof err) != 0) {
-        fprintf(stderr, "dear-cnn: rank %d: %s\n", rank, err);
+        fprintf(stderr, "dear-cnn: rank %d: %s\n", t->rank, err);
         ok = 0;
     }
     if (ok) {
         t->momentum = calloc(t->model.nparams, sizeof(float));
         t->perm = malloc((size_t)t->train.n * sizeof(uint32_t));
         if (!t->momentum || !t->perm) {
-            fprintf(stderr, "dear-cnn: rank %d: out of memory\n", rank);
+            fprintf(stderr, "dear-cnn: rank %d: out of memory\n", t->rank);
             ok = 0;
         }
     }
-    if (!all_ok(t->comm, ok)) {
-        MPI_Finalize();
-        return 1;
-    }
-    t->iters_per_epoch = t->train.n / o->batch;
-    t->total_iters = o->iters > 0 ? o->iters : (long)o->epochs * t->iters_per_epoch;
-    t->perm_epoch = -1;
+    return ok;
+}
 
-    /* Parameters: from the seed (rank 0's copy is broadcast, so all ranks start identical),
-     * or from a checkpoint. */
+/* --iters, else --epochs passes over the training set. */
+static void count_iterations(trainer_t *t)
+{
+    t->iters_per_epoch = t->train.n / t->opt.batch;
+    t->total_iters = t->opt.iters > 0 ? t->opt.iters : (long)t->opt.epochs * t->iters_per_epoch;
+    t->perm_epoch = -1;
+}
+
+/* Parameters: from the seed (rank 0's copy is broadcast, so all ranks start identical), or from
+ * a checkpoint. 0, or -1 on every rank when the checkpoint cannot be used. */
+static int init_params(trainer_t *t)
+{
     for (int i = 0; i < CNN_NTENSORS; i++)
         t->slots[i] = (slot_t){.t = t, .index = i};
-    cnn_rng_t init_rng = {o->seed};
+    cnn_rng_t init_rng = {t->opt.seed};
     cnn_init_params(&t->model, &init_rng);
     MPI_Bcast(t->model.params, (int)t->model.nparams, MPI_FLOAT, 0, t->comm);
-    if (o->resume) {
-        unsigned char *buf;
-        if (ckpt_read_bcast(t, o->resume, &buf) != 0) {
-            MPI_Finalize();
-            return 1;
-        }
-        int arc = ckpt_apply(t, buf, o->resume);
-        free(buf);
-        if (arc != 0) {
-            MPI_Finalize();
-            return 1;
-        }
-    }
+    if (!t->opt.resume)
+        return 0;
+    unsigned char *buf;
+    if (ckpt_read_bcast(t, t->opt.resume, &buf) != 0)
+        return -1;
+    int arc = ckpt_apply(t, buf, t->opt.resume);
+    free(buf);
+    return arc;
+}
 
-    /* dear: the schedule comes from the environment, read once by dear_init. */
-    if (o->schedule && setenv("DEAR_SCHEDULE", o->schedule, 1) != 0) {
+/* dear: the schedule comes from the environment, read once by dear_init; every tensor is
+ * registered with its update, and the model's hooks tell dear where the model is. 0, or -1 when
+ * dear_init fails (collective: on every rank alike, for bad DEAR_* values). */
+static int start_dear(trainer_t *t)
+{
+    if (t->opt.schedule && setenv("DEAR_SCHEDULE", t->opt.schedule, 1) != 0) {
         fprintf(stderr, "dear-cnn: setenv: %s\n", strerror(errno));
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    const char *sched = getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear";
     int rc = dear_init(MPI_COMM_WORLD, &t->dear);
     if (rc != DEAR_OK) {
-        /* dear_init is collective and fails on every rank alike (bad DEAR_* values). */
-        if (rank == 0)
+        if (t->rank == 0)
             fprintf(stderr, "dear-cnn: dear_init failed: %s\n", dear_status_string(rc));
-        MPI_Finalize();
-        return 1;
+        return -1;
     }
-    for (int i = 0; i < CNN_NTENSORS; i++) {
+    for (int i = 0; i < CNN_NTENSORS && rc == DEAR_OK; i++)
         rc = dear_register(t->dear, t->model.name[i], t->model.layer[i],
                            t->model.grads + t->model.offset[i], t->model.count[i], DEAR_FLOAT32,
                            DEAR_MEM_HOST, sgd_update, &t->slots[i]);
-        if (rc != DEAR_OK)
-            die_dear(t, "dear_register", rc);
-    }
-    rc = dear_commit(t->dear);
-    if (rc != DEAR_OK)
-        die_dear(t, "dear_commit", rc);
+    check_everywhere(t, "dear_register", rc);
+    check_everywhere(t, "dear_commit", dear_commit(t->dear));
+    t->iter0 = t->iter; /* dear counts the iterations it sees from 0 */
     t->model.hook = dear_hook;
     t->model.hook_arg = t;
+    return 0;
+}
 
-    if (rank == 0)
+static void print_banner(const trainer_t *t)
+{
+    const options_t *o = &t->opt;
+    const char *sched = getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear";
+    if (t->rank == 0)
         printf("dear-cnn: %d ranks, schedule %s, batch %d (%d per rank), %ld iterations/epoch, "
                "%ld iterations from %ld, %zu parameters, lr %g (%s) momentum %g wd %g seed %llu\n",
-               size, sched, o->batch, t->local_batch, t->iters_per_epoch, t->total_iters, t->iter,
-               t->model.nparams, o->lr, o->cosine ? "cosine" : "const", o->momentum, o->wd,
-               (unsigned long long)o->seed);
+               t->size, sched, o->batch, t->local_batch, t->iters_per_epoch, t->total_iters,
+               t->iter, t->model.nparams, o->lr, o->cosine ? "cosine" : "const", o->momentum,
+               o->wd, (unsigned long long)o->seed);
+}
 
+/* The training loop's clocks and counters, for the progress lines and the final line. */
+typedef struct {
+    double t_start, t_log, loss_sum, blocked_log, eval_s, acc;
+    long log0, log_iter, evaluated_at, correct;
+} progress_t;
+
+/* The progress line of the iterations since the last one: mean loss over all ranks, images/s
+ * and the share of time blocked in dear. */
+static void log_progress(trainer_t *t, progress_t *pg)
+{
+    dear_stats_t st;
+    int rc;
+    double sum[1] = {pg->loss_sum};
+    MPI_Allreduce(MPI_IN_PLACE, sum, 1, MPI_DOUBLE, MPI_SUM, t->comm);
+    double now = MPI_Wtime();
+    if ((rc = dear_get_stats(t->dear, &st)) != DEAR_OK)
+        die_dear(t, "dear_get_stats", rc);
+    long n = t->iter - pg->log_iter;
+    if (t->rank == 0)
+        printf("iter %ld epoch %.2f loss %.6f img/s %.1f blocked %.2fms/iter (%.1f%%) "
+               "lr %.5f\n",
+               t->iter, (double)t->iter / t->iters_per_epoch, sum[0] / t->size / n,
+               (double)n * t->opt.batch / (now - pg->t_log),
+               1e3 * (st.blocked_s - pg->blocked_log) / n,
+               100.0 * (st.blocked_s - pg->blocked_log) / (now - pg->t_log),
+               lr_at(t, (uint64_t)t->iter));
+    fflush(stdout);
+    pg->t_log = now;
+    pg->log_iter = t->iter;
+    pg->loss_sum = 0.0;
+    pg->blocked_log = st.blocked_s;
+}
+
+/* Test accuracy once the pending updates are in place; its time is not training time. */
+static void evaluate_epoch(trainer_t *t, progress_t *pg)
+{
+    int rc;
+    if ((rc = dear_flush(t->dear)) != DEAR_OK)
+        die_dear(t, "dear_flush", rc);
+    double t_eval = MPI_Wtime();
+    pg->acc = evaluate(t, &pg->correct);
+    pg->evaluated_at = t->iter;
+    t_eval = MPI_Wtime() - t_eval;
+    pg->t_log += t_eval; /* images/s and blocked shares count training time only */
+    pg->eval_s += t_eval;
+    if (t->rank == 0)
+        printf("epoch %.2f iter %ld test_acc %.4f (%ld/%d) time %.1fs\n",
+               (double)t->iter / t->iters_per_epoch, t->iter, pg->acc, pg->correct, t->test.n,
+               MPI_Wtime() - pg->t_start);
+    fflush(stdout);
+}
+
+/* Up to total_iters: a progress line every --log-every, a checkpoint every --ckpt-every, the
+ * test accuracy after every epoch and the last iteration. */
+static void train(trainer_t *t, progress_t *pg)
+{
+    const options_t *o = &t->opt;
     uint8_t *labels = malloc((size_t)t->local_batch);
     if (!labels) {
         fprintf(stderr, "dear-cnn: out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    double t_start = MPI_Wtime(), t_log = t_start, loss_sum = 0.0;
-    const long log0 = t->iter;
-    long log_iter = t->iter, evaluated_at = -1, correct = 0;
-    double acc = 0.0, blocked_log = 0.0, eval_s = 0.0;
-    dear_stats_t st;
+    *pg = (progress_t){.t_start = MPI_Wtime(), .log0 = t->iter, .log_iter = t->iter,
+                       .evaluated_at = -1};
+    pg->t_log = pg->t_start;
     while (t->iter < t->total_iters) {
-        double loss = train_step(t, labels);
-        loss_sum += loss;
-        if (o->log_every && t->iter % o->log_every == 0) {
-            double sum[1] = {loss_sum};
-            MPI_Allreduce(MPI_IN_PLACE, sum, 1, MPI_DOUBLE, MPI_SUM, t->comm);
-            double now = MPI_Wtime();
-            if ((rc = dear_get_stats(t->dear, &st)) != DEAR_OK)
-                die_dear(t, "dear_get_stats", rc);
-            long n = t->iter - log_iter;
-            if (rank == 0)
-                printf("iter %ld epoch %.2f loss %.6f img/s %.1f blocked %.2fms/iter (%.1f%%) "
-                       "lr %.5f\n",
-                       t->iter, (double)t->iter / t->iters_per_epoch, sum[0] / size / n,
-                       (double)n * o->batch / (now - t_log),
-                       1e3 * (st.blocked_s - blocked_log) / n,
-                       100.0 * (st.blocked_s - blocked_log) / (now - t_log),
-                       lr_at(t, (uint64_t)t->iter));
-            fflush(stdout);
-            t_log = now;
-            log_iter = t->iter;
-            loss_sum = 0.0;
-            blocked_log = st.blocked_s;
-        }
+        pg->loss_sum += train_step(t, labels);
+        if (o->log_every && t->iter % o->log_every == 0)
+            log_progress(t, pg);
         if (o->ckpt && (t->iter % o->ckpt_every == 0 || t->iter == t->total_iters))
             checkpoint(t); /* also after the last iteration, so a finished run can be extended */
-        if (t->iter % t->iters_per_epoch == 0 || t->iter == t->total_iters) {
-            if ((rc = dear_flush(t->dear)) != DEAR_OK)
-                die_dear(t, "dear_flush", rc);
-            double t_eval = MPI_Wtime();
-            acc = evaluate(t, &correct);
-            evaluated_at = t->iter;
-            t_eval = MPI_Wtime() - t_eval;
-            t_log += t_eval; /* images/s and blocked shares count training time only */
-            eval_s += t_eval;
-            if (rank == 0)
-                printf("epoch %.2f iter %ld test_acc %.4f (%ld/%d) time %.1fs\n",
-                       (double)t->iter / t->iters_per_epoch, t->iter, acc, correct, t->test.n,
-                       MPI_Wtime() - t_start);
-            fflush(stdout);
-        }
+        if (t->iter % t->iters_per_epoch == 0 || t->iter == t->total_iters)
+            evaluate_epoch(t, pg);
     }
+    free(labels);
+}
+
+/* The final line (test accuracy, throughput, blocked share), --profile-out, and dear_finalize.
+ * Returns the exit status: a profile that cannot be written fails the run on rank 0 only, after
+ * a clean finalize, since training itself completed and the other ranks wrote nothing. */
+static int finish(trainer_t *t, progress_t *pg)
+{
+    dear_stats_t st;
+    int rc;
     if ((rc = dear_flush(t->dear)) != DEAR_OK)
         die_dear(t, "dear_flush", rc);
-    if (evaluated_at != t->iter)
-        acc = evaluate(t, &correct);
+    if (pg->evaluated_at != t->iter)
+        pg->acc = evaluate(t, &pg->correct);
     if ((rc = dear_get_stats(t->dear, &st)) != DEAR_OK)
         die_dear(t, "dear_get_stats", rc);
-    double elapsed = MPI_Wtime() - t_start, train_s = elapsed - eval_s;
-    if (rank == 0)
+    double elapsed = MPI_Wtime() - pg->t_start, train_s = elapsed - pg->eval_s;
+    if (t->rank == 0)
         printf("final iter %ld test_acc %.4f time %.1fs img/s %.1f blocked %.1f%% median_iter "
                "%.2fms\n",
-               t->iter, acc, elapsed, train_s > 0 ? (double)(t->iter - log0) * o->batch / train_s : 0.0,
+               t->iter, pg->acc, elapsed,
+               train_s > 0 ? (double)(t->iter - pg->log0) * t->opt.batch / train_s : 0.0,
                train_s > 0 ? 100.0 * st.blocked_s / train_s : 0.0, 1e3 * st.median_iter_s);
-    if (o->profile_out && (rc = dear_profile_save(t->dear, o->profile_out)) != DEAR_OK)
-        die_dear(t, "dear_profile_save", rc);
-    if ((rc = dear_finalize(t->dear)) != DEAR_OK)
+    fflush(stdout);
+    int status = 0;
+    if (t->opt.profile_out && (rc = dear_profile_save(t->dear, t->opt.profile_out)) != DEAR_OK) {
+        if (rc == DEAR_ERR_MPI)
+            die_dear(t, "dear_profile_save", rc);
+        fprintf(stderr, "dear-cnn: rank %d: dear_profile_save failed: %s\n", t->rank,
+                dear_status_string(rc));
+        status = 1;
+    }
+    if ((rc = dear_finalize(&t->dear)) != DEAR_OK)
         die_dear(t, "dear_finalize", rc);
+    return status;
+}
 
-    free(labels);
+static void trainer_free(trainer_t *t)
+{
     free(t->perm);
     free(t->momentum);
     cnn_model_destroy(&t->model);
     cnn_data_free(&t->train);
     cnn_data_free(&t->test);
     MPI_Comm_free(&t->comm);
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    static trainer_t tr;
+    trainer_t *t = &tr;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &t->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &t->size);
+#ifdef OPENBLAS_VERSION
+    openblas_set_num_threads(1); /* one rank per core: BLAS threads would only fight */
+#endif
+    int prc = check_options(t, argc, argv);
+    if (prc != 0) {
+        MPI_Finalize();
+        return prc > 0 ? 0 : 2;
+    }
+    t->local_batch = t->opt.batch / t->size;
+    MPI_Comm_dup(MPI_COMM_WORLD, &t->comm);
+    if (!all_ok(t->comm, load_data_and_model(t))) {
+        trainer_free(t);
+        MPI_Finalize();
+        return 1;
+    }
+    count_iterations(t);
+    if (init_params(t) != 0 || start_dear(t) != 0) {
+        trainer_free(t);
+        MPI_Finalize();
+        return 1;
+    }
+    print_banner(t);
+    progress_t pg;
+    train(t, &pg);
+    int status = finish(t, &pg);
+    trainer_free(t);
     MPI_Finalize();
-    return 0;
+    return status;
 }

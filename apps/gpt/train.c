@@ -20,6 +20,7 @@
  */
 #include <cblas.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -27,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "include/dear.h"
 #include "apps/gpt/model.h"
@@ -43,7 +46,7 @@ typedef struct {
     const char *loss_out;
     long iters, batch, seq, layers, heads, dim;
     long seed, sample, eval_every, print_every, val_chars, warmup;
-    double lr, min_lr_frac, weight_decay, beta1, beta2, temperature;
+    double lr, min_lr_frac, weight_decay, beta1, beta2, temperature, clip;
 } opts_t;
 
 static void usage(FILE *f)
@@ -66,6 +69,8 @@ static void usage(FILE *f)
         "  --lr X              AdamW peak learning rate (default 3e-3; warm-up, cosine decay)\n"
         "  --warmup N          warm-up iterations (default: iters/20)\n"
         "  --weight-decay X    AdamW decoupled weight decay of the weight matrices (default 0.1)\n"
+        "  --clip X            clip the gradient to global L2 norm X (default 1; 0: off), from the\n"
+        "                      shards under dear (dear_set_clip_norm)\n"
         "  --seed N            seed of initialisation, batches and sample (default 1)\n"
         "  --schedule S        dear|wfbp|sync (default: $DEAR_SCHEDULE, else dear)\n"
         "Output\n"
@@ -116,7 +121,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
 {
     enum { O_DATA = 256, O_VALCH, O_LAYERS, O_HEADS, O_DIM, O_SEQ, O_ITERS, O_BATCH, O_LR,
            O_WARMUP, O_WD, O_SEED, O_SCHED, O_PRINT, O_EVAL, O_SAMPLE, O_TEMP, O_PROF, O_LOSS,
-           O_HELP };
+           O_CLIP, O_HELP };
     static const struct option longopts[] = {
         {"data", required_argument, 0, O_DATA}, {"val-chars", required_argument, 0, O_VALCH},
         {"layers", required_argument, 0, O_LAYERS}, {"heads", required_argument, 0, O_HEADS},
@@ -124,6 +129,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
         {"iters", required_argument, 0, O_ITERS}, {"batch", required_argument, 0, O_BATCH},
         {"lr", required_argument, 0, O_LR}, {"warmup", required_argument, 0, O_WARMUP},
         {"weight-decay", required_argument, 0, O_WD}, {"seed", required_argument, 0, O_SEED},
+        {"clip", required_argument, 0, O_CLIP},
         {"schedule", required_argument, 0, O_SCHED},
         {"print-every", required_argument, 0, O_PRINT},
         {"eval-every", required_argument, 0, O_EVAL}, {"sample", required_argument, 0, O_SAMPLE},
@@ -133,7 +139,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
     *o = (opts_t){.iters = 1000, .batch = 32, .seq = 64, .layers = 2, .heads = 4, .dim = 96,
                   .seed = 1, .sample = 400, .eval_every = 200, .print_every = 50,
                   .val_chars = 65536, .warmup = -1, .lr = 3e-3, .min_lr_frac = 0.1,
-                  .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.99, .temperature = 0.8};
+                  .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.99, .temperature = 0.8, .clip = 1.0};
     int rc = 0, c;
     g_verbose = verbose;
     opterr = 0;
@@ -151,6 +157,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
         case O_LR: rc = parse_double("--lr", optarg, 0, 10, &o->lr); break;
         case O_WARMUP: rc = parse_long("--warmup", optarg, 0, 100000000, &o->warmup); break;
         case O_WD: rc = parse_double("--weight-decay", optarg, 0, 10, &o->weight_decay); break;
+        case O_CLIP: rc = parse_double("--clip", optarg, 0, 1e30, &o->clip); break;
         case O_SEED: rc = parse_long("--seed", optarg, 0, LONG_MAX, &o->seed); break;
         case O_SCHED:
             if (strcmp(optarg, "dear") && strcmp(optarg, "wfbp") && strcmp(optarg, "sync")) {
@@ -219,7 +226,6 @@ typedef struct {
     gpt_real *param;            /* the tensor's values */
     float *m, *v;               /* its moments */
     int decay;                  /* weight decay applies (weight matrices only) */
-    long step;                  /* updates applied so far */
     const opts_t *o;
 } adamw_slot_t;
 
@@ -236,18 +242,25 @@ static double lr_at(const opts_t *o, long step)
     return o->lr * (o->min_lr_frac + (1.0 - o->min_lr_frac) * coeff);
 }
 
-static int adamw_update(void *grad, size_t count, dear_dtype_t dtype, void *arg)
+/* AdamW on the averaged (and clipped) gradient, with the learning rate and bias corrections of
+ * the iteration the gradient belongs to (dear reports it: under `dear` the update of iteration k
+ * runs during the forward pass of iteration k+1). */
+static double g_grad_norm = -1; /* of the last iteration updated, for the progress line */
+
+static int adamw_update(const dear_update_info_t *u)
 {
-    adamw_slot_t *s = arg;
-    if (dtype != DEAR_FLOAT32)
+    adamw_slot_t *s = u->arg;
+    g_grad_norm = u->grad_norm;
+    if (u->dtype != DEAR_FLOAT32)
         return 1;
-    const float *g = grad;
+    const float *g = u->grad;
+    const size_t count = u->count;
     const opts_t *o = s->o;
-    s->step++;
-    const float lr = (float)lr_at(o, s->step);
+    const long step = (long)u->iteration + 1;
+    const float lr = (float)lr_at(o, step);
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = 1e-8f;
-    const float c1 = 1.0f / (1.0f - (float)pow(o->beta1, (double)s->step));
-    const float c2 = 1.0f / (1.0f - (float)pow(o->beta2, (double)s->step));
+    const float c1 = 1.0f / (1.0f - (float)pow(o->beta1, (double)step));
+    const float c2 = 1.0f / (1.0f - (float)pow(o->beta2, (double)step));
     const float wd = s->decay ? (float)o->weight_decay : 0.0f;
     for (size_t i = 0; i < count; i++) {
         float m = b1 * s->m[i] + (1 - b1) * g[i];
@@ -393,268 +406,418 @@ static void init_head_bias(gpt_model_t *m, const gpt_text_t *text)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Main */
+/* Main and its steps */
 
-/* A failing dear call is reported with its status text; the trainer's own few MPI calls keep
- * MPI_COMM_WORLD's default handler (MPI_ERRORS_ARE_FATAL), which aborts the job with MPI's
- * message. A rank that fails alone ends in MPI_Abort so the others never wait forever. */
+/* Everything one run holds; run_end releases whatever of it was reached. */
+typedef struct {
+    opts_t o;
+    int rank, P;
+    gpt_text_t text;
+    gpt_model_t model;
+    int have_text, have_model;
+    int B, T, local_B;          /* global batch, context, this rank's share of the batch */
+    double unigram;             /* nats per character of the training text's characters */
+    dear_ctx_t *ctx;
+    float *opt_state;           /* AdamW's two moments per parameter */
+    adamw_slot_t *slots;
+    int *inputs, *targets;
+    double *losses;             /* training loss of every iteration, mean over the ranks */
+    FILE *loss_file;
+} run_t;
+
+/* The training loop's accounting: rates leave out the first iteration; a window spans the
+ * iterations since the last progress line. */
+typedef struct {
+    double train_s, blocked_s, window_s, window_blocked, val_loss;
+    long timed_iters, last_print;
+} progress_t;
+
+/* A failing dear call is reported with its status text and ends the step with status 1; the
+ * trainer's own few MPI calls keep MPI_COMM_WORLD's default handler (MPI_ERRORS_ARE_FATAL),
+ * which aborts the job with MPI's message. A rank that fails alone ends in MPI_Abort (run_end)
+ * so the others never wait forever. */
 #define DEAR_TRY(call)                                                                       \
     do {                                                                                     \
         int rc_ = (call);                                                                    \
         if (rc_ != DEAR_OK) {                                                                \
             fprintf(stderr, "dear-gpt: rank %d: %s: %s\n", rank, #call,                      \
                     dear_status_string(rc_));                                                \
-            goto fail;                                                                       \
+            return 1;                                                                        \
         }                                                                                    \
     } while (0)
 
-int main(int argc, char **argv)
+/* Options, the batch split and --schedule (DEAR_SCHEDULE, read by dear_init). Returns -1 to go
+ * on, else the exit status: 0 after --help, 2 for a bad argument, 1 when setenv fails. */
+static int check_options(run_t *r, int argc, char **argv)
 {
-    int provided, rank = 0, P = 1, status = 1;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-        fprintf(stderr, "dear-gpt: MPI_Init_thread failed\n");
-        return 1;
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &P);
-
-    opts_t o;
-    int prc = parse_args(argc, argv, &o, rank == 0);
+    int prc = parse_args(argc, argv, &r->o, r->rank == 0);
     if (prc != 0) {
-        if (prc > 0 && rank == 0)
+        if (prc > 0 && r->rank == 0)
             usage(stdout);
-        MPI_Finalize();
         return prc > 0 ? 0 : 2;
     }
-    if (o.batch % P != 0) {
-        if (rank == 0)
+    if (r->o.batch % r->P != 0) {
+        if (r->rank == 0)
             fprintf(stderr,
                     "dear-gpt: --batch %ld does not divide across %d ranks: every rank trains on "
                     "an equal shard of the global batch; pick a multiple of %d\n",
-                    o.batch, P, P);
-        MPI_Finalize();
+                    r->o.batch, r->P, r->P);
         return 2;
     }
-    if (o.schedule && setenv("DEAR_SCHEDULE", o.schedule, 1) != 0) {
+    if (r->o.schedule && setenv("DEAR_SCHEDULE", r->o.schedule, 1) != 0) {
         fprintf(stderr, "dear-gpt: setenv: %s\n", strerror(errno));
-        MPI_Finalize();
         return 1;
     }
-#ifdef OPENBLAS_VERSION
-    openblas_set_num_threads(1); /* one core per rank: ranks share the machine */
-#endif
+    return -1;
+}
 
+/* Every rank reads the same file, so a missing file fails everywhere alike: no hang. 0, or 2
+ * when the text is missing or too short for --seq. */
+static int load_text(run_t *r)
+{
     char err[512];
-    gpt_text_t text;
-    gpt_model_t model;
-    dear_ctx_t *ctx = NULL;
-    int have_text = 0, have_model = 0;
-    float *opt_state = NULL;
-    adamw_slot_t *slots = NULL;
-    int *inputs = NULL, *targets = NULL;
-    double *losses = NULL;
-    FILE *loss_file = NULL;
-
-    /* Every rank reads the same file, so a missing file fails everywhere alike: no hang. */
-    if (gpt_text_load(&text, o.data, NULL, err, sizeof err)) {
-        if (rank == 0)
+    if (gpt_text_load(&r->text, r->o.data, NULL, err, sizeof err)) {
+        if (r->rank == 0)
             fprintf(stderr, "dear-gpt: %s\n", err);
-        MPI_Finalize();
         return 2;
     }
-    have_text = 1;
-    if (text.train_len < (size_t)o.seq + 2 || text.val_len < (size_t)o.seq + 2) {
-        if (rank == 0)
+    r->have_text = 1;
+    if (r->text.train_len < (size_t)r->o.seq + 2 || r->text.val_len < (size_t)r->o.seq + 2) {
+        if (r->rank == 0)
             fprintf(stderr,
                     "dear-gpt: the text is too short for --seq %ld (%zu training and %zu "
                     "validation characters)\n",
-                    o.seq, text.train_len, text.val_len);
-        status = 2;
-        goto fail;
+                    r->o.seq, r->text.train_len, r->text.val_len);
+        return 2;
     }
+    r->unigram = gpt_unigram_entropy(r->text.train, r->text.train_len, r->text.vocab);
+    return 0;
+}
+/* The loss file is written as training goes: opened without following a link (O_NOFOLLOW) and
+ * without blocking on a FIFO (O_NONBLOCK), and kept only if it is a regular file, which is then
+ * emptied; anything else at that path is refused and left alone. */
+static FILE *open_loss_file(const char *path)
+{
+    struct stat st;
+    FILE *f = NULL;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "dear-gpt: --loss-out %s is %s; refused (accepted: a regular file or a new path)\n", path,
+                S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file");
+        return NULL;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "dear-gpt: cannot write --loss-out %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        fprintf(stderr, "dear-gpt: --loss-out %s is not a regular file; refused\n", path);
+    else if (ftruncate(fd, 0) != 0 || !(f = fdopen(fd, "w")))
+        fprintf(stderr, "dear-gpt: cannot write --loss-out %s: %s\n", path, strerror(errno));
+    if (!f)
+        close(fd);
+    return f;
+}
 
-    const int B = (int)o.batch, T = (int)o.seq, local_B = B / P;
-    const int eval_B = local_B > 8 ? local_B : 8;
-    gpt_config_t cfg = {.vocab = text.vocab, .max_seq = T, .layers = (int)o.layers,
-                        .heads = (int)o.heads, .dim = (int)o.dim};
-    if (gpt_model_init(&model, &cfg, eval_B, (uint64_t)o.seed, err, sizeof err)) {
-        fprintf(stderr, "dear-gpt: rank %d: %s\n", rank, err);
-        goto fail;
+
+/* The model, the optimiser state and the batch buffers (sized for evaluation batches too),
+ * and rank 0's --loss-out file. 0; 1 when this rank failed (run_end aborts the job); 2 on every
+ * rank when --loss-out cannot be written. */
+static int build_model(run_t *r)
+{
+    const opts_t *o = &r->o;
+    char err[512];
+    r->B = (int)o->batch, r->T = (int)o->seq, r->local_B = r->B / r->P;
+    const int eval_B = r->local_B > 8 ? r->local_B : 8, T = r->T;
+    gpt_config_t cfg = {.vocab = r->text.vocab, .max_seq = T, .layers = (int)o->layers,
+                        .heads = (int)o->heads, .dim = (int)o->dim};
+    if (gpt_model_init(&r->model, &cfg, eval_B, (uint64_t)o->seed, err, sizeof err)) {
+        fprintf(stderr, "dear-gpt: rank %d: %s\n", r->rank, err);
+        return 1;
     }
-    have_model = 1;
-    init_head_bias(&model, &text);
-    opt_state = calloc(2 * model.num_params, sizeof *opt_state);
-    slots = calloc((size_t)model.num_tensors, sizeof *slots);
-    inputs = malloc((size_t)eval_B * T * sizeof *inputs);
-    targets = malloc((size_t)eval_B * T * sizeof *targets);
-    losses = calloc((size_t)o.iters, sizeof *losses);
-    if (!opt_state || !slots || !inputs || !targets || !losses) {
-        fprintf(stderr, "dear-gpt: rank %d: out of memory\n", rank);
-        goto fail;
+    r->have_model = 1;
+    init_head_bias(&r->model, &r->text);
+    r->opt_state = calloc(2 * r->model.num_params, sizeof *r->opt_state);
+    r->slots = calloc((size_t)r->model.num_tensors, sizeof *r->slots);
+    r->inputs = malloc((size_t)eval_B * T * sizeof *r->inputs);
+    r->targets = malloc((size_t)eval_B * T * sizeof *r->targets);
+    r->losses = calloc((size_t)o->iters, sizeof *r->losses);
+    if (!r->opt_state || !r->slots || !r->inputs || !r->targets || !r->losses) {
+        fprintf(stderr, "dear-gpt: rank %d: out of memory\n", r->rank);
+        return 1;
     }
-    if (rank == 0 && o.loss_out && !(loss_file = fopen(o.loss_out, "w"))) {
-        fprintf(stderr, "dear-gpt: cannot write --loss-out %s: %s\n", o.loss_out,
-                strerror(errno));
+    int status = 0;
+    if (r->rank == 0 && o->loss_out && !(r->loss_file = open_loss_file(o->loss_out)))
         status = 2;
-    }
     MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (status == 2)
-        goto fail;
+    return status;
+}
 
-    DEAR_TRY(dear_init(MPI_COMM_WORLD, &ctx));
+/* Every tensor with its AdamW slot (the moments at the parameters' offsets in opt_state, two
+ * arrays of num_params) as the update; model: its tensor table and arenas are read. */
+static int register_tensors(int rank, dear_ctx_t *ctx, const gpt_model_t model, float *opt_state,
+                            adamw_slot_t *slots, const opts_t *o)
+{
     for (int i = 0; i < model.num_tensors; i++) {
         const gpt_tensor_t *t = &model.tensors[i];
         slots[i] = (adamw_slot_t){.param = model.params_memory + t->offset,
                                   .m = opt_state + t->offset,
                                   .v = opt_state + model.num_params + t->offset,
-                                  .decay = t->is_matrix, .o = &o};
+                                  .decay = t->is_matrix, .o = o};
         DEAR_TRY(dear_register(ctx, t->name, t->layer, model.grads_memory + t->offset, t->count,
                                DEAR_FLOAT32, DEAR_MEM_HOST, adamw_update, &slots[i]));
+        /* A batch touches only the rows of the characters in it: let DEAR_SPARSE send just those. */
+        if (strcmp(t->name, "wte") == 0)
+            DEAR_TRY(dear_register_sparse(ctx, i, (size_t)model.cfg.dim));
     }
-    DEAR_TRY(dear_commit(ctx));
+    return 0;
+}
 
-    const double unigram = gpt_unigram_entropy(text.train, text.train_len, text.vocab);
-    if (rank == 0) {
-        printf("dear-gpt: %d ranks, schedule %s, %s: %zu characters (%d files), vocabulary %d, "
-               "%zu train / %zu validation\n",
-               P, getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear (default)",
-               o.data ? o.data : GPT_FORTUNES_DIR, text.raw_len, text.files, text.vocab,
-               text.train_len, text.val_len);
-        printf("model: %ld layers, %ld heads, dim %ld, context %d, %zu parameters in %d tensors, "
-               "%d hook layers; global batch %d x %d characters\n",
-               o.layers, o.heads, o.dim, T, model.num_params, model.num_tensors,
-               gpt_layer_count(&cfg), B, T);
-        printf("unigram baseline (entropy of the training characters): %.4f nats/char\n", unigram);
+static int start_dear(run_t *r)
+{
+    const int rank = r->rank;
+    dear_ctx_t *ctx = NULL;
+    DEAR_TRY(dear_init(MPI_COMM_WORLD, &ctx));
+    r->ctx = ctx;
+    if (register_tensors(rank, ctx, r->model, r->opt_state, r->slots, &r->o) != 0)
+        return 1;
+    if (r->o.clip > 0)
+        DEAR_TRY(dear_set_clip_norm(ctx, r->o.clip));
+    DEAR_TRY(dear_commit(ctx));
+    return 0;
+}
+
+static void print_banner(const run_t *r)
+{
+    const opts_t *o = &r->o;
+    if (r->rank != 0)
+        return;
+    printf("dear-gpt: %d ranks, schedule %s, %s: %zu characters (%d files), vocabulary %d, "
+           "%zu train / %zu validation\n",
+           r->P, getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear (default)",
+           o->data ? o->data : GPT_FORTUNES_DIR, r->text.raw_len, r->text.files, r->text.vocab,
+           r->text.train_len, r->text.val_len);
+    printf("model: %ld layers, %ld heads, dim %ld, context %d, %zu parameters in %d tensors, "
+           "%d hook layers; global batch %d x %d characters\n",
+           o->layers, o->heads, o->dim, r->T, r->model.num_params, r->model.num_tensors,
+           gpt_layer_count(&r->model.cfg), r->B, r->T);
+    printf("unigram baseline (entropy of the training characters): %.4f nats/char\n", r->unigram);
+    fflush(stdout);
+}
+
+/* The progress line of iteration it: mean over ranks of the per-rank means = mean over the
+ * global batch, of the iterations since the last line. */
+static void print_progress(run_t *r, progress_t *pg, long it)
+{
+    const opts_t *o = &r->o;
+    long n = it - pg->last_print;
+    MPI_Allreduce(MPI_IN_PLACE, r->losses + pg->last_print, (int)n, MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+    double mean = 0;
+    for (long i = pg->last_print; i < it; i++) {
+        r->losses[i] /= r->P;
+        mean += r->losses[i];
+    }
+    mean /= (double)n;
+    if (r->rank == 0 && o->print_every > 0) {
+        printf("iter %6ld  train %.4f  lr %.2e  %8.0f chars/s  blocked %4.1f%%", it, mean,
+               lr_at(o, it), (double)n * r->B * r->T / pg->window_s,
+               100.0 * pg->window_blocked / pg->window_s);
+        if (g_grad_norm >= 0)
+            printf("  |g| %.3f", g_grad_norm);
+        printf("\n");
         fflush(stdout);
     }
+    pg->last_print = it;
+    pg->window_s = pg->window_blocked = 0;
+}
 
+/* Validation loss after iteration it, once every pending update is in place. */
+static int validate(run_t *r, progress_t *pg, long it)
+{
+    const int rank = r->rank;
+    dear_ctx_t *ctx = r->ctx;
+    DEAR_TRY(dear_flush(ctx));
+    pg->val_loss = evaluate(&r->model, &r->text, r->o.val_chars, r->T, rank, r->P, r->inputs,
+                            r->targets);
+    if (rank == 0) {
+        printf("iter %6ld  validation %.4f nats/char  (unigram %.4f)\n", it, pg->val_loss,
+               r->unigram);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* --iters iterations on this rank's shard of each global batch, with a progress line every
+ * --print-every and the validation loss every --eval-every, both also after the last. */
+static int train(run_t *r, progress_t *pg)
+{
+    const int rank = r->rank;
+    const opts_t *o = &r->o;
+    dear_ctx_t *ctx = r->ctx;
     const gpt_hooks_t hooks = {hook_forward_begin, hook_backward_done, ctx};
-    uint64_t batch_rng = (uint64_t)o.seed * 0x9E3779B97F4A7C15ull + 7;
-    double train_s = 0, blocked_s = 0, window_s = 0, window_blocked = 0, val_loss = NAN;
-    long timed_iters = 0, last_print = 0;
-    for (long it = 1; it <= o.iters; it++) {
+    uint64_t batch_rng = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 7;
+    *pg = (progress_t){.val_loss = NAN};
+    for (long it = 1; it <= o->iters; it++) {
         dear_stats_t s0, s1;
         DEAR_TRY(dear_get_stats(ctx, &s0));
         double t0 = MPI_Wtime();
-        next_batch(&batch_rng, &text, B, T, rank, P, inputs, targets);
-        if (gpt_forward(&model, inputs, targets, local_B, T, &hooks) ||
-            gpt_backward(&model, &hooks))
-            goto fail;
+        next_batch(&batch_rng, &r->text, r->B, r->T, rank, r->P, r->inputs, r->targets);
+        if (gpt_forward(&r->model, r->inputs, r->targets, r->local_B, r->T, &hooks) ||
+            gpt_backward(&r->model, &hooks))
+            return 1;
         DEAR_TRY(dear_backward_end(ctx));
         double dt = MPI_Wtime() - t0;
         DEAR_TRY(dear_get_stats(ctx, &s1));
-        losses[it - 1] = model.mean_loss;
+        r->losses[it - 1] = r->model.mean_loss;
         /* the first iteration pays for first touches and plan set-up: keep it out of rates */
         if (it > 1) {
-            train_s += dt;
-            blocked_s += s1.blocked_s - s0.blocked_s;
-            timed_iters++;
+            pg->train_s += dt;
+            pg->blocked_s += s1.blocked_s - s0.blocked_s;
+            pg->timed_iters++;
         }
-        window_s += dt;
-        window_blocked += s1.blocked_s - s0.blocked_s;
-
-        if ((o.print_every > 0 && it % o.print_every == 0) || it == o.iters) {
-            /* mean over ranks of the per-rank means = mean over the global batch */
-            long n = it - last_print;
-            MPI_Allreduce(MPI_IN_PLACE, losses + last_print, (int)n, MPI_DOUBLE, MPI_SUM,
-                          MPI_COMM_WORLD);
-            double mean = 0;
-            for (long i = last_print; i < it; i++) {
-                losses[i] /= P;
-                mean += losses[i];
-            }
-            mean /= (double)n;
-            if (rank == 0 && o.print_every > 0) {
-                printf("iter %6ld  train %.4f  lr %.2e  %8.0f chars/s  blocked %4.1f%%\n", it,
-                       mean, lr_at(&o, it), (double)n * B * T / window_s,
-                       100.0 * window_blocked / window_s);
-                fflush(stdout);
-            }
-            last_print = it;
-            window_s = window_blocked = 0;
-        }
-        if ((o.eval_every > 0 && it % o.eval_every == 0) || it == o.iters) {
-            DEAR_TRY(dear_flush(ctx));
-            val_loss = evaluate(&model, &text, o.val_chars, T, rank, P, inputs, targets);
-            if (rank == 0) {
-                printf("iter %6ld  validation %.4f nats/char  (unigram %.4f)\n", it, val_loss,
-                       unigram);
-                fflush(stdout);
-            }
-        }
+        pg->window_s += dt;
+        pg->window_blocked += s1.blocked_s - s0.blocked_s;
+        if ((o->print_every > 0 && it % o->print_every == 0) || it == o->iters)
+            print_progress(r, pg, it);
+        if (((o->eval_every > 0 && it % o->eval_every == 0) || it == o->iters) &&
+            validate(r, pg, it) != 0)
+            return 1;
     }
     DEAR_TRY(dear_flush(ctx));
+    return 0;
+}
 
+/* The final lines: losses against the unigram baseline and throughput (rank 0), and rank 0's
+ * --loss-out. Collective. */
+static void print_summary(run_t *r, const progress_t *pg)
+{
+    const opts_t *o = &r->o;
     /* ranks block for different lengths (the last to arrive waits least): report the mean */
-    double blocked_share = train_s > 0 ? blocked_s / train_s : 0;
+    double blocked_share = pg->train_s > 0 ? pg->blocked_s / pg->train_s : 0;
     MPI_Allreduce(MPI_IN_PLACE, &blocked_share, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    blocked_share /= P;
-    if (rank == 0) {
-        double tail = 0;
-        long k = o.iters < 20 ? o.iters : 20;
-        for (long i = o.iters - k; i < o.iters; i++)
-            tail += losses[i];
-        tail /= (double)k;
-        printf("final: train %.4f (mean of last %ld)  validation %.4f  unigram %.4f nats/char  "
-               "(%.1f%% below unigram)\n",
-               tail, k, val_loss, unigram, 100.0 * (unigram - val_loss) / unigram);
-        if (timed_iters > 0)
-            printf("throughput: %.0f chars/s, %.2f ms/iteration, blocked on communication "
-                   "%.1f%% of iteration time (mean over ranks; iterations 2..%ld, evaluation "
-                   "excluded)\n",
-                   (double)timed_iters * B * T / train_s, 1e3 * train_s / (double)timed_iters,
-                   100.0 * blocked_share, o.iters);
-        if (loss_file) {
-            for (long i = 0; i < o.iters; i++)
-                fprintf(loss_file, "%ld %.9g\n", i + 1, losses[i]);
-        }
-        fflush(stdout);
+    blocked_share /= r->P;
+    if (r->rank != 0)
+        return;
+    double tail = 0;
+    long k = o->iters < 20 ? o->iters : 20;
+    for (long i = o->iters - k; i < o->iters; i++)
+        tail += r->losses[i];
+    tail /= (double)k;
+    printf("final: train %.4f (mean of last %ld)  validation %.4f  unigram %.4f nats/char  "
+           "(%.1f%% below unigram)\n",
+           tail, k, pg->val_loss, r->unigram, 100.0 * (r->unigram - pg->val_loss) / r->unigram);
+    if (pg->timed_iters > 0)
+        printf("throughput: %.0f chars/s, %.2f ms/iteration, blocked on communication "
+               "%.1f%% of iteration time (mean over ranks; iterations 2..%ld, evaluation "
+               "excluded)\n",
+               (double)pg->timed_iters * r->B * r->T / pg->train_s,
+               1e3 * pg->train_s / (double)pg->timed_iters, 100.0 * blocked_share, o->iters);
+    if (r->loss_file) {
+        for (long i = 0; i < o->iters; i++)
+            fprintf(r->loss_file, "%ld %.9g\n", i + 1, r->losses[i]);
     }
-    if (o.profile_out) {
-        int rc = dear_profile_save(ctx, o.profile_out);
-        if (rc != DEAR_OK) {
-            if (rank == 0)
-                fprintf(stderr, "dear-gpt: --profile-out %s: %s\n", o.profile_out,
-                        dear_status_string(rc));
-            goto fail;
-        }
-    }
-    if (rank == 0 && o.sample > 0) {
-        uint64_t sample_rng = (uint64_t)o.seed * 0xD1B54A32D192ED03ull + 11;
-        int *ctx_buf = malloc((size_t)2 * T * sizeof *ctx_buf);
-        if (ctx_buf) {
-            printf("sample (%ld characters, temperature %.2f):\n", o.sample, o.temperature);
-            sample_text(&model, &text, o.sample, o.temperature, &sample_rng, ctx_buf, stdout);
-            free(ctx_buf);
-        }
-    }
-    status = 0;
+    fflush(stdout);
+}
 
-fail:
-    if (loss_file && fclose(loss_file) != 0 && status == 0) {
-        fprintf(stderr, "dear-gpt: error writing --loss-out %s\n", o.loss_out);
+static int save_profile(const run_t *r)
+{
+    if (!r->o.profile_out)
+        return 0;
+    int rc = dear_profile_save(r->ctx, r->o.profile_out);
+    if (rc != DEAR_OK) {
+        if (r->rank == 0)
+            fprintf(stderr, "dear-gpt: --profile-out %s: %s\n", r->o.profile_out,
+                    dear_status_string(rc));
+        return 1;
+    }
+    return 0;
+}
+
+/* Rank 0: --sample characters of text from the trained model. */
+static void print_sample(run_t *r)
+{
+    const opts_t *o = &r->o;
+    if (r->rank != 0 || o->sample <= 0)
+        return;
+    uint64_t sample_rng = (uint64_t)o->seed * 0xD1B54A32D192ED03ull + 11;
+    int *ctx_buf = malloc((size_t)2 * r->T * sizeof *ctx_buf);
+    if (ctx_buf) {
+        printf("sample (%ld characters, temperature %.2f):\n", o->sample, o->temperature);
+        sample_text(&r->model, &r->text, o->sample, o->temperature, &sample_rng, ctx_buf, stdout);
+        free(ctx_buf);
+    }
+}
+
+/* Close --loss-out and dear (a failure there fails a run that had succeeded), free the run,
+ * and end: status 1 on a rank that failed alone aborts the job, since the other ranks may be
+ * waiting in a collective; status 2 is reached by every rank alike. */
+static int run_end(run_t *r, int status)
+{
+    if (r->loss_file && fclose(r->loss_file) != 0 && status == 0) {
+        fprintf(stderr, "dear-gpt: error writing --loss-out %s\n", r->o.loss_out);
         status = 1;
     }
-    if (ctx) {
-        int rc = dear_finalize(ctx);
+    if (r->ctx) {
+        int rc = dear_finalize(&r->ctx);
         if (rc != DEAR_OK && status == 0) {
             fprintf(stderr, "dear-gpt: dear_finalize: %s\n", dear_status_string(rc));
             status = 1;
         }
     }
-    free(losses);
-    free(inputs);
-    free(targets);
-    free(slots);
-    free(opt_state);
-    if (have_model)
-        gpt_model_free(&model);
-    if (have_text)
-        gpt_text_free(&text);
-    if (status != 0 && status != 2 && P > 1) {
-        /* a rank that failed alone would leave the others waiting in a collective */
+    free(r->losses);
+    free(r->inputs);
+    free(r->targets);
+    free(r->slots);
+    free(r->opt_state);
+    if (r->have_model)
+        gpt_model_free(&r->model);
+    if (r->have_text)
+        gpt_text_free(&r->text);
+    if (status != 0 && status != 2 && r->P > 1) {
+        /* a rank that failed alone would leave the others waiting in a collective; stdio's
+         * buffers first, since MPI_Abort may end the process before they reach the launcher */
+        fflush(stdout);
+        fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, status);
     }
     MPI_Finalize();
     return status;
+}
+
+int main(int argc, char **argv)
+{
+    static run_t r = {.P = 1};
+    int provided;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "dear-gpt: MPI_Init_thread failed\n");
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &r.P);
+    int status = check_options(&r, argc, argv);
+    if (status >= 0) {
+        MPI_Finalize();
+        return status;
+    }
+#ifdef OPENBLAS_VERSION
+    openblas_set_num_threads(1); /* one core per rank: ranks share the machine */
+#endif
+    progress_t pg;
+    status = load_text(&r);
+    if (status == 0)
+        status = build_model(&r);
+    if (status == 0)
+        status = start_dear(&r);
+    if (status == 0) {
+        print_banner(&r);
+        status = train(&r, &pg);
+    }
+    if (status == 0) {
+        print_summary(&r, &pg);
+        status = save_profile(&r);
+    }
+    if (status == 0)
+        print_sample(&r);
+    return run_end(&r, status);
 }

@@ -3,4 +3,4 @@
 # internal libraries rather than libdear's public API.
 bin_PROGRAMS += apps/tools/dear-coll-bench
 apps_tools_dear_coll_bench_SOURCES = apps/tools/dear-coll-bench.c
-apps_tools_dear_coll_bench_LDADD = collectives/libdearcoll.la runtime/libdearbase.la $(DEAR_DEP_LIBS)
+apps_tools_dear_coll_bench_LDADD = $(DEAR_COLL_LIBS) $(DEAR_DEP_LIBS)

@@ -8,6 +8,11 @@
  * MPI_Wait (ompi-nb) run side by side in the same job. busbw follows nccl-tests: all-reduce
  * x 2(P-1)/P, reduce-scatter and all-gather x (P-1)/P.
  *
+ * --density D zeroes blocks of --block elements at random on each rank (a block is non-zero with
+ * probability D, drawn per rank and block), for every algorithm alike, and adds `sparse` (the
+ * block-sparse collectives) to the algorithms, so sparse and dense run side by side on the same
+ * data. --scan times instead the sparse collectives' zero-block scan alone, in GB/s.
+ *
  * --overlap measures instead the OSU overlap percentage of each non-blocking reduce-scatter and
  * all-gather: t_pure (the call alone), then post it, "compute" for t_pure by sleeping (the CPU
  * is free) while a helper thread advances our request with dear_coll_progress (backing off
@@ -32,13 +37,14 @@
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
 #include "include/dear.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
-#include "runtime/util.h"
+#include "base/fileio.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/util.h"
 
-enum { A_RING, A_RHD, A_DIRECT, A_AUTO, A_MPI, A_HIER, A_OMPI_BLOCKING, A_OMPI_NB, A_COUNT };
-static const char *const algo_names[A_COUNT] = { "ring", "rhd", "direct", "auto", "mpi", "hier", "ompi-blocking",
-                                                 "ompi-nb" };
+enum { A_RING, A_RHD, A_DIRECT, A_AUTO, A_MPI, A_HIER, A_SPARSE, A_OMPI_BLOCKING, A_OMPI_NB, A_COUNT };
+static const char *const algo_names[A_COUNT] = { "ring", "rhd", "direct", "auto", "mpi", "hier", "sparse",
+                                                 "ompi-blocking", "ompi-nb" };
 /* The hosts of MPI_COMM_WORLD (NULL: one host, or hosts of unequal or single ranks): what the
  * runtime hands its collectives, so auto and hier choose as there. */
 static dear_coll_topo_t *g_topo;
@@ -46,7 +52,9 @@ static const char *const op_short[DEAR_COLL_OP_COUNT] = { "rs", "ag", "ar" };
 
 typedef struct {
     size_t min_bytes, max_bytes;
-    int iters, warmup, overlap;
+    int iters, warmup, overlap, scan;
+    double density;             /* < 0: every block as it comes (dense data) */
+    size_t block;
     int ops[DEAR_COLL_OP_COUNT];
     int algos[A_COUNT];
     dear_dtype_t dtype;
@@ -64,8 +72,16 @@ static void usage(FILE *f)
             "  --iters N          timed iterations per row, median reported (default 20)\n"
             "  --warmup N         untimed iterations first (default 3)\n"
             "  --ops LIST         rs,ag,ar (default all three)\n"
-            "  --algos LIST       ring,rhd,direct,auto,mpi,hier,ompi-blocking,ompi-nb (default all;\n"
-            "                     hier only where the job spans several hosts of as many ranks each)\n"
+            "  --algos LIST       ring,rhd,direct,auto,mpi,hier,sparse,ompi-blocking,ompi-nb (default all\n"
+            "                     but sparse, which --density adds; hier only where the job spans several\n"
+            "                     hosts of as many ranks each)\n"
+            "  --density D        fraction in [0, 1] of non-zero blocks: each rank zeroes each block of its\n"
+            "                     input with probability 1-D (its own random pattern), for every algorithm;\n"
+            "                     adds sparse to the default algorithms (default: dense data, no sparse)\n"
+            "  --block N          elements per block for --density, sparse and --scan (default 256)\n"
+            "  --scan             time the sparse collectives' zero-block scan alone (rank 0, one\n"
+            "                     buffer per size with --density's pattern, all-zero by default, the\n"
+            "                     slowest case); CSV header dtype,bytes,block,density,nonzero,time_us,GBps\n"
             "  --dtype TYPE       float32 (default), float64, bfloat16, float16, int32; Open MPI's\n"
             "                     own calls run only for float32, float64 and int32\n"
             "  --csv FILE         also write the rows as CSV (rank 0); header\n"
@@ -122,10 +138,13 @@ static int parse_args(int argc, char **argv, opts_t *o)
         { "iters", required_argument, 0, 'i' }, { "warmup", required_argument, 0, 'w' },
         { "ops", required_argument, 0, 'o' }, { "algos", required_argument, 0, 'g' },
         { "dtype", required_argument, 0, 't' }, { "csv", required_argument, 0, 'c' },
-        { "overlap", no_argument, 0, 'v' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
+        { "overlap", no_argument, 0, 'v' }, { "help", no_argument, 0, 'h' },
+        { "density", required_argument, 0, 'd' }, { "block", required_argument, 0, 'k' },
+        { "scan", no_argument, 0, 's' }, { 0, 0, 0, 0 }
     };
     *o = (opts_t){ .min_bytes = 1024, .max_bytes = 64u << 20, .iters = 20, .warmup = 3,
-                   .dtype = DEAR_FLOAT32 };
+                   .dtype = DEAR_FLOAT32, .density = -1, .block = 256 };
+    int algos_given = 0;
     for (int i = 0; i < DEAR_COLL_OP_COUNT; i++)
         o->ops[i] = 1;
     for (int i = 0; i < A_COUNT; i++)
@@ -139,10 +158,18 @@ static int parse_args(int argc, char **argv, opts_t *o)
         case 'i': o->iters = atoi(optarg); bad = o->iters < 1; break;
         case 'w': o->warmup = atoi(optarg); bad = o->warmup < 0; break;
         case 'o': bad = parse_list(optarg, op_short, DEAR_COLL_OP_COUNT, o->ops, "op"); break;
-        case 'g': bad = parse_list(optarg, algo_names, A_COUNT, o->algos, "algorithm"); break;
+        case 'g': bad = parse_list(optarg, algo_names, A_COUNT, o->algos, "algorithm"); algos_given = 1; break;
         case 't': bad = dear_dtype_parse(optarg, &o->dtype); break;
         case 'c': o->csv = optarg; break;
         case 'v': o->overlap = 1; break;
+        case 's': o->scan = 1; break;
+        case 'd': {
+            char *end;
+            o->density = strtod(optarg, &end);
+            bad = end == optarg || *end != '\0' || !(o->density >= 0 && o->density <= 1);
+            break;
+        }
+        case 'k': bad = parse_size(optarg, &o->block) || o->block < 1; break;
         case 'h': if (g_rank == 0) usage(stdout); return 1;
         default: bad = 1; break;
         }
@@ -156,6 +183,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             return -1;
         }
     }
+    if (!algos_given)
+        o->algos[A_SPARSE] = o->density >= 0;
     if (o->min_bytes < 1 || o->max_bytes < o->min_bytes) {
         if (g_rank == 0)
             fprintf(stderr, "dear-coll-bench: need 1 <= --min <= --max\n");
@@ -168,10 +197,37 @@ static int parse_args(int argc, char **argv, opts_t *o)
 
 static double value(int r, size_t i) { return (double)((long)((i * 7 + (size_t)r * 13) % 17) - 8); }
 
+/* --density's pattern: block b of rank r is non-zero with probability g_density (a hash of r and
+ * b, so every rank can work out every other rank's input). */
+static double g_density = -1;
+static size_t g_block = 256;
+
+static int block_on(int r, size_t b)
+{
+    uint64_t x = (uint64_t)b * 0x9E3779B97F4A7C15ull + (uint64_t)(r + 1) * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return (double)(x >> 11) / 9007199254740992.0 < g_density;
+}
+
+static double input_value(int r, size_t i)
+{
+    return g_density < 0 || block_on(r, i / g_block) ? value(r, i) : 0;
+}
+
 /* Sum over ranks of value(r, i): value depends on i mod 17 only through (i*7) % 17. */
 static double sum_table[17];
 
-static double expected_sum(size_t i) { return sum_table[i % 17]; }
+static double expected_sum(size_t i)
+{
+    if (g_density < 0)
+        return sum_table[i % 17];
+    double s = 0;
+    for (int r = 0; r < g_size; r++)
+        s += input_value(r, i);
+    return s;
+}
 
 typedef struct {
     dear_coll_op_t op;
@@ -207,7 +263,7 @@ static void bench_setup(bench_t *b, dear_coll_op_t op, dear_dtype_t t, size_t co
         MPI_Abort(MPI_COMM_WORLD, 3);
     }
     for (size_t i = 0; i < sn; i++)
-        dear_elem_put(t, b->send, i, op == DEAR_COLL_ALLGATHER ? expected_sum(b->off + i) : value(g_rank, i));
+        dear_elem_put(t, b->send, i, op == DEAR_COLL_ALLGATHER ? expected_sum(b->off + i) : input_value(g_rank, i));
     memset(b->recv, 0, rn * b->es);
 }
 
@@ -243,10 +299,10 @@ static MPI_Datatype mpi_type(dear_dtype_t t)
 static int dear_start(bench_t *b, int algo, dear_coll_req_t **req)
 {
     static const dear_coll_algo_t map[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_DIRECT, DEAR_ALGO_AUTO,
-                                            DEAR_ALGO_MPI, DEAR_ALGO_HIER };
+                                            DEAR_ALGO_MPI, DEAR_ALGO_HIER, DEAR_ALGO_SPARSE };
     dear_coll_args_t a = { .op = b->op, .algo = map[algo], .dtype = b->t, .comm = b->comm,
                            .tag = 5, .scale = 1.0, .sendbuf = b->send, .recvbuf = b->recv,
-                           .count = b->count, .topo = g_topo };
+                           .count = b->count, .topo = g_topo, .sparse_block = g_block };
     return dear_coll_start(&a, req);
 }
 
@@ -465,6 +521,9 @@ static void run_normal(const opts_t *o, FILE *csv)
     if (g_rank == 0) {
         printf("# dear-coll-bench: %d ranks, dtype %s, %d iterations (median of the slowest rank), "
                "%d warm-up\n", g_size, dear_dtype_name(o->dtype), o->iters, o->warmup);
+        if (o->density >= 0)
+            printf("# density %g: each rank's blocks of %zu elements non-zero at random with that probability\n",
+                   o->density, o->block);
         printf("%12s %12s %8s %6s %14s %12s %12s %12s %8s\n", "size(B)", "count", "type", "op",
                "algo", "time(us)", "algbw(MB/s)", "busbw(MB/s)", "#wrong");
     }
@@ -504,6 +563,45 @@ static void run_normal(const opts_t *o, FILE *csv)
             }
             bench_free(&b);
         }
+    }
+}
+
+/* The zero-block scan alone, on rank 0: one buffer per size with --density's pattern (all-zero
+ * without it: every byte is read, the slowest case), the median of --iters scans. */
+static void run_scan(const opts_t *o, FILE *csv)
+{
+    if (g_rank != 0)
+        return;
+    printf("# dear-coll-bench --scan: dtype %s, blocks of %zu elements, density %g, median of %d\n",
+           dear_dtype_name(o->dtype), o->block, o->density < 0 ? 0 : o->density, o->iters);
+    printf("%12s %8s %8s %10s %12s %12s %10s\n", "size(B)", "type", "block", "density", "nonzero", "time(us)",
+           "GB/s");
+    size_t es = dear_dtype_size(o->dtype);
+    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
+        size_t count = bytes / es, nz = 0;
+        char *v = calloc(count + 1, es);
+        double *t = malloc(sizeof(double) * (size_t)o->iters);
+        if (v == NULL || t == NULL) {
+            fprintf(stderr, "dear-coll-bench: out of memory for %zu bytes\n", bytes);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        for (size_t i = 0; o->density >= 0 && i < count; i++)
+            dear_elem_put(o->dtype, v, i, input_value(0, i));
+        for (int i = 0; i < o->warmup + o->iters; i++) {
+            double t0 = dear_now();
+            nz = dear_coll_sparse_nonzero(o->dtype, v, count, o->block);
+            if (i >= o->warmup)
+                t[i - o->warmup] = dear_now() - t0;
+        }
+        double med = median(t, o->iters), gbps = med > 0 ? (double)(count * es) / med / 1e9 : 0;
+        double d = o->density < 0 ? 0 : o->density;
+        printf("%12zu %8s %8zu %10g %12zu %12.1f %10.2f\n", count * es, dear_dtype_name(o->dtype), o->block, d, nz,
+               med * 1e6, gbps);
+        if (csv)
+            fprintf(csv, "%s,%zu,%zu,%g,%zu,%.3f,%.3f\n", dear_dtype_name(o->dtype), count * es, o->block, d, nz,
+                    med * 1e6, gbps);
+        free(v);
+        free(t);
     }
 }
 
@@ -602,27 +700,31 @@ int main(int argc, char **argv)
         if (g_rank == 0)
             fprintf(stderr, "dear-coll-bench: hier skipped: the job is not several hosts of as many ranks each\n");
     }
+    g_density = o.density;
+    g_block = o.block;
     for (int k = 0; k < 17; k++) {
         sum_table[k] = 0;
         for (int r = 0; r < g_size; r++)
             sum_table[k] += value(r, (size_t)k);
     }
     FILE *csv = NULL;
+    dear_file_out_t csv_out;
     if (g_rank == 0 && o.csv) {
-        csv = fopen(o.csv, "w");
-        if (csv == NULL) {
-            fprintf(stderr, "dear-coll-bench: cannot write %s: %s\n", o.csv, strerror(errno));
+        if (dear_file_out_open(&csv_out, o.csv, "CSV file") != DEAR_OK)
             MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-        fprintf(csv, o.overlap ? "op,algo,dtype,bytes,count,nranks,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n"
-                               : "op,algo,dtype,bytes,count,nranks,time_us,algbw_MBps,busbw_MBps,wrong\n");
+        csv = csv_out.f;
+        fprintf(csv, o.scan      ? "dtype,bytes,block,density,nonzero,time_us,GBps\n"
+                     : o.overlap ? "op,algo,dtype,bytes,count,nranks,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n"
+                                 : "op,algo,dtype,bytes,count,nranks,time_us,algbw_MBps,busbw_MBps,wrong\n");
     }
-    if (o.overlap)
+    if (o.scan)
+        run_scan(&o, csv);
+    else if (o.overlap)
         run_overlap(&o, csv);
     else
         run_normal(&o, csv);
-    if (csv)
-        fclose(csv);
+    if (csv && dear_file_out_commit(&csv_out) != DEAR_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
     dear_coll_topo_free(g_topo);
     MPI_Finalize();
     return 0;

@@ -16,8 +16,8 @@
 
 #include "cuda/cuda.h"
 #include "include/dear.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "runtime/topo.h"
 
 static void usage(FILE *out)

@@ -3,4 +3,4 @@
 # the fusion library and the base services (status strings, logging, time).
 bin_PROGRAMS += apps/tools/dear-plan
 apps_tools_dear_plan_SOURCES = apps/tools/dear-plan.c
-apps_tools_dear_plan_LDADD = fusion/libdearfusion.la runtime/libdearbase.la $(DEAR_DEP_LIBS)
+apps_tools_dear_plan_LDADD = $(DEAR_FUSION_LIBS) $(DEAR_DEP_LIBS)

@@ -25,17 +25,15 @@ END_TEST
 
 int main(void)
 {
+    int n = 0;
+    if (dear_cuda_built() && (dear_cuda_device_count(&n) != DEAR_OK || n == 0))
+        return 77; /* built with CUDA, but no GPU here (before the suite exists: nothing leaks) */
     Suite *s = suite_create("cuda");
     TCase *tc = tcase_create("device");
-    int n = 0;
-
-    if (!dear_cuda_built()) {
+    if (!dear_cuda_built())
         tcase_add_test(tc, test_build_without_cuda_reports_unsupported);
-    } else if (dear_cuda_device_count(&n) != DEAR_OK || n == 0) {
-        return 77; /* built with CUDA, but no GPU here */
-    } else {
+    else
         tcase_add_test(tc, test_gpu_visible);
-    }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -7,9 +7,10 @@
 
 static int updates;
 
-static int update(void *grad, size_t count, dear_dtype_t dtype, void *arg)
+static int update(const dear_update_info_t *u)
 {
-    (void)count; (void)dtype; (void)arg; (void)grad;
+    if (u->iteration != updates) /* the iteration the gradient belongs to */
+        return 1;
     updates++;
     return 0;
 }
@@ -49,7 +50,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "hello: %d updates, expected 3\n", updates);
         rc = DEAR_ERR_INTERNAL;
     }
-    int frc = dear_finalize(ctx);
+    int frc = dear_finalize(&ctx);
     if (rc == DEAR_OK)
         rc = frc;
     if (rank == 0)

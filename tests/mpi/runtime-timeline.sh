@@ -5,23 +5,21 @@
 # algorithm, and the waits in forward_begin. DEAR_STATS=1 makes rank 0 print its counters.
 # A second run with DEAR_INFLIGHT_BYTES=1 must run its collectives one at a time.
 set -u
-: "${top_builddir:=.}"
+: "${top_builddir:=.}" "${top_srcdir:=.}"
+. "$top_srcdir/tests/mpi-launch.sh"
 exe=$top_builddir/tests/mpi/test_runtime
 [ -x "$exe" ] || { echo "runtime-timeline.sh: $exe not built" >&2; exit 99; }
 command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
 dir=$(mktemp -d /tmp/dear-tl.XXXXXX) || exit 99
 trap 'rm -rf "$dir"' EXIT
-timeout -k 10 120 mpirun -np 2 --oversubscribe --bind-to none --mca btl self,vader \
-    --mca mpi_yield_when_idle 1 -x DEAR_SCHEDULE=dear -x DEAR_FUSION=threshold \
-    -x DEAR_FUSION_THRESHOLD=100000 -x "DEAR_TIMELINE=$dir/tl-%r.json" -x DEAR_STATS=1 \
-    "$exe" train >"$dir/out" 2>&1 || { cat "$dir/out"; exit 1; }
+mpi_run 120 2 DEAR_SCHEDULE=dear DEAR_FUSION=threshold DEAR_FUSION_THRESHOLD=100000 \
+    "DEAR_TIMELINE=$dir/tl-%r.json" DEAR_STATS=1 "$exe" train >"$dir/out" 2>&1 || { cat "$dir/out"; exit 1; }
 cat "$dir/out"
 # DEAR_INFLIGHT_BYTES=1: every collective is larger than the window, so each runs alone: no two
 # collective spans of a rank overlap (by default the 100 kB buckets do).
-timeout -k 10 120 mpirun -np 2 --oversubscribe --bind-to none --mca btl self,vader \
-    --mca mpi_yield_when_idle 1 -x DEAR_SCHEDULE=dear -x DEAR_FUSION=threshold \
-    -x DEAR_FUSION_THRESHOLD=100000 -x "DEAR_TIMELINE=$dir/one-%r.json" -x DEAR_INFLIGHT_BYTES=1 \
-    "$exe" train >"$dir/out1" 2>&1 || { cat "$dir/out1"; exit 1; }
+mpi_run 120 2 DEAR_SCHEDULE=dear DEAR_FUSION=threshold DEAR_FUSION_THRESHOLD=100000 \
+    "DEAR_TIMELINE=$dir/one-%r.json" DEAR_INFLIGHT_BYTES=1 "$exe" train >"$dir/out1" 2>&1 ||
+    { cat "$dir/out1"; exit 1; }
 # DEAR_STATS=1: rank 0 (only) prints its counters at finalize
 [ "$(grep -c 'stats: 4 iterations, median iteration .* busbw .* progress thread CPU' "$dir/out")" = 1 ] ||
     { echo "runtime-timeline.sh: no DEAR_STATS line from rank 0" >&2; exit 1; }

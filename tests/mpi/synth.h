@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "include/dear.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 #define LR 0.125
 
@@ -62,13 +62,15 @@ static inline void sgd(tensor_t *t, const void *grad)
     }
 }
 
-/* The update callback registered for every tensor: it must see its own gradient buffer. */
-static inline int update_cb(void *grad, size_t count, dear_dtype_t dtype, void *arg)
+/* The update callback registered for every tensor: it must see its own gradient buffer, name and
+ * layer, and the iteration its gradient belongs to, which is the number of updates it had. */
+static inline int update_cb(const dear_update_info_t *u)
 {
-    tensor_t *t = arg;
-    if (grad != t->grad || count != t->count || dtype != t->dtype)
+    tensor_t *t = u->arg;
+    if (u->size < sizeof *u || u->grad != t->grad || u->count != t->count || u->dtype != t->dtype ||
+        strcmp(u->name, t->name) != 0 || u->layer != t->layer || u->iteration != t->updates)
         return 1;
-    sgd(t, grad);
+    sgd(t, u->grad);
     t->updates++;
     return 0;
 }

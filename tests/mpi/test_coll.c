@@ -7,10 +7,16 @@
  * all-gathers against a reference, the bad-argument cases, the reduction kernels' 16-bit
  * rounding against the compiler's _Float16 and a long-hand bfloat16 rounding, the selection
  * table's DEAR_COLL_ALGO override, and the hierarchical algorithm over synthetic hosts.
+ * The block-sparse collectives (algo sparse) run in the sweeps with 3-element blocks, and in
+ * test_sparse over per-rank block patterns (all-zero, all-dense, one block, the ragged tail,
+ * blocks of -0.0, random densities from 0.1% to 100%) in every type: bitwise against direct on the
+ * same input, by value against MPI_Allreduce, and each message's form (sparse or dense) and the
+ * bytes sent against a byte-wise count.
  *
  * Every rank reaches every assertion: local mismatches are combined with MPI_Allreduce before
  * ck_assert, so one failing rank cannot leave the others waiting in a collective.
- * Arguments: --quick skips the 1000003-element cases; --hier-only runs test_hier alone.
+ * Arguments: --quick skips the 1000003-element cases; --hier-only runs test_hier alone;
+ * --sparse-only the sparse tests alone.
  */
 #include <check.h>
 #include <math.h>
@@ -19,13 +25,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
 #include "include/dear.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
-#include "runtime/util.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/util.h"
+#include "tests/mpi/np_check.h"
 
 static int g_rank, g_size, g_quick;
 static MPI_Comm g_comm;
@@ -33,14 +41,34 @@ static char g_first_err[512];
 
 #define GUARD 8                 /* elements past every receive buffer that must stay untouched */
 #define SENTINEL_BYTE 0x5A
+/* Elements per block for algo sparse in the sweeps (the dense algorithms ignore it): 3, so that
+ * blocks straddle shard boundaries and the last one is often ragged. */
+#define SWEEP_BLOCK 3
 
-static const dear_coll_algo_t flat_algos[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_MPI, DEAR_ALGO_DIRECT,
-                                               DEAR_ALGO_AUTO };
-/* What the sweeps run: every flat algorithm, or (test_hier) hier and auto over g_topo. */
+/* Every algorithm of the table (base/algo_table.h) with or without the hosts it needs, then
+ * auto; filled by algo_lists. */
+static dear_coll_algo_t flat_algos[DEAR_ALGO_COUNT], host_algos[DEAR_ALGO_COUNT];
+static int n_flat, n_host;
+/* What the sweeps run: every flat algorithm, or (test_hier) the host algorithms and auto over
+ * g_topo. */
 static const dear_coll_algo_t *algos = flat_algos;
-static int NALGOS = (int)(sizeof flat_algos / sizeof flat_algos[0]);
+static int NALGOS;
+
+static void algo_lists(void)
+{
+    n_flat = n_host = 0;
+    for (int a = DEAR_ALGO_AUTO + 1; a < DEAR_ALGO_COUNT; a++) {
+        if (dear_coll_algo_flags((dear_coll_algo_t)a) & DEAR_ALGO_F_NEEDS_HOSTS)
+            host_algos[n_host++] = (dear_coll_algo_t)a;
+        else
+            flat_algos[n_flat++] = (dear_coll_algo_t)a;
+    }
+    flat_algos[n_flat++] = DEAR_ALGO_AUTO;
+    host_algos[n_host++] = DEAR_ALGO_AUTO;
+    NALGOS = n_flat;
+}
 static const dear_coll_topo_t *g_topo;
-static int g_hier_only;
+static int g_hier_only, g_sparse_only;
 
 /* Element i of rank r's input: small integers, so every sum is exact in every type. */
 static double int_value(int r, size_t i) { return (double)((long)((i * 7 + (size_t)r * 13) % 17) - 8); }
@@ -69,7 +97,22 @@ static double expected_of(dear_dtype_t t, double sum, double scale)
     return NAN;
 }
 
-/* Relative bound for random data: per-hop rounding in the element type, up to P hops. */
+/* A random 16-bit value whose sums over up to 8 ranks are exact in float32: m * 2^-e with m of at
+ * most the type's significand (8 bits bfloat16, 11 float16), e in a range of 10: the float32 sum
+ * rounded once is then one value, whatever the order of the additions. */
+static double rand_value16(dear_dtype_t t, int r, size_t i)
+{
+    double u = rand_value(r, i), v = rand_value(r + 101, i);
+    int bits = t == DEAR_BFLOAT16 ? 8 : 11, e = (int)((v + 1) * 5.0) + (t == DEAR_BFLOAT16 ? 0 : 4);
+    double m = (double)(long)(u * (double)(1 << (bits - 1)));
+    return ldexp(m, -e);
+}
+
+static int is16(dear_dtype_t t) { return t == DEAR_BFLOAT16 || t == DEAR_FLOAT16; }
+
+/* Relative bound for random float32 and float64 data: rounding in the element type, up to P hops.
+ * 16-bit random data have exact float32 sums (rand_value16) and are held to the value rounded
+ * once: no bound. */
 static double tolerance(dear_dtype_t t)
 {
     switch (t) {
@@ -128,6 +171,14 @@ typedef struct {
     int tag;
 } case_t;
 
+/* Element i of rank r's input for case c. */
+static double input_value(const case_t *c, int r, size_t i)
+{
+    if (!c->random)
+        return int_value(r, i);
+    return is16(c->t) ? rand_value16(c->t, r, i) : rand_value(r, i);
+}
+
 /* Prepared buffers of one case plus the reference it is checked against. */
 typedef struct {
     case_t c;
@@ -157,7 +208,7 @@ static void run_prepare(run_t *r, const case_t *c)
          * reference is the sum of zero-padded vectors. */
         for (size_t i = 0; i < n; i++) {
             int own = i >= r->off && i < r->off + r->len;
-            double v = c->random ? rand_value(7, i) : int_value(3, i);
+            double v = input_value(c, c->random ? 7 : 3, i);
             if (own) {
                 dear_elem_put(c->t, in, c->in_place ? i : i - r->off, v);
                 mine[i] = dear_elem_get(c->t, in, c->in_place ? i : i - r->off);
@@ -170,7 +221,7 @@ static void run_prepare(run_t *r, const case_t *c)
         }
     } else {
         for (size_t i = 0; i < n; i++) {
-            dear_elem_put(c->t, in, i, c->random ? rand_value(g_rank, i) : int_value(g_rank, i));
+            dear_elem_put(c->t, in, i, input_value(c, g_rank, i));
             mine[i] = dear_elem_get(c->t, in, i);
             mabs[i] = fabs(mine[i]);
         }
@@ -185,14 +236,15 @@ static int run_start(run_t *r, dear_coll_req_t **req)
 {
     dear_coll_args_t a = { .op = r->c.op, .algo = r->c.algo, .dtype = r->c.t, .comm = g_comm,
                            .tag = r->c.tag, .scale = r->c.scale, .sendbuf = r->send,
-                           .recvbuf = r->recv, .count = r->c.count, .topo = g_topo };
+                           .recvbuf = r->recv, .count = r->c.count, .topo = g_topo,
+                           .sparse_block = SWEEP_BLOCK };
     return dear_coll_start(&a, req);
 }
 
 static int elem_bad(const run_t *r, size_t i, double got, double sum, double abssum, double scale)
 {
     double want = expected_of(r->c.t, sum, scale);
-    if (!r->c.random)
+    if (!r->c.random || is16(r->c.t))
         return got != want;
     double tol = tolerance(r->c.t) * abssum * fabs(scale) + 1e-30;
     if (r->c.t == DEAR_FLOAT16)
@@ -388,7 +440,7 @@ static int check_blocks(dear_coll_algo_t algo, int nb, const size_t *cnt, const 
     }
     dear_coll_args_t a = { .op = DEAR_COLL_ALLGATHER, .algo = algo, .dtype = DEAR_FLOAT32,
                            .comm = g_comm, .tag = 9, .scale = 1.0, .nblocks = nb, .blocks = blocks,
-                           .topo = g_topo };
+                           .topo = g_topo, .sparse_block = SWEEP_BLOCK };
     dear_coll_req_t *req = NULL;
     int rc = dear_coll_start(&a, &req);
     bad |= note(rc != DEAR_OK, "multi-block start: %s", dear_status_string(rc));
@@ -462,6 +514,7 @@ START_TEST(test_bad_args)
     cases[n++].blocks = NULL;                                       /* blocks NULL */
     cases[n] = good, cases[n].nblocks = 2, cases[n++].blocks = &blk; /* blocks for allreduce */
     cases[n] = good, cases[n++].nblocks = -1;                       /* negative nblocks */
+    cases[n] = good, cases[n++].algo = DEAR_ALGO_SPARSE;            /* sparse without a block */
     dear_coll_req_t *sentinel = (dear_coll_req_t *)&good, *req;
     /* The expected errors are captured: each must log one line naming what was wrong. */
     dear_log_set_sink(capture, NULL);
@@ -613,7 +666,6 @@ END_TEST
  * to 1-2 MiB), against the same float64 MPI_Allreduce reference. */
 START_TEST(test_hier)
 {
-    static const dear_coll_algo_t hier_algos[] = { DEAR_ALGO_HIER, DEAR_ALGO_AUTO };
     int grids = 0;
     /* One machine: MPI's view is one host, so the topology stays flat. */
     dear_coll_topo_t *t = NULL;
@@ -636,8 +688,8 @@ START_TEST(test_hier)
             ck_assert_int_ne(dear_coll_select(DEAR_COLL_ALLGATHER, 1024, g_size, t), DEAR_ALGO_HIER);
             ck_assert_int_ne(dear_coll_select(DEAR_COLL_ALLGATHER, 64 << 20, g_size, t), DEAR_ALGO_HIER);
             g_topo = t;
-            algos = hier_algos;
-            NALGOS = 2;
+            algos = host_algos;
+            NALGOS = n_host;
             sweep(DEAR_COLL_REDUCE_SCATTER);
             sweep(DEAR_COLL_ALLGATHER);
             sweep(DEAR_COLL_ALLREDUCE);
@@ -645,7 +697,7 @@ START_TEST(test_hier)
             test_many_in_flight_fn(0);
             test_multi_block_fn(0);
             algos = flat_algos;
-            NALGOS = (int)(sizeof flat_algos / sizeof flat_algos[0]);
+            NALGOS = n_flat;
             g_topo = NULL;
             dear_coll_topo_free(t);
             grids++;
@@ -663,19 +715,334 @@ START_TEST(test_hier)
 }
 END_TEST
 
+/* Buffers follow the message, not DEAR_COLL_SEGMENT: a ring reduce-scatter of 8 KiB with 1 GiB
+ * segments runs with 256 MiB of address space to spare, which its receive slots of 1 GiB would break; and
+ * the setting is bounded at 1 GiB. */
+START_TEST(test_segment_bounded)
+{
+    setenv("DEAR_COLL_SEGMENT", "2g", 1);
+    ck_assert_int_eq(dear_params_load(), DEAR_ERR_PARAM);
+    setenv("DEAR_COLL_SEGMENT", "1g", 1);
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+    long long vm_kb = -1;
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %lld kB", &vm_kb) == 1)
+            break;
+    fclose(f);
+    ck_assert_int_gt(vm_kb, 0);
+    struct rlimit old, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
+    lim.rlim_cur = (rlim_t)vm_kb * 1024 + ((rlim_t)256 << 20);
+    lim.rlim_max = old.rlim_max;
+    if (old.rlim_cur != RLIM_INFINITY && old.rlim_cur < lim.rlim_cur)
+        lim.rlim_cur = old.rlim_cur;
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+    case_t c = { DEAR_COLL_REDUCE_SCATTER, DEAR_ALGO_RING, DEAR_FLOAT32, 0, 2048, 1.0, 0, 7 };
+    int bad = run_one(&c);
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &old), 0);
+    unsetenv("DEAR_COLL_SEGMENT");
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+    assert_all_ok(bad, "ring reduce-scatter with 1 GiB segments");
+}
+END_TEST
+
+/* ---- block-sparse collectives (algo sparse) ---- */
+
+/* Per-rank block patterns: which blocks of a rank's input are non-zero. K_NEGZERO's blocks hold
+ * -0.0 (bitwise non-zero, so they travel; a rank that skips the block adds +0 in the dense sum). */
+enum { K_ZERO, K_DENSE, K_ONE, K_TAIL, K_NEGZERO, K_RAND };
+static const double sp_density[] = { 0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 1.0 };
+#define SP_NKINDS (K_RAND + (int)(sizeof sp_density / sizeof sp_density[0]))
+
+static int sp_block_on(int kind, int r, size_t b, size_t nb)
+{
+    switch (kind) {
+    case K_ZERO: return 0;
+    case K_DENSE: return 1;
+    case K_ONE: return b == ((size_t)r * 7 + 3) % nb;
+    case K_TAIL: return b == nb - 1;
+    case K_NEGZERO: return b % 3 == (size_t)r % 3;
+    default: return (rand_value(r + 1000 * kind, b) + 1) / 2 < sp_density[kind - K_RAND];
+    }
+}
+
+/* Rank r's input under kind: values as the sweeps' (exact sums for int32 and the 16-bit types)
+ * in the blocks that are on, zeros elsewhere. */
+static void sp_fill(dear_dtype_t t, char *v, size_t count, size_t block, int kind, int r)
+{
+    size_t nb = (count + block - 1) / block;
+    memset(v, 0, count * dear_dtype_size(t));
+    for (size_t i = 0; i < count; i++) {
+        if (!sp_block_on(kind, r, i / block, nb))
+            continue;
+        double x = kind == K_NEGZERO ? -0.0 : t == DEAR_INT32 ? int_value(r, i) : is16(t) ? rand_value16(t, r, i)
+                                                                                          : rand_value(r, i);
+        dear_elem_put(t, v, i, x);
+    }
+}
+
+/* The message the sparse collective must send for elements [off, off+len) of v, worked out byte
+ * by byte: 1 sparse (pieces not all-bits-zero + a 4-byte index each + a 4-byte count, when that
+ * is smaller), 0 dense, -1 none (empty shard); *bytes its size. */
+static int sp_form(dear_dtype_t t, const char *v, size_t off, size_t len, size_t block, size_t *bytes)
+{
+    size_t es = dear_dtype_size(t), sparse = 4;
+    *bytes = 0;
+    if (len == 0)
+        return -1;
+    for (size_t a = off; a < off + len;) {
+        size_t end = (a / block + 1) * block;
+        end = end < off + len ? end : off + len;
+        int nz = 0;
+        for (size_t x = a * es; x < end * es; x++)
+            nz |= v[x] != 0;
+        sparse += nz ? 4 + (end - a) * es : 0;
+        a = end;
+    }
+    *bytes = sparse < len * es ? sparse : len * es;
+    return sparse < len * es;
+}
+
+typedef struct {
+    size_t sparse, dense, bytes;
+} sp_forms_t;
+
+/* Adds `times` messages of shard [off, off+len) of v to f. */
+static void sp_count(sp_forms_t *f, dear_dtype_t t, const char *v, size_t off, size_t len, size_t block, int times)
+{
+    size_t bytes;
+    int form = sp_form(t, v, off, len, block, &bytes);
+    if (form < 0)
+        return;
+    f->sparse += form == 1 ? (size_t)times : 0;
+    f->dense += form == 0 ? (size_t)times : 0;
+    f->bytes += bytes * (size_t)times;
+}
+
+/* One run of op by algo on input (count elements, as the caller of an in-place call holds it; an
+ * out-of-place all-gather sends the own shard of it). result gets count elements (a
+ * reduce-scatter's at [off, off+len), the rest untouched). 1 on failure (noted). */
+static int sp_run(dear_coll_op_t op, dear_coll_algo_t algo, dear_dtype_t t, int in_place, size_t count,
+                  size_t block, double scale, const char *input, char *result, dear_coll_info_t *info)
+{
+    size_t es = dear_dtype_size(t), off, len;
+    dear_coll_shard(count, g_size, g_rank, &off, &len);
+    size_t rn = op == DEAR_COLL_REDUCE_SCATTER && !in_place ? len : count;
+    size_t sn = op == DEAR_COLL_ALLGATHER ? len : count, soff = op == DEAR_COLL_ALLGATHER ? off : 0;
+    char *recv = xmalloc((rn + GUARD) * es + GUARD * 8), *send = NULL;
+    memset(recv, SENTINEL_BYTE, (rn + GUARD) * es + GUARD * 8);
+    if (in_place)
+        memcpy(recv, input, count * es);
+    else
+        send = memcpy(xmalloc(sn * es + 1), input + soff * es, sn * es);
+    dear_coll_args_t a = { .op = op, .algo = algo, .dtype = t, .comm = g_comm, .tag = 11, .scale = scale,
+                           .sendbuf = send, .recvbuf = recv, .count = count, .sparse_block = block };
+    dear_coll_req_t *req = NULL;
+    int rc = dear_coll_start(&a, &req);
+    if (rc == DEAR_OK)
+        rc = dear_coll_wait(req);
+    dear_coll_get_info(req, info);
+    dear_coll_free(req);
+    int bad = note(rc != DEAR_OK, "sparse: %s %s %s count %zu block %zu: %s", dear_coll_op_name(op),
+                   dear_coll_algo_name(algo), dear_dtype_name(t), count, block, dear_status_string(rc));
+    bad = bad || note(!guard_ok(recv + rn * es), "sparse: %s %s count %zu: wrote past recvbuf",
+                      dear_coll_op_name(op), dear_coll_algo_name(algo), count);
+    if (op == DEAR_COLL_REDUCE_SCATTER)
+        memcpy(result + off * es, in_place ? recv + off * es : recv, len * es);
+    else
+        memcpy(result, recv, count * es);
+    free(recv);
+    free(send);
+    return bad;
+}
+
+/* One case: every rank fills its input with its kind (kinds[rank % nk]); sparse against direct
+ * on the same input bitwise, against MPI_Allreduce in float64 by value, and each message's form
+ * and the bytes sent against sp_form. */
+static int sp_case(dear_coll_op_t op, dear_dtype_t t, int in_place, size_t count, size_t block, double scale,
+                   const int *kinds, int nk, sp_forms_t *seen)
+{
+    size_t es = dear_dtype_size(t), off, len, n = count;
+    dear_coll_shard(count, g_size, g_rank, &off, &len);
+    char *input = xmalloc(n * es + 1), *got = xmalloc(n * es + 1), *want = xmalloc(n * es + 1);
+    double *mine = xmalloc(n * sizeof(double) + 1), *ref = xmalloc(n * sizeof(double) + 1);
+    double *mabs = xmalloc(n * sizeof(double) + 1), *absref = xmalloc(n * sizeof(double) + 1);
+    int kind = kinds[g_rank % nk], bad = 0;
+    sp_fill(t, input, n, block, kind, g_rank);
+    for (size_t i = 0; i < n; i++)
+        mine[i] = dear_elem_get(t, input, i), mabs[i] = fabs(mine[i]);
+    MPI_Allreduce(mine, ref, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
+    MPI_Allreduce(mabs, absref, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
+    sp_forms_t expect = { 0, 0, 0 };
+    if (op == DEAR_COLL_ALLGATHER) {
+        /* The reduced vector (the union of the patterns) is gathered: own shard in place, the
+         * rest of recvbuf left as garbage, which the collective must overwrite. */
+        for (size_t i = 0; i < n; i++) {
+            int own = i >= off && i < off + len;
+            dear_elem_put(t, input, i, own ? expected_of(t, ref[i], 1.0) : 12345.0);
+            ref[i] = expected_of(t, ref[i], 1.0);
+            absref[i] = 0;
+        }
+        sp_count(&expect, t, input, off, len, block, g_size - 1);
+    } else {
+        for (int p = 0; p < g_size; p++) {
+            size_t po, pl;
+            dear_coll_shard(count, g_size, p, &po, &pl);
+            if (p != g_rank)
+                sp_count(&expect, t, input, po, pl, block, 1);
+        }
+    }
+    dear_coll_info_t info, dinfo;
+    memset(got, 0, n * es);
+    memset(want, 0, n * es);
+    bad |= sp_run(op, DEAR_ALGO_SPARSE, t, in_place, count, block, scale, input, got, &info);
+    bad |= sp_run(op, DEAR_ALGO_DIRECT, t, in_place, count, block, scale, input, want, &dinfo);
+    if (op == DEAR_COLL_ALLREDUCE) /* its all-gather half sends the own shard of the result */
+        sp_count(&expect, t, got, off, len, block, g_size - 1);
+    size_t lo = op == DEAR_COLL_REDUCE_SCATTER ? off : 0, hi = op == DEAR_COLL_REDUCE_SCATTER ? off + len : n;
+    double sc = op == DEAR_COLL_ALLGATHER ? 1.0 : scale;
+    const char *what = dear_coll_op_name(op), *tn = dear_dtype_name(t);
+    for (size_t i = lo; i < hi && !bad; i++) {
+        double g = dear_elem_get(t, got, i), w = expected_of(t, ref[i], sc);
+        double tol = t == DEAR_INT32 || is16(t) ? 0 : tolerance(t) * absref[i] * fabs(sc);
+        bad |= note(memcmp(got + i * es, want + i * es, es) != 0,
+                    "sparse %s %s count %zu block %zu kind %d: element %zu is %a, direct gives %a", what, tn, count,
+                    block, kind, i, g, dear_elem_get(t, want, i));
+        bad |= note(!(fabs(g - w) <= tol), "sparse %s %s count %zu block %zu kind %d: element %zu is %.9g, "
+                    "MPI_Allreduce gives %.9g", what, tn, count, block, kind, i, g, w);
+    }
+    bad |= note(info.algo != DEAR_ALGO_SPARSE || info.msgs_sparse != expect.sparse ||
+                    info.msgs_dense != expect.dense || info.bytes_sent != expect.bytes,
+                "sparse %s %s count %zu block %zu kind %d: algo %s sent %zu sparse + %zu dense messages, %zu bytes; "
+                "expected %zu + %zu, %zu bytes", what, tn, count, block, kind, dear_coll_algo_name(info.algo),
+                info.msgs_sparse, info.msgs_dense, info.bytes_sent, expect.sparse, expect.dense, expect.bytes);
+    bad |= note(dinfo.msgs_sparse + dinfo.msgs_dense != 0, "direct reported sparse/dense messages");
+    seen->sparse += info.msgs_sparse;
+    seen->dense += info.msgs_dense;
+    free(input), free(got), free(want), free(mine), free(ref), free(mabs), free(absref);
+    return bad;
+}
+
+/* Every type x op x in/out of place x (block, count) x pattern set, each rank its own pattern. */
+START_TEST(test_sparse)
+{
+    static const dear_dtype_t types[] = { DEAR_FLOAT32, DEAR_BFLOAT16, DEAR_FLOAT16, DEAR_FLOAT64, DEAR_INT32 };
+    size_t P = (size_t)g_size;
+    /* (block, count): one-element blocks over 0.1% densities, ragged 7s, 64s cut by shards, a
+     * block larger than the vector, fewer elements than ranks, nothing. */
+    const size_t shapes[][2] = { { 1, 20000 + P }, { 7, 7 * 40 * P + 5 }, { 64, 64 * 8 * P + 33 }, { 50, 31 },
+                                 { 2, P - 1 }, { 5, 0 } };
+    int nshapes = (int)(sizeof shapes / sizeof shapes[0]), bad = 0, ncases = 0;
+    sp_forms_t seen = { 0, 0, 0 };
+    g_first_err[0] = '\0';
+    for (int t = 0; t < 5; t++)
+        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+            for (int ip = 0; ip < 2; ip++)
+                for (int sh = 0; sh < nshapes; sh++)
+                    /* sets 0..SP_NKINDS-1: rank r takes kind (set + r) (different on every rank);
+                     * then every rank all-zero, all-dense, one block */
+                    for (int set = 0; set < SP_NKINDS + 3; set++) {
+                        if ((t > 0 || ip) && set % 3 != (op + sh) % 3 && set < SP_NKINDS)
+                            continue;  /* float32 in place sees every set; the rest a third (time) */
+                        int kinds[8], nk = set < SP_NKINDS ? 8 : 1;
+                        for (int k = 0; k < nk; k++)
+                            kinds[k] = set < SP_NKINDS ? (set + k) % SP_NKINDS
+                                                       : (int[]){ K_ZERO, K_DENSE, K_ONE }[set - SP_NKINDS];
+                        double scale = types[t] == DEAR_INT32 || set % 2 ? 1.0 : 1.0 / (double)P;
+                        bad |= sp_case((dear_coll_op_t)op, types[t], !ip, shapes[sh][1], shapes[sh][0], scale,
+                                       kinds, nk, &seen);
+                        ncases++;
+                    }
+    assert_all_ok(bad, "sparse collectives");
+    /* Both forms ran (with more than one rank). */
+    ck_assert_msg(g_size == 1 || (seen.sparse > 0 && seen.dense > 0), "forms seen: %zu sparse, %zu dense",
+                  seen.sparse, seen.dense);
+    if (g_rank == 0)
+        fprintf(stderr, "sparse: %d cases passed on %d ranks (rank 0 sent %zu sparse, %zu dense messages)\n",
+                ncases, g_size, seen.sparse, seen.dense);
+}
+END_TEST
+
+/* The zero-block scan against a byte-wise count; sparse's bad arguments and the fallback when
+ * DEAR_COLL_ALGO forces it onto a collective without blocks. */
+START_TEST(test_sparse_args)
+{
+    static const size_t blocks[] = { 1, 3, 8, 64, 100, 1000 };
+    for (int kind = 0; kind < SP_NKINDS; kind++)
+        for (int b = 0; b < 6; b++) {
+            size_t count = 4099, nb = 0, es = sizeof(float);
+            char *v = xmalloc(count * es);
+            sp_fill(DEAR_FLOAT32, v, count, blocks[b], kind, g_rank);
+            for (size_t a = 0; a < count; a += blocks[b]) {
+                size_t n = count - a < blocks[b] ? count - a : blocks[b];
+                int nz = 0;
+                for (size_t x = a * es; x < (a + n) * es; x++)
+                    nz |= v[x] != 0;
+                nb += (size_t)nz;
+            }
+            ck_assert_uint_eq(dear_coll_sparse_nonzero(DEAR_FLOAT32, v, count, blocks[b]), nb);
+            free(v);
+        }
+    ck_assert_uint_eq(dear_coll_sparse_nonzero(DEAR_FLOAT32, NULL, 10, 3), 0);
+
+    float buf[16] = { 0 };
+    dear_coll_args_t a = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_SPARSE, .dtype = DEAR_FLOAT32,
+                           .comm = g_comm, .tag = 12, .scale = 1.0, .recvbuf = buf, .count = 16 };
+    dear_coll_req_t *req = NULL;
+    dear_log_set_sink(capture, NULL);
+    g_logged[0] = '\0';
+    ck_assert_int_eq(dear_coll_start(&a, &req), DEAR_ERR_ARG);
+    ck_assert_msg(strstr(g_logged, "sparse_block 0") && strstr(g_logged, "accepted"), "logged \"%s\"", g_logged);
+    a.sparse_block = 4;
+    a.recvbuf = NULL;
+    g_logged[0] = '\0';
+    ck_assert_int_eq(dear_coll_start(&a, &req), DEAR_ERR_ARG);
+    ck_assert_msg(strstr(g_logged, "recvbuf is NULL") != NULL, "logged \"%s\"", g_logged);
+    dear_log_set_sink(NULL, NULL);
+    ck_assert_ptr_null(req);
+
+    /* Forced through DEAR_COLL_ALGO: sparse where a block is given, ring where none is. */
+    setenv("DEAR_COLL_ALGO", "sparse", 1);
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+    for (size_t blk = 0; blk < 8; blk += 4) {
+        for (int i = 0; i < 16; i++)
+            buf[i] = (float)(i % 4 == 0 ? g_rank + i : 0);
+        a.algo = DEAR_ALGO_AUTO, a.recvbuf = buf, a.sparse_block = blk;
+        ck_assert_int_eq(dear_coll_start(&a, &req), DEAR_OK);
+        ck_assert_int_eq(dear_coll_wait(req), DEAR_OK);
+        dear_coll_info_t info;
+        dear_coll_get_info(req, &info);
+        dear_coll_free(req);
+        ck_assert_int_eq(info.algo, blk ? DEAR_ALGO_SPARSE : DEAR_ALGO_RING);
+        for (int i = 0; i < 16; i++)
+            ck_assert_msg(buf[i] == (i % 4 == 0 ? (float)(g_size * i + g_size * (g_size - 1) / 2) : 0.0f),
+                          "block %zu: element %d is %g", blk, i, buf[i]);
+    }
+    unsetenv("DEAR_COLL_ALGO");
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    np_check(argv[0]);
     MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
     MPI_Comm_rank(g_comm, &g_rank);
     MPI_Comm_size(g_comm, &g_size);
     dear_log_set_rank(g_rank);
+    algo_lists();
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             g_quick = 1;
         if (strcmp(argv[i], "--hier-only") == 0)
             g_hier_only = 1;
+        if (strcmp(argv[i], "--sparse-only") == 0)
+            g_sparse_only = 1;
     }
     if (dear_params_load() != DEAR_OK)
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -683,7 +1050,7 @@ int main(int argc, char **argv)
     Suite *s = suite_create("coll");
     TCase *tc = tcase_create("coll");
     tcase_set_timeout(tc, 300);
-    if (!g_hier_only) {
+    if (!g_hier_only && !g_sparse_only) {
         tcase_add_test(tc, test_select);
         tcase_add_test(tc, test_conversions);
         tcase_add_test(tc, test_bad_args);
@@ -693,8 +1060,14 @@ int main(int argc, char **argv)
         tcase_add_test(tc, test_random_floats);
         tcase_add_test(tc, test_many_in_flight);
         tcase_add_test(tc, test_multi_block);
+        tcase_add_test(tc, test_segment_bounded);
     }
-    tcase_add_test(tc, test_hier);
+    if (!g_hier_only) {
+        tcase_add_test(tc, test_sparse_args);
+        tcase_add_test(tc, test_sparse);
+    }
+    if (!g_sparse_only)
+        tcase_add_test(tc, test_hier);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -20,15 +20,18 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/sched_table.h"
 #include "fusion/planfile.h"
 #include "include/dear.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "tests/mpi/synth.h"
+#include "tests/mpi/np_check.h"
 
 #define NT 60
 #define ITERS 20
@@ -236,7 +239,7 @@ static void train_and_compare(const char *sched, const char *fusion, const char 
     ck_assert(st.median_iter_s > 0);
     if (nranks > 1)
         ck_assert(st.bytes_sent > 0);
-    ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     for (int i = 0; i < NT; i++)
         ck_assert_int_eq(m.t[i].updates, ITERS);
 
@@ -255,7 +258,6 @@ static void train_and_compare(const char *sched, const char *fusion, const char 
 }
 
 /* schedule x fusion x layout, one Check loop test per combination */
-static const char *const scheds[] = { "dear", "wfbp", "sync" };
 static const struct { const char *fusion, *threshold; } fusions[] = {
     { "none", NULL }, { "threshold", "20000" }, { "threshold", NULL },
 };
@@ -263,7 +265,7 @@ static const struct { const char *fusion, *threshold; } fusions[] = {
 START_TEST(test_train)
 {
     int s = _i / 6, f = (_i / 2) % 3, arena = _i % 2;
-    train_and_compare(scheds[s], fusions[f].fusion, fusions[f].threshold, arena);
+    train_and_compare(dear_sched_name((dear_sched_t)s), fusions[f].fusion, fusions[f].threshold, arena);
 }
 END_TEST
 
@@ -309,6 +311,21 @@ START_TEST(test_planfile)
     train_and_compare("dear", "threshold", NULL, arena);
     setenv("DEAR_PLAN_FILE", path, 1);
     train_and_compare("wfbp", "threshold", NULL, arena);
+    /* The plan of another model: commit fails on every rank saying what does not fit, not that
+     * the ranks disagree. */
+    if (_i == 0) {
+        dear_ctx_t *ctx = NULL;
+        float x[3];
+        ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+        ck_assert_int_eq(dear_register(ctx, "x", 0, x, 3, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL), DEAR_OK);
+        capture_start();
+        int rc = dear_commit(ctx);
+        capture_stop();
+        ck_assert_int_eq(rc, DEAR_ERR_MISMATCH);
+        ck_assert_msg(strstr(logbuf, "does not fit the registered tensors") != NULL, "log: %s", logbuf);
+        ck_assert_msg(strstr(logbuf, "ranks disagree") == NULL, "log: %s", logbuf);
+        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    }
     unsetenv("DEAR_PLAN_FILE");
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0)
@@ -330,14 +347,15 @@ static void mismatch_case(int which, const char *field, const char *value0, cons
         size_t count = t->count;
         const char *name = t->name;
         if (odd && which == 0 && i == 3)
-            count = t->count + 2;
+            count = t->count - 2;   /* a shorter view: the buffers must not overlap */
         if (odd && which == 1 && i == 4)
             name = "renamed";
         ck_assert_int_eq(dear_register(ctx, name, t->layer, t->grad, count, t->dtype, DEAR_MEM_HOST, update_cb, t),
                          DEAR_OK);
     }
+    float extra = 0;
     if (odd && which == 2)
-        ck_assert_int_eq(dear_register(ctx, "extra", 1000, m.t[0].grad, 1, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL),
+        ck_assert_int_eq(dear_register(ctx, "extra", 1000, &extra, 1, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL),
                          DEAR_OK);
     capture_start();
     double t0 = MPI_Wtime();
@@ -354,7 +372,7 @@ static void mismatch_case(int which, const char *field, const char *value0, cons
     /* A failed commit leaves the context usable for nothing but finalize. */
     ck_assert_int_eq(dear_forward_begin(ctx, 7), DEAR_ERR_STATE);
     capture_stop();
-    ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     model_free(&m);
 }
 
@@ -364,7 +382,7 @@ START_TEST(test_mismatch)
         return;
     char c0[32], c1[32];
     snprintf(c0, sizeof c0, "is %zu", tensor_count(3));
-    snprintf(c1, sizeof c1, "but %zu", tensor_count(3) + 2);
+    snprintf(c1, sizeof c1, "but %zu", tensor_count(3) - 2);
     mismatch_case(0, "index 3", c0, c1);
     mismatch_case(0, "field count", c0, c1);
     mismatch_case(1, "field name", "'t04.weight'", "'renamed'");
@@ -394,7 +412,7 @@ static void bad_param(const char *var, const char *value, int want_init, int wan
         rc = dear_commit(ctx);
         capture_stop();
         ck_assert_int_eq(rc, want_commit);
-        ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
+        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
         model_free(&m);
     }
     unsetenv(var);
@@ -423,7 +441,7 @@ START_TEST(test_params)
     /* after the failures a good environment works again */
     dear_ctx_t *ctx = NULL;
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
-    ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
 }
 END_TEST
 
@@ -456,6 +474,14 @@ START_TEST(test_order)
            "already registered");
     EXPECT(dear_register(ctx, "late", 1, x, 4, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL), DEAR_ERR_ARG,
            "non-decreasing");
+    /* Aliased buffers: a tensor sharing bytes with one already registered (here the second half
+     * of the second tensor's gradient) would be reduced and updated twice. */
+    float *alias = (float *)m.t[1].grad + m.t[1].count / 2;
+    EXPECT(dear_register(ctx, "alias", 500, alias, 4, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL), DEAR_ERR_ARG,
+           "overlaps that of tensor 't01.weight'");
+    /* A byte count that wraps: SIZE_MAX/4 + 2 floats would be 4 bytes. */
+    EXPECT(dear_register(ctx, "huge", 500, x, SIZE_MAX / 4 + 2, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL),
+           DEAR_ERR_ARG, "more than the address space holds");
     EXPECT(dear_backward_end(ctx), DEAR_ERR_STATE, "not committed");
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
     EXPECT(dear_register(ctx, "late", 500, x, 4, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL), DEAR_ERR_STATE,
@@ -484,8 +510,11 @@ START_TEST(test_order)
     ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
     for (int i = 0; i < NT; i++)
         ck_assert_int_eq(m.t[i].updates, 2);
-    ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
-    ck_assert_int_eq(dear_finalize(NULL), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    /* finalize clears the handle, so a second finalize of it is harmless (not a use after free) */
+    ck_assert_ptr_null(ctx);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(NULL), DEAR_ERR_ARG);
     model_free(&m);
 }
 END_TEST
@@ -519,7 +548,7 @@ START_TEST(test_stall)
                           strstr(logbuf, "layers") && strstr(logbuf, "DEAR_STALL_WARN_S=1"),
                       "no stall warning: %s", logbuf);
     }
-    ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     model_free(&m);
     unsetenv("DEAR_STALL_WARN_S");
 }
@@ -559,7 +588,7 @@ START_TEST(test_profile)
         ck_assert_msg(found_big, "profile %s lacks tensor t17.weight with 3145732 bytes", path);
         unlink(path);
     }
-    ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     model_free(&m);
 }
 END_TEST
@@ -572,7 +601,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_order);
     tcase_add_test(tc, test_params);
     tcase_add_test(tc, test_mismatch);
-    tcase_add_loop_test(tc, test_train, 0, 18);
+    tcase_add_loop_test(tc, test_train, 0, DEAR_SCHED_COUNT * 6);
     tcase_add_loop_test(tc, test_planfile, 0, 6);
     tcase_add_test(tc, test_stall);
     tcase_add_test(tc, test_profile);
@@ -592,7 +621,7 @@ START_TEST(test_train_env)
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
     for (int k = 0; k < 4; k++)
         dear_iteration(ctx, &m, k, s ? s : "dear");
-    ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     model_free(&m);
 }
 END_TEST
@@ -607,10 +636,15 @@ static Suite *suite_train(void)
     return s;
 }
 
-/* DEAR_STALL_ABORT_S=1 and rank 1 asleep for 30 s: rank 0's progress thread must abort the job
- * (runtime-stall-abort.sh checks the message and that it happened well before rank 1 woke). */
+/* DEAR_STALL_ABORT_S=1 and a peer gone (runtime-stall-abort.sh checks the message and that the
+ * job ended well before the fault would have): PEER_FAULT=
+ *   sleep: rank 1 sleeps 30 s in backward: rank 0's progress thread aborts the job;
+ *   stop:  rank 1 stops itself (SIGSTOP) in backward: the same;
+ *   leave: rank 1 leaves after 2 iterations (dear_finalize) while rank 0 computes a long forward
+ *          with nothing pending: rank 1's dear_finalize aborts the job, naming rank 0. */
 START_TEST(test_stall_abort)
 {
+    const char *fault = getenv("PEER_FAULT") ? getenv("PEER_FAULT") : "sleep";
     setenv("DEAR_STALL_ABORT_S", "1", 1);
     model_t m;
     model_init(&m, 1);
@@ -618,14 +652,29 @@ START_TEST(test_stall_abort)
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
     register_model(ctx, &m);
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
-    for (int l = m.nlayers - 1; l >= 0; l--) {
-        if (rank == 1 && l == m.nlayers - 1)
-            sleep(30);
-        ck_assert_int_eq(dear_backward_done(ctx, m.layer_ids[l]), DEAR_OK);
+    for (int it = 0; it < 3; it++) {
+        if (it == 2 && strcmp(fault, "leave") == 0) {
+            if (rank == 1) {
+                dear_finalize(&ctx);
+                ck_abort_msg("rank 1: dear_finalize returned while rank 0 was still training");
+            }
+            sleep(30); /* a long forward pass */
+        }
+        for (int l = 0; l < m.nlayers; l++)
+            ck_assert_int_eq(dear_forward_begin(ctx, m.layer_ids[l]), DEAR_OK);
+        for (int l = m.nlayers - 1; l >= 0; l--) {
+            if (it == 2 && rank == 1 && l == m.nlayers - 1) {
+                if (strcmp(fault, "stop") == 0)
+                    raise(SIGSTOP);
+                else
+                    sleep(30);
+            }
+            ck_assert_int_eq(dear_backward_done(ctx, m.layer_ids[l]), DEAR_OK);
+        }
+        ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
     }
-    ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
     ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
-    ck_abort_msg("rank %d: no abort although rank 1 slept past DEAR_STALL_ABORT_S", rank);
+    ck_abort_msg("rank %d: no abort although rank 1 was gone past DEAR_STALL_ABORT_S (%s)", rank, fault);
 }
 END_TEST
 
@@ -642,7 +691,7 @@ static Suite *suite_stall_abort(void)
 /* The engine under valgrind: calls out of order and one training run per schedule. */
 START_TEST(test_engine)
 {
-    train_and_compare(scheds[_i], "threshold", "20000", _i % 2);
+    train_and_compare(dear_sched_name((dear_sched_t)_i), "threshold", "20000", _i % 2);
 }
 END_TEST
 
@@ -652,7 +701,7 @@ static Suite *suite_engine(void)
     TCase *tc = tcase_create("engine");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_order);
-    tcase_add_loop_test(tc, test_engine, 0, 3);
+    tcase_add_loop_test(tc, test_engine, 0, DEAR_SCHED_COUNT);
     tcase_add_test(tc, test_stall);
     suite_add_tcase(s, tc);
     return s;
@@ -663,13 +712,15 @@ int main(int argc, char **argv)
     int provided, failed = 0;
     if (argc > 1 && strcmp(argv[1], "thread-single") == 0) {
         MPI_Init(&argc, &argv);
+        np_check(argv[0]);
         MPI_Query_thread(&provided);
         dear_ctx_t *ctx = NULL;
         capture_start();
         int rc = dear_init(MPI_COMM_WORLD, &ctx);
         capture_stop();
         if (provided < MPI_THREAD_MULTIPLE &&
-            (rc != DEAR_ERR_UNSUPPORTED || ctx != NULL || !strstr(logbuf, "MPI_THREAD_MULTIPLE"))) {
+            (rc != DEAR_ERR_UNSUPPORTED || ctx != NULL || !strstr(logbuf, "MPI_THREAD_MULTIPLE") ||
+             !strstr(logbuf, "provides thread level MPI_THREAD_"))) { /* the level by its name */
             fprintf(stderr, "thread-single: dear_init returned %d, log: %s\n", rc, logbuf);
             failed = 1;
         }
@@ -677,6 +728,7 @@ int main(int argc, char **argv)
         return failed;
     }
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    np_check(argv[0]);
     if (provided < MPI_THREAD_MULTIPLE) {
         fprintf(stderr, "MPI lacks MPI_THREAD_MULTIPLE: skipped\n");
         MPI_Finalize();

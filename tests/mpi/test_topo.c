@@ -16,9 +16,10 @@
 #include <unistd.h>
 
 #include "include/dear.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "runtime/topo.h"
+#include "tests/mpi/np_check.h"
 
 static int rank, size;
 static cpu_set_t original_mask;
@@ -413,6 +414,7 @@ int main(int argc, char **argv)
 {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    np_check(argv[0]);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     dear_log_set_rank(rank);

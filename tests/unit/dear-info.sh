@@ -1,6 +1,6 @@
 #!/bin/sh
 # dear-info runs as an MPI singleton (no mpirun): it prints the build configuration, every
-# parameter of runtime/params.def with its value and origin, and the topology; a bad value is
+# parameter of base/params.def with its value and origin, and the topology; a bad value is
 # reported with the same message dear_init logs and exit status 1; an unknown DEAR_* variable is
 # a warning; --help and --markdown work without MPI.
 set -u
@@ -19,8 +19,8 @@ grep -q -- '--markdown' "$tmp/help" || fail "--help does not mention --markdown"
 
 # Plain run: every parameter listed once, from its default.
 "$info" > "$tmp/out" 2> "$tmp/err" || { cat "$tmp/err"; fail "plain run exit status"; }
-for name in $(sed -n 's/^DEAR_PARAM(\([A-Z0-9_]*\),.*/\1/p' "$top_srcdir/runtime/params.def"); do
-    n=$(grep -c "^  DEAR_$name  *= .*(default)\$" "$tmp/out")
+for name in $(sed -n 's/^DEAR_PARAM(\([A-Z0-9_]*\),.*/\1/p' "$top_srcdir/base/params.def"); do
+    n=$(grep -c "^  DEAR_$name  *= .*(default\(, [0-9]* bytes\)\?)\$" "$tmp/out")
     [ "$n" -eq 1 ] || fail "DEAR_$name listed $n times as default"
 done
 for s in '^dear [0-9]*\.[0-9]*\.[0-9]*$' '^  MPI library     : ' '^  hwloc           : ' \
@@ -28,6 +28,15 @@ for s in '^dear [0-9]*\.[0-9]*\.[0-9]*$' '^  MPI library     : ' '^  hwloc      
          '^  cores           : [1-9]' '^  PUs             : [1-9]' '^  local rank      : 0 of 1' \
          '^  nodes           : 1 (at most 1 rank'; do
     grep -q "$s" "$tmp/out" || fail "no line matching '$s'"
+done
+# A size with a suffix is shown with the bytes it means (10MB is decimal, 10MiB binary).
+DEAR_FUSION_THRESHOLD=10MB "$info" > "$tmp/size" 2>&1 || fail "DEAR_FUSION_THRESHOLD=10MB refused"
+grep -q '^  DEAR_FUSION_THRESHOLD  *= 10MB  *(environment, 10000000 bytes)$' "$tmp/size" ||
+    { grep FUSION_THRESHOLD "$tmp/size"; fail "10MB not shown as 10000000 bytes"; }
+# The CUDA and NCCL lines say what configure found (config.h), not what a file forgot to include.
+for what in CUDA NCCL; do
+    if grep -q "^#define HAVE_$what 1" "$top_builddir/config.h"; then want=yes; else want=no; fi
+    grep -q "^  $what  *: $want" "$tmp/out" || fail "dear-info's $what line does not say '$want' as configure did"
 done
 # No dear message on a clean environment (MPI itself may talk on stderr in some containers).
 grep -q '^\[dear' "$tmp/err" && { cat "$tmp/err"; fail "dear printed messages on a clean environment"; }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# docs/PARAMS.md is generated from runtime/params.def: fail when the file in the source tree
+# docs/PARAMS.md is generated from base/params.def: fail when the file in the source tree
 # differs from what this build's `dear-info --markdown` prints (someone edited it by hand, or
 # changed a parameter without `make params-doc`).
 set -u
@@ -17,7 +17,7 @@ if ! diff -u "$doc" "$tmp"; then
     exit 1
 fi
 # The generated text must cover the whole table: one row per DEAR_PARAM entry.
-ndef=$(grep -c '^DEAR_PARAM(' "$top_srcdir/runtime/params.def")
+ndef=$(grep -c '^DEAR_PARAM(' "$top_srcdir/base/params.def")
 nrow=$(grep -c '^| `DEAR_' "$doc")
 [ "$ndef" -eq "$nrow" ] || { echo "params-doc.sh: $nrow rows for $ndef parameters" >&2; exit 1; }
 echo "params-doc.sh: $doc matches the generated text ($nrow parameters)"

@@ -18,7 +18,7 @@
 #include "fusion/profile.h"
 #include "fusion/sim.h"
 #include "include/dear.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 #ifndef DEAR_SRCDIR
 #define DEAR_SRCDIR "."
@@ -91,14 +91,14 @@ static void make_prof(dear_profile_t *p, int nl, const double *fwd, const double
 static dear_sim_linear_arg_t lin(double a_ar, double b_ar, double a_half, double b_half)
 {
     dear_sim_linear_arg_t l = { { 0 }, { 0 } };
-    l.alpha[DEAR_COST_AR] = a_ar;
-    l.beta[DEAR_COST_AR] = b_ar;
-    l.alpha[DEAR_COST_RS] = l.alpha[DEAR_COST_AG] = a_half;
-    l.beta[DEAR_COST_RS] = l.beta[DEAR_COST_AG] = b_half;
+    l.alpha[DEAR_COLL_ALLREDUCE] = a_ar;
+    l.beta[DEAR_COLL_ALLREDUCE] = b_ar;
+    l.alpha[DEAR_COLL_REDUCE_SCATTER] = l.alpha[DEAR_COLL_ALLGATHER] = a_half;
+    l.beta[DEAR_COLL_REDUCE_SCATTER] = l.beta[DEAR_COLL_ALLGATHER] = b_half;
     return l;
 }
 
-static void problem_linear(dear_plan_problem_t *prob, const dear_profile_t *p, dear_sim_sched_t s,
+static void problem_linear(dear_plan_problem_t *prob, const dear_profile_t *p, dear_sched_t s,
                            dear_sim_linear_arg_t *l)
 {
     memset(prob, 0, sizeof *prob);
@@ -106,7 +106,7 @@ static void problem_linear(dear_plan_problem_t *prob, const dear_profile_t *p, d
     prob->sched = s;
     prob->cost.fn = dear_sim_cost_linear;
     prob->cost.arg = l;
-    for (int op = 0; op < DEAR_COST_NOPS; op++) {
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
         prob->alpha[op] = l->alpha[op];
         prob->beta[op] = l->beta[op];
     }
@@ -122,7 +122,7 @@ static void plan2(dear_plan_t *plan, int n, int nrs, const int *rs, int nag, con
     ck_assert_int_eq(dear_partition_set(&plan->ag, n, nag, ag), DEAR_OK);
 }
 
-static double sim_T(const dear_profile_t *p, dear_sim_cost_t *c, dear_sim_sched_t s, const dear_plan_t *plan)
+static double sim_T(const dear_profile_t *p, dear_sim_cost_t *c, dear_sched_t s, const dear_plan_t *plan)
 {
     dear_sim_result_t r = { 0 };
     ck_assert_int_eq(dear_sim_run(p, c, s, plan, 0, &r), DEAR_OK);
@@ -168,20 +168,20 @@ START_TEST(cost_presets_and_scaling)
 {
     dear_cost_model_t m;
     ck_assert_int_eq(dear_cost_preset("10gbe", 16, 1, &m), DEAR_OK);
-    EQ(dear_cost_eval(&m, DEAR_COST_AR, 0, NULL), 9.08e-4);
-    EQ(dear_cost_eval(&m, DEAR_COST_AR, 1e6, NULL), 9.08e-4 + 7.40e-4);
-    EQ(dear_cost_eval(&m, DEAR_COST_RS, 1e6, NULL), (9.08e-4 + 7.40e-4) / 2);
-    EQ(dear_cost_eval(&m, DEAR_COST_AG, 1e6, NULL), (9.08e-4 + 7.40e-4) / 2);
+    EQ(dear_cost_eval(&m, DEAR_COLL_ALLREDUCE, 0, NULL), 9.08e-4);
+    EQ(dear_cost_eval(&m, DEAR_COLL_ALLREDUCE, 1e6, NULL), 9.08e-4 + 7.40e-4);
+    EQ(dear_cost_eval(&m, DEAR_COLL_REDUCE_SCATTER, 1e6, NULL), (9.08e-4 + 7.40e-4) / 2);
+    EQ(dear_cost_eval(&m, DEAR_COLL_ALLGATHER, 1e6, NULL), (9.08e-4 + 7.40e-4) / 2);
     ck_assert_int_eq(dear_cost_preset("ib56", 8, 1, &m), DEAR_OK);
-    EQ(m.line[DEAR_COST_AR][DEAR_COST_RING].alpha, 9.75e-5);
-    EQ(m.line[DEAR_COST_AR][DEAR_COST_RING].beta, 3.06e-10);
+    EQ(m.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RING].alpha, 9.75e-5);
+    EQ(m.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RING].beta, 3.06e-10);
     /* P=64 from the P=16 fit: alpha x 63/15, beta x (63/64)/(15/16). */
     ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, &m), DEAR_OK);
-    EQ(m.line[DEAR_COST_AR][DEAR_COST_RING].alpha, 9.08e-4 * 63 / 15);
-    EQ(m.line[DEAR_COST_AR][DEAR_COST_RING].beta, 7.40e-10 * (63.0 / 64) / (15.0 / 16));
+    EQ(m.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RING].alpha, 9.08e-4 * 63 / 15);
+    EQ(m.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RING].beta, 7.40e-10 * (63.0 / 64) / (15.0 / 16));
     ck_assert_int_eq(m.comm_size, 64);
     ck_assert_int_eq(dear_cost_preset("shm", 4, 4, &m), DEAR_OK);
-    ck_assert(m.line[DEAR_COST_RS][DEAR_COST_RING].valid);
+    ck_assert(m.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_RING].valid);
     capture();
     ck_assert_int_eq(dear_cost_preset("token-ring", 16, 1, &m), DEAR_ERR_ARG);
     ck_assert(strstr(logbuf, "token-ring") && strstr(logbuf, "10gbe|ib56|shm"));
@@ -195,23 +195,23 @@ START_TEST(cost_per_size_switch)
     memset(&m, 0, sizeof m);
     m.comm_size = 8;
     /* rhd: cheap start-up, poor bandwidth; ring: the reverse. They cross at 1e5 bytes. */
-    m.line[DEAR_COST_AR][DEAR_COST_RHD] = (dear_cost_line_t){ .valid = 1, .alpha = 1e-5, .beta = 1e-9 };
-    m.line[DEAR_COST_AR][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = 6e-5, .beta = 5e-10 };
+    m.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RHD] = (dear_cost_line_t){ .valid = 1, .alpha = 1e-5, .beta = 1e-9 };
+    m.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RING] = (dear_cost_line_t){ .valid = 1, .alpha = 6e-5, .beta = 5e-10 };
     int algo;
-    EQ(dear_cost_eval(&m, DEAR_COST_AR, 1000, &algo), 1e-5 + 1e-6);
-    ck_assert_int_eq(algo, DEAR_COST_RHD);
-    EQ(dear_cost_eval(&m, DEAR_COST_AR, 1e6, &algo), 6e-5 + 5e-4);
-    ck_assert_int_eq(algo, DEAR_COST_RING);
-    ck_assert(isinf(dear_cost_eval(&m, DEAR_COST_RS, 10, &algo)));
+    EQ(dear_cost_eval(&m, DEAR_COLL_ALLREDUCE, 1000, &algo), 1e-5 + 1e-6);
+    ck_assert_int_eq(algo, DEAR_ALGO_RHD);
+    EQ(dear_cost_eval(&m, DEAR_COLL_ALLREDUCE, 1e6, &algo), 6e-5 + 5e-4);
+    ck_assert_int_eq(algo, DEAR_ALGO_RING);
+    ck_assert(isinf(dear_cost_eval(&m, DEAR_COLL_REDUCE_SCATTER, 10, &algo)));
     ck_assert_int_eq(algo, -1);
     /* The linear stand-in is between the two lines' extremes. */
     double a, b;
-    ck_assert_int_eq(dear_cost_linear(&m, DEAR_COST_AR, &a, &b), DEAR_OK);
+    ck_assert_int_eq(dear_cost_linear(&m, DEAR_COLL_ALLREDUCE, &a, &b), DEAR_OK);
     ck_assert(a >= 0 && a < 6e-5 * 1.5 && b > 4e-10 && b < 1.1e-9);
     /* Through the simulator's cost function, with a cap. */
     dear_sim_model_arg_t arg = { &m, 4096 };
-    EQ(dear_sim_cost_model(&arg, DEAR_COST_AR, 1000), 1.1e-5);
-    ck_assert(dear_sim_cost_model(&arg, DEAR_COST_AR, 8192) > DEAR_SIM_CAP_PENALTY_S);
+    EQ(dear_sim_cost_model(&arg, DEAR_COLL_ALLREDUCE, 1000), 1.1e-5);
+    ck_assert(dear_sim_cost_model(&arg, DEAR_COLL_ALLREDUCE, 8192) > DEAR_SIM_CAP_PENALTY_S);
 }
 END_TEST
 
@@ -225,15 +225,15 @@ START_TEST(cost_file_round_trip)
     ck_assert_int_eq(found, 0);
     ck_assert_int_eq(dear_cost_preset("10gbe", 8, 1, &m8), DEAR_OK);
     ck_assert_int_eq(dear_cost_preset("ib56", 16, 2, &m16), DEAR_OK);
-    m16.line[DEAR_COST_AR][DEAR_COST_MPI] =
+    m16.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_MPI] =
         (dear_cost_line_t){ .valid = 1, .alpha = 1.25e-4, .beta = 3.5e-10, .gamma = 1e-11, .fit_err = 0.04,
                             .nsamples = 12 };
     ck_assert_int_eq(dear_cost_save(path, &m8), DEAR_OK);
     ck_assert_int_eq(dear_cost_save(path, &m16), DEAR_OK);
     ck_assert_int_eq(dear_cost_load(path, 16, 2, &back, &found), DEAR_OK);
     ck_assert_int_eq(found, 4);
-    for (int op = 0; op < DEAR_COST_NOPS; op++)
-        for (int a = 0; a < DEAR_COST_NALGOS; a++) {
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
             const dear_cost_line_t *x = &m16.line[op][a], *y = &back.line[op][a];
             ck_assert_int_eq(x->valid, y->valid);
             if (x->valid) {
@@ -245,13 +245,13 @@ START_TEST(cost_file_round_trip)
         }
     ck_assert_int_eq(dear_cost_load(path, 8, 1, &back, &found), DEAR_OK);
     ck_assert_int_eq(found, 3);
-    EQ(back.line[DEAR_COST_AR][DEAR_COST_RING].alpha, 5.23e-4);
+    EQ(back.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RING].alpha, 5.23e-4);
     /* Saving the same key again replaces, not appends. */
-    m8.line[DEAR_COST_AR][DEAR_COST_RING].alpha = 1e-3;
+    m8.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RING].alpha = 1e-3;
     ck_assert_int_eq(dear_cost_save(path, &m8), DEAR_OK);
     ck_assert_int_eq(dear_cost_load(path, 8, 1, &back, &found), DEAR_OK);
     ck_assert_int_eq(found, 3);
-    EQ(back.line[DEAR_COST_AR][DEAR_COST_RING].alpha, 1e-3);
+    EQ(back.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_RING].alpha, 1e-3);
     /* A bad line names file and line. */
     write_file(path, "dear-cost 1\n8 1 ar ring 1e-4 1e-9 0 0 0\n8 1 ar carrier-pigeon 1 1 0 0 0\n");
     capture();
@@ -292,22 +292,22 @@ START_TEST(cost_curve)
     memset(&m, 0, sizeof m);
     m.comm_size = 4;
     m.ranks_per_host = 1;
-    m.line[DEAR_COST_RS][DEAR_COST_RING] = (dear_cost_line_t){ .valid = 1, .alpha = 1e-6, .beta = 1e-12 };
-    m.line[DEAR_COST_RS][DEAR_COST_AUTO] = l;
+    m.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_RING] = (dear_cost_line_t){ .valid = 1, .alpha = 1e-6, .beta = 1e-12 };
+    m.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_AUTO] = l;
     int algo;
-    EQ(dear_cost_eval(&m, DEAR_COST_RS, 1u << 20, &algo), 6.6e-3);
-    ck_assert_int_eq(algo, DEAR_COST_AUTO);
+    EQ(dear_cost_eval(&m, DEAR_COLL_REDUCE_SCATTER, 1u << 20, &algo), 6.6e-3);
+    ck_assert_int_eq(algo, DEAR_ALGO_AUTO);
     /* The linear stand-in is fitted through the curve (4 KiB..256 MiB), not the curve's own
      * straight fit of 5 samples: its slope lies between the curve's first and last. */
     double a, b;
-    ck_assert_int_eq(dear_cost_linear(&m, DEAR_COST_RS, &a, &b), DEAR_OK);
+    ck_assert_int_eq(dear_cost_linear(&m, DEAR_COLL_REDUCE_SCATTER, &a, &b), DEAR_OK);
     ck_assert_msg(a >= 0 && b > 2e-9 && b < 8.2e-9 && b != l.beta, "alpha %g beta %g", a, b);
     /* Scaling to 8 ranks keeps the points' order and grows them. */
     dear_cost_model_t m8;
     ck_assert_int_eq(dear_cost_scale(&m, 8, &m8), DEAR_OK);
-    ck_assert_int_eq(m8.line[DEAR_COST_RS][DEAR_COST_AUTO].npts, 5);
+    ck_assert_int_eq(m8.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_AUTO].npts, 5);
     for (int i = 0; i < 5; i++)
-        ck_assert(m8.line[DEAR_COST_RS][DEAR_COST_AUTO].pt_sec[i] >= l.pt_sec[i]);
+        ck_assert(m8.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_AUTO].pt_sec[i] >= l.pt_sec[i]);
     /* Round trip through the cache file, 9 significant digits. */
     const char *path = tmpfile_path("curve.txt");
     unlink(path);
@@ -316,13 +316,13 @@ START_TEST(cost_curve)
     int found = 0;
     ck_assert_int_eq(dear_cost_load(path, 4, 1, &back, &found), DEAR_OK);
     ck_assert_int_eq(found, 2);
-    const dear_cost_line_t *bl = &back.line[DEAR_COST_RS][DEAR_COST_AUTO];
+    const dear_cost_line_t *bl = &back.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_AUTO];
     ck_assert_int_eq(bl->npts, 5);
     for (int i = 0; i < 5; i++) {
         EQ(bl->pt_bytes[i], l.pt_bytes[i]);
         ck_assert(fabs(bl->pt_sec[i] - l.pt_sec[i]) <= 1e-8 * l.pt_sec[i]);
     }
-    ck_assert_int_eq(back.line[DEAR_COST_RS][DEAR_COST_RING].npts, 0);
+    ck_assert_int_eq(back.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_RING].npts, 0);
     /* Bad points name the file, the line and what is accepted; bad input to the fit is refused. */
     static const char *const bad[] = { "8192:1e-4", "8192:1e-4,4096:2e-4", "8192:2e-4,16384:1e-4",
                                        "8192-1e-4,16384:2e-4", "8192:x,16384:2e-4", "8192:0,16384:2e-4" };
@@ -410,7 +410,7 @@ START_TEST(profile_bad_lines)
         { "dear-profile 1\nlayer 0 1 2\ntensor a 0 8\nend 1 1\n", NULL, 0 },
         { "dear-profile 2\n", "header", 1 },
         { "dear-profile 1\nlayer 0 1 2\nlayer x 1 2\n", "layer ID", 3 },
-        { "dear-profile 1\n# c\nlayer 0 1 -2\n", "times >= 0", 3 },
+        { "dear-profile 1\n# c\nlayer 0 1 -2\n", "times in [0, 3600] seconds", 3 },
         { "dear-profile 1\nlayer 5 1 2\nlayer 5 1 2\n", "does not increase", 3 },
         { "dear-profile 1\nlayer 0 1 2\ntensor a 3 8\n", "no layer line declares", 3 },
         { "dear-profile 1\nlayer 0 1 2\ntensor a 0 0\n", "BYTES", 3 },
@@ -473,7 +473,7 @@ static void hand_prof(dear_profile_t *p)
     make_prof(p, 3, fw, bw, 3, lay, by);
 }
 
-static const dear_sim_op_t *find_op(const dear_sim_result_t *r, dear_sim_kind_t k, int index)
+static const dear_sim_op_t *find_op(const dear_sim_result_t *r, int k, int index)
 {
     for (int i = 0; i < r->nops; i++)
         if (r->ops[i].kind == k && r->ops[i].index == index)
@@ -495,23 +495,23 @@ START_TEST(sim_sync_and_wfbp_by_hand)
     plan2(&ps, 3, 2, split, 2, split);
     dear_sim_result_t r = { 0 };
     /* sync: 3 + 6 + all-reduce of 600 bytes (7) = 16. */
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_SYNC, &pn, 1, &r), DEAR_OK);
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_SYNC, &pn, 1, &r), DEAR_OK);
     EQ(r.iter_s, 16);
     EQ(r.exposed_s, 7);
-    EQ(find_op(&r, DEAR_SIM_AR, 0)->start, 9);
+    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 0)->start, 9);
     /* wfbp, one bucket per layer: backward 3..9, grads ready at 5, 7, 9; AR 300 B 5..9,
      * 200 B 9..12, 100 B 12..14. */
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
     EQ(r.iter_s, 14);
     EQ(r.exposed_s, 5);
     EQ(r.comm_s, 9);
-    EQ(find_op(&r, DEAR_SIM_AR, 2)->start, 5);
-    EQ(find_op(&r, DEAR_SIM_AR, 1)->start, 9);
-    EQ(find_op(&r, DEAR_SIM_AR, 0)->end, 14);
+    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 2)->start, 5);
+    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 1)->start, 9);
+    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 0)->end, 14);
     EQ(find_op(&r, DEAR_SIM_BWD, 0)->start, 7);
     /* one bucket: ready at 9, 7 s: 16. Buckets {0} and {1,2}: {1,2} ready 7, 6 s -> 13; {0} 13..15. */
-    EQ(sim_T(&p, &c, DEAR_SIM_SCHED_WFBP, &po), 16);
-    EQ(sim_T(&p, &c, DEAR_SIM_SCHED_WFBP, &ps), 15);
+    EQ(sim_T(&p, &c, DEAR_SCHED_WFBP, &po), 16);
+    EQ(sim_T(&p, &c, DEAR_SCHED_WFBP, &ps), 15);
     dear_sim_result_free(&r);
     dear_plan_free(&pn);
     dear_plan_free(&po);
@@ -535,21 +535,21 @@ START_TEST(sim_dear_by_hand)
      * tensor 0 (1 s) ends 1 s into this forward, so: AG0 1..2, fwd0 2..3, AG1 2..3.5,
      * fwd1 3.5..4.5, AG2 3.5..5.5, fwd2 5.5..6.5; backward 6.5..12.5 (grads at 8.5, 10.5, 12.5);
      * RS2 8.5..10.5, RS1 10.5..12, RS0 12.5..13.5 = 1 s past the iteration end 12.5. */
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_DEAR, &pn, 1, &r), DEAR_OK);
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pn, 1, &r), DEAR_OK);
     EQ(r.iter_s, 12.5);
     EQ(r.exposed_s, 3.5);
-    EQ(find_op(&r, DEAR_SIM_AG, 0)->start, 1);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 0)->start, 1);
     EQ(find_op(&r, DEAR_SIM_FWD, 0)->start, 2);
     EQ(find_op(&r, DEAR_SIM_FWD, 1)->start, 3.5);
-    EQ(find_op(&r, DEAR_SIM_AG, 2)->end, 5.5);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->end, 5.5);
     EQ(find_op(&r, DEAR_SIM_FWD, 2)->end, 6.5);
-    EQ(find_op(&r, DEAR_SIM_RS, 2)->start, 8.5);
-    EQ(find_op(&r, DEAR_SIM_RS, 1)->end, 12);
-    EQ(find_op(&r, DEAR_SIM_RS, 0)->start, 12.5);
-    EQ(find_op(&r, DEAR_SIM_RS, 0)->end, 13.5);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 2)->start, 8.5);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 1)->end, 12);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 0)->start, 12.5);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 0)->end, 13.5);
     /* One reduce-scatter bucket (600 B, 3.5 s) ready at the end of backward: tail 3.5 s; the
      * all-gathers then end at 4.5, 6, 8 against needs 0, 1, 2 (stall 6): 9 + 6 = 15. */
-    EQ(sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &pm), 15);
+    EQ(sim_T(&p, &c, DEAR_SCHED_DEAR, &pm), 15);
     dear_sim_result_free(&r);
     dear_plan_free(&pn);
     dear_plan_free(&pm);
@@ -574,20 +574,20 @@ START_TEST(sim_dear_early_by_hand)
      * ends at the iteration's end. Forward: AG0 2.5..3.5, fwd0 3.5..4.5, AG1 3.5..5, fwd1 5..6,
      * fwd2 (AG2 done) 6..7; iteration 7 + 6 = 13 (12.5 with every group in the forward). */
     dear_sim_result_t r = { 0 };
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_DEAR, &pl, 1, &r), DEAR_OK);
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pl, 1, &r), DEAR_OK);
     EQ(r.iter_s, 13);
-    EQ(find_op(&r, DEAR_SIM_AG, 0)->start, 2.5);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 0)->start, 2.5);
     EQ(find_op(&r, DEAR_SIM_FWD, 1)->start, 5);
     EQ(find_op(&r, DEAR_SIM_FWD, 2)->start, 6);
-    EQ(find_op(&r, DEAR_SIM_RS, 2)->start, 9);
-    EQ(find_op(&r, DEAR_SIM_AG, 2)->start, 11);
-    EQ(find_op(&r, DEAR_SIM_AG, 2)->end, 13);
-    EQ(find_op(&r, DEAR_SIM_RS, 1)->start, 13);
-    EQ(find_op(&r, DEAR_SIM_RS, 0)->end, 15.5);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 2)->start, 9);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->start, 11);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->end, 13);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 1)->start, 13);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 0)->end, 15.5);
     EQ(r.comm_s, 1 + 1.5 + 2 + 2 + 1.5 + 1);
     /* A plan with more early groups than groups is refused. */
     pl.ag_early = 4;
-    ck_assert_int_ne(dear_sim_run(&p, &c, DEAR_SIM_SCHED_DEAR, &pl, 0, &r), DEAR_OK);
+    ck_assert_int_ne(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pl, 0, &r), DEAR_OK);
     dear_sim_result_free(&r);
     dear_plan_free(&pl);
     dear_prof_free(&p);
@@ -613,12 +613,12 @@ START_TEST(sim_dear_layers_without_tensors)
      * layer 2 waits for t2 (its two tensors span two groups): 9..10; layer 3 10..12. Iteration
      * 12 + 4 = 16; RS starts at 12 + 3 = 15, ends 19: tail 3 again. */
     dear_sim_result_t r = { 0 };
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SIM_SCHED_DEAR, &pl, 1, &r), DEAR_OK);
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pl, 1, &r), DEAR_OK);
     EQ(r.iter_s, 16);
     EQ(find_op(&r, DEAR_SIM_FWD, 0)->start, 0);
     EQ(find_op(&r, DEAR_SIM_FWD, 1)->start, 5);
     EQ(find_op(&r, DEAR_SIM_FWD, 2)->start, 9);
-    EQ(find_op(&r, DEAR_SIM_RS, 0)->end, 19);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 0)->end, 19);
     /* SVG renders. */
     FILE *f = fopen(tmpfile_path("g.svg"), "w");
     ck_assert_int_eq(dear_sim_svg(&r, "test <&>", f), DEAR_OK);
@@ -640,7 +640,7 @@ START_TEST(mgwfbp_hand_worked)
     hand_prof(&p);
     dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005);
     dear_plan_problem_t prob;
-    problem_linear(&prob, &p, DEAR_SIM_SCHED_WFBP, &l);
+    problem_linear(&prob, &p, DEAR_SCHED_WFBP, &l);
     dear_plan_t plan = { 0 };
     ck_assert_int_eq(dear_plan_mgwfbp(&plan, &prob), DEAR_OK);
     ck_assert_int_eq(plan.rs.ngroups, 2);
@@ -648,10 +648,10 @@ START_TEST(mgwfbp_hand_worked)
     ck_assert_int_eq(plan.rs.first[1], 2);
     ck_assert_int_eq(plan.rs.first[2], 3);
     ck_assert(dear_plan_equal(&(dear_plan_t){ .ntensors = 3, .rs = plan.rs, .ag = plan.rs }, &plan));
-    EQ(sim_T(&p, &prob.cost, DEAR_SIM_SCHED_WFBP, &plan), 13);
+    EQ(sim_T(&p, &prob.cost, DEAR_SCHED_WFBP, &plan), 13);
     /* With a = 3 everything merges: t1 ready 4 < 2 + 3; then s = 4 and t0 ready 6 < 4 + 3. */
     l = lin(3, 0.01, 1.5, 0.005);
-    problem_linear(&prob, &p, DEAR_SIM_SCHED_WFBP, &l);
+    problem_linear(&prob, &p, DEAR_SCHED_WFBP, &l);
     ck_assert_int_eq(dear_plan_mgwfbp(&plan, &prob), DEAR_OK);
     ck_assert_int_eq(plan.rs.ngroups, 1);
     dear_plan_free(&plan);
@@ -725,41 +725,41 @@ START_TEST(dp_equals_brute_force)
         int rs[16], ag[16], nrs, nag;
         /* wfbp: brute force over all-reduce bucketings. */
         dear_plan_problem_t prob;
-        problem_linear(&prob, &p, DEAR_SIM_SCHED_WFBP, &l);
+        problem_linear(&prob, &p, DEAR_SCHED_WFBP, &l);
         dear_plan_t dp = { 0 };
         ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
         double best = INFINITY;
         for (unsigned m = 0; m < (1u << (n - 1)); m++) {
             partition_from_mask(m, n, rs, &nrs);
-            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_WFBP, nrs, rs, nrs, rs, 0);
+            double t = dear_sim_ws_iter(ws, &c, DEAR_SCHED_WFBP, nrs, rs, nrs, rs, 0);
             best = t < best ? t : best;
         }
-        double tdp = sim_T(&p, &c, DEAR_SIM_SCHED_WFBP, &dp);
+        double tdp = sim_T(&p, &c, DEAR_SCHED_WFBP, &dp);
         ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "wfbp instance %d (n=%d): dp %.12g, brute force %.12g", inst,
                       n, tdp, best);
         /* dear, every all-gather in the forward pass (split n): the reduce-scatter phase,
          * all-gathers one group per tensor. */
-        problem_linear(&prob, &p, DEAR_SIM_SCHED_DEAR, &l);
+        problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
         ck_assert_int_eq(dear_plan_dp_split(&dp, &prob, n), DEAR_OK);
         ck_assert_int_eq(dp.ag_early, 0);
         partition_from_mask((1u << (n - 1)) - 1, n, ag, &nag);
         best = INFINITY;
         for (unsigned m = 0; m < (1u << (n - 1)); m++) {
             partition_from_mask(m, n, rs, &nrs);
-            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, nag, ag, 0);
+            double t = dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, nrs, rs, nag, ag, 0);
             best = t < best ? t : best;
         }
-        double tdp_rs = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag, 0);
+        double tdp_rs = dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag, 0);
         ck_assert_msg(fabs(tdp_rs - best) <= 1e-9 * best, "dear rs instance %d (n=%d): dp %.12g, brute %.12g", inst,
                       n, tdp_rs, best);
         /* dear: the all-gather phase with the DP's reduce-scatter buckets. */
         best = INFINITY;
         for (unsigned m = 0; m < (1u << (n - 1)); m++) {
             partition_from_mask(m, n, ag, &nag);
-            double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag, 0);
+            double t = dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nag, ag, 0);
             best = t < best ? t : best;
         }
-        tdp = sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &dp);
+        tdp = sim_T(&p, &c, DEAR_SCHED_DEAR, &dp);
         ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "dear ag instance %d (n=%d): dp %.12g, brute %.12g", inst, n,
                       tdp, best);
         /* A bucket memory cap: the DP over admissible groups equals brute force over the
@@ -783,12 +783,12 @@ START_TEST(dp_equals_brute_force)
             }
             if (!fits)
                 continue;
-            double t1 = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, dp.ag.ngroups, dp.ag.first, 0);
-            double t2 = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nrs, rs, 0);
+            double t1 = dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, nrs, rs, dp.ag.ngroups, dp.ag.first, 0);
+            double t2 = dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, dp.rs.ngroups, dp.rs.first, nrs, rs, 0);
             best_rs = t1 < best_rs ? t1 : best_rs;
             best_ag = t2 < best_ag ? t2 : best_ag;
         }
-        double tcap = sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &dp);
+        double tcap = sim_T(&p, &c, DEAR_SCHED_DEAR, &dp);
         ck_assert_msg(fabs(tcap - best_rs) <= 1e-9 * best_rs && fabs(tcap - best_ag) <= 1e-9 * best_ag,
                       "capped instance %d: dp %.12g, brute rs %.12g ag %.12g", inst, tcap, best_rs, best_ag);
         for (int g = 0; g < dp.rs.ngroups; g++) {
@@ -806,7 +806,7 @@ START_TEST(dp_equals_brute_force)
                 for (unsigned m2 = 0; m2 < (1u << (n - 1)); m2++) {
                     partition_from_mask(m1, n, rs, &nrs);
                     partition_from_mask(m2, n, ag, &nag);
-                    double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, nag, ag, 0);
+                    double t = dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, nrs, rs, nag, ag, 0);
                     best = t < best ? t : best;
                 }
             ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "dear joint instance %d: dp %.12g, brute %.12g", inst, tdp,
@@ -837,12 +837,12 @@ START_TEST(dp_split_equals_brute_force)
         dear_sim_ws_t *ws;
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         dear_plan_problem_t prob;
-        problem_linear(&prob, &p, DEAR_SIM_SCHED_DEAR, &l);
+        problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
         double best_all = INFINITY, t_none = INFINITY;
         for (int m = 0; m <= n; m++) {
             dear_plan_t dp = { 0 };
             ck_assert_int_eq(dear_plan_dp_split(&dp, &prob, m), DEAR_OK);
-            double tdp = sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &dp);
+            double tdp = sim_T(&p, &c, DEAR_SCHED_DEAR, &dp);
             ck_assert_int_eq(dp.ag.first[dp.ag.ngroups - dp.ag_early], m < n ? m : n);
             /* Brute force: buckets (any), regular groups over [0, m) (any), early groups = the
              * buckets cut at m. */
@@ -865,7 +865,7 @@ START_TEST(dp_split_equals_brute_force)
                                 ag[k++] = rs[g];
                     }
                     ag[k] = n;
-                    double t = dear_sim_ws_iter(ws, &c, DEAR_SIM_SCHED_DEAR, nrs, rs, k, ag, k - reg);
+                    double t = dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, nrs, rs, k, ag, k - reg);
                     best = t < best ? t : best;
                 }
             }
@@ -880,7 +880,7 @@ START_TEST(dp_split_equals_brute_force)
         }
         dear_plan_t dp = { 0 };
         ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
-        double tdp = sim_T(&p, &c, DEAR_SIM_SCHED_DEAR, &dp);
+        double tdp = sim_T(&p, &c, DEAR_SCHED_DEAR, &dp);
         ck_assert_msg(fabs(tdp - best_all) <= 1e-9 * best_all, "instance %d: dp %.12g, best split %.12g", inst, tdp,
                       best_all);
         ck_assert(tdp <= t_none * (1 + 1e-12));
@@ -918,17 +918,17 @@ START_TEST(gradssa_deterministic_and_never_worse)
     ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
     dear_cost_model_t m;
     ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, &m), DEAR_OK);
-    for (int op = 0; op < DEAR_COST_NOPS; op++) {
-        dear_cost_line_t r = m.line[op][DEAR_COST_RING];
-        m.line[op][DEAR_COST_RHD] = (dear_cost_line_t){ .valid = 1, .alpha = r.alpha / 8, .beta = r.beta * 3 };
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        dear_cost_line_t r = m.line[op][DEAR_ALGO_RING];
+        m.line[op][DEAR_ALGO_RHD] = (dear_cost_line_t){ .valid = 1, .alpha = r.alpha / 8, .beta = r.beta * 3 };
     }
     size_t cap = 16u << 20;   /* above the largest tensor (9.4 MB), below the 25 MiB threshold buckets */
-    static const int scheds[2] = { DEAR_SIM_SCHED_WFBP, DEAR_SIM_SCHED_DEAR };
+    static const int scheds[2] = { DEAR_SCHED_WFBP, DEAR_SCHED_DEAR };
     for (int si = 0; si < 2; si++) {
         int s = scheds[si];
         dear_sim_model_arg_t marg;
         dear_plan_problem_t prob;
-        ck_assert_int_eq(dear_plan_problem_init(&prob, &p, (dear_sim_sched_t)s, &m, cap, &marg), DEAR_OK);
+        ck_assert_int_eq(dear_plan_problem_init(&prob, &p, (dear_sched_t)s, &m, cap, &marg), DEAR_OK);
         prob.rounds = 60;
         prob.seed = 42;
         dear_plan_t a = { 0 }, b = { 0 };
@@ -943,7 +943,7 @@ START_TEST(gradssa_deterministic_and_never_worse)
             seeds = t < seeds ? t : seeds;
         }
         ck_assert_msg(ta <= seeds * (1 + 1e-12), "%s: gradssa %.9g worse than best seed %.9g",
-                      dear_sim_sched_name((dear_sim_sched_t)s), ta, seeds);
+                      dear_sched_name((dear_sched_t)s), ta, seeds);
         /* The best seed respects the cap (per-layer buckets do), so gradssa's plan must too. */
         for (int g = 0; g < a.rs.ngroups; g++) {
             size_t bytes = 0;
@@ -964,14 +964,14 @@ START_TEST(gradssa_deterministic_and_never_worse)
         double brute = INFINITY;
         for (int i = 0; i < 5; i++)
             for (int j = 0; j < 5; j++) {
-                if (s != DEAR_SIM_SCHED_DEAR && i != j)
+                if (s != DEAR_SCHED_DEAR && i != j)
                     continue;
                 dear_plan_t mix = { .ntensors = cp[i].ntensors, .rs = cp[i].rs, .ag = cp[j].ag };
                 double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix);
                 brute = t < brute ? t : brute;
             }
         ck_assert_msg(fabs(tauto - brute) <= 1e-12 * brute, "%s: auto %.9g, best pair %.9g (%s)",
-                      dear_sim_sched_name((dear_sim_sched_t)s), tauto, brute, au.planner);
+                      dear_sched_name((dear_sched_t)s), tauto, brute, au.planner);
         for (int i = 0; i < 5; i++)
             dear_plan_free(&cp[i]);
         dear_plan_free(&au);
@@ -994,7 +994,7 @@ START_TEST(gradssa_within_1pct_of_dp_on_shipped)
         ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
         dear_sim_model_arg_t marg;
         dear_plan_problem_t prob;
-        ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SIM_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
+        ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
         prob.rounds = 30;
         double tdp = plan_T(&prob, "dp", NULL), tssa = plan_T(&prob, "gradssa", NULL);
         ck_assert_msg(tssa <= 1.01 * tdp, "%s: gradssa %.6g vs dp %.6g", models[i], tssa, tdp);
@@ -1087,7 +1087,7 @@ START_TEST(planners_fast_on_2000_tensors)
     ck_assert_int_eq(dear_cost_preset("10gbe", 16, 1, &m), DEAR_OK);
     dear_sim_model_arg_t marg;
     dear_plan_problem_t prob;
-    ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SIM_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
+    ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
     dear_plan_t pl = { 0 };
     ck_assert_int_eq(dear_plan_dp(&pl, &prob), DEAR_OK);
     ck_assert_int_eq(dear_plan_mgwfbp(&pl, &prob), DEAR_OK);

@@ -8,7 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/log.h"
+#include "base/log.h"
+#include "include/dear_types.h"
+#include "tests/unit/ck_run.h"
 
 static char captured[1 << 18];
 static int nlines;
@@ -173,6 +175,31 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* dear_last_error: the error lines since the previous call, from any thread, only errors, then
+ * forgotten; the first ones kept when there are too many. */
+START_TEST(test_last_error)
+{
+    char buf[8192];
+    dear_last_error(NULL, 0);
+    DEAR_WARN("t", "a warning");
+    DEAR_ERROR("t", "first %d", 1);
+    DEAR_ERROR("t", "second");
+    size_t n = dear_last_error(buf, sizeof buf);
+    ck_assert_uint_eq(n, strlen(buf));
+    ck_assert_str_eq(buf, "[dear ?] error t: first 1\n[dear ?] error t: second\n");
+    ck_assert_uint_eq(dear_last_error(buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "");
+    DEAR_ERROR("t", "cut");
+    ck_assert_uint_eq(dear_last_error(buf, 5), strlen("[dear ?] error t: cut\n"));
+    ck_assert_str_eq(buf, "[dea");
+    for (int i = 0; i < 400; i++)
+        DEAR_ERROR("t", "line %d", i);
+    n = dear_last_error(buf, sizeof buf);
+    ck_assert(n < 4096 && strncmp(buf, "[dear ?] error t: line 0\n", 25) == 0);
+}
+END_TEST
+
+
 int main(void)
 {
     Suite *s = suite_create("log");
@@ -184,10 +211,7 @@ int main(void)
     tcase_add_test(tc, test_long_line_truncated);
     tcase_add_test(tc, test_stderr_default);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_last_error);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return dear_ck_run(s);
 }

@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include "include/dear.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "tests/unit/ck_run.h"
 
 extern char **environ;
 
@@ -99,8 +100,8 @@ START_TEST(test_size)
 {
     const struct { const char *text; long long bytes; } good[] = {
         { "1", 1 }, { "4096", 4096 }, { "4k", 4LL << 10 }, { "4K", 4LL << 10 }, { "4KiB", 4LL << 10 },
-        { "4kb", 4LL << 10 }, { "25m", 25LL << 20 }, { "25MiB", 25LL << 20 }, { "25M", 25LL << 20 },
-        { "3g", 3LL << 30 }, { "3GB", 3LL << 30 },
+        { "4kB", 4000 }, { "10MB", 10000000 }, { "25m", 25LL << 20 }, { "25MiB", 25LL << 20 }, { "25M", 25LL << 20 },
+        { "3g", 3LL << 30 }, { "3GB", 3000000000LL }, { "3GiB", 3LL << 30 },
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         ck_assert_int_eq(parse(DEAR_P_FUSION_THRESHOLD, good[i].text), DEAR_OK);
@@ -108,7 +109,7 @@ START_TEST(test_size)
         ck_assert_int_eq(dear_param_int(DEAR_P_FUSION_THRESHOLD), good[i].bytes);
         ck_assert(dear_param_double(DEAR_P_FUSION_THRESHOLD) == (double)good[i].bytes);
     }
-    const char *bad[] = { "0", "-1", "12q", "k", "1.5m", "4kk", "4 k", "", "1t", "9999999g" };
+    const char *bad[] = { "0", "-1", "12q", "k", "1.5m", "4kk", "4 k", "", "1t", "9999999g", "4kb", "10mb", "1Mi" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_rejected(DEAR_P_FUSION_THRESHOLD, bad[i], "a byte count in [1, 1000000000000000], optionally with k/m/g");
     /* The lower bound of COLL_SEGMENT is 1024: 1k is in, 1023 is out. */
@@ -346,9 +347,5 @@ int main(void)
     tcase_add_test(tc, test_print);
     tcase_add_test(tc, test_markdown);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return dear_ck_run(s);
 }

@@ -17,9 +17,10 @@
 #include <unistd.h>
 
 #include "include/dear.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/timeline.h"
-#include "runtime/util.h"
+#include "base/util.h"
+#include "tests/unit/ck_run.h"
 
 /* Metadata records written at open: process name and sort index, name and sort index per lane. */
 #define NMETA 8
@@ -345,7 +346,7 @@ START_TEST(test_valid_after_every_record)
     dear_timeline_t *tl = NULL;
     snprintf(pattern, sizeof pattern, "%s/trace-r%%r.json", dir);
     snprintf(path, sizeof path, "%s/trace-r7.json", dir);
-    ck_assert_int_eq(dear_timeline_open(pattern, 7, &tl), DEAR_OK);
+    ck_assert_int_eq(dear_timeline_open(pattern, 7, 0, &tl), DEAR_OK);
     ck_assert_ptr_nonnull(tl);
     ck_assert_int_eq(file_events(path), NMETA);
     snprintf(snap, sizeof snap, "%s/snap-0000.json", dir);
@@ -396,13 +397,43 @@ START_TEST(test_valid_after_every_record)
 }
 END_TEST
 
+/* A size cap: the file stays within it, valid, every record up to the stop in order, and a last
+ * record saying where it stopped. */
+START_TEST(test_size_cap)
+{
+    char path[600];
+    dear_timeline_t *tl = NULL;
+    const size_t cap = 20000;
+    snprintf(path, sizeof path, "%s/cap.json", dir);
+    ck_assert_int_eq(dear_timeline_open(path, 0, cap, &tl), DEAR_OK);
+    double t = dear_now();
+    for (int i = 0; i < 5000; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "r%d", i);
+        dear_timeline_span(tl, name, "c", DEAR_LANE_COMM, t, t + 1e-6, "\"k\":1");
+    }
+    dear_timeline_close(tl);
+    size_t len;
+    char *text = slurp(path, &len);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(len <= cap, "timeline of %zu bytes with a cap of %zu", len, cap);
+    long n = json_trace_events(text, len);
+    ck_assert_msg(n > NMETA + 100, "only %ld events before the cap", n);
+    ck_assert_ptr_nonnull(strstr(text, "timeline stopped: DEAR_TIMELINE_MAX (20000 bytes) reached"));
+    char last[32];
+    snprintf(last, sizeof last, "\"r%ld\"", n - NMETA - 2); /* the last record kept, before the note */
+    ck_assert_msg(strstr(text, last) != NULL, "record %s missing", last);
+    free(text);
+}
+END_TEST
+
 START_TEST(test_timestamps)
 {
     char path[600];
     dear_timeline_t *tl = NULL;
     snprintf(path, sizeof path, "%s/ts.json", dir);
     double before = dear_now();
-    ck_assert_int_eq(dear_timeline_open(path, 0, &tl), DEAR_OK);
+    ck_assert_int_eq(dear_timeline_open(path, 0, 0, &tl), DEAR_OK);
     double after = dear_now();
     /* An event 0.25 s after open: ts is 250000 us after the open instant, give or take the
      * open call itself. A span whose end precedes its start gets duration 0. */
@@ -450,7 +481,7 @@ START_TEST(test_threads)
     char path[600];
     pthread_t th[NTHREADS];
     snprintf(path, sizeof path, "%s/threads.json", dir);
-    ck_assert_int_eq(dear_timeline_open(path, 1, &shared_tl), DEAR_OK);
+    ck_assert_int_eq(dear_timeline_open(path, 1, 0, &shared_tl), DEAR_OK);
     double t0 = dear_now();
     for (long i = 0; i < NTHREADS; i++)
         ck_assert_int_eq(pthread_create(&th[i], NULL, writer, (void *)i), 0);
@@ -475,7 +506,11 @@ START_TEST(test_threads)
 END_TEST
 
 /* A child writes records as fast as it can and is SIGKILLed at several moments; each time the
- * file must parse and hold every record up to some point (names are consecutive). */
+ * file must parse and hold every record up to some point (names are consecutive). The child
+ * stops at KILLED_MAX_RECORDS and waits for the signal: a plain build kills it long before, but
+ * under a sanitizer the polling parse below rarely sees a quiet file and the child would write
+ * for the whole 10 s of grace (2 million records, 250 MB). */
+#define KILLED_MAX_RECORDS 100000
 START_TEST(test_killed_child)
 {
     for (int round = 0; round < 4; round++) {
@@ -485,10 +520,10 @@ START_TEST(test_killed_child)
         ck_assert(pid >= 0);
         if (pid == 0) {
             dear_timeline_t *tl;
-            if (dear_timeline_open(path, round, &tl) != DEAR_OK)
+            if (dear_timeline_open(path, round, 0, &tl) != DEAR_OK)
                 _exit(3);
             char name[64], args[64];
-            for (long i = 0;; i++) {
+            for (long i = 0; i < KILLED_MAX_RECORDS; i++) {
                 double t = dear_now();
                 snprintf(name, sizeof name, "rec %ld \"q\"", i);
                 snprintf(args, sizeof args, "\"seq\":%ld", i);
@@ -496,6 +531,8 @@ START_TEST(test_killed_child)
                 if (i % 64 == 63)
                     sched_yield();   /* let the parent run on a busy machine */
             }
+            for (;;)
+                pause();
         }
         /* Let it write a while (longer each round), then kill it without warning. */
         double until = dear_now() + 0.02 + 0.03 * round;
@@ -515,6 +552,22 @@ START_TEST(test_killed_child)
         char *text = slurp(path, &len);
         ck_assert_ptr_nonnull(text);
         long n = json_trace_events(text, len);
+        if (n < 0 && len % 4096 == 0) {
+            /* The documented exception (runtime/timeline.c): the kill landed inside the write of
+             * the record that spans a page boundary and cut it there. Everything before that
+             * record must still be whole. */
+            char *cut = text + len;
+            while (cut > text && strncmp(cut, ",\n{", 3) != 0)
+                cut--;
+            ck_assert_msg(cut > text && (size_t)(text + len - cut) < 4096, "round %d: invalid, and not a cut record",
+                          round);
+            printf("timeline: killed writer %d cut the record at byte %zu, spanning the page boundary at %zu\n",
+                   round, (size_t)(cut - text), len);
+            memcpy(cut, "\n]}\n", 4);
+            cut[4] = '\0';
+            len = (size_t)(cut - text) + 4;
+            n = json_trace_events(text, len);
+        }
         ck_assert_msg(n >= NMETA + 10, "round %d: %ld events after kill", round, n);
         /* Records 0..n-NMETA-1 are all there, in order, and no other. */
         long nrec = n - NMETA;
@@ -522,7 +575,10 @@ START_TEST(test_killed_child)
         for (long i = 0; i < nrec; i++) {
             char want[64];
             snprintf(want, sizeof want, "{\"name\":\"rec %ld \\\"q\\\"\",", i);
-            p = strstr(p, want);
+            /* Record i follows record i - 1 within a line: searching that window rather than
+             * the rest of the file stays linear where sanitizers check each search's whole text. */
+            size_t room = (size_t)(text + len - p);
+            p = memmem(p, room < 1024 ? room : 1024, want, strlen(want));
             ck_assert_msg(p != NULL, "round %d: record %ld missing of %ld", round, i, nrec);
         }
         char next[64];
@@ -548,17 +604,20 @@ START_TEST(test_open_errors)
     logbuf[0] = '\0';
     dear_log_set_sink(capture, NULL);
     snprintf(path, sizeof path, "%s/no/such/dir/t-%%r.json", dir);
-    ck_assert_int_eq(dear_timeline_open(path, 3, &tl), DEAR_ERR_IO);
+    ck_assert_int_eq(dear_timeline_open(path, 3, 0, &tl), DEAR_ERR_IO);
     ck_assert_ptr_eq(tl, (dear_timeline_t *)0x1);   /* untouched on failure */
     char want[700];
-    snprintf(want, sizeof want, "'%s/no/such/dir/t-3.json' for writing: %s", dir, strerror(ENOENT));
+    snprintf(want, sizeof want, "%s/no/such/dir/t-3.json: %s", dir, strerror(ENOENT));
     ck_assert_msg(strstr(logbuf, want) != NULL, "log: %s", logbuf);
-    /* Opened but not writable: the header write fails with the reason. */
+    /* Anything but a regular file is refused before it is opened, and left as it was. */
     logbuf[0] = '\0';
-    ck_assert_int_eq(dear_timeline_open("/dev/full", 0, &tl), DEAR_ERR_IO);
-    ck_assert_msg(strstr(logbuf, strerror(ENOSPC)) != NULL, "log: %s", logbuf);
-    ck_assert_int_eq(dear_timeline_open("", 0, &tl), DEAR_ERR_ARG);
-    ck_assert_int_eq(dear_timeline_open(NULL, 0, &tl), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_timeline_open("/dev/full", 0, 0, &tl), DEAR_ERR_IO);
+    ck_assert_msg(strstr(logbuf, "/dev/full is a character device; refused") != NULL, "log: %s", logbuf);
+    struct stat st;
+    ck_assert_int_eq(stat("/dev/full", &st), 0);
+    ck_assert(S_ISCHR(st.st_mode));
+    ck_assert_int_eq(dear_timeline_open("", 0, 0, &tl), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_timeline_open(NULL, 0, 0, &tl), DEAR_ERR_ARG);
     dear_log_set_sink(NULL, NULL);
     /* NULL timelines are accepted everywhere (the timeline is off). */
     dear_timeline_span(NULL, "x", "y", 0, 0, 1, NULL);
@@ -580,7 +639,7 @@ START_TEST(test_write_failure_keeps_file_valid)
         struct rlimit rl = { 20000, 20000 };
         dear_timeline_t *tl;
         signal(SIGXFSZ, SIG_IGN);
-        if (setrlimit(RLIMIT_FSIZE, &rl) != 0 || dear_timeline_open(path, 0, &tl) != DEAR_OK)
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0 || dear_timeline_open(path, 0, 0, &tl) != DEAR_OK)
             _exit(3);
         logbuf[0] = '\0';
         dear_log_set_sink(capture, NULL);
@@ -616,12 +675,12 @@ START_TEST(test_reopen_truncates)
     char path[600];
     dear_timeline_t *tl;
     snprintf(path, sizeof path, "%s/again.json", dir);
-    ck_assert_int_eq(dear_timeline_open(path, 0, &tl), DEAR_OK);
+    ck_assert_int_eq(dear_timeline_open(path, 0, 0, &tl), DEAR_OK);
     for (int i = 0; i < 100; i++)
         dear_timeline_instant(tl, "long name to make the first file large", "c", 0, dear_now(), NULL);
     dear_timeline_close(tl);
     ck_assert_int_eq(file_events(path), NMETA + 100);
-    ck_assert_int_eq(dear_timeline_open(path, 0, &tl), DEAR_OK);
+    ck_assert_int_eq(dear_timeline_open(path, 0, 0, &tl), DEAR_OK);
     dear_timeline_instant(tl, "x", "c", 0, dear_now(), NULL);
     dear_timeline_close(tl);
     ck_assert_int_eq(file_events(path), NMETA + 1);
@@ -638,15 +697,12 @@ int main(void)
     tcase_add_test(tc, test_escape);
     tcase_add_test(tc, test_valid_after_every_record);
     tcase_add_test(tc, test_timestamps);
+    tcase_add_test(tc, test_size_cap);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_killed_child);
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_write_failure_keeps_file_valid);
     tcase_add_test(tc, test_reopen_truncates);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return dear_ck_run(s);
 }

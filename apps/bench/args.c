@@ -1,0 +1,390 @@
+/*
+ * args.c: dear-bench's command line. Options come from getopt_long, a single configuration from
+ * --schedule/--fusion/--threshold or the DEAR_* variables the runtime itself reads, several from
+ * --configs "SCHEDULE[:PLANNER[:THRESHOLD]];...". Every rank parses the same argv and checks it
+ * completely before any collective call, so a bad argument ends all ranks with status 2 and one
+ * message (rank 0's) instead of leaving some of them waiting. Each configuration also gets its
+ * warm-up: the iterations its planner needs before its plan is in place.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion/cost.h"
+#include "base/planner_table.h"
+#include "base/sched_table.h"
+#include "base/textio.h"
+#include "include/dear.h"
+#include "apps/bench/args.h"
+#include "apps/bench/bench.h"
+
+#define DEFAULT_CONFIGS \
+    "sync;wfbp:threshold:64m;wfbp:threshold:25m;wfbp:mgwfbp;dear:threshold:25m;dear:gradssa;dear:auto"
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    if (g_rank == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "dear-bench: ");
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, " (try --help)\n");
+    }
+    return 2;
+}
+
+static void usage(void)
+{
+    say("usage: mpirun -np P dear-bench --profile FILE [options]\n"
+        "Emulate a model's compute from its profile (sleeping), synchronise real float32 gradients\n"
+        "through libdear, check the parameters, and compare measured iteration times with the\n"
+        "simulator's prediction for each configuration.\n"
+        "\n"
+        "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships five)\n"
+        "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
+        "                       SCHEDULE[:PLANNER[:THRESHOLD]], e.g.\n"
+        "                       \"%s\"\n"
+        "                       (SCHEDULE dear|wfbp|sync; PLANNER none|threshold|mgwfbp|dp|gradssa|auto;\n"
+        "                       THRESHOLD bytes with k/m/g = KiB/MiB/GiB, default 25m)\n"
+        "  --schedule S, --fusion X, --threshold BYTES\n"
+        "                       one configuration (default: DEAR_SCHEDULE, DEAR_FUSION,\n"
+        "                       DEAR_FUSION_THRESHOLD, else dear, threshold, 25m); not with --configs\n"
+        "  --iters N            measured iterations per configuration (default 20)\n"
+        "  --rounds R           run the configuration list R times, N/R measured iterations each,\n"
+        "                       and pool them (default 1): a stall of the machine then hits a part\n"
+        "                       of several configurations rather than one whole\n"
+        "  --warmup N           iterations before measuring, in every run (default per planner:\n"
+        "                       none/threshold/sync 3; mgwfbp/dp/gradssa DEAR_WARMUP_ITERS + 2;\n"
+        "                       auto also waits for its check, three blocks of DEAR_VERIFY_ITERS\n"
+        "                       iterations per plan each after one settling iteration:\n"
+        "                       DEAR_WARMUP_ITERS + 2 x DEAR_VERIFY_ITERS + 3 + 2 = 18)\n"
+        "  --time-scale X       multiply every profiled compute time by X (default 1)\n"
+        "  --size-scale X       multiply every tensor size by X (default 1; thresholds scale too,\n"
+        "                       so the bucketing matches the full-size model)\n"
+        "  --preset NAME        cost model for predictions: %s\n"
+        "  --alpha A --beta B   cost model: all-reduce start-up (s) and per-byte time (s/B)\n"
+        "  --calibration FILE   cost model: a calibration cache (DEAR_CALIBRATION_FILE format)\n"
+        "                       entry for this communicator size and ranks per host\n"
+        "                       (default: the model the runtime itself calibrated during the runs,\n"
+        "                       through DEAR_CALIBRATION_FILE, a temporary file unless it is set;\n"
+        "                       when no configuration calibrated, a quick fit of MPI's collectives)\n"
+        "  --jitter-ms X        injected noise: every rank sleeps an extra time drawn uniformly\n"
+        "                       from [0, X] ms in each iteration (before its first layer's forward,\n"
+        "                       counted as compute), so decisions taken on timings (auto's check)\n"
+        "                       can be tried under noise of a known size (default 0: none)\n"
+        "  --jitter-seed S      seed of the jitter (default 1); each rank draws its own sequence,\n"
+        "                       a function of seed, rank and iteration, so every configuration of\n"
+        "                       a run sees the same jitter\n"
+        "  --csv FILE           also write the results as CSV (rank 0)\n"
+        "  --svg-dir DIR        write the predicted Gantt chart of each configuration there\n"
+        "  --quiet              only the result table\n"
+        "DEAR_STALL_ABORT_S defaults to 120 here, so a broken run ends instead of hanging.\n"
+        "  --help               this text\n"
+        "Exit status: 0 all configurations ran and passed the parameter check; 1 a check failed or\n"
+        "the run broke; 2 bad arguments or profile; 3 the runtime refused a configuration.\n",
+        DEFAULT_CONFIGS, dear_cost_preset_names());
+}
+
+static int parse_int(const char *s, long lo, long hi, int *v)
+{
+    long x;
+    if (dear_text_long(s, lo, hi, &x) != 0)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+/* Bytes with an optional k/m/g suffix (KiB, MiB, GiB), as DEAR_FUSION_THRESHOLD accepts. */
+static int parse_size(const char *s, size_t *v)
+{
+    char *e;
+    errno = 0;
+    unsigned long long x = strtoull(s, &e, 10);
+    if (errno || e == s || s[0] == '-')
+        return -1;
+    unsigned long long mul = 1;
+    if (*e == 'k' || *e == 'K')
+        mul = 1ull << 10, e++;
+    else if (*e == 'm' || *e == 'M')
+        mul = 1ull << 20, e++;
+    else if (*e == 'g' || *e == 'G')
+        mul = 1ull << 30, e++;
+    if (*e || x == 0 || x > (1ull << 50) / mul)
+        return -1;
+    *v = (size_t)(x * mul);
+    return 0;
+}
+
+static int valid_sched(const char *s)
+{
+    dear_sched_t sc;
+    return dear_sched_parse(s, &sc) == 0;
+}
+
+static int valid_planner(const char *s)
+{
+    dear_planner_t p;
+    return dear_planner_parse(s, &p) == 0;
+}
+
+static int make_config(config_t *c, const char *text, const char *sched, const char *fusion, size_t threshold)
+{
+    if (!valid_sched(sched))
+        return usage_error("configuration '%s': schedule '%s' is not one of %s", text, sched, DEAR_SCHED_CHOICES);
+    if (strcmp(sched, "sync") != 0 && !valid_planner(fusion))
+        return usage_error("configuration '%s': planner '%s' is not one of %s", text, fusion, DEAR_PLANNER_CHOICES);
+    snprintf(c->text, sizeof c->text, "%s", text);
+    snprintf(c->sched, sizeof c->sched, "%s", sched);
+    snprintf(c->fusion, sizeof c->fusion, "%s", strcmp(sched, "sync") ? fusion : "one");
+    c->threshold = threshold;
+    return 0;
+}
+
+static int parse_configs(const char *list, opts_t *o)
+{
+    char *dup = strdup(list), *save = NULL;
+    if (!dup)
+        return usage_error("out of memory");
+    int rc = 0;
+    o->nconfigs = 0;
+    for (char *tok = strtok_r(dup, ";,", &save); tok && !rc; tok = strtok_r(NULL, ";,", &save)) {
+        while (*tok == ' ')
+            tok++;
+        if (!*tok)
+            continue;
+        if (o->nconfigs == MAX_CONFIGS) {
+            rc = usage_error("--configs: more than %d configurations", MAX_CONFIGS);
+            break;
+        }
+        if (strlen(tok) >= sizeof o->configs[0].text) {
+            rc = usage_error("--configs: '%s' is too long", tok);
+            break;
+        }
+        char buf[64], *f[4] = { 0 };
+        int nf = 0;
+        snprintf(buf, sizeof buf, "%s", tok);
+        for (char *p = buf, *q; nf < 4 && p; p = q) {
+            q = strchr(p, ':');
+            if (q)
+                *q++ = 0;
+            f[nf++] = p;
+        }
+        size_t thr = (size_t)25 << 20;
+        if (nf > 3 || (f[2] && parse_size(f[2], &thr))) {
+            rc = usage_error("--configs: '%s' is not SCHEDULE[:PLANNER[:THRESHOLD]] (threshold: bytes, k/m/g "
+                             "suffix)",
+                             tok);
+            break;
+        }
+        rc = make_config(&o->configs[o->nconfigs], tok, f[0], f[1] ? f[1] : "threshold", thr);
+        if (!rc)
+            o->nconfigs++;
+    }
+    free(dup);
+    if (!rc && o->nconfigs == 0)
+        rc = usage_error("--configs '%s' names no configuration", list);
+    return rc;
+}
+
+/* The configuration of --schedule/--fusion/--threshold (or the DEAR_* environment). */
+static int parse_single(opts_t *o, const char *sched, const char *fusion, const char *thr_text)
+{
+    if (!sched)
+        sched = getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear";
+    if (!fusion)
+        fusion = getenv("DEAR_FUSION") ? getenv("DEAR_FUSION") : "threshold";
+    if (!thr_text)
+        thr_text = getenv("DEAR_FUSION_THRESHOLD") ? getenv("DEAR_FUSION_THRESHOLD") : "25m";
+    size_t thr;
+    if (parse_size(thr_text, &thr))
+        return usage_error("threshold '%s' is not a size in bytes (k/m/g suffix allowed)", thr_text);
+    char text[64];
+    if (!strcmp(sched, "sync"))
+        snprintf(text, sizeof text, "sync");
+    else
+        snprintf(text, sizeof text, "%.8s:%.15s:%.20s", sched, fusion, thr_text);
+    o->nconfigs = 1;
+    return make_config(&o->configs[0], text, sched, fusion, thr);
+}
+
+/* What the command line says about the configurations and the cost model, checked later. */
+typedef struct {
+    const char *configs, *sched, *fusion, *thr_text;
+    int have_a, have_b;
+} raw_args_t;
+
+/* The options one by one, with their defaults: 0, -1 after --help, 2 on a bad one. */
+static int read_options(int argc, char **argv, opts_t *o, raw_args_t *r)
+{
+    static const struct option lopts[] = {
+        { "profile", required_argument, 0, 'f' },     { "configs", required_argument, 0, 'C' },
+        { "schedule", required_argument, 0, 's' },    { "fusion", required_argument, 0, 'x' },
+        { "threshold", required_argument, 0, 't' },   { "iters", required_argument, 0, 'n' },
+        { "warmup", required_argument, 0, 'w' },      { "time-scale", required_argument, 0, 'T' },
+        { "size-scale", required_argument, 0, 'S' },  { "preset", required_argument, 0, 'p' },
+        { "alpha", required_argument, 0, 'a' },       { "beta", required_argument, 0, 'b' },
+        { "calibration", required_argument, 0, 'c' }, { "csv", required_argument, 0, 'o' },
+        { "svg-dir", required_argument, 0, 'g' },     { "quiet", no_argument, 0, 'q' },
+        { "inject-fault", required_argument, 0, 'F' }, { "help", no_argument, 0, 'h' },
+        { "rounds", required_argument, 0, 'R' },      { "jitter-ms", required_argument, 0, 'J' },
+        { "jitter-seed", required_argument, 0, 'j' },
+        { 0, 0, 0, 0 }
+    };
+    int c;
+    o->iters = 20;
+    o->warmup = -1;
+    o->rounds = 1;
+    o->jitter_seed = 1;
+    o->time_scale = o->size_scale = 1.0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+        switch (c) {
+        case 'f': o->profile = optarg; break;
+        case 'C': r->configs = optarg; break;
+        case 's': r->sched = optarg; break;
+        case 'x': r->fusion = optarg; break;
+        case 't': r->thr_text = optarg; break;
+        case 'n':
+            if (parse_int(optarg, 1, 1000000, &o->iters))
+                return usage_error("--iters '%s' is not an integer in [1, 1000000]", optarg);
+            break;
+        case 'w':
+            if (parse_int(optarg, 0, 1000000, &o->warmup))
+                return usage_error("--warmup '%s' is not an integer in [0, 1000000]", optarg);
+            break;
+        case 'R':
+            if (parse_int(optarg, 1, 1000, &o->rounds))
+                return usage_error("--rounds '%s' is not an integer in [1, 1000]", optarg);
+            break;
+        case 'T':
+            if (dear_text_double(optarg, 0, HUGE_VAL, &o->time_scale) || o->time_scale > 1e6)
+                return usage_error("--time-scale '%s' is not a number in [0, 1e6]", optarg);
+            break;
+        case 'S':
+            if (dear_text_double(optarg, 0, HUGE_VAL, &o->size_scale) || o->size_scale <= 0 || o->size_scale > 1e3)
+                return usage_error("--size-scale '%s' is not a number in (0, 1000]", optarg);
+            break;
+        case 'J':
+            if (dear_text_double(optarg, 0, 1e5, &o->jitter_ms))
+                return usage_error("--jitter-ms '%s' is not a number of milliseconds in [0, 100000]", optarg);
+            break;
+        case 'j':
+            if (parse_int(optarg, 0, 2147483647, &o->jitter_seed))
+                return usage_error("--jitter-seed '%s' is not an integer in [0, 2147483647]", optarg);
+            break;
+        case 'p': o->preset = optarg; break;
+        case 'a':
+            if (dear_text_double(optarg, 0, HUGE_VAL, &o->alpha))
+                return usage_error("--alpha '%s' is not a time in seconds >= 0", optarg);
+            r->have_a = 1;
+            break;
+        case 'b':
+            if (dear_text_double(optarg, 0, HUGE_VAL, &o->beta))
+                return usage_error("--beta '%s' is not a time per byte in seconds >= 0", optarg);
+            r->have_b = 1;
+            break;
+        case 'c': o->calibration = optarg; break;
+        case 'o': o->csv = optarg; break;
+        case 'g': o->svg_dir = optarg; break;
+        case 'q': o->quiet = 1; break;
+        case 'F':
+            if (!strcmp(optarg, "grad"))
+                o->fault = 1;
+            else if (!strcmp(optarg, "param"))
+                o->fault = 2;
+            else
+                return usage_error("--inject-fault '%s' is not one of grad|param", optarg);
+            break;
+        case 'h': usage(); return -1;
+        default: return usage_error("unknown or incomplete option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+
+/* At most one of --preset, --alpha with --beta, --calibration; a preset must exist. */
+static int check_cost_model(opts_t *o, const raw_args_t *r)
+{
+    o->have_ab = r->have_a || r->have_b;
+    if (o->have_ab && !(r->have_a && r->have_b))
+        return usage_error("--alpha and --beta go together");
+    if ((o->preset != NULL) + o->have_ab + (o->calibration != NULL) > 1)
+        return usage_error("give at most one cost model: --preset, --alpha/--beta or --calibration");
+    if (o->preset) {
+        dear_cost_model_t m;
+        if (dear_cost_preset(o->preset, 2, 1, &m) != DEAR_OK)
+            return usage_error("--preset '%s' is not one of %s", o->preset, dear_cost_preset_names());
+    }
+    return 0;
+}
+
+/* The runtime plans after DEAR_WARMUP_ITERS and (auto) checks the plan in three blocks (new,
+ * old, new; runtime/planning.c), each one settling iteration and then its share of
+ * DEAR_VERIFY_ITERS per plan; the measured iterations start after both. */
+static void runtime_warmup(int *rt_warm, int *rt_verify)
+{
+    *rt_warm = 5;
+    *rt_verify = 4;
+    const char *env_w = getenv("DEAR_WARMUP_ITERS"), *env_v = getenv("DEAR_VERIFY_ITERS");
+    if (env_w && parse_int(env_w, 1, 1000000, rt_warm))
+        *rt_warm = 5; /* the runtime reports the bad value itself at dear_init */
+    if (env_v && parse_int(env_v, 0, 1000000, rt_verify))
+        *rt_verify = 4;
+}
+
+/* Warm-up per configuration: what its plan needs before it is in place, unless --warmup. */
+static void set_warmups(opts_t *o, int rt_warm, int settled)
+{
+    for (int i = 0; i < o->nconfigs; i++) {
+        config_t *cf = &o->configs[i];
+        int fixed = !strcmp(cf->fusion, "none") || !strcmp(cf->fusion, "threshold") || !strcmp(cf->fusion, "one");
+        cf->warmup = o->warmup >= 0 ? o->warmup
+                     : fixed        ? 3
+                     : !strcmp(cf->fusion, "auto") ? settled + 2
+                                                   : rt_warm + 2;
+    }
+}
+
+int parse_args(int argc, char **argv, opts_t *o)
+{
+    raw_args_t r = { 0 };
+    int rc = read_options(argc, argv, o, &r);
+    if (rc != 0)
+        return rc;
+    if (!o->profile)
+        return usage_error("--profile FILE is required");
+    if ((rc = check_cost_model(o, &r)) != 0)
+        return rc;
+    int rt_warm, rt_verify;
+    runtime_warmup(&rt_warm, &rt_verify);
+    int settled = rt_warm + (rt_verify > 0 ? 2 * rt_verify + 2 + (rt_verify / 2 > 0) : 0);
+    if (o->warmup >= 0 && o->warmup <= settled && !o->quiet)
+        say("dear-bench: note: --warmup %d <= %d (DEAR_WARMUP_ITERS %d, then auto's check of DEAR_VERIFY_ITERS %d): "
+            "measured iterations of auto may include the runtime's own warm-up, planning and check\n",
+            o->warmup, settled, rt_warm, rt_verify);
+    if (o->rounds > o->iters)
+        return usage_error("--rounds %d exceeds --iters %d: every round measures at least one iteration", o->rounds,
+                           o->iters);
+    if (r.configs) {
+        if (r.sched || r.fusion || r.thr_text)
+            return usage_error("--configs cannot be combined with --schedule, --fusion or --threshold");
+        rc = parse_configs(r.configs, o);
+    } else {
+        rc = parse_single(o, r.sched, r.fusion, r.thr_text);
+    }
+    if (rc == 0)
+        set_warmups(o, rt_warm, settled);
+    return rc;
+}
+size_t scaled_threshold(const config_t *c, const opts_t *o)
+{
+    double t = floor((double)c->threshold * o->size_scale + 0.5);
+    return t < 1 ? 1 : (size_t)t;
+}

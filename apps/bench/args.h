@@ -1,0 +1,40 @@
+/*
+ * args.h: dear-bench's command line: the options (opts_t) and the configurations to run
+ * (config_t), parsed and checked on every rank alike, so that all ranks reach the same verdict
+ * without talking.
+ */
+#ifndef DEAR_APPS_BENCH_ARGS_H
+#define DEAR_APPS_BENCH_ARGS_H
+
+#include <stddef.h>
+
+#define MAX_CONFIGS 32
+
+typedef struct {
+    char text[64];              /* as given, e.g. "wfbp:threshold:64m" */
+    char sched[8];              /* dear|wfbp|sync */
+    char fusion[16];            /* planner; "one" for sync */
+    size_t threshold;           /* bytes, before --size-scale */
+    int warmup;                 /* iterations before measuring (per round) */
+} config_t;
+
+typedef struct {
+    const char *profile, *csv, *preset, *calibration, *svg_dir;
+    double time_scale, size_scale, alpha, beta;
+    int have_ab, iters, warmup, quiet;
+    int rounds;                 /* the configuration list runs this many times, iters split over them */
+    int fault;                  /* hidden: 1 perturbs one rank's gradient, 2 one rank's parameters */
+    double jitter_ms;           /* --jitter-ms: injected noise per iteration and rank, uniform in [0, this] */
+    int jitter_seed;            /* --jitter-seed */
+    int nconfigs;
+    config_t configs[MAX_CONFIGS];
+} opts_t;
+
+/* Fills o (zeroed by the caller) from argv and the DEAR_* environment. Returns 0 to run, -1
+ * after --help (printed), 2 on a bad argument (rank 0 says why). */
+int parse_args(int argc, char **argv, opts_t *o);
+
+/* The configuration's fusion threshold in bytes after --size-scale, at least 1. */
+size_t scaled_threshold(const config_t *c, const opts_t *o);
+
+#endif /* DEAR_APPS_BENCH_ARGS_H */

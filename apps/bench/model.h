@@ -1,0 +1,57 @@
+/*
+ * model.h: the emulated model of dear-bench: the profile scaled by --time-scale and
+ * --size-scale, real float32 gradient and parameter buffers of its tensor sizes, gradients
+ * that are closed-form functions of (element, iteration, rank), compute emulated by sleeping,
+ * and the check of the parameters after a run against a float64 recomputation.
+ */
+#ifndef DEAR_APPS_BENCH_MODEL_H
+#define DEAR_APPS_BENCH_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fusion/profile.h"
+#include "include/dear.h"
+#include "apps/bench/args.h"
+
+/* One tensor's update: SGD on its parameters, counted so a missing or repeated call is caught. */
+typedef struct {
+    float *param;
+    long calls;
+} upd_arg_t;
+
+typedef struct {
+    dear_profile_t prof;        /* scaled: times x time-scale, bytes x size-scale */
+    size_t *off, *count;        /* per tensor, elements */
+    size_t nelem;
+    int *lfirst, *lcount;       /* tensors of each layer index */
+    float *grad, *param;
+    upd_arg_t *upd;
+    double jitter_s;            /* --jitter-ms in seconds: the most injected noise per iteration */
+    uint64_t jitter_seed;
+} model_t;
+
+/* m (zeroed by the caller) from src scaled by o; DEAR_ERR_FORMAT when the scaled profile is
+ * invalid (rank 0 says why), DEAR_ERR_NOMEM. model_free releases what was built, also after a
+ * failure. */
+int model_build(const dear_profile_t *src, const opts_t *o, model_t *m);
+void model_free(model_t *m);
+
+/* Fresh parameters and update counts, for a run from the start. */
+void model_reset(model_t *m);
+
+/* Register every tensor with ctx, its update being SGD on its parameters; stops at the first
+ * failure and returns its status. */
+int model_register(dear_ctx_t *ctx, model_t *m);
+
+/* One iteration it through ctx, exactly a trainer's sequence of hooks, with this rank's
+ * gradients (fault: perturbed) and the injected jitter; *compute_s: the emulated compute it
+ * took, jitter included. */
+int model_iterate(dear_ctx_t *ctx, model_t *m, long it, int fault, double *compute_s);
+
+/* Every rank: same bytes as rank 0? Sampled elements equal to the float64 recomputation of
+ * total_iters iterations? Each tensor updated exactly once per iteration? Returns 1 when all
+ * hold on every rank, else 0 with the failed checks named in why. Collective. */
+int check_params(model_t *m, long total_iters, char *why, size_t whylen);
+
+#endif /* DEAR_APPS_BENCH_MODEL_H */

@@ -1,0 +1,233 @@
+/*
+ * predict.c: dear-bench's predictions. The cost model is a preset, an all-reduce alpha/beta, an
+ * entry of a calibration cache, or by default the model the runtime itself calibrated during
+ * the runs (read back from its cache), so prediction and runtime plan with the same numbers;
+ * when no run calibrated, a quick fit of MPI's collectives stands in. The simulator (fusion/sim.h)
+ * then plays each configuration's plan on the scaled profile under that model, and the lower
+ * bound says how far any schedule could get.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "base/fileio.h"
+#include "fusion/cost.h"
+#include "fusion/planners.h"
+#include "fusion/profile.h"
+#include "fusion/sim.h"
+#include "include/dear.h"
+#include "apps/bench/bench.h"
+#include "apps/bench/predict.h"
+
+/* Default cost model: a quick least-squares fit of MPI's blocking collectives on this
+ * communicator (three sizes, best of three). Sizes are those of typical buckets: below them
+ * TCP latency effects make the line a poor fit where most bytes travel. The runtime's own
+ * collectives may differ; the prediction error column says by how much. Collective. */
+static int calibrate_mpi(size_t max_bytes, dear_cost_model_t *model)
+{
+    static const size_t sizes[] = { (size_t)256 << 10, (size_t)1 << 20, (size_t)4 << 20 };
+    size_t cap = max_bytes < sizes[2] ? max_bytes : sizes[2];
+    if (cap < sizes[1])
+        cap = sizes[1];
+    size_t nmax = (cap / sizeof(float) / g_size + 1) * g_size;
+    float *a = calloc(nmax, sizeof(float)), *b = calloc(nmax, sizeof(float));
+    int ok = a && b, all_ok;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_ok) {
+        free(a), free(b);
+        return DEAR_ERR_NOMEM;
+    }
+    memset(model, 0, sizeof *model);
+    model->comm_size = g_size;
+    model->ranks_per_host = 1;
+    snprintf(model->source, sizeof model->source, "bench-fit-mpi");
+    int rc = DEAR_OK;
+    for (int op = 0; op < DEAR_COLL_OP_COUNT && rc == DEAR_OK; op++) {
+        double xs[3], ys[3];
+        int n = 0;
+        for (int si = 0; si < 3; si++) {
+            size_t bytes = sizes[si] > cap ? cap : sizes[si];
+            if (si > 0 && bytes == sizes[si - 1])
+                break;
+            int per = (int)(bytes / sizeof(float) / g_size);
+            if (per < 1)
+                per = 1;
+            double best = INFINITY;
+            for (int rep = 0; rep < 4; rep++) {
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                if (op == DEAR_COLL_REDUCE_SCATTER)
+                    MPI_Reduce_scatter_block(a, b, per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                else if (op == DEAR_COLL_ALLGATHER)
+                    MPI_Allgather(a, per, MPI_FLOAT, b, per, MPI_FLOAT, MPI_COMM_WORLD);
+                else
+                    MPI_Allreduce(a, b, per * g_size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                double dt = MPI_Wtime() - t0, dtmax;
+                MPI_Allreduce(&dt, &dtmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                if (rep > 0) /* the first call sets up connections */
+                    best = fmin(best, dtmax);
+            }
+            xs[n] = (double)per * g_size * sizeof(float);
+            ys[n] = best;
+            n++;
+        }
+        rc = dear_cost_fit(xs, ys, n, &model->line[op][DEAR_ALGO_RING]);
+    }
+    free(a), free(b);
+    return rc;
+}
+
+/* A calibration cache's entry for this communicator, keyed by ranks per host as MPI sees
+ * shared-memory nodes (the runtime's key, stored in *rph). Rank 0 reads path (the other ranks'
+ * is not used), everyone receives: the runtime writes its cache on rank 0 only. *found: lines in
+ * the entry. Collective. */
+static int load_calibration(const char *path, dear_cost_model_t *model, int *found, int *rph_out)
+{
+    MPI_Comm node;
+    int rph = 1, rc = DEAR_OK;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &rph);
+    MPI_Comm_free(&node);
+    MPI_Allreduce(MPI_IN_PLACE, &rph, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    *found = 0;
+    if (g_rank == 0)
+        rc = dear_cost_load(path, g_size, rph, model, found);
+    int hdr[2] = { rc, *found };
+    MPI_Bcast(hdr, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    rc = hdr[0], *found = hdr[1];
+    if (rc == DEAR_OK && *found)
+        MPI_Bcast(model, (int)sizeof *model, MPI_BYTE, 0, MPI_COMM_WORLD);
+    *rph_out = rph;
+    return rc;
+}
+
+/* The model the predictions use: the one asked for, else (use_runtime) the runtime's own
+ * calibration from the runs just made, in rank 0's runtime_calib, else a fit of MPI's
+ * collectives. Collective. */
+int load_model(const opts_t *o, int use_runtime, const char *runtime_calib, size_t total_bytes,
+               dear_cost_model_t *model)
+{
+    if (o->preset)
+        return dear_cost_preset(o->preset, g_size, 1, model);
+    if (o->have_ab)
+        return dear_cost_from_alpha_beta(o->alpha, o->beta, g_size, model);
+    int found = 0, rph = 1, rc;
+    if (o->calibration) {
+        if ((rc = load_calibration(o->calibration, model, &found, &rph)) != DEAR_OK)
+            return rc;
+        if (!found && g_rank == 0)
+            fprintf(stderr, "dear-bench: %s has no entry for %d ranks, %d per host\n", o->calibration, g_size, rph);
+        return found ? DEAR_OK : DEAR_ERR_ARG;
+    }
+    if (use_runtime) {
+        if ((rc = load_calibration(runtime_calib, model, &found, &rph)) != DEAR_OK)
+            return rc;
+        if (found) {
+            snprintf(model->source, sizeof model->source, "runtime-fit");
+            return DEAR_OK;
+        }
+    }
+    return calibrate_mpi(total_bytes, model);
+}
+
+/* Rank 0: unless the user chose a model or a cache, the runtime calibrates into a temporary
+ * cache, which the later configurations reuse (one calibration per run, one model for all) and
+ * the predictions read. NULL when not used. The other ranks never read the variable. */
+char *runtime_calibration_file(const opts_t *o, int *created)
+{
+    static char path[4096];
+    *created = 0;
+    if (o->preset || o->have_ab || o->calibration || g_rank != 0)
+        return NULL;
+    const char *set = getenv("DEAR_CALIBRATION_FILE");
+    if (set && set[0]) {
+        snprintf(path, sizeof path, "%s", set);
+        return path;
+    }
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/dear-bench-calib-XXXXXX", dir && dir[0] ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0 || setenv("DEAR_CALIBRATION_FILE", path, 1) != 0) {
+        fprintf(stderr, "dear-bench: cannot create a calibration cache %s (%s): every configuration calibrates "
+                        "anew and predictions use a fit of MPI's collectives\n",
+                path, strerror(errno));
+        if (fd >= 0)
+            close(fd), unlink(path);
+        return NULL;
+    }
+    close(fd);
+    *created = 1;
+    return path;
+}
+
+/* The simulator's iteration time for a configuration on the scaled profile: of the plan the
+ * runtime ran when known (ran), else planned the way the runtime plans it (same planner, same
+ * scaled threshold). Optionally its Gantt chart. */
+int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c, const opts_t *o,
+            const dear_plan_t *ran, double *iter_s)
+{
+    dear_sched_t s;
+    if (dear_sched_parse(c->sched, &s))
+        return DEAR_ERR_ARG;
+    dear_sim_model_arg_t marg;
+    dear_plan_problem_t prob;
+    dear_plan_t plan = { 0 };
+    dear_sim_result_t res = { 0 };
+    int rc = dear_plan_problem_init(&prob, &m->prof, s, model, 0, &marg);
+    if (rc != DEAR_OK)
+        return rc;
+    prob.threshold = scaled_threshold(c, o);
+    if (ran && ran->ntensors == m->prof.ntensors && s != DEAR_SCHED_SYNC)
+        rc = dear_plan_copy(&plan, ran);
+    else
+        rc = dear_plan_by_name(&plan, &prob, c->fusion);
+    if (rc != DEAR_OK)
+        return rc;
+    rc = dear_sim_run(&m->prof, &prob.cost, s, &plan, o->svg_dir != NULL, &res);
+    if (rc == DEAR_OK)
+        *iter_s = res.iter_s;
+    if (rc == DEAR_OK && o->svg_dir) {
+        char path[1024], name[64], title[256];
+        snprintf(name, sizeof name, "%s", c->text);
+        for (char *p = name; *p; p++)
+            if (*p == ':' || *p == '/' || *p == ' ')
+                *p = '-';
+        snprintf(path, sizeof path, "%s/pred-%s-np%d-%s.svg", o->svg_dir, m->prof.model, g_size, name);
+        snprintf(title, sizeof title, "%s, P=%d (%s), %s: predicted", m->prof.model, g_size, model->source, c->text);
+        dear_file_out_t out;
+        if (dear_file_out_open(&out, path, "SVG file") == DEAR_OK) {
+            if (dear_sim_svg(&res, title, out.f) != DEAR_OK) {
+                fprintf(stderr, "dear-bench: cannot draw %s\n", path);
+                dear_file_out_abort(&out);
+            } else {
+                dear_file_out_commit(&out);
+            }
+        }
+    }
+    dear_sim_result_free(&res);
+    dear_plan_free(&plan);
+    return rc;
+}
+
+/* The lower bound: max(compute, reduce-scatter + all-gather of every gradient) plus the
+ * unavoidable tail: the last reduce-scatter (first layer's gradients, ready only when backward
+ * ends) and the first all-gather (needed before the first forward layer). */
+double lower_bound(const model_t *m, const dear_cost_model_t *model)
+{
+    double comp = dear_prof_fwd_total(&m->prof) + dear_prof_bwd_total(&m->prof);
+    double all = (double)dear_prof_bytes_total(&m->prof);
+    double comm = dear_cost_eval(model, DEAR_COLL_REDUCE_SCATTER, all, NULL) +
+                  dear_cost_eval(model, DEAR_COLL_ALLGATHER, all, NULL);
+    size_t first = 0;
+    int l0 = m->prof.tensors[0].lidx;
+    for (int t = 0; t < m->prof.ntensors && m->prof.tensors[t].lidx == l0; t++)
+        first += m->prof.tensors[t].bytes;
+    double tail = dear_cost_eval(model, DEAR_COLL_REDUCE_SCATTER, (double)first, NULL) +
+                  dear_cost_eval(model, DEAR_COLL_ALLGATHER, (double)first, NULL);
+    return fmax(comp, comm) + tail;
+}

@@ -1,0 +1,31 @@
+/*
+ * predict.h: what dear-bench sets beside its measurements: the cost model, the simulator's
+ * iteration time for each configuration under it, and the lower bound no schedule can beat.
+ */
+#ifndef DEAR_APPS_BENCH_PREDICT_H
+#define DEAR_APPS_BENCH_PREDICT_H
+
+#include <stddef.h>
+
+#include "fusion/cost.h"
+#include "fusion/plan.h"
+#include "apps/bench/args.h"
+#include "apps/bench/model.h"
+
+/* Rank 0: the calibration cache the runtime writes during the runs and the predictions read;
+ * *created when it is a temporary file to remove. NULL when not used, and on the other ranks. */
+char *runtime_calibration_file(const opts_t *o, int *created);
+
+/* The cost model of the predictions (see predict.c for the order of choice). Collective. */
+int load_model(const opts_t *o, int use_runtime, const char *runtime_calib, size_t total_bytes,
+               dear_cost_model_t *model);
+
+/* The simulator's iteration time of configuration c, of the plan ran when known; with --svg-dir,
+ * its Gantt chart too. */
+int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c, const opts_t *o,
+            const dear_plan_t *ran, double *iter_s);
+
+/* The iteration time no schedule can beat under model. */
+double lower_bound(const model_t *m, const dear_cost_model_t *model);
+
+#endif /* DEAR_APPS_BENCH_PREDICT_H */

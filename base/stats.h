@@ -1,0 +1,33 @@
+/* Samples: a series of timings capped in length, and their median (see stats.c). */
+#ifndef DEAR_STATS_H
+#define DEAR_STATS_H
+
+#include <stddef.h>
+
+typedef struct {
+    double *v;
+    size_t n, cap;
+} dear_samples_t;
+
+void dear_samples_add(dear_samples_t *s, double v);
+double dear_samples_median(const dear_samples_t *s);
+/* Median of v[0..n) (0 when n is 0); v is left as it was. */
+double dear_median(const double *v, size_t n);
+void dear_samples_free(dear_samples_t *s);
+
+/* Two series of timings side by side: their medians and the spread they share. */
+typedef struct {
+    double med_a, med_b;
+    double spread;      /* 1.4826 x the median absolute deviation of every sample from its series' median */
+    double margin;      /* max(k x spread, tol x the smaller median) */
+} dear_compare_t;
+
+/* Which series ran faster, judged against its own noise: -1 when a's median is below b's by more
+ * than the margin, +1 when b's is, 0 when the difference is within it (inconclusive). The spread
+ * is a robust standard deviation (the scaled MAD of the deviations of both series pooled), so a
+ * stall in either series does not inflate it and a quiet run still has one; tol keeps differences
+ * too small to matter from deciding anything. na, nb > 0. */
+int dear_samples_compare(const double *a, size_t na, const double *b, size_t nb, double k, double tol,
+                         dear_compare_t *out);
+
+#endif

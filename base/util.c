@@ -1,0 +1,57 @@
+/* Time, sleep and data-type helpers used by every layer (no MPI). */
+#include "base/util.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+double dear_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double dear_thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const struct { const char *name; size_t size; } dtypes[DEAR_DTYPE_COUNT] = {
+    [DEAR_FLOAT32] = { "float32", 4 }, [DEAR_FLOAT64] = { "float64", 8 },
+    [DEAR_BFLOAT16] = { "bfloat16", 2 }, [DEAR_FLOAT16] = { "float16", 2 },
+    [DEAR_INT32] = { "int32", 4 },
+};
+
+size_t dear_dtype_size(dear_dtype_t dtype)
+{
+    return ((unsigned)dtype < DEAR_DTYPE_COUNT) ? dtypes[dtype].size : 0;
+}
+
+const char *dear_dtype_name(dear_dtype_t dtype)
+{
+    return ((unsigned)dtype < DEAR_DTYPE_COUNT) ? dtypes[dtype].name : "unknown";
+}
+
+int dear_dtype_parse(const char *name, dear_dtype_t *dtype)
+{
+    for (int i = 0; i < DEAR_DTYPE_COUNT; i++)
+        if (strcmp(name, dtypes[i].name) == 0) {
+            *dtype = (dear_dtype_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+void dear_sleep(double seconds)
+{
+    if (seconds <= 0)
+        return;
+    struct timespec ts;
+    ts.tv_sec = (time_t)seconds;
+    ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}

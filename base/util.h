@@ -1,0 +1,21 @@
+/* Small services shared by every layer: monotonic time, element sizes and names. */
+#ifndef DEAR_UTIL_H
+#define DEAR_UTIL_H
+
+#include <stddef.h>
+#include "include/dear_types.h"
+
+/* Seconds from an arbitrary fixed point, CLOCK_MONOTONIC. */
+double dear_now(void);
+/* Thread CPU time in seconds (CLOCK_THREAD_CPUTIME_ID) of the calling thread. */
+double dear_thread_cpu(void);
+/* Bytes per element; 0 for an unknown type. */
+size_t dear_dtype_size(dear_dtype_t dtype);
+/* "float32", ...; "unknown" for an unknown type. */
+const char *dear_dtype_name(dear_dtype_t dtype);
+/* Parse "float32" etc.; returns 0 and sets *dtype, or -1. */
+int dear_dtype_parse(const char *name, dear_dtype_t *dtype);
+/* Sleep for a number of seconds (nanosleep, restarted on EINTR). */
+void dear_sleep(double seconds);
+
+#endif

@@ -1,0 +1,194 @@
+#!/bin/bash
+# auto-repeat.sh: does dear:auto end on the same plan run after run, and is it never behind the
+# best fixed configuration beyond noise? Runs one dear-bench case --runs times; each run is one
+# dear-bench job that interleaves the configurations (--rounds), so they share the machine's
+# state. The cost model is measured once and cached for every run (DEAR_CALIBRATION_FILE, as a
+# deployment would), or afresh in every run (--calibrate fresh). Per run it prints each
+# configuration's median iteration time and quartiles, the plan auto ended on and its check's
+# verdicts (DEAR_LOG_LEVEL=info lines of rank 0); then the medians over the runs and a verdict
+# per run: auto's median against the best fixed configuration's, "behind" only when the gap
+# exceeds the half interquartile ranges of the two (the noise of that run). Writes a CSV of
+# every run's rows (--csv).
+#
+# Layouts: local:NP runs NP ranks on this host (mpirun --oversubscribe; shared memory, so
+# --jitter-ms stands in for a network's noise); emu:HxR runs H emulated hosts of R ranks each
+# (bench/emucluster, root, --rate per link), the case scaled as bench/e2e-matrix.sh scales it.
+set -euo pipefail
+
+SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+EMU=$SRCDIR/bench/emucluster
+PROG=auto-repeat.sh
+
+RUNS=5
+LAYOUT=local:4
+PROFILE=resnet50
+CONFIGS="dear:threshold:25m;dear:dp;dear:auto"
+ITERS=12
+ROUNDS=2
+JITTER_MS=
+SIZE_SCALE=0.1
+TIME_SCALE=0.5
+RATE=1gbit
+COMM_MS=300
+CSV=
+CALIBRATE=shared
+BUILDDIR=
+: "${EMU_PREFIX:=ar}" "${EMU_SUBNET:=10.213.57}"
+export EMU_PREFIX EMU_SUBNET
+
+usage() {
+    cat <<EOF
+usage: bench/auto-repeat.sh [options]
+  --runs N          dear-bench jobs, one after another (default $RUNS)
+  --layout L        local:NP (NP ranks on this host, default $LAYOUT) or emu:HxR (H emulated
+                    hosts of R ranks, bench/emucluster; needs root)
+  --profile NAME    fusion/profiles/NAME.prof (default $PROFILE)
+  --configs LIST    dear-bench --configs; must hold dear:auto and at least one other
+                    (default "$CONFIGS")
+  --iters N         measured iterations per configuration and run (default $ITERS)
+  --rounds R        the configurations take turns R times within a run (default $ROUNDS)
+  --jitter-ms X     dear-bench --jitter-ms, seeded by the run number (default: 5 for local,
+                    0 for emu)
+  --size-scale X, --time-scale X
+                    local: dear-bench's scales (default $SIZE_SCALE, $TIME_SCALE)
+  --rate RATE, --comm-ms MS
+                    emu: link rate (default $RATE) and the communication per iteration the
+                    case is scaled to (default $COMM_MS), compute about equal to it
+  --calibrate MODE  shared: the first run measures the cost model and every later run loads
+                    it (DEAR_CALIBRATION_FILE); fresh: every run measures its own, so auto's
+                    plan also varies with the calibration (default $CALIBRATE)
+  --csv FILE        every run's dear-bench rows, with a leading run column
+  --builddir DIR    build directory holding apps/bench/dear-bench (default: the current
+                    directory if it has it, else the source tree)
+  --help            this text
+Environment: MPIRUN (local; default mpirun), EMU_PREFIX (default ar), EMU_SUBNET (default 10.213.57).
+The machine is shared and noisy: read the per-run quartiles next to the medians.
+EOF
+}
+
+die() { echo "$PROG: $*" >&2; exit 1; }
+
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --runs) RUNS=${2:?--runs needs a count}; shift 2 ;;
+        --layout) LAYOUT=${2:?--layout needs local:NP or emu:HxR}; shift 2 ;;
+        --profile) PROFILE=${2:?--profile needs a name}; shift 2 ;;
+        --configs) CONFIGS=${2:?--configs needs a list}; shift 2 ;;
+        --iters) ITERS=${2:?--iters needs a count}; shift 2 ;;
+        --rounds) ROUNDS=${2:?--rounds needs a count}; shift 2 ;;
+        --jitter-ms) JITTER_MS=${2:?--jitter-ms needs milliseconds}; shift 2 ;;
+        --size-scale) SIZE_SCALE=${2:?--size-scale needs a number}; shift 2 ;;
+        --time-scale) TIME_SCALE=${2:?--time-scale needs a number}; shift 2 ;;
+        --rate) RATE=${2:?--rate needs a rate}; shift 2 ;;
+        --comm-ms) COMM_MS=${2:?--comm-ms needs milliseconds}; shift 2 ;;
+        --csv) CSV=${2:?--csv needs a file}; shift 2 ;;
+        --calibrate) CALIBRATE=${2:?--calibrate needs shared or fresh}; shift 2 ;;
+        --builddir) BUILDDIR=${2:?--builddir needs a directory}; shift 2 ;;
+        --help | -h) usage; exit 0 ;;
+        *) usage >&2; die "unknown option '$1'" ;;
+    esac
+done
+if ! [[ $RUNS =~ ^[0-9]+$ && $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ ]] ||
+    ((RUNS < 1 || ROUNDS < 1 || ROUNDS > ITERS)); then
+    die "bad --runs/--iters/--rounds '$RUNS'/'$ITERS'/'$ROUNDS': counts, 1 <= rounds <= iters"
+fi
+[[ $CALIBRATE == shared || $CALIBRATE == fresh ]] || die "bad --calibrate '$CALIBRATE': shared or fresh"
+[[ ";$CONFIGS;" == *";dear:auto;"* ]] || die "--configs must hold dear:auto"
+PROF=$SRCDIR/fusion/profiles/$PROFILE.prof
+[[ -f $PROF ]] || die "no profile $PROF"
+
+if [[ -z $BUILDDIR ]]; then
+    for d in "$PWD" "$SRCDIR"; do
+        [[ -x $d/apps/bench/dear-bench ]] && { BUILDDIR=$d; break; }
+    done
+    [[ -n $BUILDDIR ]] || die "apps/bench/dear-bench not found in $PWD or $SRCDIR: build it or pass --builddir"
+fi
+BENCH=$(cd "$BUILDDIR" && pwd)/apps/bench/dear-bench
+[[ -x $BENCH ]] || die "$BENCH is not built"
+
+tmp=$(mktemp -d)
+emu_up=0
+cleanup() { ((emu_up)) && { "$EMU" down >/dev/null 2>&1 || true; }; rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+case $LAYOUT in
+    local:[0-9]*)
+        np=${LAYOUT#local:}
+        ((np >= 2)) || die "layout $LAYOUT: at least 2 ranks"
+        : "${JITTER_MS:=5}"
+        scales=(--size-scale "$SIZE_SCALE" --time-scale "$TIME_SCALE")
+        # shellcheck disable=SC2206,SC2054 # MPIRUN is a command line; self,vader is one word
+        launch=(${MPIRUN:-mpirun} -np "$np" --oversubscribe --bind-to none --mca btl self,vader
+            --mca mpi_yield_when_idle 1)
+        ;;
+    emu:[1-4]x[1-8])
+        [[ $EUID -eq 0 ]] || die "layout $LAYOUT needs root (network namespaces)"
+        l=${LAYOUT#emu:} nh=${l%x*} rph=${l#*x}
+        np=$((nh * rph))
+        : "${JITTER_MS:=0}"
+        read -r ss ts < <(python3 "$SRCDIR/bench/e2e-report.py" scale --profile "$PROF" --rate "$RATE" \
+            --np "$np" --comm-ms "$COMM_MS" --ratio 1)
+        scales=(--size-scale "$ss" --time-scale "$ts")
+        "$EMU" up "$nh" "$RATE" >/dev/null
+        emu_up=1
+        launch=("$EMU" mpirun -np "$np" --host "$(seq -s, -f "${EMU_PREFIX}%g:$rph" 1 "$nh")")
+        ;;
+    *) die "bad --layout '$LAYOUT': expected local:NP or emu:HxR (hosts 1-4, ranks 1-8)" ;;
+esac
+
+# Rank 0 decides on calibration and logs auto's check: -x hands both to the ranks in the hosts.
+launch+=(-x DEAR_LOG_LEVEL=info)
+[[ $CALIBRATE == shared ]] && launch+=(-x "DEAR_CALIBRATION_FILE=$tmp/calibration")
+
+echo "$PROG: $PROFILE on $LAYOUT, ${scales[*]}, jitter up to $JITTER_MS ms, $RUNS run(s) of" \
+    "\"$CONFIGS\", $ITERS iterations each in $ROUNDS round(s), $CALIBRATE calibration; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+for ((r = 1; r <= RUNS; r++)); do
+    rc=0
+    "${launch[@]}" "$BENCH" --profile "$PROF" --configs "$CONFIGS" --iters "$ITERS" --rounds "$ROUNDS" \
+        "${scales[@]}" --jitter-ms "$JITTER_MS" --jitter-seed "$r" --quiet --csv "$tmp/run$r.csv" \
+        >"$tmp/run$r.txt" 2>&1 || rc=$?
+    ((rc == 0)) || { cat "$tmp/run$r.txt" >&2; die "run $r: dear-bench exit status $rc"; }
+    echo "$PROG: run $r done, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    grep -a "^\[dear 0\] info plan: auto's check" "$tmp/run$r.txt" | sed 's/^.*(slowest rank): /    check: /' || true
+done
+
+python3 - "$tmp" "$RUNS" "${CSV:-}" <<'PY'
+import csv, statistics, sys
+tmp, runs, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+rows = []
+for r in range(1, runs + 1):
+    for row in csv.DictReader(open(f"{tmp}/run{r}.csv")):
+        rows.append(dict(run=r, **row))
+configs = list(dict.fromkeys(row["config"] for row in rows))
+get = {(row["run"], row["config"]): row for row in rows}
+ms = lambda row, k: float(row[k])
+sig = lambda row: f'{row["plan"]} {row["rs_buckets"]}/{row["ag_groups"]}/{row["ag_early"]}'
+fixed = [c for c in configs if c != "dear:auto"]
+print("\nmedian iteration ms [q1-q3] per run (slowest rank; machine shared and noisy)")
+print("run  " + "  ".join(f"{c:>26}" for c in configs) + "  auto's plan (buckets/groups/early)   auto/best  verdict")
+behind = 0
+for r in range(1, runs + 1):
+    cells = [f'{ms(get[r, c], "iter_ms"):8.1f} [{ms(get[r, c], "iter_q1_ms"):7.1f}-{ms(get[r, c], "iter_q3_ms"):7.1f}]'
+             for c in configs]
+    a = get[r, "dear:auto"]
+    best = min(fixed, key=lambda c: ms(get[r, c], "iter_ms"))
+    b = get[r, best]
+    gap = ms(a, "iter_ms") - ms(b, "iter_ms")
+    noise = (ms(a, "iter_q3_ms") - ms(a, "iter_q1_ms") + ms(b, "iter_q3_ms") - ms(b, "iter_q1_ms")) / 2
+    verdict = "behind" if gap > noise else "ok"
+    behind += verdict == "behind"
+    print(f"{r:3d}  " + "  ".join(f"{x:>26}" for x in cells) +
+          f"  {sig(a):36s} {ms(a, 'iter_ms') / ms(b, 'iter_ms'):7.3f}x  {verdict} (best fixed {best}, gap {gap:+.1f} ms, noise {noise:.1f} ms)")
+print("\nmedian over runs: " + ", ".join(f'{c} {statistics.median(ms(get[r, c], "iter_ms") for r in range(1, runs + 1)):.1f} ms'
+                                      for c in configs))
+plans = [sig(get[r, "dear:auto"]) for r in range(1, runs + 1)]
+kinds = [get[r, "dear:auto"]["plan"] for r in range(1, runs + 1)]
+print(f"auto's plan: {len(set(plans))} distinct plan(s) over {runs} runs ({len(set(kinds))} planner(s): {', '.join(sorted(set(kinds)))}); "
+      f"behind the best fixed configuration beyond noise in {behind} of {runs} runs")
+if out:
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+PY

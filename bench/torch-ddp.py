@@ -1,0 +1,167 @@
+"""torch-ddp.py: dear (python/dear) against torch DistributedDataParallel in one mpirun job.
+
+Every configuration trains the same model on the same synthetic batches (the shapes of the
+real data: 3x32x32 images for resnet18, 64-character windows of text for the encoder); the
+configurations take turns, round after round, so the machine's drift falls on all of them.
+Reported per configuration: the median iteration time over the measured iterations of all
+rounds (slowest rank, after a barrier per iteration), and its ratio to DDP's. Run by
+bench/torch-ddp.sh on the emulated cluster; alone: mpirun -np 4 python3 bench/torch-ddp.py.
+"""
+import argparse
+import csv
+import os
+import resource
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mpi4py import MPI
+
+import dear
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+
+
+class Encoder(nn.Module):
+    """A character-level transformer encoder: 4 blocks, d_model 256, 4 heads, 64 positions."""
+
+    def __init__(self, vocab=96, dim=256, heads=4, layers=4, seq=64):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(seq, dim) * 0.02)
+        block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=4 * dim, dropout=0.0, batch_first=True)
+        self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.embed(x) + self.pos))
+
+
+def make(name):
+    torch.manual_seed(1)
+    if name == "resnet18":
+        import torchvision
+        return torchvision.models.resnet18(num_classes=10)
+    return Encoder()
+
+
+def batch(name, b):
+    g = torch.Generator().manual_seed(100 + RANK)
+    if name == "resnet18":
+        return torch.randn(b, 3, 32, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
+    return torch.randint(0, 96, (b, 64), generator=g), torch.randint(0, 96, (b, 64), generator=g)
+
+
+def loss_fn(name, out, y):
+    return F.cross_entropy(out if name == "resnet18" else out.reshape(-1, 96), y.reshape(-1))
+
+
+def cpu_seconds():
+    """User and system CPU time of this process so far: its compute, its communication threads
+    (dear's progress thread, gloo's) and the kernel's work on its sockets."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run(name, config, iters, warmup, b):
+    """Iteration times (s) of one configuration: 'plain', 'ddp' or 'dear:SCHEDULE[:FUSION]', and the
+    CPU seconds (user + system, all threads of this process) per measured iteration."""
+    model = make(name)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if config == "plain":   # no communication at all: the binding's own cost at np 1
+        net = model
+    elif config == "ddp":
+        net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+    else:
+        parts = config.split(":")
+        os.environ["DEAR_SCHEDULE"] = parts[1]
+        os.environ["DEAR_FUSION"] = parts[2] if len(parts) > 2 else "auto"
+        net, opt = dear.wrap(model, opt)
+    x, y = batch(name, b)
+    times = []
+    for it in range(warmup + iters):
+        COMM.Barrier()
+        if it == warmup:
+            cpu0 = cpu_seconds()
+        t0 = time.perf_counter()
+        loss_fn(name, net(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        dt = time.perf_counter() - t0
+        if it >= warmup:
+            times.append(COMM.allreduce(dt, op=MPI.MAX))
+    cpu = (cpu_seconds() - cpu0) / iters
+    if config.startswith("dear:"):
+        dear.close(net)
+    return times, COMM.allreduce(cpu) / SIZE
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=["resnet18", "encoder"], required=True)
+    ap.add_argument("--configs", default="ddp;dear:wfbp:threshold;dear:dear:threshold;dear:dear:auto",
+                    help="';'-separated: ddp, dear:SCHEDULE[:FUSION] (DEAR_SCHEDULE, DEAR_FUSION; "
+                         "FUSION defaults to auto), plain (no communication)")
+    ap.add_argument("--iters", type=int, default=6, help="measured iterations per configuration per round")
+    ap.add_argument("--warmup", type=int, default=12,
+                    help="iterations before measuring (dear plans after 5 and checks its plan for 4 more)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=8, help="per rank")
+    ap.add_argument("--csv", help="one row per configuration (rank 0)")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    host = socket.gethostbyname(socket.gethostname())
+    port = None
+    if RANK == 0:
+        s = socket.socket()
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+        s.close()
+    host, port = COMM.bcast((host, port), root=0)
+    dist.init_process_group("gloo", init_method="tcp://%s:%d" % (host, port), rank=RANK, world_size=SIZE)
+    configs = a.configs.split(";")
+    times = {c: [] for c in configs}
+    cpus = {c: [] for c in configs}
+    for r in range(a.rounds):
+        order = configs if r % 2 == 0 else configs[::-1]
+        for c in order:
+            t, cpu = run(a.model, c, a.iters, a.warmup, a.batch)
+            times[c] += t
+            cpus[c].append(cpu)
+            if RANK == 0:
+                print("round %d %s: median %.1f ms so far" % (r + 1, c, 1e3 * statistics.median(times[c])),
+                      flush=True)
+    dist.destroy_process_group()
+    if RANK == 0:
+        nparams = sum(p.numel() for p in make(a.model).parameters())
+        ref = "ddp" if "ddp" in times else "plain" if "plain" in times else None
+        base = statistics.median(times[ref]) if ref else None
+        rows = []
+        for c in configs:
+            m = statistics.median(times[c])
+            rows.append({"model": a.model, "torch": torch.__version__, "np": SIZE, "config": c, "params": nparams,
+                         "batch": a.batch, "warmup": a.warmup,
+                         "iters": len(times[c]), "median_ms": "%.2f" % (1e3 * m),
+                         "q1_ms": "%.2f" % (1e3 * statistics.quantiles(times[c], n=4)[0]),
+                         "q3_ms": "%.2f" % (1e3 * statistics.quantiles(times[c], n=4)[2]),
+                         "baseline": ref or "", "speedup": "%.3f" % (base / m) if base else "",
+                         "cpu_ms": "%.1f" % (1e3 * statistics.median(cpus[c]))})
+            print("%-10s %-20s median %8.1f ms  cpu/rank %8.1f ms  %s" % (a.model, c, 1e3 * m, 1e3 * statistics.median(cpus[c]),
+                                                       ("%.3fx %s" % (base / m, ref)) if base else ""), flush=True)
+        if a.csv:
+            with open(a.csv, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

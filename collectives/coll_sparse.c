@@ -1,0 +1,479 @@
+/*
+ * Algorithm `sparse`: block-sparse reduce-scatter and all-gather over point-to-point messages, after
+ * OmniReduce (the dispatcher composes the all-reduce). The vector is cut into blocks of r->block
+ * elements from element 0; a block cut by a shard boundary gives one piece to each shard, so the
+ * shards are exactly the dense collectives' and the runtime can swap one for the other. Each
+ * message is one shard's pieces that are not all-bits-zero (sparse) or the whole shard (dense),
+ * whichever is smaller:
+ *   reduce-scatter  every rank sends each owner the non-zero pieces of the owner's shard (one
+ *                   exchange, as `direct`); the owner adds them to its own shard in the fixed
+ *                   order own, rank+1, rank+2, ... as the messages complete, so its result is
+ *                   bitwise `direct`'s (16-bit types summed in float32 and rounded once; a zero
+ *                   that a skipped piece would have added is made +0, as the dense sum makes it);
+ *   all-gather      every owner sends its shard's non-zero pieces (those of the union over ranks
+ *                   after a reduce-scatter), packed once, to every other rank, which receives in
+ *                   place and unpacks there, writing zeros for the pieces that did not travel.
+ * Message form: a sparse message is the packed pieces, then one uint32 piece index (within the
+ * shard, increasing) per piece, then the uint32 piece count; it is sent only when strictly
+ * smaller than the dense shard, so the receiver tells the forms apart by the received size alone
+ * (MPI_Get_count): no header on dense messages, no count exchanged first (a latency), and the
+ * receive posted for the dense size serves both. The trailer comes last so that an all-gather
+ * received in place unpacks in place: each piece moves up, never onto data not yet moved.
+ * Zero pieces are found by one pass over the data (dear_reduce_zero_prefix), which skips a run of
+ * zero pieces in one call, stops at the first non-zero bytes of a piece, and stops altogether
+ * where the message would not be smaller.
+ * The reduce-scatter scans, packs and sends one peer's shard per progress call (bounded work,
+ * and the first messages travel while the next shard is scanned).
+ */
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll_impl.h"
+#include "collectives/reduce.h"
+#include "base/mpi_check.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#define IDX_BYTES sizeof(uint32_t)
+
+/* Shard p's place in the vector and its pieces: n pieces, the first of block b0. */
+typedef struct {
+    size_t off, len, b0, n;
+} shard_t;
+
+typedef struct {
+    int npeers;                 /* P-1; peer i (1..P-1) is rank+i for receives (mod P) */
+    MPI_Request *rreq, *sreq;   /* npeers each, index i-1 for peer i */
+    long *rbytes;               /* bytes received from peer i, -1 while pending */
+    int next_send;              /* reduce-scatter: next peer to scan, pack and send (1..P) */
+    int next_reduce;            /* reduce-scatter: next message to add (1..P), rank order */
+    char *slots;                /* reduce-scatter: npeers messages of at most the own shard */
+    char *pack;                 /* packed sparse messages (scratch cache) */
+    size_t pack_cap, pack_used;
+    uint32_t *idx;              /* piece indices of the shard being scanned or unpacked */
+    float *acc;                 /* 16-bit reduce-scatter: the float32 sums of the own shard */
+    uint32_t *cover;            /* reduce-scatter of floats: per own piece, sparse messages with it */
+    int ndense_in;              /* reduce-scatter: dense messages added */
+} sparse_state_t;
+
+static void shard_of(const dear_coll_req_t *r, int p, shard_t *s)
+{
+    s->off = r->displs[p];
+    s->len = r->counts[p];
+    s->b0 = s->off / r->block;
+    s->n = s->len > 0 ? (s->off + s->len - 1) / r->block - s->b0 + 1 : 0;
+}
+
+/* Piece j of shard s: *lo elements into the shard, *n elements. */
+static void piece_of(const dear_coll_req_t *r, const shard_t *s, size_t j, size_t *lo, size_t *n)
+{
+    size_t a = (s->b0 + j) * r->block, b = a + r->block;
+    a = a > s->off ? a : s->off;
+    b = b < s->off + s->len ? b : s->off + s->len;
+    *lo = a - s->off;
+    *n = b - a;
+}
+
+/* Element index (within shard s) of the first element at or after lo that is not all-bits-zero,
+ * or s->len. */
+static size_t next_nonzero(const dear_coll_req_t *r, const shard_t *s, const char *shard, size_t lo)
+{
+    return lo + dear_reduce_zero_prefix(shard + lo * r->esize, (s->len - lo) * r->esize) / r->esize;
+}
+
+/* The non-zero pieces of shard s (data at shard) into idx[0..*k); returns the sparse message's
+ * size, or 0 when it would be no smaller than the dense shard (the scan stops there). Runs of
+ * zero pieces are skipped in one call, so small blocks cost no call each. */
+static size_t scan_shard(const dear_coll_req_t *r, const shard_t *s, const char *shard, uint32_t *idx, size_t *k)
+{
+    size_t dense = s->len * r->esize, bytes = IDX_BYTES;
+    *k = 0;
+    for (size_t j = 0; j < s->n && bytes < dense;) {
+        size_t lo, n;
+        piece_of(r, s, j, &lo, &n);
+        size_t nz = next_nonzero(r, s, shard, lo);
+        if (nz >= lo + n) {
+            j = nz < s->len ? (s->off + nz) / r->block - s->b0 : s->n;  /* the piece holding nz */
+            continue;
+        }
+        bytes += n * r->esize + IDX_BYTES;
+        idx[(*k)++] = (uint32_t)j++;
+    }
+    return bytes < dense ? bytes : 0;
+}
+
+static void pack_shard(const dear_coll_req_t *r, const shard_t *s, const char *shard, const uint32_t *idx,
+                       size_t k, char *dst)
+{
+    for (size_t i = 0; i < k; i++) {
+        size_t lo, n;
+        piece_of(r, s, idx[i], &lo, &n);
+        memcpy(dst, shard + lo * r->esize, n * r->esize);
+        dst += n * r->esize;
+    }
+    uint32_t k32 = (uint32_t)k;
+    memcpy(dst, idx, k * IDX_BYTES);
+    memcpy(dst + k * IDX_BYTES, &k32, IDX_BYTES);
+}
+
+/* A sparse message of m bytes from rank `from` for shard s: its indices into idx[0..*k) after
+ * checking them (increasing, within the shard) and the size they imply; *payload is the bytes of
+ * pieces. A malformed one means the ranks disagree on count, block or type. */
+static int parse_msg(const dear_coll_req_t *r, const shard_t *s, const char *msg, size_t m, int from,
+                     uint32_t *idx, size_t *k, size_t *payload)
+{
+    uint32_t k32 = 0;
+    size_t bytes = 0;
+    int ok = m >= IDX_BYTES;
+    if (ok) {
+        memcpy(&k32, msg + m - IDX_BYTES, IDX_BYTES);
+        ok = k32 <= s->n && ((size_t)k32 + 1) * IDX_BYTES <= m;
+    }
+    if (ok) {
+        memcpy(idx, msg + m - ((size_t)k32 + 1) * IDX_BYTES, k32 * IDX_BYTES);
+        for (size_t i = 0; i < k32 && ok; i++) {
+            size_t lo, n;
+            ok = idx[i] < s->n && (i == 0 || idx[i] > idx[i - 1]);
+            if (ok) {
+                piece_of(r, s, idx[i], &lo, &n);
+                bytes += n * r->esize;
+            }
+        }
+        ok = ok && bytes + ((size_t)k32 + 1) * IDX_BYTES == m;
+    }
+    if (!ok) {
+        DEAR_ERROR("coll", "sparse: malformed message of %zu bytes from rank %d for a shard of %zu elements "
+                           "(do all ranks pass the same count, sparse_block and dtype?)", m, from, s->len);
+        return DEAR_ERR_MISMATCH;
+    }
+    *k = k32;
+    *payload = bytes;
+    return DEAR_OK;
+}
+
+/* Test the outstanding receives (recording their sizes) and sends; *busy when any is left. */
+static int test_all(dear_coll_req_t *r, sparse_state_t *st, int *busy)
+{
+    *busy = 0;
+    for (int i = 0; i < st->npeers; i++) {
+        int flag;
+        if (st->rreq[i] != MPI_REQUEST_NULL) {
+            MPI_Status status;
+            DEAR_MPI_CHECK(MPI_Test(&st->rreq[i], &flag, &status));
+            if (flag) {
+                int n = 0;
+                DEAR_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &n));
+                st->rbytes[i] = n;
+                r->events++;
+            }
+            *busy |= !flag;
+        }
+        if (st->sreq[i] != MPI_REQUEST_NULL) {
+            DEAR_CHECK(dear_coll_test(&st->sreq[i], &flag));
+            r->events += (size_t)flag;
+            *busy |= !flag;
+        }
+    }
+    return DEAR_OK;
+}
+
+/* Send shard s (at shard; sparse when smaller, packed at the end of the pack buffer) to peers
+ * i in [first, first + nto): rank-i (mod P), request sreq[i-1]; count bytes and forms. */
+static int send_shard(dear_coll_req_t *r, sparse_state_t *st, const shard_t *s, const char *shard, int first, int nto)
+{
+    size_t k, bytes = scan_shard(r, s, shard, st->idx, &k);
+    const char *msg = shard;
+    if (bytes > 0) {
+        msg = st->pack + st->pack_used;
+        pack_shard(r, s, shard, st->idx, k, st->pack + st->pack_used);
+        st->pack_used += bytes;
+    } else {
+        bytes = s->len * r->esize;
+    }
+    for (int i = first; i < first + nto; i++) {
+        int p = (r->rank - i + r->nranks) % r->nranks;
+        DEAR_MPI_CHECK(MPI_Isend(msg, (int)bytes, MPI_BYTE, p, r->tag, r->comm, &st->sreq[i - 1]));
+        r->bytes_sent += bytes;
+        if (msg == shard)
+            r->msgs_dense++;
+        else
+            r->msgs_sparse++;
+    }
+    return DEAR_OK;
+}
+
+/* ---- reduce-scatter: peer i sends to rank-i and receives from rank+i (mod P) ---- */
+
+static int rs_send_next(dear_coll_req_t *r, sparse_state_t *st)
+{
+    int i = st->next_send++;
+    shard_t s;
+    shard_of(r, (r->rank - i + r->nranks) % r->nranks, &s);
+    if (s.len == 0)
+        return DEAR_OK;
+    return send_shard(r, st, &s, r->src + s.off * r->esize, i, 1);
+}
+
+/* Add message i (from rank+i) to the own shard: dense as one vector, sparse piece by piece. */
+static int rs_reduce(dear_coll_req_t *r, sparse_state_t *st, int i)
+{
+    shard_t s;
+    shard_of(r, r->rank, &s);
+    size_t m = (size_t)st->rbytes[i - 1];
+    const char *msg = st->slots + (size_t)(i - 1) * s.len * r->esize;
+    if (s.len == 0)
+        return DEAR_OK;
+    if (m == s.len * r->esize) {
+        if (st->acc != NULL)
+            dear_reduce_widen_acc(r->dtype, st->acc, msg, s.len);
+        else
+            dear_reduce_sum(r->dtype, r->out, r->out, msg, s.len, 1.0);
+        st->ndense_in++;
+        return DEAR_OK;
+    }
+    size_t k, payload;
+    DEAR_CHECK(parse_msg(r, &s, msg, m, (r->rank + i) % r->nranks, st->idx, &k, &payload));
+    for (size_t j = 0; j < k; j++) {
+        size_t lo, n;
+        piece_of(r, &s, st->idx[j], &lo, &n);
+        if (st->acc != NULL)
+            dear_reduce_widen_acc(r->dtype, st->acc + lo, msg, n);
+        else
+            dear_reduce_sum(r->dtype, r->out + lo * r->esize, r->out + lo * r->esize, msg, n, 1.0);
+        if (st->cover != NULL)
+            st->cover[st->idx[j]]++;
+        msg += n * r->esize;
+    }
+    return DEAR_OK;
+}
+
+/* All messages added: the dense sum would have added +0 for every piece a rank skipped, which
+ * turns a -0 sum into +0, so do the same there; then scale (16-bit: round once). */
+static void rs_finish(dear_coll_req_t *r, sparse_state_t *st)
+{
+    shard_t s;
+    shard_of(r, r->rank, &s);
+    dear_dtype_t sum_type = st->acc != NULL ? DEAR_FLOAT32 : r->dtype;
+    char *sum = st->acc != NULL ? (char *)st->acc : r->out;
+    size_t sum_es = st->acc != NULL ? sizeof(float) : r->esize;
+    for (size_t j = 0; st->cover != NULL && j < s.n; j++) {
+        if ((int)st->cover[j] + st->ndense_in == st->npeers)
+            continue;
+        size_t lo, n;
+        piece_of(r, &s, j, &lo, &n);
+        dear_reduce_zero_sign(sum_type, sum + lo * sum_es, n);
+    }
+    if (st->acc != NULL)
+        dear_reduce_narrow(r->dtype, r->out, st->acc, s.len, r->scale);
+    else
+        dear_reduce_scale(r->dtype, r->out, r->out, s.len, r->scale);
+}
+
+static int rs_start(dear_coll_req_t *r, sparse_state_t *st)
+{
+    int rc = DEAR_OK;
+    shard_t s;
+    shard_of(r, r->rank, &s);
+    const char *own = r->src + s.off * r->esize;
+    if (dear_dtype_is16(r->dtype)) {
+        size_t ab = s.len * sizeof(float) + 1;
+        DEAR_ALLOC_GOTO(st->acc, malloc(ab), ab, rc, out);
+        dear_reduce_widen(r->dtype, st->acc, own, s.len);
+    } else if (r->out != own) {
+        memcpy(r->out, own, s.len * r->esize);
+    }
+    if (r->dtype != DEAR_INT32) {
+        size_t cb = s.n * sizeof(uint32_t) + 1;
+        DEAR_ALLOC_GOTO(st->cover, calloc(1, cb), cb, rc, out);
+    }
+    size_t sb = (size_t)st->npeers * s.len * r->esize + 1;
+    DEAR_ALLOC_GOTO(st->slots, malloc(sb), sb, rc, out);
+    for (int i = 1; i <= st->npeers; i++) {
+        int p = (r->rank + i) % r->nranks;
+        st->rbytes[i - 1] = 0;
+        if (s.len == 0)
+            continue;  /* an empty shard: nobody sends */
+        st->rbytes[i - 1] = -1;
+        DEAR_MPI_CHECK(MPI_Irecv(st->slots + (size_t)(i - 1) * s.len * r->esize, (int)(s.len * r->esize), MPI_BYTE,
+                                 p, r->tag, r->comm, &st->rreq[i - 1]));
+    }
+    /* Sparse messages are smaller than their shards, so the other shards' bytes bound them all. */
+    st->pack = dear_coll_scratch_get((r->total - s.len) * r->esize, &st->pack_cap);
+    if (st->pack == NULL)
+        return DEAR_ERR_NOMEM;
+    st->next_send = st->next_reduce = 1;
+    DEAR_CHECK(rs_send_next(r, st));
+out:
+    return rc;
+}
+
+static int rs_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
+{
+    if (st->next_send <= st->npeers)
+        DEAR_CHECK(rs_send_next(r, st));
+    int busy;
+    DEAR_CHECK(test_all(r, st, &busy));
+    while (st->next_reduce <= st->npeers && st->rbytes[st->next_reduce - 1] >= 0) {
+        DEAR_CHECK(rs_reduce(r, st, st->next_reduce));
+        st->next_reduce++;
+    }
+    if (busy || st->next_send <= st->npeers || st->next_reduce <= st->npeers)
+        return DEAR_OK;
+    rs_finish(r, st);
+    *done = 1;
+    return DEAR_OK;
+}
+
+/* ---- all-gather: in place on buf; rank+i's shard comes from rank+i, ours goes to all ---- */
+
+/* Rank p's shard arrived as a sparse message of m bytes at its start: move each piece up to its
+ * place, last first (a piece's place is never below its packed position, so nothing not yet
+ * moved is overwritten; the indices are copied out first), and zero what lies between. */
+static int ag_unpack(dear_coll_req_t *r, sparse_state_t *st, int p, size_t m)
+{
+    shard_t s;
+    shard_of(r, p, &s);
+    char *base = r->buf + s.off * r->esize;
+    size_t k, payload;
+    DEAR_CHECK(parse_msg(r, &s, base, m, p, st->idx, &k, &payload));
+    size_t src = payload, end = s.len * r->esize;
+    for (size_t j = k; j-- > 0;) {
+        size_t lo, n;
+        piece_of(r, &s, st->idx[j], &lo, &n);
+        src -= n * r->esize;
+        memmove(base + lo * r->esize, base + src, n * r->esize);
+        memset(base + (lo + n) * r->esize, 0, end - (lo + n) * r->esize);
+        end = lo * r->esize;
+    }
+    memset(base, 0, end);
+    return DEAR_OK;
+}
+
+static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
+{
+    shard_t s;
+    shard_of(r, r->rank, &s);
+    for (int i = 1; i <= st->npeers; i++) {
+        int p = (r->rank + i) % r->nranks;
+        st->rbytes[i - 1] = 0;
+        if (r->counts[p] == 0)
+            continue;
+        st->rbytes[i - 1] = -1;
+        DEAR_MPI_CHECK(MPI_Irecv(r->buf + r->displs[p] * r->esize, (int)(r->counts[p] * r->esize), MPI_BYTE, p, r->tag,
+                                 r->comm, &st->rreq[i - 1]));
+    }
+    if (s.len == 0)
+        return DEAR_OK;
+    st->pack = dear_coll_scratch_get(s.len * r->esize, &st->pack_cap);
+    if (st->pack == NULL)
+        return DEAR_ERR_NOMEM;
+    return send_shard(r, st, &s, r->buf + s.off * r->esize, 1, st->npeers);
+}
+
+static int ag_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
+{
+    int busy;
+    DEAR_CHECK(test_all(r, st, &busy));
+    for (int i = 1; i <= st->npeers; i++) {
+        int p = (r->rank + i) % r->nranks;
+        long m = st->rbytes[i - 1];
+        if (m >= 0 && (size_t)m < r->counts[p] * r->esize) {
+            DEAR_CHECK(ag_unpack(r, st, p, (size_t)m));
+            st->rbytes[i - 1] = (long)(r->counts[p] * r->esize); /* in place now: as if dense */
+        }
+    }
+    *done = !busy;
+    return DEAR_OK;
+}
+
+/* ---- the algorithm's entry points ---- */
+
+static int sparse_progress(dear_coll_req_t *r, int *done)
+{
+    sparse_state_t *st = r->state;
+    if (st->npeers == 0) {
+        *done = 1;
+        return DEAR_OK;
+    }
+    return r->op == DEAR_COLL_REDUCE_SCATTER ? rs_progress(r, st, done) : ag_progress(r, st, done);
+}
+
+static int sparse_start(dear_coll_req_t *r)
+{
+    int rc = DEAR_OK;
+    sparse_state_t *st = NULL;
+    DEAR_ALLOC_GOTO(st, calloc(1, sizeof *st), sizeof *st, rc, out);
+    r->state = st;
+    if (r->nranks == 1) {
+        if (r->op == DEAR_COLL_REDUCE_SCATTER)
+            dear_reduce_scale(r->dtype, r->out, r->src, r->total, r->scale);
+        return DEAR_OK;  /* nothing travels */
+    }
+    /* Each message is at most one shard and MPI counts are ints. */
+    size_t max_pieces = 0;
+    for (int p = 0; p < r->nranks; p++) {
+        if (r->counts[p] > INT_MAX / r->esize) {
+            DEAR_ERROR("coll", "sparse: shard of %zu elements exceeds one MPI message (2 GiB); use ring",
+                       r->counts[p]);
+            return DEAR_ERR_UNSUPPORTED;
+        }
+        shard_t s;
+        shard_of(r, p, &s);
+        max_pieces = s.n > max_pieces ? s.n : max_pieces;
+    }
+    st->npeers = r->nranks - 1;
+    size_t nb = (size_t)st->npeers * sizeof(MPI_Request), lb = (size_t)st->npeers * sizeof(long);
+    size_t ib = max_pieces * sizeof(uint32_t) + 1;
+    DEAR_ALLOC_GOTO(st->rreq, malloc(nb), nb, rc, out);
+    DEAR_ALLOC_GOTO(st->sreq, malloc(nb), nb, rc, out);
+    DEAR_ALLOC_GOTO(st->rbytes, malloc(lb), lb, rc, out);
+    DEAR_ALLOC_GOTO(st->idx, malloc(ib), ib, rc, out);
+    for (int i = 0; i < st->npeers; i++)
+        st->rreq[i] = st->sreq[i] = MPI_REQUEST_NULL;
+    rc = r->op == DEAR_COLL_REDUCE_SCATTER ? rs_start(r, st) : ag_start(r, st);
+out:
+    return rc;
+}
+
+static void sparse_cleanup(dear_coll_req_t *r)
+{
+    sparse_state_t *st = r->state;
+    if (st == NULL)
+        return;
+    for (int i = 0; i < st->npeers; i++) {
+        if (st->rreq != NULL)
+            dear_coll_abandon(&st->rreq[i]);
+        if (st->sreq != NULL)
+            dear_coll_abandon(&st->sreq[i]);
+    }
+    dear_coll_scratch_put(st->pack, st->pack_cap);
+    free(st->rreq);
+    free(st->sreq);
+    free(st->rbytes);
+    free(st->slots);
+    free(st->idx);
+    free(st->acc);
+    free(st->cover);
+    free(st);
+    r->state = NULL;
+}
+
+size_t dear_coll_sparse_nonzero(dear_dtype_t dtype, const void *vec, size_t count, size_t sparse_block)
+{
+    size_t es = dear_dtype_size(dtype), k = 0;
+    if (sparse_block == 0 || vec == NULL)
+        return 0;
+    const char *v = vec;
+    for (size_t at = 0; at < count;) {
+        at += dear_reduce_zero_prefix(v + at * es, (count - at) * es) / es;
+        if (at < count) {
+            k++;
+            at = (at / sparse_block + 1) * sparse_block;  /* the next block */
+        }
+    }
+    return k;
+}
+
+const dear_coll_algo_ops_t dear_coll_sparse_ops = { "sparse", sparse_start, sparse_progress, sparse_cleanup };

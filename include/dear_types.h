@@ -1,0 +1,145 @@
+/*
+ * dear_types.h: the MPI-free part of libdear's public API: status codes, element types, memory
+ * kinds, the update callback, the counters and the status text. include/dear.h includes it; the
+ * library's MPI-free layers (base/, fusion/) include only this, so they never see mpi.h.
+ */
+#ifndef DEAR_TYPES_H
+#define DEAR_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DEAR_API __attribute__((visibility("default")))
+#else
+#define DEAR_API
+#endif
+
+#define DEAR_VERSION_MAJOR 0
+#define DEAR_VERSION_MINOR 2
+#define DEAR_VERSION_PATCH 0
+
+/* Status codes: DEAR_OK or negative. MPI, CUDA and NCCL codes are translated where they enter
+ * the library and are never returned raw. */
+typedef enum {
+    DEAR_OK = 0,
+    DEAR_ERR_ARG = -1,          /* invalid argument (NULL pointer, unknown enum, bad count) */
+    DEAR_ERR_STATE = -2,        /* call out of order (register after commit, done twice, ...) */
+    DEAR_ERR_MISMATCH = -3,     /* ranks disagree (registered tensors, layers), or a plan file
+                                 * was made for other tensors */
+    DEAR_ERR_MPI = -4,          /* an MPI call failed */
+    DEAR_ERR_NOMEM = -5,        /* allocation failed */
+    DEAR_ERR_UNSUPPORTED = -6,  /* feature not built or not available here */
+    DEAR_ERR_TIMEOUT = -7,      /* an operation stalled past DEAR_STALL_ABORT_S */
+    DEAR_ERR_PARAM = -8,        /* a DEAR_* environment variable has a bad value */
+    DEAR_ERR_IO = -9,           /* a file could not be read or written */
+    DEAR_ERR_FORMAT = -10,      /* a file (plan, profile, calibration) is malformed */
+    DEAR_ERR_CALLBACK = -11,    /* an update callback returned non-zero */
+    DEAR_ERR_CUDA = -12,        /* a CUDA or NCCL call failed */
+    DEAR_ERR_INTERNAL = -13     /* a bug in libdear: please report it */
+} dear_status_t;
+
+/* Element types. 16-bit floating types are reduced in float32 and rounded once. */
+typedef enum {
+    DEAR_FLOAT32 = 0,
+    DEAR_FLOAT64 = 1,
+    DEAR_BFLOAT16 = 2,
+    DEAR_FLOAT16 = 3,
+    DEAR_INT32 = 4
+} dear_dtype_t;
+#define DEAR_DTYPE_COUNT 5
+
+/* Where a registered buffer lives. */
+typedef enum {
+    DEAR_MEM_HOST = 0,
+    DEAR_MEM_CUDA = 1           /* refused with DEAR_ERR_UNSUPPORTED until the CUDA backend lands */
+} dear_mem_t;
+
+typedef struct dear_ctx dear_ctx_t;
+
+/* What the next passes are (dear_set_mode). */
+typedef enum {
+    DEAR_MODE_TRAIN = 0,        /* the default: every backward pass is synchronised */
+    DEAR_MODE_ACCUMULATE = 1,   /* micro-batches: backward passes stay local (like DDP's no_sync);
+                                 * the gradients are added to by the application and synchronised
+                                 * by the first backward pass after the mode is TRAIN again */
+    DEAR_MODE_EVAL = 2          /* forward passes only: every update has run, nothing is measured */
+} dear_mode_t;
+
+/* What an update callback is told about the averaged gradient it is called for. Fields are only
+ * ever added at the end: `size` is sizeof(dear_update_info_t) of the library that filled it, so a
+ * program built against a newer dear.h can test whether a field is there. */
+typedef struct dear_update_info {
+    size_t size;
+    void *grad;                 /* the gradient averaged over all ranks (and clipped: clip_coef) */
+    size_t count;               /* elements of dtype */
+    dear_dtype_t dtype;
+    dear_mem_t mem;
+    void *arg;                  /* the registration's arg */
+    const char *name;           /* the registration's name */
+    int tensor;                 /* index in registration order, from 0 */
+    int layer;                  /* the registration's layer id */
+    long long iteration;        /* the iteration the gradient belongs to: 0 for the first backward
+                                 * pass (under `dear` the update runs in the next iteration's
+                                 * forward, so read this, not your own counter, for an LR schedule) */
+    double grad_norm;           /* L2 norm of the whole averaged gradient (every tensor) before
+                                 * clipping, when clipping is on (dear_set_clip_norm,
+                                 * DEAR_CLIP_NORM); -1 when it is off */
+    double clip_coef;           /* what grad was multiplied by: min(1, max_norm / (grad_norm + 1e-6)),
+                                 * 1 when clipping is off */
+    void *stream;               /* DEAR_MEM_CUDA: the cudaStream_t to launch the update on; NULL */
+} dear_update_info_t;
+
+/* Update callback: runs on the application thread exactly once per tensor per iteration, the
+ * moment its averaged gradient is in place (dear_register says when). Return 0 on success;
+ * non-zero makes the calling dear_* function return DEAR_ERR_CALLBACK. */
+typedef int (*dear_update_fn)(const dear_update_info_t *info);
+
+/* Counters for progress reports; all times in seconds, since dear_commit. */
+typedef struct {
+    uint64_t iterations;        /* completed dear_backward_end calls */
+    double blocked_s;           /* application time blocked in forward_begin/backward_end/flush */
+    double last_iter_s;         /* wall time of the last complete iteration */
+    double median_iter_s;       /* median iteration time so far (0 before the second) */
+    uint64_t bytes_sent;        /* payload bytes this rank sent in collectives */
+    double progress_cpu_s;      /* CPU time used by the progress thread */
+} dear_stats_t;
+
+/* What the sparse path did for one tensor declared sparse (dear_get_sparse_stats). Fields are
+ * only ever added at the end: the caller sets `size` to sizeof(dear_sparse_stats_t) and the
+ * library fills what fits, so a program built against an older dear.h keeps working. */
+typedef struct {
+    size_t size;                /* set by the caller */
+    size_t block;               /* elements per block (dear_register_sparse); 0: not sparse */
+    int sparse_rs;              /* its reduce-scatters (all-reduces under wfbp, sync) run sparse now
+                                 * (a bucket runs sparse when every tensor in it pays) */
+    int sparse_ag;              /* its all-gathers run sparse now (schedule dear) */
+    double density;             /* fraction of its blocks that were non-zero in this rank's gradient
+                                 * over the warm-up iterations (DEAR_WARMUP_ITERS); -1: not measured */
+    double density_union;       /* the same fraction of the averaged gradient, the union over ranks */
+    uint64_t bytes_sent;        /* payload this rank sent in its bucket's sparse collectives (shared
+                                 * with the other tensors of its bucket) */
+    uint64_t msgs_sparse;       /* of their messages, those sent as non-zero blocks with indices */
+    uint64_t msgs_dense;        /* and those sent whole (the sparse form was no smaller) */
+} dear_sparse_stats_t;
+
+/* Short English text for a status code; never NULL. */
+DEAR_API const char *dear_status_string(int status);
+
+/* The error lines libdear logged since the previous call (any thread, whatever DEAR_LOG_LEVEL),
+ * copied into buf (at most len - 1 characters, NUL-terminated), then forgotten; returns their
+ * full length. For bindings that turn a failed call into an exception with the library's words. */
+DEAR_API size_t dear_last_error(char *buf, size_t len);
+
+/* "MAJOR.MINOR.PATCH". */
+DEAR_API const char *dear_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DEAR_TYPES_H */

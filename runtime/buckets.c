@@ -1,0 +1,305 @@
+/*
+ * What a plan becomes: buckets with their vectors (the gradients themselves when a bucket's
+ * tensors lie back to back in memory, else a fusion buffer), all-gather groups with their
+ * blocks, and the operations of one iteration in the fixed order every rank runs them.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/util.h"
+#include "runtime/rt.h"
+
+/* A collective carries one element type and one sparse block (sparse.c): cut every group where
+ * either changes, whatever the planner merged. A sparse all-gather group is also cut where the
+ * bucket changes, so that it gathers part of one bucket and its blocks start on rows. The result
+ * is the same on every rank because the registries are. */
+static int split_groups(const dear_ctx_t *ctx, const dear_partition_t *in, int by_bucket, int **first_out, int *ng_out)
+{
+    int rc = DEAR_OK, n = ctx->reg.ntensors, ng = 0;
+    int *first = NULL;
+    DEAR_ALLOC_GOTO(first, malloc(sizeof(int) * (size_t)(n + 1)), sizeof(int) * (size_t)(n + 1), rc, err);
+    for (int g = 0; g < in->ngroups; g++)
+        for (int t = in->first[g]; t < in->first[g + 1]; t++)
+            if (t == in->first[g] || ctx->reg.tensors[t].dtype != ctx->reg.tensors[t - 1].dtype ||
+                dear_tensor_block(ctx, t) != dear_tensor_block(ctx, t - 1) ||
+                (by_bucket && dear_tensor_block(ctx, t) > 0 && ctx->reg.tensors[t].bucket != ctx->reg.tensors[t - 1].bucket))
+                first[ng++] = t;
+    first[ng] = n;
+    *first_out = first;
+    *ng_out = ng;
+    return DEAR_OK;
+err:
+    return rc;
+}
+
+static void op_layers(dear_ctx_t *ctx, dear_op_t *op, int t0, int t1)
+{
+    op->layer_lo = ctx->reg.tensors[t0].layer;
+    op->layer_hi = ctx->reg.tensors[t1 - 1].layer;
+}
+
+void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count)
+{
+    op->kind = DEAR_COLL_ALLREDUCE;
+    op->pos = pos;
+    op->index = index;
+    op->layer_lo = ctx->reg.tensors[0].layer;
+    op->layer_hi = ctx->reg.tensors[ctx->reg.ntensors - 1].layer;
+    op->bytes = count * dear_dtype_size(dtype);
+    op->done_iter = -1;
+    op->args.op = DEAR_COLL_ALLREDUCE;
+    op->args.algo = DEAR_ALGO_AUTO;
+    op->args.dtype = dtype;
+    op->args.comm = ctx->comm;
+    op->args.topo = ctx->coll_topo;
+    op->args.scale = 1.0;
+    op->args.recvbuf = buf;
+    op->args.count = count;
+}
+
+/* Buckets, groups, fusion buffers and the operation order of ctx->graph.plan. */
+int dear_graph_build(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK, *first = NULL, ng = 0;
+    size_t bytes;
+
+    if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->rank == 0)
+        dear_plan_print(stderr, &ctx->graph.plan, NULL);
+
+    /* buckets */
+    DEAR_CHECK_GOTO(split_groups(ctx, &ctx->graph.plan.rs, 0, &first, &ng), rc, out);
+    DEAR_ALLOC_GOTO(ctx->graph.buckets, calloc((size_t)ng, sizeof *ctx->graph.buckets), sizeof *ctx->graph.buckets * (size_t)ng, rc, out);
+    ctx->graph.nbuckets = ng;
+    int nfused = 0;
+    for (int b = 0; b < ng; b++) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        bk->t0 = first[b];
+        bk->t1 = first[b + 1];
+        bk->dtype = ctx->reg.tensors[bk->t0].dtype;
+        bk->sparse_block = dear_tensor_block(ctx, bk->t0);
+        /* The bucket's vector: its tensors that are not frozen, back to back. */
+        int contiguous = 1;
+        const dear_tensor_t *prev = NULL;
+        for (int t = bk->t0; t < bk->t1; t++) {
+            dear_tensor_t *tt = &ctx->reg.tensors[t];
+            tt->bucket = b;
+            tt->off = bk->count;
+            if (tt->frozen)
+                continue;
+            bk->count += tt->count;
+            if (prev != NULL && (char *)prev->grad + prev->bytes != (char *)tt->grad)
+                contiguous = 0;
+            if (prev == NULL)
+                bk->first_live = t;
+            prev = tt;
+        }
+        bk->bytes = bk->count * dear_dtype_size(bk->dtype);
+        /* One rank communicates nothing: its buckets are never packed or unpacked. */
+        if (contiguous || ctx->size == 1) {
+            bk->buf = prev != NULL ? ctx->reg.tensors[bk->first_live].grad : NULL;
+        } else {
+            DEAR_ALLOC_GOTO(bk->buf, malloc(bk->bytes), bk->bytes, rc, out);
+            bk->fused = 1;
+            nfused++;
+        }
+        dear_op_t *op = &bk->op;
+        op->kind = ctx->sched_ops->bucket_op;
+        op->index = b;
+        op->bytes = bk->bytes;
+        op->done_iter = -1;
+        op_layers(ctx, op, bk->t0, bk->t1);
+        op->args.op = op->kind;
+        op->args.algo = DEAR_ALGO_AUTO;
+        op->args.dtype = bk->dtype;
+        op->args.comm = ctx->comm;
+        op->args.topo = ctx->coll_topo;
+        op->args.scale = 1.0 / ctx->size; /* averaging fused into the reduction */
+        op->args.sendbuf = NULL;          /* in place */
+        op->args.recvbuf = bk->buf;
+        op->args.count = bk->count;
+    }
+    free(first);
+    first = NULL;
+
+    /* Clipping from shards (clip.c): one scalar all-reduce after every reduce-scatter, before
+     * every all-gather, and no all-gather early (it would gather unclipped shards). */
+    int clip = ctx->clip.on && ctx->sched == DEAR_SCHED_DEAR, live = ctx->unused.on;
+    if (clip)
+        DEAR_CHECK_GOTO(dear_clip_graph(ctx, ctx->graph.nbuckets + live), rc, out);
+    /* DEAR_FIND_UNUSED: the count of ranks with a gradient, likewise after the reduce-scatters. */
+    if (live)
+        DEAR_CHECK_GOTO(dear_unused_graph(ctx, ctx->graph.nbuckets), rc, out);
+
+    /* all-gather groups (schedule dear); the plan's early ones are those from its first early
+     * group's first tensor on (cutting by type only splits groups) */
+    int early_t0 = ctx->graph.plan.ag_early > 0 && !clip
+                       ? ctx->graph.plan.ag.first[ctx->graph.plan.ag.ngroups - ctx->graph.plan.ag_early]
+                       : ctx->reg.ntensors;
+    ctx->graph.ngroups_early = 0;
+    if (ctx->sched == DEAR_SCHED_DEAR) {
+        DEAR_CHECK_GOTO(split_groups(ctx, &ctx->graph.plan.ag, 1, &first, &ng), rc, out);
+        DEAR_ALLOC_GOTO(ctx->graph.groups, calloc((size_t)ng, sizeof *ctx->graph.groups), sizeof *ctx->graph.groups * (size_t)ng, rc,
+                        out);
+        ctx->graph.ngroups = ng;
+        for (int g = 0; g < ng; g++) {
+            dear_group_t *gr = &ctx->graph.groups[g];
+            gr->t0 = first[g];
+            gr->t1 = first[g + 1];
+            dear_op_t *op = &gr->op;
+            int b0 = ctx->reg.tensors[gr->t0].bucket, b1 = ctx->reg.tensors[gr->t1 - 1].bucket;
+            int nb = b1 - b0 + 1;
+            DEAR_ALLOC_GOTO(op->blocks, calloc((size_t)nb, sizeof *op->blocks), sizeof *op->blocks * (size_t)nb, rc,
+                            out);
+            size_t nd = (size_t)(nb + clip + live);
+            DEAR_ALLOC_GOTO(op->deps, calloc(nd, sizeof *op->deps), sizeof *op->deps * nd, rc, out);
+            for (int b = b0; b <= b1; b++) {
+                const dear_bucket_t *bk = &ctx->graph.buckets[b];
+                int lo_t = gr->t0 > bk->t0 ? gr->t0 : bk->t0;
+                int hi_t = gr->t1 < bk->t1 ? gr->t1 : bk->t1;
+                dear_coll_block_t *blk = &op->blocks[b - b0];
+                blk->buf = bk->buf;
+                blk->count = bk->count;
+                blk->lo = ctx->reg.tensors[lo_t].off;
+                blk->hi = ctx->reg.tensors[hi_t - 1].off + dear_tensor_ccount(&ctx->reg.tensors[hi_t - 1]);
+                op->bytes += (blk->hi - blk->lo) * dear_dtype_size(bk->dtype);
+                op->deps[b - b0] = (dear_op_t *)&bk->op;
+            }
+            op->ndeps = nb;
+            if (clip)
+                op->deps[op->ndeps++] = &ctx->clip.op;
+            if (live)
+                op->deps[op->ndeps++] = &ctx->unused.op;
+            gr->early = gr->t0 >= early_t0;
+            ctx->graph.ngroups_early += gr->early;
+            op->kind = DEAR_COLL_ALLGATHER;
+            op->index = g;
+            op->done_iter = -1;
+            op_layers(ctx, op, gr->t0, gr->t1);
+            op->args.op = DEAR_COLL_ALLGATHER;
+            op->args.algo = DEAR_ALGO_AUTO;
+            op->args.dtype = ctx->reg.tensors[gr->t0].dtype;
+            op->args.comm = ctx->comm;
+            op->args.topo = ctx->coll_topo;
+            op->args.scale = 1.0;
+            op->args.nblocks = nb;
+            op->args.blocks = op->blocks;
+        }
+        free(first);
+        first = NULL;
+    }
+
+    dear_sparse_graph(ctx);
+
+    /* One iteration's operations in their fixed order: buckets as backward completes them
+     * (last first), each followed by the early all-gather groups whose data it completes (the
+     * bucket holding a group's first tensor is the last of its dependencies to finish; groups
+     * last first), then the other all-gathers in forward order. The simulator assumes exactly
+     * this order (fusion/sim.h). */
+    ctx->graph.nops = ctx->graph.nbuckets + live + clip + ctx->graph.ngroups;
+    bytes = sizeof *ctx->graph.ops * (size_t)ctx->graph.nops;
+    DEAR_ALLOC_GOTO(ctx->graph.ops, malloc(bytes), bytes, rc, out);
+    int pos = 0, ge = ctx->graph.ngroups - 1;
+    for (int b = ctx->graph.nbuckets - 1; b >= 0; b--) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        bk->early_hi = ge;
+        bk->op.pos = pos;
+        ctx->graph.ops[pos++] = &bk->op;
+        for (; ge >= 0 && ctx->graph.groups[ge].early && ctx->reg.tensors[ctx->graph.groups[ge].t0].bucket == b; ge--) {
+            ctx->graph.groups[ge].op.pos = pos;
+            ctx->graph.ops[pos++] = &ctx->graph.groups[ge].op;
+        }
+        bk->early_lo = ge + 1;  /* the bucket's early groups: early_lo..early_hi (none if lo > hi) */
+    }
+    if (live) {
+        ctx->unused.op.pos = pos;
+        ctx->graph.ops[pos++] = &ctx->unused.op;
+    }
+    if (clip) {
+        ctx->clip.op.pos = pos;
+        ctx->graph.ops[pos++] = &ctx->clip.op;
+    }
+    for (int g = 0; g < ctx->graph.ngroups; g++)
+        if (!ctx->graph.groups[g].early) {
+            ctx->graph.groups[g].op.pos = pos;
+            ctx->graph.ops[pos++] = &ctx->graph.groups[g].op;
+        }
+    DEAR_INFO("plan", "planner %s: %d bucket(s) (%d with a fusion buffer, %d zero-copy), %d all-gather group(s) "
+                      "(%d during backward), %d tensor(s) in %d layer(s)",
+              ctx->graph.plan.planner, ctx->graph.nbuckets, nfused, ctx->graph.nbuckets - nfused, ctx->graph.ngroups, ctx->graph.ngroups_early,
+              ctx->reg.ntensors, ctx->reg.nlayers);
+out:
+    free(first);
+    return rc;
+}
+
+static void ops_free(dear_ctx_t *ctx);
+
+int dear_graph_rebuild(dear_ctx_t *ctx, const dear_plan_t *plan)
+{
+    dear_plan_t copy = { 0 };
+    DEAR_CHECK(dear_plan_copy(&copy, plan));
+    ops_free(ctx);
+    dear_plan_free(&ctx->graph.plan);
+    ctx->graph.plan = copy;
+    ctx->graph.nbuckets = ctx->graph.ngroups = ctx->graph.nops = 0;
+    DEAR_CHECK(dear_graph_build(ctx));
+    for (int g = 0; g < ctx->graph.ngroups; g++)
+        ctx->graph.groups[g].unpacked = 1;
+    return DEAR_OK;
+}
+
+void dear_graph_free(dear_ctx_t *ctx)
+{
+    ops_free(ctx);
+    dear_plan_free(&ctx->graph.plan);
+}
+
+static void ops_free(dear_ctx_t *ctx)
+{
+    for (int b = 0; ctx->graph.buckets && b < ctx->graph.nbuckets; b++)
+        if (ctx->graph.buckets[b].fused)
+            free(ctx->graph.buckets[b].buf);
+    for (int g = 0; ctx->graph.groups && g < ctx->graph.ngroups; g++) {
+        free(ctx->graph.groups[g].op.blocks);
+        free(ctx->graph.groups[g].op.deps);
+    }
+    free(ctx->graph.buckets);
+    free(ctx->graph.groups);
+    free(ctx->graph.ops);
+    free(ctx->clip.op.deps);
+    free(ctx->clip.shard_sq);
+    ctx->clip.op.deps = NULL;
+    ctx->clip.shard_sq = NULL;
+    free(ctx->unused.live);
+    ctx->unused.live = NULL;
+    ctx->graph.buckets = NULL;
+    ctx->graph.groups = NULL;
+    ctx->graph.ops = NULL;
+}
+
+void dear_bucket_pack(const dear_ctx_t *ctx, const dear_bucket_t *b)
+{
+    size_t esz = dear_dtype_size(b->dtype);
+    for (int t = b->t0; t < b->t1; t++) {
+        const dear_tensor_t *tt = &ctx->reg.tensors[t];
+        if (!tt->frozen)
+            memcpy((char *)b->buf + tt->off * esz, tt->grad, tt->bytes);
+    }
+}
+
+void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int t0, int t1)
+{
+    size_t esz = dear_dtype_size(b->dtype);
+    if (t0 < b->t0)
+        t0 = b->t0;
+    if (t1 > b->t1)
+        t1 = b->t1;
+    for (int t = t0; t < t1; t++) {
+        const dear_tensor_t *tt = &ctx->reg.tensors[t];
+        if (!tt->frozen)
+            memcpy(tt->grad, (const char *)b->buf + tt->off * esz, tt->bytes);
+    }
+}

@@ -1,0 +1,291 @@
+/*
+ * The cost model at commit: DEAR_CALIBRATE=auto measures reduce-scatter, all-gather and
+ * all-reduce as the collectives layer will run them (its selection table) on the context's
+ * private communicator, unless DEAR_CALIBRATION_FILE already holds those curves for this
+ * communicator size and ranks per host; DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Rank 0 reads
+ * the cache and every rank receives the model, so all plan from the same numbers. A corrupt
+ * cache is reported, kept as PATH.corrupt, measured again and replaced. This runs before the
+ * progress thread starts: the communicator is the application thread's alone.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fileio.h"
+#include "base/mpi_check.h"
+#include "base/params.h"
+#include "base/sched_table.h"
+#include "base/util.h"
+#include "fusion/cost.h"
+#include "runtime/rt.h"
+
+/* Sizes from start-up dominated to bandwidth dominated, around the selection table's switch
+ * from the direct exchange to the ring at 1 MiB; the largest sets the slope the curve is extended
+ * with. Each size is timed as a stream of back-to-back collectives of at least
+ * CALIB_STREAM_BYTES (and CALIB_REPS) after an untimed CALIB_WARM_BYTES, because the runtime's
+ * channel runs them one behind the other and a network's burst allowance flatters collectives
+ * timed alone; CALIB_PASSES passes keep the median, because a stall of a shared host inflates
+ * the one stream it falls into (docs/PERFORMANCE.md#calibration). */
+static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
+#define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
+#define CALIB_REPS 5
+#define CALIB_STREAM_BYTES ((size_t)4 << 20)
+#define CALIB_WARM_BYTES ((size_t)1 << 20)
+#define CALIB_MAX_REPS 512
+#define CALIB_PASSES 3
+
+static void log_model(const dear_ctx_t *ctx, const char *how)
+{
+    if (!DEAR_LOG_ON(DEAR_LOG_INFO) || ctx->rank != 0) /* the same on every rank: printed once */
+        return;
+    DEAR_INFO("plan", "cost model (%s) for P=%d, %d rank(s) per host: %s", ctx->online.cost.source, ctx->online.cost.comm_size,
+              ctx->online.cost.ranks_per_host, how);
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
+            const dear_cost_line_t *l = &ctx->online.cost.line[op][a];
+            if (!l->valid)
+                continue;
+            DEAR_INFO("plan", "  %s %-4s alpha %.2f us, beta %.4f ns/B (%.0f MB/s), gamma %.4f ns/B, fit error %.1f%% "
+                              "over %d sample(s)%s",
+                      dear_coll_op_short((dear_coll_op_t)op), dear_coll_algo_name((dear_coll_algo_t)a), 1e6 * l->alpha,
+                      1e9 * l->beta, l->beta > 0 ? 1e-6 / l->beta : 0.0, 1e9 * l->gamma, 100 * l->fit_err,
+                      l->nsamples, l->npts >= 2 ? "; priced by the curve through the samples" : "");
+            for (int i = 0; i < l->npts; i++)
+                DEAR_INFO("plan", "    %.0f B: %.1f us (%.0f MB/s)", l->pt_bytes[i], 1e6 * l->pt_sec[i],
+                          l->pt_sec[i] > 0 ? 1e-6 * l->pt_bytes[i] / l->pt_sec[i] : 0.0);
+        }
+}
+
+static int reps_for(size_t bytes, size_t volume, int least)
+{
+    size_t r = (volume + bytes - 1) / bytes;
+    return r < (size_t)least ? least : r > CALIB_MAX_REPS ? CALIB_MAX_REPS : (int)r;
+}
+
+/* One (collective, size) sample: the barrier lines the ranks up, an untimed stream fills the
+ * pipes and drains any burst allowance, then a timed stream of back-to-back collectives gives the
+ * mean seconds per collective in the steady state (what the planner's FIFO channel assumes).
+ * DEAR_ERR_UNSUPPORTED from start (size limits) is returned without logging: the same on every
+ * rank, it only means the size is skipped. */
+static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, double *seconds)
+{
+    DEAR_MPI_CHECK(MPI_Barrier(ctx->comm));
+    int warm = reps_for(bytes, CALIB_WARM_BYTES, 1), reps = reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS);
+    double t0 = 0;
+    for (int r = -warm; r < reps; r++) {
+        if (r == 0)
+            t0 = dear_now();
+        dear_coll_req_t *req = NULL;
+        int rc = dear_coll_start(args, &req);
+        if (rc != DEAR_OK)
+            return rc;
+        rc = dear_coll_wait(req);
+        dear_coll_free(req);
+        if (rc != DEAR_OK)
+            return rc;
+    }
+    *seconds = (dear_now() - t0) / reps;
+    return DEAR_OK;
+}
+
+/* Measure each collective as the runtime will run it (DEAR_ALGO_AUTO: the selection table, or
+ * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the median pass's
+ * means as the auto curve of the model; the model is the same on every rank (rank 0 takes the
+ * slowest rank's samples and broadcasts). A straight line per algorithm, as the model had before, priced
+ * buckets of 2-25 MiB from a fit dominated by the small sizes (off by 20-50% on a 1 Gbit/s
+ * link) and with algorithms the selection table never runs there. */
+/* The collectives the schedule runs, the only ones worth measuring without a cache file:
+ * reduce-scatter and all-gather when buckets are split in two phases (dear), else all-reduce. */
+static int op_needed(const dear_ctx_t *ctx, int op)
+{
+    int split = (dear_sched_flags(ctx->sched) & DEAR_SCHED_F_SPLIT) != 0;
+    return op == DEAR_COLL_ALLREDUCE ? !split : split;
+}
+
+/* complete: every collective, for a DEAR_CALIBRATION_FILE, which then serves every schedule. */
+static int calibrate(dear_ctx_t *ctx, int complete)
+{
+    int rc = DEAR_OK;
+    size_t maxb = calib_bytes[CALIB_NSIZES - 1];
+    size_t count = maxb / sizeof(float);
+    float *buf = NULL;
+    double *t = NULL, *tmax = NULL;
+    size_t nk = (size_t)DEAR_COLL_OP_COUNT * CALIB_NSIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
+    double t_start = dear_now();
+
+    DEAR_ALLOC_GOTO(buf, malloc(maxb), maxb, rc, out);
+    DEAR_ALLOC_GOTO(t, calloc(nt, sizeof *t), nt * sizeof *t, rc, out);
+    DEAR_ALLOC_GOTO(tmax, calloc(nt, sizeof *tmax), nt * sizeof *tmax, rc, out);
+    for (size_t i = 0; i < count; i++)
+        buf[i] = 1.0f;
+    for (int pass = 0; pass < CALIB_PASSES; pass++)
+        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+            for (int s = 0; s < CALIB_NSIZES && (complete || op_needed(ctx, op)); s++) {
+                dear_coll_args_t args = { 0 };
+                args.op = (dear_coll_op_t)op;
+                args.algo = DEAR_ALGO_AUTO;
+                args.dtype = DEAR_FLOAT32;
+                args.comm = ctx->comm;
+                args.topo = ctx->coll_topo;
+                args.tag = 0; /* nothing else runs on the communicator before commit ends */
+                args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
+                args.recvbuf = buf;
+                args.count = calib_bytes[s] / sizeof(float);
+                size_t k = (size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s;
+                int r1 = time_run(ctx, &args, calib_bytes[s], &t[k]);
+                if (r1 == DEAR_ERR_UNSUPPORTED) {
+                    t[k] = -1; /* this size is beyond the algorithm: no sample */
+                    continue;
+                }
+                if (r1 != DEAR_OK) {
+                    DEAR_ERROR("plan", "calibration: %s on %zu bytes failed: %s", dear_coll_op_short((dear_coll_op_t)op),
+                               calib_bytes[s], dear_status_string(r1));
+                    rc = r1;
+                    goto out;
+                }
+            }
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
+    if (ctx->rank == 0) {
+        dear_cost_model_t m;
+        memset(&m, 0, sizeof m);
+        m.comm_size = ctx->size;
+        m.ranks_per_host = ctx->topo.max_local_size;
+        snprintf(m.source, sizeof m.source, "fit");
+        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+            double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
+            int n = 0;
+            if (!complete && !op_needed(ctx, op))
+                continue;
+            for (int s = 0; s < CALIB_NSIZES; s++) {
+                double pv[CALIB_PASSES], lo = INFINITY, hi = 0;
+                for (int pass = 0; pass < CALIB_PASSES; pass++) {
+                    pv[pass] = tmax[(size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s];
+                    lo = pv[pass] < lo ? pv[pass] : lo;
+                    hi = pv[pass] > hi ? pv[pass] : hi;
+                }
+                if (pv[0] < 0) /* beyond the algorithm, in every pass alike */
+                    continue;
+                double v = dear_median(pv, CALIB_PASSES);
+                xs[n] = (double)calib_bytes[s];
+                ys[n++] = v;
+                DEAR_DEBUG("plan", "calibration: %s %zu B: %.1f us per collective over a stream of %d (slowest rank, "
+                                   "median of %d passes, %.1f..%.1f us)",
+                           dear_coll_op_short((dear_coll_op_t)op), calib_bytes[s], 1e6 * v,
+                           reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS), CALIB_PASSES,
+                           1e6 * lo, 1e6 * hi);
+            }
+            if (n < 2 || dear_cost_fit_curve(xs, ys, n, &m.line[op][DEAR_ALGO_AUTO]) != DEAR_OK)
+                DEAR_WARN("plan", "calibration: %d usable size(s) of %s, no curve: that collective is priced "
+                                  "as infinitely expensive",
+                          n, dear_coll_op_short((dear_coll_op_t)op));
+        }
+        ctx->online.cost = m;
+    }
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->comm), rc, out);
+    ctx->online.calib_measured++;
+    DEAR_INFO("plan", "calibration: measured %d size(s) per collective, each as a stream of at least %zu bytes, "
+                      "median of %d passes, in %.3f s",
+              CALIB_NSIZES, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
+out:
+    free(buf);
+    free(t);
+    free(tmax);
+    return rc;
+}
+
+/* 1 if model has the auto curve of every collective the schedule runs (what calibrate measures). */
+static int model_covers(const dear_ctx_t *ctx, const dear_cost_model_t *m)
+{
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        if (op_needed(ctx, op) && !m->line[op][DEAR_ALGO_AUTO].valid)
+            return 0;
+    return 1;
+}
+
+/* DEAR_CALIBRATE=auto: the cache (rank 0 reads, everyone receives), else a measurement. */
+static int cost_calibrated(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK;
+    const char *path = dear_param_string(DEAR_P_CALIBRATION_FILE);
+    /* Rank 0's setting decides for every rank: the cache is rank 0's file, which the other ranks
+     * may not even name, and the collectives measured must be the same on all. */
+    int use_file = path && path[0];
+    /* rank 0's: 1 cache hit, 0 measure, 2 measure and replace a corrupt file, -1 refused (the path
+     * names a link, a device, a FIFO...: it must be neither read nor replaced) */
+    int verdict = 0;
+    if (ctx->rank == 0 && use_file &&
+        dear_file_check_target(path, "calibration file (DEAR_CALIBRATION_FILE)") != DEAR_OK) {
+        verdict = -1;
+    } else if (ctx->rank == 0 && use_file) {
+        dear_cost_model_t m;
+        int found = 0;
+        int lrc = dear_cost_load(path, ctx->size, ctx->topo.max_local_size, &m, &found);
+        if (lrc == DEAR_ERR_FORMAT) {
+            DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s is corrupt (the error above names the line): measuring "
+                              "again; the file is kept as %s.corrupt and a new one is written",
+                      path, path);
+            verdict = 2;
+        } else if (lrc != DEAR_OK) {
+            DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s cannot be read (%s): measuring again", path,
+                      dear_status_string(lrc));
+        } else if (found > 0 && model_covers(ctx, &m)) {
+            ctx->online.cost = m;
+            verdict = 1;
+        }
+    }
+    int decided[2] = { verdict, use_file };
+    DEAR_MPI_CHECK(MPI_Bcast(decided, 2, MPI_INT, 0, ctx->comm));
+    verdict = decided[0];
+    use_file = decided[1];
+    if (verdict == -1) {
+        if (ctx->rank != 0)
+            DEAR_ERROR("plan", "rank 0 refused DEAR_CALIBRATION_FILE (its message says why)");
+        return DEAR_ERR_IO;
+    }
+    if (verdict == 1) {
+        DEAR_MPI_CHECK(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->comm));
+        log_model(ctx, "loaded from the calibration cache, nothing measured");
+        return DEAR_OK;
+    }
+    DEAR_CHECK(calibrate(ctx, use_file));
+    log_model(ctx, "measured at commit");
+    if (ctx->rank == 0 && use_file) {
+        if (verdict == 2) {
+            char bad[4200];
+            snprintf(bad, sizeof bad, "%s.corrupt", path);
+            if (rename(path, bad) != 0)
+                DEAR_WARN("plan", "cannot move the corrupt %s aside to %s", path, bad);
+        }
+        rc = dear_cost_save(path, &ctx->online.cost);
+        if (rc != DEAR_OK)
+            DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s: cannot save the fitted model (%s); the next run measures "
+                              "again",
+                      path, dear_status_string(rc));
+    }
+    return DEAR_OK;
+}
+
+int dear_cost_setup(dear_ctx_t *ctx, int calibrate_on)
+{
+    int rc;
+    if (calibrate_on) {
+        rc = cost_calibrated(ctx);
+    } else {
+        char name[32];
+        if (ctx->rank == 0)
+            snprintf(name, sizeof name, "%s", dear_param_string(DEAR_P_COST_PRESET));
+        DEAR_MPI_CHECK(MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, ctx->comm));
+        rc = dear_cost_preset(name, ctx->size, ctx->topo.max_local_size, &ctx->online.cost);
+        if (rc == DEAR_OK)
+            log_model(ctx, "DEAR_CALIBRATE=off, from DEAR_COST_PRESET");
+    }
+    /* Every rank computed or received the same model; a failure on one is a failure on all. */
+    int any = rc != DEAR_OK, all = 0;
+    DEAR_MPI_CHECK(MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, ctx->comm));
+    if (all && rc == DEAR_OK) {
+        DEAR_ERROR("plan", "dear_commit: another rank could not build the cost model; see its message");
+        rc = DEAR_ERR_INTERNAL;
+    }
+    return rc;
+}

@@ -1,0 +1,384 @@
+/*
+ * The per-iteration hooks, common to every schedule: their checks, the per-layer profile and the
+ * iteration times from their timestamps, the timeline's compute spans, the bucket countdown of
+ * backward_done (a complete bucket is packed into its fusion buffer) and the plan switches at
+ * backward_end. What each schedule does at each hook is its dear_sched_ops_t (sched_dear.c,
+ * sched_allreduce.c), the row of DEAR_SCHED_TABLE.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/mpi_check.h"
+#include "fusion/profile.h"
+#include "base/sync.h"
+#include "runtime/rt.h"
+#include "base/util.h"
+
+int dear_layer_index(const dear_ctx_t *ctx, int layer)
+{
+    int lo = 0, hi = ctx->reg.nlayers - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (ctx->reg.layers[mid].id == layer)
+            return mid;
+        if (ctx->reg.layers[mid].id < layer)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+/* Common checks of every hook; lidx_out gets the layer's index when layer_check is set. */
+static int hook_enter(dear_ctx_t *ctx, const char *call, int layer, int layer_check, int *lidx_out)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "%s: ctx is NULL", call);
+    if (!ctx->committed) {
+        DEAR_ERROR("api", "%s: the context is not committed; call dear_commit after registering the tensors", call);
+        return DEAR_ERR_STATE;
+    }
+    if (layer_check) {
+        int l = dear_layer_index(ctx, layer);
+        DEAR_ARG_CHECK(l >= 0, "%s(layer %d): unknown layer id; the registered layers have ids %d..%d (%d layers)",
+                       call, layer, ctx->reg.layers[0].id, ctx->reg.layers[ctx->reg.nlayers - 1].id, ctx->reg.nlayers);
+        *lidx_out = l;
+    }
+    dear_lock(&ctx->eng.lock);
+    int erc = ctx->eng.rc;
+    dear_unlock(&ctx->eng.lock);
+    if (erc != DEAR_OK) {
+        DEAR_ERROR("api", "%s: communication stopped after an earlier error (%s)", call, dear_status_string(erc));
+        return erc;
+    }
+    return DEAR_OK;
+}
+
+static void span(dear_ctx_t *ctx, const char *what, int lidx, int lane, double t0, double t1)
+{
+    if (!ctx->tl)
+        return;
+    char name[64], args[96];
+    snprintf(name, sizeof name, "%s L%d", what, ctx->reg.layers[lidx].id);
+    snprintf(args, sizeof args, "\"layer\":%d,\"iteration\":%lld", ctx->reg.layers[lidx].id, ctx->it.iter);
+    dear_timeline_span(ctx->tl, name, lane == DEAR_LANE_WAIT ? "wait" : "compute", lane, t0, t1, args);
+}
+
+#define SCHED_OPS_(ID, NAME, OPS, SIM, FLAGS, HELP) [DEAR_SCHED_##ID] = &OPS,
+static const dear_sched_ops_t *const sched_ops[DEAR_SCHED_COUNT] = { DEAR_SCHED_TABLE(SCHED_OPS_) };
+#undef SCHED_OPS_
+
+const dear_sched_ops_t *dear_sched_ops(dear_sched_t s)
+{
+    return sched_ops[(unsigned)s < DEAR_SCHED_COUNT ? s : DEAR_SCHED_DEAR];
+}
+
+int dear_call_update(dear_ctx_t *ctx, int t, long long iteration)
+{
+    dear_tensor_t *tt = &ctx->reg.tensors[t];
+    if (!tt->update)
+        return DEAR_OK;
+    dear_update_info_t info = {
+        .size = sizeof info, .grad = tt->grad, .count = tt->count, .dtype = tt->dtype, .mem = tt->mem,
+        .arg = tt->arg, .name = tt->name, .tensor = t, .layer = tt->layer, .iteration = iteration,
+        .grad_norm = -1, .clip_coef = 1, .stream = NULL,
+    };
+    if (ctx->clip.on && ctx->clip.iter == iteration) {
+        info.grad_norm = ctx->clip.norm;
+        info.clip_coef = ctx->clip.coef;
+    }
+    int r = tt->update(&info);
+    if (r != 0) {
+        DEAR_ERROR("api", "update callback of tensor '%s' (layer %d, iteration %lld) returned %d", tt->name,
+                   tt->layer, iteration, r);
+        return DEAR_ERR_CALLBACK;
+    }
+    return DEAR_OK;
+}
+
+int dear_sched_flush(dear_ctx_t *ctx, const char *call)
+{
+    int rc = ctx->sched_ops->flush ? ctx->sched_ops->flush(ctx, call) : DEAR_OK;
+    /* The next iteration's time starts at its first hook, not here (evaluation, checkpoints). */
+    ctx->it.t_iter_start = 0;
+    return rc;
+}
+
+/* Profile samples come only from training passes: a hook of another mode leaves no mark to
+ * measure the next span from. */
+static void hook_mark(dear_ctx_t *ctx, int fwd, int lidx)
+{
+    ctx->it.t_hook = dear_now();
+    ctx->it.last_hook_fwd = fwd;
+    ctx->it.last_hook_lidx = ctx->it.mode == DEAR_MODE_TRAIN ? lidx : -1;
+}
+
+int dear_forward_begin(dear_ctx_t *ctx, int layer)
+{
+    int lidx = -1, rc = DEAR_OK;
+    DEAR_CHECK(hook_enter(ctx, "dear_forward_begin", layer, 1, &lidx));
+    if (ctx->it.in_backward) {
+        DEAR_ERROR("api", "dear_forward_begin(layer %d): called during the backward pass of iteration %lld (%d of %d "
+                          "layers done); call dear_backward_end first",
+                   layer, ctx->it.iter, ctx->it.layers_done, ctx->reg.nlayers);
+        return DEAR_ERR_STATE;
+    }
+    if (ctx->it.mode == DEAR_MODE_EVAL)
+        return DEAR_OK; /* set_mode completed every update: nothing to wait for or to measure */
+    double now = dear_now();
+    if (ctx->it.t_iter_start == 0)
+        ctx->it.t_iter_start = now;
+    if (ctx->it.last_hook_fwd && ctx->it.last_hook_lidx >= 0 && ctx->it.last_hook_lidx < lidx) {
+        dear_samples_add(&ctx->it.fwd_times[ctx->it.last_hook_lidx], now - ctx->it.t_hook);
+        span(ctx, "forward", ctx->it.last_hook_lidx, DEAR_LANE_COMPUTE, ctx->it.t_hook, now);
+    }
+    if (ctx->sched_ops->forward_layer)
+        rc = ctx->sched_ops->forward_layer(ctx, lidx);
+    hook_mark(ctx, 1, lidx);
+    return rc;
+}
+
+/* EVAL has no backward pass; ACCUMULATE's needs nothing from the schedule. */
+static int mode_allows_backward(const dear_ctx_t *ctx, const char *call)
+{
+    if (ctx->it.mode != DEAR_MODE_EVAL)
+        return DEAR_OK;
+    DEAR_ERROR("api", "%s: the context is in evaluation mode (dear_set_mode DEAR_MODE_EVAL); set DEAR_MODE_TRAIN "
+                      "or DEAR_MODE_ACCUMULATE before a backward pass",
+               call);
+    return DEAR_ERR_STATE;
+}
+
+static void begin_backward(dear_ctx_t *ctx, double now)
+{
+    ctx->it.in_backward = 1;
+    ctx->it.layers_done = 0;
+    for (int b = 0; b < ctx->graph.nbuckets; b++)
+        ctx->graph.buckets[b].remaining = ctx->graph.buckets[b].t1 - ctx->graph.buckets[b].t0;
+    if (ctx->it.t_iter_start == 0)
+        ctx->it.t_iter_start = now;
+}
+
+int dear_backward_done(dear_ctx_t *ctx, int layer)
+{
+    int lidx = -1, rc = DEAR_OK;
+    DEAR_CHECK(hook_enter(ctx, "dear_backward_done", layer, 1, &lidx));
+    DEAR_CHECK(mode_allows_backward(ctx, "dear_backward_done"));
+    dear_layer_t *L = &ctx->reg.layers[lidx];
+    if (ctx->it.mode == DEAR_MODE_ACCUMULATE) {
+        /* A micro-batch writes gradients that share memory with all-gathers still pending. */
+        if (ctx->it.npending > 0)
+            DEAR_CHECK(dear_sched_flush(ctx, "dear_backward_done"));
+        hook_mark(ctx, 0, lidx);
+        return DEAR_OK;
+    }
+    if (ctx->it.in_backward && L->bwd_iter == ctx->it.iter) {
+        DEAR_ERROR("api", "dear_backward_done(layer %d): called twice in the backward pass of iteration %lld",
+                   layer, ctx->it.iter);
+        return DEAR_ERR_STATE;
+    }
+    double now = dear_now();
+    if (!ctx->it.in_backward) {
+        if (ctx->it.npending > 0) {
+            /* The gradients about to be reduced share memory with the all-gathers still
+             * pending: finish those first. Correct, but the updates ran late. */
+            DEAR_WARN("api", "dear_backward_done(layer %d): %d update(s) of iteration %lld were still pending "
+                             "(dear_forward_begin not called for every layer?); running them now",
+                      layer, ctx->it.npending, ctx->it.iter - 1);
+            DEAR_CHECK(dear_sched_flush(ctx, "dear_backward_done"));
+            now = dear_now();
+        }
+        begin_backward(ctx, now);
+        /* Between the last forward hook and the first backward hook lie the forward and the
+         * backward of the last layer (and the loss); split as backward = 2 x forward. */
+        if (ctx->it.last_hook_fwd && ctx->it.last_hook_lidx >= 0) {
+            double d = now - ctx->it.t_hook;
+            if (ctx->it.last_hook_lidx == lidx) {
+                dear_samples_add(&ctx->it.fwd_times[lidx], d / 3);
+                dear_samples_add(&ctx->it.bwd_times[lidx], 2 * d / 3);
+                span(ctx, "forward+backward", lidx, DEAR_LANE_COMPUTE, ctx->it.t_hook, now);
+            } else {
+                dear_samples_add(&ctx->it.fwd_times[ctx->it.last_hook_lidx], d);
+                span(ctx, "forward", ctx->it.last_hook_lidx, DEAR_LANE_COMPUTE, ctx->it.t_hook, now);
+            }
+        }
+    } else if (!ctx->it.last_hook_fwd) {
+        dear_samples_add(&ctx->it.bwd_times[lidx], now - ctx->it.t_hook);
+        span(ctx, "backward", lidx, DEAR_LANE_COMPUTE, ctx->it.t_hook, now);
+    }
+    L->bwd_iter = ctx->it.iter;
+    ctx->it.layers_done++;
+    /* Buckets are contiguous tensor ranges, so the layer's tensors touch a run of buckets. */
+    for (int t = L->t0; t < L->t1; t++) {
+        dear_bucket_t *b = &ctx->graph.buckets[ctx->reg.tensors[t].bucket];
+        if (--b->remaining > 0)
+            continue;
+        if (b->fused)
+            dear_bucket_pack(ctx, b);
+        if (ctx->sched_ops->bucket_done)
+            ctx->sched_ops->bucket_done(ctx, b);
+    }
+    hook_mark(ctx, 0, lidx);
+    return rc;
+}
+
+/* Online planning and its check: every rank reaches this at the same backward_end. The plan's
+ * collectives are drained first (dear: the all-gathers just queued are waited for and their
+ * data put in place; the updates stay pending and still run in the next forward passes), so
+ * the switch happens with nothing in flight. */
+static int switch_plan(dear_ctx_t *ctx, int verify)
+{
+    if (ctx->sched_ops->drain)
+        DEAR_CHECK(ctx->sched_ops->drain(ctx));
+    return verify ? dear_planning_verify(ctx) : dear_planning_replan(ctx);
+}
+
+int dear_backward_end(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK;
+    DEAR_CHECK(hook_enter(ctx, "dear_backward_end", 0, 0, NULL));
+    DEAR_CHECK(mode_allows_backward(ctx, "dear_backward_end"));
+    if (ctx->it.mode == DEAR_MODE_ACCUMULATE)
+        return DEAR_OK; /* the gradients stay on this rank, to be added to by the next pass */
+    if (!ctx->it.in_backward || ctx->it.layers_done != ctx->reg.nlayers) {
+        int missing = -1;
+        for (int l = ctx->reg.nlayers - 1; l >= 0 && missing < 0; l--)
+            if (!ctx->it.in_backward || ctx->reg.layers[l].bwd_iter != ctx->it.iter)
+                missing = ctx->reg.layers[l].id;
+        DEAR_ERROR("api", "dear_backward_end: only %d of %d layers reported dear_backward_done in iteration %lld "
+                          "(first missing, in backward order: layer %d); call it for every layer first",
+                   ctx->it.in_backward ? ctx->it.layers_done : 0, ctx->reg.nlayers, ctx->it.iter, missing);
+        return DEAR_ERR_STATE;
+    }
+    rc = ctx->sched_ops->backward_end(ctx);
+    ctx->it.in_backward = 0;
+    ctx->it.iter++;
+    double now = dear_now();
+    if (ctx->it.t_iter_start > 0) {
+        dear_samples_add(&ctx->it.iter_times, now - ctx->it.t_iter_start);
+        dear_planning_sample(ctx, now - ctx->it.t_iter_start);
+    }
+    /* Before a plan switch at the same backward_end: the new buckets take the decision. */
+    if (rc == DEAR_OK && ctx->sparse.decide_at >= 0 && ctx->it.iter >= ctx->sparse.decide_at) {
+        rc = dear_sparse_decide(ctx);
+        now = dear_now();
+    }
+    if (rc == DEAR_OK && ctx->online.verify_at >= 0 && ctx->it.iter >= ctx->online.verify_at) {
+        rc = switch_plan(ctx, 1);
+        now = dear_now();
+    }
+    /* A re-plan due during auto's check waits for its end (planning.c sets the next one then). */
+    if (rc == DEAR_OK && ctx->online.verify_at < 0 && ctx->online.next_plan_iter >= 0 &&
+        ctx->it.iter >= ctx->online.next_plan_iter) {
+        rc = switch_plan(ctx, 0);
+        now = dear_now(); /* planning time is not the next forward pass's */
+    }
+    ctx->it.t_iter_start = now;
+    hook_mark(ctx, 0, -1);
+    return rc;
+}
+
+int dear_set_mode(dear_ctx_t *ctx, dear_mode_t mode)
+{
+    DEAR_CHECK(hook_enter(ctx, "dear_set_mode", 0, 0, NULL));
+    DEAR_ARG_CHECK(mode == DEAR_MODE_TRAIN || mode == DEAR_MODE_ACCUMULATE || mode == DEAR_MODE_EVAL,
+                   "dear_set_mode: mode %d unknown; accepted: DEAR_MODE_TRAIN (0), DEAR_MODE_ACCUMULATE (1), "
+                   "DEAR_MODE_EVAL (2)",
+                   (int)mode);
+    if (ctx->it.in_backward) {
+        DEAR_ERROR("api", "dear_set_mode: called during the backward pass of iteration %lld; call dear_backward_end "
+                          "first",
+                   ctx->it.iter);
+        return DEAR_ERR_STATE;
+    }
+    int rc = DEAR_OK;
+    /* An evaluation forward reads parameters: every update must have run first. */
+    if (mode == DEAR_MODE_EVAL)
+        rc = dear_sched_flush(ctx, "dear_set_mode");
+    /* The time spent in another mode is no layer's and, out of evaluation, no iteration's. */
+    if (ctx->it.mode == DEAR_MODE_EVAL)
+        ctx->it.t_iter_start = 0;
+    ctx->it.mode = mode;
+    ctx->it.last_hook_lidx = -1;
+    return rc;
+}
+
+const char *dear_schedule(const dear_ctx_t *ctx)
+{
+    return ctx ? dear_sched_name(ctx->sched) : "unknown";
+}
+
+int dear_wait_grad(dear_ctx_t *ctx, int layer)
+{
+    int lidx = -1;
+    DEAR_CHECK(hook_enter(ctx, "dear_wait_grad", layer, 1, &lidx));
+    if (ctx->it.in_backward) {
+        DEAR_ERROR("api", "dear_wait_grad(layer %d): called during the backward pass; the averaged gradients of an "
+                          "iteration exist only after its dear_backward_end",
+                   layer);
+        return DEAR_ERR_STATE;
+    }
+    return ctx->sched_ops->wait_layer ? ctx->sched_ops->wait_layer(ctx, lidx) : DEAR_OK;
+}
+
+int dear_flush(dear_ctx_t *ctx)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "dear_flush: ctx is NULL");
+    if (!ctx->committed)
+        return DEAR_OK; /* nothing can be in flight before commit */
+    DEAR_CHECK(hook_enter(ctx, "dear_flush", 0, 0, NULL));
+    if (ctx->it.in_backward) {
+        DEAR_ERROR("api", "dear_flush: called during the backward pass of iteration %lld (%d of %d layers done); "
+                          "call dear_backward_end first",
+                   ctx->it.iter, ctx->it.layers_done, ctx->reg.nlayers);
+        return DEAR_ERR_STATE;
+    }
+    return dear_sched_flush(ctx, "dear_flush");
+}
+
+int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, dear_profile_t *prof)
+{
+    int rc = DEAR_OK, nl = ctx->reg.nlayers;
+    double *med = NULL, *all = NULL;
+    size_t bytes = sizeof(double) * 2 * (size_t)nl;
+    dear_prof_init(prof, model);
+    /* Allocation failures are the reduction's too: every rank must reach it. */
+    med = malloc(bytes);
+    all = malloc(bytes);
+    for (int l = 0; med && l < nl; l++) {
+        med[2 * l] = dear_samples_median(&ctx->it.fwd_times[l]);
+        med[2 * l + 1] = dear_samples_median(&ctx->it.bwd_times[l]);
+    }
+    int ok = med != NULL && all != NULL, all_ok = 0;
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, ctx->comm), rc, out);
+    if (!all_ok) {
+        DEAR_ERROR("plan", "the measured profile: %s", ok ? "another rank ran out of memory" : "out of memory");
+        rc = DEAR_ERR_NOMEM;
+        goto out;
+    }
+    /* A plan must fit the slowest worker. */
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(med, all, 2 * nl, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
+    if (ctx->rank != 0)
+        goto out;
+    for (int l = 0; l < nl && rc == DEAR_OK; l++)
+        rc = dear_prof_add_layer(prof, ctx->reg.layers[l].id, all[2 * l], all[2 * l + 1]);
+    for (int t = 0; t < ctx->reg.ntensors && rc == DEAR_OK; t++) {
+        char name[DEAR_NAME_MAX + 1];
+        snprintf(name, sizeof name, "%s", ctx->reg.tensors[t].name);
+        for (char *c = name; *c; c++) /* the text format has no blanks in names */
+            if (*c == ' ' || *c == '\t' || *c == '\n')
+                *c = '_';
+        /* Planning prices what travels: a frozen tensor moves nothing (1 byte keeps it a tensor of
+         * the profile); a saved profile describes the model. */
+        size_t tb = communicated && ctx->reg.tensors[t].frozen ? 1 : ctx->reg.tensors[t].bytes;
+        rc = dear_prof_add_tensor(prof, name, ctx->reg.tensors[t].layer, tb);
+    }
+    char msg[256];
+    if (rc == DEAR_OK && (rc = dear_prof_check(prof, msg, sizeof msg)) != DEAR_OK)
+        DEAR_ERROR("plan", "the measured profile is rejected: %s", msg);
+out:
+    free(med);
+    free(all);
+    return rc;
+}

@@ -1,0 +1,422 @@
+/*
+ * The registry: each tensor checked as it is registered, the layers it forms at commit, the
+ * check at commit that every rank registered the same tensors (naming the first difference on
+ * every rank), and the tensors as the fusion layer describes them.
+ */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mpi_check.h"
+#include "base/util.h"
+#include "runtime/rt.h"
+
+static int name_taken(const dear_ctx_t *ctx, const char *name)
+{
+    for (int i = 0; i < ctx->reg.ntensors; i++)
+        if (strcmp(ctx->reg.tensors[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* The registered tensor whose gradient shares a byte with [p, p + bytes), or NULL. */
+static const dear_tensor_t *overlapping(const dear_ctx_t *ctx, const void *p, size_t bytes)
+{
+    uintptr_t a0 = (uintptr_t)p, a1 = a0 + bytes;
+    for (int i = 0; i < ctx->reg.ntensors; i++) {
+        const dear_tensor_t *t = &ctx->reg.tensors[i];
+        uintptr_t b0 = (uintptr_t)t->grad, b1 = b0 + t->bytes;
+        if (a0 < b1 && b0 < a1)
+            return t;
+    }
+    return NULL;
+}
+
+int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
+                  dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg)
+{
+    int rc = DEAR_OK;
+    DEAR_ARG_CHECK(ctx != NULL, "dear_register: ctx is NULL");
+    if (ctx->committed) {
+        DEAR_ERROR("api", "dear_register('%s'): the context is already committed; register every "
+                          "tensor before dear_commit",
+                   name ? name : "(null)");
+        return DEAR_ERR_STATE;
+    }
+    DEAR_ARG_CHECK(name != NULL && name[0] != '\0', "dear_register: name is NULL or empty");
+    DEAR_ARG_CHECK(strlen(name) <= DEAR_NAME_MAX,
+                   "dear_register: name '%.40s...' has %zu characters, at most %d are accepted", name,
+                   strlen(name), DEAR_NAME_MAX);
+    DEAR_ARG_CHECK(!name_taken(ctx, name), "dear_register('%s'): a tensor of that name is already registered",
+                   name);
+    if (mem == DEAR_MEM_CUDA) {
+        DEAR_ERROR("api", "dear_register('%s'): CUDA memory is not supported in this build yet; "
+                          "register host memory (DEAR_MEM_HOST)",
+                   name);
+        return DEAR_ERR_UNSUPPORTED;
+    }
+    DEAR_ARG_CHECK(mem == DEAR_MEM_HOST, "dear_register('%s'): memory kind %d unknown; accepted: "
+                                         "DEAR_MEM_HOST (0), DEAR_MEM_CUDA (1)", name, (int)mem);
+    DEAR_ARG_CHECK((unsigned)dtype < DEAR_DTYPE_COUNT, "dear_register('%s'): dtype %d unknown; accepted: "
+                   "DEAR_FLOAT32, DEAR_FLOAT64, DEAR_BFLOAT16, DEAR_FLOAT16", name, (int)dtype);
+    DEAR_ARG_CHECK(dtype != DEAR_INT32, "dear_register('%s'): int32 gradients cannot be averaged; "
+                   "accepted: DEAR_FLOAT32, DEAR_FLOAT64, DEAR_BFLOAT16, DEAR_FLOAT16", name);
+    /* An empty tensor would make an empty bucket, which the collectives and the plan reject;
+     * a caller with nothing to synchronise simply does not register it. */
+    DEAR_ARG_CHECK(count > 0, "dear_register('%s'): count is 0; register only tensors with elements", name);
+    DEAR_ARG_CHECK(grad != NULL, "dear_register('%s'): grad is NULL", name);
+    size_t esize = dear_dtype_size(dtype);
+    /* The byte count must fit a size_t and the buffer the address space: a wrapped product would
+     * register a few bytes and fail only at the first backward. */
+    DEAR_ARG_CHECK(count <= (SIZE_MAX - (uintptr_t)grad) / esize,
+                   "dear_register('%s'): count %zu of %s is %s bytes, more than the address space holds", name, count,
+                   dear_dtype_name(dtype), count <= SIZE_MAX / esize ? "that many" : "an overflowing number of");
+    const dear_tensor_t *o = overlapping(ctx, grad, count * esize);
+    DEAR_ARG_CHECK(o == NULL,
+                   "dear_register('%s'): its gradient [%p, +%zu bytes) overlaps that of tensor '%s' [%p, +%zu bytes); "
+                   "every tensor needs a buffer of its own (it would be reduced and updated twice)",
+                   name, grad, count * esize, o ? o->name : "", o ? o->grad : NULL, o ? o->bytes : (size_t)0);
+    if (ctx->reg.ntensors > 0 && layer < ctx->reg.tensors[ctx->reg.ntensors - 1].layer) {
+        DEAR_ERROR("api", "dear_register('%s'): layer %d after layer %d; register tensors in forward "
+                          "order with non-decreasing layer ids",
+                   name, layer, ctx->reg.tensors[ctx->reg.ntensors - 1].layer);
+        return DEAR_ERR_ARG;
+    }
+    if (ctx->reg.ntensors == ctx->reg.tensors_cap) {
+        int cap = ctx->reg.tensors_cap ? 2 * ctx->reg.tensors_cap : 64;
+        dear_tensor_t *t;
+        DEAR_ALLOC_GOTO(t, realloc(ctx->reg.tensors, sizeof *t * (size_t)cap), sizeof *t * (size_t)cap, rc, err);
+        ctx->reg.tensors = t;
+        ctx->reg.tensors_cap = cap;
+    }
+    dear_tensor_t *t = &ctx->reg.tensors[ctx->reg.ntensors];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->layer = layer;
+    t->grad = grad;
+    t->count = count;
+    t->dtype = dtype;
+    t->bytes = count * esize;
+    t->mem = mem;
+    t->nograd_iter = -1;
+    t->update = update;
+    t->arg = arg;
+    ctx->reg.ntensors++;
+    return DEAR_OK;
+err:
+    return rc;
+}
+
+void dear_registry_free_layers(dear_ctx_t *ctx)
+{
+    for (int l = 0; ctx->it.fwd_times && l < ctx->reg.nlayers; l++)
+        dear_samples_free(&ctx->it.fwd_times[l]);
+    for (int l = 0; ctx->it.bwd_times && l < ctx->reg.nlayers; l++)
+        dear_samples_free(&ctx->it.bwd_times[l]);
+    free(ctx->it.fwd_times);
+    free(ctx->it.bwd_times);
+    free(ctx->reg.layers);
+    ctx->it.fwd_times = ctx->it.bwd_times = NULL;
+    ctx->reg.layers = NULL;
+    ctx->reg.nlayers = 0;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+int dear_registry_build_layers(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK, cap = ctx->reg.ntensors + ctx->reg.ndeclared, n = 0;
+    int *ids = NULL;
+    /* The layer ids: the tensors' (non-decreasing) merged with the declared ones, each once. */
+    DEAR_ALLOC_GOTO(ids, malloc(sizeof *ids * (size_t)(cap ? cap : 1)), sizeof *ids * (size_t)(cap ? cap : 1), rc, err);
+    for (int i = 0; i < ctx->reg.ntensors; i++)
+        ids[n++] = ctx->reg.tensors[i].layer;
+    for (int i = 0; i < ctx->reg.ndeclared; i++)
+        ids[n++] = ctx->reg.declared[i];
+    qsort(ids, (size_t)n, sizeof *ids, cmp_int);
+    int nl = 0;
+    for (int i = 0; i < n; i++)
+        if (i == 0 || ids[i] != ids[i - 1])
+            ids[nl++] = ids[i];
+    size_t lb = sizeof *ctx->reg.layers * (size_t)(nl ? nl : 1), sb = sizeof *ctx->it.fwd_times * (size_t)(nl ? nl : 1);
+    DEAR_ALLOC_GOTO(ctx->reg.layers, calloc((size_t)(nl ? nl : 1), sizeof *ctx->reg.layers), lb, rc, err);
+    DEAR_ALLOC_GOTO(ctx->it.fwd_times, calloc((size_t)(nl ? nl : 1), sizeof *ctx->it.fwd_times), sb, rc, err);
+    DEAR_ALLOC_GOTO(ctx->it.bwd_times, calloc((size_t)(nl ? nl : 1), sizeof *ctx->it.bwd_times), sb, rc, err);
+    ctx->reg.nlayers = nl;
+    /* Each layer holds the tensors [t0, t1) of its id; a layer without parameters holds none, at
+     * the place its id sorts to, so tensor ranges stay in layer order. */
+    int t = 0;
+    for (int l = 0; l < nl; l++) {
+        dear_layer_t *L = &ctx->reg.layers[l];
+        L->id = ids[l];
+        L->bwd_iter = -1;
+        L->t0 = t;
+        while (t < ctx->reg.ntensors && ctx->reg.tensors[t].layer == L->id)
+            ctx->reg.tensors[t++].lidx = l;
+        L->t1 = t;
+    }
+err:
+    free(ids);
+    return rc;
+}
+
+int dear_register_layer(dear_ctx_t *ctx, int layer)
+{
+    int rc = DEAR_OK;
+    DEAR_ARG_CHECK(ctx != NULL, "dear_register_layer: ctx is NULL");
+    if (ctx->committed) {
+        DEAR_ERROR("api", "dear_register_layer(%d): the context is already committed; declare every layer before "
+                          "dear_commit",
+                   layer);
+        return DEAR_ERR_STATE;
+    }
+    if (ctx->reg.ndeclared == ctx->reg.declared_cap) {
+        int c = ctx->reg.declared_cap ? 2 * ctx->reg.declared_cap : 16;
+        int *p;
+        DEAR_ALLOC_GOTO(p, realloc(ctx->reg.declared, sizeof *p * (size_t)c), sizeof *p * (size_t)c, rc, err);
+        ctx->reg.declared = p;
+        ctx->reg.declared_cap = c;
+    }
+    ctx->reg.declared[ctx->reg.ndeclared++] = layer;
+    return DEAR_OK;
+err:
+    return rc;
+}
+
+/* ---- the same tensors on every rank ---- */
+
+typedef struct {
+    char name[DEAR_NAME_MAX + 1];
+    int64_t layer;
+    int64_t count;
+    int64_t dtype;
+    int64_t frozen;
+    int64_t sparse_block;
+} wire_tensor_t;
+
+static void wire_fill(const dear_ctx_t *ctx, int i, wire_tensor_t *w)
+{
+    memset(w, 0, sizeof *w);
+    if (i < 0 || i >= ctx->reg.ntensors) {
+        w->dtype = -1; /* marks "no tensor at this index" */
+        return;
+    }
+    memcpy(w->name, ctx->reg.tensors[i].name, sizeof w->name);
+    w->layer = ctx->reg.tensors[i].layer;
+    w->count = (int64_t)ctx->reg.tensors[i].count;
+    w->dtype = ctx->reg.tensors[i].dtype;
+    w->frozen = ctx->reg.tensors[i].frozen;
+    w->sparse_block = (int64_t)ctx->reg.tensors[i].sparse_block;
+}
+
+static void wire_describe(const wire_tensor_t *w, char *buf, size_t len)
+{
+    if (w->dtype < 0)
+        snprintf(buf, len, "no tensor");
+    else
+        snprintf(buf, len, "'%s' (layer %lld, %lld x %s)", w->name, (long long)w->layer, (long long)w->count,
+                 dear_dtype_name((dear_dtype_t)w->dtype));
+}
+
+/* First field where a and b differ, with both values as text; NULL if equal. */
+static const char *wire_diff(const wire_tensor_t *a, const wire_tensor_t *b, char *va, char *vb, size_t len)
+{
+    if ((a->dtype < 0) != (b->dtype < 0)) {
+        wire_describe(a, va, len);
+        wire_describe(b, vb, len);
+        return "presence";
+    }
+    if (a->dtype < 0)
+        return NULL;
+    if (strncmp(a->name, b->name, sizeof a->name) != 0) {
+        snprintf(va, len, "'%s'", a->name);
+        snprintf(vb, len, "'%s'", b->name);
+        return "name";
+    }
+    if (a->layer != b->layer) {
+        snprintf(va, len, "%lld", (long long)a->layer);
+        snprintf(vb, len, "%lld", (long long)b->layer);
+        return "layer";
+    }
+    if (a->count != b->count) {
+        snprintf(va, len, "%lld", (long long)a->count);
+        snprintf(vb, len, "%lld", (long long)b->count);
+        return "count";
+    }
+    if (a->dtype != b->dtype) {
+        snprintf(va, len, "%s", dear_dtype_name((dear_dtype_t)a->dtype));
+        snprintf(vb, len, "%s", dear_dtype_name((dear_dtype_t)b->dtype));
+        return "dtype";
+    }
+    if (a->frozen != b->frozen) {
+        snprintf(va, len, "%s", a->frozen ? "frozen" : "not frozen");
+        snprintf(vb, len, "%s", b->frozen ? "frozen" : "not frozen");
+        return "frozen (dear_freeze)";
+    }
+    if (a->sparse_block != b->sparse_block) {
+        snprintf(va, len, "%lld", (long long)a->sparse_block);
+        snprintf(vb, len, "%lld", (long long)b->sparse_block);
+        return "sparse block (dear_register_sparse; 0: dense)";
+    }
+    return NULL;
+}
+
+/* Rank 0's table goes to everyone (its size first, so a rank with a different count never
+ * waits for data that is not coming); each rank finds its first difference; one MIN
+ * all-reduce agrees on the first differing index; an all-gather tells who differs there and
+ * the lowest such rank broadcasts its entry, so every rank prints the same message. */
+int dear_registry_check(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK;
+    long long n0 = ctx->reg.ntensors;
+    wire_tensor_t *table = NULL, mine, theirs;
+    int *differs = NULL;
+    char va[160], vb[160], ranks[256];
+
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&n0, 1, MPI_LONG_LONG, 0, ctx->comm), rc, out);
+    size_t bytes = sizeof *table * (size_t)(n0 > 0 ? n0 : 1);
+    DEAR_ALLOC_GOTO(table, malloc(bytes), bytes, rc, out);
+    if (ctx->rank == 0)
+        for (int i = 0; i < n0; i++)
+            wire_fill(ctx, i, &table[i]);
+    if (n0 > 0)
+        DEAR_MPI_CHECK_GOTO(MPI_Bcast(table, (int)(n0 * (long long)sizeof *table), MPI_BYTE, 0, ctx->comm), rc, out);
+
+    int first = INT_MAX;
+    long long upto = n0 < ctx->reg.ntensors ? n0 : ctx->reg.ntensors;
+    for (int i = 0; i < upto && first == INT_MAX; i++) {
+        wire_fill(ctx, i, &mine);
+        if (wire_diff(&table[i], &mine, va, vb, sizeof va))
+            first = i;
+    }
+    if (first == INT_MAX && n0 != ctx->reg.ntensors)
+        first = (int)upto;
+    int agreed = INT_MAX;
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&first, &agreed, 1, MPI_INT, MPI_MIN, ctx->comm), rc, out);
+    if (agreed == INT_MAX)
+        goto out;
+
+    /* Everyone compares its own entry at the agreed index with rank 0's. */
+    wire_tensor_t ref;
+    if (agreed < n0)
+        ref = table[agreed];
+    else
+        wire_fill(ctx, -1, &ref);
+    wire_fill(ctx, agreed, &mine);
+    int me_differs = wire_diff(&ref, &mine, va, vb, sizeof va) != NULL;
+    DEAR_ALLOC_GOTO(differs, malloc(sizeof *differs * (size_t)ctx->size), sizeof *differs * (size_t)ctx->size, rc,
+                    out);
+    DEAR_MPI_CHECK_GOTO(MPI_Allgather(&me_differs, 1, MPI_INT, differs, 1, MPI_INT, ctx->comm), rc, out);
+    int witness = -1;
+    size_t used = 0;
+    ranks[0] = '\0';
+    for (int r = 0; r < ctx->size; r++) {
+        if (!differs[r])
+            continue;
+        if (witness < 0)
+            witness = r;
+        if (used + 16 < sizeof ranks)
+            used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d", used ? "," : "", r);
+        else if (used + 4 < sizeof ranks && ranks[used - 1] != '.')
+            used += (size_t)snprintf(ranks + used, sizeof ranks - used, "...");
+    }
+    if (witness < 0) {
+        DEAR_ERROR("commit", "dear_commit: ranks disagree on the first differing tensor index %d but none "
+                             "reports a difference there",
+                   agreed);
+        rc = DEAR_ERR_INTERNAL;
+        goto out;
+    }
+    theirs = mine;
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&theirs, (int)sizeof theirs, MPI_BYTE, witness, ctx->comm), rc, out);
+    const char *field = wire_diff(&ref, &theirs, va, vb, sizeof va);
+    if (field && strcmp(field, "presence") == 0) {
+        DEAR_ERROR("commit", "dear_commit: registered tensors differ across ranks at tensor index %d: rank 0 "
+                             "registered %lld tensor(s) and has %s there, rank %d has %s; ranks differing from "
+                             "rank 0 there: %s",
+                   agreed, n0, va, witness, vb, ranks);
+    } else {
+        char desc[160];
+        wire_describe(&ref, desc, sizeof desc);
+        DEAR_ERROR("commit", "dear_commit: registered tensors differ across ranks at tensor index %d (rank 0: "
+                             "%s): field %s is %s on rank 0 but %s on rank %d; ranks differing from rank 0 "
+                             "there: %s",
+                   agreed, desc, field ? field : "?", va, vb, witness, ranks);
+    }
+    rc = DEAR_ERR_MISMATCH;
+out:
+    free(table);
+    free(differs);
+    return rc;
+}
+
+int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const char ***names)
+{
+    int rc = DEAR_OK, n = ctx->reg.ntensors;
+    size_t nd = sizeof **desc * (size_t)(n ? n : 1), nn = sizeof **names * (size_t)(n ? n : 1);
+    *desc = NULL;
+    *names = NULL;
+    DEAR_ALLOC_GOTO(*desc, malloc(nd), nd, rc, err);
+    DEAR_ALLOC_GOTO(*names, malloc(nn), nn, rc, err);
+    for (int i = 0; i < n; i++) {
+        (*desc)[i].bytes = ctx->reg.tensors[i].bytes;
+        (*desc)[i].layer = ctx->reg.tensors[i].layer;
+        (*names)[i] = ctx->reg.tensors[i].name;
+    }
+    return DEAR_OK;
+err:
+    free(*desc);
+    *desc = NULL;
+    return rc;
+}
+
+/* Rank 0's layer ids go to everyone (their count first); one MIN all-reduce agrees on the first
+ * index where some rank differs, and that rank's id there is broadcast, so every rank prints the
+ * same message. Tensors were checked already: only declared layers can differ here. */
+int dear_registry_check_layers(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK, n0 = ctx->reg.nlayers;
+    int *ids = NULL;
+    DEAR_MPI_CHECK(MPI_Bcast(&n0, 1, MPI_INT, 0, ctx->comm));
+    DEAR_ALLOC_GOTO(ids, malloc(sizeof *ids * (size_t)(n0 > 0 ? n0 : 1)), sizeof *ids * (size_t)(n0 > 0 ? n0 : 1),
+                    rc, out);
+    for (int l = 0; ctx->rank == 0 && l < n0; l++)
+        ids[l] = ctx->reg.layers[l].id;
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(ids, n0, MPI_INT, 0, ctx->comm), rc, out);
+    int mine = INT_MAX, first = INT_MAX, upto = n0 < ctx->reg.nlayers ? n0 : ctx->reg.nlayers;
+    for (int l = 0; l < upto && mine == INT_MAX; l++)
+        if (ids[l] != ctx->reg.layers[l].id)
+            mine = l;
+    if (mine == INT_MAX && n0 != ctx->reg.nlayers)
+        mine = upto;
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ctx->comm), rc, out);
+    if (first == INT_MAX)
+        goto out;
+    /* The lowest rank that differs there says what it has (INT_MIN: no layer). */
+    int who[2] = { mine == first ? ctx->rank : INT_MAX, 0 }, lowest = 0;
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&who[0], &lowest, 1, MPI_INT, MPI_MIN, ctx->comm), rc, out);
+    int theirs = first < ctx->reg.nlayers ? ctx->reg.layers[first].id : INT_MIN;
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&theirs, 1, MPI_INT, lowest, ctx->comm), rc, out);
+    char a[32], b[32];
+    if (first < n0)
+        snprintf(a, sizeof a, "layer %d", ids[first]);
+    else
+        snprintf(a, sizeof a, "no layer");
+    if (theirs != INT_MIN)
+        snprintf(b, sizeof b, "layer %d", theirs);
+    else
+        snprintf(b, sizeof b, "no layer");
+    DEAR_ERROR("commit", "dear_commit: the layers differ across ranks at layer index %d: rank 0 has %s (of %d), rank %d "
+                         "has %s; declare the same layers (dear_register_layer) on every rank",
+               first, a, n0, lowest, b);
+    rc = DEAR_ERR_MISMATCH;
+out:
+    free(ids);
+    return rc;
+}

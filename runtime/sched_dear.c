@@ -1,0 +1,162 @@
+/*
+ * Schedule `dear`: a bucket's reduce-scatter is queued as soon as backward completes it; at
+ * backward_end the all-gather groups are queued in forward order behind the reduce-scatters
+ * (the plan's early groups were already queued during backward, each behind the bucket that
+ * completes its data), and every tensor's update becomes pending. The next iteration's
+ * forward_begin of a layer waits only for the groups holding its tensors, unpacks them and runs
+ * the layer's updates; flush completes every pending group and update.
+ */
+#include <stdio.h>
+
+#include "base/check.h"
+#include "base/util.h"
+#include "runtime/rt.h"
+
+/* Index of the all-gather group holding tensor t. */
+static int group_of(const dear_ctx_t *ctx, int t)
+{
+    int lo = 0, hi = ctx->graph.ngroups - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (ctx->graph.groups[mid].t0 <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Run tensor t's deferred update if it is still pending. */
+static int run_update(dear_ctx_t *ctx, int t)
+{
+    if (!ctx->reg.tensors[t].pending)
+        return DEAR_OK;
+    ctx->reg.tensors[t].pending = 0;
+    ctx->it.npending--;
+    /* The count of ranks with a gradient is in: every all-gather waited for it. */
+    if (!dear_tensor_updates(ctx, t))
+        return DEAR_OK;
+    return dear_call_update(ctx, t, ctx->it.iter - 1); /* pending since the last backward_end */
+}
+
+/* Make group g's data of the pending iteration usable: wait for it, unpack it. */
+static int group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx)
+{
+    dear_group_t *gr = &ctx->graph.groups[g];
+    if (gr->unpacked)
+        return DEAR_OK;
+    double t0 = dear_now();
+    DEAR_CHECK(dear_engine_wait(ctx, &gr->op, ctx->it.iter - 1));
+    double t1 = dear_now();
+    if (ctx->tl && t1 - t0 > 2e-6) {
+        char name[80], args[96];
+        snprintf(name, sizeof name, "wait %s", call);
+        snprintf(args, sizeof args, "\"group\":%d,\"layer\":%d", g, lidx >= 0 ? ctx->reg.layers[lidx].id : -1);
+        dear_timeline_span(ctx->tl, name, "wait", DEAR_LANE_WAIT, t0, t1, args);
+    }
+    int b0 = ctx->reg.tensors[gr->t0].bucket, b1 = ctx->reg.tensors[gr->t1 - 1].bucket;
+    for (int b = b0; b <= b1; b++)
+        if (ctx->graph.buckets[b].fused)
+            dear_bucket_unpack(ctx, &ctx->graph.buckets[b], gr->t0, gr->t1);
+    gr->unpacked = 1;
+    return DEAR_OK;
+}
+
+static int dear_forward_layer(dear_ctx_t *ctx, int lidx)
+{
+    int rc = DEAR_OK;
+    const dear_layer_t *L = &ctx->reg.layers[lidx];
+    if (ctx->it.npending == 0 || L->t0 == L->t1)
+        return DEAR_OK;
+    int g0 = group_of(ctx, L->t0), g1 = group_of(ctx, L->t1 - 1);
+    for (int g = g0; g <= g1; g++)
+        DEAR_CHECK(group_ready(ctx, g, "dear_forward_begin", lidx));
+    for (int t = L->t0; t < L->t1; t++) {
+        int r = run_update(ctx, t);
+        if (r != DEAR_OK && rc == DEAR_OK)
+            rc = r;
+    }
+    return rc;
+}
+
+/* The averaged gradients of layer lidx in place, its updates still pending (dear_wait_grad). */
+static int dear_wait_layer(dear_ctx_t *ctx, int lidx)
+{
+    const dear_layer_t *L = &ctx->reg.layers[lidx];
+    if (ctx->it.npending == 0 || L->t0 == L->t1)
+        return DEAR_OK;
+    int g0 = group_of(ctx, L->t0), g1 = group_of(ctx, L->t1 - 1);
+    for (int g = g0; g <= g1; g++)
+        DEAR_CHECK(group_ready(ctx, g, "dear_wait_grad", lidx));
+    return DEAR_OK;
+}
+
+/* The bucket's reduce-scatter, then the early all-gather groups it completes: they start once
+ * it is reduced. */
+static void dear_bucket_done(dear_ctx_t *ctx, dear_bucket_t *b)
+{
+    dear_engine_queue(ctx, &b->op);
+    for (int g = b->early_hi; g >= b->early_lo; g--) {
+        ctx->graph.groups[g].unpacked = 0;
+        dear_engine_queue(ctx, &ctx->graph.groups[g].op);
+    }
+}
+
+static int dear_backward_end_sched(dear_ctx_t *ctx)
+{
+    if (ctx->unused.on)
+        dear_engine_queue(ctx, &ctx->unused.op);
+    if (ctx->clip.on)
+        dear_engine_queue(ctx, &ctx->clip.op); /* the norm, between the reduce-scatters and all-gathers */
+    /* Behind the reduce-scatters, in forward order: the first layers' groups arrive first (the
+     * early ones were queued during backward). */
+    for (int g = 0; g < ctx->graph.ngroups; g++) {
+        if (ctx->graph.groups[g].early)
+            continue;
+        ctx->graph.groups[g].unpacked = 0;
+        dear_engine_queue(ctx, &ctx->graph.groups[g].op);
+    }
+    ctx->it.npending = 0;
+    for (int t = 0; t < ctx->reg.ntensors; t++) {
+        ctx->reg.tensors[t].pending = !ctx->reg.tensors[t].frozen;
+        ctx->it.npending += ctx->reg.tensors[t].pending;
+    }
+    return DEAR_OK;
+}
+
+/* Every pending group in forward order, each followed by its tensors' updates. */
+static int dear_flush_sched(dear_ctx_t *ctx, const char *call)
+{
+    int rc = DEAR_OK;
+    if (ctx->it.npending == 0)
+        return DEAR_OK;
+    for (int g = 0; g < ctx->graph.ngroups; g++) {
+        DEAR_CHECK(group_ready(ctx, g, call, -1));
+        for (int t = ctx->graph.groups[g].t0; t < ctx->graph.groups[g].t1; t++) {
+            int r = run_update(ctx, t);
+            if (r != DEAR_OK && rc == DEAR_OK)
+                rc = r;
+        }
+    }
+    return rc;
+}
+
+/* Before a plan switch: this iteration's all-gathers are waited for and their data put in
+ * place; the updates stay pending and still run in the next forward passes. */
+static int dear_drain(dear_ctx_t *ctx)
+{
+    if (ctx->it.npending > 0)
+        for (int g = 0; g < ctx->graph.ngroups; g++)
+            DEAR_CHECK(group_ready(ctx, g, "dear_backward_end", -1));
+    return DEAR_OK;
+}
+
+const dear_sched_ops_t dear_sched_dear_ops = {
+    .bucket_op = DEAR_COLL_REDUCE_SCATTER,
+    .forward_layer = dear_forward_layer,
+    .bucket_done = dear_bucket_done,
+    .backward_end = dear_backward_end_sched,
+    .flush = dear_flush_sched,
+    .drain = dear_drain,
+    .wait_layer = dear_wait_layer,
+};

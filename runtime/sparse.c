@@ -1,0 +1,248 @@
+/*
+ * Sparse tensors: gradients whose blocks (rows) are mostly zero, such as a token embedding's,
+ * declared with dear_register_sparse. Buckets are cut where the block changes (buckets.c), so a
+ * bucket is either dense or sparse tensors of one block size and the block boundaries are the
+ * rows; an all-gather group of sparse tensors gathers part of one bucket. Such a bucket's
+ * collectives run the `sparse` algorithm (collectives/coll_sparse.c) with that block, per phase:
+ * the reduce-scatter (or the all-reduce of wfbp and sync) and the all-gather.
+ *
+ * During the warm-up iterations the progress thread scans each sparse bucket around its
+ * collectives: before the reduce-scatter (this rank's gradient) and after the all-gather (the
+ * averaged one, the union over ranks). DEAR_SPARSE=auto then drains, takes the largest counts over
+ * the ranks, and keeps a phase sparse only where its non-zero blocks with their indices are fewer
+ * bytes than the dense blocks: the bytes are what the sparse form saves, and the slowest rank's
+ * density decides because every rank must run the same algorithm.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/mpi_check.h"
+#include "base/params.h"
+#include "base/sync.h"
+#include "base/util.h"
+#include "runtime/rt.h"
+
+/* Bytes a sparse message adds per block: its uint32 index (coll_sparse.c). */
+#define SPARSE_IDX_BYTES 4
+
+int dear_register_sparse(dear_ctx_t *ctx, int tensor, size_t row_elems)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "dear_register_sparse: ctx is NULL");
+    if (ctx->committed) {
+        DEAR_ERROR("api", "dear_register_sparse(tensor %d): the context is already committed; declare sparse tensors "
+                          "before dear_commit (their buckets are built there)",
+                   tensor);
+        return DEAR_ERR_STATE;
+    }
+    DEAR_ARG_CHECK(tensor >= 0 && tensor < ctx->reg.ntensors,
+                   "dear_register_sparse: tensor %d unknown; %d tensor(s) registered (indices from dear_tensor_index)",
+                   tensor, ctx->reg.ntensors);
+    dear_tensor_t *t = &ctx->reg.tensors[tensor];
+    DEAR_ARG_CHECK(row_elems > 0, "dear_register_sparse('%s'): a block of 0 elements; pass the row length", t->name);
+    DEAR_ARG_CHECK(t->count % row_elems == 0,
+                   "dear_register_sparse('%s'): a block of %zu elements does not divide its count %zu; pass the row "
+                   "length (count = rows x row_elems)",
+                   t->name, row_elems, t->count);
+    t->sparse_block = row_elems;
+    return DEAR_OK;
+}
+
+size_t dear_tensor_block(const dear_ctx_t *ctx, int t)
+{
+    return ctx->sparse.mode == DEAR_SPARSE_OFF ? 0 : ctx->reg.tensors[t].sparse_block;
+}
+
+int dear_sparse_setup(dear_ctx_t *ctx)
+{
+    /* Rank 0's setting holds: the algorithms must be the same on every rank. */
+    long long cfg[2] = { dear_param_enum(DEAR_P_SPARSE), dear_param_int(DEAR_P_WARMUP_ITERS) };
+    DEAR_MPI_CHECK(MPI_Bcast(cfg, 2, MPI_LONG_LONG, 0, ctx->comm));
+    ctx->sparse.mode = (int)cfg[0];
+    ctx->sparse.measure_iters = cfg[1];
+    ctx->sparse.decide_at = -1;
+    for (int t = 0; t < ctx->reg.ntensors; t++) {
+        dear_tensor_t *tt = &ctx->reg.tensors[t];
+        tt->sparse_rs = tt->sparse_ag = dear_tensor_block(ctx, t) > 0;
+        if (tt->sparse_rs && ctx->sparse.mode == DEAR_SPARSE_AUTO)
+            ctx->sparse.decide_at = cfg[1];
+    }
+    return DEAR_OK;
+}
+
+/* Where tensor t's data lies in bucket bk's vector. */
+static const char *tensor_data(const dear_bucket_t *bk, const dear_tensor_t *tt)
+{
+    return bk->fused ? (const char *)bk->buf + tt->off * dear_dtype_size(bk->dtype) : tt->grad;
+}
+
+/* Count the non-zero blocks of tensors [t0, t1) of bucket bk in a warm-up iteration. */
+static void scan(dear_ctx_t *ctx, const dear_op_t *op, const dear_bucket_t *bk, int t0, int t1, int averaged)
+{
+    if (op->iter >= ctx->sparse.measure_iters)
+        return;
+    for (int t = t0; t < t1; t++) {
+        dear_tensor_t *tt = &ctx->reg.tensors[t];
+        if (tt->frozen)
+            continue;
+        size_t nz = dear_coll_sparse_nonzero(tt->dtype, tensor_data(bk, tt), tt->count, tt->sparse_block);
+        dear_lock(&ctx->eng.lock);
+        *(averaged ? &tt->nz_ag : &tt->nz_rs) += nz;
+        *(averaged ? &tt->blocks_ag : &tt->blocks_rs) += tt->count / tt->sparse_block;
+        dear_unlock(&ctx->eng.lock);
+    }
+}
+
+static void scan_own(dear_ctx_t *ctx, dear_op_t *op)
+{
+    const dear_bucket_t *bk = &ctx->graph.buckets[op->index];
+    scan(ctx, op, bk, bk->t0, bk->t1, 0);
+}
+
+static void scan_reduced(dear_ctx_t *ctx, dear_op_t *op)
+{
+    const dear_bucket_t *bk = &ctx->graph.buckets[op->index];
+    scan(ctx, op, bk, bk->t0, bk->t1, 1);
+}
+
+static void scan_gathered(dear_ctx_t *ctx, dear_op_t *op)
+{
+    const dear_group_t *gr = &ctx->graph.groups[op->index];
+    scan(ctx, op, &ctx->graph.buckets[ctx->reg.tensors[gr->t0].bucket], gr->t0, gr->t1, 1);
+}
+
+/* Whether every tensor of [t0, t1) runs the phase sparse. */
+static int all_sparse(const dear_ctx_t *ctx, int t0, int t1, int ag)
+{
+    for (int t = t0; t < t1; t++)
+        if (!(ag ? ctx->reg.tensors[t].sparse_ag : ctx->reg.tensors[t].sparse_rs))
+            return 0;
+    return 1;
+}
+
+static void set_algo(dear_op_t *op, size_t block, int sparse)
+{
+    op->args.algo = sparse ? DEAR_ALGO_SPARSE : DEAR_ALGO_AUTO;
+    op->args.sparse_block = block;
+}
+
+void dear_sparse_graph(dear_ctx_t *ctx)
+{
+    int split = ctx->sched_ops->bucket_op == DEAR_COLL_REDUCE_SCATTER;
+    for (int b = 0; b < ctx->graph.nbuckets; b++) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        if (bk->sparse_block == 0)
+            continue;
+        set_algo(&bk->op, bk->sparse_block, all_sparse(ctx, bk->t0, bk->t1, 0));
+        bk->op.before = scan_own;
+        if (!split)
+            bk->op.after = scan_reduced; /* the all-reduce leaves the averaged vector */
+    }
+    for (int g = 0; g < ctx->graph.ngroups; g++) {
+        dear_group_t *gr = &ctx->graph.groups[g];
+        size_t block = ctx->graph.buckets[ctx->reg.tensors[gr->t0].bucket].sparse_block;
+        if (block == 0)
+            continue;
+        set_algo(&gr->op, block, all_sparse(ctx, gr->t0, gr->t1, 1));
+        gr->op.after = scan_gathered;
+    }
+}
+
+void dear_sparse_record(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_info_t *info)
+{
+    if (info->algo != DEAR_ALGO_SPARSE || op->index < 0)
+        return;
+    int ag = op->kind == DEAR_COLL_ALLGATHER;
+    int t0 = ag ? ctx->graph.groups[op->index].t0 : ctx->graph.buckets[op->index].t0;
+    int t1 = ag ? ctx->graph.groups[op->index].t1 : ctx->graph.buckets[op->index].t1;
+    for (int t = t0; t < t1; t++) {
+        dear_tensor_t *tt = &ctx->reg.tensors[t];
+        tt->sp_sent += info->bytes_sent;
+        tt->sp_msgs_sparse += info->msgs_sparse;
+        tt->sp_msgs_dense += info->msgs_dense;
+    }
+}
+
+/* The sparse form pays when nz non-zero blocks of `row` bytes, each with its index, are fewer
+ * bytes than all `blocks` of them. */
+static int pays(uint64_t nz, uint64_t blocks, size_t row)
+{
+    return blocks > 0 && (double)nz * (double)(row + SPARSE_IDX_BYTES) < (double)blocks * (double)row;
+}
+
+static double ratio(uint64_t nz, uint64_t blocks) { return blocks > 0 ? (double)nz / (double)blocks : -1; }
+
+const char *dear_sparse_phases(const dear_ctx_t *ctx, int rs, int ag, char *buf, size_t len)
+{
+    if (ctx->sched_ops->bucket_op == DEAR_COLL_REDUCE_SCATTER)
+        snprintf(buf, len, "reduce-scatter %s, all-gather %s", rs ? "sparse" : "dense", ag ? "sparse" : "dense");
+    else
+        snprintf(buf, len, "all-reduce %s", rs ? "sparse" : "dense");
+    return buf;
+}
+
+int dear_sparse_decide(dear_ctx_t *ctx)
+{
+    ctx->sparse.decide_at = -1;
+    /* Nothing in flight: the communicator is this thread's for the reduction, and the algorithms
+     * change between two iterations on every rank. */
+    if (ctx->sched_ops->drain)
+        DEAR_CHECK(ctx->sched_ops->drain(ctx));
+    for (int t = 0; t < ctx->reg.ntensors; t++) {
+        dear_tensor_t *tt = &ctx->reg.tensors[t];
+        if (dear_tensor_block(ctx, t) == 0)
+            continue;
+        dear_lock(&ctx->eng.lock);
+        uint64_t mine[4] = { tt->nz_rs, tt->nz_ag, tt->blocks_rs, tt->blocks_ag }, most[4];
+        dear_unlock(&ctx->eng.lock);
+        DEAR_MPI_CHECK(MPI_Allreduce(mine, most, 4, MPI_UINT64_T, MPI_MAX, ctx->comm));
+        size_t row = tt->sparse_block * dear_dtype_size(tt->dtype);
+        char phases[64];
+        tt->sparse_rs = pays(most[0], most[2], row);
+        tt->sparse_ag = pays(most[1], most[3], row);
+        DEAR_INFO("sparse", "tensor '%s' (block %zu): %.3f of its blocks non-zero on this rank, %.3f on the densest "
+                            "rank, %.3f in the average over %lld warm-up iteration(s): %s",
+                  tt->name, tt->sparse_block, ratio(mine[0], mine[2]), ratio(most[0], most[2]),
+                  ratio(most[1], most[3]), ctx->sparse.measure_iters,
+                  dear_sparse_phases(ctx, tt->sparse_rs, tt->sparse_ag, phases, sizeof phases));
+    }
+    dear_sparse_graph(ctx);
+    return DEAR_OK;
+}
+
+/* The first release of dear_sparse_stats_t ends with msgs_dense. */
+#define SPARSE_STATS_MIN_SIZE (offsetof(dear_sparse_stats_t, msgs_dense) + sizeof(uint64_t))
+
+int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats)
+{
+    DEAR_ARG_CHECK(ctx != NULL && stats != NULL, "dear_get_sparse_stats: %s is NULL", ctx ? "stats" : "ctx");
+    DEAR_ARG_CHECK(stats->size >= SPARSE_STATS_MIN_SIZE,
+                   "dear_get_sparse_stats: stats->size is %zu; set it to sizeof(dear_sparse_stats_t) first",
+                   stats->size);
+    if (!ctx->committed) {
+        DEAR_ERROR("api", "dear_get_sparse_stats(tensor %d): the context is not committed", tensor);
+        return DEAR_ERR_STATE;
+    }
+    DEAR_ARG_CHECK(tensor >= 0 && tensor < ctx->reg.ntensors,
+                   "dear_get_sparse_stats: tensor %d unknown; %d tensor(s) registered", tensor, ctx->reg.ntensors);
+    const dear_tensor_t *tt = &ctx->reg.tensors[tensor];
+    size_t block = dear_tensor_block(ctx, tensor);
+    dear_sparse_stats_t s = { .size = stats->size, .block = tt->sparse_block };
+    /* What runs, not what the tensor alone would pay for: a bucket is sparse only if all its
+     * tensors are. */
+    s.sparse_rs = block > 0 && ctx->graph.buckets[tt->bucket].op.args.algo == DEAR_ALGO_SPARSE;
+    for (int g = 0; block > 0 && g < ctx->graph.ngroups; g++)
+        if (ctx->graph.groups[g].t0 <= tensor && tensor < ctx->graph.groups[g].t1)
+            s.sparse_ag = ctx->graph.groups[g].op.args.algo == DEAR_ALGO_SPARSE;
+    dear_lock(&ctx->eng.lock);
+    s.density = ratio(tt->nz_rs, tt->blocks_rs);
+    s.density_union = ratio(tt->nz_ag, tt->blocks_ag);
+    s.bytes_sent = tt->sp_sent;
+    s.msgs_sparse = tt->sp_msgs_sparse;
+    s.msgs_dense = tt->sp_msgs_dense;
+    dear_unlock(&ctx->eng.lock);
+    memcpy(stats, &s, stats->size < sizeof s ? stats->size : sizeof s);
+    return DEAR_OK;
+}

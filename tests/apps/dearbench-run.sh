@@ -1,0 +1,73 @@
+#!/bin/sh
+# dear-bench end to end on a tiny profile at np 2 and 3: every schedule (and the planners the
+# runtime offers) must pass the parameter check (all ranks identical and equal to the float64
+# reference), and the CSV must hold one well-formed row per configuration, in order.
+. "${top_srcdir:-.}/tests/apps/dearbench-lib.sh"
+CONFIGS="sync;wfbp:threshold:64m;wfbp:none;wfbp:threshold:100k;dear:threshold:100k;dear:none;dear:auto"
+for np in 2 3; do
+    bench "$np" --profile "$TINY" --iters 6 --warmup 7 --configs "$CONFIGS" --csv "$TMPD/r$np.csv"
+    [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "np $np: exit status $rc"; continue; }
+    python3 - "$TMPD/r$np.csv" "$np" "$CONFIGS" <<'PY' || fail "np $np: CSV check"
+import csv, sys
+path, np, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(";")
+rows = list(csv.DictReader(open(path)))
+assert [r["config"] for r in rows] == configs, [r["config"] for r in rows]
+for r in rows:
+    assert r["model"] == "tiny" and int(r["np"]) == np, r
+    assert r["check"] == "ok", r
+    it, comp, nominal = float(r["iter_ms"]), float(r["compute_meas_ms"]), float(r["compute_ms"])
+    # 3.1 ms of emulated compute: sleeping may overshoot but never undershoot by much.
+    assert abs(nominal - 3.1) < 1e-6 and comp > 0.95 * nominal and it >= comp * 0.99, r
+    assert abs(float(r["exposed_ms"]) - (it - comp)) < 1e-3, r
+    assert float(r["iter_min_ms"]) <= it <= float(r["iter_max_ms"]), r
+    assert float(r["pred_ms"]) >= nominal * 0.99 and float(r["bound_ms"]) >= nominal * 0.99, r
+    assert abs(float(r["iter_over_bound"]) - it / float(r["bound_ms"])) < 1e-3, r
+    assert int(r["grad_bytes"]) == 414404, r
+by = {r["config"]: r for r in rows}
+assert abs(float(by["sync"]["speedup_sync"]) - 1) < 1e-9
+assert abs(float(by["wfbp:threshold:64m"]["speedup_wfbp64"]) - 1) < 1e-9
+assert int(by["dear:threshold:100k"]["threshold_bytes"]) == 102400
+PY
+    grep -q "PARAMETER CHECK FAILED" "$TMPD/out" && fail "np $np: check failure reported"
+done
+# --rounds: the configurations run twice, 5 measured iterations split 3 + 2, pooled; the
+# default warm-up per planner (3 for a fixed plan).
+bench 2 --profile "$TINY" --iters 5 --rounds 2 --configs "dear:threshold:100k;wfbp:none" --csv "$TMPD/rr.csv"
+[ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "--rounds 2: exit status $rc"; }
+[ "$(grep -c 'round 2 of 2' "$TMPD/out")" -eq 2 ] || { cat "$TMPD/out" >&2; fail "--rounds 2: second round"; }
+python3 - "$TMPD/rr.csv" <<'PY' || fail "--rounds 2: CSV check"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [r["config"] for r in rows] == ["dear:threshold:100k", "wfbp:none"], rows
+for r in rows:
+    assert r["check"] == "ok" and int(r["iters"]) == 5 and int(r["warmup"]) == 3, r
+PY
+# --size-scale and --time-scale shrink the model consistently (threshold too).
+bench 2 --profile "$TINY" --iters 3 --warmup 6 --size-scale 0.5 --time-scale 0.5 \
+    --schedule dear --fusion threshold --threshold 100k --csv "$TMPD/s.csv"
+[ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "scaled run: exit status $rc"; }
+python3 - "$TMPD/s.csv" <<'PY' || fail "scaled run: CSV check"
+import csv, sys
+(r,) = list(csv.DictReader(open(sys.argv[1])))
+assert r["config"] == "dear:threshold:100k" and r["check"] == "ok", r
+assert int(r["threshold_bytes"]) == 51200 and abs(float(r["compute_ms"]) - 1.55) < 1e-6, r
+# half of 10000+100+40000+30000+1001+22500 floats, each tensor rounded to whole floats (500.5 -> 501)
+assert int(r["grad_bytes"]) == 4 * (5000 + 50 + 20000 + 15000 + 501 + 11250), r["grad_bytes"]
+PY
+# --jitter-ms: up to 20 ms of noise per iteration and rank, counted as compute: the measured
+# compute (slowest rank's) grows by about the jitter's maximum over the ranks, never beyond 20 ms
+# plus scheduling slack; the parameters still check, and the same seed gives the same jitter to
+# every configuration.
+bench 2 --profile "$TINY" --iters 12 --warmup 3 --jitter-ms 20 --jitter-seed 7 \
+    --configs "dear:threshold:100k;wfbp:none" --csv "$TMPD/j.csv"
+[ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "jitter run: exit status $rc"; }
+grep -q "injected jitter: up to 20 ms per iteration and rank, uniform, seed 7" "$TMPD/out" || fail "jitter line"
+python3 - "$TMPD/j.csv" <<'PY' || fail "jitter run: CSV check"
+import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    comp, nominal = float(r["compute_meas_ms"]), float(r["compute_ms"])
+    assert r["check"] == "ok", r
+    # the median of max(U1, U2) * 20 ms is 14.1 ms; 12 samples put it well inside (5, 20 + slack)
+    assert nominal + 5 < comp < nominal + 30, r
+PY
+[ $fails -eq 0 ]

@@ -1,0 +1,106 @@
+#!/bin/sh
+# The emulated cluster end to end: bring up 2 hosts at 100 Mbit/s, check that Open MPI lands
+# ranks on both hosts with their own host names and shared-memory nodes (2 ranks per host),
+# and that the measured point-to-point rate is what tbf was told (TCP goodput is ~95.6% of
+# the line rate: 1448 payload bytes per 1514-byte frame). Skips (77) where namespaces or tbf
+# cannot be made. Uses its own host prefix, bridge and subnet so it never touches a cluster
+# someone brought up with the defaults, and tears down even on failure.
+set -u
+: "${top_srcdir:=.}"
+: "${top_builddir:=.}"
+EMU=$top_srcdir/bench/emucluster
+RATE=100mbit
+RATE_MBPS=12.5          # 100 Mbit/s in 10^6 bytes per second
+
+skip() { echo "emucluster.sh: SKIP: $*"; exit 77; }
+fail() { echo "emucluster.sh: FAIL: $*"; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+# bench/emucluster starts the remote ranks through Open MPI's launcher agent (plm_rsh_agent).
+[ "${MPI_FLAVOUR:-}" = openmpi ] ||
+    skip "bench/emucluster launches through Open MPI's plm_rsh_agent, this build uses ${MPI_FLAVOUR:-another MPI}"
+for t in ip tc unshare "${MPIRUN:-mpirun}" bash; do
+    command -v "$t" >/dev/null 2>&1 || skip "'$t' not found"
+done
+for p in bench/dear-p2p bench/emu-hello; do
+    [ -x "$top_builddir/$p" ] || fail "$top_builddir/$p is not built"
+done
+
+# A unique cluster per run: prefix and subnet from the process id.
+id=$(( $$ % 100000 ))
+EMU_PREFIX=t${id}h
+EMU_SUBNET=10.214.$(( $$ % 250 + 1 ))
+EMU_BUILDDIR=$top_builddir
+export EMU_PREFIX EMU_SUBNET EMU_BUILDDIR
+
+# Probe the capabilities the cluster needs; missing ones mean "cannot test here", not failure.
+probe=emuprobe$id
+if ! ip netns add "$probe" 2>/dev/null; then
+    skip "cannot create network namespaces (no CAP_SYS_ADMIN/CAP_NET_ADMIN?)"
+fi
+ok=1
+ip link add "ep$id" type veth peer name "eq$id" netns "$probe" 2>/dev/null || ok=0
+if [ $ok -eq 1 ]; then
+    tc qdisc add dev "ep$id" root tbf rate $RATE burst 67000 latency 50ms 2>/dev/null || ok=2
+    ip link del "ep$id" 2>/dev/null
+fi
+ip netns del "$probe" 2>/dev/null
+[ $ok -eq 0 ] && skip "cannot create veth pairs across namespaces"
+[ $ok -eq 2 ] && skip "tc cannot attach a tbf qdisc (sch_tbf missing?)"
+
+# shellcheck disable=SC2317  # called from the traps
+cleanup() { "$EMU" down >/dev/null 2>&1; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+out=$(mktemp)
+trap 'cleanup; rm -f "$out"' EXIT
+start=$(date +%s)
+
+"$EMU" up 2 $RATE || fail "emucluster up 2 $RATE failed"
+"$EMU" status
+
+# Two ranks per host: vader inside a host, TCP between hosts.
+h1=${EMU_PREFIX}1
+h2=${EMU_PREFIX}2
+timeout -k 5 60 "$EMU" mpirun -np 4 --host "$h1:2,$h2:2" "$top_builddir/bench/emu-hello" >"$out" 2>&1
+rc=$?
+cat "$out"
+[ $rc -eq 0 ] || fail "emu-hello across $h1,$h2 exited with $rc"
+summary=$(grep '^emu-hello: ranks=' "$out")
+[ "$summary" = "emu-hello: ranks=4 hosts=2 nodes=2 names=$h1,$h2" ] ||
+    fail "expected 4 ranks on 2 hosts ($h1,$h2) forming 2 shared-memory nodes, got: $summary"
+for r in 0 1; do
+    grep -q "^emu-hello: rank $r on $h1 " "$out" || fail "rank $r is not on $h1"
+done
+for r in 2 3; do
+    grep -q "^emu-hello: rank $r on $h2 " "$out" || fail "rank $r is not on $h2"
+done
+
+# One-way streams h1 -> h2 (emucluster p2p) and h2 -> h1: each must sit near the configured
+# rate, neither far below (shaping too tight, broken link) nor above it (no shaping at all).
+for dir in "$h1,$h2" "$h2,$h1"; do
+    if [ "$dir" = "$h1,$h2" ]; then
+        timeout -k 5 60 "$EMU" p2p --mode oneway --size 1m --time 1 --reps 1 --csv >"$out" 2>&1
+    else
+        timeout -k 5 60 "$EMU" mpirun -np 2 --host "$dir" "$top_builddir/bench/dear-p2p" \
+            --mode oneway --size 1m --time 1 --reps 1 --csv >"$out" 2>&1
+    fi
+    rc=$?
+    cat "$out"
+    [ $rc -eq 0 ] || fail "dear-p2p ($dir) exited with $rc"
+    row=$(grep '^oneway,' "$out")
+    [ -n "$row" ] || fail "dear-p2p ($dir) printed no oneway row"
+    mbps=$(echo "$row" | cut -d, -f7)
+    wrong=$(echo "$row" | cut -d, -f9)
+    [ "$wrong" = 0 ] || fail "dear-p2p ($dir) saw $wrong messages with wrong contents"
+    awk -v m="$mbps" -v r="$RATE_MBPS" 'BEGIN { exit !(m >= 0.80 * r && m <= 1.02 * r) }' ||
+        fail "p2p rate $dir $mbps MB/s is outside [0.80, 1.02] x $RATE_MBPS MB/s (the $RATE link)"
+    echo "emucluster.sh: p2p $dir $mbps MB/s on a $RATE link ($(awk -v m="$mbps" -v r="$RATE_MBPS" 'BEGIN { printf "%.1f", 100 * m / r }')% of line rate)"
+done
+
+"$EMU" down || fail "emucluster down failed"
+"$EMU" status | grep -q '^emucluster: down$' || fail "status does not say down after down"
+ip netns list | grep -q "^$h1" && fail "namespace $h1 survived down"
+echo "emucluster.sh: PASS in $(( $(date +%s) - start )) s"
+exit 0

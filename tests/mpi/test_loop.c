@@ -1,0 +1,489 @@
+/*
+ * What a real training loop does, against a plain MPI_Allreduce loop computed in the same
+ * program (Check, CK_FORK=no, under mpirun -np 1..5). A small model of float32 tensors with
+ * parameter-less layers between them is trained with SGD with momentum; its gradient depends on
+ * the parameters (so any wrong update changes everything after it), on the rank, the iteration
+ * and the micro-batch. The reference sums every rank's gradient with MPI_Allreduce, averages,
+ * clips, and updates with the learning rate of the iteration, each step written out. Under every
+ * schedule the parameters must match it:
+ *   lr       a learning-rate schedule read from dear_update_info_t.iteration
+ *   clip     clipping by global norm (dear_set_clip_norm, DEAR_CLIP_NORM): parameters, and the
+ *            norm each update is told
+ *   accum    gradient accumulation over micro-batches (DEAR_MODE_ACCUMULATE), whose passes enter
+ *            no profile
+ *   frozen   tensors frozen before commit and in mid-run: unchanged, and fewer bytes sent
+ *   nograd   tensors without a gradient on every rank or on one (dear_no_grad), with and
+ *            without DEAR_FIND_UNUSED
+ *   eval     evaluation forwards between iterations (DEAR_MODE_EVAL): no change to the
+ *            parameters or the profile
+ *   layers   parameter-less layers (dear_register_layer) are hooked and seen by the profile; a
+ *            rank declaring other layers fails commit on every rank
+ *   wait     update = NULL: dear_wait_grad gives the averaged gradient of one layer
+ *   bf16     bfloat16 gradients whose float32 sums are exact: the update sees the float32 sum
+ *            rounded once, bit for bit, at every rank count
+ */
+#include <check.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collectives/reduce.h"
+#include "include/dear.h"
+#include "tests/mpi/suite_run.h"
+
+static int rank, nranks;
+
+/* ---- the model: NT tensors, tensor t in layer 2t, parameter-less layers 2t+1 ---- */
+
+#define NT 6
+#define ITERS 12
+#define MU 0.9f
+
+typedef enum { OPT_NONE = 0, OPT_CLIP = 1, OPT_ACCUM = 2, OPT_FREEZE = 4, OPT_NOGRAD = 8, OPT_EVAL = 16,
+               OPT_BF16 = 32, OPT_FIND_UNUSED = 64, OPT_WAIT = 128, OPT_CLIP_ENV = 256 } opt_t;
+
+typedef struct {
+    int opts;
+    float *w, *v;               /* parameters and momenta, one arena each */
+    void *g;                    /* gradients: one arena (float32, or bfloat16 with OPT_BF16) */
+    size_t off[NT + 1];         /* element offsets */
+    double norm[ITERS];         /* the norm the updates were told, per iteration */
+    long calls[NT];
+} model_t;
+
+static const size_t counts[NT] = { 5, 301, 64, 1, 1200, 37 };
+
+static float lr_of(long long it) { return 0.05f * (float)(it + 1) / (float)(it + 3); }
+
+/* A micro-batch's gradient of element i of tensor t on a rank. With OPT_BF16 the values are
+ * multiples of 2^-10 under 2^7, exact in bfloat16 and summed exactly in float32. */
+static float grad_value(const model_t *m, int t, size_t i, int r, long long it, int micro)
+{
+    double d = sin(0.7 * (double)i + 1.3 * t + 0.37 * r + 0.11 * (double)it + 0.5 * micro);
+    if (m->opts & OPT_BF16)
+        return (float)ldexp(round(ldexp(d, 6)), -10);
+    return (float)(0.2 * d + 0.05 * tanh((double)m->w[m->off[t] + i]));
+}
+
+/* Does rank r have a gradient for tensor t in iteration it? (OPT_NOGRAD) Tensor 2 on no rank in
+ * odd iterations, tensor 4 never on the last rank. */
+static int has_grad(const model_t *m, int t, int r, long long it)
+{
+    if (!(m->opts & OPT_NOGRAD))
+        return 1;
+    if (t == 2 && it % 2 == 1)
+        return 0;
+    if (t == 4 && r == nranks - 1)
+        return 0;
+    return 1;
+}
+
+/* Frozen: tensor 1 from the start, tensor 3 from iteration FREEZE_AT on (OPT_FREEZE). */
+#define FREEZE_AT 5
+static int frozen(const model_t *m, int t, long long it)
+{
+    return (m->opts & OPT_FREEZE) && (t == 1 || (t == 3 && it >= FREEZE_AT));
+}
+
+static int micro_batches(const model_t *m) { return m->opts & OPT_ACCUM ? 3 : 1; }
+static double max_norm(const model_t *m) { return m->opts & (OPT_CLIP | OPT_CLIP_ENV) ? 0.5 : 0; }
+
+static void model_init(model_t *m, int opts)
+{
+    memset(m, 0, sizeof *m);
+    m->opts = opts;
+    for (int t = 0; t < NT; t++)
+        m->off[t + 1] = m->off[t] + counts[t];
+    size_t n = m->off[NT];
+    m->w = calloc(n, sizeof *m->w);
+    m->v = calloc(n, sizeof *m->v);
+    m->g = calloc(n, sizeof(float));
+    ck_assert(m->w && m->v && m->g);
+    for (size_t i = 0; i < n; i++)
+        m->w[i] = (float)cos(0.3 * (double)i);
+    for (int k = 0; k < ITERS; k++)
+        m->norm[k] = -1;
+}
+
+static void model_free(model_t *m)
+{
+    free(m->w);
+    free(m->v);
+    free(m->g);
+}
+
+static void sgd(model_t *m, int t, const float *g, long long it)
+{
+    float lr = lr_of(it);
+    for (size_t i = 0; i < counts[t]; i++) {
+        float *v = &m->v[m->off[t] + i];
+        *v = MU * *v + g[i];
+        m->w[m->off[t] + i] -= lr * *v;
+    }
+}
+
+/* ---- the reference: plain MPI_Allreduce, every step written out ---- */
+
+static void reference(model_t *m)
+{
+    size_t n = m->off[NT];
+    float *g = malloc(n * sizeof *g);
+    double *wide = malloc(n * sizeof *wide);
+    for (long long it = 0; it < ITERS; it++) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = 0;
+        for (int mb = 0; mb < micro_batches(m); mb++)
+            for (int t = 0; t < NT; t++)
+                for (size_t i = 0; i < counts[t] && has_grad(m, t, rank, it); i++)
+                    g[m->off[t] + i] += grad_value(m, t, i, rank, it, mb);
+        if (m->opts & OPT_BF16) {
+            /* Exact float32 sums (see grad_value), rounded once after the average. */
+            for (size_t i = 0; i < n; i++)
+                wide[i] = g[i];
+            MPI_Allreduce(MPI_IN_PLACE, wide, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            for (size_t i = 0; i < n; i++)
+                g[i] = dear_bf16_to_float(dear_float_to_bf16((float)wide[i] * (float)(1.0 / nranks)));
+        } else {
+            MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            for (size_t i = 0; i < n; i++)
+                g[i] *= (float)(1.0 / nranks);
+        }
+        if (max_norm(m) > 0) {
+            double s = 0;
+            for (int t = 0; t < NT; t++)
+                for (size_t i = 0; i < counts[t] && !frozen(m, t, it); i++)
+                    s += (double)g[m->off[t] + i] * g[m->off[t] + i];
+            double norm = sqrt(s), coef = max_norm(m) / (norm + 1e-6);
+            m->norm[it] = norm;
+            for (size_t i = 0; i < n && coef < 1; i++)
+                g[i] *= (float)coef;
+        }
+        for (int t = 0; t < NT; t++) {
+            int anyone = 0;
+            for (int r = 0; r < nranks; r++)
+                anyone |= has_grad(m, t, r, it);
+            if (frozen(m, t, it) || ((m->opts & OPT_FIND_UNUSED) && !anyone))
+                continue;
+            sgd(m, t, g + m->off[t], it);
+            m->calls[t]++;
+        }
+    }
+    free(g);
+    free(wide);
+}
+
+/* ---- the same loop through libdear ---- */
+
+static int update(const dear_update_info_t *u)
+{
+    model_t *m = u->arg;
+    int t = u->tensor;
+    if (u->size < sizeof *u || u->count != counts[t] || u->iteration < 0 || u->iteration >= ITERS)
+        return 1;
+    float tmp[1200];
+    const float *g = u->grad;
+    if (u->dtype == DEAR_BFLOAT16) {
+        for (size_t i = 0; i < u->count; i++)
+            tmp[i] = dear_bf16_to_float(((const unsigned short *)u->grad)[i]);
+        g = tmp;
+    }
+    m->norm[u->iteration] = u->grad_norm;
+    sgd(m, t, g, u->iteration);
+    m->calls[t]++;
+    return 0;
+}
+
+/* Write this rank's gradients of layer 2t for micro-batch mb (added to earlier micro-batches). */
+static void backward_tensor(dear_ctx_t *ctx, model_t *m, int t, long long it, int mb)
+{
+    if (!has_grad(m, t, rank, it)) {
+        ck_assert_int_eq(dear_no_grad(ctx, t), DEAR_OK);
+        return;
+    }
+    for (size_t i = 0; i < counts[t]; i++) {
+        float v = grad_value(m, t, i, rank, it, mb);
+        if (m->opts & OPT_BF16) {
+            unsigned short *g = (unsigned short *)m->g + m->off[t] + i;
+            *g = dear_float_to_bf16((mb ? dear_bf16_to_float(*g) : 0.0f) + v);
+        } else {
+            float *g = (float *)m->g + m->off[t] + i;
+            *g = (mb ? *g : 0.0f) + v;
+        }
+    }
+}
+
+/* One forward pass through every layer (the hooks run the pending updates first). */
+static void forward(dear_ctx_t *ctx, int sleep_layer, int sleep_us)
+{
+    for (int l = 0; l < 2 * NT; l++) {
+        ck_assert_int_eq(dear_forward_begin(ctx, l), DEAR_OK);
+        if (l == sleep_layer)
+            usleep((useconds_t)sleep_us);
+    }
+}
+
+static void backward(dear_ctx_t *ctx, model_t *m, long long it, int mb)
+{
+    for (int l = 2 * NT - 1; l >= 0; l--) {
+        if (l % 2 == 0)
+            backward_tensor(ctx, m, l / 2, it, mb);
+        ck_assert_int_eq(dear_backward_done(ctx, l), DEAR_OK);
+    }
+    ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
+}
+
+static dear_ctx_t *setup(model_t *m, const char *sched)
+{
+    dear_ctx_t *ctx = NULL;
+    setenv("DEAR_SCHEDULE", sched, 1);
+    setenv("DEAR_FUSION", "threshold", 1);
+    setenv("DEAR_FUSION_THRESHOLD", "2k", 1); /* several buckets */
+    if (m->opts & OPT_FIND_UNUSED)
+        setenv("DEAR_FIND_UNUSED", "1", 1);
+    if (m->opts & OPT_CLIP_ENV)
+        setenv("DEAR_CLIP_NORM", "0.5", 1);
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    dear_dtype_t dt = m->opts & OPT_BF16 ? DEAR_BFLOAT16 : DEAR_FLOAT32;
+    size_t es = m->opts & OPT_BF16 ? 2 : 4;
+    for (int t = 0; t < NT; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", t);
+        ck_assert_int_eq(dear_register(ctx, name, 2 * t, (char *)m->g + m->off[t] * es, counts[t], dt, DEAR_MEM_HOST,
+                                       m->opts & OPT_WAIT ? NULL : update, m),
+                         DEAR_OK);
+        ck_assert_int_eq(dear_register_layer(ctx, 2 * t + 1), DEAR_OK);
+    }
+    if (m->opts & OPT_CLIP)
+        ck_assert_int_eq(dear_set_clip_norm(ctx, max_norm(m)), DEAR_OK);
+    if (m->opts & OPT_FREEZE)
+        ck_assert_int_eq(dear_freeze(ctx, 1, 1), DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    unsetenv("DEAR_SCHEDULE");
+    unsetenv("DEAR_FUSION");
+    unsetenv("DEAR_FUSION_THRESHOLD");
+    unsetenv("DEAR_FIND_UNUSED");
+    unsetenv("DEAR_CLIP_NORM");
+    return ctx;
+}
+
+/* Train ITERS iterations through libdear; eval_us > 0: an evaluation forward after every
+ * iteration whose layer 0 sleeps that long. */
+static void train(dear_ctx_t *ctx, model_t *m, int eval_us)
+{
+    for (long long it = 0; it < ITERS; it++) {
+        if ((m->opts & OPT_FREEZE) && it == FREEZE_AT)
+            ck_assert_int_eq(dear_freeze(ctx, 3, 1), DEAR_OK);
+        int mbs = micro_batches(m);
+        for (int mb = 0; mb < mbs; mb++) {
+            /* The micro-batches before the last one accumulate; their layer 0 is slow, which
+             * the profile must not see. */
+            ck_assert_int_eq(dear_set_mode(ctx, mb < mbs - 1 ? DEAR_MODE_ACCUMULATE : DEAR_MODE_TRAIN), DEAR_OK);
+            forward(ctx, 0, mb < mbs - 1 ? 30000 : 0);
+            backward(ctx, m, it, mb);
+        }
+        if (eval_us > 0) {
+            ck_assert_int_eq(dear_set_mode(ctx, DEAR_MODE_EVAL), DEAR_OK);
+            forward(ctx, 0, eval_us);
+            ck_assert_int_eq(dear_backward_done(ctx, 0), DEAR_ERR_STATE);
+            ck_assert_int_eq(dear_set_mode(ctx, DEAR_MODE_TRAIN), DEAR_OK);
+        }
+    }
+    ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
+}
+
+static void assert_close(const float *got, const float *want, size_t n, double tol, const char *what)
+{
+    int bad = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n && !bad; i++)
+        if (!(fabs((double)got[i] - want[i]) <= tol * (1 + fabs((double)want[i])))) {
+            bad = 1;
+            at = i;
+        }
+    int any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (bad)
+        fprintf(stderr, "[rank %d] %s: element %zu is %.9g, expected %.9g\n", rank, what, at, (double)got[at],
+                (double)want[at]);
+    ck_assert_msg(!any, "%s: parameters differ from the MPI_Allreduce loop (see stderr)", what);
+}
+
+/* Median forward time of a layer in a profile file written by dear_profile_save. */
+static double profile_fwd(const char *path, int layer)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    double fwd = -1;
+    while (fgets(line, sizeof line, f)) {
+        int id;
+        double a, b;
+        if (sscanf(line, "layer %d %lf %lf", &id, &a, &b) == 3 && id == layer)
+            fwd = a;
+    }
+    fclose(f);
+    return fwd;
+}
+
+static const char *const scheds[] = { "dear", "wfbp", "sync" };
+
+/* Run one option set under schedule s and compare with the reference. */
+static void compare(int opts, int s, int eval_us)
+{
+    model_t ref, m;
+    model_init(&ref, opts);
+    model_init(&m, opts);
+    reference(&ref);
+    dear_ctx_t *ctx = setup(&m, scheds[s]);
+    ck_assert_str_eq(dear_schedule(ctx), scheds[s]);
+    train(ctx, &m, eval_us);
+    char what[96];
+    snprintf(what, sizeof what, "options 0x%x, schedule %s, np %d", opts, scheds[s], nranks);
+    /* bfloat16: the same float32 sum rounded once, so the same parameters bit for bit. */
+    assert_close(m.w, ref.w, m.off[NT], opts & OPT_BF16 ? 0 : 2e-5, what);
+    for (int t = 0; t < NT; t++)
+        ck_assert_msg(m.calls[t] == ref.calls[t], "%s: tensor %d updated %ld times, the reference %ld", what, t,
+                      m.calls[t], ref.calls[t]);
+    for (int k = 0; k < ITERS && max_norm(&m) > 0; k++)
+        ck_assert_msg(fabs(m.norm[k] - ref.norm[k]) <= 1e-5 * ref.norm[k], "%s: iteration %d was told norm %g, the "
+                      "reference's is %g", what, k, m.norm[k], ref.norm[k]);
+    if (opts & (OPT_ACCUM | OPT_EVAL)) {
+        /* The slow forwards (30 ms in accumulated micro-batches, eval_us in evaluation) are not
+         * the training passes' layer 0, which takes microseconds. */
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/dear-loop-%d.prof", (int)getpid());
+        MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+        ck_assert_int_eq(dear_profile_save(ctx, path), DEAR_OK);
+        if (rank == 0) {
+            double f0 = profile_fwd(path, 0);
+            unlink(path);
+            ck_assert_msg(f0 >= 0 && f0 < 0.010, "%s: the profile gives layer 0 a forward of %g s", what, f0);
+        }
+    }
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&ref);
+    model_free(&m);
+}
+
+START_TEST(test_lr) { compare(OPT_NONE, _i, 0); }
+END_TEST
+START_TEST(test_clip) { compare(OPT_CLIP, _i, 0); compare(OPT_CLIP_ENV, _i, 0); }
+END_TEST
+START_TEST(test_accum) { compare(OPT_ACCUM, _i, 0); }
+END_TEST
+START_TEST(test_nograd) { compare(OPT_NOGRAD, _i, 0); compare(OPT_NOGRAD | OPT_FIND_UNUSED, _i, 0); }
+END_TEST
+START_TEST(test_eval) { compare(OPT_EVAL, _i, 30000); }
+END_TEST
+START_TEST(test_bf16) { compare(OPT_BF16, _i, 0); }
+END_TEST
+
+/* Frozen tensors: unchanged, and their bytes do not travel. */
+START_TEST(test_frozen)
+{
+    compare(OPT_FREEZE, _i, 0);
+    if (nranks < 2)
+        return;
+    uint64_t sent[2];
+    for (int k = 0; k < 2; k++) {
+        model_t m;
+        model_init(&m, k ? OPT_FREEZE : OPT_NONE);
+        dear_ctx_t *ctx = setup(&m, scheds[_i]);
+        train(ctx, &m, 0);
+        dear_stats_t st;
+        ck_assert_int_eq(dear_get_stats(ctx, &st), DEAR_OK);
+        sent[k] = st.bytes_sent;
+        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+        model_free(&m);
+    }
+    ck_assert_msg(sent[1] < sent[0], "frozen: %llu bytes sent, %llu without freezing", (unsigned long long)sent[1],
+                  (unsigned long long)sent[0]);
+}
+END_TEST
+
+/* update = NULL: dear_wait_grad puts one layer's averaged gradient in its buffer. */
+START_TEST(test_wait)
+{
+    model_t m;
+    model_init(&m, OPT_WAIT);
+    dear_ctx_t *ctx = setup(&m, scheds[_i]);
+    float *want = malloc(m.off[NT] * sizeof *want);
+    for (long long it = 0; it < 3; it++) {
+        forward(ctx, -1, 0);
+        backward(ctx, &m, it, 0);
+        for (int t = 0; t < NT; t++)
+            for (size_t i = 0; i < counts[t]; i++)
+                want[m.off[t] + i] = grad_value(&m, t, i, rank, it, 0);
+        MPI_Allreduce(MPI_IN_PLACE, want, (int)m.off[NT], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (size_t i = 0; i < m.off[NT]; i++)
+            want[i] *= (float)(1.0 / nranks);
+        for (int t = NT - 1; t >= 0; t--) { /* any order, one layer at a time */
+            ck_assert_int_eq(dear_wait_grad(ctx, 2 * t), DEAR_OK);
+            assert_close((float *)m.g + m.off[t], want + m.off[t], counts[t], 2e-6, "dear_wait_grad");
+        }
+    }
+    ck_assert_int_eq(dear_wait_grad(ctx, 12345), DEAR_ERR_ARG);
+    free(want);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+}
+END_TEST
+
+/* Parameter-less layers: their time reaches the profile; different declarations fail commit. */
+START_TEST(test_layers)
+{
+    model_t m;
+    model_init(&m, OPT_NONE);
+    dear_ctx_t *ctx = setup(&m, "dear");
+    for (long long it = 0; it < 4; it++) {
+        forward(ctx, 3, 20000); /* layer 3 holds no tensor */
+        backward(ctx, &m, it, 0);
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dear-layers-%d.prof", (int)getpid());
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    ck_assert_int_eq(dear_profile_save(ctx, path), DEAR_OK);
+    if (rank == 0) {
+        double f3 = profile_fwd(path, 3);
+        unlink(path);
+        ck_assert_msg(f3 >= 0.015, "layer 3's forward in the profile: %g s (it sleeps 20 ms)", f3);
+    }
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+    if (nranks < 2)
+        return;
+    /* The last rank declares one more layer. */
+    float x[4] = { 0 };
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_register(ctx, "x", 0, x, 4, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL), DEAR_OK);
+    if (rank == nranks - 1)
+        ck_assert_int_eq(dear_register_layer(ctx, 9), DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_ERR_MISMATCH);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    mpi_suite_init(&argc, &argv, &rank, &nranks);
+    Suite *s = suite_create("loop");
+    TCase *tc = tcase_create("loop");
+    tcase_set_timeout(tc, 300);
+    int only16 = argc > 1 && strcmp(argv[1], "--bf16-only") == 0;
+    tcase_add_loop_test(tc, test_bf16, 0, 3);
+    if (!only16) {
+        tcase_add_loop_test(tc, test_lr, 0, 3);
+        tcase_add_loop_test(tc, test_clip, 0, 3);
+        tcase_add_loop_test(tc, test_accum, 0, 3);
+        tcase_add_loop_test(tc, test_nograd, 0, 3);
+        tcase_add_loop_test(tc, test_eval, 0, 3);
+        tcase_add_loop_test(tc, test_frozen, 0, 3);
+        tcase_add_loop_test(tc, test_wait, 0, 3);
+        tcase_add_test(tc, test_layers);
+    }
+    suite_add_tcase(s, tc);
+    return mpi_suite_run(s, rank);
+}

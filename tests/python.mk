@@ -1,0 +1,8 @@
+# tests/python.mk: the Python binding (python/dear).
+#   tests/python/torch.sh   dear.wrap against torch DDP (gloo) at np 1, 2, 4: CNN and transformer,
+#                           SGD with momentum and AdamW with a schedule, every DEAR_SCHEDULE;
+#                           checkpoint and resume; unused and frozen parameters; the errors;
+#                           apps/torch/train.py learns in 60 iterations
+TESTS += tests/python/torch.sh
+EXTRA_DIST += tests/python/torch.sh tests/python/test_torch.py apps/torch/train.py
+

@@ -1,0 +1,52 @@
+#!/bin/sh
+# The Python binding (python/dear) against torch DDP over gloo, at np 1, 2 and 4
+# (tests/python/test_torch.py says what is compared). Skipped (77) only where no python3 has
+# torch and mpi4py; install-deps.sh installs both (python3-torch, python3-mpi4py).
+set -u
+: "${top_srcdir:=.}" "${top_builddir:=.}"
+. "$top_srcdir/tests/mpi-launch.sh"
+lib=$top_builddir/.libs/libdear.so.1
+[ -e "$lib" ] || { echo "torch.sh: $lib not built" >&2; exit 99; }
+py=
+for cand in python3 /usr/bin/python3; do
+    if "$cand" -c "import torch, mpi4py" >/dev/null 2>&1; then py=$cand; break; fi
+done
+[ -n "$py" ] || { echo "torch.sh: no python3 with torch and mpi4py (apt-get install python3-torch python3-mpi4py): skipped"; exit 77; }
+# mpi4py is built against one MPI (Debian's: Open MPI); libdear must be built against the same.
+vendor=$("$py" -c "from mpi4py import MPI; print(MPI.get_vendor()[0])" 2>/dev/null)
+case "$vendor:${MPI_FLAVOUR:-unknown}" in
+"Open MPI:openmpi" | "MPICH:mpich" | *:unknown) ;;
+*) echo "torch.sh: mpi4py uses $vendor, libdear was built for $MPI_FLAVOUR: skipped"; exit 77 ;;
+esac
+src=$(cd "$top_srcdir" && pwd)
+libpath=$(cd "$(dirname "$lib")" && pwd)/libdear.so.1
+fails=0
+for np in 1 2 4; do
+    mpi_run 300 $np PYTHONPATH="$src/python" DEAR_LIBRARY="$libpath" "$py" "$src/tests/python/test_torch.py" || {
+        echo "torch.sh: np $np failed (status $?)" >&2
+        fails=$((fails + 1))
+    }
+done
+# The sample trainer runs, learns, evaluates and says so (a short run; README gives the full one).
+if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    out=$(mpi_run 300 2 PYTHONPATH="$src/python" DEAR_LIBRARY="$libpath" "$py" "$src/apps/torch/train.py" \
+        --iters 60 --log-every 30 2>&1)
+    acc=$(echo "$out" | sed -n 's/^test accuracy \([0-9.]*\)% after 60 iterations (2 ranks.*/\1/p')
+    if [ -z "$acc" ] || [ "${acc%%.*}" -lt 40 ]; then
+        echo "$out"; echo "torch.sh: apps/torch/train.py did not learn (accuracy '$acc')" >&2; fails=$((fails + 1))
+    else
+        echo "torch.sh: apps/torch/train.py, 60 iterations at np 2: test accuracy $acc%"
+    fi
+fi
+# The README's example is a complete program that learns: run it as printed there.
+example=$(mktemp "${TMPDIR:-/tmp}/dear-readme.XXXXXX.py")
+awk '/^## From PyTorch/{f=1} f&&/^```python/{p=1;next} p&&/^```/{exit} p' "$src/README.md" >"$example"
+out=$(mpi_run 120 2 PYTHONPATH="$src/python" DEAR_LIBRARY="$libpath" "$py" "$example" 2>&1)
+rm -f "$example"
+nlearnt=$(echo "$out" | awk '/^rank [01]: loss / && $4 < 0.5 {n++} END {print n + 0}')
+if [ "$nlearnt" -ne 2 ]; then
+    echo "$out"; echo "torch.sh: the README's PyTorch example did not run and learn on 2 ranks" >&2; fails=$((fails + 1))
+else
+    echo "torch.sh: the README's PyTorch example: $(echo "$out" | grep '^rank' | tr '\n' ' ')"
+fi
+[ $fails -eq 0 ]

@@ -1,0 +1,78 @@
+/* Statistics of timings (base/stats.c): the median, and dear_samples_compare, the judgement of
+ * auto's check, against hand computations: a difference beyond the margin decides, one within it
+ * is inconclusive, one stall moves neither the medians nor the spread, and the relative floor
+ * holds when the samples show no spread at all. */
+#include <check.h>
+#include <math.h>
+
+#include "base/stats.h"
+#include "tests/unit/ck_run.h"
+
+START_TEST(test_median)
+{
+    double v[] = { 5, 1, 4, 2, 3 };
+    ck_assert(dear_median(v, 5) == 3);
+    ck_assert(dear_median(v, 4) == 3); /* 5 1 4 2: (2 + 4) / 2 */
+    ck_assert(v[0] == 5 && v[4] == 3); /* left as it was */
+    ck_assert(dear_median(v, 0) == 0);
+}
+END_TEST
+
+START_TEST(test_compare)
+{
+    dear_compare_t c;
+    /* a: median 10, deviations 1 0 1 0; b: median 20, deviations 1 0 1 0; pooled MAD 0.5 */
+    double a[] = { 9, 10, 11, 10 }, b[] = { 19, 20, 21, 20 };
+    ck_assert_int_eq(dear_samples_compare(a, 4, b, 4, 2, 0.02, &c), -1);
+    ck_assert(c.med_a == 10 && c.med_b == 20);
+    ck_assert(fabs(c.spread - 1.4826 * 0.5) < 1e-12);
+    ck_assert(fabs(c.margin - 2 * 1.4826 * 0.5) < 1e-12);
+    ck_assert_int_eq(dear_samples_compare(b, 4, a, 4, 2, 0.02, &c), 1);
+    /* 10 apart against a margin of 20 spreads (14.8): inconclusive either way */
+    ck_assert_int_eq(dear_samples_compare(a, 4, b, 4, 20, 0.02, &c), 0);
+    ck_assert_int_eq(dear_samples_compare(b, 4, a, 4, 20, 0.02, &c), 0);
+}
+END_TEST
+
+START_TEST(test_compare_noise)
+{
+    dear_compare_t c;
+    /* b is 1 faster, the samples spread by about 4: inconclusive; a stall of 1000 in b changes
+     * neither its median (one sample of five) nor the spread enough to decide */
+    double a[] = { 10, 14, 6, 12, 8 }, b[] = { 9, 13, 5, 11, 7 };
+    ck_assert_int_eq(dear_samples_compare(a, 5, b, 5, 2, 0.02, &c), 0);
+    double spread = c.spread;
+    ck_assert(spread > 2 && spread < 5);
+    double b_stall[] = { 9, 13, 1000, 11, 7 };
+    ck_assert_int_eq(dear_samples_compare(a, 5, b_stall, 5, 2, 0.02, &c), 0);
+    ck_assert(c.med_b == 11);
+    ck_assert(c.spread < 2 * spread);
+    /* unequal counts */
+    double a3[] = { 10, 10.5, 9.5 };
+    ck_assert_int_eq(dear_samples_compare(a3, 3, b, 5, 2, 0.02, &c), 0);
+}
+END_TEST
+
+START_TEST(test_compare_floor)
+{
+    dear_compare_t c;
+    /* no spread at all: the floor of 2% of the faster median decides */
+    double a[] = { 100, 100, 100 }, b1[] = { 101.5, 101.5, 101.5 }, b3[] = { 103, 103, 103 };
+    ck_assert_int_eq(dear_samples_compare(a, 3, b1, 3, 2, 0.02, &c), 0);
+    ck_assert(c.spread == 0 && fabs(c.margin - 2) < 1e-12);
+    ck_assert_int_eq(dear_samples_compare(a, 3, b3, 3, 2, 0.02, &c), -1);
+    ck_assert_int_eq(dear_samples_compare(b3, 3, a, 3, 2, 0.02, &c), 1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("stats");
+    TCase *tc = tcase_create("stats");
+    tcase_add_test(tc, test_median);
+    tcase_add_test(tc, test_compare);
+    tcase_add_test(tc, test_compare_noise);
+    tcase_add_test(tc, test_compare_floor);
+    suite_add_tcase(s, tc);
+    return dear_ck_run(s);
+}
