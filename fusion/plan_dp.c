@@ -10,23 +10,24 @@
 #include "fusion/planner_impl.h"
 #include "include/dear_types.h"
 
-/* The cost of one group of tensors [lo, hi) (forward order) in a DP: the collective op on its
- * bytes, by the problem's cost function; with `early` < n the tensors of the group at or past
- * `early` also pay their all-gather right behind it (an early group aligned with the bucket, as
- * the simulator runs it). Non-decreasing in the group's extent, which is all the DPs' pruning
+/* The cost of one group of tensors [lo, hi) (forward order) in a DP: the collective op on it, as
+ * the simulator prices it (sparse runs included); with `early` < n the tensors of the group at or
+ * past `early` also pay their all-gather right behind it (an early group aligned with the bucket,
+ * as the simulator runs it). Non-decreasing in the group's extent, which is all the DPs' pruning
  * needs. */
 typedef struct {
     const dear_sim_cost_t *fn;
+    const dear_sim_ws_t *ws;
     dear_coll_op_t op;
     int early;
-    const double *prefix;       /* prefix[t]: bytes of tensors 0..t-1 */
+    const double *prefix;       /* prefix[t]: dense bytes of tensors 0..t-1, for the memory cap */
 } dp_cost_t;
 
 static double dp_group(const dp_cost_t *c, int lo, int hi)
 {
-    double t = c->fn->fn(c->fn->arg, c->op, (size_t)(c->prefix[hi] - c->prefix[lo]));
+    double t = dear_sim_ws_group(c->ws, c->fn, c->op, lo, hi);
     if (hi > c->early)
-        t += c->fn->fn(c->fn->arg, DEAR_COLL_ALLGATHER, (size_t)(c->prefix[hi] - c->prefix[lo > c->early ? lo : c->early]));
+        t += dear_sim_ws_group(c->ws, c->fn, DEAR_COLL_ALLGATHER, lo > c->early ? lo : c->early, hi);
     return t;
 }
 
@@ -144,17 +145,17 @@ static double *prefix_bytes(int n, const size_t *bytes)
 /* Schedule dear with the all-gathers of tensors [m, n) early: the bucket DP with each bucket's
  * early part gathered right behind it, and the group DP over [0, m) for the forward pass; the
  * early groups are the buckets cut at m. ag must hold n + 2 ints. Returns DEAR_OK or NOMEM. */
-static int dp_split(const dear_plan_problem_t *prob, int m, const double *ready, const double *need, const double *S,
-                    int *rs, int *nrs, int *ag, int *nag, int *ne)
+static int dp_split(const dear_plan_problem_t *prob, const dear_sim_ws_t *ws, int m, const double *ready,
+                    const double *need, const double *S, int *rs, int *nrs, int *ag, int *nag, int *ne)
 {
     int n = prob->prof->ntensors;
-    dp_cost_t c = { .fn = &prob->cost, .op = DEAR_COLL_REDUCE_SCATTER, .early = m, .prefix = S };
+    dp_cost_t c = { .fn = &prob->cost, .ws = ws, .op = DEAR_COLL_REDUCE_SCATTER, .early = m, .prefix = S };
     dp_rs_core(n, ready, &c, prob->cap_bytes, rs, nrs);
     if (*nrs < 0)
         return DEAR_ERR_NOMEM;
     int k = 0;
     if (m > 0) {
-        dp_cost_t ca = { .fn = &prob->cost, .op = DEAR_COLL_ALLGATHER, .early = m, .prefix = S };
+        dp_cost_t ca = { .fn = &prob->cost, .ws = ws, .op = DEAR_COLL_ALLGATHER, .early = m, .prefix = S };
         dp_ag_core(m, need, &ca, prob->cap_bytes, ag, &k);
         if (k < 0)
             return DEAR_ERR_NOMEM;
@@ -203,8 +204,11 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
         rc = DEAR_ERR_NOMEM;
         goto out;
     }
+    rc = dear_sim_ws_create(prob->prof, &ws);
+    if (rc != DEAR_OK)
+        goto out;
     if (prob->sched == DEAR_SCHED_WFBP) {
-        dp_cost_t c = { .fn = &prob->cost, .op = DEAR_COLL_ALLREDUCE, .early = n, .prefix = S };
+        dp_cost_t c = { .fn = &prob->cost, .ws = ws, .op = DEAR_COLL_ALLREDUCE, .early = n, .prefix = S };
         dp_rs_core(n, ready, &c, prob->cap_bytes, brs, &bnrs);
         if (bnrs < 0) {
             rc = DEAR_ERR_NOMEM;
@@ -213,7 +217,7 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
         memcpy(bag, brs, sizeof(int) * (size_t)(bnrs + 1));
         bnag = bnrs;
     } else if (split >= 0) {
-        rc = dp_split(prob, split, ready, need, S, brs, &bnrs, bag, &bnag, &bne);
+        rc = dp_split(prob, ws, split, ready, need, S, brs, &bnrs, bag, &bnag, &bne);
     } else {
         /* Each split between all-gathers run early (during backward) and in the next forward
          * pass is solved exactly per phase; the simulator, which couples the phases (the
@@ -223,9 +227,6 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
          * 400-tensor model around half a second. m = n (every all-gather in the forward pass)
          * is tried first, so ties keep it. */
         enum { SPLITS_ALL = 160 };
-        rc = dear_sim_ws_create(prob->prof, &ws);
-        if (rc != DEAR_OK)
-            goto out;
         int *cand = malloc(sizeof(int) * (size_t)(n + 1)), nc = 0;
         if (!cand) {
             rc = DEAR_ERR_NOMEM;
@@ -244,7 +245,7 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
                 if ((stage == 0 && k % step && k != nc - 1) || (stage == 1 && k % step == 0))
                     continue;   /* stage 0: every step-th and the last; stage 1: the rest near bk */
                 int ne, m = cand[k];
-                rc = dp_split(prob, m, ready, need, S, rs, &nrs, ag, &nag, &ne);
+                rc = dp_split(prob, ws, m, ready, need, S, rs, &nrs, ag, &nag, &ne);
                 if (rc != DEAR_OK)
                     break;
                 double t = dear_sim_ws_iter(ws, &prob->cost, prob->sched, nrs, rs, nag, ag, ne);

@@ -1,5 +1,6 @@
 /* Planner mgwfbp: the published MG-WFBP greedy merge (Shi et al.) on the linear cost model, in
- * backward order; the all-gather groups reuse the buckets (one bucketing, as published). */
+ * backward order; the all-gather groups reuse the buckets (one bucketing, as published). A sparse
+ * tensor counts with the bytes it puts on the wire. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -8,6 +9,15 @@
 #include "base/log.h"
 #include "fusion/planner_impl.h"
 #include "include/dear_types.h"
+
+/* The linear model's bytes for a tensor: a sparse all-reduce is a reduce-scatter and an
+ * all-gather of their own wire bytes, each about half an all-reduce of the same bytes. */
+static double wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op)
+{
+    if (op != DEAR_COLL_ALLREDUCE)
+        return dear_prof_wire_bytes(t, op);
+    return 0.5 * (dear_prof_wire_bytes(t, DEAR_COLL_REDUCE_SCATTER) + dear_prof_wire_bytes(t, DEAR_COLL_ALLGATHER));
+}
 
 int dear_plan_mgwfbp(dear_plan_t *plan, const dear_plan_problem_t *prob)
 {
@@ -37,6 +47,8 @@ int dear_plan_mgwfbp(dear_plan_t *plan, const dear_plan_problem_t *prob)
     }
     /* Walk backward order; the current group's communication would start at s. Tensor t joins
      * it iff t's gradient is ready before s + a: waiting for t costs less than a start-up. */
+    for (int t = 0; t < n; t++)
+        bytes[t] = (size_t)llround(wire_bytes(&prob->prof->tensors[t], op));
     int ng = 0;
     double prev_end = -INFINITY;
     double gbytes = (double)bytes[n - 1];

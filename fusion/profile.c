@@ -64,6 +64,24 @@ int dear_prof_add_tensor(dear_profile_t *prof, const char *name, int layer, size
     return DEAR_OK;
 }
 
+void dear_prof_set_sparse(dear_profile_t *prof, size_t block_bytes, double density_rs, double density_ag)
+{
+    dear_prof_tensor_t *t = &prof->tensors[prof->ntensors - 1];
+    t->block_bytes = block_bytes;
+    t->density_rs = density_rs;
+    t->density_ag = density_ag;
+}
+
+double dear_prof_wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op)
+{
+    double dense = (double)t->bytes;
+    if (t->block_bytes == 0)
+        return dense;
+    double d = op == DEAR_COLL_ALLGATHER ? t->density_ag : t->density_rs;
+    double wire = d * dense * (1.0 + (double)DEAR_PROF_SPARSE_IDX_BYTES / (double)t->block_bytes);
+    return wire < dense ? wire : dense;
+}
+
 int dear_prof_check(dear_profile_t *prof, char *msg, size_t msglen)
 {
     for (int l = 0; l < prof->nlayers; l++) {
@@ -88,6 +106,12 @@ int dear_prof_check(dear_profile_t *prof, char *msg, size_t msglen)
         }
         if (t->bytes == 0) {
             snprintf(msg, msglen, "tensor %s: size must be > 0 bytes", t->name);
+            return DEAR_ERR_FORMAT;
+        }
+        if (t->block_bytes > 0 && (t->bytes % t->block_bytes != 0 || !(t->density_rs >= 0 && t->density_rs <= 1) ||
+                                   !(t->density_ag >= 0 && t->density_ag <= 1))) {
+            snprintf(msg, msglen, "tensor %s: sparse blocks of %zu bytes must divide its %zu bytes and the densities "
+                     "(%g, %g) lie in [0, 1]", t->name, t->block_bytes, t->bytes, t->density_rs, t->density_ag);
             return DEAR_ERR_FORMAT;
         }
         while (li < prof->nlayers && prof->layers[li].id < t->layer)
@@ -119,13 +143,18 @@ int dear_prof_write(const dear_profile_t *prof, FILE *out)
 {
     fprintf(out, "%s\n", PROF_MAGIC);
     fprintf(out, "# layer ID FORWARD_S BACKWARD_S   (forward order)\n"
-                 "# tensor NAME LAYER_ID BYTES      (forward order)\n");
+                 "# tensor NAME LAYER_ID BYTES      (forward order)\n"
+                 "# sparse NAME BLOCK_BYTES RS_DENSITY AG_DENSITY   (after its tensor line)\n");
     if (prof->model[0])
         fprintf(out, "model %s\n", prof->model);
     for (int l = 0; l < prof->nlayers; l++)
         fprintf(out, "layer %d %.9g %.9g\n", prof->layers[l].id, prof->layers[l].fwd_s, prof->layers[l].bwd_s);
-    for (int i = 0; i < prof->ntensors; i++)
-        fprintf(out, "tensor %s %d %zu\n", prof->tensors[i].name, prof->tensors[i].layer, prof->tensors[i].bytes);
+    for (int i = 0; i < prof->ntensors; i++) {
+        const dear_prof_tensor_t *t = &prof->tensors[i];
+        fprintf(out, "tensor %s %d %zu\n", t->name, t->layer, t->bytes);
+        if (t->block_bytes > 0)
+            fprintf(out, "sparse %s %zu %.9g %.9g\n", t->name, t->block_bytes, t->density_rs, t->density_ag);
+    }
     fprintf(out, "end %d %d\n", prof->nlayers, prof->ntensors);
     return ferror(out) ? DEAR_ERR_IO : DEAR_OK;
 }
@@ -226,6 +255,20 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
                 rc = DEAR_ERR_NOMEM;
                 goto done;
             }
+        } else if (strcmp(fld[0], "sparse") == 0) {
+            size_t block;
+            double drs, dag;
+            if (nf != 5 || dear_text_size(fld[2], &block) || block == 0 || dear_text_double(fld[3], 0, 1, &drs) ||
+                dear_text_double(fld[4], 0, 1, &dag))
+                BAD("expected 'sparse NAME BLOCK_BYTES RS_DENSITY AG_DENSITY' (block >= 1 byte, densities in [0, 1])");
+            if (p.ntensors == 0 || strcmp(fld[1], p.tensors[p.ntensors - 1].name) != 0)
+                BAD("'sparse %s' must follow the tensor line of %s", fld[1], fld[1]);
+            if (p.tensors[p.ntensors - 1].block_bytes > 0)
+                BAD("tensor %s is declared sparse twice", fld[1]);
+            if (p.tensors[p.ntensors - 1].bytes % block != 0)
+                BAD("tensor %s: sparse blocks of %zu bytes do not divide its %zu bytes", fld[1], block,
+                    p.tensors[p.ntensors - 1].bytes);
+            dear_prof_set_sparse(&p, block, drs, dag);
         } else if (strcmp(fld[0], "end") == 0) {
             int nl, nt;
             if (nf != 3 || dear_text_int(fld[1], &nl) || dear_text_int(fld[2], &nt))
@@ -234,7 +277,7 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
                 BAD("'end' says %d layers and %d tensors, the file has %d and %d", nl, nt, p.nlayers, p.ntensors);
             seen_end = 1;
         } else {
-            BAD("unknown record '%s' (accepted: model, layer, tensor, end)", fld[0]);
+            BAD("unknown record '%s' (accepted: model, layer, tensor, sparse, end)", fld[0]);
         }
     }
     if (got < 0) {

@@ -3,7 +3,9 @@
  * forward and backward compute seconds; per gradient tensor (forward order) its name, layer and
  * bytes. The runtime fills one from hook timestamps (median over warm-up iterations) and writes
  * it with dear_profile_save; dear-plan reads it; fusion/profiles/ ships five. The text format is
- * in docs/FORMATS.md. Pure C.
+ * in docs/FORMATS.md. A tensor may be sparse: its gradient travels in blocks, of which only the
+ * non-zero ones are sent, and the profile then says how dense each phase is, so the planners
+ * price what travels rather than the dense size. Pure C.
  */
 #ifndef DEAR_FUSION_PROFILE_H
 #define DEAR_FUSION_PROFILE_H
@@ -11,6 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "base/algo_table.h"
 #include "fusion/plan.h"
 
 #define DEAR_PROF_NAME_MAX 64
@@ -26,6 +29,9 @@ typedef struct {
     int layer;          /* caller's layer id (one of the layers) */
     int lidx;           /* index of that layer in layers[], set by dear_prof_check */
     size_t bytes;
+    size_t block_bytes; /* sparse: bytes of one block (divides bytes); 0: dense */
+    double density_rs;  /* sparse: non-zero fraction of blocks one rank sends in reduce-scatter */
+    double density_ag;  /* sparse: non-zero fraction of blocks of the reduced result (the union) */
 } dear_prof_tensor_t;
 
 typedef struct {
@@ -40,9 +46,13 @@ typedef struct {
 void dear_prof_init(dear_profile_t *prof, const char *model);
 int dear_prof_add_layer(dear_profile_t *prof, int id, double fwd_s, double bwd_s);
 int dear_prof_add_tensor(dear_profile_t *prof, const char *name, int layer, size_t bytes);
+/* Mark the last added tensor sparse: blocks of block_bytes, densities in [0, 1]. Checked by
+ * dear_prof_check. */
+void dear_prof_set_sparse(dear_profile_t *prof, size_t block_bytes, double density_rs, double density_ag);
 /* Checks layer ids strictly increase, times are finite and >= 0, every tensor names a declared
  * layer, tensor layers are non-decreasing, names are non-empty without blanks, sizes > 0; fills
- * lidx. DEAR_ERR_FORMAT with a message otherwise. */
+ * lidx; a sparse tensor's block divides its bytes and its densities lie in [0, 1].
+ * DEAR_ERR_FORMAT with a message otherwise. */
 int dear_prof_check(dear_profile_t *prof, char *msg, size_t msglen);
 void dear_prof_free(dear_profile_t *prof);
 
@@ -51,6 +61,14 @@ void dear_prof_free(dear_profile_t *prof);
 int dear_prof_write(const dear_profile_t *prof, FILE *out);
 int dear_prof_save(const dear_profile_t *prof, const char *path);
 int dear_prof_load(const char *path, dear_profile_t *prof);
+
+/* Index bytes the sparse collectives send with each non-zero block. */
+#define DEAR_PROF_SPARSE_IDX_BYTES 4
+/* Bytes tensor t puts on the wire in one collective of op: all of them when dense; when sparse
+ * its non-zero blocks with their indices, never more than dense (the collectives send a message
+ * dense when sparse would be no smaller). All-reduce: the reduce-scatter's, the sparse all-reduce
+ * being a reduce-scatter then an all-gather, which the simulator prices apart. */
+double dear_prof_wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op);
 
 /* Totals, and the tensor list the plan functions take (caller frees *descs). */
 double dear_prof_fwd_total(const dear_profile_t *prof);

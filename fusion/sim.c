@@ -32,6 +32,12 @@ struct dear_sim_ws {
     double *bwd;        /* per layer */
     double *ready;      /* per tensor: seconds after backward start when its gradient is ready */
     size_t *prefix;     /* prefix[t] = bytes of tensors 0..t-1 (ntensors + 1) */
+    /* Sparse tensors (only when the profile has any): the wire bytes of each phase as prefix
+     * sums, each tensor's block and the end of its run of tensors with the same block. */
+    int sparse;
+    double *wire_rs, *wire_ag;
+    size_t *block;
+    int *run_end;
     int *first_tensor;  /* per layer: its first tensor, or -1 */
     int *last_tensor;   /* per layer: its last tensor, or -1 */
     int *lidx;          /* per tensor: profile layer index */
@@ -56,8 +62,39 @@ void dear_sim_ws_free(dear_sim_ws_t *ws)
     free(ws->lidx);
     free(ws->ag_end);
     free(ws->early_prev);
+    free(ws->wire_rs);
+    free(ws->wire_ag);
+    free(ws->block);
+    free(ws->run_end);
     free(ws->ops);
     free(ws);
+}
+
+/* The sparse tables, when the profile has a sparse tensor; dense profiles keep the one-call
+ * group cost. */
+static int sparse_setup(dear_sim_ws_t *ws, const dear_profile_t *prof)
+{
+    int nt = prof->ntensors;
+    for (int t = 0; t < nt; t++)
+        ws->sparse |= prof->tensors[t].block_bytes > 0;
+    if (!ws->sparse)
+        return DEAR_OK;
+    ws->wire_rs = malloc(sizeof(double) * (size_t)(nt + 1));
+    ws->wire_ag = malloc(sizeof(double) * (size_t)(nt + 1));
+    ws->block = malloc(sizeof(size_t) * (size_t)nt);
+    ws->run_end = malloc(sizeof(int) * (size_t)nt);
+    if (!ws->wire_rs || !ws->wire_ag || !ws->block || !ws->run_end)
+        return DEAR_ERR_NOMEM;
+    ws->wire_rs[0] = ws->wire_ag[0] = 0;
+    for (int t = 0; t < nt; t++) {
+        const dear_prof_tensor_t *pt = &prof->tensors[t];
+        ws->block[t] = pt->block_bytes;
+        ws->wire_rs[t + 1] = ws->wire_rs[t] + dear_prof_wire_bytes(pt, DEAR_COLL_REDUCE_SCATTER);
+        ws->wire_ag[t + 1] = ws->wire_ag[t] + dear_prof_wire_bytes(pt, DEAR_COLL_ALLGATHER);
+    }
+    for (int t = nt - 1; t >= 0; t--)
+        ws->run_end[t] = t + 1 < nt && ws->block[t + 1] == ws->block[t] ? ws->run_end[t + 1] : t + 1;
+    return DEAR_OK;
 }
 
 int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
@@ -119,8 +156,41 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
         ws->last_tensor[l] = t;
     }
     free(bwd_done);
+    int rc = sparse_setup(ws, prof);
+    if (rc != DEAR_OK) {
+        dear_sim_ws_free(ws);
+        return rc;
+    }
     *out = ws;
     return DEAR_OK;
+}
+
+size_t dear_sim_ws_bytes(const dear_sim_ws_t *ws, int lo, int hi)
+{
+    return ws->prefix[hi] - ws->prefix[lo];
+}
+
+double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi)
+{
+    if (!ws->sparse)
+        return cost->fn(cost->arg, op, ws->prefix[hi] - ws->prefix[lo]);
+    /* The runtime cuts a bucket where the block changes: one collective per run. */
+    double c = 0;
+    for (int a = lo; a < hi;) {
+        int b = ws->run_end[a] < hi ? ws->run_end[a] : hi;
+        if (ws->block[a] == 0)
+            c += cost->fn(cost->arg, op, ws->prefix[b] - ws->prefix[a]);
+        else {
+            size_t rs = (size_t)llround(ws->wire_rs[b] - ws->wire_rs[a]);
+            size_t ag = (size_t)llround(ws->wire_ag[b] - ws->wire_ag[a]);
+            if (op == DEAR_COLL_ALLREDUCE)
+                c += cost->fn(cost->arg, DEAR_COLL_REDUCE_SCATTER, rs) + cost->fn(cost->arg, DEAR_COLL_ALLGATHER, ag);
+            else
+                c += cost->fn(cost->arg, op, op == DEAR_COLL_ALLGATHER ? ag : rs);
+        }
+        a = b;
+    }
+    return c;
 }
 
 static void rec(dear_sim_ws_t *ws, int kind, int index, double start, double end, size_t bytes)
@@ -158,7 +228,7 @@ typedef struct {
 static double sim_sync(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double *comm)
 {
     size_t bytes = ws->prefix[ws->ntensors];
-    double c = cost->fn(cost->arg, DEAR_COLL_ALLREDUCE, bytes);
+    double c = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLREDUCE, 0, ws->ntensors);
     if (ws->record) {
         double t = 0;
         for (int l = 0; l < ws->nlayers; l++) {
@@ -181,7 +251,7 @@ static double run_buckets(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_c
         size_t bytes = ws->prefix[first[g + 1]] - ws->prefix[first[g]];
         double ready = bwd_start + ws->ready[first[g]];
         double start = ready > chan ? ready : chan;
-        double c = cost->fn(cost->arg, op, bytes);
+        double c = dear_sim_ws_group(ws, cost, op, first[g], first[g + 1]);
         chan = start + c;
         *comm += c;
         rec(ws, (int)op, g, start, chan, bytes);
@@ -243,7 +313,7 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
                 ;
             for (; g < nreg && g <= g1; g++) {
                 size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
-                double c = cost->fn(cost->arg, DEAR_COLL_ALLGATHER, bytes);
+                double c = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1]);
                 rec(ws, DEAR_COLL_ALLGATHER, g, chan, chan + c, bytes);
                 chan += c;
                 ws->ag_end[g] = chan;
@@ -268,13 +338,13 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
         size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
         double ready = fw + ws->ready[rs[b]];
         double start = ready > chan ? ready : chan;
-        double c = cost->fn(cost->arg, DEAR_COLL_REDUCE_SCATTER, bytes);
+        double c = dear_sim_ws_group(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1]);
         rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
         chan = start + c;
         *comm += c;
         for (; e >= nreg && eb >= b; e--) {
             size_t gb = ws->prefix[ag[e + 1]] - ws->prefix[ag[e]];
-            double cg = cost->fn(cost->arg, DEAR_COLL_ALLGATHER, gb);
+            double cg = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLGATHER, ag[e], ag[e + 1]);
             rec(ws, DEAR_COLL_ALLGATHER, e, chan, chan + cg, gb);
             chan += cg;
             ws->ag_end[e] = chan;

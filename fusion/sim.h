@@ -20,6 +20,9 @@
  * Costs come through a function so planners can use anything the runtime can do: the cheapest
  * algorithm per size (dear_sim_cost_model) and a cap on bucket memory (buckets above the cap
  * cost a penalty that dominates any real time) or a plain linear model (dear_sim_cost_linear).
+ * Sparse tensors (profile.h) are priced by the bytes they put on the wire in each phase, and a
+ * group is cut where the block changes, as the runtime cuts it (dear_sim_ws_group). The runtime
+ * also cuts a sparse all-gather group at bucket boundaries; that cut is not priced.
  * Pure C.
  */
 #ifndef DEAR_FUSION_SIM_H
@@ -92,5 +95,12 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **ws);
 void dear_sim_ws_free(dear_sim_ws_t *ws);
 double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
                         const int *rs_first, int nag, const int *ag_first, int ag_early);
+/* Seconds of the collective(s) op of the group of tensors [lo, hi), as the simulator prices it:
+ * one collective of its bytes; with sparse tensors one per run of tensors of the same block (the
+ * runtime cuts buckets there), a sparse run priced at its wire bytes (dear_prof_wire_bytes) and
+ * its all-reduce as a reduce-scatter then an all-gather. Non-decreasing as the group grows. */
+double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi);
+/* Dense bytes of the group [lo, hi) (bucket memory). */
+size_t dear_sim_ws_bytes(const dear_sim_ws_t *ws, int lo, int hi);
 
 #endif

@@ -337,20 +337,45 @@ int dear_flush(dear_ctx_t *ctx)
     return dear_sched_flush(ctx, "dear_flush");
 }
 
+/* Per tensor: non-zero and all blocks scanned in warm-up, reduce-scatter then all-gather. */
+#define SPARSE_COUNTS 4
+
+/* A sparse tensor in a profile: its block and, per phase, the fraction of non-zero blocks
+ * measured in warm-up (c: the densest rank's counts); a phase that runs dense, or was never
+ * measured, is priced dense (density 1). */
+static void set_density(dear_profile_t *prof, const dear_tensor_t *tt, size_t block, const uint64_t *c)
+{
+    double rs = tt->sparse_rs && c[1] > 0 ? (double)c[0] / (double)c[1] : 1.0;
+    double ag = tt->sparse_ag && c[3] > 0 ? (double)c[2] / (double)c[3] : 1.0;
+    dear_prof_set_sparse(prof, block * dear_dtype_size(tt->dtype), rs, ag);
+}
+
 int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, dear_profile_t *prof)
 {
-    int rc = DEAR_OK, nl = ctx->reg.nlayers;
+    int rc = DEAR_OK, nl = ctx->reg.nlayers, nt = ctx->reg.ntensors;
     double *med = NULL, *all = NULL;
-    size_t bytes = sizeof(double) * 2 * (size_t)nl;
+    uint64_t *cnt = NULL, *most = NULL;
+    size_t bytes = sizeof(double) * 2 * (size_t)nl, cbytes = sizeof(uint64_t) * SPARSE_COUNTS * (size_t)(nt ? nt : 1);
     dear_prof_init(prof, model);
     /* Allocation failures are the reduction's too: every rank must reach it. */
     med = malloc(bytes);
     all = malloc(bytes);
+    cnt = malloc(cbytes);
+    most = malloc(cbytes);
     for (int l = 0; med && l < nl; l++) {
         med[2 * l] = dear_samples_median(&ctx->it.fwd_times[l]);
         med[2 * l + 1] = dear_samples_median(&ctx->it.bwd_times[l]);
     }
-    int ok = med != NULL && all != NULL, all_ok = 0;
+    if (cnt) {
+        dear_lock(&ctx->eng.lock);
+        for (int t = 0; t < nt; t++) {
+            const dear_tensor_t *tt = &ctx->reg.tensors[t];
+            uint64_t *c = &cnt[SPARSE_COUNTS * t];
+            c[0] = tt->nz_rs, c[1] = tt->blocks_rs, c[2] = tt->nz_ag, c[3] = tt->blocks_ag;
+        }
+        dear_unlock(&ctx->eng.lock);
+    }
+    int ok = med != NULL && all != NULL && cnt != NULL && most != NULL, all_ok = 0;
     DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, ctx->comm), rc, out);
     if (!all_ok) {
         DEAR_ERROR("plan", "the measured profile: %s", ok ? "another rank ran out of memory" : "out of memory");
@@ -359,6 +384,8 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
     }
     /* A plan must fit the slowest worker. */
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(med, all, 2 * nl, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
+    /* And the densest rank's sparse blocks, which every rank's collective waits for. */
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(cnt, most, SPARSE_COUNTS * nt, MPI_UINT64_T, MPI_MAX, 0, ctx->comm), rc, out);
     if (ctx->rank != 0)
         goto out;
     for (int l = 0; l < nl && rc == DEAR_OK; l++)
@@ -373,6 +400,9 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
          * the profile); a saved profile describes the model. */
         size_t tb = communicated && ctx->reg.tensors[t].frozen ? 1 : ctx->reg.tensors[t].bytes;
         rc = dear_prof_add_tensor(prof, name, ctx->reg.tensors[t].layer, tb);
+        size_t block = dear_tensor_block(ctx, t);
+        if (rc == DEAR_OK && block > 0 && tb == ctx->reg.tensors[t].bytes)
+            set_density(prof, &ctx->reg.tensors[t], block, &most[SPARSE_COUNTS * t]);
     }
     char msg[256];
     if (rc == DEAR_OK && (rc = dear_prof_check(prof, msg, sizeof msg)) != DEAR_OK)
@@ -380,5 +410,7 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
 out:
     free(med);
     free(all);
+    free(cnt);
+    free(most);
     return rc;
 }

@@ -47,6 +47,7 @@ static void usage(FILE *out)
             "  --plan-out FILE     write the plan of the best row shown (DEAR_PLAN_FILE format)\n"
             "  --scale P1,P2,...   also print the best times when scaled to these worker counts\n"
             "                      (ring model: alpha ~ P-1, beta ~ 2(P-1)/P)\n"
+            "  --dense             price sparse tensors (profile 'sparse' records) as dense\n"
             "  --csv               print CSV instead of the table\n"
             "  --help              this text\n",
             dear_cost_preset_names(), DEAR_PLANNER_CHOICES);
@@ -135,7 +136,7 @@ typedef struct {
     const char *profile, *svg, *plan_out, *scale, *plan_sel;
     cost_src_t src;
     long workers, seed, threshold, cap;
-    int sched_sel, csv;
+    int sched_sel, csv, dense;
 } plan_opts_t;
 
 /* Evaluate the rows of schedule sched_sel (-1: all) and the planner of o for one cost model. */
@@ -215,6 +216,7 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         { "cap", required_argument, 0, 'm' },     { "seed", required_argument, 0, 'S' },
         { "svg", required_argument, 0, 'g' },     { "plan-out", required_argument, 0, 'o' },
         { "scale", required_argument, 0, 'k' },   { "csv", no_argument, 0, 'C' },
+        { "dense", no_argument, 0, 'D' },
         { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
     };
     *o = (plan_opts_t){ .src = { .rph = 1 }, .seed = 1, .threshold = 26214400, .sched_sel = -1 };
@@ -279,6 +281,7 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         case 'o': o->plan_out = optarg; break;
         case 'k': o->scale = optarg; break;
         case 'C': o->csv = 1; break;
+        case 'D': o->dense = 1; break;
         case 'h': usage(stdout); return -1;
         default:
             return fail("unknown or incomplete option '%s'", argv[optind - 1]);
@@ -316,6 +319,15 @@ static void print_table(const char *profile, const dear_profile_t *prof, const d
     double F = dear_prof_fwd_total(prof), B = dear_prof_bwd_total(prof);
     printf("profile %s (%s): %d layers, %d tensors, %.1f MiB; forward %.2f ms, backward %.2f ms\n", profile,
            prof->model, prof->nlayers, prof->ntensors, dear_prof_bytes_total(prof) / 1048576.0, F * 1e3, B * 1e3);
+    for (int t = 0; t < prof->ntensors; t++) {
+        const dear_prof_tensor_t *pt = &prof->tensors[t];
+        if (pt->block_bytes > 0)
+            printf("sparse %s: %.1f MiB in blocks of %zu bytes; non-zero blocks %.2f%% (reduce-scatter), %.2f%% "
+                   "(all-gather): %.2f and %.2f MiB on the wire\n", pt->name, pt->bytes / 1048576.0, pt->block_bytes,
+                   100 * pt->density_rs, 100 * pt->density_ag,
+                   dear_prof_wire_bytes(pt, DEAR_COLL_REDUCE_SCATTER) / 1048576.0,
+                   dear_prof_wire_bytes(pt, DEAR_COLL_ALLGATHER) / 1048576.0);
+    }
     dear_cost_print(stdout, model);
     printf("\n%-8s %-10s %11s %12s %9s %10s %8s %8s %6s %12s\n", "schedule", "planner", "iter_ms", "exposed_ms",
            "vs_sync", "vs_wfbp_th", "buckets", "ag_grps", "early", "plan_cpu_ms");
@@ -474,6 +486,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "dear-plan: cannot use profile %s (see the error above)\n", o.profile);
         return 1;
     }
+    for (int t = 0; o.dense && t < prof.ntensors; t++)
+        prof.tensors[t].block_bytes = 0;
     dear_cost_model_t model;
     if ((rc = make_model(&o.src, P, P, &model)) != DEAR_OK) {
         fprintf(stderr, "dear-plan: no cost model: %s\n", dear_status_string(rc));

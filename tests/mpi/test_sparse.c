@@ -20,8 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "collectives/reduce.h"
+#include "fusion/profile.h"
 #include "include/dear.h"
 #include "tests/mpi/suite_run.h"
 
@@ -246,6 +248,45 @@ static void check_stats(dear_ctx_t *ctx, int s, int mode, size_t es, const char 
     }
 }
 
+/* The saved profile prices each sparse tensor by its warm-up densities: the densest rank's rows
+ * for the reduce-scatter, the union's for the all-gather, 1 for a phase the tensor runs dense
+ * (auto's rule per tensor); DEAR_SPARSE=off declares none. */
+static void check_profile(dear_ctx_t *ctx, int mode, size_t es, const char *what)
+{
+    char path[64] = "/tmp/dear-sparse-prof-XXXXXX";
+    if (rank == 0) {
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        close(fd);
+    }
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    ck_assert_int_eq(dear_profile_save(ctx, path), DEAR_OK);
+    if (rank != 0)
+        return;
+    dear_profile_t p = { 0 };
+    ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+    unlink(path);
+    ck_assert_int_eq(p.ntensors, NT);
+    for (int t = 0; t < NT; t++) {
+        const dear_prof_tensor_t *pt = &p.tensors[t];
+        if (rowlen[t] == 0 || mode == 1) {
+            ck_assert_msg(pt->block_bytes == 0, "%s: profile declares tensor %d sparse", what, t);
+            continue;
+        }
+        long most = 0, blocks = (long)(counts[t] / rowlen[t]) * WARMUP;
+        for (int q = 0; q < nranks; q++)
+            most = rows_touched(t, q) > most ? rows_touched(t, q) : most;
+        long uni = rows_touched(t, -1);
+        double rs = mode == 0 || pays(t, most, es) ? (double)most / (double)blocks : 1;
+        double ag = mode == 0 || pays(t, uni, es) ? (double)uni / (double)blocks : 1;
+        ck_assert_msg(pt->block_bytes == rowlen[t] * es && fabs(pt->density_rs - rs) <= 1e-8 &&
+                          fabs(pt->density_ag - ag) <= 1e-8,
+                      "%s: profile has tensor %d sparse in blocks of %zu bytes at densities %g/%g; expected %zu "
+                      "bytes, %g/%g", what, t, pt->block_bytes, pt->density_rs, pt->density_ag, rowlen[t] * es, rs, ag);
+    }
+    dear_prof_free(&p);
+}
+
 START_TEST(test_loop)
 {
     int s = _i / 2, bf16 = _i % 2;
@@ -266,6 +307,7 @@ START_TEST(test_loop)
         MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         ck_assert_msg(!any, "%s: parameters differ from the MPI_Allreduce loop", what);
         check_stats(ctx, s, mode, es, what);
+        check_profile(ctx, mode, es, what);
         dear_stats_t st;
         ck_assert_int_eq(dear_get_stats(ctx, &st), DEAR_OK);
         sent[mode] = st.bytes_sent;

@@ -26,6 +26,20 @@ csv=$("$exe" --profile "$prof" --alpha 9.08e-4 --beta 7.4e-10 --workers 16 --sch
 [ "$(echo "$csv" | wc -l)" -eq 2 ] || fail "csv: want header and one row, got: $csv"
 echo "$csv" | grep -q "^resnet50,16,dear,dp," || fail "csv row: $csv"
 
+# A sparse token embedding (5% of its rows sent per rank, 15% in the sum) is priced by its wire
+# bytes: auto's predicted iteration is shorter than with --dense, which prices it whole.
+gpt=$tmp/gpt.prof
+awk '{ print } /^tensor wte.weight /{ print "sparse wte.weight 3072 0.05 0.15" }' \
+    "$top_srcdir/fusion/profiles/gpt2-small.prof" > "$gpt"
+t_sparse=$("$exe" --profile "$gpt" --preset 10gbe --workers 16 --schedule dear --planner auto --csv | cut -d, -f5 | tail -1)
+t_dense=$("$exe" --profile "$gpt" --preset 10gbe --workers 16 --schedule dear --planner auto --csv --dense |
+          cut -d, -f5 | tail -1)
+awk -v s="$t_sparse" -v d="$t_dense" 'BEGIN { exit !(s > 0 && s < d) }' ||
+    fail "sparse embedding: auto predicts $t_sparse ms, dense $t_dense ms"
+"$exe" --profile "$gpt" --preset 10gbe --workers 16 --schedule dear --planner dp |
+    grep -q "^sparse wte.weight: 147.2 MiB in blocks of 3072 bytes; non-zero blocks 5.00%" ||
+    fail "the table does not describe the sparse tensor"
+
 expect_err() {   # expected-status pattern args...
     want=$1; pat=$2; shift 2
     err=$("$exe" "$@" 2>&1 >/dev/null); rc=$?
@@ -42,5 +56,7 @@ head -n 40 "$prof" > "$tmp/cut.prof"
 expect_err 1 "cut.prof:40: truncated" --profile "$tmp/cut.prof" --preset 10gbe --workers 4
 sed 's/^tensor conv1.weight 0 37632/tensor conv1.weight 0 -5/' "$prof" > "$tmp/bad.prof"
 expect_err 1 "bad.prof:.*BYTES" --profile "$tmp/bad.prof" --preset 10gbe --workers 4
+sed 's/^sparse wte.weight 3072 0.05/sparse wte.weight 3072 1.05/' "$gpt" > "$tmp/dens.prof"
+expect_err 1 "dens.prof:101:.*densities in \[0, 1\]" --profile "$tmp/dens.prof" --preset 10gbe --workers 4
 expect_err 1 "nope.prof" --profile "$tmp/nope.prof" --preset 10gbe --workers 4
 echo "dear-plan tests passed"
