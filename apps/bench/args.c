@@ -47,10 +47,11 @@ static void usage(void)
         "\n"
         "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships five)\n"
         "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
-        "                       SCHEDULE[:PLANNER[:THRESHOLD]], e.g.\n"
+        "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse], e.g.\n"
         "                       \"%s\"\n"
         "                       (SCHEDULE dear|wfbp|sync; PLANNER none|threshold|mgwfbp|dp|gradssa|auto;\n"
-        "                       THRESHOLD bytes with k/m/g = KiB/MiB/GiB, default 25m)\n"
+        "                       THRESHOLD bytes with k/m/g = KiB/MiB/GiB, default 25m; +sparse: the\n"
+        "                       profile's sparse tensors travel sparse, DEAR_SPARSE=auto, else off)\n"
         "  --schedule S, --fusion X, --threshold BYTES\n"
         "                       one configuration (default: DEAR_SCHEDULE, DEAR_FUSION,\n"
         "                       DEAR_FUSION_THRESHOLD, else dear, threshold, 25m); not with --configs\n"
@@ -80,6 +81,12 @@ static void usage(void)
         "  --jitter-seed S      seed of the jitter (default 1); each rank draws its own sequence,\n"
         "                       a function of seed, rank and iteration, so every configuration of\n"
         "                       a run sees the same jitter\n"
+        "  --tokens N           sparse tensors (profile 'sparse' records): rows touched per rank and\n"
+        "                       iteration are N draws from a Zipf distribution over the rows, a new\n"
+        "                       set each iteration, different on each rank (default: N such that\n"
+        "                       the expected share of rows touched is the profile's RS_DENSITY)\n"
+        "  --zipf S             exponent of that distribution: row k drawn with weight 1/k^S\n"
+        "                       (default 1.0, as word frequencies)\n"
         "  --csv FILE           also write the results as CSV (rank 0)\n"
         "  --svg-dir DIR        write the predicted Gantt chart of each configuration there\n"
         "  --quiet              only the result table\n"
@@ -166,8 +173,17 @@ static int parse_configs(const char *list, opts_t *o)
             break;
         }
         char buf[64], *f[4] = { 0 };
-        int nf = 0;
+        int nf = 0, sparse = 0;
         snprintf(buf, sizeof buf, "%s", tok);
+        char *plus = strchr(buf, '+');
+        if (plus) {
+            if (strcmp(plus, "+sparse") != 0) {
+                rc = usage_error("--configs: '%s': the only suffix is '+sparse'", tok);
+                break;
+            }
+            *plus = 0;
+            sparse = 1;
+        }
         for (char *p = buf, *q; nf < 4 && p; p = q) {
             q = strchr(p, ':');
             if (q)
@@ -183,7 +199,7 @@ static int parse_configs(const char *list, opts_t *o)
         }
         rc = make_config(&o->configs[o->nconfigs], tok, f[0], f[1] ? f[1] : "threshold", thr);
         if (!rc)
-            o->nconfigs++;
+            o->configs[o->nconfigs++].sparse = sparse;
     }
     free(dup);
     if (!rc && o->nconfigs == 0)
@@ -232,7 +248,8 @@ static int read_options(int argc, char **argv, opts_t *o, raw_args_t *r)
         { "svg-dir", required_argument, 0, 'g' },     { "quiet", no_argument, 0, 'q' },
         { "inject-fault", required_argument, 0, 'F' }, { "help", no_argument, 0, 'h' },
         { "rounds", required_argument, 0, 'R' },      { "jitter-ms", required_argument, 0, 'J' },
-        { "jitter-seed", required_argument, 0, 'j' },
+        { "jitter-seed", required_argument, 0, 'j' }, { "tokens", required_argument, 0, 'k' },
+        { "zipf", required_argument, 0, 'z' },
         { 0, 0, 0, 0 }
     };
     int c;
@@ -240,6 +257,7 @@ static int read_options(int argc, char **argv, opts_t *o, raw_args_t *r)
     o->warmup = -1;
     o->rounds = 1;
     o->jitter_seed = 1;
+    o->zipf = 1.0;
     o->time_scale = o->size_scale = 1.0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
@@ -276,6 +294,17 @@ static int read_options(int argc, char **argv, opts_t *o, raw_args_t *r)
         case 'j':
             if (parse_int(optarg, 0, 2147483647, &o->jitter_seed))
                 return usage_error("--jitter-seed '%s' is not an integer in [0, 2147483647]", optarg);
+            break;
+        case 'k': {
+            int n;
+            if (parse_int(optarg, 1, 1000000000, &n))
+                return usage_error("--tokens '%s' is not an integer in [1, 1000000000]", optarg);
+            o->tokens = n;
+            break;
+        }
+        case 'z':
+            if (dear_text_double(optarg, 0, 10, &o->zipf))
+                return usage_error("--zipf '%s' is not an exponent in [0, 10]", optarg);
             break;
         case 'p': o->preset = optarg; break;
         case 'a':

@@ -16,6 +16,7 @@ typedef struct {
     char fusion[16];            /* planner; "one" for sync */
     size_t threshold;           /* bytes, before --size-scale */
     int warmup;                 /* iterations before measuring (per round) */
+    int sparse;                 /* "+sparse": the profile's sparse tensors travel sparse (DEAR_SPARSE=auto) */
 } config_t;
 
 typedef struct {
@@ -26,6 +27,9 @@ typedef struct {
     int fault;                  /* hidden: 1 perturbs one rank's gradient, 2 one rank's parameters */
     double jitter_ms;           /* --jitter-ms: injected noise per iteration and rank, uniform in [0, this] */
     int jitter_seed;            /* --jitter-seed */
+    long tokens;                /* --tokens: rows drawn per rank and iteration of a sparse tensor; 0: from
+                                 * the profile's density */
+    double zipf;                /* --zipf: exponent of the token distribution */
     int nconfigs;
     config_t configs[MAX_CONFIGS];
 } opts_t;

@@ -97,7 +97,8 @@ static int set_env(const config_t *c, const opts_t *o)
     char thr[32];
     snprintf(thr, sizeof thr, "%zu", scaled_threshold(c, o));
     if (setenv("DEAR_SCHEDULE", c->sched, 1) || setenv("DEAR_FUSION_THRESHOLD", thr, 1) ||
-        setenv("DEAR_FUSION", strcmp(c->fusion, "one") ? c->fusion : "threshold", 1))
+        setenv("DEAR_FUSION", strcmp(c->fusion, "one") ? c->fusion : "threshold", 1) ||
+        setenv("DEAR_SPARSE", c->sparse ? "auto" : "off", 1))
         return DEAR_ERR_NOMEM;
     return DEAR_OK;
 }
@@ -291,6 +292,14 @@ static int load_scaled_model(const opts_t *o, model_t *m)
         model_free(m);
         return rc == DEAR_ERR_FORMAT ? 2 : 1;
     }
+    for (int i = 0; i < o->nconfigs; i++)
+        if (o->configs[i].sparse && m->nsparse == 0) {
+            if (g_rank == 0)
+                fprintf(stderr, "dear-bench: configuration '%s': profile %s declares no sparse tensor (a 'sparse' "
+                                "record, docs/FORMATS.md)\n", o->configs[i].text, o->profile);
+            model_free(m);
+            return 2;
+        }
     return 0;
 }
 
@@ -305,6 +314,16 @@ static void say_intro(const bench_t *b)
             p->model, g_size, p->nlayers, p->ntensors, dear_prof_bytes_total(p) / 1048576.0, o->size_scale,
             dear_prof_fwd_total(p) * 1e3, dear_prof_bwd_total(p) * 1e3, o->time_scale, o->iters, o->rounds,
             o->warmup >= 0 ? "--warmup" : "its planner's");
+    for (int t = 0; !o->quiet && t < p->ntensors; t++) {
+        const sparse_t *sp = &b->m.sp[t];
+        if (sp->rows)
+            say("sparse %s: %zu rows of %zu; %ld Zipf(%g) draws per rank and iteration: expected %.2f%% of the "
+                "rows on one rank, %.2f%% on any (configurations '+sparse' send them sparse)\n",
+                p->tensors[t].name, sp->rows, sp->row_elems, sp->tokens, o->zipf, 100 * sp->dens_rs,
+                100 * sp->dens_ag);
+    }
+    if (!o->quiet && b->m.nsparse)
+        say("\n");
     if (!o->quiet && o->jitter_ms > 0)
         say("injected jitter: up to %g ms per iteration and rank, uniform, seed %d\n\n", o->jitter_ms,
             o->jitter_seed);
@@ -385,6 +404,7 @@ static void predict_configs(bench_t *b)
     }
     for (int i = 0; i < b->o.nconfigs; i++) {
         double p;
+        model_price_sparse(&b->m, b->o.configs[i].sparse);
         if (predict(&b->m, &b->model, &b->o.configs[i], &b->o, &b->res[i].plan, &p) == DEAR_OK)
             b->res[i].pred_s = p;
     }
@@ -411,9 +431,9 @@ static void reference_times(const bench_t *b, double ref[2])
         const config_t *c = &b->o.configs[i];
         if (!b->res[i].ok_run)
             continue;
-        if (!strcmp(c->sched, "sync"))
+        if (!strcmp(c->sched, "sync") && !c->sparse)
             ref[0] = b->res[i].iter_s;
-        if (!strcmp(c->sched, "wfbp") && !strcmp(c->fusion, "threshold") && c->threshold == REF64M)
+        if (!strcmp(c->sched, "wfbp") && !strcmp(c->fusion, "threshold") && c->threshold == REF64M && !c->sparse)
             ref[1] = b->res[i].iter_s;
     }
 }

@@ -6,6 +6,11 @@
  * by element, iteration and rank, and the update is plain SGD, so after a run the parameters of
  * every rank can be checked twice: against rank 0's bytes, and, for sampled elements, against
  * a float64 recomputation of the whole run from the closed form of the gradients.
+ *
+ * A tensor the profile declares sparse (a token embedding) is replayed as a batch of tokens: each
+ * rank and iteration draws --tokens rows from a Zipf distribution, and only those rows of its
+ * gradient are non-zero; the draw is a function of (tensor, iteration, rank), so the check can
+ * draw it again.
  */
 #include <errno.h>
 #include <math.h>
@@ -47,9 +52,47 @@ static float param0(size_t e)
     return (float)((int)((3u * (e % 11u)) % 11u) - 5) * 0.125f;
 }
 
+/* splitmix64's finaliser: a counter-based generator, the same draw for the same input. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Rows of sparse tensor t touched on rank r in iteration it, as 0/1 in hit[0..rows). */
+static void draw_rows(const model_t *m, int t, long it, int r, unsigned char *hit)
+{
+    const sparse_t *sp = &m->sp[t];
+    memset(hit, 0, sp->rows);
+    uint64_t base = mix64((uint64_t)t * 0x9e3779b97f4a7c15ull + (uint64_t)it * 0xd1b54a32d192ed03ull +
+                          (uint64_t)r * 0xbf58476d1ce4e5b9ull + 0x5eedull);
+    for (long j = 0; j < sp->tokens; j++) {
+        double u = (double)(mix64(base + (uint64_t)j) >> 11) * 0x1.0p-53;
+        size_t lo = 0, hi = sp->rows - 1;   /* the first popularity rank whose cdf exceeds u */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (sp->cdf[mid] > u)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        hit[(lo * sp->mult) % sp->rows] = 1;
+    }
+}
+
 static void fill_grad(model_t *m, int t, long it, int r, int fault)
 {
     float *g = m->grad + m->off[t];
+    const sparse_t *sp = &m->sp[t];
+    if (sp->rows) {
+        draw_rows(m, t, it, r, m->hit);
+        memset(g, 0, m->count[t] * sizeof *g);
+        for (size_t row = 0; row < sp->rows; row++)
+            for (size_t i = row * sp->row_elems; m->hit[row] && i < (row + 1) * sp->row_elems; i++)
+                g[i] = g_tab[grad_index(m->off[t] + i, it, r)];
+        return;
+    }
     unsigned k = grad_index(m->off[t], it, r);
     for (size_t i = 0; i < m->count[t]; i++) {
         g[i] = g_tab[k];
@@ -82,17 +125,94 @@ static void *alloc_arena(size_t nelem)
     return p;
 }
 
+static size_t gcd(size_t a, size_t b)
+{
+    while (b) {
+        size_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* Expected share of rows touched by n draws of sp's distribution. */
+static double expected_share(const sparse_t *sp, double n)
+{
+    double e = 0, prev = 0;
+    for (size_t k = 0; k < sp->rows; k++) {
+        double p = sp->cdf[k] - prev;
+        prev = sp->cdf[k];
+        e += p >= 1 ? 1 : -expm1(n * log1p(-p));
+    }
+    return e / (double)sp->rows;
+}
+
+/* The replay of sparse tensor t: its Zipf distribution, its draws per rank and iteration (given,
+ * or found by bisection so that one rank touches `density` of the rows) and expected densities. */
+static int sparse_setup(model_t *m, int t, double density, const opts_t *o)
+{
+    sparse_t *sp = &m->sp[t];
+    sp->cdf = malloc(sizeof(double) * sp->rows);
+    if (!sp->cdf)
+        return DEAR_ERR_NOMEM;
+    double acc = 0;
+    for (size_t k = 0; k < sp->rows; k++)
+        sp->cdf[k] = acc += pow((double)(k + 1), -o->zipf);
+    for (size_t k = 0; k < sp->rows; k++)
+        sp->cdf[k] /= acc;
+    sp->cdf[sp->rows - 1] = 1;
+    for (sp->mult = (size_t)((double)sp->rows * 0.6180339887) | 1; gcd(sp->mult, sp->rows) != 1; sp->mult++)
+        ;
+    /* The fewest draws whose expected share reaches the density, at most 64 per row (a share
+     * that Zipf's rarest rows reach only beyond is capped there). */
+    double lo = 1, hi = 64.0 * (double)sp->rows;
+    if (o->tokens > 0 || density <= 0)
+        lo = o->tokens > 0 ? (double)o->tokens : 0;
+    else if (expected_share(sp, hi) < density)
+        lo = hi;
+    else
+        while (lo < hi) {
+            double mid = floor((lo + hi) / 2);
+            if (expected_share(sp, mid) >= density)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+    sp->tokens = (long)lo;
+    sp->dens_rs = expected_share(sp, (double)sp->tokens);
+    sp->dens_ag = expected_share(sp, (double)sp->tokens * g_size);
+    m->nsparse++;
+    return DEAR_OK;
+}
+
 int model_build(const dear_profile_t *src, const opts_t *o, model_t *m)
 {
     char msg[256];
+    m->sp = calloc((size_t)(src->ntensors > 0 ? src->ntensors : 1), sizeof *m->sp);
+    if (!m->sp)
+        return DEAR_ERR_NOMEM;
     dear_prof_init(&m->prof, src->model);
     for (int l = 0; l < src->nlayers; l++)
         if (dear_prof_add_layer(&m->prof, src->layers[l].id, src->layers[l].fwd_s * o->time_scale,
                                 src->layers[l].bwd_s * o->time_scale) != DEAR_OK)
             return DEAR_ERR_NOMEM;
     for (int t = 0; t < src->ntensors; t++) {
-        double el = floor((double)src->tensors[t].bytes / sizeof(float) * o->size_scale + 0.5);
+        const dear_prof_tensor_t *st = &src->tensors[t];
+        double el = floor((double)st->bytes / sizeof(float) * o->size_scale + 0.5);
         size_t n = el < 1 ? 1 : (size_t)el;
+        if (st->block_bytes > 0) {
+            /* Rows keep their width; --size-scale scales their number. */
+            if (st->block_bytes % sizeof(float) != 0) {
+                if (g_rank == 0)
+                    fprintf(stderr, "dear-bench: sparse tensor %s: blocks of %zu bytes are not whole float32 "
+                                    "elements\n", st->name, st->block_bytes);
+                return DEAR_ERR_FORMAT;
+            }
+            double rows = floor((double)(st->bytes / st->block_bytes) * o->size_scale + 0.5);
+            m->sp[t].rows = rows < 1 ? 1 : (size_t)rows;
+            m->sp[t].row_elems = st->block_bytes / sizeof(float);
+            n = m->sp[t].rows * m->sp[t].row_elems;
+        }
         if (dear_prof_add_tensor(&m->prof, src->tensors[t].name, src->tensors[t].layer, n * sizeof(float)) != DEAR_OK)
             return DEAR_ERR_NOMEM;
     }
@@ -129,7 +249,29 @@ int model_build(const dear_profile_t *src, const opts_t *o, model_t *m)
     }
     for (int t = 0; t < nt; t++)
         m->upd[t].param = m->param + m->off[t];
-    return DEAR_OK;
+    size_t most = 1;
+    for (int t = 0; t < nt; t++) {
+        if (!m->sp[t].rows)
+            continue;
+        int rc = sparse_setup(m, t, src->tensors[t].density_rs, o);
+        if (rc != DEAR_OK)
+            return rc;
+        most = m->sp[t].rows > most ? m->sp[t].rows : most;
+    }
+    m->hit = malloc(most);
+    return m->hit ? DEAR_OK : DEAR_ERR_NOMEM;
+}
+
+void model_price_sparse(model_t *m, int on)
+{
+    for (int t = 0; t < m->prof.ntensors; t++) {
+        const sparse_t *sp = &m->sp[t];
+        if (!sp->rows)
+            continue;
+        m->prof.tensors[t].block_bytes = on ? sp->row_elems * sizeof(float) : 0;
+        m->prof.tensors[t].density_rs = sp->dens_rs;
+        m->prof.tensors[t].density_ag = sp->dens_ag;
+    }
 }
 
 void model_free(model_t *m)
@@ -141,6 +283,10 @@ void model_free(model_t *m)
     free(m->lcount);
     free(m->grad);
     free(m->param);
+    for (int t = 0; m->sp && t < m->prof.ntensors; t++)
+        free(m->sp[t].cdf);
+    free(m->sp);
+    free(m->hit);
     dear_prof_free(&m->prof);
 }
 
@@ -155,9 +301,12 @@ void model_reset(model_t *m)
 int model_register(dear_ctx_t *ctx, model_t *m)
 {
     int rc = DEAR_OK;
-    for (int t = 0; rc == DEAR_OK && t < m->prof.ntensors; t++)
+    for (int t = 0; rc == DEAR_OK && t < m->prof.ntensors; t++) {
         rc = dear_register(ctx, m->prof.tensors[t].name, m->prof.tensors[t].layer, m->grad + m->off[t], m->count[t],
                            DEAR_FLOAT32, DEAR_MEM_HOST, update_sgd, &m->upd[t]);
+        if (rc == DEAR_OK && m->sp[t].rows)
+            rc = dear_register_sparse(ctx, dear_tensor_index(ctx, m->prof.tensors[t].name), m->sp[t].row_elems);
+    }
     return rc;
 }
 
@@ -223,27 +372,47 @@ int check_params(model_t *m, long total_iters, char *why, size_t whylen)
     MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     int differs = h != h0;
 
-    /* Closed form: sum over iterations and ranks of the period-17 sequence, in float64. */
+    /* Closed form: sum over iterations and ranks of the period-17 sequence, in float64; a sparse
+     * tensor's element only where its row was drawn. */
     size_t stride = m->nelem / SAMPLE_TARGET + 1;
     double tol = 4e-7 * (double)(total_iters + 8), worst = 0, worst_ref = 0;
     size_t worst_e = 0, nbad = 0;
     for (int t = 0; t < m->prof.ntensors; t++) {
-        size_t n = m->count[t];
+        size_t n = m->count[t], ns = 0, cap = n / stride + 2;
+        size_t *idx = malloc(sizeof *idx * cap);
+        double *sum = calloc(cap, sizeof *sum);
+        if (!idx || !sum) {
+            free(idx);
+            free(sum);
+            nbad++;
+            fprintf(stderr, "dear-bench: rank %d: out of memory checking tensor %s\n", g_rank, m->prof.tensors[t].name);
+            continue;
+        }
         for (size_t i = 0;; i = i + stride < n ? i + stride : n - 1) {
-            size_t e = m->off[t] + i;
-            double sum = 0;
-            for (long it = 0; it < total_iters; it++)
-                for (int r = 0; r < g_size; r++)
-                    sum += g_tab[grad_index(e, it, r)];
-            double ref = (double)param0(e) - (double)LR * sum / g_size;
+            idx[ns++] = i;
+            if (i == n - 1)
+                break;
+        }
+        const sparse_t *sp = &m->sp[t];
+        for (long it = 0; it < total_iters; it++)
+            for (int r = 0; r < g_size; r++) {
+                if (sp->rows)
+                    draw_rows(m, t, it, r, m->hit);
+                for (size_t k = 0; k < ns; k++)
+                    if (!sp->rows || m->hit[idx[k] / sp->row_elems])
+                        sum[k] += g_tab[grad_index(m->off[t] + idx[k], it, r)];
+            }
+        for (size_t k = 0; k < ns; k++) {
+            size_t e = m->off[t] + idx[k];
+            double ref = (double)param0(e) - (double)LR * sum[k] / g_size;
             double err = fabs((double)m->param[e] - ref);
             if (err > worst)
                 worst = err, worst_e = e, worst_ref = ref;
             if (err > tol)
                 nbad++;
-            if (i == n - 1)
-                break;
         }
+        free(idx);
+        free(sum);
     }
     /* Every rank sees a mismatch of the shared result: rank 0 tells it, others only their own. */
     if (nbad && (g_rank == 0 || differs))
@@ -276,11 +445,8 @@ static double jitter(const model_t *m, long it)
 {
     if (m->jitter_s <= 0)
         return 0;
-    uint64_t z = m->jitter_seed * 0xd1b54a32d192ed03ull + (uint64_t)g_rank * 0x9e3779b97f4a7c15ull +
-                 (uint64_t)it * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = mix64(m->jitter_seed * 0xd1b54a32d192ed03ull + (uint64_t)g_rank * 0x9e3779b97f4a7c15ull +
+                       (uint64_t)it * 0xbf58476d1ce4e5b9ull);
     return m->jitter_s * (double)(z >> 11) / 9007199254740992.0;
 }
 

@@ -20,6 +20,16 @@ typedef struct {
     long calls;
 } upd_arg_t;
 
+/* A sparse tensor's replay: each rank and iteration touches the rows of `tokens` draws from a
+ * Zipf distribution over popularity ranks, rank k sitting at row k * mult mod rows. */
+typedef struct {
+    size_t rows, row_elems;     /* rows 0: a dense tensor */
+    long tokens;
+    double *cdf;                /* per popularity rank, cumulative probability */
+    size_t mult;                /* coprime to rows: spreads popular rows over the shards */
+    double dens_rs, dens_ag;    /* expected share of rows touched by one rank, by any rank */
+} sparse_t;
+
 typedef struct {
     dear_profile_t prof;        /* scaled: times x time-scale, bytes x size-scale */
     size_t *off, *count;        /* per tensor, elements */
@@ -27,6 +37,9 @@ typedef struct {
     int *lfirst, *lcount;       /* tensors of each layer index */
     float *grad, *param;
     upd_arg_t *upd;
+    sparse_t *sp;               /* per tensor */
+    int nsparse;
+    unsigned char *hit;         /* scratch: rows touched, as many as the largest sparse tensor */
     double jitter_s;            /* --jitter-ms in seconds: the most injected noise per iteration */
     uint64_t jitter_seed;
 } model_t;
@@ -37,11 +50,16 @@ typedef struct {
 int model_build(const dear_profile_t *src, const opts_t *o, model_t *m);
 void model_free(model_t *m);
 
+/* The profile's sparse records as a configuration runs: sparse at the replay's expected
+ * densities (on), or none, every tensor priced dense (off). For the predictions. */
+void model_price_sparse(model_t *m, int on);
+
 /* Fresh parameters and update counts, for a run from the start. */
 void model_reset(model_t *m);
 
-/* Register every tensor with ctx, its update being SGD on its parameters; stops at the first
- * failure and returns its status. */
+/* Register every tensor with ctx, its update being SGD on its parameters, and the profile's
+ * sparse tensors with their rows (dear_register_sparse); stops at the first failure and returns
+ * its status. */
 int model_register(dear_ctx_t *ctx, model_t *m);
 
 /* One iteration it through ctx, exactly a trainer's sequence of hooks, with this rank's

@@ -30,6 +30,12 @@ expect 0 "unknown or incomplete option" --profile "$TINY" --frobnicate
 expect 0 "--inject-fault 'x'" --profile "$TINY" --inject-fault x
 expect 0 "--jitter-ms '-1'" --profile "$TINY" --jitter-ms -1
 expect 0 "--jitter-seed 'x'" --profile "$TINY" --jitter-seed x
+expect 0 "the only suffix is '+sparse'" --profile "$TINY" --configs "dear:threshold+dense"
+expect 0 "declares no sparse tensor" --profile "$TINY" --configs "wfbp:none;dear:threshold+sparse"
+expect 0 "--tokens '0'" --profile "$TINY" --tokens 0
+expect 0 "--zipf 'x'" --profile "$TINY" --zipf x
+printf 'dear-profile 1\nlayer 0 0.001 0.002\ntensor a 0 100\nsparse a 10 0.5 0.5\nend 1 1\n' >"$TMPD/rows.prof"
+expect 0 "blocks of 10 bytes are not whole float32" --profile "$TMPD/rows.prof"
 bench 0 --help
 [ $rc -eq 0 ] && grep -q -- "--configs LIST" "$TMPD/out" && grep -q -- "--jitter-ms X" "$TMPD/out" || fail "--help"
 [ $fails -eq 0 ]

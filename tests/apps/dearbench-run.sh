@@ -70,4 +70,30 @@ for r in csv.DictReader(open(sys.argv[1])):
     # the median of max(U1, U2) * 20 ms is 14.1 ms; 12 samples put it well inside (5, 20 + slack)
     assert nominal + 5 < comp < nominal + 30, r
 PY
+# A sparse embedding (1000 rows of 16 floats, 5% of them per rank): the replay draws a new set
+# of Zipf rows each iteration on each rank, the check recomputes the same draws in float64, and
+# '+sparse' configurations make the runtime send the rows sparse; the dense configuration is the
+# speedup reference.
+{ sed '/^end /d' "$TINY"; echo "tensor emb 4 64000"; echo "sparse emb 64 0.05 0.2"; echo "end 5 7"; } \
+    >"$TMPD/sparse.prof"
+SCONF="wfbp:threshold:64m;wfbp:threshold:64m+sparse;dear:threshold:100k+sparse;dear:auto+sparse"
+for np in 2 3; do
+    DEAR_LOG_LEVEL=info bench "$np" --profile "$TMPD/sparse.prof" --iters 4 --configs "$SCONF" --csv "$TMPD/sp$np.csv"
+    [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "sparse np $np: exit status $rc"; continue; }
+    grep -q "^sparse emb: 1000 rows of 16; [0-9]* Zipf(1) draws per rank and iteration: expected 5\.0[0-9]% of" \
+        "$TMPD/out" || { cat "$TMPD/out" >&2; fail "sparse np $np: the replay is not at 5% per rank"; }
+    grep -q "tensor 'emb' (block 16).*reduce-scatter sparse" "$TMPD/out" ||
+        { cat "$TMPD/out" >&2; fail "sparse np $np: the runtime did not send emb sparse"; }
+    python3 - "$TMPD/sp$np.csv" "$SCONF" <<'PY' || fail "sparse np $np: CSV check"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [r["config"] for r in rows] == sys.argv[2].split(";"), rows
+assert all(r["check"] == "ok" for r in rows), rows
+assert abs(float(rows[0]["speedup_wfbp64"]) - 1) < 1e-9, rows[0]
+assert int(rows[0]["grad_bytes"]) == 414404 + 64000, rows[0]
+PY
+done
+bench 2 --profile "$TMPD/sparse.prof" --iters 2 --warmup 1 --tokens 10 --zipf 0.5 --configs "dear:threshold+sparse"
+[ $rc -eq 0 ] && grep -q "^sparse emb: 1000 rows of 16; 10 Zipf(0.5) draws" "$TMPD/out" ||
+    { cat "$TMPD/out" >&2; fail "--tokens 10 --zipf 0.5"; }
 [ $fails -eq 0 ]
