@@ -3,11 +3,14 @@
 #
 # Brings up an emulated cluster (bench/emucluster; 4 hosts at 1 Gbit/s by default) under its own
 # prefix and subnet, so it never disturbs a cluster someone else has up, and runs dear-bench on
-# two layouts: 4 hosts x 1 rank, and 2 hosts x 2 ranks. Cases: each of the five shipped profiles
-# scaled so that compute about equals the all-reduce of its gradients at the link rate
-# ("balanced"), plus one compute-bound case (resnet50, compute 3x communication) and one
+# three layouts: 4 hosts x 1 rank, 2 hosts x 2 ranks and 2 hosts x 3 ranks. Cases: each of five
+# shipped profiles scaled so that compute about equals the all-reduce of its gradients at the link
+# rate ("balanced"), plus one compute-bound case (resnet50, compute 3x communication) and one
 # communication-bound case (bert-base, communication 3x compute). Every case runs the seven
-# configurations of the issue one after another in one job. Tensors are shrunk (--size-scale)
+# configurations below one after another in one job. The sparse cases (PROFILE-sparse-balanced-*)
+# take the profiles whose token embedding is row-sparse (a `sparse` record) and run the seven
+# dense configurations plus wfbp+64M and dear+auto with sparse communication (`+sparse`), on the
+# same replayed batches, so each is compared with both dense and sparse baselines. Tensors are shrunk (--size-scale)
 # so one iteration's communication takes about --comm-ms, then compute is scaled to the wanted
 # ratio (--time-scale). A short extra run of dear+auto per case records the runtime's timeline
 # for a Gantt chart (drawn at once; the JSON is not kept). Then the cluster is torn down and
@@ -34,8 +37,11 @@ KEEP_OTHERS=0
 ONLY_CASES=
 BUILDDIR=
 PROFILES="resnet50 vgg16 densenet201 bert-base gpt2-small"
-LAYOUTS="4x1 2x2"
+LAYOUTS="4x1 2x2 2x3"
 CONFIGS="sync;wfbp:threshold:64m;wfbp:threshold:25m;wfbp:mgwfbp;dear:threshold:25m;dear:gradssa;dear:auto"
+SPARSE_PROFILES="bert-base gpt2-small-untied"
+SPARSE_LAYOUTS="4x1 2x2"
+SPARSE_CONFIGS="wfbp:threshold:64m+sparse;dear:auto+sparse"
 : "${EMU_PREFIX:=e}" "${EMU_SUBNET:=10.213.49}"
 export EMU_PREFIX EMU_SUBNET
 
@@ -53,8 +59,14 @@ usage: bench/e2e-matrix.sh [options]
   --warmup N        warm-up iterations of every run (default: dear-bench's per planner, which
                     waits for the online plan and auto's check)
   --profiles LIST   profiles to run, space separated (default: $PROFILES)
-  --layouts LIST    "4x1 2x2" (default); HOSTSxRANKS, hosts <= 4
+  --layouts LIST    HOSTSxRANKS, hosts <= 4 (default "$LAYOUTS")
   --configs LIST    dear-bench --configs (default: the seven below)
+  --sparse-profiles LIST
+                    profiles with a sparse token embedding to run as sparse cases too, with
+                    --configs plus "$SPARSE_CONFIGS" (default "$SPARSE_PROFILES";
+                    "" for none)
+  --sparse-layouts LIST
+                    layouts of the sparse cases (default "$SPARSE_LAYOUTS")
   --cases "A B"     run only these cases (names as in the report, e.g. gpt2-small-balanced-4x1)
   --keep-others     keep the results of the cases not run (rerunning a disturbed case); the
                     meta file then lists each run's cases, date and commit
@@ -64,7 +76,7 @@ usage: bench/e2e-matrix.sh [options]
 Environment: EMU_PREFIX (default e: hosts e1..e4), EMU_SUBNET (default 10.213.49).
 Writes bench/results/e2e-CASE.csv, e2e-CASE.svg, e2e-gantt-CASE.svg, e2e.meta and e2e.md, and the
 end-to-end section of docs/PERFORMANCE.md.
-Needs root (network namespaces). The full matrix takes about half an hour at 1gbit.
+Needs root (network namespaces). The full matrix takes about an hour and a half at 1gbit.
 EOF
 }
 
@@ -81,6 +93,8 @@ while [[ $# -gt 0 ]]; do
         --profiles) PROFILES=${2:?--profiles needs a list}; shift 2 ;;
         --layouts) LAYOUTS=${2:?--layouts needs a list}; shift 2 ;;
         --configs) CONFIGS=${2:?--configs needs a list}; shift 2 ;;
+        --sparse-profiles) SPARSE_PROFILES=${2?--sparse-profiles needs a list}; shift 2 ;;
+        --sparse-layouts) SPARSE_LAYOUTS=${2:?--sparse-layouts needs a list}; shift 2 ;;
         --cases) ONLY_CASES=${2:?--cases needs case names}; shift 2 ;;
         --keep-others) KEEP_OTHERS=1; shift ;;
         --quick) QUICK=1; shift ;;
@@ -90,7 +104,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 if ((QUICK)); then
-    PROFILES=resnet50 LAYOUTS=4x1 ITERS=4 ROUNDS=1 COMM_MS=150
+    PROFILES=resnet50 LAYOUTS=4x1 ITERS=4 ROUNDS=1 COMM_MS=150 SPARSE_PROFILES=
 fi
 [[ $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ && ( -z $WARMUP || $WARMUP =~ ^[0-9]+$ ) ]] &&
     ((ITERS >= 1 && ROUNDS >= 1 && ROUNDS <= ITERS)) ||
@@ -98,12 +112,16 @@ fi
 warm=()
 [[ -n $WARMUP ]] && warm=(--warmup "$WARMUP")
 [[ $COMM_MS =~ ^[0-9]+([.][0-9]+)?$ ]] || die "bad --comm-ms '$COMM_MS': expected milliseconds"
-for l in $LAYOUTS; do
+for l in $LAYOUTS $SPARSE_LAYOUTS; do
     [[ $l =~ ^([1-4])x([1-8])$ ]] && ((BASH_REMATCH[1] * BASH_REMATCH[2] >= 2)) ||
         die "bad layout '$l': expected HOSTSxRANKS with 1-$HOSTS hosts and at least 2 ranks"
 done
-for p in $PROFILES; do
+for p in $PROFILES $SPARSE_PROFILES; do
     [[ -f $SRCDIR/fusion/profiles/$p.prof ]] || die "no profile fusion/profiles/$p.prof"
+done
+for p in $SPARSE_PROFILES; do
+    grep -q '^sparse ' "$SRCDIR/fusion/profiles/$p.prof" ||
+        die "profile fusion/profiles/$p.prof has no sparse tensor: it cannot be a sparse case"
 done
 
 report() {
@@ -128,15 +146,18 @@ BENCH=$BUILDDIR/apps/bench/dear-bench
 [[ -x $BENCH ]] || die "$BENCH is not built (make apps/bench/dear-bench)"
 [[ $EUID -eq 0 ]] || die "needs root to create network namespaces"
 
-# Cases: NAME LAYOUT PROFILE RATIO (compute / communication).
+# Cases: NAME LAYOUT PROFILE RATIO (compute / communication) SPARSE (1: sparse configurations too).
 cases=()
 for l in $LAYOUTS; do
-    for p in $PROFILES; do cases+=("$p-balanced-$l $l $p 1"); done
+    for p in $PROFILES; do cases+=("$p-balanced-$l $l $p 1 0"); done
 done
 if ! ((QUICK)); then
-    [[ " $PROFILES " == *" resnet50 "* ]] && cases+=("resnet50-compute-4x1 4x1 resnet50 3")
-    [[ " $PROFILES " == *" bert-base "* ]] && cases+=("bert-base-comm-4x1 4x1 bert-base 0.333")
+    [[ " $PROFILES " == *" resnet50 "* ]] && cases+=("resnet50-compute-4x1 4x1 resnet50 3 0")
+    [[ " $PROFILES " == *" bert-base "* ]] && cases+=("bert-base-comm-4x1 4x1 bert-base 0.333 0")
 fi
+for l in $SPARSE_LAYOUTS; do
+    for p in $SPARSE_PROFILES; do cases+=("$p-sparse-balanced-$l $l $p 1 1"); done
+done
 
 if [[ -n $ONLY_CASES ]]; then
     kept=()
@@ -162,7 +183,9 @@ start=$(date +%s)
 status=0
 names=
 for c in "${cases[@]}"; do
-    read -r name layout prof ratio <<<"$c"
+    read -r name layout prof ratio sparse <<<"$c"
+    configs=$CONFIGS product=dear:auto
+    ((sparse)) && configs="$CONFIGS;$SPARSE_CONFIGS" product=dear:auto+sparse
     names="$names $name"
     rm -f "$RES/e2e-$name.csv" "$RES/e2e-$name.svg" "$RES/e2e-gantt-$name.svg" "$RES/e2e-pred-$name.svg"
     nh=${layout%x*} rph=${layout#*x}
@@ -176,20 +199,20 @@ for c in "${cases[@]}"; do
     # failed parameter check (exit 1) fails the whole script after the report is written.
     rc=0
     "$EMU" mpirun -np "$np" --host "$hosts" "$BENCH" --profile "$SRCDIR/fusion/profiles/$prof.prof" \
-        --configs "$CONFIGS" --iters "$ITERS" --rounds "$ROUNDS" "${warm[@]}" --size-scale "$sscale" \
+        --configs "$configs" --iters "$ITERS" --rounds "$ROUNDS" "${warm[@]}" --size-scale "$sscale" \
         --time-scale "$tscale" --csv "$RES/e2e-$name.csv" --svg-dir "$tmp" | tee "$tmp/$name.txt" || rc=$?
     ((rc == 0 || rc == 3)) || { echo "$PROG: case $name: dear-bench exit status $rc" >&2; status=1; }
     # Timeline of the product configuration for the Gantt chart (a short separate run: the
     # timeline file is rewritten by every dear_init).
     "$EMU" mpirun -np "$np" --host "$hosts" -x "DEAR_TIMELINE=$tmp/tl-$name-%r.json" "$BENCH" \
-        --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "dear:auto" --iters 3 \
+        --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "$product" --iters 3 \
         "${warm[@]}" --size-scale "$sscale" --time-scale "$tscale" --quiet >/dev/null ||
         echo "$PROG: case $name: timeline run failed (no Gantt chart)" >&2
     if [[ -f $tmp/tl-$name-0.json ]]; then
         python3 "$SRCDIR/bench/e2e-report.py" gantt --case "$name" --timeline "$tmp/tl-$name-0.json" \
             --svg "$RES/e2e-gantt-$name.svg" || echo "$PROG: case $name: no Gantt chart" >&2
     fi
-    for f in "$tmp"/pred-*dear-auto*.svg; do
+    for f in "$tmp"/pred-*-"${product//:/-}".svg; do
         [[ -f $f ]] && mv "$f" "$RES/e2e-pred-$name.svg"
     done
     rm -f "$tmp"/pred-*.svg
@@ -200,7 +223,7 @@ if ((KEEP_OTHERS)) && [[ -f $RES/e2e.meta ]]; then
 else {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet -- . ':!bench/results' 2>/dev/null || echo ' (with uncommitted changes)')"
-    echo "cluster: $HOSTS emulated hosts (bench/emucluster), $RATE each way per host; layouts $LAYOUTS"
+    echo "cluster: $HOSTS emulated hosts (bench/emucluster), $RATE each way per host; layouts $LAYOUTS${SPARSE_PROFILES:+ (sparse cases: $SPARSE_LAYOUTS)}"
     echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"
     echo "bench: dear-bench --iters $ITERS --rounds $ROUNDS${WARMUP:+ --warmup $WARMUP}, communication scaled to ~$COMM_MS ms per iteration; $elapsed s in all$( ((QUICK)) && echo '; --quick')"
     echo "cases:$names"

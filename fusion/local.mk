@@ -9,6 +9,7 @@ fusion_libdearfusion_la_SOURCES = fusion/plan.h fusion/plan.c fusion/cost.h fusi
 fusion_libdearfusion_la_CFLAGS = $(AM_CFLAGS) $(VIS_CFLAGS)
 fusion_profilesdir = $(pkgdatadir)/profiles
 dist_fusion_profiles_DATA = fusion/profiles/resnet50.prof fusion/profiles/vgg16.prof \
-    fusion/profiles/densenet201.prof fusion/profiles/bert-base.prof fusion/profiles/gpt2-small.prof
+    fusion/profiles/densenet201.prof fusion/profiles/bert-base.prof fusion/profiles/gpt2-small.prof \
+    fusion/profiles/gpt2-small-untied.prof
 EXTRA_DIST += fusion/profiles/gen.py fusion/plan-figures.sh
 dist_doc_DATA += docs/FORMATS.md

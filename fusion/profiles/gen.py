@@ -4,7 +4,14 @@
 Tensor sizes are exact: they follow the published architecture definitions (ResNet-50 and
 VGG-16 as in torchvision, DenseNet-201 as in torchvision (growth 32, bn_size 4, blocks 6-12-48-32),
 BERT-Base (uncased vocabulary 30522, 12 layers, hidden 768, with pooler), GPT-2 small (vocabulary
-50257, context 1024, 12 layers, hidden 768, tied output embedding)), float32 gradients.
+50257, context 1024, 12 layers, hidden 768, tied output embedding, and a variant with its own
+output projection)), float32 gradients.
+
+Token embeddings whose gradient is row-sparse (a batch touches only the rows of its tokens) get a
+`sparse` record: the block is the row, and the densities are the expected share of rows touched
+when the stated batch's tokens are drawn from a Zipf(1) distribution over the vocabulary, by one
+rank (reduce-scatter) and by SPARSE_RANKS ranks together (the all-gather's union), as dear-bench
+replays them. A tied embedding is not sparse: the output projection touches every row.
 
 Compute times are derived, not measured: FLOPs of each layer (2 per multiply-add) at an effective
 device rate, plus a fixed per-layer cost for kernel launches. Backward costs twice the forward
@@ -12,6 +19,7 @@ FLOPs (gradients for inputs and for weights). Element-wise work that has no para
 pooling, residual adds, softmax, GELU, dropout) is folded into the neighbouring layer or ignored,
 as stated per model. Usage: gen.py [OUTDIR]  (default: the directory of this script).
 """
+import math
 import os
 import sys
 
@@ -19,12 +27,23 @@ RATE = 5.0e12          # effective FLOP/s: an RTX 2080 Ti class GPU at ~40% of i
 FWD_FIXED = 20e-6      # seconds per layer per forward pass (kernel launches)
 BWD_FIXED = 40e-6      # seconds per layer per backward pass
 FLOAT = 4              # bytes per gradient element (float32)
+SPARSE_RANKS = 4       # ranks whose union the AG_DENSITY of a `sparse` record is for
+ZIPF = 1.0             # exponent of the token distribution: rank k drawn with weight 1/k^ZIPF
+
+
+def zipf_share(rows, draws):
+    """Expected share of `rows` touched by `draws` independent Zipf(ZIPF) draws (dear-bench's
+    expected_share)."""
+    w = [(k + 1) ** -ZIPF for k in range(rows)]
+    total = sum(w)
+    return sum(1.0 if x >= total else -math.expm1(draws * math.log1p(-x / total)) for x in w) / rows
 
 
 class Model:
     def __init__(self, name, batch, note):
         self.name, self.batch, self.note = name, batch, note
         self.layers = []   # [name, fwd_flops_per_sample, [(tensor, elements)]]
+        self.sparse = {}   # tensor -> (row elements, tokens per rank and iteration)
 
     def layer(self, name, flops, tensors):
         self.layers.append([name, flops, tensors])
@@ -54,6 +73,11 @@ class Model:
             for i, (lname, _, tensors) in enumerate(self.layers):
                 for tname, n in tensors:
                     f.write("tensor %s %d %d\n" % (tname, i, n * FLOAT))
+                    if tname in self.sparse:
+                        row, tokens = self.sparse[tname]
+                        rows = n // row
+                        f.write("sparse %s %d %.6f %.6f\n" % (tname, row * FLOAT, zipf_share(rows, tokens),
+                                                               zipf_share(rows, tokens * SPARSE_RANKS)))
                     nt += 1
             f.write("end %d %d\n" % (len(self.layers), nt))
         return fw_total
@@ -161,9 +185,13 @@ def bert_base():
     m = Model("bert-base", 32, """BERT-Base (Devlin et al. 2019; uncased vocabulary 30522, 12 layers, hidden 768,
         12 heads, feed-forward 3072, with pooler, without pre-training heads), sequence 128, batch 32
         per GPU. Layers: every embedding, linear and layer norm; the attention products
-        (QK^T, softmax, AV) are layers of their own without parameters; GELU and dropout ignored.""")
+        (QK^T, softmax, AV) are layers of their own without parameters; GELU and dropout ignored.
+        Without the pre-training heads nothing ties the word embeddings to an output projection, so
+        their gradient has non-zero rows only for the batch's 32 x 128 tokens (`sparse` record:
+        Zipf(1) tokens, the union over 4 ranks).""")
     d, ff, V = 768, 3072, 30522
     m.layer("embeddings.word_embeddings", 0.0, [("embeddings.word_embeddings.weight", V * d)])
+    m.sparse["embeddings.word_embeddings.weight"] = (d, S * m.batch)
     m.layer("embeddings.position_embeddings", 0.0, [("embeddings.position_embeddings.weight", 512 * d)])
     m.layer("embeddings.token_type_embeddings", 0.0, [("embeddings.token_type_embeddings.weight", 2 * d)])
     layernorm(m, "embeddings.LayerNorm", d, S)
@@ -182,15 +210,24 @@ def bert_base():
     return m
 
 
-def gpt2_small():
+def gpt2_small(untied=False):
     S = 1024
-    m = Model("gpt2-small", 8, """GPT-2 small (Radford et al. 2019; vocabulary 50257, context 1024, 12 layers,
-        hidden 768, 12 heads, Hugging Face layout with Conv1D weights, output projection tied to
-        wte), sequence 1024, batch 8 per GPU. Layers: every embedding, linear and layer norm; the
-        attention products and the tied output projection (logits) are layers without
-        parameters of their own; GELU and dropout ignored.""")
+    if not untied:
+        m = Model("gpt2-small", 8, """GPT-2 small (Radford et al. 2019; vocabulary 50257, context 1024, 12 layers,
+            hidden 768, 12 heads, Hugging Face layout with Conv1D weights, output projection tied to
+            wte), sequence 1024, batch 8 per GPU. Layers: every embedding, linear and layer norm; the
+            attention products and the tied output projection (logits) are layers without
+            parameters of their own; GELU and dropout ignored.""")
+    else:
+        m = Model("gpt2-small-untied", 8, """GPT-2 small as gpt2-small.prof, but with an output projection of its own
+            (lm_head.weight, as models that untie their embeddings have), sequence 1024, batch 8 per
+            GPU. The token embedding is then touched only at the batch's 8 x 1024 tokens, so its
+            gradient is row-sparse (`sparse` record: Zipf(1) tokens, the union over 4 ranks); the
+            output projection's gradient is dense.""")
     d, V = 768, 50257
     m.layer("wte", 0.0, [("wte.weight", V * d)])
+    if untied:
+        m.sparse["wte.weight"] = (d, S * m.batch)
     m.layer("wpe", 0.0, [("wpe.weight", S * d)])
     for i in range(12):
         p = "h.%d." % i
@@ -202,16 +239,16 @@ def gpt2_small():
         linear(m, p + "mlp.c_fc", d, 4 * d, S)
         linear(m, p + "mlp.c_proj", 4 * d, d, S)
     layernorm(m, "ln_f", d, S)
-    m.layer("lm_head", 2.0 * d * V * S, [])
-    assert m.params() == 124439808, m.params()
+    m.layer("lm_head", 2.0 * d * V * S, [("lm_head.weight", V * d)] if untied else [])
+    assert m.params() == 124439808 + (V * d if untied else 0), m.params()
     return m
 
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-    for m in (resnet50(), vgg16(), densenet201(), bert_base(), gpt2_small()):
+    for m in (resnet50(), vgg16(), densenet201(), bert_base(), gpt2_small(), gpt2_small(untied=True)):
         fw = m.write(os.path.join(out, m.name + ".prof"))
-        print("%-12s %5d layers %4d tensors %11d params  forward %.1f ms" %
+        print("%-18s %5d layers %4d tensors %11d params  forward %.1f ms" %
               (m.name, len(m.layers), sum(len(l[2]) for l in m.layers), m.params(), fw * 1e3))
 
 

@@ -418,10 +418,14 @@ START_TEST(profile_shipped)
         const char *name;
         long long params;
         int tensors;
-    } models[] = { { "resnet50", 25557032, 161 },   { "vgg16", 138357544, 32 },
-                   { "densenet201", 20013928, 604 }, { "bert-base", 109482240, 199 },
-                   { "gpt2-small", 124439808, 148 } };
-    for (size_t i = 0; i < 5; i++) {
+        const char *sparse;     /* the one tensor with a `sparse` record, or NULL */
+    } models[] = { { "resnet50", 25557032, 161, NULL },
+                   { "vgg16", 138357544, 32, NULL },
+                   { "densenet201", 20013928, 604, NULL },
+                   { "bert-base", 109482240, 199, "embeddings.word_embeddings.weight" },
+                   { "gpt2-small", 124439808, 148, NULL },
+                   { "gpt2-small-untied", 124439808 + 50257LL * 768, 149, "wte.weight" } };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/fusion/profiles/%s.prof", DEAR_SRCDIR, models[i].name);
         dear_profile_t p = { 0 };
@@ -430,6 +434,21 @@ START_TEST(profile_shipped)
         ck_assert_int_eq(p.ntensors, models[i].tensors);
         ck_assert_uint_eq(dear_prof_bytes_total(&p), (size_t)models[i].params * 4);
         ck_assert(dear_prof_fwd_total(&p) > 0.01 && dear_prof_bwd_total(&p) > dear_prof_fwd_total(&p));
+        /* A sparse embedding's block is its row of 768 floats; a batch touches a few percent of
+         * the rows, four ranks together more, but far from all. */
+        int nsparse = 0;
+        for (int t = 0; t < p.ntensors; t++) {
+            const dear_prof_tensor_t *pt = &p.tensors[t];
+            if (pt->block_bytes == 0)
+                continue;
+            nsparse++;
+            ck_assert_ptr_nonnull(models[i].sparse);
+            ck_assert_str_eq(pt->name, models[i].sparse);
+            ck_assert_uint_eq(pt->block_bytes, 768 * 4);
+            ck_assert(pt->density_rs > 0.01 && pt->density_rs < 0.1);
+            ck_assert(pt->density_ag > pt->density_rs && pt->density_ag < 4 * pt->density_rs);
+        }
+        ck_assert_int_eq(nsparse, models[i].sparse != NULL);
         dear_prof_free(&p);
     }
 }
