@@ -45,8 +45,8 @@ typedef enum {
     X(MPI, "mpi", dear_coll_mpi_ops, 0, "the MPI library's own non-blocking collectives")      \
     X(DIRECT, "direct", dear_coll_direct_ops, DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16,   \
       "all-to-all exchange, one round per phase")                                             \
-    X(HIER, "hier", dear_coll_hier_ops, DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_NEEDS_HOSTS,     \
-      "inside each host over shared memory, then across hosts")                              \
+    X(HIER, "hier", dear_coll_hier_ops, DEAR_ALGO_F_NEEDS_HOSTS,                               \
+      "two levels, pipelined in segments: inside each host over shared memory, across hosts") \
     X(SPARSE, "sparse", dear_coll_sparse_ops,                                                  \
       DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16 | DEAR_ALGO_F_NEEDS_BLOCK,                 \
       "block-sparse exchange: only non-zero blocks travel, dense per message when no smaller")

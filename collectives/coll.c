@@ -483,8 +483,8 @@ err:
 }
 
 int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo, MPI_Comm comm,
-                        int rank, int nranks, const size_t *counts, const size_t *displs, char *vec, char *out,
-                        double scale, dear_coll_req_t **sub)
+                        int rank, int nranks, const size_t *counts, const size_t *displs, const char *src,
+                        char *vec, char *out, double scale, dear_coll_req_t **sub)
 {
     int rc = DEAR_OK;
     dear_coll_req_t *r = NULL;
@@ -493,8 +493,8 @@ int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_c
     r->total = parent->total;
     memcpy(r->counts, counts, (size_t)nranks * sizeof(size_t));
     memcpy(r->displs, displs, (size_t)nranks * sizeof(size_t));
-    r->in_place = 1;
-    r->src = vec;
+    r->in_place = src == vec;
+    r->src = src;
     r->work = vec;
     r->buf = vec;
     r->out = out;

@@ -49,12 +49,15 @@
 #include "include/dear_types.h"
 
 /* The hosts of a communicator (coll_topo.c), for the hierarchical algorithm: H hosts of L ranks
- * each, a communicator inside this rank's host (rank = local index) and one across the hosts
- * among the ranks of this local index (rank = host index), and rank_of[host * L + local]. */
+ * each, communicators inside this rank's host (rank = local index) and across the hosts, and
+ * rank_of[host * L + local]. Each comes twice, [0] for the reduce-scatter stages and [1] for the
+ * all-gather stages, so that both can be in flight at once. Across the hosts: with 3 or more,
+ * the ranks of this local index (rank = host index); with 2, duplicates of the communicator
+ * itself (rank as there), whose exchange pairs ranks of different local indices (coll_hier.c). */
 typedef struct {
     int nhosts, local_size;
     int host, local;            /* this rank's */
-    MPI_Comm node, cross;
+    MPI_Comm node[2], cross[2];
     int *rank_of;
 } dear_coll_topo_t;
 

@@ -1,89 +1,291 @@
 /*
- * Algorithm `hier`: two levels for a communicator of H hosts x L ranks (dear_coll_topo_t).
- * Over one flat ring every host link carries (P-1)/P of the vector per phase; reducing inside
- * the host first, over shared memory, leaves (H-1)/H for the links: with 2 hosts x 2 ranks, half
- * the vector instead of three quarters.
+ * Algorithm `hier`: two levels for a communicator of H hosts x L ranks (dear_coll_topo_t),
+ * pipelined over segments. Over one flat ring every host link carries (P-1)/P of the vector per
+ * phase; reducing inside the host first, over shared memory, leaves (H-1)/H for the links: with
+ * 2 hosts x 2 ranks, half the vector instead of three quarters.
  *
- * Rank (h, l) must end with the chunk the flat layout gives it, chunk rank_of(h, l), so the
- * result is the same whichever algorithm ran (and the runtime's all-gathers, which address the
- * shards of the flat rule, fit either). With chunk c(h', l') of rank rank_of(h', l'):
- *   reduce-scatter  1. for each host h': a reduce-scatter inside the host over the L chunks
- *                      c(h', 0..L-1), local rank l' ending with the host's sum of c(h', l');
- *                   2. a reduce-scatter across the hosts among the ranks of local index l over
- *                      the H chunks c(0..H-1, l): rank (h, l) ends with the full sum of c(h, l).
- *   all-gather      the reverse: across the hosts, then inside the host for each h'.
- *   all-reduce      composed of the two by the dispatcher, in place in the output vector.
- * Each step is an ordinary collective of this directory (ring across hosts; inside a host the
- * direct exchange up to DIRECT_INSIDE bytes, else the ring) on the topology's communicators,
- * started on the step's chunks of the caller's vector (no packing), one step after the other
- * with the caller's tag, which is unique among collectives in flight on the parent
- * communicator and so on these too. Sums are taken in another order than a flat algorithm's,
- * once per rank as always: every rank still ends with identical data.
+ * Rank (h, l) must end with the chunk the flat layout gives it, chunk c(h, l) of rank
+ * rank_of(h, l), so the result is the same whichever algorithm ran (and the runtime's
+ * all-gathers, which address the shards of the flat rule, fit either). Every chunk is cut into
+ * nseg pieces by the shard rule; segment k is piece k of every chunk. Each segment goes through
+ * up to four stages, each a lane that runs its units in segment order:
+ *   NRS  reduce-scatter inside the host, one unit per segment and host g: local j ends with
+ *        this host's sum of piece k of the chunk of host g it holds (held() below);
+ *   XRS  across the hosts: rank (h, l) ends with the full sum of piece k of c(h, l), scaled;
+ *   XAG  across the hosts: rank (h, l) receives the pieces k it holds of the other hosts;
+ *   NAG  all-gather inside the host, one unit per segment and host g.
+ * A reduce-scatter runs NRS and XRS, an all-gather XAG and NAG, an all-reduce all four (this
+ * file's own, so that segment k crosses the hosts while k+1 is reduced and k-1 gathered inside
+ * them). A unit starts once its lane's previous unit is done and the stage before has finished
+ * its segment, so the lanes overlap; each lane has communicators of its own (node[0] for NRS,
+ * node[1] for NAG, cross[0] for XRS, cross[1] for XAG) and starts its units in the same order
+ * on every rank, so units of one request never share a communicator and tag at once. The
+ * caller's tag is unique among collectives in flight on the parent communicator, so on these too.
+ *
+ * Across the hosts every local rank carries 1/L of the bytes (L flows share each host's link,
+ * and the reductions spread over all ranks):
+ *   H >= 3  a ring (coll_ring.c) among the ranks of equal local index per segment; a ring sends
+ *           to one neighbour and receives from the other, so each connection carries one
+ *           direction.
+ *   H == 2  a ring of two would send and receive on one connection, which Open MPI's TCP
+ *           transport carries at about half the rate (docs/PERFORMANCE.md#hier). Instead rank
+ *           (0, l) sends to (1, l-1) and receives from (1, l), rank (1, l) sends to (0, l) and
+ *           receives from (0, l+1) (mod L): every connection carries one direction, in both
+ *           phases. Up to HIER_WINDOW segments are in flight on each stream.
+ * Inside the host each unit is the direct exchange up to DIRECT_INSIDE bytes, else the ring, on
+ * the step's pieces of the caller's vectors (no packing). Sums are taken in another order than a
+ * flat algorithm's, once per element, and every rank gathers the owner's result: all ranks end
+ * with identical data. 16-bit sums are left to the dispatcher, which widens them (partial sums
+ * cross the hosts, so they would travel in float32 anyway).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "collectives/coll_impl.h"
+#include "collectives/reduce.h"
 #include "base/check.h"
 #include "base/log.h"
+#include "base/mpi_check.h"
+#include "base/params.h"
 
 /* On shared memory the direct exchange beat the ring up to 1 MiB (coll.c's table, row 0). */
 #define DIRECT_INSIDE ((size_t)1 << 20)
+/* Segments in flight per stream between two hosts: a completed message must find the next one
+ * already posted, or the link idles for a round trip at every segment. */
+#define HIER_WINDOW 4
 
-typedef struct {
-    dear_coll_op_t op;
-    int cross;                  /* 1: across the hosts; 0: inside the host, for host `h` */
-    int h;
-} step_t;
+enum { ST_NRS, ST_XRS, ST_XAG, ST_NAG, ST_COUNT };
 
+/* A stage run as one sub-collective per unit, one at a time. */
 typedef struct {
-    step_t steps[2 * 64 + 2];   /* at most H intra steps per phase; H <= 64 checked at start */
-    int nsteps, cur;
     dear_coll_req_t *sub;
-    size_t *counts, *displs;    /* the running step's layout (max(H, L) entries) */
-    char *vec;                  /* the vector the steps work on, in place */
+    int next, done;             /* units started, units completed (in order) */
+} lane_t;
+
+/* H == 2: a stage run as a stream of point-to-point messages, one per segment each way. */
+typedef struct {
+    MPI_Request sreq[HIER_WINDOW], rreq[HIER_WINDOW];
+    int sent, recvd, done;      /* segments whose send / receive is posted; completed */
+} stream_t;
+
+typedef struct {
+    int nseg;
+    int first, last;            /* the stages this operation runs, ST_* */
+    int pair;                   /* H == 2: the streams between the hosts, else rings */
+    int to, from;               /* pair: this rank's partners on the other host (ranks of comm) */
+    lane_t lane[ST_COUNT];
+    stream_t stream[2];         /* pair: XRS, XAG */
+    char *slots;                /* pair: received partial sums, HIER_WINDOW pieces */
+    size_t slot_count;
+    size_t *counts, *displs;    /* a unit's layout (max(H, L) entries) */
+    const char *src;            /* a reduction's input */
+    char *vec;                  /* the vector the stages work on, in place */
+    char *own;                  /* where this rank's final chunk goes */
 } hier_state_t;
 
-static int start_step(dear_coll_req_t *r, hier_state_t *st)
+/* H == 2: the rank of comm that (h, l) sends to, or receives from, on the other host. */
+static int pair_to(const dear_coll_topo_t *t, int h, int l)
+{
+    int L = t->local_size;
+    return h == 0 ? t->rank_of[L + (l + L - 1) % L] : t->rank_of[l];
+}
+
+static int pair_from(const dear_coll_topo_t *t, int h, int l)
+{
+    int L = t->local_size;
+    return h == 0 ? t->rank_of[L + l] : t->rank_of[(l + 1) % L];
+}
+
+/* The rank whose chunk local j of this host holds in host g's units of the reduce-scatter
+ * (ag 0) or the all-gather (ag 1): its own column for the rings; with H == 2, of the other host,
+ * the chunk of the partner it sends the partial sum to, or receives the result from. */
+static int held(const hier_state_t *st, const dear_coll_topo_t *t, int ag, int g, int j)
+{
+    if (!st->pair || g == t->host)
+        return t->rank_of[g * t->local_size + j];
+    return ag ? pair_from(t, t->host, j) : pair_to(t, t->host, j);
+}
+
+/* Piece k of rank p's chunk: *at its first element in the vector, *n its elements. */
+static void piece(const dear_coll_req_t *r, const hier_state_t *st, int p, int k, size_t *at, size_t *n)
+{
+    size_t off;
+    dear_coll_shard(r->counts[p], st->nseg, k, &off, n);
+    *at = r->displs[p] + off;
+}
+
+/* Host g of a node unit: this host's units visit the other hosts first (with H == 2 the sends
+ * across wait only for those), then its own. */
+static int unit_host(const dear_coll_topo_t *t, int unit)
+{
+    return (t->host + 1 + unit % t->nhosts) % t->nhosts;
+}
+
+/* Segments a stage has finished; a stage this operation does not run counts as finished. */
+static int segs_done(const dear_coll_req_t *r, const hier_state_t *st, int s)
+{
+    if (s < st->first || s > st->last)
+        return st->nseg;
+    if (st->pair && (s == ST_XRS || s == ST_XAG))
+        return st->stream[s == ST_XAG].done;
+    if (s == ST_NRS || s == ST_NAG)
+        return st->lane[s].done / r->topo->nhosts;
+    return st->lane[s].done;
+}
+
+static int start_unit(dear_coll_req_t *r, hier_state_t *st, int s)
 {
     const dear_coll_topo_t *t = r->topo;
-    const step_t *s = &st->steps[st->cur];
-    int n = s->cross ? t->nhosts : t->local_size, me = s->cross ? t->host : t->local;
+    lane_t *ln = &st->lane[s];
+    int ag = s == ST_XAG || s == ST_NAG, node = s == ST_NRS || s == ST_NAG;
+    dear_coll_op_t op = ag ? DEAR_COLL_ALLGATHER : DEAR_COLL_REDUCE_SCATTER;
+    int n = node ? t->local_size : t->nhosts, me = node ? t->local : t->host;
+    int k = node ? ln->next / t->nhosts : ln->next, g = unit_host(t, ln->next);
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
-        int owner = s->cross ? t->rank_of[i * t->local_size + t->local] : t->rank_of[s->h * t->local_size + i];
-        st->counts[i] = r->counts[owner];
-        st->displs[i] = r->displs[owner];
-        bytes += r->counts[owner] * r->esize;
+        int p = node ? held(st, t, ag, g, i) : t->rank_of[i * t->local_size + t->local];
+        piece(r, st, p, k, &st->displs[i], &st->counts[i]);
+        bytes += st->counts[i] * r->esize;
     }
-    dear_coll_algo_t algo = s->cross || bytes > DIRECT_INSIDE ? DEAR_ALGO_RING : DEAR_ALGO_DIRECT;
-    /* The final reduction (across the hosts) carries the scale; the host sums stay unscaled. */
-    double scale = s->op == DEAR_COLL_REDUCE_SCATTER && s->cross ? r->scale : 1.0;
+    dear_coll_algo_t algo = !node || bytes > DIRECT_INSIDE ? DEAR_ALGO_RING : DEAR_ALGO_DIRECT;
     char *out = st->vec + st->displs[me] * r->esize;
-    if (s->op == DEAR_COLL_REDUCE_SCATTER && s->cross && r->op == DEAR_COLL_REDUCE_SCATTER)
-        out = r->out; /* the caller's output: the vector itself when in place */
-    return dear_coll_sub_start(r, s->op, algo, s->cross ? t->cross : t->node, me, n, st->counts, st->displs, st->vec,
-                               out, scale, &st->sub);
+    if (s == ST_XRS) /* the final sum, into this rank's chunk */
+        out = st->own + (st->displs[me] - r->displs[r->rank]) * r->esize;
+    ln->next++;
+    return dear_coll_sub_start(r, op, algo, node ? t->node[ag] : t->cross[ag], me, n, st->counts, st->displs,
+                               s == ST_NRS ? st->src : st->vec, st->vec, out, s == ST_XRS ? r->scale : 1.0, &ln->sub);
+}
+
+/* May the lane of stage s start its next unit? */
+static int unit_ready(const dear_coll_req_t *r, const hier_state_t *st, int s)
+{
+    const lane_t *ln = &st->lane[s];
+    if (ln->sub != NULL)
+        return 0;
+    int H = r->topo->nhosts, node = s == ST_NRS || s == ST_NAG;
+    if (ln->next >= (node ? st->nseg * H : st->nseg))
+        return 0;
+    return s == ST_NRS || segs_done(r, st, s - 1) > (node ? ln->next / H : ln->next);
+}
+
+static int lane_progress(dear_coll_req_t *r, hier_state_t *st, int s, int *moved)
+{
+    lane_t *ln = &st->lane[s];
+    if (ln->sub != NULL) {
+        int d = 0;
+        size_t ev = ln->sub->events;
+        DEAR_CHECK(dear_coll_progress(ln->sub, &d));
+        r->events += ln->sub->events - ev;
+        if (d) {
+            r->bytes_sent += ln->sub->bytes_sent;
+            dear_coll_free(ln->sub);
+            ln->sub = NULL;
+            ln->done++;
+            *moved = 1;
+        }
+    }
+    if (unit_ready(r, st, s)) {
+        DEAR_CHECK(start_unit(r, st, s));
+        *moved = 1;
+    }
+    return DEAR_OK;
+}
+
+/* Test a stream request; 1 once it has completed (counted as an event when it does). */
+static int stream_test(dear_coll_req_t *r, MPI_Request *q, int *rc)
+{
+    int flag = 1;
+    if (*q != MPI_REQUEST_NULL) {
+        *rc = dear_coll_test(q, &flag);
+        if (*rc != DEAR_OK)
+            return 0;
+        r->events += (size_t)flag;
+    }
+    return flag;
+}
+
+/* H == 2, stage XRS (ag 0) or XAG (ag 1): post what the window and the stages before allow,
+ * complete segments in order. The reduce-scatter sends this host's partial sum of piece k of
+ * the partner's chunk once the node unit that made it is done (the first of segment k) and adds
+ * the one received to this host's sum of its own piece once both node units are; the all-gather
+ * sends this rank's final piece and receives the partner's into the vector (for an all-reduce
+ * only after this rank's input there has been consumed by NRS). */
+static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *moved)
+{
+    const dear_coll_topo_t *t = r->topo;
+    stream_t *x = &st->stream[ag];
+    MPI_Comm comm = t->cross[ag];
+    int rc = DEAR_OK, nrs_units = st->lane[ST_NRS].done;
+    int nrs_segs = segs_done(r, st, ST_NRS), xrs_segs = segs_done(r, st, ST_XRS);
+    while (x->done < x->sent && x->done < x->recvd) {
+        int w = x->done % HIER_WINDOW, k = x->done;
+        int fs = stream_test(r, &x->sreq[w], &rc), fr = rc == DEAR_OK && stream_test(r, &x->rreq[w], &rc);
+        DEAR_CHECK(rc);
+        if (!fs || !fr || (!ag && nrs_segs <= k))
+            break;
+        if (!ag) {
+            size_t at, n;
+            piece(r, st, r->rank, k, &at, &n);
+            dear_reduce_sum(r->dtype, st->own + (at - r->displs[r->rank]) * r->esize, st->vec + at * r->esize,
+                            st->slots + (size_t)w * st->slot_count * r->esize, n, r->scale);
+        }
+        x->done++;
+        *moved = 1;
+    }
+    while (x->recvd < st->nseg && x->recvd < x->done + HIER_WINDOW && (!ag || nrs_segs > x->recvd)) {
+        int k = x->recvd, w = k % HIER_WINDOW;
+        size_t at, n;
+        piece(r, st, ag ? st->from : r->rank, k, &at, &n);
+        void *dst = ag ? st->vec + at * r->esize : st->slots + (size_t)w * st->slot_count * r->esize;
+        DEAR_MPI_CHECK(MPI_Irecv(dst, (int)(n * r->esize), MPI_BYTE, st->from, r->tag, comm, &x->rreq[w]));
+        x->recvd++;
+        *moved = 1;
+    }
+    while (x->sent < st->nseg && x->sent < x->done + HIER_WINDOW &&
+           (ag ? xrs_segs > x->sent : nrs_units > x->sent * t->nhosts)) {
+        int k = x->sent, w = k % HIER_WINDOW;
+        size_t at, n;
+        piece(r, st, ag ? r->rank : st->to, k, &at, &n);
+        const char *p = ag ? st->own + (at - r->displs[r->rank]) * r->esize : st->vec + at * r->esize;
+        DEAR_MPI_CHECK(MPI_Isend(p, (int)(n * r->esize), MPI_BYTE, st->to, r->tag, comm, &x->sreq[w]));
+        r->bytes_sent += n * r->esize;
+        x->sent++;
+        *moved = 1;
+    }
+    return DEAR_OK;
 }
 
 static int hier_progress(dear_coll_req_t *r, int *done)
 {
     hier_state_t *st = r->state;
-    while (st->cur < st->nsteps) {
-        int d = 0;
-        size_t ev = st->sub->events;
-        DEAR_CHECK(dear_coll_progress(st->sub, &d));
-        r->events += st->sub->events - ev;
-        if (!d)
+    for (int round = 0; round < 64; round++) {
+        int moved = 0;
+        for (int s = st->first; s <= st->last; s++) {
+            if (st->pair && (s == ST_XRS || s == ST_XAG))
+                DEAR_CHECK(stream_progress(r, st, s == ST_XAG, &moved));
+            else
+                DEAR_CHECK(lane_progress(r, st, s, &moved));
+        }
+        if (segs_done(r, st, st->last) == st->nseg) {
+            *done = 1;
             return DEAR_OK;
-        r->bytes_sent += st->sub->bytes_sent;
-        dear_coll_free(st->sub);
-        st->sub = NULL;
-        if (++st->cur < st->nsteps)
-            DEAR_CHECK(start_step(r, st));
+        }
+        if (!moved)
+            break;
     }
-    *done = 1;
     return DEAR_OK;
+}
+
+/* Segments: each rank's piece of one is about DEAR_COLL_SEGMENT bytes, the ring's message, so a
+ * segment is P of them (docs/PERFORMANCE.md#hier); none is wholly empty. */
+static int hier_nseg(const dear_coll_req_t *r)
+{
+    size_t seg = (size_t)dear_param_int(DEAR_P_COLL_SEGMENT) / r->esize * (size_t)r->nranks, most = 0;
+    for (int p = 0; p < r->nranks; p++)
+        most = r->counts[p] > most ? r->counts[p] : most;
+    size_t n = seg > 0 ? (r->total + seg - 1) / seg : 1;
+    n = n < most ? n : most;
+    return n < 1 ? 1 : n > (size_t)(1 << 30) ? 1 << 30 : (int)n;
 }
 
 static int hier_start(dear_coll_req_t *r)
@@ -99,41 +301,41 @@ static int hier_start(dear_coll_req_t *r)
     }
     DEAR_ALLOC_GOTO(st, calloc(1, sizeof *st), sizeof *st, rc, out);
     r->state = st;
+    for (int a = 0; a < 2; a++)
+        for (int w = 0; w < HIER_WINDOW; w++)
+            st->stream[a].sreq[w] = st->stream[a].rreq[w] = MPI_REQUEST_NULL;
     int n = t->nhosts > t->local_size ? t->nhosts : t->local_size;
     DEAR_ALLOC_GOTO(st->counts, malloc(sizeof(size_t) * (size_t)n), sizeof(size_t) * (size_t)n, rc, out);
     DEAR_ALLOC_GOTO(st->displs, malloc(sizeof(size_t) * (size_t)n), sizeof(size_t) * (size_t)n, rc, out);
-    /* Every step works in place on one vector: the caller's when in place (all-gathers always
-     * are), the output of an all-reduce, else a scratch copy of a reduce-scatter's input. */
-    switch (r->op) {
-    case DEAR_COLL_REDUCE_SCATTER:
-        if (r->work != NULL) {
-            /* In place, or the first half of a composed all-reduce (work: its output). */
-            if (r->work != r->src)
-                memcpy(r->work, r->src, r->total * r->esize);
-            st->vec = r->work;
-        } else {
-            r->scratch = dear_coll_scratch_get(r->total * r->esize, &r->scratch_bytes);
-            if (r->scratch == NULL)
-                return DEAR_ERR_NOMEM;
-            memcpy(r->scratch, r->src, r->total * r->esize);
-            st->vec = r->scratch;
-        }
-        break;
-    default:
-        st->vec = r->buf;
-        break;
-    }
-    if (r->op != DEAR_COLL_ALLGATHER) {
-        for (int h = 0; h < t->nhosts; h++)
-            st->steps[st->nsteps++] = (step_t){ DEAR_COLL_REDUCE_SCATTER, 0, h };
-        st->steps[st->nsteps++] = (step_t){ DEAR_COLL_REDUCE_SCATTER, 1, 0 };
-    }
+    st->nseg = hier_nseg(r);
+    st->pair = t->nhosts == 2;
+    st->to = st->pair ? pair_to(t, t->host, t->local) : -1;
+    st->from = st->pair ? pair_from(t, t->host, t->local) : -1;
+    st->first = r->op == DEAR_COLL_ALLGATHER ? ST_XAG : ST_NRS;
+    st->last = r->op == DEAR_COLL_REDUCE_SCATTER ? ST_XRS : ST_NAG;
+    /* The stages work in place on one vector: the caller's (an all-gather's, an all-reduce's
+     * output, an in-place reduce-scatter's input), else scratch for a reduce-scatter's partial
+     * sums; NRS reads the input wherever it is. */
+    st->src = r->src;
     if (r->op != DEAR_COLL_REDUCE_SCATTER) {
-        st->steps[st->nsteps++] = (step_t){ DEAR_COLL_ALLGATHER, 1, 0 };
-        for (int h = 0; h < t->nhosts; h++)
-            st->steps[st->nsteps++] = (step_t){ DEAR_COLL_ALLGATHER, 0, h };
+        st->vec = r->buf;
+    } else if (r->work != NULL) {
+        st->vec = r->work;
+    } else {
+        r->scratch = dear_coll_scratch_get(r->total * r->esize, &r->scratch_bytes);
+        if (r->scratch == NULL)
+            return DEAR_ERR_NOMEM;
+        st->vec = r->scratch;
     }
-    rc = start_step(r, st);
+    st->own = r->op == DEAR_COLL_REDUCE_SCATTER ? r->out : st->vec + r->displs[r->rank] * r->esize;
+    if (st->pair && r->op != DEAR_COLL_ALLGATHER) {
+        size_t off;
+        dear_coll_shard(r->counts[r->rank], st->nseg, 0, &off, &st->slot_count);
+        size_t sb = HIER_WINDOW * st->slot_count * r->esize + 1;
+        DEAR_ALLOC_GOTO(st->slots, malloc(sb), sb, rc, out);
+    }
+    int done = 0;
+    rc = hier_progress(r, &done);  /* post the first units */
 out:
     return rc;
 }
@@ -143,7 +345,14 @@ static void hier_cleanup(dear_coll_req_t *r)
     hier_state_t *st = r->state;
     if (st == NULL)
         return;
-    dear_coll_free(st->sub);
+    for (int s = 0; s < ST_COUNT; s++)
+        dear_coll_free(st->lane[s].sub);
+    for (int a = 0; a < 2; a++)
+        for (int w = 0; w < HIER_WINDOW; w++) {
+            dear_coll_abandon(&st->stream[a].sreq[w]);
+            dear_coll_abandon(&st->stream[a].rreq[w]);
+        }
+    free(st->slots);
     free(st->counts);
     free(st->displs);
     free(st);

@@ -1,7 +1,7 @@
 /*
  * The hosts of a communicator, as the hierarchical algorithm needs them: which ranks share a
- * host (MPI_Comm_split_type SHARED, or host ids the caller gives), a communicator per host and
- * one per local index across the hosts, and the table from (host, local index) to rank. Made
+ * host (MPI_Comm_split_type SHARED, or host ids the caller gives), the communicators inside each
+ * host and across the hosts (coll.h), and the table from (host, local index) to rank. Made
  * once per communicator, collectively, before any collective runs on it (MPI_Comm_split is a
  * collective call, which dear_coll_start must not make).
  */
@@ -18,11 +18,11 @@ void dear_coll_topo_free(dear_coll_topo_t *t)
         return;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) {
-        if (t->node != MPI_COMM_NULL)
-            MPI_Comm_free(&t->node);
-        if (t->cross != MPI_COMM_NULL)
-            MPI_Comm_free(&t->cross);
+    for (int i = 0; i < 2 && !fin; i++) {
+        if (t->node[i] != MPI_COMM_NULL)
+            MPI_Comm_free(&t->node[i]);
+        if (t->cross[i] != MPI_COMM_NULL)
+            MPI_Comm_free(&t->cross[i]);
     }
     free(t->rank_of);
     free(t);
@@ -61,14 +61,19 @@ int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **out)
         goto out;
     }
     DEAR_ALLOC_GOTO(t, calloc(1, sizeof *t), sizeof *t, rc, out);
-    t->node = node;
+    t->node[0] = node;
     node = MPI_COMM_NULL;
-    t->cross = MPI_COMM_NULL;
+    t->node[1] = t->cross[0] = t->cross[1] = MPI_COMM_NULL;
     t->nhosts = nhosts;
     t->local_size = nlocal;
     t->host = host;
     t->local = local;
-    DEAR_MPI_CHECK_GOTO(MPI_Comm_split(comm, local, host, &t->cross), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Comm_dup(t->node[0], &t->node[1]), rc, out);
+    if (nhosts == 2)
+        DEAR_MPI_CHECK_GOTO(MPI_Comm_dup(comm, &t->cross[0]), rc, out);
+    else
+        DEAR_MPI_CHECK_GOTO(MPI_Comm_split(comm, local, host, &t->cross[0]), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Comm_dup(t->cross[0], &t->cross[1]), rc, out);
     size_t nb = sizeof(int) * 2 * (size_t)size;
     DEAR_ALLOC_GOTO(all, malloc(nb), nb, rc, out);
     int me[2] = { host, local };

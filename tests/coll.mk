@@ -7,8 +7,11 @@
 #                                 np3 runs with 1 KiB ring segments (many segments per chunk);
 #                                 np3 and np5 skip the 1000003-element cases (--quick). np4
 #                                 also runs hier over synthetic 2 x 2 hosts (blocked and
-#                                 interleaved ranks).
-#   tests/mpi/coll-np6.mpi        hier alone over 3 x 2 and 2 x 3 synthetic hosts (--hier-only).
+#                                 interleaved ranks), then again with 1 KiB segments around
+#                                 hier's segment size (one, several, tens of segments). Every
+#                                 all-reduce but algo mpi's must leave the same bits on all ranks.
+#   tests/mpi/coll-np6.mpi        hier alone over 3 x 2 (rings across the hosts) and 2 x 3
+#                                 (shifted pairs) synthetic hosts (--hier-only).
 #   make check-valgrind-coll      one np=2 run under valgrind memcheck, zero errors required
 #                                 (Open MPI internals suppressed by tests/valgrind-ompi.supp).
 COLL_MPI_TESTS = tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \

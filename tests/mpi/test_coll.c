@@ -280,6 +280,17 @@ static int run_check(run_t *r)
     if (!bad)
         bad = note(!guard_ok(r->recv + rcount * r->es), "%s algo %s %s count %zu: wrote past recvbuf",
                    name, dear_coll_algo_name(c->algo), dear_dtype_name(c->t), c->count);
+    /* Our all-reduces sum each element once, at its owner, and gather the result: every rank
+     * holds the same bits (Open MPI's own may sum in another order on each rank). */
+    if (c->op == DEAR_COLL_ALLREDUCE && c->algo != DEAR_ALGO_MPI) {
+        size_t nb = c->count * r->es;
+        char *root = xmalloc(nb);
+        memcpy(root, r->recv, nb);
+        MPI_Bcast(root, (int)nb, MPI_BYTE, 0, g_comm);
+        bad |= note(memcmp(root, r->recv, nb) != 0, "allreduce algo %s %s count %zu: result differs from rank 0's",
+                    dear_coll_algo_name(c->algo), dear_dtype_name(c->t), c->count);
+        free(root);
+    }
     return bad;
 }
 
@@ -317,14 +328,13 @@ static size_t random_count(unsigned seed)
     return 2 + (x >> 8) % 40000;
 }
 
-static void sweep(dear_coll_op_t op)
+/* Every algorithm of the current list x type x {in, out of} place x each count, with and
+ * without scale, exact against MPI_Allreduce in float64. */
+static void sweep_counts(dear_coll_op_t op, const size_t *counts, int ncounts)
 {
     static const dear_dtype_t types[] = { DEAR_FLOAT32, DEAR_FLOAT64, DEAR_BFLOAT16, DEAR_FLOAT16,
                                           DEAR_INT32 };
     int P = g_size, bad = 0, ncases = 0;
-    size_t counts[] = { 0, 1, (size_t)(P - 1), (size_t)P, (size_t)(P + 1), random_count((unsigned)op),
-                        1000003 };
-    int ncounts = (int)(sizeof counts / sizeof counts[0]);
     g_first_err[0] = '\0';
     for (int a = 0; a < NALGOS; a++)
         for (int t = 0; t < 5; t++)
@@ -336,7 +346,7 @@ static void sweep(dear_coll_op_t op)
                     if (big && (g_quick || types[t] != DEAR_FLOAT32 || algos[a] == DEAR_ALGO_AUTO ||
                                 (algos[a] != DEAR_ALGO_RING && !ip)))
                         continue;
-                    if (g_topo && !big && k == 1 && types[t] != DEAR_FLOAT32)
+                    if (g_topo && counts[k] == 1 && types[t] != DEAR_FLOAT32)
                         continue; /* hier: fewer tiny cases (time); every count in float32 */
                     for (int s = 0; s < 2; s++) {
                         if (s == 1 && (types[t] == DEAR_INT32 || op == DEAR_COLL_ALLGATHER || big))
@@ -349,6 +359,13 @@ static void sweep(dear_coll_op_t op)
     assert_all_ok(bad, dear_coll_op_name(op));
     if (g_rank == 0)
         fprintf(stderr, "%s: %d exact cases passed on %d ranks\n", dear_coll_op_name(op), ncases, P);
+}
+
+static void sweep(dear_coll_op_t op)
+{
+    size_t P = (size_t)g_size;
+    size_t counts[] = { 0, 1, P - 1, P, P + 1, random_count((unsigned)op), 1000003 };
+    sweep_counts(op, counts, (int)(sizeof counts / sizeof counts[0]));
 }
 
 START_TEST(test_reduce_scatter) { sweep(DEAR_COLL_REDUCE_SCATTER); }
@@ -658,12 +675,32 @@ START_TEST(test_select)
 }
 END_TEST
 
+/* Counts around hier's segments (coll_hier.c: P pieces of DEAR_COLL_SEGMENT bytes each, so
+ * seg32 elements of float32, half as many of float64, twice as many of the 16-bit types) with
+ * DEAR_COLL_SEGMENT at its least, 1 KiB: less than one segment in every type, exactly one and
+ * three (float32), a multiple plus a remainder that P does not divide, and tens of segments; every
+ * op, type, place and scale of the sweeps. */
+static void hier_segments(void)
+{
+    setenv("DEAR_COLL_SEGMENT", "1024", 1);
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+    size_t P = (size_t)g_size, seg32 = 1024 / sizeof(float) * P;
+    size_t counts[] = { seg32 / 2 - 1, seg32, 3 * seg32, 3 * seg32 + P + 1, 40 * seg32 + 7 };
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        sweep_counts((dear_coll_op_t)op, counts, (int)(sizeof counts / sizeof counts[0]));
+    test_random_floats_fn(0);
+    test_many_in_flight_fn(0);
+    unsetenv("DEAR_COLL_SEGMENT");
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+}
+
 /* Hierarchical collectives over synthetic hosts (ranks sharing a host id form a host; here
  * they all share one machine, so this checks the algorithm, not its speed): every grid H x L
  * of this run's ranks with H, L >= 2, ranks placed blocked (host = rank / L) and interleaved
  * (host = rank % H), so rank_of is not the identity. The sweeps, random floats, several in
  * flight and multi-block all-gathers run with hier and with auto (which picks hier from 64 KiB
- * to 1-2 MiB), against the same float64 MPI_Allreduce reference. */
+ * up), against the same float64 MPI_Allreduce reference; then again around the segment size
+ * (hier_segments). Two hosts take the exchange between shifted partners, more the rings. */
 START_TEST(test_hier)
 {
     int grids = 0;
@@ -676,17 +713,22 @@ START_TEST(test_hier)
             continue;
         int H = g_size / L;
         for (int inter = 0; inter < 2; inter++) {
-            int host = inter ? g_rank % H : g_rank / L;
+            int host = inter ? g_rank % H : g_rank / L, n;
             ck_assert_int_eq(dear_coll_topo_create(g_comm, host, &t), DEAR_OK);
             ck_assert_ptr_nonnull(t);
             ck_assert_int_eq(t->nhosts, H);
             ck_assert_int_eq(t->local_size, L);
             ck_assert_int_eq(t->rank_of[t->host * L + t->local], g_rank);
+            for (int i = 0; i < 2; i++) {
+                MPI_Comm_size(t->node[i], &n);
+                ck_assert_int_eq(n, L);
+                MPI_Comm_size(t->cross[i], &n);
+                ck_assert_int_eq(n, H == 2 ? g_size : H);
+            }
             if (g_rank == 0)
                 fprintf(stderr, "hier: %d hosts x %d ranks, %s\n", H, L, inter ? "interleaved" : "blocked");
             ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 1 << 20, g_size, t), DEAR_ALGO_HIER);
             ck_assert_int_ne(dear_coll_select(DEAR_COLL_ALLGATHER, 1024, g_size, t), DEAR_ALGO_HIER);
-            ck_assert_int_ne(dear_coll_select(DEAR_COLL_ALLGATHER, 64 << 20, g_size, t), DEAR_ALGO_HIER);
             g_topo = t;
             algos = host_algos;
             NALGOS = n_host;
@@ -696,6 +738,7 @@ START_TEST(test_hier)
             test_random_floats_fn(0);
             test_many_in_flight_fn(0);
             test_multi_block_fn(0);
+            hier_segments();
             algos = flat_algos;
             NALGOS = n_flat;
             g_topo = NULL;
