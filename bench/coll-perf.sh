@@ -3,10 +3,10 @@
 #
 # Brings up the emulated cluster (4 hosts at 1 Gbit/s by default, bench/emucluster), measures
 # the point-to-point rate between two hosts (bench/dear-p2p), runs dear-coll-bench across all
-# hosts (one rank per host) from 64 KiB to 64 MiB for every algorithm and Open MPI's own calls,
-# tears the cluster down, keeps the CSVs under bench/results/, and regenerates the generated
-# section of docs/PERFORMANCE.md with bench/perf-report.py (tables, targets, an SVG plot).
-# --report-only redoes the last step from the kept CSVs, without measuring.
+# hosts (one rank per host, or --layout HOSTSxRANKS) from 64 KiB to 64 MiB for every algorithm
+# and Open MPI's own calls, tears the cluster down, keeps the CSVs under bench/results/, and
+# regenerates the layout's generated section of docs/PERFORMANCE.md with bench/perf-report.py
+# (tables, targets, an SVG plot). --report-only redoes the last step from the kept CSVs.
 set -euo pipefail
 
 SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,6 +14,7 @@ EMU=$SRCDIR/bench/emucluster
 PROG="coll-perf.sh"
 
 HOSTS=4
+RANKS=1
 RATE=1gbit
 MIN=65536
 MAX=67108864
@@ -25,6 +26,7 @@ ITERS=5
 SMALL_ITERS=20
 SMALL_MAX=1048576
 WARMUP=1
+REPEAT=1
 OVERLAP_BYTES=16777216
 EXTRA=()
 
@@ -34,6 +36,8 @@ usage: bench/coll-perf.sh [options] [-- dear-coll-bench options]
   --builddir DIR    build directory holding apps/tools/dear-coll-bench and bench/dear-p2p
                     (default: the current directory if it has them, else the source tree)
   --hosts N         emulated hosts, one rank each (default $HOSTS)
+  --layout HxR      H emulated hosts of R ranks each (e.g. 2x2; R > 1 measures the two-level
+                    collectives, hier, against the flat ones); replaces --hosts
   --rate RATE       link rate, tc syntax (default $RATE)
   --min BYTES       smallest collective size (default $MIN; k, m, g suffixes: 1024-based)
   --max BYTES       largest collective size (default $MAX)
@@ -42,14 +46,19 @@ usage: bench/coll-perf.sh [options] [-- dear-coll-bench options]
   --small-iters N   timed iterations per row up to $SMALL_MAX bytes (default $SMALL_ITERS: small
                     sizes are cheap and the noisiest on a shared machine)
   --warmup N        untimed iterations per row (default $WARMUP)
+  --repeat N        run the benchmark N times, one job after the other (default $REPEAT); the
+                    report takes each row's median over the runs, so a stall of the shared
+                    machine spoils one run's row rather than the figure
   --overlap BYTES   size of the OSU overlap run (dear-coll-bench --overlap; default
                     $OVERLAP_BYTES; 0 skips it)
   --report-only     do not measure; regenerate docs/PERFORMANCE.md from bench/results/
   --p2p-only        measure only the point-to-point rate (while dear-coll-bench is missing);
                     the page then says the collective figures are missing
   --help            this text
-Writes bench/results/{p2p,coll}-NxRATE.csv, bench/results/coll-NxRATE.{meta,txt},
-bench/results/coll-NxRATE.svg and the generated section of docs/PERFORMANCE.md.
+Writes bench/results/{p2p,coll}-TAG.csv, bench/results/coll-TAG.{meta,txt},
+bench/results/coll-TAG.svg and the layout's generated section of docs/PERFORMANCE.md, where TAG
+is HxRATE for one rank per host (coll-4x1gbit) and HxRxRATE otherwise (coll-2x2x1gbit).
+EMU_PREFIX and EMU_SUBNET (bench/emucluster) give the run a cluster of its own.
 Needs root (network namespaces); takes a few minutes at 1gbit.
 EOF
 }
@@ -69,13 +78,17 @@ to_bytes() {
 while [[ $# -gt 0 ]]; do
     case $1 in
         --builddir) BUILDDIR=${2:?--builddir needs a directory}; shift 2 ;;
-        --hosts) HOSTS=${2:?--hosts needs a number}; shift 2 ;;
+        --hosts) HOSTS=${2:?--hosts needs a number}; RANKS=1; shift 2 ;;
+        --layout)
+            [[ ${2:-} =~ ^([0-9]+)x([0-9]+)$ ]] || die "bad --layout '${2:-}': expected HOSTSxRANKS, e.g. 2x2"
+            HOSTS=${BASH_REMATCH[1]} RANKS=${BASH_REMATCH[2]}; shift 2 ;;
         --rate) RATE=${2:?--rate needs a rate}; shift 2 ;;
         --min) MIN=${2:?--min needs bytes}; shift 2 ;;
         --max) MAX=${2:?--max needs bytes}; shift 2 ;;
         --iters) ITERS=${2:?--iters needs a count}; shift 2 ;;
         --small-iters) SMALL_ITERS=${2:?--small-iters needs a count}; shift 2 ;;
         --warmup) WARMUP=${2:?--warmup needs a count}; shift 2 ;;
+        --repeat) REPEAT=${2:?--repeat needs a count}; shift 2 ;;
         --overlap) OVERLAP_BYTES=${2:?--overlap needs bytes}; shift 2 ;;
         --report-only) REPORT_ONLY=1; shift ;;
         --p2p-only) P2P_ONLY=1; shift ;;
@@ -90,16 +103,19 @@ OVERLAP_BYTES=$(to_bytes "$OVERLAP_BYTES")
 if ! [[ $HOSTS =~ ^[0-9]+$ ]] || ((HOSTS < 2)); then
     die "bad --hosts '$HOSTS': expected 2 or more"
 fi
+((RANKS >= 1)) || die "bad --layout '${HOSTS}x$RANKS': expected 1 or more ranks per host"
 if ! [[ $MIN =~ ^[0-9]+$ && $MAX =~ ^[0-9]+$ ]] || ((MIN < 1 || MIN > MAX)); then
     die "bad --min/--max '$MIN'/'$MAX': expected byte counts with 1 <= min <= max"
 fi
 if ! [[ $ITERS =~ ^[0-9]+$ && $SMALL_ITERS =~ ^[0-9]+$ && $WARMUP =~ ^[0-9]+$ &&
-        $OVERLAP_BYTES =~ ^[0-9]+$ ]] || ((ITERS < 1 || SMALL_ITERS < 1)); then
-    die "bad --iters/--small-iters/--warmup/--overlap '$ITERS'/'$SMALL_ITERS'/'$WARMUP'/'$OVERLAP_BYTES': expected counts (iters >= 1)"
+        $OVERLAP_BYTES =~ ^[0-9]+$ && $REPEAT =~ ^[0-9]+$ ]] || ((ITERS < 1 || SMALL_ITERS < 1 || REPEAT < 1)); then
+    die "bad --iters/--small-iters/--warmup/--overlap/--repeat '$ITERS'/'$SMALL_ITERS'/'$WARMUP'/'$OVERLAP_BYTES'/'$REPEAT': expected counts (iters, repeat >= 1)"
 fi
 
 RES=$SRCDIR/bench/results
-TAG=${HOSTS}x$RATE
+NP=$((HOSTS * RANKS))
+LAYOUT=${HOSTS}x$RANKS
+if ((RANKS == 1)); then TAG=${HOSTS}x$RATE; else TAG=${HOSTS}x${RANKS}x$RATE; fi
 P2P_CSV=$RES/p2p-$TAG.csv
 COLL_CSV=$RES/coll-$TAG.csv
 OVL_CSV=$RES/overlap-$TAG.csv
@@ -111,8 +127,10 @@ report() {
     local coll=()
     ((P2P_ONLY)) || coll=(--coll "$COLL_CSV")
     ((P2P_ONLY)) || [[ ! -f $OVL_CSV ]] || coll+=(--overlap "$OVL_CSV")
-    python3 "$SRCDIR/bench/perf-report.py" --p2p "$P2P_CSV" "${coll[@]}" --meta "$META" \
-        --svg "$SVG" --doc "$DOC" --command "bench/coll-perf.sh --hosts $HOSTS --rate $RATE --min $MIN --max $MAX --iters $ITERS --small-iters $SMALL_ITERS --warmup $WARMUP --overlap $OVERLAP_BYTES$( ((P2P_ONLY)) && echo ' --p2p-only')${EXTRA[*]:+ -- ${EXTRA[*]}}"
+    local where="--hosts $HOSTS"
+    ((RANKS == 1)) || where="--layout $LAYOUT"
+    python3 "$SRCDIR/bench/perf-report.py" --p2p "$P2P_CSV" "${coll[@]}" --meta "$META" --layout "$LAYOUT" \
+        --svg "$SVG" --doc "$DOC" --command "bench/coll-perf.sh $where --rate $RATE --min $MIN --max $MAX --iters $ITERS --small-iters $SMALL_ITERS --warmup $WARMUP$( ((REPEAT > 1)) && echo " --repeat $REPEAT") --overlap $OVERLAP_BYTES$( ((P2P_ONLY)) && echo ' --p2p-only')${EXTRA[*]:+ -- ${EXTRA[*]}}"
 }
 
 if ((REPORT_ONLY)); then
@@ -143,11 +161,12 @@ cleanup() { "$EMU" down >/dev/null 2>&1 || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
-hostlist=$(seq -s, -f 'h%g' 1 "$HOSTS")
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+hostlist=$(seq -s, -f "${EMU_PREFIX:-h}%g:$RANKS" 1 "$HOSTS")
 "$EMU" up "$HOSTS" "$RATE"
 "$EMU" status
 
-echo "$PROG: point-to-point h1 <-> h2"
+echo "$PROG: point-to-point ${EMU_PREFIX:-h}1 <-> ${EMU_PREFIX:-h}2"
 EMU_BUILDDIR=$BUILDDIR "$EMU" p2p --csv --time "$P2P_TIME" --reps 3 | tee "$tmp/p2p.csv"
 grep -q '^oneway,' "$tmp/p2p.csv" || die "dear-p2p printed no oneway row"
 
@@ -162,19 +181,21 @@ if ! ((P2P_ONLY)); then
     done
     : >"$tmp/coll.txt"
     part=0
-    for range in "$MIN:$small_last:$SMALL_ITERS" "$big_first:$MAX:$ITERS"; do
-        IFS=: read -r lo hi it <<<"$range"
-        ((lo > 0 && hi >= lo)) || continue
-        part=$((part + 1))
-        "$EMU" mpirun -np "$HOSTS" --host "$hostlist" "$BENCH" --min "$lo" --max "$hi" \
-            --iters "$it" --warmup "$WARMUP" --csv "$tmp/coll$part.csv" "${EXTRA[@]}" | tee -a "$tmp/coll.txt"
-        [[ -s $tmp/coll$part.csv ]] || die "dear-coll-bench ($lo..$hi bytes) wrote no CSV"
-        if ((part == 1)); then cat "$tmp/coll1.csv"; else tail -n +2 "$tmp/coll$part.csv"; fi >>"$tmp/coll.csv"
+    for ((run = 1; run <= REPEAT; run++)); do
+        for range in "$MIN:$small_last:$SMALL_ITERS" "$big_first:$MAX:$ITERS"; do
+            IFS=: read -r lo hi it <<<"$range"
+            ((lo > 0 && hi >= lo)) || continue
+            part=$((part + 1))
+            "$EMU" mpirun -np "$NP" --host "$hostlist" "$BENCH" --min "$lo" --max "$hi" \
+                --iters "$it" --warmup "$WARMUP" --csv "$tmp/coll$part.csv" "${EXTRA[@]}" | tee -a "$tmp/coll.txt"
+            [[ -s $tmp/coll$part.csv ]] || die "dear-coll-bench ($lo..$hi bytes) wrote no CSV"
+            if ((part == 1)); then cat "$tmp/coll1.csv"; else tail -n +2 "$tmp/coll$part.csv"; fi >>"$tmp/coll.csv"
+        done
     done
     [[ -s $tmp/coll.csv ]] || die "dear-coll-bench wrote no CSV"
     if ((OVERLAP_BYTES > 0)); then
         echo "$PROG: dear-coll-bench --overlap at $OVERLAP_BYTES bytes"
-        "$EMU" mpirun -np "$HOSTS" --host "$hostlist" "$BENCH" --overlap --min "$OVERLAP_BYTES" \
+        "$EMU" mpirun -np "$NP" --host "$hostlist" "$BENCH" --overlap --min "$OVERLAP_BYTES" \
             --max "$OVERLAP_BYTES" --iters "$ITERS" --warmup "$WARMUP" --csv "$tmp/overlap.csv" \
             "${EXTRA[@]}" | tee -a "$tmp/coll.txt"
         [[ -s $tmp/overlap.csv ]] || die "dear-coll-bench --overlap wrote no CSV"
@@ -185,9 +206,10 @@ fi
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
-    echo "cluster: $HOSTS hosts, $RATE each way per host (tbf on both ends of each veth), one rank per host"
+    echo "cluster: $HOSTS hosts, $RATE each way per host (tbf on both ends of each veth), $( ((RANKS == 1)) && echo 'one rank' || echo "$RANKS ranks") per host"
+    echo "load average: $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after (1, 5, 15 min)"
     echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"
-    ((P2P_ONLY)) || echo "bench: dear-coll-bench --min $MIN --max $MAX ${EXTRA[*]}: --iters $SMALL_ITERS up to $SMALL_MAX bytes, --iters $ITERS above, --warmup $WARMUP; then --overlap at $OVERLAP_BYTES bytes (${elapsed} s in all)"
+    ((P2P_ONLY)) || echo "bench: dear-coll-bench --min $MIN --max $MAX ${EXTRA[*]}: --iters $SMALL_ITERS up to $SMALL_MAX bytes, --iters $ITERS above, --warmup $WARMUP$( ((REPEAT > 1)) && echo ", $REPEAT runs (each row the median of the runs)")$( ((OVERLAP_BYTES > 0)) && echo "; then --overlap at $OVERLAP_BYTES bytes") (${elapsed} s in all)"
 } >"$tmp/meta"
 cp "$tmp/p2p.csv" "$P2P_CSV"
 if ! ((P2P_ONLY)); then

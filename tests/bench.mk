@@ -1,3 +1,4 @@
-# tests for bench/: the emulated cluster end to end (skips without CAP_NET_ADMIN, ip or tc).
-TESTS += tests/apps/emucluster.sh
-EXTRA_DIST += tests/apps/emucluster.sh
+# tests for bench/: the emulated cluster end to end (skips without CAP_NET_ADMIN, ip or tc), and
+# perf-report.py's section for several ranks per host on made-up figures.
+TESTS += tests/apps/emucluster.sh tests/apps/perf-report.sh
+EXTRA_DIST += tests/apps/emucluster.sh tests/apps/perf-report.sh tests/apps/report-lib.sh

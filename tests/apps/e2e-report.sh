@@ -5,17 +5,12 @@
 # each target met or missed as constructed (a sparse case judged on dear+auto with sparse
 # communication, against its own lower bound), the disturbed list, and the generated section of a
 # PERFORMANCE.md replaced between its markers with the text around it kept.
-set -u
 : "${srcdir:=.}"
-command -v python3 >/dev/null 2>&1 || { echo "e2e-report.sh: no python3, skipped"; exit 77; }
+. "$srcdir/tests/apps/report-lib.sh"
 report=$srcdir/bench/e2e-report.py
-dir=$(mktemp -d /tmp/dear-e2e-report.XXXXXX) || exit 99
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "e2e-report.sh: $*" >&2; exit 1; }
 
 # 100 MB/s one way; 4 hosts of 1 rank.
-printf 'mode,bytes,msgs,window,reps,time_s,MBps,MBps_best,wrong\noneway,4194304,58,4,3,1,100.0,100.0,0\n' \
-    >"$dir/p2p-4x1gbit.csv"
+p2p_csv "$dir/p2p-4x1gbit.csv"
 
 H=model,np,config,schedule,fusion,threshold_bytes,iters,warmup,time_scale,size_scale,grad_bytes,compute_ms,compute_meas_ms,iter_ms,iter_min_ms,iter_max_ms,exposed_ms,blocked_ms,speedup_sync,speedup_wfbp64,pred_ms,pred_err_pct,bound_ms,iter_over_bound,cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early
 # row CONFIG SCHEDULE ITER PRED_ERR_PCT [COMPUTE_MEAS] [Q1 Q3]: resnet50 at size x 0.232324, 300 ms
