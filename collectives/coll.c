@@ -53,13 +53,15 @@ static const size_t rhd_max[2][DEAR_COLL_OP_COUNT] = {
 };
 
 /* Several hosts of several ranks each: in [hier_min, hier_max] two levels (coll_hier.c) carry
- * (H-1)/H of the vector over each host's link instead of the flat ring's (P-1)/P; above it the
- * flat ring catches up, since hier's steps run one after the other (docs/PERFORMANCE.md#hier). */
+ * (H-1)/H of the vector over each host's link instead of the flat ring's (P-1)/P, and its
+ * segments keep the link busy while the hosts reduce and gather, so it wins at every size from
+ * hier_min up (docs/PERFORMANCE.md#hier); below, its extra round inside the host costs more
+ * than the bytes it saves. */
 static const size_t hier_min[DEAR_COLL_OP_COUNT] = {
     [DEAR_COLL_REDUCE_SCATTER] = 64 << 10, [DEAR_COLL_ALLGATHER] = 64 << 10, [DEAR_COLL_ALLREDUCE] = 64 << 10,
 };
 static const size_t hier_max[DEAR_COLL_OP_COUNT] = {
-    [DEAR_COLL_REDUCE_SCATTER] = 1 << 20, [DEAR_COLL_ALLGATHER] = 2 << 20, [DEAR_COLL_ALLREDUCE] = 4 << 20,
+    [DEAR_COLL_REDUCE_SCATTER] = SIZE_MAX, [DEAR_COLL_ALLGATHER] = SIZE_MAX, [DEAR_COLL_ALLREDUCE] = SIZE_MAX,
 };
 
 static long env_long(const char *name)

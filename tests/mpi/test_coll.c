@@ -699,7 +699,7 @@ static void hier_segments(void)
  * of this run's ranks with H, L >= 2, ranks placed blocked (host = rank / L) and interleaved
  * (host = rank % H), so rank_of is not the identity. The sweeps, random floats, several in
  * flight and multi-block all-gathers run with hier and with auto (which picks hier from 64 KiB
- * up), against the same float64 MPI_Allreduce reference; then again around the segment size
+ * up, whatever the size), against the same float64 MPI_Allreduce reference; then again around the segment size
  * (hier_segments). Two hosts take the exchange between shifted partners, more the rings. */
 START_TEST(test_hier)
 {
@@ -727,8 +727,11 @@ START_TEST(test_hier)
             }
             if (g_rank == 0)
                 fprintf(stderr, "hier: %d hosts x %d ranks, %s\n", H, L, inter ? "interleaved" : "blocked");
-            ck_assert_int_eq(dear_coll_select(DEAR_COLL_REDUCE_SCATTER, 1 << 20, g_size, t), DEAR_ALGO_HIER);
-            ck_assert_int_ne(dear_coll_select(DEAR_COLL_ALLGATHER, 1024, g_size, t), DEAR_ALGO_HIER);
+            for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+                ck_assert_int_ne(dear_coll_select((dear_coll_op_t)op, (64 << 10) - 4, g_size, t), DEAR_ALGO_HIER);
+                ck_assert_int_eq(dear_coll_select((dear_coll_op_t)op, 64 << 10, g_size, t), DEAR_ALGO_HIER);
+                ck_assert_int_eq(dear_coll_select((dear_coll_op_t)op, (size_t)1 << 30, g_size, t), DEAR_ALGO_HIER);
+            }
             g_topo = t;
             algos = host_algos;
             NALGOS = n_host;
