@@ -500,6 +500,7 @@ int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_c
     r->work = vec;
     r->buf = vec;
     r->out = out;
+    r->topo = parent->topo;
     r->ops = algo_table[algo];
     DEAR_CHECK_GOTO(req_begin(r), rc, err);
     *sub = r;

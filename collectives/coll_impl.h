@@ -86,12 +86,13 @@ struct dear_coll_req {
 DEAR_COLL_ALGO_TABLE(DEAR_ALGO_OPS_DECL_)
 #undef DEAR_ALGO_OPS_DECL_
 
-/* A collective of another algorithm run as a step of parent's (hier): op over nranks ranks of
+/* A collective of another algorithm run as a step of parent's (hier), or instead of it (sparse
+ * on dense data): op over nranks ranks of
  * comm (this one rank), chunk p of rank p at counts[p]/displs[p] (copied) of the vector vec: a
  * reduce-scatter reads the input src (vec itself, or another vector of the same layout), works
  * in vec and writes this rank's result to out (vec + displs[rank] or elsewhere); an all-gather
- * fills vec in place. Parent's type and tag. Started; advance with dear_coll_progress, free
- * with dear_coll_free. */
+ * fills vec in place. Parent's type, tag and hosts (topo). Started; advance with
+ * dear_coll_progress, free with dear_coll_free. */
 int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo, MPI_Comm comm,
                         int rank, int nranks, const size_t *counts, const size_t *displs, const char *src,
                         char *vec, char *out, double scale, dear_coll_req_t **sub);

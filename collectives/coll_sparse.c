@@ -16,14 +16,21 @@
  * Message form: a sparse message is the packed pieces, then one uint32 piece index (within the
  * shard, increasing) per piece, then the uint32 piece count; it is sent only when strictly
  * smaller than the dense shard, so the receiver tells the forms apart by the received size alone
- * (MPI_Get_count): no header on dense messages, no count exchanged first (a latency), and the
+ * (MPI_Get_count): no header on dense messages, no count exchanged ahead of each (a latency), and the
  * receive posted for the dense size serves both. The trailer comes last so that an all-gather
  * received in place unpacks in place: each piece moves up, never onto data not yet moved.
  * Zero pieces are found by one pass over the data (dear_reduce_zero_prefix), which skips a run of
  * zero pieces in one call, stops at the first non-zero bytes of a piece, and stops altogether
  * where the message would not be smaller.
- * The reduce-scatter scans, packs and sends one peer's shard per progress call (bounded work,
- * and the first messages travel while the next shard is scanned).
+ * Dense data goes by the dense algorithm: the exchange sends every shard straight to its owner,
+ * and at an even P >= 4 one of its P-1 rounds pairs ranks that send to each other at once, which
+ * Open MPI's TCP transport carries at about half the rate (one connection per pair), so at full
+ * density it takes P/(P-1) of the ring's time or more. From DEAR_SPARSE_AGREE bytes up, every rank
+ * first scans and packs all it will send and tells the others the bytes (one tiny message to
+ * each peer, on the collective's tag, ahead of any data); all then take the same decision from
+ * the largest: the exchange when its bytes, weighted by that round, are fewer than the ring
+ * would send, else the algorithm the selection table picks for the dense vector, as a
+ * sub-collective (16-bit sums still rounded once: ring and direct carry float32 partial sums).
  */
 #include <limits.h>
 #include <stdint.h>
@@ -34,6 +41,7 @@
 #include "collectives/reduce.h"
 #include "base/mpi_check.h"
 #include "base/log.h"
+#include "base/params.h"
 #include "base/util.h"
 
 #define IDX_BYTES sizeof(uint32_t)
@@ -43,11 +51,24 @@ typedef struct {
     size_t off, len, b0, n;
 } shard_t;
 
+/* One prepared message: the dense shard itself, or packed at off in the pack buffer. */
+typedef struct {
+    size_t off, bytes;
+    int dense;
+} msg_t;
+
+enum { FORM_AGREE, FORM_SPARSE, FORM_DENSE };
+
 typedef struct {
     int npeers;                 /* P-1; peer i (1..P-1) is rank+i for receives (mod P) */
     MPI_Request *rreq, *sreq;   /* npeers each, index i-1 for peer i */
     long *rbytes;               /* bytes received from peer i, -1 while pending */
-    int next_send;              /* reduce-scatter: next peer to scan, pack and send (1..P) */
+    msg_t *msgs;                /* reduce-scatter: to peer i (rank-i) at i-1; all-gather: one */
+    int form;                   /* FORM_*: agreeing, then the exchange or the dense algorithm */
+    MPI_Request *areq;          /* agreement: npeers receives, then npeers sends */
+    unsigned long long *abytes; /* agreement: own bytes at 0, peer i's at i */
+    dear_coll_req_t *sub;       /* FORM_DENSE: the dense collective */
+    size_t sub_bytes, sub_events; /* its bytes_sent and events already added to the request's */
     int next_reduce;            /* reduce-scatter: next message to add (1..P), rank order */
     char *slots;                /* reduce-scatter: npeers messages of at most the own shard */
     char *pack;                 /* packed sparse messages (scratch cache) */
@@ -179,41 +200,54 @@ static int test_all(dear_coll_req_t *r, sparse_state_t *st, int *busy)
     return DEAR_OK;
 }
 
-/* Send shard s (at shard; sparse when smaller, packed at the end of the pack buffer) to peers
- * i in [first, first + nto): rank-i (mod P), request sreq[i-1]; count bytes and forms. */
-static int send_shard(dear_coll_req_t *r, sparse_state_t *st, const shard_t *s, const char *shard, int first, int nto)
+/* Shard s (at shard) as a message: packed at the end of the pack buffer when sparse is smaller,
+ * else the shard itself. */
+static void prepare_msg(const dear_coll_req_t *r, sparse_state_t *st, const shard_t *s, const char *shard, msg_t *m)
 {
     size_t k, bytes = scan_shard(r, s, shard, st->idx, &k);
-    const char *msg = shard;
-    if (bytes > 0) {
-        msg = st->pack + st->pack_used;
+    m->dense = bytes == 0;
+    m->bytes = m->dense ? s->len * r->esize : bytes;
+    m->off = st->pack_used;
+    if (!m->dense) {
         pack_shard(r, s, shard, st->idx, k, st->pack + st->pack_used);
         st->pack_used += bytes;
-    } else {
-        bytes = s->len * r->esize;
     }
-    for (int i = first; i < first + nto; i++) {
-        int p = (r->rank - i + r->nranks) % r->nranks;
-        DEAR_MPI_CHECK(MPI_Isend(msg, (int)bytes, MPI_BYTE, p, r->tag, r->comm, &st->sreq[i - 1]));
-        r->bytes_sent += bytes;
-        if (msg == shard)
-            r->msgs_dense++;
-        else
-            r->msgs_sparse++;
-    }
+}
+
+/* Send m (shard: the dense shard it stands for) to peer i, rank-i (mod P). */
+static int send_msg(dear_coll_req_t *r, sparse_state_t *st, const msg_t *m, const char *shard, int i)
+{
+    int p = (r->rank - i + r->nranks) % r->nranks;
+    const char *data = m->dense ? shard : st->pack + m->off;
+    DEAR_MPI_CHECK(MPI_Isend(data, (int)m->bytes, MPI_BYTE, p, r->tag, r->comm, &st->sreq[i - 1]));
+    r->bytes_sent += m->bytes;
+    if (m->dense)
+        r->msgs_dense++;
+    else
+        r->msgs_sparse++;
     return DEAR_OK;
 }
 
 /* ---- reduce-scatter: peer i sends to rank-i and receives from rank+i (mod P) ---- */
 
-static int rs_send_next(dear_coll_req_t *r, sparse_state_t *st)
+/* Every peer's message, scanned and packed; *bytes their sum (an empty shard sends nothing). */
+static int rs_prepare(dear_coll_req_t *r, sparse_state_t *st, unsigned long long *bytes)
 {
-    int i = st->next_send++;
-    shard_t s;
-    shard_of(r, (r->rank - i + r->nranks) % r->nranks, &s);
-    if (s.len == 0)
-        return DEAR_OK;
-    return send_shard(r, st, &s, r->src + s.off * r->esize, i, 1);
+    shard_t own;
+    shard_of(r, r->rank, &own);
+    /* Sparse messages are smaller than their shards, so the other shards' bytes bound them all. */
+    st->pack = dear_coll_scratch_get((r->total - own.len) * r->esize, &st->pack_cap);
+    if (st->pack == NULL)
+        return DEAR_ERR_NOMEM;
+    *bytes = 0;
+    for (int i = 1; i <= st->npeers; i++) {
+        shard_t s;
+        shard_of(r, (r->rank - i + r->nranks) % r->nranks, &s);
+        if (s.len > 0)
+            prepare_msg(r, st, &s, r->src + s.off * r->esize, &st->msgs[i - 1]);
+        *bytes += st->msgs[i - 1].bytes;
+    }
+    return DEAR_OK;
 }
 
 /* Add message i (from rank+i) to the own shard: dense as one vector, sparse piece by piece. */
@@ -299,27 +333,26 @@ static int rs_start(dear_coll_req_t *r, sparse_state_t *st)
         DEAR_MPI_CHECK(MPI_Irecv(st->slots + (size_t)(i - 1) * s.len * r->esize, (int)(s.len * r->esize), MPI_BYTE,
                                  p, r->tag, r->comm, &st->rreq[i - 1]));
     }
-    /* Sparse messages are smaller than their shards, so the other shards' bytes bound them all. */
-    st->pack = dear_coll_scratch_get((r->total - s.len) * r->esize, &st->pack_cap);
-    if (st->pack == NULL)
-        return DEAR_ERR_NOMEM;
-    st->next_send = st->next_reduce = 1;
-    DEAR_CHECK(rs_send_next(r, st));
+    st->next_reduce = 1;
+    for (int i = 1; i <= st->npeers; i++) {
+        shard_t ps;
+        shard_of(r, (r->rank - i + r->nranks) % r->nranks, &ps);
+        if (ps.len > 0)
+            DEAR_CHECK(send_msg(r, st, &st->msgs[i - 1], r->src + ps.off * r->esize, i));
+    }
 out:
     return rc;
 }
 
 static int rs_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
 {
-    if (st->next_send <= st->npeers)
-        DEAR_CHECK(rs_send_next(r, st));
     int busy;
     DEAR_CHECK(test_all(r, st, &busy));
     while (st->next_reduce <= st->npeers && st->rbytes[st->next_reduce - 1] >= 0) {
         DEAR_CHECK(rs_reduce(r, st, st->next_reduce));
         st->next_reduce++;
     }
-    if (busy || st->next_send <= st->npeers || st->next_reduce <= st->npeers)
+    if (busy || st->next_reduce <= st->npeers)
         return DEAR_OK;
     rs_finish(r, st);
     *done = 1;
@@ -351,6 +384,22 @@ static int ag_unpack(dear_coll_req_t *r, sparse_state_t *st, int p, size_t m)
     return DEAR_OK;
 }
 
+/* The own shard's message, the same for every peer; *bytes all it sends. */
+static int ag_prepare(dear_coll_req_t *r, sparse_state_t *st, unsigned long long *bytes)
+{
+    shard_t s;
+    shard_of(r, r->rank, &s);
+    *bytes = 0;
+    if (s.len == 0)
+        return DEAR_OK;
+    st->pack = dear_coll_scratch_get(s.len * r->esize, &st->pack_cap);
+    if (st->pack == NULL)
+        return DEAR_ERR_NOMEM;
+    prepare_msg(r, st, &s, r->buf + s.off * r->esize, &st->msgs[0]);
+    *bytes = (unsigned long long)st->msgs[0].bytes * (unsigned long long)st->npeers;
+    return DEAR_OK;
+}
+
 static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
 {
     shard_t s;
@@ -364,12 +413,9 @@ static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
         DEAR_MPI_CHECK(MPI_Irecv(r->buf + r->displs[p] * r->esize, (int)(r->counts[p] * r->esize), MPI_BYTE, p, r->tag,
                                  r->comm, &st->rreq[i - 1]));
     }
-    if (s.len == 0)
-        return DEAR_OK;
-    st->pack = dear_coll_scratch_get(s.len * r->esize, &st->pack_cap);
-    if (st->pack == NULL)
-        return DEAR_ERR_NOMEM;
-    return send_shard(r, st, &s, r->buf + s.off * r->esize, 1, st->npeers);
+    for (int i = 1; i <= st->npeers && s.len > 0; i++)
+        DEAR_CHECK(send_msg(r, st, &st->msgs[0], r->buf + s.off * r->esize, i));
+    return DEAR_OK;
 }
 
 static int ag_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
@@ -388,6 +434,73 @@ static int ag_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
     return DEAR_OK;
 }
 
+/* ---- choosing the form: every rank's bytes, one decision ---- */
+
+/* The exchange, or the dense algorithm when the exchange would not be faster: the largest
+ * bytes any rank sends, times P/(P-1) at an even P >= 4 (the round of ranks sending to each
+ * other), against the bytes the ring sends per rank, (P-1)/P of the vector at the least. */
+static int exchange_pays(const dear_coll_req_t *r, unsigned long long most)
+{
+    size_t biggest = 0;
+    for (int p = 0; p < r->nranks; p++)
+        biggest = r->counts[p] > biggest ? r->counts[p] : biggest;
+    unsigned long long ring = (unsigned long long)(r->total - biggest) * r->esize;
+    int P = r->nranks;
+    if (P >= 4 && P % 2 == 0)
+        return most * (unsigned long long)P < ring * (unsigned long long)(P - 1);
+    return most < ring;
+}
+
+/* Tell every peer this rank's bytes (abytes[0]) and post the receives of theirs. The receives
+ * come first on the tag, so they match the peers' first messages, never their data. */
+static int agree_start(dear_coll_req_t *r, sparse_state_t *st)
+{
+    int rc = DEAR_OK;
+    size_t nb = 2 * (size_t)st->npeers * sizeof(MPI_Request);
+    DEAR_ALLOC_GOTO(st->areq, malloc(nb), nb, rc, out);
+    for (int i = 0; i < 2 * st->npeers; i++)
+        st->areq[i] = MPI_REQUEST_NULL;
+    for (int i = 1; i <= st->npeers; i++)
+        DEAR_MPI_CHECK(MPI_Irecv(&st->abytes[i], 1, MPI_UNSIGNED_LONG_LONG, (r->rank + i) % r->nranks, r->tag,
+                                 r->comm, &st->areq[i - 1]));
+    for (int i = 1; i <= st->npeers; i++)
+        DEAR_MPI_CHECK(MPI_Isend(&st->abytes[0], 1, MPI_UNSIGNED_LONG_LONG, (r->rank - i + r->nranks) % r->nranks,
+                                 r->tag, r->comm, &st->areq[st->npeers + i - 1]));
+out:
+    return rc;
+}
+
+/* The dense algorithm in the exchange's place, on the same vectors. */
+static int dense_start(dear_coll_req_t *r, sparse_state_t *st)
+{
+    dear_coll_algo_t algo = dear_coll_select(r->op, r->total * r->esize, r->nranks, r->topo);
+    int exact16 = !dear_dtype_is16(r->dtype) || r->op == DEAR_COLL_ALLGATHER ||
+                  (dear_coll_algo_flags(algo) & DEAR_ALGO_F_EXACT16);
+    if (algo == DEAR_ALGO_SPARSE || algo == DEAR_ALGO_MPI || !exact16)
+        algo = DEAR_ALGO_RING;  /* one that runs here as it is: no block, no MPI collective, exact */
+    int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
+    return dear_coll_sub_start(r, r->op, algo, r->comm, r->rank, r->nranks, r->counts, r->displs,
+                               rs ? r->src : r->buf, rs ? r->work : r->buf, rs ? r->out : NULL, r->scale, &st->sub);
+}
+
+static int form_progress(dear_coll_req_t *r, sparse_state_t *st)
+{
+    int flag;
+    DEAR_MPI_CHECK(MPI_Testall(2 * st->npeers, st->areq, &flag, MPI_STATUSES_IGNORE));
+    if (!flag)
+        return DEAR_OK;
+    r->events++;
+    unsigned long long most = 0;
+    for (int i = 0; i <= st->npeers; i++)
+        most = st->abytes[i] > most ? st->abytes[i] : most;
+    st->form = exchange_pays(r, most) ? FORM_SPARSE : FORM_DENSE;
+    DEAR_DEBUG("coll", "sparse: %s %zu elements: at most %llu bytes from a rank, %s", dear_coll_op_short(r->op),
+               r->total, most, st->form == FORM_SPARSE ? "the exchange" : "dense");
+    if (st->form == FORM_DENSE)
+        return dense_start(r, st);
+    return r->op == DEAR_COLL_REDUCE_SCATTER ? rs_start(r, st) : ag_start(r, st);
+}
+
 /* ---- the algorithm's entry points ---- */
 
 static int sparse_progress(dear_coll_req_t *r, int *done)
@@ -396,6 +509,19 @@ static int sparse_progress(dear_coll_req_t *r, int *done)
     if (st->npeers == 0) {
         *done = 1;
         return DEAR_OK;
+    }
+    if (st->form == FORM_AGREE) {
+        DEAR_CHECK(form_progress(r, st));
+        if (st->form == FORM_AGREE)
+            return DEAR_OK;
+    }
+    if (st->form == FORM_DENSE) {
+        int rc = dear_coll_progress(st->sub, done);
+        r->bytes_sent += st->sub->bytes_sent - st->sub_bytes;  /* counted since the last call */
+        r->events += st->sub->events - st->sub_events;
+        st->sub_bytes = st->sub->bytes_sent;
+        st->sub_events = st->sub->events;
+        return rc;
     }
     return r->op == DEAR_COLL_REDUCE_SCATTER ? rs_progress(r, st, done) : ag_progress(r, st, done);
 }
@@ -425,14 +551,26 @@ static int sparse_start(dear_coll_req_t *r)
     }
     st->npeers = r->nranks - 1;
     size_t nb = (size_t)st->npeers * sizeof(MPI_Request), lb = (size_t)st->npeers * sizeof(long);
-    size_t ib = max_pieces * sizeof(uint32_t) + 1;
+    size_t ib = max_pieces * sizeof(uint32_t) + 1, mb = (size_t)st->npeers * sizeof(msg_t);
+    size_t ab = ((size_t)st->npeers + 1) * sizeof(unsigned long long);
     DEAR_ALLOC_GOTO(st->rreq, malloc(nb), nb, rc, out);
     DEAR_ALLOC_GOTO(st->sreq, malloc(nb), nb, rc, out);
     DEAR_ALLOC_GOTO(st->rbytes, malloc(lb), lb, rc, out);
     DEAR_ALLOC_GOTO(st->idx, malloc(ib), ib, rc, out);
+    DEAR_ALLOC_GOTO(st->msgs, calloc(1, mb), mb, rc, out);
+    DEAR_ALLOC_GOTO(st->abytes, calloc(1, ab), ab, rc, out);
     for (int i = 0; i < st->npeers; i++)
         st->rreq[i] = st->sreq[i] = MPI_REQUEST_NULL;
-    rc = r->op == DEAR_COLL_REDUCE_SCATTER ? rs_start(r, st) : ag_start(r, st);
+    int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
+    DEAR_CHECK_GOTO(rs ? rs_prepare(r, st, &st->abytes[0]) : ag_prepare(r, st, &st->abytes[0]), rc, out);
+    /* One tiny message per peer first: a latency, small against large vectors' transfer. */
+    if (r->total * r->esize >= (size_t)dear_param_int(DEAR_P_SPARSE_AGREE)) {
+        st->form = FORM_AGREE;
+        rc = agree_start(r, st);
+    } else {
+        st->form = FORM_SPARSE;
+        rc = rs ? rs_start(r, st) : ag_start(r, st);
+    }
 out:
     return rc;
 }
@@ -448,10 +586,16 @@ static void sparse_cleanup(dear_coll_req_t *r)
         if (st->sreq != NULL)
             dear_coll_abandon(&st->sreq[i]);
     }
+    for (int i = 0; st->areq != NULL && i < 2 * st->npeers; i++)
+        dear_coll_abandon(&st->areq[i]);
+    dear_coll_free(st->sub);
     dear_coll_scratch_put(st->pack, st->pack_cap);
     free(st->rreq);
     free(st->sreq);
     free(st->rbytes);
+    free(st->msgs);
+    free(st->areq);
+    free(st->abytes);
     free(st->slots);
     free(st->idx);
     free(st->acc);

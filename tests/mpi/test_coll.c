@@ -853,7 +853,7 @@ static int sp_form(dear_dtype_t t, const char *v, size_t off, size_t len, size_t
 }
 
 typedef struct {
-    size_t sparse, dense, bytes;
+    size_t sparse, dense, bytes, fallbacks;
 } sp_forms_t;
 
 /* Adds `times` messages of shard [off, off+len) of v to f. */
@@ -905,6 +905,37 @@ static int sp_run(dear_coll_op_t op, dear_coll_algo_t algo, dear_dtype_t t, int 
     return bad;
 }
 
+/* Whether one half of the sparse collective on count elements runs the exchange, this rank
+ * sending `bytes` in it: below DEAR_SPARSE_AGREE always; from there only while the most any
+ * rank sends, times P/(P-1) at an even P >= 4, is below the bytes a ring sends per rank. */
+static int sp_exchange(dear_dtype_t t, size_t count, size_t bytes)
+{
+    size_t es = dear_dtype_size(t), biggest = 0;
+    if (g_size == 1 || count * es < (size_t)dear_param_int(DEAR_P_SPARSE_AGREE))
+        return 1;
+    unsigned long long mine = bytes, most = 0, P = (unsigned long long)g_size;
+    MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, g_comm);
+    for (int p = 0; p < g_size; p++) {
+        size_t off, len;
+        dear_coll_shard(count, g_size, p, &off, &len);
+        biggest = len > biggest ? len : biggest;
+    }
+    unsigned long long ring = (unsigned long long)(count - biggest) * es;
+    return P >= 4 && P % 2 == 0 ? most * P < ring * (P - 1) : most < ring;
+}
+
+/* Adds one half's expected messages h to f: its forms when it runs the exchange, else the bytes
+ * of the dense algorithm that replaces it (direct at these sizes on one host), dense_bytes. */
+static void sp_half(sp_forms_t *f, const sp_forms_t *h, dear_dtype_t t, size_t count, size_t dense_bytes)
+{
+    if (sp_exchange(t, count, h->bytes)) {
+        f->sparse += h->sparse, f->dense += h->dense, f->bytes += h->bytes;
+    } else {
+        f->bytes += dense_bytes;
+        f->fallbacks++;
+    }
+}
+
 /* One case: every rank fills its input with its kind (kinds[rank % nk]); sparse against direct
  * on the same input bitwise, against MPI_Allreduce in float64 by value, and each message's form
  * and the bytes sent against sp_form. */
@@ -922,7 +953,9 @@ static int sp_case(dear_coll_op_t op, dear_dtype_t t, int in_place, size_t count
         mine[i] = dear_elem_get(t, input, i), mabs[i] = fabs(mine[i]);
     MPI_Allreduce(mine, ref, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
     MPI_Allreduce(mabs, absref, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
-    sp_forms_t expect = { 0, 0, 0 };
+    sp_forms_t expect = { 0, 0, 0, 0 }, rs = { 0, 0, 0, 0 }, ag = { 0, 0, 0, 0 };
+    /* Bytes the dense direct exchange sends per half: the other shards, or the own to each peer. */
+    size_t direct_rs = (n - len) * es, direct_ag = len * es * (size_t)(g_size - 1);
     if (op == DEAR_COLL_ALLGATHER) {
         /* The reduced vector (the union of the patterns) is gathered: own shard in place, the
          * rest of recvbuf left as garbage, which the collective must overwrite. */
@@ -932,22 +965,26 @@ static int sp_case(dear_coll_op_t op, dear_dtype_t t, int in_place, size_t count
             ref[i] = expected_of(t, ref[i], 1.0);
             absref[i] = 0;
         }
-        sp_count(&expect, t, input, off, len, block, g_size - 1);
+        sp_count(&ag, t, input, off, len, block, g_size - 1);
+        sp_half(&expect, &ag, t, n, direct_ag);
     } else {
         for (int p = 0; p < g_size; p++) {
             size_t po, pl;
             dear_coll_shard(count, g_size, p, &po, &pl);
             if (p != g_rank)
-                sp_count(&expect, t, input, po, pl, block, 1);
+                sp_count(&rs, t, input, po, pl, block, 1);
         }
+        sp_half(&expect, &rs, t, n, direct_rs);
     }
     dear_coll_info_t info, dinfo;
     memset(got, 0, n * es);
     memset(want, 0, n * es);
     bad |= sp_run(op, DEAR_ALGO_SPARSE, t, in_place, count, block, scale, input, got, &info);
     bad |= sp_run(op, DEAR_ALGO_DIRECT, t, in_place, count, block, scale, input, want, &dinfo);
-    if (op == DEAR_COLL_ALLREDUCE) /* its all-gather half sends the own shard of the result */
-        sp_count(&expect, t, got, off, len, block, g_size - 1);
+    if (op == DEAR_COLL_ALLREDUCE) { /* its all-gather half sends the own shard of the result */
+        sp_count(&ag, t, got, off, len, block, g_size - 1);
+        sp_half(&expect, &ag, t, n, direct_ag);
+    }
     size_t lo = op == DEAR_COLL_REDUCE_SCATTER ? off : 0, hi = op == DEAR_COLL_REDUCE_SCATTER ? off + len : n;
     double sc = op == DEAR_COLL_ALLGATHER ? 1.0 : scale;
     const char *what = dear_coll_op_name(op), *tn = dear_dtype_name(t);
@@ -968,11 +1005,14 @@ static int sp_case(dear_coll_op_t op, dear_dtype_t t, int in_place, size_t count
     bad |= note(dinfo.msgs_sparse + dinfo.msgs_dense != 0, "direct reported sparse/dense messages");
     seen->sparse += info.msgs_sparse;
     seen->dense += info.msgs_dense;
+    seen->fallbacks += expect.fallbacks;
     free(input), free(got), free(want), free(mine), free(ref), free(mabs), free(absref);
     return bad;
 }
 
-/* Every type x op x in/out of place x (block, count) x pattern set, each rank its own pattern. */
+/* Every type x op x in/out of place x (block, count) x pattern set, each rank its own pattern;
+ * then with DEAR_SPARSE_AGREE=0, so that every half first agrees on its form, float32 and
+ * bfloat16 in place again: dense patterns must fall back, sparse ones keep the exchange. */
 START_TEST(test_sparse)
 {
     static const dear_dtype_t types[] = { DEAR_FLOAT32, DEAR_BFLOAT16, DEAR_FLOAT16, DEAR_FLOAT64, DEAR_INT32 };
@@ -982,33 +1022,46 @@ START_TEST(test_sparse)
     const size_t shapes[][2] = { { 1, 20000 + P }, { 7, 7 * 40 * P + 5 }, { 64, 64 * 8 * P + 33 }, { 50, 31 },
                                  { 2, P - 1 }, { 5, 0 } };
     int nshapes = (int)(sizeof shapes / sizeof shapes[0]), bad = 0, ncases = 0;
-    sp_forms_t seen = { 0, 0, 0 };
+    sp_forms_t seen = { 0, 0, 0, 0 }, agreed = { 0, 0, 0, 0 };
     g_first_err[0] = '\0';
-    for (int t = 0; t < 5; t++)
-        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-            for (int ip = 0; ip < 2; ip++)
-                for (int sh = 0; sh < nshapes; sh++)
-                    /* sets 0..SP_NKINDS-1: rank r takes kind (set + r) (different on every rank);
-                     * then every rank all-zero, all-dense, one block */
-                    for (int set = 0; set < SP_NKINDS + 3; set++) {
-                        if ((t > 0 || ip) && set % 3 != (op + sh) % 3 && set < SP_NKINDS)
-                            continue;  /* float32 in place sees every set; the rest a third (time) */
-                        int kinds[8], nk = set < SP_NKINDS ? 8 : 1;
-                        for (int k = 0; k < nk; k++)
-                            kinds[k] = set < SP_NKINDS ? (set + k) % SP_NKINDS
-                                                       : (int[]){ K_ZERO, K_DENSE, K_ONE }[set - SP_NKINDS];
-                        double scale = types[t] == DEAR_INT32 || set % 2 ? 1.0 : 1.0 / (double)P;
-                        bad |= sp_case((dear_coll_op_t)op, types[t], !ip, shapes[sh][1], shapes[sh][0], scale,
-                                       kinds, nk, &seen);
-                        ncases++;
-                    }
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            setenv("DEAR_SPARSE_AGREE", "0", 1);
+            ck_assert_int_eq(dear_params_load(), DEAR_OK);
+        }
+        for (int t = 0; t < (pass ? 2 : 5); t++)
+            for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+                for (int ip = 0; ip < (pass ? 1 : 2); ip++)
+                    for (int sh = 0; sh < nshapes; sh++)
+                        /* sets 0..SP_NKINDS-1: rank r takes kind (set + r) (different on every
+                         * rank); then every rank all-zero, all-dense, one block */
+                        for (int set = 0; set < SP_NKINDS + 3; set++) {
+                            if ((t > 0 || ip || pass) && set % 3 != (op + sh) % 3 && set < SP_NKINDS)
+                                continue;  /* float32 in place sees every set; the rest a third (time) */
+                            int kinds[8], nk = set < SP_NKINDS ? 8 : 1;
+                            for (int k = 0; k < nk; k++)
+                                kinds[k] = set < SP_NKINDS ? (set + k) % SP_NKINDS
+                                                           : (int[]){ K_ZERO, K_DENSE, K_ONE }[set - SP_NKINDS];
+                            double scale = types[t] == DEAR_INT32 || set % 2 ? 1.0 : 1.0 / (double)P;
+                            bad |= sp_case((dear_coll_op_t)op, types[t], !ip, shapes[sh][1], shapes[sh][0], scale,
+                                           kinds, nk, pass ? &agreed : &seen);
+                            ncases++;
+                        }
+    }
+    unsetenv("DEAR_SPARSE_AGREE");
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
     assert_all_ok(bad, "sparse collectives");
-    /* Both forms ran (with more than one rank). */
+    /* Both forms ran (with more than one rank), and without agreement nothing fell back; with
+     * it, both the exchange and the fallback ran. */
     ck_assert_msg(g_size == 1 || (seen.sparse > 0 && seen.dense > 0), "forms seen: %zu sparse, %zu dense",
                   seen.sparse, seen.dense);
+    ck_assert_uint_eq(seen.fallbacks, 0);
+    ck_assert_msg(g_size == 1 || (agreed.sparse > 0 && agreed.fallbacks > 0),
+                  "agreeing: %zu sparse messages, %zu fallbacks", agreed.sparse, agreed.fallbacks);
     if (g_rank == 0)
-        fprintf(stderr, "sparse: %d cases passed on %d ranks (rank 0 sent %zu sparse, %zu dense messages)\n",
-                ncases, g_size, seen.sparse, seen.dense);
+        fprintf(stderr, "sparse: %d cases passed on %d ranks (rank 0 sent %zu sparse, %zu dense messages; "
+                        "agreeing first: %zu sparse, %zu dense, %zu halves fell back to direct)\n",
+                ncases, g_size, seen.sparse, seen.dense, agreed.sparse, agreed.dense, agreed.fallbacks);
 }
 END_TEST
 
