@@ -1,6 +1,6 @@
 /*
- * model.c: the character-level GPT: parameter layout, initialisation, and one forward and one
- * backward function per layer, in the mould of llm.c's train_gpt2.c.
+ * model.c: the GPT of dear-gpt (characters or words): parameter layout, initialisation, and one
+ * forward and one backward function per layer, in the mould of llm.c's train_gpt2.c.
  *
  * All parameters live in one allocation and all gradients in another with the same layout,
  * tensor after tensor in forward order, so that the trainer can register them with dear back to
@@ -53,7 +53,7 @@ void gpt_encoder_forward(gpt_real *out, const int *inp, const gpt_real *wte, con
 void gpt_encoder_backward(gpt_real *dwte, gpt_real *dwpe, const gpt_real *dout, const int *inp,
                           int B, int T, int C)
 {
-    /* Only the rows of wte for characters in the batch receive gradient: sparse. */
+    /* Only the rows of wte for tokens in the batch receive gradient: sparse. */
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             const gpt_real *d = dout + ((size_t)b * T + t) * C;

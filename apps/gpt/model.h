@@ -1,5 +1,6 @@
 /*
- * model.h: a character-level decoder-only transformer (GPT) written out in C, layer by layer.
+ * model.h: a decoder-only transformer (GPT) over characters or words, written out in C, layer by
+ * layer.
  *
  * The model knows nothing of MPI or dear: the trainer (train.c) passes hooks that run before
  * each layer's forward and after each layer's backward, which is where it calls
@@ -25,7 +26,7 @@ typedef float gpt_real;
 
 /* Hyper-parameters that fix the shapes. */
 typedef struct {
-    int vocab;      /* V: distinct characters */
+    int vocab;      /* V: distinct tokens (characters, or words and <unk>) */
     int max_seq;    /* maxT: longest context (size of the position embedding) */
     int layers;     /* NL: transformer blocks */
     int heads;      /* NH: attention heads; dim % heads == 0 */

@@ -1,6 +1,7 @@
 /*
- * text.c: loads the training text of dear-gpt, builds the byte vocabulary, splits it into
- * training and validation sets and computes the unigram baseline (see text.h).
+ * text.c: loads the training text of dear-gpt, builds the byte vocabulary (or has words.c build
+ * the word vocabulary), splits it into training and validation sets and computes the unigram
+ * baseline (see text.h).
  */
 #include "apps/gpt/text.h"
 
@@ -11,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#define SPLIT_BLOCK 4096 /* bytes; every tenth block is validation */
 
 typedef struct {
     char *data;
@@ -136,7 +135,43 @@ static int load_fortunes(buf_t *b, const char *dir, int *files, char *err, size_
     return rc;
 }
 
-int gpt_text_load(gpt_text_t *text, const char *path, const char *dir, char *err, size_t errlen)
+/* One token per byte: the distinct bytes, in byte order. */
+static int bytes_build(gpt_text_t *text, const char *data, size_t len, char *err, size_t errlen)
+{
+    size_t count[256] = {0};
+    for (size_t i = 0; i < len; i++)
+        count[(unsigned char)data[i]]++;
+    text->unk = -1;
+    for (int c = 0; c < 256; c++) {
+        text->stoi[c] = -1;
+        if (count[c]) {
+            text->stoi[c] = text->vocab;
+            text->itos[text->vocab++] = (unsigned char)c;
+        }
+    }
+    if (text->vocab < 2) {
+        snprintf(err, errlen, "the text has %d distinct characters; at least 2 are needed",
+                 text->vocab);
+        return -1;
+    }
+    text->train = malloc(len * sizeof(int));
+    text->val = malloc((len / 10 + GPT_SPLIT_BLOCK) * sizeof(int));
+    if (!text->train || !text->val) {
+        snprintf(err, errlen, "out of memory for %zu characters", len);
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        int id = text->stoi[(unsigned char)data[i]];
+        if (gpt_is_val(i))
+            text->val[text->val_len++] = id;
+        else
+            text->train[text->train_len++] = id;
+    }
+    return 0;
+}
+
+int gpt_text_load(gpt_text_t *text, const char *path, const char *dir, long words, char *err,
+                  size_t errlen)
 {
     buf_t b = {0};
     int files = 1;
@@ -157,36 +192,10 @@ int gpt_text_load(gpt_text_t *text, const char *path, const char *dir, char *err
         goto err_free;
     }
 
-    /* vocabulary: the distinct bytes, in byte order */
-    size_t count[256] = {0};
-    for (size_t i = 0; i < b.len; i++)
-        count[(unsigned char)b.data[i]]++;
-    for (int c = 0; c < 256; c++) {
-        text->stoi[c] = -1;
-        if (count[c]) {
-            text->stoi[c] = text->vocab;
-            text->itos[text->vocab++] = (unsigned char)c;
-        }
-    }
-    if (text->vocab < 2) {
-        snprintf(err, errlen, "the text has %d distinct characters; at least 2 are needed",
-                 text->vocab);
+    text->words = words > 0;
+    if (words > 0 ? gpt_words_build(text, b.data, b.len, words, err, errlen)
+                  : bytes_build(text, b.data, b.len, err, errlen))
         goto err_free;
-    }
-
-    text->train = malloc(b.len * sizeof(int));
-    text->val = malloc((b.len / 10 + SPLIT_BLOCK) * sizeof(int));
-    if (!text->train || !text->val) {
-        snprintf(err, errlen, "out of memory for %zu characters", b.len);
-        goto err_free;
-    }
-    for (size_t i = 0; i < b.len; i++) {
-        int id = text->stoi[(unsigned char)b.data[i]];
-        if ((i / SPLIT_BLOCK) % 10 == 9)
-            text->val[text->val_len++] = id;
-        else
-            text->train[text->train_len++] = id;
-    }
     text->raw_len = b.len;
     text->files = files;
     free(b.data);
@@ -202,8 +211,45 @@ void gpt_text_free(gpt_text_t *text)
 {
     free(text->train);
     free(text->val);
-    text->train = text->val = NULL;
+    free(text->val_bytes);
+    free(text->val_spell);
+    free(text->word_pool);
+    free(text->word_off);
+    text->train = text->val = text->val_bytes = NULL;
+    text->val_spell = NULL;
+    text->word_pool = NULL;
+    text->word_off = NULL;
     text->train_len = text->val_len = 0;
+}
+
+size_t gpt_token_text(const gpt_text_t *text, int id, const char **s)
+{
+    if (!text->words) {
+        *s = (const char *)&text->itos[id];
+        return 1;
+    }
+    if (id == text->unk) {
+        *s = GPT_UNK_TEXT;
+        return sizeof GPT_UNK_TEXT - 1;
+    }
+    *s = text->word_pool + text->word_off[id];
+    return text->word_off[id + 1] - text->word_off[id];
+}
+
+uint64_t gpt_vocab_hash(const gpt_text_t *text)
+{
+    /* FNV-1a over the kind, then each spelling with its length, so "ab","c" != "a","bc" */
+    uint64_t h = 0xcbf29ce484222325ull;
+    const uint64_t prime = 0x100000001b3ull;
+    h = (h ^ (uint64_t)text->words) * prime;
+    for (int id = 0; id < text->vocab; id++) {
+        const char *s;
+        size_t n = gpt_token_text(text, id, &s);
+        h = (h ^ (uint64_t)n) * prime;
+        for (size_t i = 0; i < n; i++)
+            h = (h ^ (unsigned char)s[i]) * prime;
+    }
+    return h;
 }
 
 double gpt_unigram_entropy(const int *ids, size_t n, int vocab)

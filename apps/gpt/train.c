@@ -1,22 +1,26 @@
 /*
- * dear-gpt: trains a character-level decoder-only transformer (model.c) data-parallel over MPI,
- * with libdear synchronising the gradients.
+ * dear-gpt: trains a decoder-only transformer (model.c) on characters or words data-parallel
+ * over MPI, with libdear synchronising the gradients.
  *
  *     mpirun -np 4 dear-gpt --iters 1000 --schedule dear
+ *     mpirun -np 4 dear-gpt --vocab words --vocab-size 16384
  *
  * Every rank holds the whole model and trains on its shard of every global batch: the global
  * batch is drawn from a random generator seeded identically on all ranks, rank r takes
  * sequences [r*B/P, (r+1)*B/P), and libdear averages the gradients, so P ranks compute the
  * same steps as one rank with the same global batch. Every parameter tensor is registered
- * with its layer id in forward order (the token embedding's gradient is its own tensor: it is
- * sparse in every batch); the model calls dear_forward_begin before each layer and
+ * with its layer id in forward order (the token embedding's gradient is its own tensor, declared
+ * sparse: only the rows of the batch's tokens are non-zero, a few hundred of the 16k rows of a
+ * word vocabulary); the model calls dear_forward_begin before each layer and
  * dear_backward_done after each layer's backward through its hooks, and AdamW runs in the
  * per-tensor update callback, the moment the averaged gradient of that tensor is in place.
  *
- * Reports training and validation loss in nats per character next to the unigram baseline
- * (entropy of the training text's character distribution: the best a model without context
- * can do), throughput, and the share of iteration time the application was blocked on
- * communication; prints a sample at the end. Uses only include/dear.h and MPI.
+ * Reports training and validation loss in nats per token next to the unigram baseline
+ * (entropy of the training text's token distribution: the best a model without context can
+ * do), for words also the validation loss per character (the unknown word's loss plus what
+ * spelling it out costs, over the characters the tokens cover), so characters and words compare;
+ * throughput, the share of iteration time the application was blocked on communication, and
+ * what the sparse embedding sent; prints a sample at the end. Uses only include/dear.h and MPI.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -39,11 +43,15 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Options */
 
+#define GPT_DEFAULT_VOCAB_SIZE 16384 /* words: large enough that a batch touches ~2% of it */
+
 typedef struct {
     const char *data;           /* NULL: the fortunes */
     const char *schedule;       /* NULL: DEAR_SCHEDULE or dear's default */
     const char *profile_out;
     const char *loss_out;
+    const char *params_out;
+    long vocab_size;            /* 0: characters; K: the K most frequent words and <unk> */
     long iters, batch, seq, layers, heads, dim;
     long seed, sample, eval_every, print_every, val_chars, warmup;
     double lr, min_lr_frac, weight_decay, beta1, beta2, temperature, clip;
@@ -53,16 +61,23 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "Usage: mpirun -np P dear-gpt [options]\n"
-        "Train a character-level transformer data-parallel with libdear.\n\n"
+        "Train a character- or word-level transformer data-parallel with libdear.\n\n"
         "Data\n"
         "  --data FILE         train on FILE instead of the fortunes in %s\n"
         "                      (Debian package: fortunes)\n"
+        "  --vocab chars|words tokens: bytes (default), or words: runs of letters, digits and\n"
+        "                      UTF-8 bytes, every other byte (space, newline, punctuation) a\n"
+        "                      token of its own; the input embedding's gradient then touches a\n"
+        "                      few hundred of its rows per batch and travels sparse (DEAR_SPARSE)\n"
+        "  --vocab-size K      words: keep the K most frequent tokens of the training text, most\n"
+        "                      frequent first (ties in byte order); the rest become <unk>\n"
+        "                      (default %d, at most the number of distinct tokens)\n"
         "  --val-chars N       characters of validation text evaluated (default 65536)\n"
         "Model\n"
         "  --layers N          transformer blocks (default 2)\n"
         "  --heads N           attention heads, must divide --dim (default 4)\n"
         "  --dim N             channels (default 96)\n"
-        "  --seq N             context length in characters (default 64)\n"
+        "  --seq N             context length in tokens (default 64)\n"
         "Training\n"
         "  --iters N           iterations (default 1000)\n"
         "  --batch N           global batch in sequences, divisible by P (default 32)\n"
@@ -76,12 +91,19 @@ static void usage(FILE *f)
         "Output\n"
         "  --print-every N     progress line every N iterations (default 50; 0: none)\n"
         "  --eval-every N      validation loss every N iterations (default 200; 0: end only)\n"
-        "  --sample N          characters to sample at the end (default 400; 0: none)\n"
+        "  --sample N          tokens to sample at the end (default 400; 0: none)\n"
         "  --temperature X     sampling temperature (default 0.8)\n"
         "  --profile-out FILE  write the measured per-layer profile (dear_profile_save)\n"
         "  --loss-out FILE     write the training loss of every iteration (rank 0)\n"
-        "  --help              this text\n",
-        GPT_FORTUNES_DIR);
+        "  --params-out FILE   write the trained parameters, one per line in the order of the\n"
+        "                      model's one allocation (rank 0), to compare runs\n"
+        "  --help              this text\n"
+        "Losses are nats per token: per character for --vocab chars, per word-level token for\n"
+        "words, which are not comparable. For words the validation line also gives nats per\n"
+        "character: the token losses plus the cost of spelling out each <unk> with a byte\n"
+        "unigram model, over the characters evaluated; that figure compares with the character\n"
+        "model's (it is an upper bound of the word model's true loss per character).\n",
+        GPT_FORTUNES_DIR, GPT_DEFAULT_VOCAB_SIZE);
 }
 
 /* Only rank 0 prints argument errors; every rank reaches the same verdict without talking. */
@@ -121,7 +143,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
 {
     enum { O_DATA = 256, O_VALCH, O_LAYERS, O_HEADS, O_DIM, O_SEQ, O_ITERS, O_BATCH, O_LR,
            O_WARMUP, O_WD, O_SEED, O_SCHED, O_PRINT, O_EVAL, O_SAMPLE, O_TEMP, O_PROF, O_LOSS,
-           O_CLIP, O_HELP };
+           O_CLIP, O_VOCAB, O_VOCAB_SIZE, O_PARAMS, O_HELP };
     static const struct option longopts[] = {
         {"data", required_argument, 0, O_DATA}, {"val-chars", required_argument, 0, O_VALCH},
         {"layers", required_argument, 0, O_LAYERS}, {"heads", required_argument, 0, O_HEADS},
@@ -130,6 +152,9 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
         {"lr", required_argument, 0, O_LR}, {"warmup", required_argument, 0, O_WARMUP},
         {"weight-decay", required_argument, 0, O_WD}, {"seed", required_argument, 0, O_SEED},
         {"clip", required_argument, 0, O_CLIP},
+        {"vocab", required_argument, 0, O_VOCAB},
+        {"vocab-size", required_argument, 0, O_VOCAB_SIZE},
+        {"params-out", required_argument, 0, O_PARAMS},
         {"schedule", required_argument, 0, O_SCHED},
         {"print-every", required_argument, 0, O_PRINT},
         {"eval-every", required_argument, 0, O_EVAL}, {"sample", required_argument, 0, O_SAMPLE},
@@ -140,7 +165,8 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
                   .seed = 1, .sample = 400, .eval_every = 200, .print_every = 50,
                   .val_chars = 65536, .warmup = -1, .lr = 3e-3, .min_lr_frac = 0.1,
                   .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.99, .temperature = 0.8, .clip = 1.0};
-    int rc = 0, c;
+    int rc = 0, c, words = 0;
+    long vocab_size = -1;
     g_verbose = verbose;
     opterr = 0;
     optind = 1;
@@ -172,8 +198,20 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
         case O_EVAL: rc = parse_long("--eval-every", optarg, 0, LONG_MAX, &o->eval_every); break;
         case O_SAMPLE: rc = parse_long("--sample", optarg, 0, 1L << 24, &o->sample); break;
         case O_TEMP: rc = parse_double("--temperature", optarg, 1e-3, 100, &o->temperature); break;
+        case O_VOCAB:
+            if (strcmp(optarg, "chars") && strcmp(optarg, "words")) {
+                if (verbose)
+                    fprintf(stderr, "dear-gpt: --vocab '%s': expected chars or words\n", optarg);
+                rc = -1;
+            }
+            words = strcmp(optarg, "words") == 0;
+            break;
+        case O_VOCAB_SIZE:
+            rc = parse_long("--vocab-size", optarg, 1, INT_MAX - 1, &vocab_size);
+            break;
         case O_PROF: o->profile_out = optarg; break;
         case O_LOSS: o->loss_out = optarg; break;
+        case O_PARAMS: o->params_out = optarg; break;
         case O_HELP: rc = 1; break;
         case ':':
             if (verbose)
@@ -198,6 +236,14 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
                     o->heads);
         rc = -1;
     }
+    if (!rc && vocab_size > 0 && !words) {
+        if (verbose)
+            fprintf(stderr, "dear-gpt: --vocab-size applies to --vocab words only (characters "
+                            "take every distinct byte)\n");
+        rc = -1;
+    }
+    if (words)
+        o->vocab_size = vocab_size > 0 ? vocab_size : GPT_DEFAULT_VOCAB_SIZE;
     if (o->warmup < 0)
         o->warmup = o->iters / 20;
     return rc;
@@ -314,25 +360,42 @@ static void next_batch(uint64_t *rng, const gpt_text_t *text, int B, int T, int 
     }
 }
 
-/* Mean loss in nats per character over the first val_chars characters of the validation
- * text, in windows of T; windows are dealt round-robin to the ranks. Parameters must be up to
- * date (dear_flush first). Collective. */
-static double evaluate(gpt_model_t *m, const gpt_text_t *text, long val_chars, int T, int rank,
-                       int P, int *inputs, int *targets)
+/* Windows of T tokens that evaluate: as many as the validation text holds whose targets cover
+ * at most val_chars characters (for characters, val_chars / T), at least one. */
+static size_t eval_windows(const gpt_text_t *text, long val_chars, int T)
 {
-    size_t windows = (text->val_len - 1) / (size_t)T;
-    if ((size_t)val_chars / (size_t)T < windows)
-        windows = (size_t)val_chars / (size_t)T;
-    if (windows == 0)
-        windows = 1;
-    double sums[2] = {0, 0}; /* loss sum, characters */
+    const size_t windows = (text->val_len - 1) / (size_t)T;
+    size_t n = 0, chars = 0;
+    for (; n < windows * (size_t)T; n++) {
+        chars += text->val_bytes ? (size_t)text->val_bytes[n + 1] : 1;
+        if (chars > (size_t)val_chars)
+            break;
+    }
+    return n >= (size_t)T ? n / (size_t)T : 1;
+}
+
+/* The validation loss per token, and per character of the text its targets cover, where an
+ * unknown word's target also pays for spelling the word out (text->val_spell). */
+typedef struct {
+    double per_token, per_char;
+} val_loss_t;
+
+/* The validation loss over eval_windows windows of T, dealt round-robin to the ranks.
+ * Parameters must be up to date (dear_flush first). Collective. */
+static val_loss_t evaluate(gpt_model_t *m, const gpt_text_t *text, size_t windows, int T,
+                           int rank, int P, int *inputs, int *targets)
+{
+    double sums[4] = {0, 0, 0, 0}; /* model nats, tokens, characters, spelling nats */
     int nb = 0;
     for (size_t w = (size_t)rank;; w += (size_t)P) {
         int flush = w >= windows;
         if (!flush) {
             for (int t = 0; t < T; t++) {
-                inputs[nb * T + t] = text->val[w * T + t];
-                targets[nb * T + t] = text->val[w * T + t + 1];
+                const size_t j = w * T + t + 1; /* the target */
+                inputs[nb * T + t] = text->val[j - 1];
+                targets[nb * T + t] = text->val[j];
+                sums[2] += text->val_bytes ? text->val_bytes[j] : 1;
+                sums[3] += text->val_spell ? text->val_spell[j] : 0;
             }
             nb++;
         }
@@ -345,17 +408,28 @@ static double evaluate(gpt_model_t *m, const gpt_text_t *text, long val_chars, i
         if (flush)
             break;
     }
-    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    return sums[0] / sums[1];
+    MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return (val_loss_t){sums[0] / sums[1], (sums[0] + sums[3]) / sums[2]};
 }
 
-/* Sample n characters after a newline, at the given temperature (rank 0). */
+/* The id of the newline token, or 0 when the vocabulary has none. */
+static int newline_id(const gpt_text_t *text)
+{
+    for (int id = 0; id < text->vocab; id++) {
+        const char *s;
+        if (gpt_token_text(text, id, &s) == 1 && s[0] == '\n')
+            return id;
+    }
+    return 0;
+}
+
+/* Sample n tokens after a newline, at the given temperature (rank 0). */
 static void sample_text(gpt_model_t *m, const gpt_text_t *text, long n, double temperature,
                         uint64_t *rng, int *ctx_buf, FILE *out)
 {
     const int T = m->cfg.max_seq, V = m->cfg.vocab;
     int len = 1;
-    ctx_buf[0] = text->stoi['\n'] >= 0 ? text->stoi['\n'] : 0;
+    ctx_buf[0] = newline_id(text);
     double *p = malloc((size_t)V * sizeof *p);
     if (!p)
         return;
@@ -378,7 +452,9 @@ static void sample_text(gpt_model_t *m, const gpt_text_t *text, long n, double t
                 break;
             }
         }
-        fputc(text->itos[next], out);
+        const char *s;
+        size_t slen = gpt_token_text(text, next, &s);
+        fwrite(s, 1, slen, out);
         /* keep the last T tokens: slide the window when the buffer is full */
         if (len == 2 * T) {
             memmove(ctx_buf, ctx_buf + T, (size_t)T * sizeof *ctx_buf);
@@ -416,19 +492,23 @@ typedef struct {
     gpt_model_t model;
     int have_text, have_model;
     int B, T, local_B;          /* global batch, context, this rank's share of the batch */
-    double unigram;             /* nats per character of the training text's characters */
+    double unigram;             /* nats per token of the training text's tokens */
+    size_t val_windows;         /* windows of T tokens each validation evaluates */
+    const char *unit;           /* what a token is: "char" or "token" */
     dear_ctx_t *ctx;
     float *opt_state;           /* AdamW's two moments per parameter */
     adamw_slot_t *slots;
     int *inputs, *targets;
     double *losses;             /* training loss of every iteration, mean over the ranks */
-    FILE *loss_file;
+    double *iter_s;             /* wall time of every iteration on this rank */
+    FILE *loss_file, *params_file;
 } run_t;
 
 /* The training loop's accounting: rates leave out the first iteration; a window spans the
  * iterations since the last progress line. */
 typedef struct {
-    double train_s, blocked_s, window_s, window_blocked, val_loss;
+    double train_s, blocked_s, window_s, window_blocked;
+    val_loss_t val;
     long timed_iters, last_print;
 } progress_t;
 
@@ -472,48 +552,63 @@ static int check_options(run_t *r, int argc, char **argv)
 }
 
 /* Every rank reads the same file, so a missing file fails everywhere alike: no hang. 0, or 2
- * when the text is missing or too short for --seq. */
+ * when the text is missing or too short for --seq, --vocab-size is more than its distinct
+ * tokens, or the ranks built different vocabularies (they read different files). Collective. */
 static int load_text(run_t *r)
 {
     char err[512];
-    if (gpt_text_load(&r->text, r->o.data, NULL, err, sizeof err)) {
+    if (gpt_text_load(&r->text, r->o.data, NULL, r->o.vocab_size, err, sizeof err)) {
         if (r->rank == 0)
             fprintf(stderr, "dear-gpt: %s\n", err);
         return 2;
     }
     r->have_text = 1;
+    r->unit = r->text.words ? "token" : "char";
     if (r->text.train_len < (size_t)r->o.seq + 2 || r->text.val_len < (size_t)r->o.seq + 2) {
         if (r->rank == 0)
             fprintf(stderr,
                     "dear-gpt: the text is too short for --seq %ld (%zu training and %zu "
-                    "validation characters)\n",
-                    r->o.seq, r->text.train_len, r->text.val_len);
+                    "validation %ss)\n",
+                    r->o.seq, r->text.train_len, r->text.val_len, r->unit);
+        return 2;
+    }
+    /* The same vocabulary everywhere, or the ranks would average gradients of different
+     * tokens. The largest fingerprint and the largest complement equal one's own on every rank
+     * exactly when all agree, so every rank reaches the same verdict. */
+    uint64_t h[2] = {gpt_vocab_hash(&r->text), ~gpt_vocab_hash(&r->text)}, most[2];
+    MPI_Allreduce(h, most, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (most[0] != h[0] || most[1] != h[1]) {
+        if (r->rank == 0)
+            fprintf(stderr, "dear-gpt: the ranks built different vocabularies: every rank must "
+                            "read the same text (--data)\n");
         return 2;
     }
     r->unigram = gpt_unigram_entropy(r->text.train, r->text.train_len, r->text.vocab);
+    r->val_windows = eval_windows(&r->text, r->o.val_chars, (int)r->o.seq);
     return 0;
 }
-/* The loss file is written as training goes: opened without following a link (O_NOFOLLOW) and
- * without blocking on a FIFO (O_NONBLOCK), and kept only if it is a regular file, which is then
- * emptied; anything else at that path is refused and left alone. */
-static FILE *open_loss_file(const char *path)
+/* An output file (--loss-out, --params-out) is opened before training, so a bad path fails
+ * before the work: without following a link (O_NOFOLLOW) and without blocking on a FIFO
+ * (O_NONBLOCK), and kept only if it is a regular file, which is then emptied; anything else at
+ * that path is refused and left alone. */
+static FILE *open_out_file(const char *opt, const char *path)
 {
     struct stat st;
     FILE *f = NULL;
     if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "dear-gpt: --loss-out %s is %s; refused (accepted: a regular file or a new path)\n", path,
-                S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file");
+        fprintf(stderr, "dear-gpt: %s %s is %s; refused (accepted: a regular file or a new path)\n",
+                opt, path, S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file");
         return NULL;
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0) {
-        fprintf(stderr, "dear-gpt: cannot write --loss-out %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "dear-gpt: cannot write %s %s: %s\n", opt, path, strerror(errno));
         return NULL;
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        fprintf(stderr, "dear-gpt: --loss-out %s is not a regular file; refused\n", path);
+        fprintf(stderr, "dear-gpt: %s %s is not a regular file; refused\n", opt, path);
     else if (ftruncate(fd, 0) != 0 || !(f = fdopen(fd, "w")))
-        fprintf(stderr, "dear-gpt: cannot write --loss-out %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "dear-gpt: cannot write %s %s: %s\n", opt, path, strerror(errno));
     if (!f)
         close(fd);
     return f;
@@ -521,8 +616,8 @@ static FILE *open_loss_file(const char *path)
 
 
 /* The model, the optimiser state and the batch buffers (sized for evaluation batches too),
- * and rank 0's --loss-out file. 0; 1 when this rank failed (run_end aborts the job); 2 on every
- * rank when --loss-out cannot be written. */
+ * and rank 0's --loss-out and --params-out files. 0; 1 when this rank failed (run_end aborts the
+ * job); 2 on every rank when one of the files cannot be written. */
 static int build_model(run_t *r)
 {
     const opts_t *o = &r->o;
@@ -542,12 +637,16 @@ static int build_model(run_t *r)
     r->inputs = malloc((size_t)eval_B * T * sizeof *r->inputs);
     r->targets = malloc((size_t)eval_B * T * sizeof *r->targets);
     r->losses = calloc((size_t)o->iters, sizeof *r->losses);
-    if (!r->opt_state || !r->slots || !r->inputs || !r->targets || !r->losses) {
+    r->iter_s = calloc((size_t)o->iters, sizeof *r->iter_s);
+    if (!r->opt_state || !r->slots || !r->inputs || !r->targets || !r->losses || !r->iter_s) {
         fprintf(stderr, "dear-gpt: rank %d: out of memory\n", r->rank);
         return 1;
     }
     int status = 0;
-    if (r->rank == 0 && o->loss_out && !(r->loss_file = open_loss_file(o->loss_out)))
+    if (r->rank == 0 && o->loss_out && !(r->loss_file = open_out_file("--loss-out", o->loss_out)))
+        status = 2;
+    if (r->rank == 0 && o->params_out &&
+        !(r->params_file = open_out_file("--params-out", o->params_out)))
         status = 2;
     MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     return status;
@@ -566,7 +665,7 @@ static int register_tensors(int rank, dear_ctx_t *ctx, const gpt_model_t model, 
                                   .decay = t->is_matrix, .o = o};
         DEAR_TRY(dear_register(ctx, t->name, t->layer, model.grads_memory + t->offset, t->count,
                                DEAR_FLOAT32, DEAR_MEM_HOST, adamw_update, &slots[i]));
-        /* A batch touches only the rows of the characters in it: let DEAR_SPARSE send just those. */
+        /* A batch touches only the rows of the tokens in it: let DEAR_SPARSE send just those. */
         if (strcmp(t->name, "wte") == 0)
             DEAR_TRY(dear_register_sparse(ctx, i, (size_t)model.cfg.dim));
     }
@@ -593,15 +692,23 @@ static void print_banner(const run_t *r)
     if (r->rank != 0)
         return;
     printf("dear-gpt: %d ranks, schedule %s, %s: %zu characters (%d files), vocabulary %d, "
-           "%zu train / %zu validation\n",
+           "%zu train / %zu validation %ss\n",
            r->P, getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear (default)",
            o->data ? o->data : GPT_FORTUNES_DIR, r->text.raw_len, r->text.files, r->text.vocab,
-           r->text.train_len, r->text.val_len);
+           r->text.train_len, r->text.val_len, r->unit);
+    if (r->text.words)
+        printf("words: the %d most frequent of the %zu distinct tokens of the training text, and "
+               "<unk> for %.1f%% of the training and %.1f%% of the validation tokens; %.2f "
+               "characters per token\n",
+               r->text.unk, r->text.distinct, 100.0 * r->text.train_unk / r->text.train_len,
+               100.0 * r->text.val_unk / r->text.val_len,
+               (double)r->text.raw_len / (double)(r->text.train_len + r->text.val_len));
     printf("model: %ld layers, %ld heads, dim %ld, context %d, %zu parameters in %d tensors, "
-           "%d hook layers; global batch %d x %d characters\n",
+           "%d hook layers; global batch %d x %d %ss\n",
            o->layers, o->heads, o->dim, r->T, r->model.num_params, r->model.num_tensors,
-           gpt_layer_count(&r->model.cfg), r->B, r->T);
-    printf("unigram baseline (entropy of the training characters): %.4f nats/char\n", r->unigram);
+           gpt_layer_count(&r->model.cfg), r->B, r->T, r->unit);
+    printf("unigram baseline (entropy of the training %ss): %.4f nats/%s\n", r->unit,
+           r->unigram, r->unit);
     fflush(stdout);
 }
 
@@ -620,8 +727,8 @@ static void print_progress(run_t *r, progress_t *pg, long it)
     }
     mean /= (double)n;
     if (r->rank == 0 && o->print_every > 0) {
-        printf("iter %6ld  train %.4f  lr %.2e  %8.0f chars/s  blocked %4.1f%%", it, mean,
-               lr_at(o, it), (double)n * r->B * r->T / pg->window_s,
+        printf("iter %6ld  train %.4f  lr %.2e  %8.0f %ss/s  blocked %4.1f%%", it, mean,
+               lr_at(o, it), (double)n * r->B * r->T / pg->window_s, r->unit,
                100.0 * pg->window_blocked / pg->window_s);
         if (g_grad_norm >= 0)
             printf("  |g| %.3f", g_grad_norm);
@@ -638,11 +745,14 @@ static int validate(run_t *r, progress_t *pg, long it)
     const int rank = r->rank;
     dear_ctx_t *ctx = r->ctx;
     DEAR_TRY(dear_flush(ctx));
-    pg->val_loss = evaluate(&r->model, &r->text, r->o.val_chars, r->T, rank, r->P, r->inputs,
-                            r->targets);
+    pg->val = evaluate(&r->model, &r->text, r->val_windows, r->T, rank, r->P, r->inputs,
+                       r->targets);
     if (rank == 0) {
-        printf("iter %6ld  validation %.4f nats/char  (unigram %.4f)\n", it, pg->val_loss,
-               r->unigram);
+        printf("iter %6ld  validation %.4f nats/%s  (unigram %.4f)", it, pg->val.per_token,
+               r->unit, r->unigram);
+        if (r->text.words)
+            printf("  %.4f nats/char with <unk> spelled out", pg->val.per_char);
+        printf("\n");
         fflush(stdout);
     }
     return 0;
@@ -657,7 +767,7 @@ static int train(run_t *r, progress_t *pg)
     dear_ctx_t *ctx = r->ctx;
     const gpt_hooks_t hooks = {hook_forward_begin, hook_backward_done, ctx};
     uint64_t batch_rng = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 7;
-    *pg = (progress_t){.val_loss = NAN};
+    *pg = (progress_t){.val = {NAN, NAN}};
     for (long it = 1; it <= o->iters; it++) {
         dear_stats_t s0, s1;
         DEAR_TRY(dear_get_stats(ctx, &s0));
@@ -670,6 +780,7 @@ static int train(run_t *r, progress_t *pg)
         double dt = MPI_Wtime() - t0;
         DEAR_TRY(dear_get_stats(ctx, &s1));
         r->losses[it - 1] = r->model.mean_loss;
+        r->iter_s[it - 1] = dt;
         /* the first iteration pays for first touches and plan set-up: keep it out of rates */
         if (it > 1) {
             pg->train_s += dt;
@@ -688,8 +799,40 @@ static int train(run_t *r, progress_t *pg)
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* What the sparse embedding did (rank 0): whether its phases ran sparse, the densities dear
+ * measured in warm-up and the messages of its sparse collectives. */
+static void print_sparse_stats(const run_t *r)
+{
+    const int t = dear_tensor_index(r->ctx, "wte");
+    dear_sparse_stats_t sp = {.size = sizeof sp};
+    if (t < 0 || dear_get_sparse_stats(r->ctx, t, &sp) != DEAR_OK)
+        return;
+    const char *sched = getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear";
+    printf("sparse embedding wte (%d rows of %zu): ", r->model.cfg.vocab, sp.block);
+    if (strcmp(sched, "dear") == 0)
+        printf("reduce-scatter %s, all-gather %s", sp.sparse_rs ? "sparse" : "dense",
+               sp.sparse_ag ? "sparse" : "dense");
+    else
+        printf("all-reduce %s", sp.sparse_rs ? "sparse" : "dense");
+    if (sp.density >= 0)
+        printf("; warm-up density %.4f on rank 0, %.4f of the averaged gradient", sp.density,
+               sp.density_union);
+    else
+        printf("; density not measured (DEAR_SPARSE=off)");
+    printf("; %llu sparse and %llu dense messages, %.3f MB sent by rank 0\n",
+           (unsigned long long)sp.msgs_sparse, (unsigned long long)sp.msgs_dense,
+           1e-6 * (double)sp.bytes_sent);
+}
+
 /* The final lines: losses against the unigram baseline and throughput (rank 0), and rank 0's
- * --loss-out. Collective. */
+ * --loss-out and --params-out (the parameters are up to date: train ends with dear_flush).
+ * Collective. */
 static void print_summary(run_t *r, const progress_t *pg)
 {
     const opts_t *o = &r->o;
@@ -697,6 +840,8 @@ static void print_summary(run_t *r, const progress_t *pg)
     double blocked_share = pg->train_s > 0 ? pg->blocked_s / pg->train_s : 0;
     MPI_Allreduce(MPI_IN_PLACE, &blocked_share, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     blocked_share /= r->P;
+    /* an iteration lasts as long as its slowest rank */
+    MPI_Allreduce(MPI_IN_PLACE, r->iter_s, (int)o->iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (r->rank != 0)
         return;
     double tail = 0;
@@ -704,18 +849,37 @@ static void print_summary(run_t *r, const progress_t *pg)
     for (long i = o->iters - k; i < o->iters; i++)
         tail += r->losses[i];
     tail /= (double)k;
-    printf("final: train %.4f (mean of last %ld)  validation %.4f  unigram %.4f nats/char  "
-           "(%.1f%% below unigram)\n",
-           tail, k, pg->val_loss, r->unigram, 100.0 * (r->unigram - pg->val_loss) / r->unigram);
+    printf("final: train %.4f (mean of last %ld)  validation %.4f  unigram %.4f nats/%s  "
+           "(%.1f%% below unigram); validation %.4f nats/char = %.4f bits/char%s\n",
+           tail, k, pg->val.per_token, r->unigram, r->unit,
+           100.0 * (r->unigram - pg->val.per_token) / r->unigram, pg->val.per_char,
+           pg->val.per_char / M_LN2, r->text.words ? " (<unk> spelled out)" : "");
     if (pg->timed_iters > 0)
-        printf("throughput: %.0f chars/s, %.2f ms/iteration, blocked on communication "
+        printf("throughput: %.0f %ss/s, %.2f ms/iteration, blocked on communication "
                "%.1f%% of iteration time (mean over ranks; iterations 2..%ld, evaluation "
                "excluded)\n",
-               (double)pg->timed_iters * r->B * r->T / pg->train_s,
+               (double)pg->timed_iters * r->B * r->T / pg->train_s, r->unit,
                1e3 * pg->train_s / (double)pg->timed_iters, 100.0 * blocked_share, o->iters);
+    /* the second half: past dear's warm-up, the online plan and auto's checks */
+    long first = o->iters / 2 + 1 > 2 ? o->iters / 2 + 1 : 2;
+    if (first <= o->iters) {
+        qsort(r->iter_s + first - 1, (size_t)(o->iters - first + 1), sizeof *r->iter_s,
+              cmp_double);
+        long n = o->iters - first + 1;
+        double med = n % 2 ? r->iter_s[first - 1 + n / 2]
+                           : 0.5 * (r->iter_s[first - 2 + n / 2] + r->iter_s[first - 1 + n / 2]);
+        printf("iteration time: median %.2f ms of the slowest rank over iterations %ld..%ld\n",
+               1e3 * med, first, o->iters);
+    }
+    if (r->P > 1)
+        print_sparse_stats(r);
     if (r->loss_file) {
         for (long i = 0; i < o->iters; i++)
             fprintf(r->loss_file, "%ld %.9g\n", i + 1, r->losses[i]);
+    }
+    if (r->params_file) {
+        for (size_t i = 0; i < r->model.num_params; i++)
+            fprintf(r->params_file, "%.9g\n", (double)r->model.params_memory[i]);
     }
     fflush(stdout);
 }
@@ -743,19 +907,23 @@ static void print_sample(run_t *r)
     uint64_t sample_rng = (uint64_t)o->seed * 0xD1B54A32D192ED03ull + 11;
     int *ctx_buf = malloc((size_t)2 * r->T * sizeof *ctx_buf);
     if (ctx_buf) {
-        printf("sample (%ld characters, temperature %.2f):\n", o->sample, o->temperature);
+        printf("sample (%ld %ss, temperature %.2f):\n", o->sample, r->unit, o->temperature);
         sample_text(&r->model, &r->text, o->sample, o->temperature, &sample_rng, ctx_buf, stdout);
         free(ctx_buf);
     }
 }
 
-/* Close --loss-out and dear (a failure there fails a run that had succeeded), free the run,
+/* Close --loss-out, --params-out and dear (a failure there fails a run that had succeeded), free the run,
  * and end: status 1 on a rank that failed alone aborts the job, since the other ranks may be
  * waiting in a collective; status 2 is reached by every rank alike. */
 static int run_end(run_t *r, int status)
 {
     if (r->loss_file && fclose(r->loss_file) != 0 && status == 0) {
         fprintf(stderr, "dear-gpt: error writing --loss-out %s\n", r->o.loss_out);
+        status = 1;
+    }
+    if (r->params_file && fclose(r->params_file) != 0 && status == 0) {
+        fprintf(stderr, "dear-gpt: error writing --params-out %s\n", r->o.params_out);
         status = 1;
     }
     if (r->ctx) {
@@ -766,6 +934,7 @@ static int run_end(run_t *r, int status)
         }
     }
     free(r->losses);
+    free(r->iter_s);
     free(r->inputs);
     free(r->targets);
     free(r->slots);

@@ -6,14 +6,7 @@
 # so flushing mid-run is exercised too). Also checks that the model learns, that --seed repeats
 # a run and that --profile-out writes a profile. The text is generated here, so the test
 # needs no data package.
-set -u
-: "${top_srcdir:=.}"
-: "${top_builddir:=.}"
-exe=$top_builddir/apps/gpt/dear-gpt
-[ -x "$exe" ] || { echo "gpt-equiv.sh: $exe not built" >&2; exit 99; }
-. "$top_srcdir/tests/mpi-launch.sh"
-tmp=$(mktemp -d) || exit 99
-trap 'rm -rf "$tmp"' EXIT INT TERM
+. "${top_srcdir:-.}/tests/apps/gpt-lib.sh"
 # A text with structure to learn: sentences of 3 to 8 words from a list of 20, picked by a
 # small LCG (exact in awk's doubles, so every awk writes the same text).
 awk 'BEGIN {
@@ -33,39 +26,6 @@ awk 'BEGIN {
 ITERS=30
 ARGS="--data $tmp/text.txt --iters $ITERS --batch 4 --seq 16 --dim 16 --heads 2 --layers 2
       --lr 1e-2 --seed 3 --print-every 0 --eval-every 10 --sample 0 --val-chars 4096"
-TOL=${GPT_EQUIV_TOL:-2e-4}  # relative, per iteration
-fails=0
-
-run() { # NAME NP SCHEDULE
-    # shellcheck disable=SC2086
-    mpi_run 300 "$2" "$exe" $ARGS --schedule "$3" --loss-out "$tmp/$1.loss" >"$tmp/$1.out" 2>&1
-    rc=$?
-    if [ $rc -ne 0 ] || [ "$(wc -l <"$tmp/$1.loss")" -ne $ITERS ] || ! mpi_check_np "$2" "$tmp/$1.out"; then
-        echo "FAIL: $1 (np $2, $3) exited $rc"
-        sed 's/^/    | /' "$tmp/$1.out"
-        fails=$((fails + 1))
-        return 1
-    fi
-    sed -n 's/^final: .*validation \([0-9.]*\) .*/\1/p' "$tmp/$1.out" >"$tmp/$1.val"
-    return 0
-}
-
-compare() { # REF NAME
-    worst=$(paste "$tmp/$1.loss" "$tmp/$2.loss" | awk '
-        { d = $2 - $4; if (d < 0) d = -d; r = d / ($2 > 0 ? $2 : 1); if (r > w) w = r }
-        END { printf "%.3g", w }')
-    vdiff=$(paste "$tmp/$1.val" "$tmp/$2.val" | awk '
-        { d = $1 - $2; if (d < 0) d = -d; printf "%.3g", d / $1 }')
-    if awk -v w="$worst" -v v="$vdiff" -v t="$TOL" 'BEGIN { exit !(w <= t && v <= t && v != "") }'
-    then
-        echo "ok: $2 equals $1: worst relative loss difference $worst, validation $vdiff"
-    else
-        echo "FAIL: $2 differs from $1: worst relative loss difference $worst," \
-             "validation $vdiff (tolerance $TOL)"
-        paste "$tmp/$1.loss" "$tmp/$2.loss" | sed 's/^/    | /'
-        fails=$((fails + 1))
-    fi
-}
 
 run np1 1 sync || exit 1
 # --seed makes runs repeatable: the same run again gives the same losses bit for bit, another

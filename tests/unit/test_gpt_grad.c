@@ -451,7 +451,7 @@ START_TEST(test_text)
     fclose(f);
     gpt_text_t t;
     char err[256];
-    ck_assert_int_eq(gpt_text_load(&t, path, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(gpt_text_load(&t, path, NULL, 0, err, sizeof err), 0);
     ck_assert_int_eq(t.vocab, 4); /* '\n' a b c */
     ck_assert_int_eq(t.itos[0], '\n');
     ck_assert_int_eq(t.stoi['c'], 3);
@@ -465,9 +465,9 @@ START_TEST(test_text)
     ck_assert_double_eq_tol(h, ref, 1e-12);
     gpt_text_free(&t);
     unlink(path);
-    ck_assert_int_eq(gpt_text_load(&t, "/nonexistent/file", NULL, err, sizeof err), -1);
+    ck_assert_int_eq(gpt_text_load(&t, "/nonexistent/file", NULL, 0, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "/nonexistent/file") != NULL, "%s", err);
-    ck_assert_int_eq(gpt_text_load(&t, NULL, "/nonexistent/dir", err, sizeof err), -1);
+    ck_assert_int_eq(gpt_text_load(&t, NULL, "/nonexistent/dir", 0, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "apt-get install fortunes") != NULL, "%s", err);
 }
 END_TEST
