@@ -18,7 +18,7 @@ for p in none threshold mgwfbp dp gradssa auto; do
 done
 echo "$out" | grep -q "best shown:" || fail "no best row"
 grep -q "^<svg" "$tmp/g.svg" || fail "no SVG written"
-grep -q "^dear-plan 1" "$tmp/p.plan" || fail "no plan written"
+grep -q "^dear-plan 2" "$tmp/p.plan" || fail "no plan written"
 [ "$(grep -c '^tensor ' "$tmp/p.plan")" -eq 161 ] || fail "plan file does not list 161 tensors"
 echo "$out" | grep -q "^ *64 " || fail "no scaling row for 64"
 csv=$("$exe" --profile "$prof" --alpha 9.08e-4 --beta 7.4e-10 --workers 16 --schedule dear --planner dp --csv) \
