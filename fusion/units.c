@@ -188,3 +188,23 @@ int dear_prof_units(const dear_profile_t *prof, int nunits, const dear_unit_t *u
     *out = p;
     return DEAR_OK;
 }
+
+int dear_prof_cut(const dear_profile_t *prof, size_t partition, dear_unit_t **units, int *nunits,
+                  dear_profile_t *out)
+{
+    dear_tensor_desc_t *descs = NULL;
+    dear_unit_t *u = NULL;
+    int n = 0, rc = dear_prof_descs(prof, &descs);
+    if (rc == DEAR_OK)
+        rc = dear_units_cut(prof->ntensors, descs, partition, &u, &n);
+    if (rc == DEAR_OK)
+        rc = dear_prof_units(prof, n, u, out);
+    free(descs);
+    if (rc != DEAR_OK) {
+        free(u);
+        return rc;
+    }
+    *units = u;
+    *nunits = n;
+    return DEAR_OK;
+}

@@ -49,4 +49,10 @@ int dear_units_descs(int ntensors, const dear_tensor_desc_t *tensors, int nunits
  * units' size (a frozen one, priced at 1 byte) gives each of its units 1 byte. *out is checked. */
 int dear_prof_units(const dear_profile_t *prof, int nunits, const dear_unit_t *units, dear_profile_t *out);
 
+/* A profile cut at partition bytes, as the runtime cuts the registered tensors: *units and
+ * *nunits as dear_units_cut gives them, *out the profile of those units (dear_prof_units). On
+ * failure neither is set. */
+int dear_prof_cut(const dear_profile_t *prof, size_t partition, dear_unit_t **units, int *nunits,
+                  dear_profile_t *out);
+
 #endif
