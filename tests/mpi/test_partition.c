@@ -399,6 +399,7 @@ START_TEST(test_early_split)
     dear_unit_t *u = NULL;
     int nu = 0;
     ck_assert_int_eq(dear_units_cut(NT, d, (size_t)atoi(PART), &u, &nu), DEAR_OK);
+    ck_assert_msg(u != NULL, "partition " PART " cuts no tensor");
     int c0 = 0;
     while (c0 < nu && u[c0].tensor == 0)
         c0++;   /* tensor 0's chunks: units 0 .. c0 - 1 */
