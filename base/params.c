@@ -202,12 +202,21 @@ static int parse_value(dear_param_id_t id, const char *text, param_value_t *v, c
 
 int dear_param_parse(dear_param_id_t id, const char *text, char *msg, size_t msglen)
 {
+    long long ignored;
+    return dear_param_parse_int(id, text, &ignored, msg, msglen);
+}
+
+int dear_param_parse_int(dear_param_id_t id, const char *text, long long *value, char *msg, size_t msglen)
+{
     param_value_t v;
     if ((unsigned)id >= DEAR_P_COUNT || text == NULL) {
         snprintf(msg, msglen, "unknown parameter id %d", (int)id);
         return DEAR_ERR_ARG;
     }
-    return parse_value(id, text, &v, msg, msglen);
+    int rc = parse_value(id, text, &v, msg, msglen);
+    if (rc == DEAR_OK)
+        *value = v.i;
+    return rc;
 }
 
 static void warn_unknown(void)

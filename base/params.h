@@ -34,6 +34,9 @@ extern const dear_param_desc_t dear_param_table[DEAR_P_COUNT];
 int dear_params_load(void);
 /* Validate one value without touching the cache (tests, tools). msg gets the error text. */
 int dear_param_parse(dear_param_id_t id, const char *text, char *msg, size_t msglen);
+/* The same, and the value as dear_param_int would give it (a size's suffix applied), for tools
+ * that take a parameter's value on their command line. */
+int dear_param_parse_int(dear_param_id_t id, const char *text, long long *value, char *msg, size_t msglen);
 
 long long dear_param_int(dear_param_id_t id);      /* INT, SIZE, BOOL, ENUM_INT (-1 for a choice) */
 double dear_param_double(dear_param_id_t id);      /* DOUBLE (and numeric types) */

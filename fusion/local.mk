@@ -5,7 +5,7 @@ fusion_libdearfusion_la_SOURCES = fusion/plan.h fusion/plan.c fusion/cost.h fusi
     fusion/profile.h fusion/profile.c fusion/sim.h fusion/sim.c fusion/planners.h fusion/planner_impl.h \
     fusion/planner.c fusion/plan_none.c fusion/plan_threshold.c fusion/plan_mgwfbp.c fusion/plan_dp.c \
     fusion/plan_gradssa.c fusion/plan_auto.c \
-    fusion/planfile.h fusion/planfile.c
+    fusion/planfile.h fusion/planfile.c fusion/units.h fusion/units.c
 fusion_libdearfusion_la_CFLAGS = $(AM_CFLAGS) $(VIS_CFLAGS)
 fusion_profilesdir = $(pkgdatadir)/profiles
 dist_fusion_profiles_DATA = fusion/profiles/resnet50.prof fusion/profiles/vgg16.prof \

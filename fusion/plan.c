@@ -1,5 +1,5 @@
-/* Plan structs: partitions, validation, copies, comparison and printing. The planners (one file
- * each, plan_*.c) fill the same struct. */
+/* Plan structs: partitions, units, validation, copies, comparison and printing. The planners
+ * (one file each, plan_*.c) fill the same struct; the unit cut is fusion/units.c. */
 #include "fusion/plan.h"
 
 #include <stdlib.h>
@@ -7,11 +7,11 @@
 
 #include "include/dear_types.h"
 
-int dear_partition_set(dear_partition_t *p, int ntensors, int ngroups, const int *first)
+int dear_partition_set(dear_partition_t *p, int nunits, int ngroups, const int *first)
 {
-    if (ntensors < 0 || ngroups < 0 || (ntensors > 0 && ngroups < 1) || first == NULL)
+    if (nunits < 0 || ngroups < 0 || (nunits > 0 && ngroups < 1) || first == NULL)
         return DEAR_ERR_ARG;
-    if (first[0] != 0 || first[ngroups] != ntensors)
+    if (first[0] != 0 || first[ngroups] != nunits)
         return DEAR_ERR_ARG;
     for (int g = 0; g < ngroups; g++)
         if (first[g + 1] <= first[g])
@@ -52,19 +52,37 @@ void dear_plan_free(dear_plan_t *plan)
         return;
     dear_partition_free(&plan->rs);
     dear_partition_free(&plan->ag);
-    plan->ntensors = 0;
+    free(plan->units);
+    plan->units = NULL;
+    plan->nunits = plan->ntensors = 0;
+}
+
+/* A copy of n units, or NULL for none (whole tensors); *rc set on failure. */
+static dear_unit_t *units_dup(const dear_unit_t *u, int n, int *rc)
+{
+    if (!u)
+        return NULL;
+    dear_unit_t *c = malloc(sizeof *c * (size_t)(n > 0 ? n : 1));
+    if (!c)
+        *rc = DEAR_ERR_NOMEM;
+    else
+        memcpy(c, u, sizeof *c * (size_t)n);
+    return c;
 }
 
 int dear_plan_copy(dear_plan_t *dst, const dear_plan_t *src)
 {
     dear_plan_t tmp = { 0 };
-    int rc = dear_partition_set(&tmp.rs, src->ntensors, src->rs.ngroups, src->rs.first);
+    int rc = dear_partition_set(&tmp.rs, src->nunits, src->rs.ngroups, src->rs.first);
     if (rc == DEAR_OK)
-        rc = dear_partition_set(&tmp.ag, src->ntensors, src->ag.ngroups, src->ag.first);
+        rc = dear_partition_set(&tmp.ag, src->nunits, src->ag.ngroups, src->ag.first);
+    if (rc == DEAR_OK)
+        tmp.units = units_dup(src->units, src->nunits, &rc);
     if (rc != DEAR_OK) {
         dear_plan_free(&tmp);
         return rc;
     }
+    tmp.nunits = src->nunits;
     tmp.ntensors = src->ntensors;
     tmp.ag_early = src->ag_early;
     memcpy(tmp.planner, src->planner, sizeof tmp.planner);
@@ -73,17 +91,17 @@ int dear_plan_copy(dear_plan_t *dst, const dear_plan_t *src)
     return DEAR_OK;
 }
 
-static int partition_check(const dear_partition_t *p, int ntensors, const char *what, char *msg, size_t len)
+static int partition_check(const dear_partition_t *p, int nunits, const char *what, char *msg, size_t len)
 {
-    if (ntensors == 0 && p->ngroups == 0)
+    if (nunits == 0 && p->ngroups == 0)
         return DEAR_OK;
     if (p->ngroups < 1 || p->first == NULL) {
-        snprintf(msg, len, "%s partition has no groups for %d tensors", what, ntensors);
+        snprintf(msg, len, "%s partition has no groups for %d units", what, nunits);
         return DEAR_ERR_FORMAT;
     }
-    if (p->first[0] != 0 || p->first[p->ngroups] != ntensors) {
-        snprintf(msg, len, "%s partition covers tensors %d..%d, expected 0..%d", what, p->first[0],
-                 p->first[p->ngroups] - 1, ntensors - 1);
+    if (p->first[0] != 0 || p->first[p->ngroups] != nunits) {
+        snprintf(msg, len, "%s partition covers units %d..%d, expected 0..%d", what, p->first[0],
+                 p->first[p->ngroups] - 1, nunits - 1);
         return DEAR_ERR_FORMAT;
     }
     for (int g = 0; g < p->ngroups; g++)
@@ -95,15 +113,49 @@ static int partition_check(const dear_partition_t *p, int ntensors, const char *
     return DEAR_OK;
 }
 
+/* Units in tensor order, each tensor whole ({t, 0, 0}) or chunks of it back to back from byte 0. */
+static int units_check(const dear_unit_t *u, int nunits, int ntensors, char *msg, size_t len)
+{
+    int t = 0;
+    for (int i = 0; i < nunits; i++) {
+        int cont = i > 0 && u[i].tensor == u[i - 1].tensor;
+        if (!cont && u[i].tensor != t) {
+            snprintf(msg, len, "unit %d belongs to tensor %d, expected tensor %d (units cover the tensors in order)", i,
+                     u[i].tensor, t);
+            return DEAR_ERR_FORMAT;
+        }
+        if (cont ? (u[i - 1].bytes == 0 || u[i].bytes == 0 || u[i].offset != u[i - 1].offset + u[i - 1].bytes)
+                 : (u[i].offset != 0 || (u[i].bytes > 0 && (i + 1 == nunits || u[i + 1].tensor != t)))) {
+            snprintf(msg, len, "unit %d (tensor %d, bytes %zu..%zu) is not the next chunk of its tensor (chunks lie "
+                     "back to back from byte 0, at least two of them, each non-empty)", i, u[i].tensor, u[i].offset,
+                     u[i].offset + u[i].bytes);
+            return DEAR_ERR_FORMAT;
+        }
+        if (!cont)
+            t++;
+    }
+    if (t != ntensors) {
+        snprintf(msg, len, "the units cover %d tensors, the plan is for %d", t, ntensors);
+        return DEAR_ERR_FORMAT;
+    }
+    return DEAR_OK;
+}
+
 int dear_plan_validate(const dear_plan_t *plan, int ntensors, char *msg, size_t msglen)
 {
     if (plan->ntensors != ntensors) {
         snprintf(msg, msglen, "plan is for %d tensors, %d are registered", plan->ntensors, ntensors);
         return DEAR_ERR_FORMAT;
     }
-    int rc = partition_check(&plan->rs, ntensors, "reduce-scatter", msg, msglen);
+    if (!plan->units && plan->nunits != ntensors) {
+        snprintf(msg, msglen, "plan has %d units and no cuts for %d tensors", plan->nunits, ntensors);
+        return DEAR_ERR_FORMAT;
+    }
+    int rc = plan->units ? units_check(plan->units, plan->nunits, ntensors, msg, msglen) : DEAR_OK;
     if (rc == DEAR_OK)
-        rc = partition_check(&plan->ag, ntensors, "all-gather", msg, msglen);
+        rc = partition_check(&plan->rs, plan->nunits, "reduce-scatter", msg, msglen);
+    if (rc == DEAR_OK)
+        rc = partition_check(&plan->ag, plan->nunits, "all-gather", msg, msglen);
     if (rc == DEAR_OK && (plan->ag_early < 0 || plan->ag_early > plan->ag.ngroups)) {
         snprintf(msg, msglen, "%d early all-gather group(s), expected 0..%d (the all-gather groups)", plan->ag_early,
                  plan->ag.ngroups);
@@ -118,10 +170,22 @@ static int partition_equal(const dear_partition_t *a, const dear_partition_t *b)
            (a->ngroups == 0 || memcmp(a->first, b->first, sizeof(int) * (size_t)(a->ngroups + 1)) == 0);
 }
 
+/* Unit i of a plan, a whole tensor spelt out when the plan cuts none. */
+static dear_unit_t unit_at(const dear_plan_t *p, int i)
+{
+    return p->units ? p->units[i] : (dear_unit_t){ .tensor = i };
+}
+
 int dear_plan_equal(const dear_plan_t *a, const dear_plan_t *b)
 {
-    return a->ntensors == b->ntensors && a->ag_early == b->ag_early && partition_equal(&a->rs, &b->rs) &&
-           partition_equal(&a->ag, &b->ag);
+    if (a->nunits != b->nunits || a->ntensors != b->ntensors)
+        return 0;
+    for (int i = 0; (a->units || b->units) && i < a->nunits; i++) {
+        dear_unit_t x = unit_at(a, i), y = unit_at(b, i);
+        if (x.tensor != y.tensor || x.offset != y.offset || x.bytes != y.bytes)
+            return 0;
+    }
+    return a->ag_early == b->ag_early && partition_equal(&a->rs, &b->rs) && partition_equal(&a->ag, &b->ag);
 }
 
 static void partition_print(FILE *out, const char *what, const dear_partition_t *p, const dear_tensor_desc_t *t)
@@ -131,43 +195,73 @@ static void partition_print(FILE *out, const char *what, const dear_partition_t 
         size_t bytes = 0;
         for (int i = p->first[g]; t && i < p->first[g + 1]; i++)
             bytes += t[i].bytes;
-        fprintf(out, "    %3d: tensors %d..%d", g, p->first[g], p->first[g + 1] - 1);
+        fprintf(out, "    %3d: units %d..%d", g, p->first[g], p->first[g + 1] - 1);
         if (t)
             fprintf(out, " (%zu bytes)", bytes);
         fputc('\n', out);
     }
 }
 
-void dear_plan_print(FILE *out, const dear_plan_t *plan, const dear_tensor_desc_t *tensors)
+void dear_plan_print(FILE *out, const dear_plan_t *plan, const dear_tensor_desc_t *units)
 {
-    fprintf(out, "plan (%s) for %d tensors\n", plan->planner[0] ? plan->planner : "?", plan->ntensors);
-    partition_print(out, "reduce-scatter buckets", &plan->rs, tensors);
-    partition_print(out, "all-gather groups", &plan->ag, tensors);
+    fprintf(out, "plan (%s) for %d tensors in %d units\n", plan->planner[0] ? plan->planner : "?", plan->ntensors,
+            plan->nunits);
+    for (int i = 0; plan->units && i < plan->nunits; i++)
+        if (plan->units[i].bytes > 0 && plan->units[i].offset == 0) {
+            int k = i;
+            while (k < plan->nunits && plan->units[k].tensor == plan->units[i].tensor)
+                k++;
+            fprintf(out, "  tensor %d cut into units %d..%d of about %zu bytes\n", plan->units[i].tensor, i, k - 1,
+                    plan->units[i].bytes);
+        }
+    partition_print(out, "reduce-scatter buckets", &plan->rs, units);
+    partition_print(out, "all-gather groups", &plan->ag, units);
     if (plan->ag_early > 0)
         fprintf(out, "  early all-gather groups (during backward): %d..%d\n", plan->ag.ngroups - plan->ag_early,
                 plan->ag.ngroups - 1);
 }
 
-int dear_plan_set(dear_plan_t *plan, int ntensors, int nrs, const int *rs_first, int nag, const int *ag_first,
+int dear_plan_set(dear_plan_t *plan, int nunits, int nrs, const int *rs_first, int nag, const int *ag_first,
                   const char *planner)
 {
     dear_plan_t tmp = { 0 };
-    int rc = dear_partition_set(&tmp.rs, ntensors, nrs, rs_first);
+    int rc = dear_partition_set(&tmp.rs, nunits, nrs, rs_first);
     if (rc == DEAR_OK)
-        rc = dear_partition_set(&tmp.ag, ntensors, nag, ag_first);
+        rc = dear_partition_set(&tmp.ag, nunits, nag, ag_first);
     if (rc != DEAR_OK) {
         dear_plan_free(&tmp);
         return rc;
     }
-    tmp.ntensors = ntensors;
+    tmp.nunits = tmp.ntensors = nunits;
     snprintf(tmp.planner, sizeof tmp.planner, "%s", planner);
     dear_plan_free(plan);
     *plan = tmp;
     return DEAR_OK;
 }
 
-/* Both phases get the same partition, built from boundaries in forward order. */
-int dear_plan_same(dear_plan_t *plan, int ntensors, int ngroups, const int *first, const char *name)
+int dear_plan_set_units(dear_plan_t *plan, int ntensors, const dear_unit_t *units)
 {
-    return dear_plan_set(plan, ntensors, ngroups, first, ngroups, first, name);
+    int rc = DEAR_OK, cut = 0;
+    for (int i = 0; units && i < plan->nunits && !cut; i++)
+        cut = units[i].bytes > 0;
+    dear_unit_t *copy = cut ? units_dup(units, plan->nunits, &rc) : NULL;
+    if (rc != DEAR_OK)
+        return rc;
+    dear_plan_t tmp = *plan;
+    tmp.ntensors = ntensors;
+    tmp.units = copy;
+    char msg[256];
+    if (dear_plan_validate(&tmp, ntensors, msg, sizeof msg) != DEAR_OK) {
+        free(copy);
+        return DEAR_ERR_ARG;
+    }
+    free(plan->units);
+    *plan = tmp;
+    return DEAR_OK;
+}
+
+/* Both phases get the same partition, built from boundaries in forward order. */
+int dear_plan_same(dear_plan_t *plan, int nunits, int ngroups, const int *first, const char *name)
+{
+    return dear_plan_set(plan, nunits, ngroups, first, ngroups, first, name);
 }

@@ -58,7 +58,7 @@ int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
             /* dear: also every number of early all-gather groups (0 = all in the forward). */
             int emax = nag > 1 ? p[k].ag.ngroups : 0;
             for (int ne = 0; ne <= emax && rc == DEAR_OK; ne++) {
-                dear_plan_t mix = { .ntensors = p[i].ntensors, .rs = p[i].rs, .ag = p[k].ag, .ag_early = ne };
+                dear_plan_t mix = { .nunits = p[i].nunits, .ntensors = p[i].ntensors, .rs = p[i].rs, .ag = p[k].ag, .ag_early = ne };
                 double t = dear_planner_predict(prob, &mix, &rc);
                 if (t < best) { /* ties keep the earlier, simpler choice */
                     best = t;
@@ -70,11 +70,11 @@ int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
         }
     dear_plan_t res = { 0 };
     if (rc == DEAR_OK) {
-        res.ntensors = p[bi].ntensors;
-        rc = dear_partition_set(&res.rs, res.ntensors, p[bi].rs.ngroups, p[bi].rs.first);
+        res.nunits = res.ntensors = p[bi].nunits;
+        rc = dear_partition_set(&res.rs, res.nunits, p[bi].rs.ngroups, p[bi].rs.first);
     }
     if (rc == DEAR_OK)
-        rc = dear_partition_set(&res.ag, res.ntensors, p[bj].ag.ngroups, p[bj].ag.first);
+        rc = dear_partition_set(&res.ag, res.nunits, p[bj].ag.ngroups, p[bj].ag.first);
     if (rc == DEAR_OK) {
         res.ag_early = be;
         if (bi == bj)

@@ -221,7 +221,9 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
     } else {
         /* Each split between all-gathers run early (during backward) and in the next forward
          * pass is solved exactly per phase; the simulator, which couples the phases (the
-         * backward tail delays the next forward), picks the split. Splits lie between layers.
+         * backward tail delays the next forward), picks the split. Splits lie between layers
+         * and between the chunks of a cut tensor (whose all-gather may then be spread over
+         * both sides).
          * Up to SPLITS_ALL of them are all tried; beyond, every step-th (at most SPLITS_ALL
          * in all), then every one within a step of the best, which keeps planning a
          * 400-tensor model around half a second. m = n (every all-gather in the forward pass)
@@ -233,7 +235,8 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
             goto out;
         }
         for (int m = n; m >= 0; m--)
-            if (m == 0 || m == n || prob->prof->tensors[m].lidx != prob->prof->tensors[m - 1].lidx)
+            if (m == 0 || m == n || prob->prof->tensors[m].lidx != prob->prof->tensors[m - 1].lidx ||
+                prob->prof->tensors[m].chunk > 0)
                 cand[nc++] = m;
         int step = nc > SPLITS_ALL ? (nc + SPLITS_ALL / 2 - 1) / (SPLITS_ALL / 2) : 1;
         double best = INFINITY;

@@ -337,8 +337,9 @@ int dear_prof_descs(const dear_profile_t *prof, dear_tensor_desc_t **descs)
     if (!d)
         return DEAR_ERR_NOMEM;
     for (int i = 0; i < prof->ntensors; i++) {
-        d[i].bytes = prof->tensors[i].bytes;
-        d[i].layer = prof->tensors[i].layer;
+        const dear_prof_tensor_t *t = &prof->tensors[i];
+        d[i] = (dear_tensor_desc_t){ .bytes = t->bytes, .layer = t->layer, .chunk = t->chunk, .nchunks = t->nchunks,
+                                     .row_bytes = t->block_bytes };
     }
     *descs = d;
     return DEAR_OK;

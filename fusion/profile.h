@@ -32,6 +32,8 @@ typedef struct {
     size_t block_bytes; /* sparse: bytes of one block (divides bytes); 0: dense */
     double density_rs;  /* sparse: non-zero fraction of blocks one rank sends in reduce-scatter */
     double density_ag;  /* sparse: non-zero fraction of blocks of the reduced result (the union) */
+    int chunk, nchunks; /* a profile of units (fusion/units.h): place among its tensor's chunks; nchunks
+                         * 0 or 1: a whole tensor */
 } dear_prof_tensor_t;
 
 typedef struct {
@@ -70,7 +72,8 @@ int dear_prof_load(const char *path, dear_profile_t *prof);
  * being a reduce-scatter then an all-gather, which the simulator prices apart. */
 double dear_prof_wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op);
 
-/* Totals, and the tensor list the plan functions take (caller frees *descs). */
+/* Totals, and the tensor list the plan functions take (bytes, layer, chunks, sparse row; caller
+ * frees *descs). */
 double dear_prof_fwd_total(const dear_profile_t *prof);
 double dear_prof_bwd_total(const dear_profile_t *prof);
 size_t dear_prof_bytes_total(const dear_profile_t *prof);

@@ -418,7 +418,10 @@ int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_s
     if (!prof || !cost || !cost->fn || !plan || !res || (unsigned)sched >= DEAR_SCHED_COUNT)
         return DEAR_ERR_ARG;
     char msg[256];
-    if (dear_plan_validate(plan, prof->ntensors, msg, sizeof msg) != DEAR_OK) {
+    /* The profile's tensors are the plan's units (fusion/units.h). */
+    if (plan->nunits != prof->ntensors)
+        snprintf(msg, sizeof msg, "the plan has %d units, the profile %d tensors", plan->nunits, prof->ntensors);
+    if (plan->nunits != prof->ntensors || dear_plan_validate(plan, plan->ntensors, msg, sizeof msg) != DEAR_OK) {
         DEAR_ERROR("sim", "plan does not fit the profile: %s", msg);
         return DEAR_ERR_ARG;
     }

@@ -12,21 +12,84 @@
 #include "base/util.h"
 #include "runtime/rt.h"
 
+/* The units of ctx->graph.plan with their elements, each tensor's units and each layer's. The
+ * plan was checked against the tensors (dear_planning_bcast), so every cut is on an element. */
+static int units_build(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK, n = ctx->graph.plan.nunits;
+    const dear_unit_t *pu = ctx->graph.plan.units;
+    DEAR_ALLOC_GOTO(ctx->graph.units, calloc((size_t)(n ? n : 1), sizeof *ctx->graph.units),
+                    sizeof *ctx->graph.units * (size_t)(n ? n : 1), rc, out);
+    ctx->graph.nunits = n;
+    for (int i = 0; i < n; i++) {
+        dear_rt_unit_t *u = &ctx->graph.units[i];
+        dear_tensor_t *tt = &ctx->reg.tensors[pu ? pu[i].tensor : i];
+        size_t esz = dear_dtype_size(tt->dtype);
+        u->tensor = pu ? pu[i].tensor : i;
+        u->eoff = pu && pu[i].bytes > 0 ? pu[i].offset / esz : 0;
+        u->count = pu && pu[i].bytes > 0 ? pu[i].bytes / esz : tt->count;
+        if (i == 0 || u->tensor != ctx->graph.units[i - 1].tensor)
+            tt->u0 = i;
+        tt->u1 = i + 1;
+    }
+    for (int l = 0; l < ctx->reg.nlayers; l++) {
+        dear_layer_t *L = &ctx->reg.layers[l];
+        L->u0 = L->t0 < ctx->reg.ntensors ? ctx->reg.tensors[L->t0].u0 : n;
+        L->u1 = L->t1 > L->t0 ? ctx->reg.tensors[L->t1 - 1].u1 : L->u0;
+    }
+out:
+    return rc;
+}
+
+size_t dear_unit_ccount(const dear_ctx_t *ctx, int u)
+{
+    const dear_rt_unit_t *un = &ctx->graph.units[u];
+    return ctx->reg.tensors[un->tensor].frozen ? 0 : un->count;
+}
+
+char *dear_unit_grad(const dear_ctx_t *ctx, int u)
+{
+    const dear_rt_unit_t *un = &ctx->graph.units[u];
+    const dear_tensor_t *tt = &ctx->reg.tensors[un->tensor];
+    return (char *)tt->grad + un->eoff * dear_dtype_size(tt->dtype);
+}
+
+int dear_group_of(const dear_ctx_t *ctx, int u)
+{
+    int lo = 0, hi = ctx->graph.ngroups - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (ctx->graph.groups[mid].u0 <= u)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static const dear_tensor_t *unit_tensor(const dear_ctx_t *ctx, int u)
+{
+    return &ctx->reg.tensors[ctx->graph.units[u].tensor];
+}
+
 /* A collective carries one element type and one sparse block (sparse.c): cut every group where
  * either changes, whatever the planner merged. A sparse all-gather group is also cut where the
- * bucket changes, so that it gathers part of one bucket and its blocks start on rows. The result
- * is the same on every rank because the registries are. */
+ * bucket changes, so that it gathers part of one bucket and its blocks start on rows (a sparse
+ * tensor is cut on rows only). The result is the same on every rank because the registries are. */
 static int split_groups(const dear_ctx_t *ctx, const dear_partition_t *in, int by_bucket, int **first_out, int *ng_out)
 {
-    int rc = DEAR_OK, n = ctx->reg.ntensors, ng = 0;
+    int rc = DEAR_OK, n = ctx->graph.nunits, ng = 0;
     int *first = NULL;
     DEAR_ALLOC_GOTO(first, malloc(sizeof(int) * (size_t)(n + 1)), sizeof(int) * (size_t)(n + 1), rc, err);
     for (int g = 0; g < in->ngroups; g++)
-        for (int t = in->first[g]; t < in->first[g + 1]; t++)
-            if (t == in->first[g] || ctx->reg.tensors[t].dtype != ctx->reg.tensors[t - 1].dtype ||
-                dear_tensor_block(ctx, t) != dear_tensor_block(ctx, t - 1) ||
-                (by_bucket && dear_tensor_block(ctx, t) > 0 && ctx->reg.tensors[t].bucket != ctx->reg.tensors[t - 1].bucket))
-                first[ng++] = t;
+        for (int u = in->first[g]; u < in->first[g + 1]; u++) {
+            int t = ctx->graph.units[u].tensor, tp = u > 0 ? ctx->graph.units[u - 1].tensor : t;
+            if (u == in->first[g] || ctx->reg.tensors[t].dtype != ctx->reg.tensors[tp].dtype ||
+                dear_tensor_block(ctx, t) != dear_tensor_block(ctx, tp) ||
+                (by_bucket && dear_tensor_block(ctx, t) > 0 &&
+                 ctx->graph.units[u].bucket != ctx->graph.units[u - 1].bucket))
+                first[ng++] = u;
+        }
     first[ng] = n;
     *first_out = first;
     *ng_out = ng;
@@ -35,10 +98,10 @@ err:
     return rc;
 }
 
-static void op_layers(dear_ctx_t *ctx, dear_op_t *op, int t0, int t1)
+static void op_layers(dear_ctx_t *ctx, dear_op_t *op, int u0, int u1)
 {
-    op->layer_lo = ctx->reg.tensors[t0].layer;
-    op->layer_hi = ctx->reg.tensors[t1 - 1].layer;
+    op->layer_lo = unit_tensor(ctx, u0)->layer;
+    op->layer_hi = unit_tensor(ctx, u1 - 1)->layer;
 }
 
 void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count)
@@ -69,6 +132,8 @@ int dear_graph_build(dear_ctx_t *ctx)
     if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->rank == 0)
         dear_plan_print(stderr, &ctx->graph.plan, NULL);
 
+    DEAR_CHECK_GOTO(units_build(ctx), rc, out);
+
     /* buckets */
     DEAR_CHECK_GOTO(split_groups(ctx, &ctx->graph.plan.rs, 0, &first, &ng), rc, out);
     DEAR_ALLOC_GOTO(ctx->graph.buckets, calloc((size_t)ng, sizeof *ctx->graph.buckets), sizeof *ctx->graph.buckets * (size_t)ng, rc, out);
@@ -76,30 +141,34 @@ int dear_graph_build(dear_ctx_t *ctx)
     int nfused = 0;
     for (int b = 0; b < ng; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
-        bk->t0 = first[b];
-        bk->t1 = first[b + 1];
-        bk->dtype = ctx->reg.tensors[bk->t0].dtype;
-        bk->sparse_block = dear_tensor_block(ctx, bk->t0);
-        /* The bucket's vector: its tensors that are not frozen, back to back. */
+        bk->u0 = first[b];
+        bk->u1 = first[b + 1];
+        bk->dtype = unit_tensor(ctx, bk->u0)->dtype;
+        bk->sparse_block = dear_tensor_block(ctx, ctx->graph.units[bk->u0].tensor);
+        /* The bucket's vector: its units whose tensor is not frozen, back to back. */
         int contiguous = 1;
-        const dear_tensor_t *prev = NULL;
-        for (int t = bk->t0; t < bk->t1; t++) {
-            dear_tensor_t *tt = &ctx->reg.tensors[t];
-            tt->bucket = b;
-            tt->off = bk->count;
-            if (tt->frozen)
+        char *start = NULL, *end = NULL;
+        size_t esz = dear_dtype_size(bk->dtype);
+        for (int u = bk->u0; u < bk->u1; u++) {
+            dear_rt_unit_t *un = &ctx->graph.units[u];
+            un->bucket = b;
+            un->off = bk->count;
+            size_t c = dear_unit_ccount(ctx, u);
+            if (c == 0)
                 continue;
-            bk->count += tt->count;
-            if (prev != NULL && (char *)prev->grad + prev->bytes != (char *)tt->grad)
+            bk->count += c;
+            char *p = dear_unit_grad(ctx, u);
+            if (end != NULL && end != p)
                 contiguous = 0;
-            if (prev == NULL)
-                bk->first_live = t;
-            prev = tt;
+            if (start == NULL)
+                start = p;
+            end = p + c * esz;
         }
-        bk->bytes = bk->count * dear_dtype_size(bk->dtype);
-        /* One rank communicates nothing: its buckets are never packed or unpacked. */
-        if (contiguous || ctx->size == 1) {
-            bk->buf = prev != NULL ? ctx->reg.tensors[bk->first_live].grad : NULL;
+        bk->bytes = bk->count * esz;
+        /* One rank communicates nothing: its buckets are never packed or unpacked, unless
+         * clipping scales the bucket's vector in place (clip.c). */
+        if (contiguous || (ctx->size == 1 && !ctx->clip.on)) {
+            bk->buf = start;
         } else {
             DEAR_ALLOC_GOTO(bk->buf, malloc(bk->bytes), bk->bytes, rc, out);
             bk->fused = 1;
@@ -110,7 +179,7 @@ int dear_graph_build(dear_ctx_t *ctx)
         op->index = b;
         op->bytes = bk->bytes;
         op->done_iter = -1;
-        op_layers(ctx, op, bk->t0, bk->t1);
+        op_layers(ctx, op, bk->u0, bk->u1);
         op->args.op = op->kind;
         op->args.algo = DEAR_ALGO_AUTO;
         op->args.dtype = bk->dtype;
@@ -134,10 +203,10 @@ int dear_graph_build(dear_ctx_t *ctx)
         DEAR_CHECK_GOTO(dear_unused_graph(ctx, ctx->graph.nbuckets), rc, out);
 
     /* all-gather groups (schedule dear); the plan's early ones are those from its first early
-     * group's first tensor on (cutting by type only splits groups) */
-    int early_t0 = ctx->graph.plan.ag_early > 0 && !clip
+     * group's first unit on (cutting by type only splits groups) */
+    int early_u0 = ctx->graph.plan.ag_early > 0 && !clip
                        ? ctx->graph.plan.ag.first[ctx->graph.plan.ag.ngroups - ctx->graph.plan.ag_early]
-                       : ctx->reg.ntensors;
+                       : ctx->graph.nunits;
     ctx->graph.ngroups_early = 0;
     if (ctx->sched == DEAR_SCHED_DEAR) {
         DEAR_CHECK_GOTO(split_groups(ctx, &ctx->graph.plan.ag, 1, &first, &ng), rc, out);
@@ -146,10 +215,10 @@ int dear_graph_build(dear_ctx_t *ctx)
         ctx->graph.ngroups = ng;
         for (int g = 0; g < ng; g++) {
             dear_group_t *gr = &ctx->graph.groups[g];
-            gr->t0 = first[g];
-            gr->t1 = first[g + 1];
+            gr->u0 = first[g];
+            gr->u1 = first[g + 1];
             dear_op_t *op = &gr->op;
-            int b0 = ctx->reg.tensors[gr->t0].bucket, b1 = ctx->reg.tensors[gr->t1 - 1].bucket;
+            int b0 = ctx->graph.units[gr->u0].bucket, b1 = ctx->graph.units[gr->u1 - 1].bucket;
             int nb = b1 - b0 + 1;
             DEAR_ALLOC_GOTO(op->blocks, calloc((size_t)nb, sizeof *op->blocks), sizeof *op->blocks * (size_t)nb, rc,
                             out);
@@ -157,13 +226,13 @@ int dear_graph_build(dear_ctx_t *ctx)
             DEAR_ALLOC_GOTO(op->deps, calloc(nd, sizeof *op->deps), sizeof *op->deps * nd, rc, out);
             for (int b = b0; b <= b1; b++) {
                 const dear_bucket_t *bk = &ctx->graph.buckets[b];
-                int lo_t = gr->t0 > bk->t0 ? gr->t0 : bk->t0;
-                int hi_t = gr->t1 < bk->t1 ? gr->t1 : bk->t1;
+                int lo_u = gr->u0 > bk->u0 ? gr->u0 : bk->u0;
+                int hi_u = gr->u1 < bk->u1 ? gr->u1 : bk->u1;
                 dear_coll_block_t *blk = &op->blocks[b - b0];
                 blk->buf = bk->buf;
                 blk->count = bk->count;
-                blk->lo = ctx->reg.tensors[lo_t].off;
-                blk->hi = ctx->reg.tensors[hi_t - 1].off + dear_tensor_ccount(&ctx->reg.tensors[hi_t - 1]);
+                blk->lo = ctx->graph.units[lo_u].off;
+                blk->hi = ctx->graph.units[hi_u - 1].off + dear_unit_ccount(ctx, hi_u - 1);
                 op->bytes += (blk->hi - blk->lo) * dear_dtype_size(bk->dtype);
                 op->deps[b - b0] = (dear_op_t *)&bk->op;
             }
@@ -172,15 +241,15 @@ int dear_graph_build(dear_ctx_t *ctx)
                 op->deps[op->ndeps++] = &ctx->clip.op;
             if (live)
                 op->deps[op->ndeps++] = &ctx->unused.op;
-            gr->early = gr->t0 >= early_t0;
+            gr->early = gr->u0 >= early_u0;
             ctx->graph.ngroups_early += gr->early;
             op->kind = DEAR_COLL_ALLGATHER;
             op->index = g;
             op->done_iter = -1;
-            op_layers(ctx, op, gr->t0, gr->t1);
+            op_layers(ctx, op, gr->u0, gr->u1);
             op->args.op = DEAR_COLL_ALLGATHER;
             op->args.algo = DEAR_ALGO_AUTO;
-            op->args.dtype = ctx->reg.tensors[gr->t0].dtype;
+            op->args.dtype = unit_tensor(ctx, gr->u0)->dtype;
             op->args.comm = ctx->comm;
             op->args.topo = ctx->coll_topo;
             op->args.scale = 1.0;
@@ -195,7 +264,7 @@ int dear_graph_build(dear_ctx_t *ctx)
 
     /* One iteration's operations in their fixed order: buckets as backward completes them
      * (last first), each followed by the early all-gather groups whose data it completes (the
-     * bucket holding a group's first tensor is the last of its dependencies to finish; groups
+     * bucket holding a group's first unit is the last of its dependencies to finish; groups
      * last first), then the other all-gathers in forward order. The simulator assumes exactly
      * this order (fusion/sim.h). */
     ctx->graph.nops = ctx->graph.nbuckets + live + clip + ctx->graph.ngroups;
@@ -207,7 +276,7 @@ int dear_graph_build(dear_ctx_t *ctx)
         bk->early_hi = ge;
         bk->op.pos = pos;
         ctx->graph.ops[pos++] = &bk->op;
-        for (; ge >= 0 && ctx->graph.groups[ge].early && ctx->reg.tensors[ctx->graph.groups[ge].t0].bucket == b; ge--) {
+        for (; ge >= 0 && ctx->graph.groups[ge].early && ctx->graph.units[ctx->graph.groups[ge].u0].bucket == b; ge--) {
             ctx->graph.groups[ge].op.pos = pos;
             ctx->graph.ops[pos++] = &ctx->graph.groups[ge].op;
         }
@@ -227,9 +296,9 @@ int dear_graph_build(dear_ctx_t *ctx)
             ctx->graph.ops[pos++] = &ctx->graph.groups[g].op;
         }
     DEAR_INFO("plan", "planner %s: %d bucket(s) (%d with a fusion buffer, %d zero-copy), %d all-gather group(s) "
-                      "(%d during backward), %d tensor(s) in %d layer(s)",
+                      "(%d during backward), %d tensor(s) in %d unit(s) and %d layer(s)",
               ctx->graph.plan.planner, ctx->graph.nbuckets, nfused, ctx->graph.nbuckets - nfused, ctx->graph.ngroups, ctx->graph.ngroups_early,
-              ctx->reg.ntensors, ctx->reg.nlayers);
+              ctx->reg.ntensors, ctx->graph.nunits, ctx->reg.nlayers);
 out:
     free(first);
     return rc;
@@ -269,6 +338,9 @@ static void ops_free(dear_ctx_t *ctx)
     free(ctx->graph.buckets);
     free(ctx->graph.groups);
     free(ctx->graph.ops);
+    free(ctx->graph.units);
+    ctx->graph.units = NULL;
+    ctx->graph.nunits = 0;
     free(ctx->clip.op.deps);
     free(ctx->clip.shard_sq);
     ctx->clip.op.deps = NULL;
@@ -283,23 +355,23 @@ static void ops_free(dear_ctx_t *ctx)
 void dear_bucket_pack(const dear_ctx_t *ctx, const dear_bucket_t *b)
 {
     size_t esz = dear_dtype_size(b->dtype);
-    for (int t = b->t0; t < b->t1; t++) {
-        const dear_tensor_t *tt = &ctx->reg.tensors[t];
-        if (!tt->frozen)
-            memcpy((char *)b->buf + tt->off * esz, tt->grad, tt->bytes);
+    for (int u = b->u0; u < b->u1; u++) {
+        size_t c = dear_unit_ccount(ctx, u);
+        if (c > 0)
+            memcpy((char *)b->buf + ctx->graph.units[u].off * esz, dear_unit_grad(ctx, u), c * esz);
     }
 }
 
-void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int t0, int t1)
+void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int u0, int u1)
 {
     size_t esz = dear_dtype_size(b->dtype);
-    if (t0 < b->t0)
-        t0 = b->t0;
-    if (t1 > b->t1)
-        t1 = b->t1;
-    for (int t = t0; t < t1; t++) {
-        const dear_tensor_t *tt = &ctx->reg.tensors[t];
-        if (!tt->frozen)
-            memcpy(tt->grad, (const char *)b->buf + tt->off * esz, tt->bytes);
+    if (u0 < b->u0)
+        u0 = b->u0;
+    if (u1 > b->u1)
+        u1 = b->u1;
+    for (int u = u0; u < u1; u++) {
+        size_t c = dear_unit_ccount(ctx, u);
+        if (c > 0)
+            memcpy(dear_unit_grad(ctx, u), (const char *)b->buf + ctx->graph.units[u].off * esz, c * esz);
     }
 }

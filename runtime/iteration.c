@@ -155,7 +155,7 @@ static void begin_backward(dear_ctx_t *ctx, double now)
     ctx->it.in_backward = 1;
     ctx->it.layers_done = 0;
     for (int b = 0; b < ctx->graph.nbuckets; b++)
-        ctx->graph.buckets[b].remaining = ctx->graph.buckets[b].t1 - ctx->graph.buckets[b].t0;
+        ctx->graph.buckets[b].remaining = ctx->graph.buckets[b].u1 - ctx->graph.buckets[b].u0;
     if (ctx->it.t_iter_start == 0)
         ctx->it.t_iter_start = now;
 }
@@ -209,9 +209,9 @@ int dear_backward_done(dear_ctx_t *ctx, int layer)
     }
     L->bwd_iter = ctx->it.iter;
     ctx->it.layers_done++;
-    /* Buckets are contiguous tensor ranges, so the layer's tensors touch a run of buckets. */
-    for (int t = L->t0; t < L->t1; t++) {
-        dear_bucket_t *b = &ctx->graph.buckets[ctx->reg.tensors[t].bucket];
+    /* Buckets are contiguous unit ranges, so the layer's units touch a run of buckets. */
+    for (int u = L->u0; u < L->u1; u++) {
+        dear_bucket_t *b = &ctx->graph.buckets[ctx->graph.units[u].bucket];
         if (--b->remaining > 0)
             continue;
         if (b->fused)

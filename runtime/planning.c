@@ -14,6 +14,7 @@
  * its plan against the one it replaced by measurement (DEAR_VERIFY_ITERS, below).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "fusion/planners.h"
 #include "fusion/profile.h"
 #include "fusion/sim.h"
+#include "fusion/units.h"
 #include "base/mpi_check.h"
 #include "base/params.h"
 #include "runtime/rt.h"
@@ -30,10 +32,13 @@
 
 /* ---- the plan at commit ---- */
 
+/* Rank 0's plan at commit, over the units DEAR_PARTITION cuts the tensors into (fusion/units.h),
+ * or the DEAR_PLAN_FILE plan with the units it was made for. */
 static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
 {
-    int rc = DEAR_OK, n = ctx->reg.ntensors;
-    dear_tensor_desc_t *desc = NULL;
+    int rc = DEAR_OK, n = ctx->reg.ntensors, nu = 0;
+    dear_tensor_desc_t *desc = NULL, *udesc = NULL;
+    dear_unit_t *units = NULL;
     const char **names = NULL;
     DEAR_CHECK_GOTO(dear_tensor_table(ctx, &desc, &names), rc, out);
     const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
@@ -51,40 +56,42 @@ static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
             snprintf(plan->planner, sizeof plan->planner, "file");
         goto out;
     }
-    if (ctx->sched == DEAR_SCHED_SYNC) {
-        /* One all-reduce of everything: the baseline without overlap. */
-        int first[2] = { 0, n };
-        DEAR_CHECK_GOTO(dear_partition_set(&plan->rs, n, 1, first), rc, out);
-        DEAR_CHECK_GOTO(dear_partition_set(&plan->ag, n, 1, first), rc, out);
-        plan->ntensors = n;
-        snprintf(plan->planner, sizeof plan->planner, "sync");
-        goto out;
-    }
+    size_t partition = (size_t)dear_param_int(DEAR_P_PARTITION);
+    DEAR_CHECK_GOTO(dear_units_cut(n, desc, partition, &units, &nu), rc, out);
+    DEAR_CHECK_GOTO(dear_units_descs(n, desc, nu, units, &udesc), rc, out);
     const char *fusion = dear_param_string(DEAR_P_FUSION);
     dear_planner_t planner = (dear_planner_t)dear_param_enum(DEAR_P_FUSION);
-    if (planner == DEAR_PLANNER_NONE) {
-        rc = dear_plan_none(plan, n, desc);
-    } else if (planner == DEAR_PLANNER_THRESHOLD || ctx->online.enabled) {
+    if (ctx->sched == DEAR_SCHED_SYNC) {
+        /* One all-reduce of everything: the baseline without overlap. */
+        int first[2] = { 0, nu };
+        rc = dear_plan_same(plan, nu, 1, first, "sync");
+    } else if (planner == DEAR_PLANNER_NONE) {
+        rc = dear_plan_none(plan, nu, udesc);
+    } else {
         /* Model-driven planners need the measured profile: until the warm-up iterations have
-         * given one (planning.c), the threshold plan runs. */
-        rc = dear_plan_threshold(plan, n, desc, (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD));
+         * given one (planning.c), the threshold plan runs. On one rank a model-driven planner has
+         * nothing to plan: no communication at all. */
+        rc = dear_plan_threshold(plan, nu, udesc, (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD));
         if (rc == DEAR_OK && ctx->online.enabled)
             snprintf(plan->planner, sizeof plan->planner, "threshold(warm-up)");
-    } else {
-        /* A model-driven planner on one rank has nothing to plan: no communication at all. */
-        rc = dear_plan_threshold(plan, n, desc, (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD));
     }
+    if (rc == DEAR_OK)
+        rc = dear_plan_set_units(plan, n, units);
     if (rc != DEAR_OK)
-        DEAR_ERROR("plan", "planner %s failed for %d tensors: %s", fusion, n, dear_status_string(rc));
+        DEAR_ERROR("plan", "planner %s failed for %d tensors in %d units: %s", fusion, n, nu, dear_status_string(rc));
+    else if (nu > n)
+        DEAR_INFO("plan", "DEAR_PARTITION=%zu cuts %d tensor(s) into %d unit(s)", partition, n, nu);
 out:
     free(desc);
+    free(udesc);
+    free(units);
     free(names);
     return rc;
 }
 
 /* Rank 0 plans and broadcasts, so a planner with any rank-dependent behaviour (timings, floating
  * point) still yields one plan. The verdict travels with it, so a failing planner fails everywhere. */
-static int bcast_partition(dear_ctx_t *ctx, dear_partition_t *p)
+static int bcast_partition(dear_ctx_t *ctx, dear_partition_t *p, int nunits)
 {
     int rc = DEAR_OK, ng = p->ngroups;
     int *first = NULL;
@@ -94,9 +101,61 @@ static int bcast_partition(dear_ctx_t *ctx, dear_partition_t *p)
         memcpy(first, p->first, sizeof(int) * (size_t)(ng + 1));
     DEAR_MPI_CHECK_GOTO(MPI_Bcast(first, ng + 1, MPI_INT, 0, ctx->comm), rc, out);
     if (ctx->rank != 0)
-        rc = dear_partition_set(p, ctx->reg.ntensors, ng, first);
+        rc = dear_partition_set(p, nunits, ng, first);
 out:
     free(first);
+    return rc;
+}
+
+/* The plan's units, as (tensor, offset, bytes) triples; none when no tensor is cut. */
+static int bcast_units(dear_ctx_t *ctx, dear_plan_t *plan)
+{
+    int rc = DEAR_OK, hdr[2] = { plan->nunits, plan->units != NULL };
+    int64_t *w = NULL;
+    DEAR_MPI_CHECK(MPI_Bcast(hdr, 2, MPI_INT, 0, ctx->comm));
+    plan->nunits = hdr[0];
+    plan->ntensors = ctx->reg.ntensors;
+    if (!hdr[1])
+        return DEAR_OK;
+    size_t n = (size_t)hdr[0];
+    DEAR_ALLOC_GOTO(w, malloc(sizeof *w * 3 * n), sizeof *w * 3 * n, rc, out);
+    for (size_t i = 0; ctx->rank == 0 && i < n; i++) {
+        w[3 * i] = plan->units[i].tensor;
+        w[3 * i + 1] = (int64_t)plan->units[i].offset;
+        w[3 * i + 2] = (int64_t)plan->units[i].bytes;
+    }
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(w, (int)(3 * n), MPI_INT64_T, 0, ctx->comm), rc, out);
+    if (ctx->rank != 0) {
+        free(plan->units);
+        DEAR_ALLOC_GOTO(plan->units, malloc(sizeof *plan->units * n), sizeof *plan->units * n, rc, out);
+        for (size_t i = 0; i < n; i++)
+            plan->units[i] = (dear_unit_t){ .tensor = (int)w[3 * i], .offset = (size_t)w[3 * i + 1],
+                                            .bytes = (size_t)w[3 * i + 2] };
+    }
+out:
+    free(w);
+    return rc;
+}
+
+/* The plan fits the registered tensors: well formed, every cut inside its tensor, on an element
+ * and, for a sparse tensor, on a row. */
+static int plan_fits(dear_ctx_t *ctx, const dear_plan_t *plan)
+{
+    int rc = DEAR_OK;
+    char msg[256];
+    dear_tensor_desc_t *desc = NULL;
+    const char **names = NULL;
+    if (dear_plan_validate(plan, ctx->reg.ntensors, msg, sizeof msg) != DEAR_OK) {
+        DEAR_ERROR("plan", "the plan is malformed: %s", msg);
+        return DEAR_ERR_INTERNAL;
+    }
+    DEAR_CHECK(dear_tensor_table(ctx, &desc, &names));
+    if (dear_units_check(ctx->reg.ntensors, desc, plan->nunits, plan->units, msg, sizeof msg) != DEAR_OK) {
+        DEAR_ERROR("plan", "the plan's units do not fit the registered tensors: %s", msg);
+        rc = DEAR_ERR_INTERNAL;
+    }
+    free(desc);
+    free(names);
     return rc;
 }
 
@@ -113,16 +172,11 @@ int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
         return rc;
     }
     DEAR_MPI_CHECK(MPI_Bcast(plan->planner, (int)sizeof plan->planner, MPI_CHAR, 0, ctx->comm));
-    DEAR_CHECK(bcast_partition(ctx, &plan->rs));
-    DEAR_CHECK(bcast_partition(ctx, &plan->ag));
+    DEAR_CHECK(bcast_units(ctx, plan));
+    DEAR_CHECK(bcast_partition(ctx, &plan->rs, plan->nunits));
+    DEAR_CHECK(bcast_partition(ctx, &plan->ag, plan->nunits));
     DEAR_MPI_CHECK(MPI_Bcast(&plan->ag_early, 1, MPI_INT, 0, ctx->comm));
-    plan->ntensors = ctx->reg.ntensors;
-    char msg[256];
-    if (dear_plan_validate(plan, ctx->reg.ntensors, msg, sizeof msg) != DEAR_OK) {
-        DEAR_ERROR("plan", "the plan is malformed: %s", msg);
-        return DEAR_ERR_INTERNAL;
-    }
-    return DEAR_OK;
+    return plan_fits(ctx, plan);
 }
 
 int dear_planning_initial(dear_ctx_t *ctx)
@@ -183,24 +237,30 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
 }
 
 /* Rank 0: plan from the medians; logs the choice against the threshold plan. pred: the predicted
- * iteration time of the plan in force [0] and of the new one [1], for auto's check. */
-static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *prof, dear_plan_t *plan, double pred[2])
+ * iteration time of the plan in force [0] and of the new one [1], for auto's check. The new plan
+ * ranges over the units of the plan in force, so both are priced alike. */
+static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t *plan, double pred[2])
 {
     int rc;
     dear_plan_problem_t prob;
     dear_sim_model_arg_t marg;
     dear_plan_t thr = { 0 };
+    dear_profile_t uprof = { 0 }, *prof = &uprof;
     const char *fusion = dear_param_string(DEAR_P_FUSION);
     double t0 = dear_now();
 
-    rc = dear_plan_problem_init(&prob, prof, ctx->sched, &ctx->online.cost, 0, &marg);
+    rc = dear_prof_units(tprof, ctx->graph.plan.nunits, ctx->graph.plan.units, &uprof);
+    if (rc == DEAR_OK)
+        rc = dear_plan_problem_init(&prob, prof, ctx->sched, &ctx->online.cost, 0, &marg);
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
         rc = dear_plan_by_id(plan, &prob, (dear_planner_t)dear_param_enum(DEAR_P_FUSION));
+        if (rc == DEAR_OK)
+            rc = dear_plan_set_units(plan, ctx->reg.ntensors, ctx->graph.plan.units);
         if (rc != DEAR_OK)
-            DEAR_ERROR("plan", "online planning: planner %s failed for %d tensors: %s", fusion, ctx->reg.ntensors,
-                       dear_status_string(rc));
+            DEAR_ERROR("plan", "online planning: planner %s failed for %d tensors in %d units: %s", fusion,
+                       ctx->reg.ntensors, ctx->graph.plan.nunits, dear_status_string(rc));
     }
     if (rc == DEAR_OK) {
         pred[0] = predict(&prob, &ctx->graph.plan);
@@ -219,6 +279,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *prof, dear_plan_t *
                   1e3 * (dear_prof_fwd_total(prof) + dear_prof_bwd_total(prof)), 1e3 * (dear_now() - t0));
     }
     dear_plan_free(&thr);
+    dear_prof_free(&uprof);
     return rc;
 }
 

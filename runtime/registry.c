@@ -365,9 +365,11 @@ int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const ch
     DEAR_ALLOC_GOTO(*desc, malloc(nd), nd, rc, err);
     DEAR_ALLOC_GOTO(*names, malloc(nn), nn, rc, err);
     for (int i = 0; i < n; i++) {
-        (*desc)[i].bytes = ctx->reg.tensors[i].bytes;
-        (*desc)[i].layer = ctx->reg.tensors[i].layer;
-        (*names)[i] = ctx->reg.tensors[i].name;
+        const dear_tensor_t *t = &ctx->reg.tensors[i];
+        size_t esz = dear_dtype_size(t->dtype);
+        (*desc)[i] = (dear_tensor_desc_t){ .bytes = t->bytes, .layer = t->layer, .elem_bytes = esz,
+                                           .row_bytes = dear_tensor_block(ctx, i) * esz };
+        (*names)[i] = t->name;
     }
     return DEAR_OK;
 err:

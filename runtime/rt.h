@@ -42,8 +42,7 @@ typedef struct {
     dear_mem_t mem;
     dear_update_fn update;
     void *arg;
-    int bucket;             /* reduce-scatter / all-reduce bucket holding it */
-    size_t off;             /* element offset inside the bucket's vector */
+    int u0, u1;             /* its units [u0, u1) in ctx->graph.units: more than one when it is cut */
     int pending;            /* averaged gradient in place (or arriving), update not yet run */
     int frozen;             /* dear_freeze: neither communicated nor updated */
     long long nograd_iter;  /* dear_no_grad: the iteration without a gradient here, or -1 */
@@ -59,12 +58,20 @@ typedef struct {
 /* DEAR_SPARSE: the table's order. */
 typedef enum { DEAR_SPARSE_AUTO = 0, DEAR_SPARSE_ON = 1, DEAR_SPARSE_OFF = 2 } dear_sparse_mode_t;
 
-/* Elements a tensor contributes to its bucket's vector. */
-static inline size_t dear_tensor_ccount(const dear_tensor_t *t) { return t->frozen ? 0 : t->count; }
+/* A unit of the plan in force (fusion/units.h: a tensor, or a chunk of one) as the runtime runs
+ * it: elements [eoff, eoff + count) of a tensor and their place in the bucket holding them. */
+typedef struct {
+    int tensor;
+    size_t eoff;            /* first element inside the tensor */
+    size_t count;           /* elements */
+    int bucket;             /* reduce-scatter / all-reduce bucket holding it */
+    size_t off;             /* element offset inside the bucket's vector */
+} dear_rt_unit_t;
 
 typedef struct {
     int id;                 /* caller's layer id */
     int t0, t1;             /* tensors [t0, t1) */
+    int u0, u1;             /* their units [u0, u1) (dear_graph_build) */
     long long bwd_iter;     /* iteration of the last backward_done, -1 before any */
 } dear_layer_t;
 
@@ -96,21 +103,20 @@ struct dear_op {
 };
 
 typedef struct {
-    int t0, t1;             /* tensors [t0, t1), one dtype */
+    int u0, u1;             /* units [u0, u1), one dtype */
     size_t count, bytes;
     dear_dtype_t dtype;
     void *buf;              /* the vector the collective runs on */
     int fused;              /* 1: buf is a fusion buffer (pack/unpack); 0: the gradients themselves */
-    int remaining;          /* tensors whose layer has not reported backward_done this iteration */
-    int first_live;         /* first tensor not frozen (buf is its gradient when zero-copy) */
+    int remaining;          /* units whose layer has not reported backward_done this iteration */
     int early_lo, early_hi; /* dear: early all-gather groups queued behind it (none if lo > hi) */
     size_t sparse_block;    /* its tensors' block when they are sparse (all alike); 0: dense */
     dear_op_t op;           /* reduce-scatter (dear) or all-reduce (wfbp, sync) */
 } dear_bucket_t;
 
 typedef struct {
-    int t0, t1;             /* tensors [t0, t1), in forward order */
-    int early;              /* runs during backward, behind the bucket holding t0 (plan.ag_early) */
+    int u0, u1;             /* units [u0, u1), in forward order */
+    int early;              /* runs during backward, behind the bucket holding u0 (plan.ag_early) */
     int unpacked;           /* data of the pending iteration copied to the gradients */
     dear_op_t op;           /* the all-gather */
 } dear_group_t;
@@ -143,10 +149,12 @@ struct dear_ctx {
         int ndeclared, declared_cap;
     } reg;
 
-    /* the plan in force and what it became: buckets, all-gather groups, one iteration's
-     * operations in their fixed order (buckets.c) */
+    /* the plan in force and what it became: its units, buckets, all-gather groups, one
+     * iteration's operations in their fixed order (buckets.c) */
     struct {
         dear_plan_t plan;
+        dear_rt_unit_t *units;
+        int nunits;
         dear_bucket_t *buckets;
         int nbuckets;
         dear_group_t *groups;   /* schedule dear only */
@@ -279,7 +287,8 @@ int dear_registry_check_layers(dear_ctx_t *ctx);
  * registered the same tensors. */
 int dear_registry_check(dear_ctx_t *ctx);
 /* The registered tensors as the fusion layer describes them, in registration order: desc[i]
- * (bytes, layer) and names[i] (pointing into ctx), both allocated; free both. */
+ * (bytes, layer, element size, the row of a sparse one) and names[i] (pointing into ctx), both
+ * allocated; free both. */
 int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const char ***names);
 /* Index in ctx->reg.layers of the caller's layer id, or -1. */
 int dear_layer_index(const dear_ctx_t *ctx, int layer);
@@ -296,7 +305,14 @@ void dear_graph_free(dear_ctx_t *ctx);
  * place pos of the iteration; index names it in messages (< 0: not a bucket or group). */
 void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count);
 void dear_bucket_pack(const dear_ctx_t *ctx, const dear_bucket_t *b);
-void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int t0, int t1);
+/* Copy units [u0, u1) (those of them in bucket b) from its fusion buffer to the gradients. */
+void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int u0, int u1);
+/* Elements unit u contributes to its bucket's vector (none when its tensor is frozen). */
+size_t dear_unit_ccount(const dear_ctx_t *ctx, int u);
+/* Where unit u's data lies in the gradient of its tensor. */
+char *dear_unit_grad(const dear_ctx_t *ctx, int u);
+/* The all-gather group holding unit u (schedule dear). */
+int dear_group_of(const dear_ctx_t *ctx, int u);
 
 /* engine.c */
 int dear_engine_start(dear_ctx_t *ctx);

@@ -20,7 +20,7 @@ static int reduce_and_update(dear_ctx_t *ctx)
         dear_timeline_span(ctx->tl, "wait dear_backward_end", "wait", DEAR_LANE_WAIT, t0, t1, NULL);
     for (int b = 0; b < ctx->graph.nbuckets; b++)
         if (ctx->graph.buckets[b].fused)
-            dear_bucket_unpack(ctx, &ctx->graph.buckets[b], ctx->graph.buckets[b].t0, ctx->graph.buckets[b].t1);
+            dear_bucket_unpack(ctx, &ctx->graph.buckets[b], ctx->graph.buckets[b].u0, ctx->graph.buckets[b].u1);
     if (ctx->clip.on)
         dear_clip_averaged(ctx);
     for (int t = 0; t < ctx->reg.ntensors; t++) {

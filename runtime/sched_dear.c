@@ -3,28 +3,15 @@
  * backward_end the all-gather groups are queued in forward order behind the reduce-scatters
  * (the plan's early groups were already queued during backward, each behind the bucket that
  * completes its data), and every tensor's update becomes pending. The next iteration's
- * forward_begin of a layer waits only for the groups holding its tensors, unpacks them and runs
- * the layer's updates; flush completes every pending group and update.
+ * forward_begin of a layer waits only for the groups holding its units (a cut tensor's chunks
+ * may lie in several), unpacks them and runs the layer's updates, each tensor's once all its
+ * chunks are in place; flush completes every pending group and update.
  */
 #include <stdio.h>
 
 #include "base/check.h"
 #include "base/util.h"
 #include "runtime/rt.h"
-
-/* Index of the all-gather group holding tensor t. */
-static int group_of(const dear_ctx_t *ctx, int t)
-{
-    int lo = 0, hi = ctx->graph.ngroups - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (ctx->graph.groups[mid].t0 <= t)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
 
 /* Run tensor t's deferred update if it is still pending. */
 static int run_update(dear_ctx_t *ctx, int t)
@@ -54,10 +41,10 @@ static int group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx)
         snprintf(args, sizeof args, "\"group\":%d,\"layer\":%d", g, lidx >= 0 ? ctx->reg.layers[lidx].id : -1);
         dear_timeline_span(ctx->tl, name, "wait", DEAR_LANE_WAIT, t0, t1, args);
     }
-    int b0 = ctx->reg.tensors[gr->t0].bucket, b1 = ctx->reg.tensors[gr->t1 - 1].bucket;
+    int b0 = ctx->graph.units[gr->u0].bucket, b1 = ctx->graph.units[gr->u1 - 1].bucket;
     for (int b = b0; b <= b1; b++)
         if (ctx->graph.buckets[b].fused)
-            dear_bucket_unpack(ctx, &ctx->graph.buckets[b], gr->t0, gr->t1);
+            dear_bucket_unpack(ctx, &ctx->graph.buckets[b], gr->u0, gr->u1);
     gr->unpacked = 1;
     return DEAR_OK;
 }
@@ -68,7 +55,8 @@ static int dear_forward_layer(dear_ctx_t *ctx, int lidx)
     const dear_layer_t *L = &ctx->reg.layers[lidx];
     if (ctx->it.npending == 0 || L->t0 == L->t1)
         return DEAR_OK;
-    int g0 = group_of(ctx, L->t0), g1 = group_of(ctx, L->t1 - 1);
+    /* Every group holding a chunk of the layer's tensors, then each tensor's update once. */
+    int g0 = dear_group_of(ctx, L->u0), g1 = dear_group_of(ctx, L->u1 - 1);
     for (int g = g0; g <= g1; g++)
         DEAR_CHECK(group_ready(ctx, g, "dear_forward_begin", lidx));
     for (int t = L->t0; t < L->t1; t++) {
@@ -85,7 +73,7 @@ static int dear_wait_layer(dear_ctx_t *ctx, int lidx)
     const dear_layer_t *L = &ctx->reg.layers[lidx];
     if (ctx->it.npending == 0 || L->t0 == L->t1)
         return DEAR_OK;
-    int g0 = group_of(ctx, L->t0), g1 = group_of(ctx, L->t1 - 1);
+    int g0 = dear_group_of(ctx, L->u0), g1 = dear_group_of(ctx, L->u1 - 1);
     for (int g = g0; g <= g1; g++)
         DEAR_CHECK(group_ready(ctx, g, "dear_wait_grad", lidx));
     return DEAR_OK;
@@ -124,7 +112,8 @@ static int dear_backward_end_sched(dear_ctx_t *ctx)
     return DEAR_OK;
 }
 
-/* Every pending group in forward order, each followed by its tensors' updates. */
+/* Every pending group in forward order, each followed by the updates of the tensors whose last
+ * chunk it holds (their earlier chunks were in earlier groups). */
 static int dear_flush_sched(dear_ctx_t *ctx, const char *call)
 {
     int rc = DEAR_OK;
@@ -132,7 +121,10 @@ static int dear_flush_sched(dear_ctx_t *ctx, const char *call)
         return DEAR_OK;
     for (int g = 0; g < ctx->graph.ngroups; g++) {
         DEAR_CHECK(group_ready(ctx, g, call, -1));
-        for (int t = ctx->graph.groups[g].t0; t < ctx->graph.groups[g].t1; t++) {
+        for (int u = ctx->graph.groups[g].u0; u < ctx->graph.groups[g].u1; u++) {
+            int t = ctx->graph.units[u].tensor;
+            if (ctx->reg.tensors[t].u1 - 1 != u)
+                continue;
             int r = run_update(ctx, t);
             if (r != DEAR_OK && rc == DEAR_OK)
                 rc = r;

@@ -2,7 +2,8 @@
  * Sparse tensors: gradients whose blocks (rows) are mostly zero, such as a token embedding's,
  * declared with dear_register_sparse. Buckets are cut where the block changes (buckets.c), so a
  * bucket is either dense or sparse tensors of one block size and the block boundaries are the
- * rows; an all-gather group of sparse tensors gathers part of one bucket. Such a bucket's
+ * rows (a sparse tensor is cut into chunks on rows only, fusion/units.h); an all-gather group of
+ * sparse tensors gathers part of one bucket. Such a bucket's
  * collectives run the `sparse` algorithm (collectives/coll_sparse.c) with that block, per phase:
  * the reduce-scatter (or the all-reduce of wfbp and sync) and the all-gather.
  *
@@ -72,25 +73,28 @@ int dear_sparse_setup(dear_ctx_t *ctx)
     return DEAR_OK;
 }
 
-/* Where tensor t's data lies in bucket bk's vector. */
-static const char *tensor_data(const dear_bucket_t *bk, const dear_tensor_t *tt)
+/* Where unit u's data lies in bucket bk's vector. */
+static const char *unit_data(const dear_ctx_t *ctx, const dear_bucket_t *bk, int u)
 {
-    return bk->fused ? (const char *)bk->buf + tt->off * dear_dtype_size(bk->dtype) : tt->grad;
+    return bk->fused ? (const char *)bk->buf + ctx->graph.units[u].off * dear_dtype_size(bk->dtype)
+                     : dear_unit_grad(ctx, u);
 }
 
-/* Count the non-zero blocks of tensors [t0, t1) of bucket bk in a warm-up iteration. */
-static void scan(dear_ctx_t *ctx, const dear_op_t *op, const dear_bucket_t *bk, int t0, int t1, int averaged)
+/* Count the non-zero blocks of units [u0, u1) of bucket bk in a warm-up iteration, into their
+ * tensors' counts (a cut tensor's chunks, cut on rows, add up to the whole tensor's). */
+static void scan(dear_ctx_t *ctx, const dear_op_t *op, const dear_bucket_t *bk, int u0, int u1, int averaged)
 {
     if (op->iter >= ctx->sparse.measure_iters)
         return;
-    for (int t = t0; t < t1; t++) {
-        dear_tensor_t *tt = &ctx->reg.tensors[t];
-        if (tt->frozen)
+    for (int u = u0; u < u1; u++) {
+        dear_tensor_t *tt = &ctx->reg.tensors[ctx->graph.units[u].tensor];
+        size_t count = dear_unit_ccount(ctx, u);
+        if (count == 0)
             continue;
-        size_t nz = dear_coll_sparse_nonzero(tt->dtype, tensor_data(bk, tt), tt->count, tt->sparse_block);
+        size_t nz = dear_coll_sparse_nonzero(tt->dtype, unit_data(ctx, bk, u), count, tt->sparse_block);
         dear_lock(&ctx->eng.lock);
         *(averaged ? &tt->nz_ag : &tt->nz_rs) += nz;
-        *(averaged ? &tt->blocks_ag : &tt->blocks_rs) += tt->count / tt->sparse_block;
+        *(averaged ? &tt->blocks_ag : &tt->blocks_rs) += count / tt->sparse_block;
         dear_unlock(&ctx->eng.lock);
     }
 }
@@ -98,27 +102,29 @@ static void scan(dear_ctx_t *ctx, const dear_op_t *op, const dear_bucket_t *bk, 
 static void scan_own(dear_ctx_t *ctx, dear_op_t *op)
 {
     const dear_bucket_t *bk = &ctx->graph.buckets[op->index];
-    scan(ctx, op, bk, bk->t0, bk->t1, 0);
+    scan(ctx, op, bk, bk->u0, bk->u1, 0);
 }
 
 static void scan_reduced(dear_ctx_t *ctx, dear_op_t *op)
 {
     const dear_bucket_t *bk = &ctx->graph.buckets[op->index];
-    scan(ctx, op, bk, bk->t0, bk->t1, 1);
+    scan(ctx, op, bk, bk->u0, bk->u1, 1);
 }
 
 static void scan_gathered(dear_ctx_t *ctx, dear_op_t *op)
 {
     const dear_group_t *gr = &ctx->graph.groups[op->index];
-    scan(ctx, op, &ctx->graph.buckets[ctx->reg.tensors[gr->t0].bucket], gr->t0, gr->t1, 1);
+    scan(ctx, op, &ctx->graph.buckets[ctx->graph.units[gr->u0].bucket], gr->u0, gr->u1, 1);
 }
 
-/* Whether every tensor of [t0, t1) runs the phase sparse. */
-static int all_sparse(const dear_ctx_t *ctx, int t0, int t1, int ag)
+/* Whether every unit of [u0, u1) runs the phase sparse. */
+static int all_sparse(const dear_ctx_t *ctx, int u0, int u1, int ag)
 {
-    for (int t = t0; t < t1; t++)
-        if (!(ag ? ctx->reg.tensors[t].sparse_ag : ctx->reg.tensors[t].sparse_rs))
+    for (int u = u0; u < u1; u++) {
+        const dear_tensor_t *tt = &ctx->reg.tensors[ctx->graph.units[u].tensor];
+        if (!(ag ? tt->sparse_ag : tt->sparse_rs))
             return 0;
+    }
     return 1;
 }
 
@@ -135,17 +141,17 @@ void dear_sparse_graph(dear_ctx_t *ctx)
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         if (bk->sparse_block == 0)
             continue;
-        set_algo(&bk->op, bk->sparse_block, all_sparse(ctx, bk->t0, bk->t1, 0));
+        set_algo(&bk->op, bk->sparse_block, all_sparse(ctx, bk->u0, bk->u1, 0));
         bk->op.before = scan_own;
         if (!split)
             bk->op.after = scan_reduced; /* the all-reduce leaves the averaged vector */
     }
     for (int g = 0; g < ctx->graph.ngroups; g++) {
         dear_group_t *gr = &ctx->graph.groups[g];
-        size_t block = ctx->graph.buckets[ctx->reg.tensors[gr->t0].bucket].sparse_block;
+        size_t block = ctx->graph.buckets[ctx->graph.units[gr->u0].bucket].sparse_block;
         if (block == 0)
             continue;
-        set_algo(&gr->op, block, all_sparse(ctx, gr->t0, gr->t1, 1));
+        set_algo(&gr->op, block, all_sparse(ctx, gr->u0, gr->u1, 1));
         gr->op.after = scan_gathered;
     }
 }
@@ -155,10 +161,13 @@ void dear_sparse_record(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_in
     if (info->algo != DEAR_ALGO_SPARSE || op->index < 0)
         return;
     int ag = op->kind == DEAR_COLL_ALLGATHER;
-    int t0 = ag ? ctx->graph.groups[op->index].t0 : ctx->graph.buckets[op->index].t0;
-    int t1 = ag ? ctx->graph.groups[op->index].t1 : ctx->graph.buckets[op->index].t1;
-    for (int t = t0; t < t1; t++) {
-        dear_tensor_t *tt = &ctx->reg.tensors[t];
+    int u0 = ag ? ctx->graph.groups[op->index].u0 : ctx->graph.buckets[op->index].u0;
+    int u1 = ag ? ctx->graph.groups[op->index].u1 : ctx->graph.buckets[op->index].u1;
+    /* Each tensor with a chunk in the collective counts it once. */
+    for (int u = u0; u < u1; u++) {
+        if (u > u0 && ctx->graph.units[u].tensor == ctx->graph.units[u - 1].tensor)
+            continue;
+        dear_tensor_t *tt = &ctx->reg.tensors[ctx->graph.units[u].tensor];
         tt->sp_sent += info->bytes_sent;
         tt->sp_msgs_sparse += info->msgs_sparse;
         tt->sp_msgs_dense += info->msgs_dense;
@@ -231,11 +240,16 @@ int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stat
     size_t block = dear_tensor_block(ctx, tensor);
     dear_sparse_stats_t s = { .size = stats->size, .block = tt->sparse_block };
     /* What runs, not what the tensor alone would pay for: a bucket is sparse only if all its
-     * tensors are. */
-    s.sparse_rs = block > 0 && ctx->graph.buckets[tt->bucket].op.args.algo == DEAR_ALGO_SPARSE;
-    for (int g = 0; block > 0 && g < ctx->graph.ngroups; g++)
-        if (ctx->graph.groups[g].t0 <= tensor && tensor < ctx->graph.groups[g].t1)
-            s.sparse_ag = ctx->graph.groups[g].op.args.algo == DEAR_ALGO_SPARSE;
+     * tensors are; a cut tensor runs a phase sparse when every collective carrying a chunk of it
+     * does. */
+    s.sparse_rs = s.sparse_ag = block > 0;
+    for (int u = tt->u0; u < tt->u1 && block > 0; u++) {
+        s.sparse_rs &= ctx->graph.buckets[ctx->graph.units[u].bucket].op.args.algo == DEAR_ALGO_SPARSE;
+        if (ctx->graph.ngroups > 0)
+            s.sparse_ag &= ctx->graph.groups[dear_group_of(ctx, u)].op.args.algo == DEAR_ALGO_SPARSE;
+    }
+    if (ctx->graph.ngroups == 0)
+        s.sparse_ag = 0;
     dear_lock(&ctx->eng.lock);
     s.density = ratio(tt->nz_rs, tt->blocks_rs);
     s.density_union = ratio(tt->nz_ag, tt->blocks_ag);

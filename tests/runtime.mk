@@ -72,3 +72,21 @@ check-valgrind-runtime: tests/mpi/test_runtime$(EXEEXT) tests/mpi/helgrind_race$
 	$(MPI_LAUNCH_ENV) top_srcdir='$(top_srcdir)' top_builddir='$(top_builddir)' \
 	    $(SHELL) $(top_srcdir)/tests/mpi/runtime-valgrind.sh
 .PHONY: check-valgrind-runtime
+
+# tests/mpi/partition-np{1..4}.mpi  test_partition: tensors cut into chunks (DEAR_PARTITION) give
+#                                  the parameters of the unpartitioned run bit for bit under every
+#                                  schedule, each update once per iteration with every chunk in
+#                                  place; plan files with cuts, refused cuts, early groups across a
+#                                  tensor's chunks. The -part variants rerun test_loop, test_sparse
+#                                  and test_online with their tensors cut.
+PARTITION_MPI_TESTS = tests/mpi/partition-np1.mpi tests/mpi/partition-np2.mpi tests/mpi/partition-np3.mpi \
+    tests/mpi/partition-np4.mpi tests/mpi/loop-np2-part.mpi tests/mpi/loop-np3-part.mpi \
+    tests/mpi/sparse-np3-part.mpi tests/mpi/online-np2-part.mpi
+EXTRA_DIST += $(PARTITION_MPI_TESTS)
+if HAVE_CHECK
+check_PROGRAMS += tests/mpi/test_partition
+TESTS += $(PARTITION_MPI_TESTS)
+tests_mpi_test_partition_SOURCES = tests/mpi/test_partition.c tests/mpi/np_check.h tests/mpi/suite_run.h
+tests_mpi_test_partition_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_mpi_test_partition_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
+endif

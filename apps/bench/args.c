@@ -1,7 +1,7 @@
 /*
  * args.c: dear-bench's command line. Options come from getopt_long, a single configuration from
  * --schedule/--fusion/--threshold or the DEAR_* variables the runtime itself reads, several from
- * --configs "SCHEDULE[:PLANNER[:THRESHOLD]];...". Every rank parses the same argv and checks it
+ * --configs "SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+part=SIZE];...". Every rank parses the same argv and checks it
  * completely before any collective call, so a bad argument ends all ranks with status 2 and one
  * message (rank 0's) instead of leaving some of them waiting. Each configuration also gets its
  * warm-up: the iterations its planner needs before its plan is in place.
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fusion/cost.h"
+#include "base/params.h"
 #include "base/planner_table.h"
 #include "base/sched_table.h"
 #include "base/textio.h"
@@ -47,11 +48,15 @@ static void usage(void)
         "\n"
         "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships five)\n"
         "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
-        "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse], e.g.\n"
+        "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+part=SIZE], e.g.\n"
         "                       \"%s\"\n"
         "                       (SCHEDULE dear|wfbp|sync; PLANNER none|threshold|mgwfbp|dp|gradssa|auto;\n"
         "                       THRESHOLD bytes with k/m/g = KiB/MiB/GiB, default 25m; +sparse: the\n"
-        "                       profile's sparse tensors travel sparse, DEAR_SPARSE=auto, else off)\n"
+        "                       profile's sparse tensors travel sparse, DEAR_SPARSE=auto, else off;\n"
+        "                       +part=SIZE: tensors above SIZE bytes are cut into chunks the planner\n"
+        "                       places like tensors, DEAR_PARTITION, 0 never. Without it wfbp and sync\n"
+        "                       keep every tensor whole, as Horovod and PyTorch DDP do, and dear\n"
+        "                       runs DEAR_PARTITION (default %s). SIZE scales with --size-scale)\n"
         "  --schedule S, --fusion X, --threshold BYTES\n"
         "                       one configuration (default: DEAR_SCHEDULE, DEAR_FUSION,\n"
         "                       DEAR_FUSION_THRESHOLD, else dear, threshold, 25m); not with --configs\n"
@@ -94,7 +99,7 @@ static void usage(void)
         "  --help               this text\n"
         "Exit status: 0 all configurations ran and passed the parameter check; 1 a check failed or\n"
         "the run broke; 2 bad arguments or profile; 3 the runtime refused a configuration.\n",
-        DEFAULT_CONFIGS, dear_cost_preset_names());
+        DEFAULT_CONFIGS, dear_param_table[DEAR_P_PARTITION].defval, dear_cost_preset_names());
 }
 
 static int parse_int(const char *s, long lo, long hi, int *v)
@@ -139,16 +144,65 @@ static int valid_planner(const char *s)
     return dear_planner_parse(s, &p) == 0;
 }
 
-static int make_config(config_t *c, const char *text, const char *sched, const char *fusion, size_t threshold)
+/* A partition size as DEAR_PARTITION takes it; "what" names it in the message. */
+static int parse_partition(const char *text, const char *what, long long *v)
+{
+    char msg[256];
+    if (dear_param_parse_int(DEAR_P_PARTITION, text, v, msg, sizeof msg) != DEAR_OK)
+        return usage_error("%s: %s", what, msg);
+    return 0;
+}
+
+/* partition < 0: the schedule's default. wfbp and sync stand for Horovod and PyTorch DDP, which
+ * send every tensor whole; dear runs what the runtime would, DEAR_PARTITION or its default. */
+static int make_config(config_t *c, const char *text, const char *sched, const char *fusion, size_t threshold,
+                       long long partition)
 {
     if (!valid_sched(sched))
         return usage_error("configuration '%s': schedule '%s' is not one of %s", text, sched, DEAR_SCHED_CHOICES);
     if (strcmp(sched, "sync") != 0 && !valid_planner(fusion))
         return usage_error("configuration '%s': planner '%s' is not one of %s", text, fusion, DEAR_PLANNER_CHOICES);
+    if (partition < 0 && strcmp(sched, "dear") != 0)
+        partition = 0;
+    if (partition < 0) {
+        const char *env = getenv("DEAR_PARTITION");
+        if (parse_partition(env && env[0] ? env : dear_param_table[DEAR_P_PARTITION].defval, "DEAR_PARTITION",
+                            &partition))
+            return 2;
+    }
     snprintf(c->text, sizeof c->text, "%s", text);
     snprintf(c->sched, sizeof c->sched, "%s", sched);
     snprintf(c->fusion, sizeof c->fusion, "%s", strcmp(sched, "sync") ? fusion : "one");
     c->threshold = threshold;
+    c->partition = partition;
+    return 0;
+}
+
+/* The '+' suffixes of a configuration (cut off buf): +sparse and +part=SIZE, each at most once. */
+static int parse_suffixes(char *buf, const char *tok, int *sparse, long long *partition)
+{
+    char *plus = strchr(buf, '+');
+    *sparse = 0;
+    *partition = -1;
+    if (!plus)
+        return 0;
+    *plus++ = 0;
+    for (char *sfx = plus, *next; sfx; sfx = next) {
+        next = strchr(sfx, '+');
+        if (next)
+            *next++ = 0;
+        if (strcmp(sfx, "sparse") == 0 && !*sparse) {
+            *sparse = 1;
+        } else if (strncmp(sfx, "part=", 5) == 0 && *partition < 0) {
+            char what[96];
+            snprintf(what, sizeof what, "--configs '%s': +part", tok);
+            if (parse_partition(sfx + 5, what, partition))
+                return 2;
+        } else {
+            return usage_error("--configs: '%s': suffix '+%s' is not +sparse or +part=SIZE (each at most once)",
+                               tok, sfx);
+        }
+    }
     return 0;
 }
 
@@ -174,16 +228,10 @@ static int parse_configs(const char *list, opts_t *o)
         }
         char buf[64], *f[4] = { 0 };
         int nf = 0, sparse = 0;
+        long long partition = -1;
         snprintf(buf, sizeof buf, "%s", tok);
-        char *plus = strchr(buf, '+');
-        if (plus) {
-            if (strcmp(plus, "+sparse") != 0) {
-                rc = usage_error("--configs: '%s': the only suffix is '+sparse'", tok);
-                break;
-            }
-            *plus = 0;
-            sparse = 1;
-        }
+        if ((rc = parse_suffixes(buf, tok, &sparse, &partition)) != 0)
+            break;
         for (char *p = buf, *q; nf < 4 && p; p = q) {
             q = strchr(p, ':');
             if (q)
@@ -197,7 +245,7 @@ static int parse_configs(const char *list, opts_t *o)
                              tok);
             break;
         }
-        rc = make_config(&o->configs[o->nconfigs], tok, f[0], f[1] ? f[1] : "threshold", thr);
+        rc = make_config(&o->configs[o->nconfigs], tok, f[0], f[1] ? f[1] : "threshold", thr, partition);
         if (!rc)
             o->configs[o->nconfigs++].sparse = sparse;
     }
@@ -224,8 +272,13 @@ static int parse_single(opts_t *o, const char *sched, const char *fusion, const 
         snprintf(text, sizeof text, "sync");
     else
         snprintf(text, sizeof text, "%.8s:%.15s:%.20s", sched, fusion, thr_text);
+    /* Here the environment speaks for the one configuration, whatever its schedule. */
+    const char *penv = getenv("DEAR_PARTITION");
+    long long partition = -1;
+    if (penv && penv[0] && parse_partition(penv, "DEAR_PARTITION", &partition))
+        return 2;
     o->nconfigs = 1;
-    return make_config(&o->configs[0], text, sched, fusion, thr);
+    return make_config(&o->configs[0], text, sched, fusion, thr, partition);
 }
 
 /* What the command line says about the configurations and the cost model, checked later. */
@@ -416,4 +469,10 @@ size_t scaled_threshold(const config_t *c, const opts_t *o)
 {
     double t = floor((double)c->threshold * o->size_scale + 0.5);
     return t < 1 ? 1 : (size_t)t;
+}
+
+size_t scaled_partition(const config_t *c, const opts_t *o)
+{
+    double p = floor((double)c->partition * o->size_scale + 0.5);
+    return c->partition == 0 ? 0 : p < 1 ? 1 : (size_t)p;
 }

@@ -11,12 +11,13 @@
 #define MAX_CONFIGS 32
 
 typedef struct {
-    char text[64];              /* as given, e.g. "wfbp:threshold:64m" */
+    char text[64];              /* as given, e.g. "wfbp:threshold:64m", "dear:auto+part=0" */
     char sched[8];              /* dear|wfbp|sync */
     char fusion[16];            /* planner; "one" for sync */
     size_t threshold;           /* bytes, before --size-scale */
     int warmup;                 /* iterations before measuring (per round) */
     int sparse;                 /* "+sparse": the profile's sparse tensors travel sparse (DEAR_SPARSE=auto) */
+    long long partition;        /* DEAR_PARTITION in bytes, before --size-scale ("+part=SIZE"); 0: whole */
 } config_t;
 
 typedef struct {
@@ -40,5 +41,7 @@ int parse_args(int argc, char **argv, opts_t *o);
 
 /* The configuration's fusion threshold in bytes after --size-scale, at least 1. */
 size_t scaled_threshold(const config_t *c, const opts_t *o);
+/* The configuration's partition size in bytes after --size-scale: 0 stays 0, else at least 1. */
+size_t scaled_partition(const config_t *c, const opts_t *o);
 
 #endif /* DEAR_APPS_BENCH_ARGS_H */

@@ -94,11 +94,12 @@ static double median(double *v, int n)
 
 static int set_env(const config_t *c, const opts_t *o)
 {
-    char thr[32];
+    char thr[32], part[32];
     snprintf(thr, sizeof thr, "%zu", scaled_threshold(c, o));
+    snprintf(part, sizeof part, "%zu", scaled_partition(c, o));
     if (setenv("DEAR_SCHEDULE", c->sched, 1) || setenv("DEAR_FUSION_THRESHOLD", thr, 1) ||
         setenv("DEAR_FUSION", strcmp(c->fusion, "one") ? c->fusion : "threshold", 1) ||
-        setenv("DEAR_SPARSE", c->sparse ? "auto" : "off", 1))
+        setenv("DEAR_SPARSE", c->sparse ? "auto" : "off", 1) || setenv("DEAR_PARTITION", part, 1))
         return DEAR_ERR_NOMEM;
     return DEAR_OK;
 }
@@ -420,10 +421,10 @@ static double it_q(double q_s, const result_t *r)
 static const char *csv_header = "model,np,config,schedule,fusion,threshold_bytes,iters,warmup,time_scale,size_scale,"
                                 "grad_bytes,compute_ms,compute_meas_ms,iter_ms,iter_min_ms,iter_max_ms,exposed_ms,"
                                 "blocked_ms,speedup_sync,speedup_wfbp64,pred_ms,pred_err_pct,bound_ms,iter_over_bound,"
-                                "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early";
+                                "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early,partition_bytes,units";
 
-/* References measured in this invocation: ref[0] sync, ref[1] wfbp + threshold 64 MiB; NAN
- * when not run. */
+/* References measured in this invocation: ref[0] sync, ref[1] wfbp + threshold 64 MiB with every
+ * tensor whole (Horovod); NAN when not run. */
 static void reference_times(const bench_t *b, double ref[2])
 {
     ref[0] = ref[1] = NAN;
@@ -433,7 +434,8 @@ static void reference_times(const bench_t *b, double ref[2])
             continue;
         if (!strcmp(c->sched, "sync") && !c->sparse)
             ref[0] = b->res[i].iter_s;
-        if (!strcmp(c->sched, "wfbp") && !strcmp(c->fusion, "threshold") && c->threshold == REF64M && !c->sparse)
+        if (!strcmp(c->sched, "wfbp") && !strcmp(c->fusion, "threshold") && c->threshold == REF64M && !c->sparse &&
+            c->partition == 0)
             ref[1] = b->res[i].iter_s;
     }
 }
@@ -471,7 +473,8 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
     const dear_plan_t *pl = &r->plan;
     char ran[96] = "-";
     if (pl->ntensors > 0)
-        snprintf(ran, sizeof ran, "%s %d/%d/%d", pl->planner, pl->rs.ngroups, pl->ag.ngroups, pl->ag_early);
+        snprintf(ran, sizeof ran, "%s %d/%d/%d%s", pl->planner, pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
+                 pl->nunits > pl->ntensors ? " cut" : "");
     if (r->ok_run)
         say("%-24s %9.3f %9.3f %9.3f %9.3f %8s %8s %9.3f %+6.1f%% %8.3f %-5s %s\n", c->text, it * 1e3,
             r->compute_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, vs[0], vs[1], r->pred_s * 1e3, err,
@@ -481,14 +484,15 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
             r->pred_s * 1e3, "-", "-", r->status);
     if (csv)
         fprintf(csv, "%s,%d,%s,%s,%s,%zu,%d,%d,%g,%g,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
-                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d\n",
+                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d\n",
                 p->model, g_size, c->text, c->sched, c->fusion, scaled_threshold(c, o), o->iters, c->warmup,
                 o->time_scale, o->size_scale, dear_prof_bytes_total(p),
                 (dear_prof_fwd_total(p) + dear_prof_bwd_total(p)) * 1e3, r->compute_s * 1e3, it * 1e3,
                 r->iter_min_s * 1e3, r->iter_max_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, ref[0] / it,
                 ref[1] / it, r->pred_s * 1e3, err, b->bound * 1e3, it / b->bound, b->model.source,
                 r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
-                pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early);
+                pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
+                scaled_partition(c, o), pl->nunits);
 }
 
 static void free_results(bench_t *b)
@@ -506,7 +510,7 @@ static void report(bench_t *b)
     double ref[2];
     reference_times(b, ref);
     say("\n%-24s %9s %9s %9s %9s %8s %8s %9s %7s %8s %-5s %s\n", "config", "iter_ms", "compute", "exposed",
-        "blocked", "vs_sync", "vs_w64", "pred_ms", "err%", "/bound", "check", "plan run (buckets/groups/early)");
+        "blocked", "vs_sync", "vs_w64", "pred_ms", "err%", "/bound", "check", "plan run (buckets/groups/early, cut: tensors cut into chunks)");
     dear_file_out_t csv_out;
     FILE *csv = open_csv(b, &csv_out);
     for (int i = 0; i < b->o.nconfigs; i++)
@@ -515,7 +519,8 @@ static void report(bench_t *b)
     if (csv && dear_file_out_commit(&csv_out) != DEAR_OK)
         b->broken = 1;
     say("compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
-        "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); pred: "
+        "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); vs_w64: over "
+        "wfbp:threshold:64m with every tensor whole; pred: "
         "simulator with cost model %s\n",
         (dear_prof_fwd_total(&b->m.prof) + dear_prof_bwd_total(&b->m.prof)) * 1e3, b->model.source);
 }

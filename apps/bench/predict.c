@@ -20,6 +20,7 @@
 #include "fusion/planners.h"
 #include "fusion/profile.h"
 #include "fusion/sim.h"
+#include "fusion/units.h"
 #include "include/dear.h"
 #include "apps/bench/bench.h"
 #include "apps/bench/predict.h"
@@ -166,8 +167,8 @@ char *runtime_calibration_file(const opts_t *o, int *created)
 }
 
 /* The simulator's iteration time for a configuration on the scaled profile: of the plan the
- * runtime ran when known (ran), else planned the way the runtime plans it (same planner, same
- * scaled threshold). Optionally its Gantt chart. */
+ * runtime ran when known (ran, over its own units), else planned the way the runtime plans it
+ * (same units, same planner, same scaled threshold). Optionally its Gantt chart. */
 int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c, const opts_t *o,
             const dear_plan_t *ran, double *iter_s)
 {
@@ -178,17 +179,26 @@ int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c,
     dear_plan_problem_t prob;
     dear_plan_t plan = { 0 };
     dear_sim_result_t res = { 0 };
-    int rc = dear_plan_problem_init(&prob, &m->prof, s, model, 0, &marg);
+    dear_profile_t uprof = { 0 };
+    dear_unit_t *units = NULL;
+    int nunits = 0, rc;
+    if (ran && ran->ntensors == m->prof.ntensors && s != DEAR_SCHED_SYNC)
+        rc = dear_prof_units(&m->prof, ran->nunits, ran->units, &uprof);
+    else
+        /* the units the runtime cuts the scaled profile into for this configuration */
+        rc = dear_prof_cut(&m->prof, scaled_partition(c, o), &units, &nunits, &uprof);
+    if (rc == DEAR_OK)
+        rc = dear_plan_problem_init(&prob, &uprof, s, model, 0, &marg);
     if (rc != DEAR_OK)
-        return rc;
+        goto out;
     prob.threshold = scaled_threshold(c, o);
     if (ran && ran->ntensors == m->prof.ntensors && s != DEAR_SCHED_SYNC)
         rc = dear_plan_copy(&plan, ran);
     else
         rc = dear_plan_by_name(&plan, &prob, c->fusion);
     if (rc != DEAR_OK)
-        return rc;
-    rc = dear_sim_run(&m->prof, &prob.cost, s, &plan, o->svg_dir != NULL, &res);
+        goto out;
+    rc = dear_sim_run(&uprof, &prob.cost, s, &plan, o->svg_dir != NULL, &res);
     if (rc == DEAR_OK)
         *iter_s = res.iter_s;
     if (rc == DEAR_OK && o->svg_dir) {
@@ -209,8 +219,11 @@ int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c,
             }
         }
     }
+out:
     dear_sim_result_free(&res);
     dear_plan_free(&plan);
+    dear_prof_free(&uprof);
+    free(units);
     return rc;
 }
 

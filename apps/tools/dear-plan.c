@@ -1,10 +1,12 @@
 /*
  * dear-plan: plan and predict before running. Reads a profile (docs/FORMATS.md), takes a cost
- * model (a preset, an all-reduce alpha/beta, or a calibration file), and prints for every
+ * model (a preset, an all-reduce alpha/beta, or a calibration file), cuts the tensors into
+ * units at the partition size as the runtime does (fusion/units.h), and prints for every
  * schedule x planner the predicted iteration time, exposed communication, speedups over sync
- * and over wfbp+threshold, bucket counts and the planner's own CPU time. Optionally writes the
- * best plan (DEAR_PLAN_FILE format), its Gantt chart as SVG, and a scaling table over worker
- * counts. Uses the fusion library directly; no MPI is initialised.
+ * and over wfbp+threshold with whole tensors (Horovod, DDP), bucket counts and the planner's own
+ * CPU time. Optionally writes the best plan (DEAR_PLAN_FILE format, with its cuts), its Gantt
+ * chart as SVG, and a scaling table over worker counts. Uses the fusion library directly; no
+ * MPI is initialised.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -19,7 +21,9 @@
 #include "fusion/planners.h"
 #include "fusion/profile.h"
 #include "fusion/sim.h"
+#include "fusion/units.h"
 #include "base/fileio.h"
+#include "base/params.h"
 #include "base/textio.h"
 #include "include/dear.h"
 #include "base/util.h"
@@ -41,6 +45,9 @@ static void usage(FILE *out)
             "  --schedule S        sync|wfbp|dear|all (default all)\n"
             "  --planner X         %s|all (default all)\n"
             "  --threshold BYTES   threshold planner bucket size (default 26214400 = 25 MiB)\n"
+            "  --partition BYTES   cut tensors larger than this into chunks the planners place\n"
+            "                      like tensors (k/m/g suffix; default %s, DEAR_PARTITION's;\n"
+            "                      0: never cut); the wfbp+threshold reference keeps them whole\n"
             "  --cap BYTES         cap on bucket memory, enforced by gradssa and auto (default none)\n"
             "  --seed N            gradssa seed (default 1)\n"
             "  --svg OUT           Gantt chart of the best row shown\n"
@@ -50,7 +57,7 @@ static void usage(FILE *out)
             "  --dense             price sparse tensors (profile 'sparse' records) as dense\n"
             "  --csv               print CSV instead of the table\n"
             "  --help              this text\n",
-            dear_cost_preset_names(), DEAR_PLANNER_CHOICES);
+            dear_cost_preset_names(), DEAR_PLANNER_CHOICES, dear_param_table[DEAR_P_PARTITION].defval);
 }
 
 __attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
@@ -136,13 +143,48 @@ typedef struct {
     const char *profile, *svg, *plan_out, *scale, *plan_sel;
     cost_src_t src;
     long workers, seed, threshold, cap;
+    long long partition;
     int sched_sel, csv, dense;
 } plan_opts_t;
 
+/* The model as loaded and as the plans see it: its tensors cut into units (fusion/units.h). */
+typedef struct {
+    dear_profile_t tensors;     /* the profile */
+    dear_profile_t prof;        /* its units: what the planners and the simulator take */
+    dear_unit_t *units;         /* NULL: no tensor cut */
+    int nunits;
+} model_t;
+
+static void model_free(model_t *m)
+{
+    dear_prof_free(&m->tensors);
+    dear_prof_free(&m->prof);
+    free(m->units);
+}
+
+/* The simulated iteration of planner pname under schedule s over prof's units, its plan in *plan
+ * (given units of ntensors tensors). */
+static int plan_and_run(const dear_profile_t *prof, const dear_cost_model_t *model, const plan_opts_t *o,
+                        dear_sched_t s, const char *pname, dear_plan_t *plan, dear_sim_result_t *res)
+{
+    dear_sim_model_arg_t marg;
+    dear_plan_problem_t prob;
+    int rc = dear_plan_problem_init(&prob, prof, s, model, (size_t)o->cap, &marg);
+    if (rc != DEAR_OK)
+        return rc;
+    prob.threshold = (size_t)o->threshold;
+    prob.seed = (unsigned long)o->seed;
+    rc = dear_plan_by_name(plan, &prob, pname);
+    if (rc == DEAR_OK)
+        rc = dear_sim_run(prof, &prob.cost, s, plan, 0, res);
+    return rc;
+}
+
 /* Evaluate the rows of schedule sched_sel (-1: all) and the planner of o for one cost model. */
-static int evaluate(const dear_profile_t *prof, const dear_cost_model_t *model, const plan_opts_t *o, int sched_sel,
+static int evaluate(const model_t *mu, const dear_cost_model_t *model, const plan_opts_t *o, int sched_sel,
                     table_t *tab)
 {
+    const dear_profile_t *prof = &mu->prof;
     int n = 0;
     static const dear_sched_t order[DEAR_SCHED_COUNT] = { DEAR_SCHED_SYNC, DEAR_SCHED_WFBP,
                                                                  DEAR_SCHED_DEAR };
@@ -157,22 +199,14 @@ static int evaluate(const dear_profile_t *prof, const dear_cost_model_t *model, 
             int is_ref = s == DEAR_SCHED_SYNC || p == DEAR_PLANNER_THRESHOLD;
             if (!want && !is_ref)
                 continue;
-            dear_sim_model_arg_t marg;
-            dear_plan_problem_t prob;
-            int rc = dear_plan_problem_init(&prob, prof, (dear_sched_t)s, model, (size_t)o->cap, &marg);
-            if (rc != DEAR_OK)
-                return rc;
-            prob.threshold = (size_t)o->threshold;
-            prob.seed = (unsigned long)o->seed;
             row_t r = { .sched = (dear_sched_t)s, .planner = s == DEAR_SCHED_SYNC ? "-" : pname };
+            dear_sim_result_t res = { 0 };
             /* CPU time of this thread: on a shared machine wall time mostly measures the neighbours. */
             double t0 = dear_thread_cpu();
-            rc = dear_plan_by_name(&r.plan, &prob, pname);
+            int rc = plan_and_run(prof, model, o, (dear_sched_t)s, pname, &r.plan, &res);
             r.plan_s = dear_thread_cpu() - t0;
-            if (rc != DEAR_OK)
-                return rc;
-            dear_sim_result_t res = { 0 };
-            rc = dear_sim_run(prof, &prob.cost, (dear_sched_t)s, &r.plan, 0, &res);
+            if (rc == DEAR_OK)
+                rc = dear_plan_set_units(&r.plan, mu->tensors.ntensors, mu->units);
             if (rc != DEAR_OK) {
                 dear_plan_free(&r.plan);
                 return rc;
@@ -188,6 +222,18 @@ static int evaluate(const dear_profile_t *prof, const dear_cost_model_t *model, 
                 tab->t_wthr = r.iter;
             if (is_ref && s == DEAR_SCHED_DEAR)
                 tab->t_dthr = r.iter;
+            if (is_ref && s == DEAR_SCHED_WFBP && mu->units) {
+                /* The reference runs as Horovod and DDP do: every tensor whole. */
+                dear_plan_t whole = { 0 };
+                dear_sim_result_t wres = { 0 };
+                int r2 = plan_and_run(&mu->tensors, model, o, DEAR_SCHED_WFBP, pname, &whole, &wres);
+                dear_plan_free(&whole);
+                if (r2 != DEAR_OK) {
+                    dear_plan_free(&r.plan);
+                    return r2;
+                }
+                tab->t_wthr = wres.iter_s;
+            }
             if (want)
                 tab->rows[n++] = r;
             else
@@ -216,10 +262,14 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         { "cap", required_argument, 0, 'm' },     { "seed", required_argument, 0, 'S' },
         { "svg", required_argument, 0, 'g' },     { "plan-out", required_argument, 0, 'o' },
         { "scale", required_argument, 0, 'k' },   { "csv", no_argument, 0, 'C' },
-        { "dense", no_argument, 0, 'D' },
+        { "dense", no_argument, 0, 'D' },         { "partition", required_argument, 0, 'P' },
         { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
     };
     *o = (plan_opts_t){ .src = { .rph = 1 }, .seed = 1, .threshold = 26214400, .sched_sel = -1 };
+    char msg[256];
+    if (dear_param_parse_int(DEAR_P_PARTITION, dear_param_table[DEAR_P_PARTITION].defval, &o->partition, msg,
+                             sizeof msg) != DEAR_OK)
+        return fail("%s", msg);
     int have_a = 0, have_b = 0;
     long v;
     int c;
@@ -282,6 +332,10 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         case 'k': o->scale = optarg; break;
         case 'C': o->csv = 1; break;
         case 'D': o->dense = 1; break;
+        case 'P':
+            if (dear_param_parse_int(DEAR_P_PARTITION, optarg, &o->partition, msg, sizeof msg) != DEAR_OK)
+                return fail("--partition '%s' is not a size in bytes (0 or more; k/m/g suffix)", optarg);
+            break;
         case 'h': usage(stdout); return -1;
         default:
             return fail("unknown or incomplete option '%s'", argv[optind - 1]);
@@ -301,24 +355,38 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
     return 0;
 }
 
-static void print_csv(const dear_profile_t *prof, int P, const table_t *tab)
+static void print_csv(const model_t *mu, const plan_opts_t *o, int P, const table_t *tab)
 {
     printf("model,workers,schedule,planner,iter_ms,exposed_ms,speedup_sync,speedup_wfbp_threshold,rs_buckets,"
-           "ag_groups,plan_cpu_ms,over_cap,ag_early\n");
+           "ag_groups,plan_cpu_ms,over_cap,ag_early,partition_bytes,units\n");
     for (int i = 0; i < tab->nrows; i++) {
         const row_t *r = &tab->rows[i];
-        printf("%s,%d,%s,%s,%.4f,%.4f,%.4f,%.4f,%d,%d,%.3f,%d,%d\n", prof->model, P, dear_sched_name(r->sched),
-               r->planner, r->iter * 1e3, r->exposed * 1e3, ratio(tab->t_sync, r->iter), ratio(tab->t_wthr, r->iter),
-               r->nrs, r->nag, r->plan_s * 1e3, over_cap(r->iter), r->nearly);
+        printf("%s,%d,%s,%s,%.4f,%.4f,%.4f,%.4f,%d,%d,%.3f,%d,%d,%lld,%d\n", mu->tensors.model, P,
+               dear_sched_name(r->sched), r->planner, r->iter * 1e3, r->exposed * 1e3, ratio(tab->t_sync, r->iter),
+               ratio(tab->t_wthr, r->iter), r->nrs, r->nag, r->plan_s * 1e3, over_cap(r->iter), r->nearly,
+               o->partition, mu->nunits);
     }
 }
 
-static void print_table(const char *profile, const dear_profile_t *prof, const dear_cost_model_t *model,
+static void print_table(const char *profile, const model_t *mu, const plan_opts_t *o, const dear_cost_model_t *model,
                         const table_t *tab)
 {
+    const dear_profile_t *prof = &mu->tensors;
     double F = dear_prof_fwd_total(prof), B = dear_prof_bwd_total(prof);
     printf("profile %s (%s): %d layers, %d tensors, %.1f MiB; forward %.2f ms, backward %.2f ms\n", profile,
            prof->model, prof->nlayers, prof->ntensors, dear_prof_bytes_total(prof) / 1048576.0, F * 1e3, B * 1e3);
+    if (o->partition > 0)
+        printf("partition %lld bytes: %d units", o->partition, mu->nunits);
+    else
+        printf("partition 0: every tensor whole");
+    for (int i = 0, ncut = 0; mu->units && i < mu->nunits; i++)
+        if (mu->units[i].bytes > 0 && mu->units[i].offset == 0) {
+            int k = i;
+            while (k + 1 < mu->nunits && mu->units[k + 1].tensor == mu->units[i].tensor)
+                k++;
+            printf("%s %s in %d", ncut++ ? "," : "; cut:", prof->tensors[mu->units[i].tensor].name, k - i + 1);
+        }
+    printf("\n");
     for (int t = 0; t < prof->ntensors; t++) {
         const dear_prof_tensor_t *pt = &prof->tensors[t];
         if (pt->block_bytes > 0)
@@ -329,7 +397,8 @@ static void print_table(const char *profile, const dear_profile_t *prof, const d
                    dear_prof_wire_bytes(pt, DEAR_COLL_ALLGATHER) / 1048576.0);
     }
     dear_cost_print(stdout, model);
-    printf("\n%-8s %-10s %11s %12s %9s %10s %8s %8s %6s %12s\n", "schedule", "planner", "iter_ms", "exposed_ms",
+    printf("\nvs_wfbp_th: over wfbp+threshold with every tensor whole (Horovod, PyTorch DDP)\n");
+    printf("%-8s %-10s %11s %12s %9s %10s %8s %8s %6s %12s\n", "schedule", "planner", "iter_ms", "exposed_ms",
            "vs_sync", "vs_wfbp_th", "buckets", "ag_grps", "early", "plan_cpu_ms");
     for (int i = 0; i < tab->nrows; i++) {
         const row_t *r = &tab->rows[i];
@@ -349,9 +418,10 @@ static void print_table(const char *profile, const dear_profile_t *prof, const d
 }
 
 /* The Gantt chart of row r as SVG. 0, or 1 when it could not be written. */
-static int write_svg(const plan_opts_t *o, const dear_profile_t *prof, const dear_cost_model_t *model, int P,
+static int write_svg(const plan_opts_t *o, const model_t *mu, const dear_cost_model_t *model, int P,
                      const row_t *r)
 {
+    const dear_profile_t *prof = &mu->prof;
     int status = 0;
     dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
     dear_sim_cost_t cost = { dear_sim_cost_model, &marg };
@@ -374,9 +444,11 @@ static int write_svg(const plan_opts_t *o, const dear_profile_t *prof, const dea
     return status;
 }
 
-/* The plan of row r in DEAR_PLAN_FILE format. 0, or 1 when it could not be written. */
-static int write_plan(const char *path, const dear_profile_t *prof, const row_t *r)
+/* The plan of row r in DEAR_PLAN_FILE format, with the tensors it was made for. 0, or 1 when it
+ * could not be written. */
+static int write_plan(const char *path, const model_t *mu, const row_t *r)
 {
+    const dear_profile_t *prof = &mu->tensors;
     int status = 0;
     dear_tensor_desc_t *descs = NULL;
     const char **names = malloc(sizeof(char *) * (size_t)prof->ntensors);
@@ -394,7 +466,7 @@ static int write_plan(const char *path, const dear_profile_t *prof, const row_t 
 }
 
 /* --svg and --plan-out: of the fastest row shown. 0, or 1 when a file could not be written. */
-static int write_best(const plan_opts_t *o, const dear_profile_t *prof, const dear_cost_model_t *model, int P,
+static int write_best(const plan_opts_t *o, const model_t *mu, const dear_cost_model_t *model, int P,
                       const table_t *tab)
 {
     int best = 0, status = 0;
@@ -406,22 +478,22 @@ static int write_best(const plan_opts_t *o, const dear_profile_t *prof, const de
     const row_t *r = &tab->rows[best];
     if (!o->csv)
         printf("\nbest shown: %s + %s, %.3f ms\n", dear_sched_name(r->sched), r->planner, r->iter * 1e3);
-    if (o->svg && write_svg(o, prof, model, P, r) != 0)
+    if (o->svg && write_svg(o, mu, model, P, r) != 0)
         status = 1;
-    if (o->plan_out && write_plan(o->plan_out, prof, r) != 0)
+    if (o->plan_out && write_plan(o->plan_out, mu, r) != 0)
         status = 1;
     return status;
 }
 
 /* One line of the scaling table: the references and the best wfbp and dear rows at q workers,
  * the cost model scaled from P. 0, or 1 when the model or the planning failed. */
-static int print_scaled(const plan_opts_t *o, const dear_profile_t *prof, int P, long q)
+static int print_scaled(const plan_opts_t *o, const model_t *mu, int P, long q)
 {
     dear_cost_model_t m2;
     if (make_model(&o->src, (int)q, P, &m2) != DEAR_OK)
         return 1;
     table_t tab;
-    if (evaluate(prof, &m2, o, -1, &tab) != DEAR_OK)
+    if (evaluate(mu, &m2, o, -1, &tab) != DEAR_OK)
         return 1;
     const row_t *r2 = tab.rows;
     int bw = -1, bd = -1;
@@ -449,7 +521,7 @@ static int print_scaled(const plan_opts_t *o, const dear_profile_t *prof, int P,
 }
 
 /* --scale: the best times at each listed worker count. 0, 1 when one failed, 2 for a bad entry. */
-static int print_scaling(const plan_opts_t *o, const dear_profile_t *prof, const dear_cost_model_t *model, int P)
+static int print_scaling(const plan_opts_t *o, const model_t *mu, const dear_cost_model_t *model, int P)
 {
     int status = 0;
     if (!o->csv)
@@ -467,7 +539,7 @@ static int print_scaling(const plan_opts_t *o, const dear_profile_t *prof, const
             status = 2;
             break;
         }
-        if ((status = print_scaled(o, prof, P, q)) != 0)
+        if ((status = print_scaled(o, mu, P, q)) != 0)
             break;
     }
     free(list);
@@ -481,33 +553,39 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc < 0 ? 0 : rc;
     int P = (int)o.workers;
-    dear_profile_t prof = { 0 };
-    if (dear_prof_load(o.profile, &prof) != DEAR_OK) {
+    model_t mu = { 0 };
+    if (dear_prof_load(o.profile, &mu.tensors) != DEAR_OK) {
         fprintf(stderr, "dear-plan: cannot use profile %s (see the error above)\n", o.profile);
         return 1;
     }
-    for (int t = 0; o.dense && t < prof.ntensors; t++)
-        prof.tensors[t].block_bytes = 0;
+    for (int t = 0; o.dense && t < mu.tensors.ntensors; t++)
+        mu.tensors.tensors[t].block_bytes = 0;
+    if ((rc = dear_prof_cut(&mu.tensors, (size_t)o.partition, &mu.units, &mu.nunits, &mu.prof)) != DEAR_OK) {
+        fprintf(stderr, "dear-plan: cannot cut the tensors at --partition %lld: %s\n", o.partition,
+                dear_status_string(rc));
+        model_free(&mu);
+        return 2;
+    }
     dear_cost_model_t model;
     if ((rc = make_model(&o.src, P, P, &model)) != DEAR_OK) {
         fprintf(stderr, "dear-plan: no cost model: %s\n", dear_status_string(rc));
-        dear_prof_free(&prof);
+        model_free(&mu);
         return 2;
     }
     table_t tab;
-    if ((rc = evaluate(&prof, &model, &o, o.sched_sel, &tab)) != DEAR_OK) {
+    if ((rc = evaluate(&mu, &model, &o, o.sched_sel, &tab)) != DEAR_OK) {
         fprintf(stderr, "dear-plan: planning failed: %s\n", dear_status_string(rc));
-        dear_prof_free(&prof);
+        model_free(&mu);
         return 1;
     }
     if (o.csv)
-        print_csv(&prof, P, &tab);
+        print_csv(&mu, &o, P, &tab);
     else
-        print_table(o.profile, &prof, &model, &tab);
-    int status = write_best(&o, &prof, &model, P, &tab);
+        print_table(o.profile, &mu, &o, &model, &tab);
+    int status = write_best(&o, &mu, &model, P, &tab);
     table_free(&tab);
     if (o.scale && status == 0)
-        status = print_scaling(&o, &prof, &model, P);
-    dear_prof_free(&prof);
+        status = print_scaling(&o, &mu, &model, P);
+    model_free(&mu);
     return status;
 }

@@ -54,6 +54,33 @@ assert int(r["threshold_bytes"]) == 51200 and abs(float(r["compute_ms"]) - 1.55)
 # half of 10000+100+40000+30000+1001+22500 floats, each tensor rounded to whole floats (500.5 -> 501)
 assert int(r["grad_bytes"]) == 4 * (5000 + 50 + 20000 + 15000 + 501 + 11250), r["grad_bytes"]
 PY
+# Partitioned tensors (+part=SIZE): the runtime cuts the registered tensors where dear-plan cuts
+# the profile, so under the same cost model (--alpha/--beta) dear-bench's prediction of the plan
+# the runtime ran is dear-plan's, unit for unit; wfbp keeps every tensor whole unless told.
+PLANX=$top_builddir/apps/tools/dear-plan
+PCONF="wfbp:threshold:64m;dear:threshold:100k+part=20k;dear:none+part=20k;wfbp:threshold:100k+part=50k"
+bench 2 --profile "$TINY" --iters 3 --warmup 3 --alpha 1e-4 --beta 1e-9 --configs "$PCONF" --csv "$TMPD/p.csv"
+[ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "partitioned run: exit status $rc"; }
+python3 - "$TMPD/p.csv" "$PLANX" "$TINY" <<'PY' || fail "partitioned run: CSV check against dear-plan"
+import csv, subprocess, sys
+rows = {r["config"]: r for r in csv.DictReader(open(sys.argv[1]))}
+want = {  # config: dear-plan arguments, partition bytes
+    "wfbp:threshold:64m": (["wfbp", "threshold", "67108864"], 0),
+    "dear:threshold:100k+part=20k": (["dear", "threshold", "102400"], 20480),
+    "dear:none+part=20k": (["dear", "none", "102400"], 20480),
+    "wfbp:threshold:100k+part=50k": (["wfbp", "threshold", "102400"], 51200),
+}
+for config, ((sched, planner, thr), part) in want.items():
+    r = rows[config]
+    assert r["check"] == "ok" and int(r["partition_bytes"]) == part, r
+    out = subprocess.run([sys.argv[2], "--profile", sys.argv[3], "--alpha", "1e-4", "--beta", "1e-9",
+                          "--workers", "2", "--schedule", sched, "--planner", planner, "--threshold", thr,
+                          "--partition", str(part), "--csv"], capture_output=True, text=True, check=True).stdout
+    (p,) = [x for x in csv.DictReader(out.splitlines()) if x["schedule"] == sched]
+    assert int(r["units"]) == int(p["units"]), (config, r["units"], p["units"])
+    assert abs(float(r["pred_ms"]) - float(p["iter_ms"])) < 1e-3, (config, r["pred_ms"], p["iter_ms"])
+    assert (int(r["units"]) > 6) == (part > 0), (config, r["units"])
+PY
 # --jitter-ms: up to 20 ms of noise per iteration and rank, counted as compute: the measured
 # compute (slowest rank's) grows by about the jitter's maximum over the ranks, never beyond 20 ms
 # plus scheduling slack; the parameters still check, and the same seed gives the same jitter to

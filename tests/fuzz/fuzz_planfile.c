@@ -65,7 +65,8 @@ int dear_fuzz_one(const uint8_t *data, size_t size)
     DEAR_FUZZ_EXPECT(rc == DEAR_OK || rc == DEAR_ERR_FORMAT || rc == DEAR_ERR_MISMATCH, "status %d", rc);
     if (rc == DEAR_OK) {
         char msg[256];
-        DEAR_FUZZ_EXPECT(plan.ntensors == n, "loaded for %d tensors, the plan has %d", n, plan.ntensors);
+        DEAR_FUZZ_EXPECT(plan.ntensors == n && plan.nunits >= n, "loaded for %d tensors, the plan has %d in %d units",
+                         n, plan.ntensors, plan.nunits);
         DEAR_FUZZ_EXPECT(dear_plan_validate(&plan, n, msg, sizeof msg) == DEAR_OK, "accepted, then refused: %s", msg);
         DEAR_FUZZ_EXPECT(plan.ag_early >= 0 && plan.ag_early <= plan.ag.ngroups, "early %d of %d groups",
                          plan.ag_early, plan.ag.ngroups);

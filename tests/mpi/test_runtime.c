@@ -294,7 +294,7 @@ START_TEST(test_planfile)
     dear_plan_t plan = { 0 };
     ck_assert_int_eq(dear_partition_set(&plan.rs, NT, nrs, rs), DEAR_OK);
     ck_assert_int_eq(dear_partition_set(&plan.ag, NT, nag, ag), DEAR_OK);
-    plan.ntensors = NT;
+    plan.nunits = plan.ntensors = NT;
     plan.ag_early = early == 0 ? 0 : early == 1 ? nag / 2 : nag;
     snprintf(plan.planner, sizeof plan.planner, "test");
     char path[64] = "/tmp/dear-test-plan-XXXXXX";

@@ -18,7 +18,7 @@ for p in none threshold mgwfbp dp gradssa auto; do
 done
 echo "$out" | grep -q "best shown:" || fail "no best row"
 grep -q "^<svg" "$tmp/g.svg" || fail "no SVG written"
-grep -q "^dear-plan 1" "$tmp/p.plan" || fail "no plan written"
+grep -q "^dear-plan 2" "$tmp/p.plan" || fail "no plan written"
 [ "$(grep -c '^tensor ' "$tmp/p.plan")" -eq 161 ] || fail "plan file does not list 161 tensors"
 echo "$out" | grep -q "^ *64 " || fail "no scaling row for 64"
 csv=$("$exe" --profile "$prof" --alpha 9.08e-4 --beta 7.4e-10 --workers 16 --schedule dear --planner dp --csv) \
@@ -40,6 +40,22 @@ awk -v s="$t_sparse" -v d="$t_dense" 'BEGIN { exit !(s > 0 && s < d) }' ||
     grep -q "^sparse wte.weight: 147.2 MiB in blocks of 3072 bytes; non-zero blocks 5.00%" ||
     fail "the table does not describe the sparse tensor"
 
+# Partitioned tensors: vgg16's fc6 (74% of the bytes) is cut at the default partition and the plan
+# file records its chunks; with compute about equal to the all-reduce, auto's predicted iteration
+# is shorter with the cuts than with every tensor whole (--partition 0), and the wfbp+threshold
+# reference is the same in both (it keeps the tensors whole).
+vgg=$top_srcdir/fusion/profiles/vgg16.prof
+"$exe" --profile "$vgg" --alpha 2e-3 --beta 1.1e-9 --workers 4 --schedule dear --planner dp \
+    --plan-out "$tmp/v.plan" | grep -q "^partition 16777216 bytes: 59 units; cut: .*classifier.0.weight in 25" ||
+    fail "the table does not say how the tensors are cut"
+grep -q "^cut 26 411041792 " "$tmp/v.plan" && grep -q "^units 59$" "$tmp/v.plan" || fail "the plan file lacks the cuts"
+row() { "$exe" --profile "$vgg" --alpha 2e-3 --beta 1.1e-9 --workers 4 --schedule dear --planner auto --csv "$@" |
+        tail -1; }
+cut=$(row) whole=$(row --partition 0)
+awk -F, -v c="$cut" -v w="$whole" 'BEGIN { split(c, a, ","); split(w, b, ",");
+    r = a[5] * a[8] - b[5] * b[8];
+    exit !(a[5] < 0.97 * b[5] && a[8] > b[8] && r * r < 1e-6 * b[5] * b[5] && a[15] == 59 && b[15] == 32) }' ||
+    fail "partitioned auto ($cut) not faster than whole ($whole) against the same reference"
 expect_err() {   # expected-status pattern args...
     want=$1; pat=$2; shift 2
     err=$("$exe" "$@" 2>&1 >/dev/null); rc=$?
@@ -52,6 +68,7 @@ expect_err 2 "--workers '1'" --profile "$prof" --preset 10gbe --workers 1
 expect_err 2 "--planner 'greedy'" --profile "$prof" --preset 10gbe --workers 4 --planner greedy
 expect_err 2 "unknown cost preset 'wifi'" --profile "$prof" --preset wifi --workers 4
 expect_err 2 "unknown or incomplete option" --profile "$prof" --preset 10gbe --workers 4 --bogus
+expect_err 2 "--partition 'big'" --profile "$prof" --preset 10gbe --workers 4 --partition big
 head -n 40 "$prof" > "$tmp/cut.prof"
 expect_err 1 "cut.prof:40: truncated" --profile "$tmp/cut.prof" --preset 10gbe --workers 4
 sed 's/^tensor conv1.weight 0 37632/tensor conv1.weight 0 -5/' "$prof" > "$tmp/bad.prof"

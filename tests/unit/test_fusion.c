@@ -1,9 +1,11 @@
 /*
  * Unit tests of fusion/: cost model (fit, presets, scaling, per-size switch, cache file),
  * profiles (round trip, shipped files, errors naming the line), the simulator against timelines
- * worked by hand, MG-WFBP on a hand-worked example, the exact DPs against brute force, GradSSA
- * (deterministic, never worse than its seeds, within 1% of DP on every shipped profile) and
- * plan files (round trip, refusal of a plan that does not fit). No MPI.
+ * worked by hand, MG-WFBP on a hand-worked example, the exact DPs against brute force (tensors
+ * whole and cut into chunks), GradSSA (deterministic, never worse than its seeds, within 1% of DP
+ * on every shipped profile), the unit cut (partitioned tensors) and every planner over 1, 2 and
+ * many chunks, and plan files (round trip with cuts, version 1, refusal of a plan or a cut that
+ * does not fit). No MPI.
  */
 #include <check.h>
 #include <math.h>
@@ -17,6 +19,7 @@
 #include "fusion/planners.h"
 #include "fusion/profile.h"
 #include "fusion/sim.h"
+#include "fusion/units.h"
 #include "include/dear.h"
 #include "base/log.h"
 
@@ -117,7 +120,7 @@ static void problem_linear(dear_plan_problem_t *prob, const dear_profile_t *p, d
 static void plan2(dear_plan_t *plan, int n, int nrs, const int *rs, int nag, const int *ag)
 {
     memset(plan, 0, sizeof *plan);
-    plan->ntensors = n;
+    plan->nunits = plan->ntensors = n;
     ck_assert_int_eq(dear_partition_set(&plan->rs, n, nrs, rs), DEAR_OK);
     ck_assert_int_eq(dear_partition_set(&plan->ag, n, nag, ag), DEAR_OK);
 }
@@ -747,7 +750,7 @@ START_TEST(mgwfbp_hand_worked)
     ck_assert_int_eq(plan.rs.first[0], 0);
     ck_assert_int_eq(plan.rs.first[1], 2);
     ck_assert_int_eq(plan.rs.first[2], 3);
-    ck_assert(dear_plan_equal(&(dear_plan_t){ .ntensors = 3, .rs = plan.rs, .ag = plan.rs }, &plan));
+    ck_assert(dear_plan_equal(&(dear_plan_t){ .nunits = 3, .ntensors = 3, .rs = plan.rs, .ag = plan.rs }, &plan));
     EQ(sim_T(&p, &prob.cost, DEAR_SCHED_WFBP, &plan), 13);
     /* With a = 3 everything merges: t1 ready 4 < 2 + 3; then s = 4 and t0 ready 6 < 4 + 3. */
     l = lin(3, 0.01, 1.5, 0.005);
@@ -771,8 +774,8 @@ static double urand(void)
 static void random_instance(dear_profile_t *p, int n, dear_sim_linear_arg_t *l)
 {
     double fw[40], bw[40];
-    int lay[20];
-    size_t by[20];
+    int lay[20] = { 0 };
+    size_t by[20] = { 0 };
     int nl = 0;
     if (urand() < 0.3) {   /* a leading layer without tensors */
         fw[nl] = 0.1 + urand();
@@ -821,14 +824,74 @@ static void partition_from_mask(unsigned mask, int n, int *first, int *ng)
     *ng = k;
 }
 
+/* Units of tensors d[0..k) at partition bytes. */
+static int units_at(int k, const dear_tensor_desc_t *d, size_t partition)
+{
+    dear_unit_t *u = NULL;
+    int nu = 0;
+    ck_assert_int_eq(dear_units_cut(k, d, partition, &u, &nu), DEAR_OK);
+    free(u);
+    return nu;
+}
+
+/* A random instance of n units (2 <= n) cut by dear_units_cut from fewer tensors, so at least one
+ * tensor is in several chunks, which share its layer and ready time; sparse ones are cut on rows.
+ * The partition is found by bisection (units never increase as it grows). */
+static void chunked_instance(dear_profile_t *p, int n, dear_sim_linear_arg_t *l)
+{
+    for (;;) {
+        dear_profile_t t;
+        int k = 1 + (int)(urand() * (n - 1));
+        random_instance(&t, k, l);
+        size_t most = 0;
+        for (int i = 0; i < k; i++) {
+            t.tensors[i].bytes *= DEAR_UNIT_ALIGN;
+            t.tensors[i].block_bytes *= DEAR_UNIT_ALIGN;
+            most = t.tensors[i].bytes > most ? t.tensors[i].bytes : most;
+        }
+        dear_tensor_desc_t *d;
+        ck_assert_int_eq(dear_prof_descs(&t, &d), DEAR_OK);
+        size_t lo = 1, hi = most;   /* units(lo) >= n > units(hi) = k, unless none reaches n */
+        if (units_at(k, d, lo) >= n) {
+            while (hi - lo > 1) {
+                size_t mid = lo + (hi - lo) / 2;
+                *(units_at(k, d, mid) >= n ? &lo : &hi) = mid;
+            }
+            dear_unit_t *u = NULL;
+            int nu = 0;
+            ck_assert_int_eq(dear_units_cut(k, d, lo, &u, &nu), DEAR_OK);
+            if (nu == n) {
+                memset(p, 0, sizeof *p);
+                ck_assert_int_eq(dear_prof_units(&t, nu, u, p), DEAR_OK);
+                free(u);
+                free(d);
+                dear_prof_free(&t);
+                return;
+            }
+            free(u);
+        }
+        free(d);
+        dear_prof_free(&t);
+    }
+}
+
+/* Instances inst >= plain are cut into chunks. */
+static void any_instance(dear_profile_t *p, int n, dear_sim_linear_arg_t *l, int inst, int plain)
+{
+    if (inst < plain)
+        random_instance(p, n, l);
+    else
+        chunked_instance(p, n, l);
+}
+
 START_TEST(dp_equals_brute_force)
 {
     dear_sim_ws_t *ws;
-    for (int inst = 0; inst < 120; inst++) {
-        int n = 2 + inst % 13;   /* 2..14 tensors */
+    for (int inst = 0; inst < 180; inst++) {
+        int n = 2 + inst % 13;   /* 2..14 tensors, from 120 on units of fewer tensors */
         dear_profile_t p;
         dear_sim_linear_arg_t l;
-        random_instance(&p, n, &l);
+        any_instance(&p, n, &l, inst, 120);
         dear_sim_cost_t c = { dear_sim_cost_linear, &l };
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         int rs[16], ag[16], nrs, nag;
@@ -934,11 +997,11 @@ END_TEST
 START_TEST(dp_split_equals_brute_force)
 {
     int wins = 0;
-    for (int inst = 0; inst < 60; inst++) {
-        int n = 2 + inst % 6;   /* 2..7 tensors */
+    for (int inst = 0; inst < 90; inst++) {
+        int n = 2 + inst % 6;   /* 2..7 tensors, from 60 on units of fewer tensors */
         dear_profile_t p;
         dear_sim_linear_arg_t l;
-        random_instance(&p, n, &l);
+        any_instance(&p, n, &l, inst, 60);
         if (inst % 2) /* backward-heavy: the link idles in backward, early groups pay */
             for (int i = 0; i < p.nlayers; i++)
                 p.layers[i].bwd_s *= 3;
@@ -980,7 +1043,8 @@ START_TEST(dp_split_equals_brute_force)
             }
             ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "instance %d (n=%d) split %d: dp %.12g, brute %.12g",
                           inst, n, m, tdp, best);
-            int between = m == 0 || m == n || p.tensors[m].lidx != p.tensors[m - 1].lidx;
+            /* dp's candidate splits: between layers and between the chunks of a tensor */
+            int between = m == 0 || m == n || p.tensors[m].lidx != p.tensors[m - 1].lidx || p.tensors[m].chunk > 0;
             if (between)
                 best_all = tdp < best_all ? tdp : best_all;
             if (m == n)
@@ -998,7 +1062,7 @@ START_TEST(dp_split_equals_brute_force)
         dear_sim_ws_free(ws);
         dear_prof_free(&p);
     }
-    ck_assert_msg(wins >= 5, "early all-gathers won only %d of 60 instances", wins);
+    ck_assert_msg(wins >= 5, "early all-gathers won only %d of 90 instances", wins);
 }
 END_TEST
 
@@ -1075,7 +1139,7 @@ START_TEST(gradssa_deterministic_and_never_worse)
             for (int j = 0; j < 5; j++) {
                 if (s != DEAR_SCHED_DEAR && i != j)
                     continue;
-                dear_plan_t mix = { .ntensors = cp[i].ntensors, .rs = cp[i].rs, .ag = cp[j].ag };
+                dear_plan_t mix = { .nunits = cp[i].nunits, .ntensors = cp[i].ntensors, .rs = cp[i].rs, .ag = cp[j].ag };
                 double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix);
                 brute = t < brute ? t : brute;
             }
@@ -1114,11 +1178,254 @@ START_TEST(gradssa_within_1pct_of_dp_on_shipped)
 }
 END_TEST
 
+
+/* ---- units: tensors cut into chunks ---- */
+
+/* Every cut tensor's chunks against the rule worked out independently: k = ceil(B / P) chunks
+ * (fewer only when B / align whole alignments are fewer), back to back from 0 to B, every
+ * boundary a multiple of the alignment and within one alignment of i B / k. */
+static void check_cut(int n, const dear_tensor_desc_t *d, size_t partition, const dear_unit_t *u, int nu)
+{
+    int i = 0;
+    for (int t = 0; t < n; t++) {
+        size_t B = d[t].bytes, align = d[t].row_bytes ? d[t].row_bytes : DEAR_UNIT_ALIGN;
+        size_t k = partition && B > partition ? (B + partition - 1) / partition : 1;
+        if (k > B / align)
+            k = B / align > 0 ? B / align : 1;
+        if (k == 1) {
+            ck_assert(!u || (u[i].tensor == t && u[i].offset == 0 && u[i].bytes == 0));
+            i++;
+            continue;
+        }
+        ck_assert_ptr_nonnull(u);
+        for (size_t c = 0; c < k; c++, i++) {
+            ck_assert_int_lt(i, nu);
+            ck_assert_int_eq(u[i].tensor, t);
+            double ideal = (double)c * (double)B / (double)k;
+            ck_assert_msg(u[i].offset % align == 0 && (double)u[i].offset <= ideal &&
+                          (double)u[i].offset > ideal - (double)align,
+                          "tensor %d chunk %zu at %zu, ideal %.1f, align %zu", t, c, u[i].offset, ideal, align);
+            ck_assert_uint_gt(u[i].bytes, 0);
+            size_t end = c + 1 < k ? u[i + 1].offset : B;
+            ck_assert_uint_eq(u[i].offset + u[i].bytes, end);
+        }
+    }
+    ck_assert_int_eq(i, nu);
+}
+
+START_TEST(units_cut_rules)
+{
+    dear_tensor_desc_t d[5] = {
+        { .bytes = 1000, .layer = 0, .elem_bytes = 4 },
+        { .bytes = 10000, .layer = 1, .elem_bytes = 2 },
+        { .bytes = 9600, .layer = 1, .elem_bytes = 4, .row_bytes = 1200 },  /* 8 rows */
+        { .bytes = 3000, .layer = 2, .elem_bytes = 8 },
+        { .bytes = 64 * 1000 + 12, .layer = 3, .elem_bytes = 4 },
+    };
+    static const size_t parts[] = { 0, 1, 64, 100, 2999, 3000, 3001, 5000, 20000, 1 << 30 };
+    for (size_t pi = 0; pi < sizeof parts / sizeof *parts; pi++) {
+        dear_unit_t *u = NULL;
+        int nu = -1;
+        ck_assert_int_eq(dear_units_cut(5, d, parts[pi], &u, &nu), DEAR_OK);
+        check_cut(5, d, parts[pi], u, nu);
+        char msg[256];
+        ck_assert_msg(dear_units_check(5, d, nu, u, msg, sizeof msg) == DEAR_OK, "partition %zu: %s", parts[pi], msg);
+        /* The descriptors say which chunk of how many. */
+        dear_tensor_desc_t *ud = NULL;
+        ck_assert_int_eq(dear_units_descs(5, d, nu, u, &ud), DEAR_OK);
+        for (int i = 0; i < nu; i++) {
+            int t = u ? u[i].tensor : i, k = 0, c = 0;
+            for (int j = 0; j < nu; j++)
+                if ((u ? u[j].tensor : j) == t) {
+                    c += j < i;
+                    k++;
+                }
+            ck_assert_int_eq(ud[i].nchunks, k);
+            ck_assert_int_eq(ud[i].chunk, c);
+            ck_assert_uint_eq(ud[i].bytes, u && u[i].bytes ? u[i].bytes : d[t].bytes);
+            ck_assert_int_eq(ud[i].layer, d[t].layer);
+        }
+        free(ud);
+        free(u);
+    }
+    /* By hand at 3000 bytes: 10000 in 4 chunks at 64-byte boundaries (2500 -> 2496, 5000 -> 4992,
+     * 7500 -> 7488), the sparse 9600 in 4 on rows of 1200 (2400, 4800, 7200), 3000 whole. */
+    dear_unit_t *u = NULL;
+    int nu = 0;
+    ck_assert_int_eq(dear_units_cut(5, d, 3000, &u, &nu), DEAR_OK);
+    ck_assert_int_eq(nu, 1 + 4 + 4 + 1 + 22);
+    ck_assert_uint_eq(u[2].offset, 2496);
+    ck_assert_uint_eq(u[3].offset, 4992);
+    ck_assert_uint_eq(u[4].offset, 7488);
+    ck_assert_uint_eq(u[4].bytes, 2512);
+    ck_assert_uint_eq(u[6].offset, 2400);
+    ck_assert_uint_eq(u[8].offset, 7200);
+    free(u);
+    /* Nothing to cut: no table. */
+    ck_assert_int_eq(dear_units_cut(5, d, 0, &u, &nu), DEAR_OK);
+    ck_assert_ptr_null(u);
+    ck_assert_int_eq(nu, 5);
+    /* More units than a plan may have: refused, naming the partition. */
+    dear_tensor_desc_t huge = { .bytes = (size_t)DEAR_UNITS_MAX * 2 * DEAR_UNIT_ALIGN, .layer = 0, .elem_bytes = 4 };
+    capture();
+    ck_assert_int_eq(dear_units_cut(1, &huge, 64, &u, &nu), DEAR_ERR_ARG);
+    uncapture();
+    ck_assert_msg(strstr(logbuf, "partition size 64 bytes") && strstr(logbuf, "units"), "%s", logbuf);
+}
+END_TEST
+
+START_TEST(units_check_refuses_bad_cuts)
+{
+    dear_tensor_desc_t d[2] = { { .bytes = 1000, .layer = 0, .elem_bytes = 2 },
+                                { .bytes = 1200, .layer = 1, .elem_bytes = 4, .row_bytes = 400 } };
+    char msg[256];
+    struct {
+        dear_unit_t u[4];
+        int nu;
+        const char *says;
+    } bad[] = {
+        { { { 0, 0, 501 }, { 0, 501, 499 }, { 1, 0, 0 } }, 3, "inside an element of 2 bytes" },
+        { { { 0, 0, 0 }, { 1, 0, 600 }, { 1, 600, 600 } }, 3, "inside a row of 400 bytes" },
+        { { { 0, 0, 500 }, { 0, 500, 600 }, { 1, 0, 0 } }, 3, "outside it" },
+        { { { 0, 0, 500 }, { 0, 500, 400 }, { 1, 0, 0 } }, 3, "must end at its end" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_int_eq(dear_units_check(2, d, bad[i].nu, bad[i].u, msg, sizeof msg), DEAR_ERR_MISMATCH);
+        ck_assert_msg(strstr(msg, bad[i].says) != NULL, "case %zu: %s", i, msg);
+    }
+    /* The plan's own shape: chunks back to back, at least two, tensors in order. */
+    dear_plan_t pl = { 0 };
+    int first[2] = { 0, 3 };
+    ck_assert_int_eq(dear_plan_same(&pl, 3, 1, first, "x"), DEAR_OK);
+    dear_unit_t overlap[3] = { { 0, 0, 600 }, { 0, 500, 500 }, { 1, 0, 0 } };
+    ck_assert_int_eq(dear_plan_set_units(&pl, 2, overlap), DEAR_ERR_ARG);
+    dear_unit_t order[3] = { { 1, 0, 0 }, { 0, 0, 500 }, { 0, 500, 500 } };
+    ck_assert_int_eq(dear_plan_set_units(&pl, 2, order), DEAR_ERR_ARG);
+    dear_unit_t ok[3] = { { 0, 0, 500 }, { 0, 500, 500 }, { 1, 0, 0 } };
+    ck_assert_int_eq(dear_plan_set_units(&pl, 2, ok), DEAR_OK);
+    ck_assert_int_eq(pl.ntensors, 2);
+    ck_assert_int_eq(dear_plan_validate(&pl, 2, msg, sizeof msg), DEAR_OK);
+    dear_plan_free(&pl);
+}
+END_TEST
+
+/* A four-layer model whose tensors the partitions below leave whole, cut in two, or cut into
+ * many chunks; a sparse one among them. */
+static void chunk_model(dear_profile_t *p)
+{
+    double fw[4] = { 2e-3, 1e-3, 3e-3, 1e-3 }, bw[4] = { 4e-3, 2e-3, 6e-3, 2e-3 };
+    int lay[5] = { 0, 1, 1, 2, 3 };
+    size_t by[5] = { 40000, 2000, 300032, 8000, 120000 };
+    make_prof(p, 4, fw, bw, 5, lay, by);
+    p->tensors[3].block_bytes = 800;
+    p->tensors[3].density_rs = 0.3;
+    p->tensors[3].density_ag = 0.6;
+}
+
+START_TEST(planners_on_chunks)
+{
+    dear_profile_t tp;
+    chunk_model(&tp);
+    dear_cost_model_t m;
+    ck_assert_int_eq(dear_cost_preset("10gbe", 16, 1, &m), DEAR_OK);
+    dear_tensor_desc_t *d;
+    ck_assert_int_eq(dear_prof_descs(&tp, &d), DEAR_OK);
+    /* whole (1 chunk each), the largest in 2, most in many */
+    static const size_t parts[] = { 0, 160000, 9000 };
+    static const int largest_chunks[] = { 1, 2, 34 };
+    for (int pi = 0; pi < 3; pi++) {
+        dear_unit_t *u = NULL;
+        int nu;
+        ck_assert_int_eq(dear_units_cut(5, d, parts[pi], &u, &nu), DEAR_OK);
+        dear_profile_t up = { 0 };
+        ck_assert_int_eq(dear_prof_units(&tp, nu, u, &up), DEAR_OK);
+        ck_assert_int_eq(up.ntensors, nu);
+        int lc = 0;
+        for (int i = 0; i < nu; i++)
+            lc += (u ? u[i].tensor : i) == 2;
+        ck_assert_int_eq(lc, largest_chunks[pi]);
+        for (int s = 0; s < DEAR_SCHED_COUNT; s++) {
+            dear_sim_model_arg_t marg;
+            dear_plan_problem_t prob;
+            ck_assert_int_eq(dear_plan_problem_init(&prob, &up, (dear_sched_t)s, &m, 0, &marg), DEAR_OK);
+            prob.threshold = 100000;
+            double t[DEAR_PLANNER_COUNT];
+            for (int k = 0; k < DEAR_PLANNER_COUNT; k++) {
+                dear_plan_t pl = { 0 };
+                ck_assert_int_eq(dear_plan_by_id(&pl, &prob, (dear_planner_t)k), DEAR_OK);
+                ck_assert_int_eq(pl.nunits, nu);
+                t[k] = sim_T(&up, &prob.cost, (dear_sched_t)s, &pl);
+                ck_assert(isfinite(t[k]) && t[k] > 0);
+                ck_assert_int_eq(dear_plan_set_units(&pl, 5, u), DEAR_OK);
+                char msg[256];
+                ck_assert_int_eq(dear_units_check(5, d, pl.nunits, pl.units, msg, sizeof msg), DEAR_OK);
+                if (k == DEAR_PLANNER_NONE)
+                    /* none: a bucket starts at every layer and at every chunk of a cut tensor */
+                    for (int i = 1; i < nu; i++) {
+                        int tt = u ? u[i].tensor : i, tp2 = u ? u[i - 1].tensor : i - 1;
+                        int cut_i = u && u[i].bytes > 0, cut_p = u && u[i - 1].bytes > 0;
+                        int want = d[tt].layer != d[tp2].layer || cut_i || cut_p;
+                        ck_assert_int_eq(dear_partition_group_of(&pl.rs, i) != dear_partition_group_of(&pl.rs, i - 1),
+                                         want);
+                    }
+                if (k == DEAR_PLANNER_THRESHOLD)
+                    /* threshold: walking backward, a bucket closes at the threshold */
+                    for (int g = 1; g < pl.rs.ngroups; g++) {
+                        size_t b = 0, last_less = 0;
+                        for (int i = pl.rs.first[g + 1] - 1; i >= pl.rs.first[g]; i--) {
+                            last_less = b;
+                            b += up.tensors[i].bytes;
+                        }
+                        ck_assert(b >= prob.threshold && last_less < prob.threshold);
+                    }
+                dear_plan_free(&pl);
+            }
+            /* auto: no worse than any planner it compares (for dear per phase, so no worse still) */
+            for (int k = 0; k < DEAR_PLANNER_COUNT; k++)
+                if (dear_planner_flags((dear_planner_t)k) & DEAR_PLANNER_F_CANDIDATE)
+                    ck_assert_msg(t[DEAR_PLANNER_AUTO] <= t[k] * (1 + 1e-12), "partition %zu sched %d: auto %.9g, %s %.9g",
+                                  parts[pi], s, t[DEAR_PLANNER_AUTO], dear_planner_name((dear_planner_t)k), t[k]);
+        }
+        /* Left whole, the units are the tensors: the same plans as on the profile itself. */
+        if (pi == 0) {
+            ck_assert_ptr_null(u);
+            dear_sim_model_arg_t marg, marg2;
+            dear_plan_problem_t a, b;
+            ck_assert_int_eq(dear_plan_problem_init(&a, &up, DEAR_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
+            ck_assert_int_eq(dear_plan_problem_init(&b, &tp, DEAR_SCHED_DEAR, &m, 0, &marg2), DEAR_OK);
+            dear_plan_t x = { 0 }, y = { 0 };
+            ck_assert_int_eq(dear_plan_auto(&x, &a), DEAR_OK);
+            ck_assert_int_eq(dear_plan_auto(&y, &b), DEAR_OK);
+            ck_assert(dear_plan_equal(&x, &y));
+            dear_plan_free(&x);
+            dear_plan_free(&y);
+        }
+        dear_prof_free(&up);
+        free(u);
+    }
+    /* A frozen tensor priced at 1 byte gives each of its chunks 1 byte. */
+    dear_unit_t *u = NULL;
+    int nu;
+    ck_assert_int_eq(dear_units_cut(5, d, 9000, &u, &nu), DEAR_OK);
+    tp.tensors[2].bytes = 1;
+    dear_profile_t up = { 0 };
+    ck_assert_int_eq(dear_prof_units(&tp, nu, u, &up), DEAR_OK);
+    for (int i = 0; i < nu; i++)
+        if (u[i].tensor == 2)
+            ck_assert_uint_eq(up.tensors[i].bytes, 1);
+    dear_prof_free(&up);
+    free(u);
+    free(d);
+    dear_prof_free(&tp);
+}
+END_TEST
+
 /* ---- plan files ---- */
 
 START_TEST(planfile_round_trip_and_refusal)
 {
-    dear_tensor_desc_t t[5] = { { 100, 0 }, { 200, 1 }, { 300, 1 }, { 50, 2 }, { 7, 4 } };
+    dear_tensor_desc_t t[5] = { { .bytes = 100, .layer = 0 }, { .bytes = 200, .layer = 1 }, { .bytes = 300, .layer = 1 },
+                                { .bytes = 50, .layer = 2 }, { .bytes = 7, .layer = 4 } };
     const char *names[5] = { "a", "b", "c", "d", "e" };
     int rs[4] = { 0, 1, 3, 5 }, ag[3] = { 0, 4, 5 };
     dear_plan_t pl, back = { 0 };
@@ -1174,6 +1481,119 @@ START_TEST(planfile_round_trip_and_refusal)
     ck_assert_int_eq(back.ag_early, 1);
     ck_assert(dear_plan_equal(&pl, &back));
     dear_plan_free(&pl);
+    dear_plan_free(&back);
+}
+END_TEST
+
+
+/* Load path against d (2 tensors) expecting rc, the log naming line `line` and saying `says`. */
+static void refused(const char *path, const dear_tensor_desc_t *d, int rc, int line, const char *says)
+{
+    dear_plan_t back = { 0 };
+    char where[64];
+    snprintf(where, sizeof where, "x.plan:%d:", line);
+    logbuf[0] = '\0';
+    capture();
+    ck_assert_int_eq(dear_planfile_load(path, 2, d, NULL, &back), rc);
+    uncapture();
+    ck_assert_msg(strstr(logbuf, where) && strstr(logbuf, says), "expected '%s' and '%s' in: %s", where, says, logbuf);
+}
+
+START_TEST(planfile_cuts)
+{
+    /* A partitioned plan round-trips, cuts and all. */
+    dear_tensor_desc_t t[3] = { { .bytes = 4000, .layer = 0, .elem_bytes = 4 },
+                                { .bytes = 1000, .layer = 1, .elem_bytes = 2 },
+                                { .bytes = 6400, .layer = 2, .elem_bytes = 4, .row_bytes = 640 } };
+    const char *names[3] = { "w0", "w1", "emb" };
+    dear_unit_t *u = NULL;
+    int nu = 0;
+    ck_assert_int_eq(dear_units_cut(3, t, 1500, &u, &nu), DEAR_OK);
+    ck_assert_int_eq(nu, 3 + 1 + 5);
+    int rs[4] = { 0, 2, 5, nu }, ag[5] = { 0, 1, 3, 4, nu };
+    dear_plan_t pl = { 0 }, back = { 0 };
+    ck_assert_int_eq(dear_plan_set(&pl, nu, 3, rs, 4, ag, "dp"), DEAR_OK);
+    ck_assert_int_eq(dear_plan_set_units(&pl, 3, u), DEAR_OK);
+    pl.ag_early = 2;
+    const char *path = tmpfile_path("x.plan");
+    ck_assert_int_eq(dear_planfile_save(path, &pl, t, names), DEAR_OK);
+    ck_assert_int_eq(dear_planfile_load(path, 3, t, names, &back), DEAR_OK);
+    ck_assert(dear_plan_equal(&pl, &back));
+    ck_assert_int_eq(back.nunits, nu);
+    /* and without the registered tensors (the cut lines carry the sizes) */
+    ck_assert_int_eq(dear_planfile_load(path, 3, NULL, NULL, &back), DEAR_OK);
+    ck_assert(dear_plan_equal(&pl, &back));
+    FILE *f = fopen(path, "r");
+    char text[2048];
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    text[got] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(text, "dear-plan 2\n") && strstr(text, "\nunits 9\n") && strstr(text, "\ncut 0 4000 1280 2624\n") &&
+                  strstr(text, "\ncut 2 6400 1280 2560 3840 5120\n") && !strstr(text, "\ncut 1 "), "%s", text);
+    /* Registered with longer rows, the sparse tensor's cut at byte 1280 falls inside a row. */
+    dear_tensor_desc_t t2[3];
+    memcpy(t2, t, sizeof t);
+    t2[2].row_bytes = 3200;
+    capture();
+    ck_assert_int_eq(dear_planfile_load(path, 3, t2, names, &back), DEAR_ERR_MISMATCH);
+    uncapture();
+    ck_assert_msg(strstr(logbuf, "inside a row of 3200 bytes"), "%s", logbuf);
+    dear_plan_free(&pl);
+    free(u);
+
+    /* Version 1 is still read: every tensor whole. */
+    write_file(path, "dear-plan 1\nplanner old\ntensors 2\nrs 2 0 1\nag 1 0\nend\n");
+    ck_assert_int_eq(dear_planfile_load(path, 2, NULL, NULL, &back), DEAR_OK);
+    ck_assert_ptr_null(back.units);
+    ck_assert_int_eq(back.nunits, 2);
+    ck_assert_int_eq(back.ntensors, 2);
+    ck_assert_str_eq(back.planner, "old");
+    dear_plan_free(&back);
+
+    /* Cuts that cannot be: each refused at its line, saying why. A 16-bit tensor of 1000 bytes and
+     * a sparse one of 1200 bytes in rows of 400. */
+    dear_tensor_desc_t d[2] = { { .bytes = 1000, .layer = 0, .elem_bytes = 2 },
+                                { .bytes = 1200, .layer = 1, .elem_bytes = 4, .row_bytes = 400 } };
+#define HDR "dear-plan 2\nplanner x\ntensors 2\nunits 3\n"
+#define HDR4 "dear-plan 2\nplanner x\ntensors 2\nunits 4\n"
+#define TAIL "rs 1 0\nag 1 0\nend\n"
+    static const struct {
+        const char *text;
+        int rc, line;
+        const char *says;
+    } bad[] = {
+        { HDR "cut 0 1000 501\n" TAIL, DEAR_ERR_MISMATCH, 5, "inside an element of 2 bytes" },
+        { HDR "cut 1 1200 600\n" TAIL, DEAR_ERR_MISMATCH, 5, "inside a row of 400 bytes" },
+        { HDR "cut 0 1000 1000\n" TAIL, DEAR_ERR_FORMAT, 5, "not a byte offset inside it" },
+        { HDR "cut 0 1000 0\n" TAIL, DEAR_ERR_FORMAT, 5, "not a byte offset inside it" },
+        { HDR4 "cut 0 1000 600 400\n" TAIL, DEAR_ERR_FORMAT, 5, "must strictly increase" },
+        { HDR4 "cut 0 1000 400 400\n" TAIL, DEAR_ERR_FORMAT, 5, "must strictly increase" },
+        { HDR4 "cut 1 1200 400\ncut 0 1000 500\n" TAIL, DEAR_ERR_FORMAT, 6, "in tensor order" },
+        { HDR "cut 0 1002 500\n" TAIL, DEAR_ERR_MISMATCH, 5, "the registered tensor has 1000" },
+        { HDR "cut 0 1000 200 400\n" TAIL, DEAR_ERR_FORMAT, 5, "more units than the 3" },
+        { HDR4 "cut 0 1000 500\n" TAIL, DEAR_ERR_FORMAT, 6, "the cut lines make 3 units" },
+        { "dear-plan 2\nplanner x\ntensors 2\ntensor 0 a 0 1000\ntensor 1 b 1 1200\nunits 3\ncut 0 998 500\n" TAIL,
+          DEAR_ERR_FORMAT, 7, "its 'cut' line says 998" },
+        { "dear-plan 1\nplanner x\ntensors 2\ncut 0 1000 500\n" TAIL, DEAR_ERR_FORMAT, 4, "version 2 record" },
+        { "dear-plan 3\n", DEAR_ERR_FORMAT, 1, "versions 1 and 2" },
+        { "dear-plan 2\nplanner x\ntensors 2\n" TAIL, DEAR_ERR_FORMAT, 4, "before the 'units COUNT' line" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_file(path, bad[i].text);
+        refused(path, d, bad[i].rc, bad[i].line, bad[i].says);
+    }
+#undef HDR
+#undef HDR4
+#undef TAIL
+    /* A good cut of both, and the groups then range over the units. */
+    write_file(path, "dear-plan 2\nplanner x\ntensors 2\nunits 5\ncut 0 1000 500\ncut 1 1200 400 800\nrs 2 0 3\n"
+                     "ag 3 0 2 4\nend\n");
+    ck_assert_int_eq(dear_planfile_load(path, 2, d, NULL, &back), DEAR_OK);
+    ck_assert_int_eq(back.nunits, 5);
+    ck_assert_int_eq(back.units[3].tensor, 1);
+    ck_assert_uint_eq(back.units[3].offset, 400);
+    ck_assert_uint_eq(back.units[3].bytes, 400);
+    ck_assert_int_eq(back.ag.ngroups, 3);
     dear_plan_free(&back);
 }
 END_TEST
@@ -1239,8 +1659,15 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, gradssa_within_1pct_of_dp_on_shipped);
     tcase_add_test(tc, planners_fast_on_2000_tensors);
     suite_add_tcase(s, tc);
+    tc = tcase_create("units");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, units_cut_rules);
+    tcase_add_test(tc, units_check_refuses_bad_cuts);
+    tcase_add_test(tc, planners_on_chunks);
+    suite_add_tcase(s, tc);
     tc = tcase_create("planfile");
     tcase_add_test(tc, planfile_round_trip_and_refusal);
+    tcase_add_test(tc, planfile_cuts);
     suite_add_tcase(s, tc);
     return s;
 }
