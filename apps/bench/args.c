@@ -46,7 +46,7 @@ static void usage(void)
         "through libdear, check the parameters, and compare measured iteration times with the\n"
         "simulator's prediction for each configuration.\n"
         "\n"
-        "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships five)\n"
+        "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships six)\n"
         "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
         "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+part=SIZE], e.g.\n"
         "                       \"%s\"\n"

@@ -35,7 +35,7 @@ static void usage(FILE *out)
             "                 --workers P [options]\n"
             "Predict iteration times of the sync, wfbp and dear schedules under every planner.\n"
             "\n"
-            "  --profile FILE      model profile (docs/FORMATS.md; fusion/profiles/ ships five)\n"
+            "  --profile FILE      model profile (docs/FORMATS.md; fusion/profiles/ ships six)\n"
             "  --preset NAME       cost preset: %s (published all-reduce fits, scaled to P)\n"
             "  --alpha A --beta B  all-reduce start-up (s) and per-byte time (s/B) at P workers;\n"
             "                      reduce-scatter and all-gather are taken as half each\n"
