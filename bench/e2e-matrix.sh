@@ -5,7 +5,7 @@
 # prefix and subnet, so it never disturbs a cluster someone else has up, and runs dear-bench on
 # three layouts: 4 hosts x 1 rank, 2 hosts x 2 ranks and 2 hosts x 3 ranks. Cases: each of five
 # shipped profiles scaled so that compute about equals the all-reduce of its gradients at the link
-# rate ("balanced"), plus one compute-bound case (resnet50, compute 3x communication) and one
+# rate, counted on each host's link as the lower bound counts it ("balanced"), plus one compute-bound case (resnet50, compute 3x communication) and one
 # communication-bound case (bert-base, communication 3x compute). Every case runs the seven
 # configurations below one after another in one job. The sparse cases (PROFILE-sparse-balanced-*)
 # take the profiles whose token embedding is row-sparse (a `sparse` record) and run the seven
@@ -193,7 +193,7 @@ for c in "${cases[@]}"; do
     hosts=$(seq -s, -f "${EMU_PREFIX}%g:$rph" 1 "$nh")
     read -r sscale tscale < <(python3 "$SRCDIR/bench/e2e-report.py" scale \
         --profile "$SRCDIR/fusion/profiles/$prof.prof" --rate "$RATE" --np "$np" \
-        --comm-ms "$COMM_MS" --ratio "$ratio")
+        --hosts "$nh" --comm-ms "$COMM_MS" --ratio "$ratio")
     echo "$PROG: case $name: $prof on $layout ($hosts), size x $sscale, time x $tscale"
     # A configuration the runtime refuses (exit 3) is recorded in the CSV and reported; a
     # failed parameter check (exit 1) fails the whole script after the report is written.

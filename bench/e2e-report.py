@@ -2,7 +2,8 @@
 """e2e-report.py: helpers of bench/e2e-matrix.sh, standard library only.
 
   scale   print "SIZE_SCALE TIME_SCALE" for a profile so that one iteration's communication
-          (ring reduce-scatter + all-gather of every gradient at the link rate) takes about
+          (reduce-scatter + all-gather of every gradient at the link rate, each host sending
+          (H-1)/H of the bytes per phase over its link, H = --hosts, default --np) takes about
           --comm-ms and compute is --ratio times that.
   report  read bench/results/e2e-*.csv (dear-bench --csv), write bench/results/e2e.md (tables,
           the issue's four targets, lower bounds) and SVG plots: iteration time per
@@ -100,7 +101,10 @@ def cmd_scale(a):
     comp = sum(f + b for _, f, b in layers)
     total = sum(b for _, _, b in tensors)
     rate = parse_rate(a.rate) * 0.95
-    est_full = 2 * (a.np - 1) / a.np * total / rate
+    # Per host link, as the lower bound counts it: with several ranks per host the two-level
+    # collective sends only (H-1)/H, so "balanced" must be judged on the hosts, not the ranks.
+    hosts = a.hosts or a.np
+    est_full = 2 * (hosts - 1) / hosts * total / rate
     sscale = min(1.0, a.comm_ms / 1e3 / est_full)
     est = est_full * sscale
     tscale = a.ratio * est / comp
@@ -536,6 +540,7 @@ def main():
     s.add_argument("--profile", required=True)
     s.add_argument("--rate", required=True)
     s.add_argument("--np", type=int, required=True)
+    s.add_argument("--hosts", type=int, default=0, help="hosts the ranks span (default --np)")
     s.add_argument("--comm-ms", type=float, required=True)
     s.add_argument("--ratio", type=float, required=True, help="compute / communication")
     g = sub.add_parser("gantt", help="Gantt SVG of one iteration from a timeline JSON")
@@ -549,8 +554,8 @@ def main():
     r.add_argument("--doc", help="also replace the generated section of this file (docs/PERFORMANCE.md)")
     a = ap.parse_args()
     if a.cmd == "scale":
-        if a.np < 2 or a.comm_ms <= 0 or a.ratio <= 0:
-            sys.exit("e2e-report.py scale: --np >= 2, --comm-ms > 0 and --ratio > 0 are required")
+        if a.np < 2 or a.comm_ms <= 0 or a.ratio <= 0 or a.hosts < 0 or a.hosts == 1 or a.hosts > a.np:
+            sys.exit("e2e-report.py scale: --np >= 2, --hosts 2..NP, --comm-ms > 0 and --ratio > 0 are required")
         cmd_scale(a)
     elif a.cmd == "gantt":
         if not gantt_svg(a.case, a.timeline, a.svg):
