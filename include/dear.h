@@ -68,7 +68,9 @@ DEAR_API int dear_register_layer(dear_ctx_t *ctx, int layer);
  * only the non-zero blocks (and each message whole when that is no larger); the results are the
  * dense ones bit for bit. DEAR_SPARSE=auto (the default) measures the density over the warm-up
  * iterations and then keeps the sparse form only for the phases where it sends fewer bytes; on
- * keeps it always, off never. dear_get_sparse_stats says what happened:
+ * keeps it always, off never. DEAR_SPARSE_BLOCK, when not 0, replaces every sparse tensor's
+ * block at dear_commit (DEAR_ERR_PARAM there when it does not divide a count). dear_get_sparse_stats
+ * says what happened:
  *
  *     dear_register(ctx, "embed.w", 0, g, vocab * dim, DEAR_FLOAT32, DEAR_MEM_HOST, sgd, w);
  *     dear_register_sparse(ctx, dear_tensor_index(ctx, "embed.w"), dim);

@@ -59,13 +59,28 @@ size_t dear_tensor_block(const dear_ctx_t *ctx, int t)
 int dear_sparse_setup(dear_ctx_t *ctx)
 {
     /* Rank 0's setting holds: the algorithms must be the same on every rank. */
-    long long cfg[2] = { dear_param_enum(DEAR_P_SPARSE), dear_param_int(DEAR_P_WARMUP_ITERS) };
-    DEAR_MPI_CHECK(MPI_Bcast(cfg, 2, MPI_LONG_LONG, 0, ctx->comm));
+    long long cfg[3] = { dear_param_enum(DEAR_P_SPARSE), dear_param_int(DEAR_P_WARMUP_ITERS),
+                         dear_param_int(DEAR_P_SPARSE_BLOCK) };
+    DEAR_MPI_CHECK(MPI_Bcast(cfg, 3, MPI_LONG_LONG, 0, ctx->comm));
     ctx->sparse.mode = (int)cfg[0];
     ctx->sparse.measure_iters = cfg[1];
     ctx->sparse.decide_at = -1;
+    /* DEAR_SPARSE_BLOCK replaces every sparse tensor's row as its block; the counts are alike on
+     * all ranks (dear_registry_check), so all refuse the same tensor and none is left waiting. */
+    size_t block = (size_t)cfg[2];
+    for (int t = 0; block && t < ctx->reg.ntensors; t++) {
+        dear_tensor_t *tt = &ctx->reg.tensors[t];
+        if (tt->sparse_block && tt->count % block) {
+            DEAR_ERROR("params", "DEAR_SPARSE_BLOCK=%zu does not divide the %zu elements of sparse tensor '%s'; "
+                                 "give a divisor of every sparse tensor's count, or 0 for each tensor's row length",
+                       block, tt->count, tt->name);
+            return DEAR_ERR_PARAM;
+        }
+    }
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         dear_tensor_t *tt = &ctx->reg.tensors[t];
+        if (block && tt->sparse_block)
+            tt->sparse_block = block;
         tt->sparse_rs = tt->sparse_ag = dear_tensor_block(ctx, t) > 0;
         if (tt->sparse_rs && ctx->sparse.mode == DEAR_SPARSE_AUTO)
             ctx->sparse.decide_at = cfg[1];

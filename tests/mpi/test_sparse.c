@@ -11,6 +11,9 @@
  *            in all than with DEAR_SPARSE=off
  *   planned  auto's choice kept through a plan switch at the same backward_end (DEAR_FUSION=auto)
  *            and a freeze mid-run, with the clipping collective between the phases
+ *   block    DEAR_SPARSE_BLOCK in place of the rows: half-rows, two rows; the same parameters, the
+ *            block reported, more bytes on the wire in half-rows than in rows (an index per
+ *            half); a block that does not divide a sparse tensor's count refused at commit
  *   errors   a block not dividing the count, a bad index, a declaration after commit, stats
  *            before commit or without their size; ranks declaring different blocks fail commit
  */
@@ -345,6 +348,58 @@ START_TEST(test_planned)
 }
 END_TEST
 
+/* DEAR_SPARSE_BLOCK replaces the rows as blocks: results stay bitwise the reference's; blocks of
+ * half a row add an index per half of every touched row, so they send more than rows do. A block
+ * that does not divide a sparse tensor's count fails commit on every rank, naming it. */
+START_TEST(test_block)
+{
+    static const char *blocks[] = { "0", "2", "16" };
+    uint64_t sent[3];
+    model_t ref;
+    model_init(&ref, 0);
+    reference(&ref);
+    for (int b = 0; b < 3; b++) {
+        model_t m;
+        model_init(&m, 0);
+        setenv("DEAR_SPARSE_BLOCK", blocks[b], 1);
+        dear_ctx_t *ctx = setup(&m, scheds[_i], "on");
+        unsetenv("DEAR_SPARSE_BLOCK");
+        train(ctx, &m);
+        int bad = memcmp(m.w, ref.w, m.off[NT] * sizeof *m.w) != 0, any = 0;
+        MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        ck_assert_msg(!any, "schedule %s, DEAR_SPARSE_BLOCK=%s: parameters differ from the MPI_Allreduce loop",
+                      scheds[_i], blocks[b]);
+        for (int t = 0; t < NT; t++) {
+            dear_sparse_stats_t st = { .size = sizeof st };
+            ck_assert_int_eq(dear_get_sparse_stats(ctx, t, &st), DEAR_OK);
+            ck_assert_uint_eq(st.block, rowlen[t] == 0 ? 0 : b == 0 ? rowlen[t] : (size_t)atoi(blocks[b]));
+        }
+        dear_stats_t st;
+        ck_assert_int_eq(dear_get_stats(ctx, &st), DEAR_OK);
+        sent[b] = st.bytes_sent;
+        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+        model_free(&m);
+    }
+    if (nranks > 1)
+        ck_assert_msg(sent[0] < sent[1], "schedule %s: %llu bytes sent in rows, %llu in half-rows", scheds[_i],
+                      (unsigned long long)sent[0], (unsigned long long)sent[1]);
+    if (rank == 0 && nranks > 1)
+        fprintf(stderr, "block, schedule %s: %llu bytes sent in rows, %llu in half-rows, %llu in two rows\n",
+                scheds[_i], (unsigned long long)sent[0], (unsigned long long)sent[1], (unsigned long long)sent[2]);
+    model_free(&ref);
+    /* 5 does not divide the 12 elements of a sparse tensor of rows of 4. */
+    dear_ctx_t *ctx = NULL;
+    float a[12] = { 0 };
+    setenv("DEAR_SPARSE_BLOCK", "5", 1);
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_register(ctx, "a", 0, a, 12, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL), DEAR_OK);
+    ck_assert_int_eq(dear_register_sparse(ctx, 0, 4), DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_ERR_PARAM);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    unsetenv("DEAR_SPARSE_BLOCK");
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     float a[10] = { 0 }, b[6] = { 0 };
@@ -393,6 +448,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_loop, 0, 6); /* schedule x (float32, bfloat16) */
     tcase_add_loop_test(tc, test_planned, 0, 2); /* dear, wfbp */
+    tcase_add_loop_test(tc, test_block, 0, 3); /* schedule */
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return mpi_suite_run(s, rank);
