@@ -1,8 +1,8 @@
 /*
  * The collective dispatcher: argument validation, the selection table, the algorithm table,
  * and the normalisation every algorithm relies on (coll_impl.h): the shard layout, out-of-place
- * all-gathers turned in place by copying this rank's shard, and multi-block all-gathers packed
- * into one staging vector (or sent in place when there is a single block). The algorithms
+ * all-gathers turned in place by copying this rank's shard, and multi-block reduce-scatters and
+ * all-gathers packed into one staging vector (or run in place when there is a single block). The algorithms
  * themselves live one per file.
  */
 #include "collectives/coll.h"
@@ -228,9 +228,9 @@ static int validate(const dear_coll_args_t *a, int *rank, int *nranks)
     size_t es = dear_dtype_size(a->dtype);
     DEAR_ARG_CHECK(a->nblocks >= 0, "dear_coll_start: nblocks %d is negative", a->nblocks);
     if (a->nblocks > 0) {
-        DEAR_ARG_CHECK(a->op == DEAR_COLL_ALLGATHER,
-                       "dear_coll_start: nblocks %d given for %s (accepted: allgather only)", a->nblocks,
-                       dear_coll_op_name(a->op));
+        DEAR_ARG_CHECK(a->op == DEAR_COLL_ALLGATHER || a->op == DEAR_COLL_REDUCE_SCATTER,
+                       "dear_coll_start: nblocks %d given for %s (accepted: reduce-scatter and allgather only)",
+                       a->nblocks, dear_coll_op_name(a->op));
         DEAR_ARG_CHECK(a->blocks != NULL, "dear_coll_start: nblocks %d but blocks is NULL", a->nblocks);
         for (int b = 0; b < a->nblocks; b++) {
             const dear_coll_block_t *bl = &a->blocks[b];
@@ -240,7 +240,7 @@ static int validate(const dear_coll_args_t *a, int *rank, int *nranks)
             DEAR_ARG_CHECK(bl->count <= SIZE_MAX / es, "dear_coll_start: block %d count %zu overflows", b,
                            bl->count);
             DEAR_ARG_CHECK(bl->buf != NULL || bl->hi == bl->lo,
-                           "dear_coll_start: block %d buf is NULL with %zu elements to gather", b,
+                           "dear_coll_start: block %d buf is NULL with %zu elements that travel", b,
                            bl->hi - bl->lo);
         }
         return DEAR_OK;
@@ -285,9 +285,10 @@ static size_t block_piece(const dear_coll_block_t *b, int nranks, int p, size_t 
     return h > l ? h - l : 0;
 }
 
-/* Multi-block all-gather: rank p contributes, block after block, its shard of each block cut to
- * [lo, hi). One block travels in place (its pieces are adjacent in rank order); several go
- * through a staging vector packed here and unpacked when the gather completes. */
+/* Multi-block collectives: rank p's shard is, block after block, its shard of each block cut to
+ * [lo, hi). One block runs in place (its pieces are adjacent in rank order); several go through
+ * a staging vector in rank order, packed here (an all-gather packs this rank's pieces, a
+ * reduce-scatter every rank's) and unpacked when the collective completes. */
 static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
 {
     int rc = DEAR_OK;
@@ -313,20 +314,26 @@ static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
     memcpy(r->blocks, a->blocks, nb);
     DEAR_ALLOC_GOTO(r->staging, malloc(total * r->esize + 1), total * r->esize + 1, rc, out);
     r->buf = r->staging;
-    char *dst = r->staging + r->displs[r->rank] * r->esize;
-    for (int b = 0; b < a->nblocks; b++) {
-        size_t lo, n = block_piece(&a->blocks[b], r->nranks, r->rank, &lo);
-        if (n > 0) /* a block with nothing to gather may have a NULL buf */
-            memcpy(dst, (char *)a->blocks[b].buf + lo * r->esize, n * r->esize);
-        dst += n * r->esize;
+    int rs = a->op == DEAR_COLL_REDUCE_SCATTER;
+    for (int p = rs ? 0 : r->rank; p < (rs ? r->nranks : r->rank + 1); p++) {
+        char *dst = r->staging + r->displs[p] * r->esize;
+        for (int b = 0; b < a->nblocks; b++) {
+            size_t lo, n = block_piece(&a->blocks[b], r->nranks, p, &lo);
+            if (n > 0) /* a block with nothing that travels may have a NULL buf */
+                memcpy(dst, (char *)a->blocks[b].buf + lo * r->esize, n * r->esize);
+            dst += n * r->esize;
+        }
     }
 out:
     return rc;
 }
 
+/* Back from the staging vector: every rank's pieces after an all-gather, this rank's after a
+ * reduce-scatter (the only ones it holds reduced). */
 static void blocks_unpack(dear_coll_req_t *r)
 {
-    for (int p = 0; p < r->nranks; p++) {
+    int rs = r->user_op == DEAR_COLL_REDUCE_SCATTER;
+    for (int p = rs ? r->rank : 0; p < (rs ? r->rank + 1 : r->nranks); p++) {
         const char *src = r->staging + r->displs[p] * r->esize;
         for (int b = 0; b < r->nblocks; b++) {
             size_t lo, n = block_piece(&r->blocks[b], r->nranks, p, &lo);
@@ -432,6 +439,10 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
     if (args->nblocks > 0) {
         DEAR_CHECK_GOTO(blocks_layout(r, args), rc, err);
         r->in_place = 1;
+        if (args->op == DEAR_COLL_REDUCE_SCATTER) {
+            r->src = r->work = r->buf;
+            r->out = r->buf + r->displs[rank] * r->esize;
+        }
     } else {
         shard_layout(r, args->count);
         r->in_place = args->sendbuf == NULL || args->sendbuf == args->recvbuf;

@@ -21,10 +21,15 @@
  *                   in place: recvbuf has count elements with this rank's shard at [off, off+len).
  *   ALLREDUCE       sendbuf and recvbuf have count elements; in place when sendbuf is NULL or
  *                   == recvbuf.
- *   Multi-block ALLGATHER (nblocks > 0, in place only): each block is its own sharded vector of
- *                   block.count elements of which only [lo, hi) travels; this rank contributes
- *                   its shard of the block intersected with [lo, hi). One collective serves every
- *                   block (one start-up cost for several buckets, or part of one bucket).
+ *   Multi-block REDUCE_SCATTER and ALLGATHER (nblocks > 0, in place only): each block is its
+ *                   own sharded vector of block.count elements of which only [lo, hi) travels;
+ *                   this rank's shard is, block after block, its shard of each block intersected
+ *                   with [lo, hi): an all-gather contributes it, a reduce-scatter leaves it reduced
+ *                   in place (the block's other elements are left unspecified). One collective
+ *                   serves every block (one start-up cost for several buckets, or part of one
+ *                   bucket). A range that is a block of its own (buf at its start, lo 0, hi count)
+ *                   is spread over every rank; a range inside a larger block lies in the shards
+ *                   it falls in, so its all-gather runs at the speed of the ranks holding it.
  * Block-sparse (algo sparse, sparse_block > 0 elements per block): the vector is cut into blocks
  *                   of sparse_block elements from element 0 (the last one may be ragged); a block
  *                   cut by a shard boundary is two pieces, one per shard. Only the pieces that are
@@ -84,7 +89,8 @@ typedef struct {
     const void *sendbuf;        /* NULL or == recvbuf: in place */
     void *recvbuf;
     size_t count;               /* elements of the full vector */
-    int nblocks;                /* > 0: multi-block all-gather; sendbuf/recvbuf/count ignored */
+    int nblocks;                /* > 0: multi-block reduce-scatter or all-gather; sendbuf/recvbuf/count
+                                 * ignored */
     const dear_coll_block_t *blocks;
     const dear_coll_topo_t *topo; /* comm's hosts (NULL: flat); must outlive the request */
     size_t sparse_block;        /* elements per block for algo sparse (> 0 required there, e.g. a

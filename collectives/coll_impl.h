@@ -63,7 +63,8 @@ struct dear_coll_req {
     char *scratch;              /* from dear_coll_scratch_get (returned in dear_coll_free) */
     size_t scratch_bytes;
 
-    /* Multi-block all-gather through a staging buffer (NULL when it travels in place). */
+    /* Multi-block reduce-scatter or all-gather through a staging buffer (NULL when it runs in
+     * place). */
     int nblocks;
     dear_coll_block_t *blocks;
     char *staging;

@@ -445,44 +445,54 @@ START_TEST(test_many_in_flight)
 }
 END_TEST
 
-/* Multi-block all-gather: block b element i = value(b, i); outside [lo, hi) stays untouched. */
+/* Multi-block collectives. All-gather: block b element i = value(b, i) on its owner; outside
+ * [lo, hi) stays untouched. Reduce-scatter: rank r holds value(b, i) + r everywhere; its own
+ * pieces end as the exact sum over the ranks, integer-valued so 16-bit types stay exact too. */
 static double block_value(int b, size_t i) { return (double)(int)((b * 31 + i * 5) % 23) - 11; }
 
-static int check_blocks(dear_coll_algo_t algo, int nb, const size_t *cnt, const size_t *lo,
-                        const size_t *hi)
+static int check_blocks(dear_coll_op_t op, dear_dtype_t t, dear_coll_algo_t algo, int nb, const size_t *cnt,
+                        const size_t *lo, const size_t *hi)
 {
     dear_coll_block_t blocks[8];
-    int bad = 0;
+    int bad = 0, rs = op == DEAR_COLL_REDUCE_SCATTER;
+    size_t es = dear_dtype_size(t);
     for (int b = 0; b < nb; b++) {
-        float *buf = xmalloc(cnt[b] * sizeof(float));
+        float *v = xmalloc(cnt[b] * sizeof(float) + 1);
+        char *buf = xmalloc(cnt[b] * es + 1);
         for (size_t i = 0; i < cnt[b]; i++) {
             size_t off, len;
             dear_coll_shard(cnt[b], g_size, g_rank, &off, &len);
             int own = i >= off && i < off + len && i >= lo[b] && i < hi[b];
-            buf[i] = own ? (float)block_value(b, i) : -1000.0f;
+            v[i] = rs ? (float)(block_value(b, i) + g_rank) : own ? (float)block_value(b, i) : -1000.0f;
         }
+        dear_reduce_narrow(t, buf, v, cnt[b], 1.0);
+        free(v);
         blocks[b] = (dear_coll_block_t){ buf, cnt[b], lo[b], hi[b] };
     }
-    dear_coll_args_t a = { .op = DEAR_COLL_ALLGATHER, .algo = algo, .dtype = DEAR_FLOAT32,
-                           .comm = g_comm, .tag = 9, .scale = 1.0, .nblocks = nb, .blocks = blocks,
-                           .topo = g_topo, .sparse_block = SWEEP_BLOCK };
+    dear_coll_args_t a = { .op = op, .algo = algo, .dtype = t, .comm = g_comm, .tag = 9, .scale = 1.0,
+                           .nblocks = nb, .blocks = blocks, .topo = g_topo, .sparse_block = SWEEP_BLOCK };
     dear_coll_req_t *req = NULL;
     int rc = dear_coll_start(&a, &req);
     bad |= note(rc != DEAR_OK, "multi-block start: %s", dear_status_string(rc));
     if (rc == DEAR_OK)
         bad |= note(dear_coll_wait(req) != DEAR_OK, "multi-block wait");
+    double ranks_sum = (double)g_size * (g_size - 1) / 2;
     for (int b = 0; b < nb && !bad; b++) {
-        const float *buf = blocks[b].buf;
+        float *got = xmalloc(cnt[b] * sizeof(float) + 1);
+        dear_reduce_widen(t, got, blocks[b].buf, cnt[b]);
         size_t off, len;
         dear_coll_shard(cnt[b], g_size, g_rank, &off, &len);
         for (size_t i = 0; i < cnt[b] && !bad; i++) {
             int travels = i >= lo[b] && i < hi[b];
             int own = i >= off && i < off + len && travels;
-            double want = travels || own ? block_value(b, i) : -1000.0;
-            bad |= note(buf[i] != want, "multi-block algo %s nblocks %d block %d [%zu,%zu) of %zu: "
-                        "element %zu is %g, expected %g", dear_coll_algo_name(algo), nb, b, lo[b],
-                        hi[b], cnt[b], i, buf[i], want);
+            if (rs && !own)
+                continue; /* unspecified */
+            double want = rs ? g_size * block_value(b, i) + ranks_sum : travels ? block_value(b, i) : -1000.0;
+            bad |= note(got[i] != want, "multi-block %s %s algo %s nblocks %d block %d [%zu,%zu) of %zu: "
+                        "element %zu is %g, expected %g", dear_coll_op_name(op), dear_dtype_name(t),
+                        dear_coll_algo_name(algo), nb, b, lo[b], hi[b], cnt[b], i, got[i], want);
         }
+        free(got);
     }
     for (int b = 0; b < nb; b++)
         free(blocks[b].buf);
@@ -498,12 +508,20 @@ START_TEST(test_multi_block)
     size_t c3[] = { 1000, 7 * P + 3, 5 }, lo3[] = { 100, 0, 2 }, hi3[] = { 777, 7 * P + 3, 2 };
     size_t c1[] = { 3000 }, lo1[] = { 17 }, hi1[] = { 2500 };
     size_t cf[] = { 4 * P + 1, 50 }, lof[] = { 0, 0 }, hif[] = { 4 * P + 1, 50 };
-    for (int a = 0; a < NALGOS; a++) {
-        bad |= check_blocks(algos[a], 3, c3, lo3, hi3);
-        bad |= check_blocks(algos[a], 1, c1, lo1, hi1);
-        bad |= check_blocks(algos[a], 2, cf, lof, hif);
+    /* A bucket cut into sub-vectors, as the runtime cuts one at its all-gather groups. */
+    size_t cs[] = { 600, 1, 3 * P + 2, 4000 }, los[] = { 0, 0, 0, 0 }, his[] = { 600, 1, 3 * P + 2, 4000 };
+    for (int o = 0; o < 2; o++) {
+        dear_coll_op_t op = o ? DEAR_COLL_REDUCE_SCATTER : DEAR_COLL_ALLGATHER;
+        for (int a = 0; a < NALGOS; a++) {
+            bad |= check_blocks(op, DEAR_FLOAT32, algos[a], 3, c3, lo3, hi3);
+            bad |= check_blocks(op, DEAR_FLOAT32, algos[a], 1, c1, lo1, hi1);
+            bad |= check_blocks(op, DEAR_FLOAT32, algos[a], 2, cf, lof, hif);
+            bad |= check_blocks(op, DEAR_FLOAT32, algos[a], 4, cs, los, his);
+        }
+        bad |= check_blocks(op, DEAR_BFLOAT16, DEAR_ALGO_AUTO, 3, c3, lo3, hi3);
+        bad |= check_blocks(op, DEAR_FLOAT16, DEAR_ALGO_AUTO, 4, cs, los, his);
     }
-    assert_all_ok(bad, "multi-block allgather");
+    assert_all_ok(bad, "multi-block reduce-scatter and allgather");
 }
 END_TEST
 
