@@ -239,9 +239,11 @@ int dear_graph_build(dear_ctx_t *ctx)
             op->ndeps = nb;
             if (clip)
                 op->deps[op->ndeps++] = &ctx->clip.op;
-            if (live)
-                op->deps[op->ndeps++] = &ctx->unused.op;
             gr->early = gr->u0 >= early_u0;
+            /* An early group runs before the count of ranks with a gradient (which follows every
+             * bucket): it must not wait for it, its updates do (sched_dear.c). */
+            if (live && !gr->early)
+                op->deps[op->ndeps++] = &ctx->unused.op;
             ctx->graph.ngroups_early += gr->early;
             op->kind = DEAR_COLL_ALLGATHER;
             op->index = g;

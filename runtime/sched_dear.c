@@ -20,7 +20,7 @@ static int run_update(dear_ctx_t *ctx, int t)
         return DEAR_OK;
     ctx->reg.tensors[t].pending = 0;
     ctx->it.npending--;
-    /* The count of ranks with a gradient is in: every all-gather waited for it. */
+    /* The count of ranks with a gradient is in: group_ready waited for it. */
     if (!dear_tensor_updates(ctx, t))
         return DEAR_OK;
     return dear_call_update(ctx, t, ctx->it.iter - 1); /* pending since the last backward_end */
@@ -34,6 +34,8 @@ static int group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx)
         return DEAR_OK;
     double t0 = dear_now();
     DEAR_CHECK(dear_engine_wait(ctx, &gr->op, ctx->it.iter - 1));
+    if (gr->early && ctx->unused.on) /* its updates need the count, which it did not wait for */
+        DEAR_CHECK(dear_engine_wait(ctx, &ctx->unused.op, ctx->it.iter - 1));
     double t1 = dear_now();
     if (ctx->tl && t1 - t0 > 2e-6) {
         char name[80], args[96];

@@ -5,7 +5,8 @@
  * the parameters (so any wrong update changes everything after it), on the rank, the iteration
  * and the micro-batch. The reference sums every rank's gradient with MPI_Allreduce, averages,
  * clips, and updates with the learning rate of the iteration, each step written out. Under every
- * schedule the parameters must match it:
+ * schedule, and under dear with a plan whose all-gather groups cut its buckets (two groups
+ * early, during backward), the parameters must match it:
  *   lr       a learning-rate schedule read from dear_update_info_t.iteration
  *   clip     clipping by global norm (dear_set_clip_norm, DEAR_CLIP_NORM): parameters, and the
  *            norm each update is told
@@ -235,9 +236,22 @@ static void backward(dear_ctx_t *ctx, model_t *m, long long it, int mb)
     ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
 }
 
-static dear_ctx_t *setup(model_t *m, const char *sched)
+static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
 {
     dear_ctx_t *ctx = NULL;
+    char path[64] = "";
+    if (plan != NULL) {
+        snprintf(path, sizeof path, "/tmp/dear-loop-%d.plan", (int)getpid());
+        MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            FILE *f = fopen(path, "w");
+            ck_assert_ptr_nonnull(f);
+            fputs(plan, f);
+            ck_assert_int_eq(fclose(f), 0);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        setenv("DEAR_PLAN_FILE", path, 1);
+    }
     setenv("DEAR_SCHEDULE", sched, 1);
     setenv("DEAR_FUSION", "threshold", 1);
     setenv("DEAR_FUSION_THRESHOLD", "2k", 1); /* several buckets */
@@ -261,6 +275,12 @@ static dear_ctx_t *setup(model_t *m, const char *sched)
     if (m->opts & OPT_FREEZE)
         ck_assert_int_eq(dear_freeze(ctx, 1, 1), DEAR_OK);
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    if (plan != NULL) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0)
+            unlink(path);
+        unsetenv("DEAR_PLAN_FILE");
+    }
     unsetenv("DEAR_SCHEDULE");
     unsetenv("DEAR_FUSION");
     unsetenv("DEAR_FUSION_THRESHOLD");
@@ -328,7 +348,14 @@ static double profile_fwd(const char *path, int layer)
     return fwd;
 }
 
-static const char *const scheds[] = { "dear", "wfbp", "sync" };
+/* The schedules, the last being dear again under a plan whose all-gather groups cut both
+ * buckets (each bucket's reduce-scatter then shards every group's piece over the ranks), two
+ * of them early. */
+static const char *const scheds[] = { "dear", "wfbp", "sync", "dear" };
+#define NSCHED 4
+static const char *const cut_plan = "dear-plan 2\nplanner hand\ntensors 6\nunits 6\nrs 2 0 2\n"
+                                    "ag 5 0 1 3 4 5\nearly 2\nend\n";
+static const char *plan_of(int s) { return s == NSCHED - 1 ? cut_plan : NULL; }
 
 /* Run one option set under schedule s and compare with the reference. */
 static void compare(int opts, int s, int eval_us)
@@ -337,11 +364,12 @@ static void compare(int opts, int s, int eval_us)
     model_init(&ref, opts);
     model_init(&m, opts);
     reference(&ref);
-    dear_ctx_t *ctx = setup(&m, scheds[s]);
+    dear_ctx_t *ctx = setup(&m, scheds[s], plan_of(s));
     ck_assert_str_eq(dear_schedule(ctx), scheds[s]);
     train(ctx, &m, eval_us);
-    char what[96];
-    snprintf(what, sizeof what, "options 0x%x, schedule %s, np %d", opts, scheds[s], nranks);
+    char what[112];
+    snprintf(what, sizeof what, "options 0x%x, schedule %s%s, np %d", opts, scheds[s],
+             s == NSCHED - 1 ? " (buckets cut by the all-gather groups)" : "", nranks);
     /* bfloat16: the same float32 sum rounded once, so the same parameters bit for bit. */
     assert_close(m.w, ref.w, m.off[NT], opts & OPT_BF16 ? 0 : 2e-5, what);
     for (int t = 0; t < NT; t++)
@@ -391,7 +419,7 @@ START_TEST(test_frozen)
     for (int k = 0; k < 2; k++) {
         model_t m;
         model_init(&m, k ? OPT_FREEZE : OPT_NONE);
-        dear_ctx_t *ctx = setup(&m, scheds[_i]);
+        dear_ctx_t *ctx = setup(&m, scheds[_i], plan_of(_i));
         train(ctx, &m, 0);
         dear_stats_t st;
         ck_assert_int_eq(dear_get_stats(ctx, &st), DEAR_OK);
@@ -409,7 +437,7 @@ START_TEST(test_wait)
 {
     model_t m;
     model_init(&m, OPT_WAIT);
-    dear_ctx_t *ctx = setup(&m, scheds[_i]);
+    dear_ctx_t *ctx = setup(&m, scheds[_i], plan_of(_i));
     float *want = malloc(m.off[NT] * sizeof *want);
     for (long long it = 0; it < 3; it++) {
         forward(ctx, -1, 0);
@@ -437,7 +465,7 @@ START_TEST(test_layers)
 {
     model_t m;
     model_init(&m, OPT_NONE);
-    dear_ctx_t *ctx = setup(&m, "dear");
+    dear_ctx_t *ctx = setup(&m, "dear", NULL);
     for (long long it = 0; it < 4; it++) {
         forward(ctx, 3, 20000); /* layer 3 holds no tensor */
         backward(ctx, &m, it, 0);
@@ -473,15 +501,15 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("loop");
     tcase_set_timeout(tc, 300);
     int only16 = argc > 1 && strcmp(argv[1], "--bf16-only") == 0;
-    tcase_add_loop_test(tc, test_bf16, 0, 3);
+    tcase_add_loop_test(tc, test_bf16, 0, NSCHED);
     if (!only16) {
-        tcase_add_loop_test(tc, test_lr, 0, 3);
-        tcase_add_loop_test(tc, test_clip, 0, 3);
-        tcase_add_loop_test(tc, test_accum, 0, 3);
-        tcase_add_loop_test(tc, test_nograd, 0, 3);
-        tcase_add_loop_test(tc, test_eval, 0, 3);
-        tcase_add_loop_test(tc, test_frozen, 0, 3);
-        tcase_add_loop_test(tc, test_wait, 0, 3);
+        tcase_add_loop_test(tc, test_lr, 0, NSCHED);
+        tcase_add_loop_test(tc, test_clip, 0, NSCHED);
+        tcase_add_loop_test(tc, test_accum, 0, NSCHED);
+        tcase_add_loop_test(tc, test_nograd, 0, NSCHED);
+        tcase_add_loop_test(tc, test_eval, 0, NSCHED);
+        tcase_add_loop_test(tc, test_frozen, 0, NSCHED);
+        tcase_add_loop_test(tc, test_wait, 0, NSCHED);
         tcase_add_test(tc, test_layers);
     }
     suite_add_tcase(s, tc);
