@@ -123,6 +123,50 @@ void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_
     op->args.count = count;
 }
 
+/* Room for the pieces of every dense bucket (one per all-gather group meeting it; the groups
+ * from first[0..ng]) when schedule dear runs. */
+static int sub_alloc(dear_ctx_t *ctx, const int *first, int ng)
+{
+    int rc = DEAR_OK;
+    int *n = NULL;
+    size_t nb = (size_t)ctx->graph.nbuckets;
+    DEAR_ALLOC_GOTO(n, calloc(nb, sizeof(int)), nb * sizeof(int), rc, out);
+    for (int g = 0; g < ng; g++)
+        for (int b = ctx->graph.units[first[g]].bucket; b <= ctx->graph.units[first[g + 1] - 1].bucket; b++)
+            n[b]++;
+    for (size_t b = 0; b < nb; b++) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        if (bk->sparse_block == 0 && n[b] > 0)
+            DEAR_ALLOC_GOTO(bk->sub, calloc((size_t)n[b], sizeof *bk->sub), sizeof *bk->sub * (size_t)n[b], rc, out);
+    }
+out:
+    free(n);
+    return rc;
+}
+
+/* A group's block [lo, hi) of bucket bk becomes a vector of its own: the bucket's next piece,
+ * and the group gathers that piece whole. Empty ranges (frozen units only) add no piece. */
+static void sub_add(dear_bucket_t *bk, dear_coll_block_t *blk)
+{
+    size_t n = blk->hi - blk->lo;
+    blk->buf = (char *)bk->buf + blk->lo * dear_dtype_size(bk->dtype);
+    blk->count = blk->hi = n;
+    blk->lo = 0;
+    if (n > 0)
+        bk->sub[bk->nsub++] = *blk;
+}
+
+char *dear_bucket_own(const dear_ctx_t *ctx, const dear_bucket_t *b, int k, size_t *len)
+{
+    size_t off;
+    if (b->nsub == 0) {
+        dear_coll_shard(b->count, ctx->size, ctx->rank, &off, len);
+        return (char *)b->buf + off * dear_dtype_size(b->dtype);
+    }
+    dear_coll_shard(b->sub[k].count, ctx->size, ctx->rank, &off, len);
+    return (char *)b->sub[k].buf + off * dear_dtype_size(b->dtype);
+}
+
 /* Buckets, groups, fusion buffers and the operation order of ctx->graph.plan. */
 int dear_graph_build(dear_ctx_t *ctx)
 {
@@ -208,11 +252,13 @@ int dear_graph_build(dear_ctx_t *ctx)
                        ? ctx->graph.plan.ag.first[ctx->graph.plan.ag.ngroups - ctx->graph.plan.ag_early]
                        : ctx->graph.nunits;
     ctx->graph.ngroups_early = 0;
+    int ncut = 0;
     if (ctx->sched == DEAR_SCHED_DEAR) {
         DEAR_CHECK_GOTO(split_groups(ctx, &ctx->graph.plan.ag, 1, &first, &ng), rc, out);
         DEAR_ALLOC_GOTO(ctx->graph.groups, calloc((size_t)ng, sizeof *ctx->graph.groups), sizeof *ctx->graph.groups * (size_t)ng, rc,
                         out);
         ctx->graph.ngroups = ng;
+        DEAR_CHECK_GOTO(sub_alloc(ctx, first, ng), rc, out);
         for (int g = 0; g < ng; g++) {
             dear_group_t *gr = &ctx->graph.groups[g];
             gr->u0 = first[g];
@@ -225,7 +271,7 @@ int dear_graph_build(dear_ctx_t *ctx)
             size_t nd = (size_t)(nb + clip + live);
             DEAR_ALLOC_GOTO(op->deps, calloc(nd, sizeof *op->deps), sizeof *op->deps * nd, rc, out);
             for (int b = b0; b <= b1; b++) {
-                const dear_bucket_t *bk = &ctx->graph.buckets[b];
+                dear_bucket_t *bk = &ctx->graph.buckets[b];
                 int lo_u = gr->u0 > bk->u0 ? gr->u0 : bk->u0;
                 int hi_u = gr->u1 < bk->u1 ? gr->u1 : bk->u1;
                 dear_coll_block_t *blk = &op->blocks[b - b0];
@@ -234,6 +280,8 @@ int dear_graph_build(dear_ctx_t *ctx)
                 blk->lo = ctx->graph.units[lo_u].off;
                 blk->hi = ctx->graph.units[hi_u - 1].off + dear_unit_ccount(ctx, hi_u - 1);
                 op->bytes += (blk->hi - blk->lo) * dear_dtype_size(bk->dtype);
+                if (bk->sub != NULL)
+                    sub_add(bk, blk);
                 op->deps[b - b0] = (dear_op_t *)&bk->op;
             }
             op->ndeps = nb;
@@ -260,6 +308,14 @@ int dear_graph_build(dear_ctx_t *ctx)
         }
         free(first);
         first = NULL;
+        for (int b = 0; b < ctx->graph.nbuckets; b++) {
+            dear_bucket_t *bk = &ctx->graph.buckets[b];
+            if (bk->nsub > 1) {
+                bk->op.args.nblocks = bk->nsub;
+                bk->op.args.blocks = bk->sub;
+                ncut++;
+            }
+        }
     }
 
     dear_sparse_graph(ctx);
@@ -297,10 +353,11 @@ int dear_graph_build(dear_ctx_t *ctx)
             ctx->graph.groups[g].op.pos = pos;
             ctx->graph.ops[pos++] = &ctx->graph.groups[g].op;
         }
-    DEAR_INFO("plan", "planner %s: %d bucket(s) (%d with a fusion buffer, %d zero-copy), %d all-gather group(s) "
-                      "(%d during backward), %d tensor(s) in %d unit(s) and %d layer(s)",
-              ctx->graph.plan.planner, ctx->graph.nbuckets, nfused, ctx->graph.nbuckets - nfused, ctx->graph.ngroups, ctx->graph.ngroups_early,
-              ctx->reg.ntensors, ctx->graph.nunits, ctx->reg.nlayers);
+    DEAR_INFO("plan", "planner %s: %d bucket(s) (%d with a fusion buffer, %d zero-copy, %d sharded in pieces at "
+                      "all-gather group boundaries), %d all-gather group(s) (%d during backward), %d tensor(s) in "
+                      "%d unit(s) and %d layer(s)",
+              ctx->graph.plan.planner, ctx->graph.nbuckets, nfused, ctx->graph.nbuckets - nfused, ncut,
+              ctx->graph.ngroups, ctx->graph.ngroups_early, ctx->reg.ntensors, ctx->graph.nunits, ctx->reg.nlayers);
 out:
     free(first);
     return rc;
@@ -330,9 +387,11 @@ void dear_graph_free(dear_ctx_t *ctx)
 
 static void ops_free(dear_ctx_t *ctx)
 {
-    for (int b = 0; ctx->graph.buckets && b < ctx->graph.nbuckets; b++)
+    for (int b = 0; ctx->graph.buckets && b < ctx->graph.nbuckets; b++) {
         if (ctx->graph.buckets[b].fused)
             free(ctx->graph.buckets[b].buf);
+        free(ctx->graph.buckets[b].sub);
+    }
     for (int g = 0; ctx->graph.groups && g < ctx->graph.ngroups; g++) {
         free(ctx->graph.groups[g].op.blocks);
         free(ctx->graph.groups[g].op.deps);

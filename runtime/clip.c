@@ -45,20 +45,16 @@ static void set_result(dear_ctx_t *ctx, double sumsq, long long iter)
     ctx->clip.iter = iter;
 }
 
-/* The bucket of a reduce-scatter op, its averaged shard and that shard's length. */
-static char *own_shard(const dear_ctx_t *ctx, const dear_bucket_t *bk, size_t *len)
-{
-    size_t off;
-    dear_coll_shard(bk->count, ctx->size, ctx->rank, &off, len);
-    return (char *)bk->buf + off * dear_dtype_size(bk->dtype);
-}
-
 static void shard_sq(dear_ctx_t *ctx, dear_op_t *op)
 {
     const dear_bucket_t *bk = &ctx->graph.buckets[op->index];
-    size_t len;
-    const char *p = own_shard(ctx, bk, &len);
-    ctx->clip.shard_sq[op->index] = dear_reduce_sumsq(bk->dtype, p, len);
+    double s = 0;
+    for (int k = 0; k < (bk->nsub > 0 ? bk->nsub : 1); k++) {
+        size_t len;
+        const char *p = dear_bucket_own(ctx, bk, k, &len);
+        s += dear_reduce_sumsq(bk->dtype, p, len);
+    }
+    ctx->clip.shard_sq[op->index] = s;
 }
 
 static void norm_before(dear_ctx_t *ctx, dear_op_t *op)
@@ -76,9 +72,11 @@ static void norm_after(dear_ctx_t *ctx, dear_op_t *op)
         return;
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         const dear_bucket_t *bk = &ctx->graph.buckets[b];
-        size_t len;
-        char *p = own_shard(ctx, bk, &len);
-        dear_reduce_scale(bk->dtype, p, p, len, ctx->clip.coef);
+        for (int k = 0; k < (bk->nsub > 0 ? bk->nsub : 1); k++) {
+            size_t len;
+            char *p = dear_bucket_own(ctx, bk, k, &len);
+            dear_reduce_scale(bk->dtype, p, p, len, ctx->clip.coef);
+        }
     }
 }
 

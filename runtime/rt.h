@@ -111,6 +111,12 @@ typedef struct {
     int remaining;          /* units whose layer has not reported backward_done this iteration */
     int early_lo, early_hi; /* dear: early all-gather groups queued behind it (none if lo > hi) */
     size_t sparse_block;    /* its tensors' block when they are sparse (all alike); 0: dense */
+    /* Schedule dear, dense: the bucket's vector cut where all-gather groups begin or end, each
+     * piece sharded over every rank on its own (a multi-block reduce-scatter when nsub > 1), so
+     * that every group's all-gather is balanced over the ranks. nsub 0: one vector, as sparse
+     * buckets and the other schedules run. */
+    int nsub;
+    dear_coll_block_t *sub;
     dear_op_t op;           /* reduce-scatter (dear) or all-reduce (wfbp, sync) */
 } dear_bucket_t;
 
@@ -305,6 +311,9 @@ void dear_graph_free(dear_ctx_t *ctx);
  * place pos of the iteration; index names it in messages (< 0: not a bucket or group). */
 void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count);
 void dear_bucket_pack(const dear_ctx_t *ctx, const dear_bucket_t *b);
+/* Part k (0 <= k < max(nsub, 1)) of this rank's reduce-scatter shard of bucket b: its start and
+ * length in elements. */
+char *dear_bucket_own(const dear_ctx_t *ctx, const dear_bucket_t *b, int k, size_t *len);
 /* Copy units [u0, u1) (those of them in bucket b) from its fusion buffer to the gradients. */
 void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int u0, int u1);
 /* Elements unit u contributes to its bucket's vector (none when its tensor is frozen). */
