@@ -285,10 +285,26 @@ static size_t block_piece(const dear_coll_block_t *b, int nranks, int p, size_t 
     return h > l ? h - l : 0;
 }
 
+/* Copy the pieces of ranks [p0, p1) between the blocks and the staging vector (to_staging: into
+ * it). A block with nothing that travels may have a NULL buf. */
+static void blocks_copy(dear_coll_req_t *r, int p0, int p1, int to_staging)
+{
+    for (int p = p0; p < p1; p++) {
+        char *st = r->staging + r->displs[p] * r->esize;
+        for (int b = 0; b < r->nblocks; b++) {
+            size_t lo, n = block_piece(&r->blocks[b], r->nranks, p, &lo);
+            char *at = (char *)r->blocks[b].buf + lo * r->esize;
+            if (n > 0)
+                memcpy(to_staging ? st : at, to_staging ? at : st, n * r->esize);
+            st += n * r->esize;
+        }
+    }
+}
+
 /* Multi-block collectives: rank p's shard is, block after block, its shard of each block cut to
  * [lo, hi). One block runs in place (its pieces are adjacent in rank order); several go through
  * a staging vector in rank order, packed here (an all-gather packs this rank's pieces, a
- * reduce-scatter every rank's) and unpacked when the collective completes. */
+ * reduce-scatter every rank's) and unpacked by blocks_unpack. */
 static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
 {
     int rc = DEAR_OK;
@@ -314,16 +330,10 @@ static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
     memcpy(r->blocks, a->blocks, nb);
     DEAR_ALLOC_GOTO(r->staging, malloc(total * r->esize + 1), total * r->esize + 1, rc, out);
     r->buf = r->staging;
-    int rs = a->op == DEAR_COLL_REDUCE_SCATTER;
-    for (int p = rs ? 0 : r->rank; p < (rs ? r->nranks : r->rank + 1); p++) {
-        char *dst = r->staging + r->displs[p] * r->esize;
-        for (int b = 0; b < a->nblocks; b++) {
-            size_t lo, n = block_piece(&a->blocks[b], r->nranks, p, &lo);
-            if (n > 0) /* a block with nothing that travels may have a NULL buf */
-                memcpy(dst, (char *)a->blocks[b].buf + lo * r->esize, n * r->esize);
-            dst += n * r->esize;
-        }
-    }
+    if (a->op == DEAR_COLL_REDUCE_SCATTER)
+        blocks_copy(r, 0, r->nranks, 1);
+    else
+        blocks_copy(r, r->rank, r->rank + 1, 1);
 out:
     return rc;
 }
@@ -332,16 +342,10 @@ out:
  * reduce-scatter (the only ones it holds reduced). */
 static void blocks_unpack(dear_coll_req_t *r)
 {
-    int rs = r->user_op == DEAR_COLL_REDUCE_SCATTER;
-    for (int p = rs ? r->rank : 0; p < (rs ? r->rank + 1 : r->nranks); p++) {
-        const char *src = r->staging + r->displs[p] * r->esize;
-        for (int b = 0; b < r->nblocks; b++) {
-            size_t lo, n = block_piece(&r->blocks[b], r->nranks, p, &lo);
-            if (n > 0)
-                memcpy((char *)r->blocks[b].buf + lo * r->esize, src, n * r->esize);
-            src += n * r->esize;
-        }
-    }
+    if (r->user_op == DEAR_COLL_REDUCE_SCATTER)
+        blocks_copy(r, r->rank, r->rank + 1, 0);
+    else
+        blocks_copy(r, 0, r->nranks, 0);
 }
 
 /* A request with its per-rank layout arrays allocated (not yet filled). */

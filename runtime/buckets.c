@@ -159,12 +159,9 @@ static void sub_add(dear_bucket_t *bk, dear_coll_block_t *blk)
 char *dear_bucket_own(const dear_ctx_t *ctx, const dear_bucket_t *b, int k, size_t *len)
 {
     size_t off;
-    if (b->nsub == 0) {
-        dear_coll_shard(b->count, ctx->size, ctx->rank, &off, len);
-        return (char *)b->buf + off * dear_dtype_size(b->dtype);
-    }
-    dear_coll_shard(b->sub[k].count, ctx->size, ctx->rank, &off, len);
-    return (char *)b->sub[k].buf + off * dear_dtype_size(b->dtype);
+    char *vec = b->nsub > 0 ? b->sub[k].buf : b->buf;
+    dear_coll_shard(b->nsub > 0 ? b->sub[k].count : b->count, ctx->size, ctx->rank, &off, len);
+    return vec + off * dear_dtype_size(b->dtype);
 }
 
 /* Buckets, groups, fusion buffers and the operation order of ctx->graph.plan. */

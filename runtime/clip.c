@@ -49,7 +49,7 @@ static void shard_sq(dear_ctx_t *ctx, dear_op_t *op)
 {
     const dear_bucket_t *bk = &ctx->graph.buckets[op->index];
     double s = 0;
-    for (int k = 0; k < (bk->nsub > 0 ? bk->nsub : 1); k++) {
+    for (int k = 0; k < dear_bucket_parts(bk); k++) {
         size_t len;
         const char *p = dear_bucket_own(ctx, bk, k, &len);
         s += dear_reduce_sumsq(bk->dtype, p, len);
@@ -72,7 +72,7 @@ static void norm_after(dear_ctx_t *ctx, dear_op_t *op)
         return;
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         const dear_bucket_t *bk = &ctx->graph.buckets[b];
-        for (int k = 0; k < (bk->nsub > 0 ? bk->nsub : 1); k++) {
+        for (int k = 0; k < dear_bucket_parts(bk); k++) {
             size_t len;
             char *p = dear_bucket_own(ctx, bk, k, &len);
             dear_reduce_scale(bk->dtype, p, p, len, ctx->clip.coef);

@@ -311,8 +311,9 @@ void dear_graph_free(dear_ctx_t *ctx);
  * place pos of the iteration; index names it in messages (< 0: not a bucket or group). */
 void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count);
 void dear_bucket_pack(const dear_ctx_t *ctx, const dear_bucket_t *b);
-/* Part k (0 <= k < max(nsub, 1)) of this rank's reduce-scatter shard of bucket b: its start and
- * length in elements. */
+/* This rank's reduce-scatter shard of bucket b comes in dear_bucket_parts(b) parts (one unless
+ * the bucket is sharded piece by piece); part k's start, and its length in elements. */
+static inline int dear_bucket_parts(const dear_bucket_t *b) { return b->nsub > 0 ? b->nsub : 1; }
 char *dear_bucket_own(const dear_ctx_t *ctx, const dear_bucket_t *b, int k, size_t *len);
 /* Copy units [u0, u1) (those of them in bucket b) from its fusion buffer to the gradients. */
 void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int u0, int u1);
