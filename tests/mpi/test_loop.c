@@ -369,7 +369,7 @@ static void compare(int opts, int s, int eval_us)
     train(ctx, &m, eval_us);
     char what[112];
     snprintf(what, sizeof what, "options 0x%x, schedule %s%s, np %d", opts, scheds[s],
-             s == NSCHED - 1 ? " (buckets cut by the all-gather groups)" : "", nranks);
+             plan_of(s) ? " (buckets cut by the all-gather groups)" : "", nranks);
     /* bfloat16: the same float32 sum rounded once, so the same parameters bit for bit. */
     assert_close(m.w, ref.w, m.off[NT], opts & OPT_BF16 ? 0 : 2e-5, what);
     for (int t = 0; t < NT; t++)

@@ -260,6 +260,16 @@ static void check_stats(dear_ctx_t *ctx, int s, int mode, size_t es, const char 
     }
 }
 
+/* End a run: the bytes this rank sent, then the context and the model are freed. */
+static uint64_t finish(dear_ctx_t **ctx, model_t *m)
+{
+    dear_stats_t st;
+    ck_assert_int_eq(dear_get_stats(*ctx, &st), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(ctx), DEAR_OK);
+    model_free(m);
+    return st.bytes_sent;
+}
+
 /* The saved profile prices each sparse tensor by its warm-up densities: the densest rank's rows
  * for the reduce-scatter, the union's for the all-gather, 1 for a phase the tensor runs dense
  * (auto's rule per tensor); DEAR_SPARSE=off declares none. */
@@ -318,11 +328,7 @@ START_TEST(test_loop)
         assert_same_params(&m, &ref, what);
         check_stats(ctx, s, mode, es, what);
         check_profile(ctx, mode, es, what);
-        dear_stats_t st;
-        ck_assert_int_eq(dear_get_stats(ctx, &st), DEAR_OK);
-        sent[mode] = st.bytes_sent;
-        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
-        model_free(&m);
+        sent[mode] = finish(&ctx, &m);
     }
     if (nranks > 1)
         ck_assert_msg(sent[0] < sent[1], "schedule %s: %llu bytes sent with DEAR_SPARSE=on, %llu with off", scheds[s],
@@ -380,11 +386,7 @@ START_TEST(test_block)
             ck_assert_int_eq(dear_get_sparse_stats(ctx, t, &st), DEAR_OK);
             ck_assert_uint_eq(st.block, rowlen[t] == 0 ? 0 : b == 0 ? rowlen[t] : (size_t)atoi(blocks[b]));
         }
-        dear_stats_t st;
-        ck_assert_int_eq(dear_get_stats(ctx, &st), DEAR_OK);
-        sent[b] = st.bytes_sent;
-        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
-        model_free(&m);
+        sent[b] = finish(&ctx, &m);
     }
     if (nranks > 1)
         ck_assert_msg(sent[0] < sent[1], "schedule %s: %llu bytes sent in rows, %llu in half-rows", scheds[_i],
