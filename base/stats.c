@@ -85,3 +85,21 @@ int dear_samples_compare(const double *a, size_t na, const double *b, size_t nb,
         return 1;
     return 0;
 }
+
+int dear_check_verdict(int how, const dear_compare_t *c, double pred_old, double pred_new, dear_verdict_t *why)
+{
+    if (how != 0) {
+        *why = DEAR_VERDICT_MEASURED;
+        return how > 0;
+    }
+    /* The new plan wins a tie, being the fresher; a failed prediction loses. */
+    int model_new = !(pred_new > pred_old);
+    *why = DEAR_VERDICT_MODEL;
+    if (!isfinite(pred_old) || !isfinite(pred_new) || !(c->margin >= 0) || !isfinite(c->margin))
+        return model_new;
+    double gain_pred = pred_old - pred_new, gain_meas = c->med_a - c->med_b;
+    if (fabs(gain_pred - gain_meas) <= c->margin)
+        return model_new;
+    *why = DEAR_VERDICT_REFUTED;
+    return c->med_b < c->med_a;
+}

@@ -30,4 +30,18 @@ typedef struct {
 int dear_samples_compare(const double *a, size_t na, const double *b, size_t nb, double k, double tol,
                          dear_compare_t *out);
 
+/* Why auto's check kept the plan it kept (dear_check_verdict). */
+typedef enum {
+    DEAR_VERDICT_MEASURED, /* one plan measured faster beyond the margin */
+    DEAR_VERDICT_MODEL,    /* inconclusive; the model's predicted difference fits the samples */
+    DEAR_VERDICT_REFUTED,  /* inconclusive, but the samples refute the model's predicted difference */
+} dear_verdict_t;
+
+/* The plan auto's check keeps (1 the new, 0 the old), from c = dear_samples_compare(old, new) and
+ * its result how, and the model's predictions for both plans (seconds; a failed prediction is
+ * infinite and loses). Beyond the margin the measurement decides. Within it the model decides,
+ * unless the difference it predicted lies more than the margin away from the measured one: a
+ * model the samples contradict has no say, and the plan measured faster stays. */
+int dear_check_verdict(int how, const dear_compare_t *c, double pred_old, double pred_new, dear_verdict_t *why);
+
 #endif

@@ -310,7 +310,9 @@ int dear_planning_restart(dear_ctx_t *ctx, int rc)
  * slowest rank ran it. The plan whose median is lower by more than the margin stays: margin =
  * max(DEAR_VERIFY_MARGIN x spread, VERIFY_TOLERANCE x the lower median), spread being the scaled
  * median absolute deviation of both plans' iterations (dear_samples_compare). Within the margin
- * the measurement cannot tell them apart, and the plan the model predicts faster stays.
+ * the measurement cannot tell them apart, and the plan the model predicts faster stays, unless
+ * the difference the model predicted lies beyond the margin from the measured one: samples that
+ * refute the model leave it no say, and the plan measured faster stays (dear_check_verdict).
  * Why: a shared machine's noise between runs can exceed the difference being judged; the same
  * count of steady-state iterations for each plan, interleaved so a drift of the machine falls on
  * both, compares like with like, and a decision made only beyond the spread the samples
@@ -373,7 +375,7 @@ static size_t timed(double *v, int n)
 }
 
 /* The verdict every rank follows: rank 0 judges the slowest rank's iterations and broadcasts.
- * v: keep the new plan (1) or the old (0); how (-1 old faster, 1 new faster, 0 inconclusive);
+ * v: keep the new plan (1) or the old (0); why (dear_verdict_t);
  * median old, median new, spread, margin, predicted old, predicted new (seconds). */
 static int judge(dear_ctx_t *ctx, double v[8])
 {
@@ -388,10 +390,9 @@ static int judge(dear_ctx_t *ctx, double v[8])
         dear_compare_t c = { NAN, NAN, NAN, NAN };
         int how = na && nb ? dear_samples_compare(s, na, s + n, nb, ctx->online.verify_margin, VERIFY_TOLERANCE, &c)
                            : 0;
-        /* A prediction that failed (infinite) loses; the new plan wins a tie, being the fresher. */
-        int model_new = !(ctx->online.pred_s[1] > ctx->online.pred_s[0]);
-        v[0] = how != 0 ? how > 0 : model_new;
-        v[1] = how;
+        dear_verdict_t why = DEAR_VERDICT_MODEL;
+        v[0] = dear_check_verdict(how, &c, ctx->online.pred_s[0], ctx->online.pred_s[1], &why);
+        v[1] = why;
         v[2] = c.med_a, v[3] = c.med_b, v[4] = c.spread, v[5] = c.margin;
         v[6] = ctx->online.pred_s[0], v[7] = ctx->online.pred_s[1];
     }
@@ -481,14 +482,20 @@ int dear_planning_verify(dear_ctx_t *ctx)
     ctx->online.verify_at = -1;
     double v[8];
     DEAR_CHECK_GOTO(judge(ctx, v), rc, out);
-    int keep_new = v[0] != 0, how = (int)v[1];
+    int keep_new = v[0] != 0;
+    dear_verdict_t verdict = (dear_verdict_t)v[1];
     const dear_plan_t *pnew = new_in_force ? &ctx->graph.plan : &ctx->online.alt_plan;
     const dear_plan_t *pold = new_in_force ? &ctx->online.alt_plan : &ctx->graph.plan;
-    char why[160];
-    if (how != 0)
-        snprintf(why, sizeof why, "the %s plan measured faster beyond the margin", how > 0 ? "new" : "old");
-    else
+    char why[256];
+    if (verdict == DEAR_VERDICT_MEASURED)
+        snprintf(why, sizeof why, "the %s plan measured faster beyond the margin", keep_new ? "new" : "old");
+    else if (verdict == DEAR_VERDICT_MODEL)
         snprintf(why, sizeof why, "inconclusive, so the model decides: predicted %.3f ms (old) vs %.3f ms (new)",
+                 1e3 * v[6], 1e3 * v[7]);
+    else
+        snprintf(why, sizeof why,
+                 "inconclusive, and the samples refute the model (predicted %.3f ms (old) vs %.3f ms (new), a "
+                 "difference further than the margin from the measured one), so the plan measured faster stays",
                  1e3 * v[6], 1e3 * v[7]);
     DEAR_INFO("plan", "auto's check, %d iteration(s) per plan (slowest rank): plan %s median %.3f ms, plan %s (it "
                       "replaced) median %.3f ms, spread %.3f ms, margin %.3f ms (DEAR_VERIFY_MARGIN): %s; keeping %s",

@@ -1,7 +1,7 @@
 /* Statistics of timings (base/stats.c): the median, and dear_samples_compare, the judgement of
  * auto's check, against hand computations: a difference beyond the margin decides, one within it
  * is inconclusive, one stall moves neither the medians nor the spread, and the relative floor
- * holds when the samples show no spread at all. */
+ * holds when the samples show no spread at all; and dear_check_verdict, the plan auto keeps. */
 #include <check.h>
 #include <math.h>
 
@@ -65,6 +65,42 @@ START_TEST(test_compare_floor)
 }
 END_TEST
 
+START_TEST(test_verdict)
+{
+    dear_verdict_t why;
+    /* beyond the margin the measurement decides, whatever the model said */
+    dear_compare_t c = { 100, 80, 5, 10 };
+    ck_assert_int_eq(dear_check_verdict(1, &c, 100, 120, &why), 1);
+    ck_assert_int_eq(why, DEAR_VERDICT_MEASURED);
+    dear_compare_t c_old = { 80, 100, 5, 10 };
+    ck_assert_int_eq(dear_check_verdict(-1, &c_old, 120, 100, &why), 0);
+    ck_assert_int_eq(why, DEAR_VERDICT_MEASURED);
+    /* inconclusive (2 apart, margin 10); the model predicted 5 apart, 3 from the measured: it decides */
+    dear_compare_t in = { 100, 98, 5, 10 };
+    ck_assert_int_eq(dear_check_verdict(0, &in, 105, 100, &why), 1);
+    ck_assert_int_eq(why, DEAR_VERDICT_MODEL);
+    ck_assert_int_eq(dear_check_verdict(0, &in, 100, 105, &why), 0); /* it predicted the old faster */
+    ck_assert_int_eq(why, DEAR_VERDICT_MODEL);
+    ck_assert_int_eq(dear_check_verdict(0, &in, 100, 100, &why), 1); /* a tie: the fresher plan */
+    ck_assert_int_eq(dear_check_verdict(0, &in, 100, INFINITY, &why), 0); /* a failed prediction loses */
+    ck_assert_int_eq(why, DEAR_VERDICT_MODEL);
+    /* the model promised the new plan 291.8 ms faster; it ran 69.1 ms slower, inside a margin of
+     * 134.2 ms but 360.9 ms from the promise: refuted, and the old plan, measured faster, stays */
+    dear_compare_t torch = { 1269.8, 1338.9, 67.1, 134.2 };
+    ck_assert_int_eq(dear_check_verdict(0, &torch, 1268.6, 976.8, &why), 0);
+    ck_assert_int_eq(why, DEAR_VERDICT_REFUTED);
+    /* refuted the other way: the model promised 110, the new plan gained 10 (margin 15): the
+     * measured faster is still the new one */
+    dear_compare_t small = { 200, 190, 7, 15 };
+    ck_assert_int_eq(dear_check_verdict(0, &small, 300, 190, &why), 1);
+    ck_assert_int_eq(why, DEAR_VERDICT_REFUTED);
+    /* no samples (no spread, no margin): only the model is left */
+    dear_compare_t none = { NAN, NAN, NAN, NAN };
+    ck_assert_int_eq(dear_check_verdict(0, &none, 300, 190, &why), 1);
+    ck_assert_int_eq(why, DEAR_VERDICT_MODEL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("stats");
@@ -73,6 +109,7 @@ int main(void)
     tcase_add_test(tc, test_compare);
     tcase_add_test(tc, test_compare_noise);
     tcase_add_test(tc, test_compare_floor);
+    tcase_add_test(tc, test_verdict);
     suite_add_tcase(s, tc);
     return dear_ck_run(s);
 }
