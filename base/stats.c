@@ -95,7 +95,7 @@ int dear_check_verdict(int how, const dear_compare_t *c, double pred_old, double
     /* The new plan wins a tie, being the fresher; a failed prediction loses. */
     int model_new = !(pred_new > pred_old);
     *why = DEAR_VERDICT_MODEL;
-    if (!isfinite(pred_old) || !isfinite(pred_new) || !(c->margin >= 0) || !isfinite(c->margin))
+    if (!isfinite(pred_old) || !isfinite(pred_new) || !isfinite(c->margin))
         return model_new;
     double gain_pred = pred_old - pred_new, gain_meas = c->med_a - c->med_b;
     if (fabs(gain_pred - gain_meas) <= c->margin)
