@@ -21,8 +21,12 @@ double dear_cost_line_eval(const dear_cost_line_t *line, double bytes)
     const double *x = line->pt_bytes, *y = line->pt_sec;
     if (bytes <= x[0])
         return y[0]; /* start-up dominated: no cheaper than the smallest measured size */
-    int i = 0; /* the segment [i, i + 1] holding bytes, or the last one */
-    while (i < n - 2 && bytes > x[i + 1])
+    /* Beyond the largest: its own time per byte. Why: a slope from two noisy samples carries
+     * about three times their relative noise, and could promise a rate never measured. */
+    if (bytes >= x[n - 1])
+        return y[n - 1] / x[n - 1] * bytes;
+    int i = 0; /* the segment [i, i + 1] holding bytes */
+    while (bytes > x[i + 1])
         i++;
     return y[i] + (y[i + 1] - y[i]) / (x[i + 1] - x[i]) * (bytes - x[i]);
 }

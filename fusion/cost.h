@@ -6,7 +6,7 @@
  * collective and algorithm (docs/FORMATS.md), or from presets.
  *
  * A line may also carry the measured points themselves (a curve): it is then evaluated by
- * linear interpolation between them, and beyond the largest along the last segment's slope.
+ * linear interpolation between them, and beyond the largest at the largest's time per byte.
  * The runtime calibrates the "auto" algorithm this way: what the collectives layer's selection
  * table actually runs at each size (direct up to a threshold, the ring above it), whose cost is
  * not one straight line. When a collective has an auto line, that is its cost; otherwise the
@@ -43,7 +43,7 @@ typedef struct {
 
 /* Time of one line at a size: alpha + (beta + gamma) * bytes, or for a curve the interpolation
  * between its points: below the first point the first point's time (start-up dominated), above
- * the last along the last segment's slope. */
+ * the last at the last point's time per byte. */
 double dear_cost_line_eval(const dear_cost_line_t *line, double bytes);
 /* Time of op at a size: the auto line when op has one, else the cheapest valid algorithm;
  * stored in *algo when algo != NULL. Returns INFINITY (and algo -1) when no algorithm is valid

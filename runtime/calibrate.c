@@ -21,8 +21,8 @@
 #include "runtime/rt.h"
 
 /* Sizes from start-up dominated to bandwidth dominated, around the selection table's switch
- * from the direct exchange to the ring at 1 MiB; the largest sets the slope the curve is extended
- * with. Each size is timed as a stream of back-to-back collectives of at least
+ * from the direct exchange to the ring at 1 MiB; the largest sets the time per byte the curve is
+ * extended with. Each size is timed as a stream of back-to-back collectives of at least
  * CALIB_STREAM_BYTES (and CALIB_REPS) after an untimed CALIB_WARM_BYTES, because the runtime's
  * channel runs them one behind the other and a network's burst allowance flatters collectives
  * timed alone; CALIB_PASSES passes keep the median, because a stall of a shared host inflates

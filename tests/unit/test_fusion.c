@@ -265,7 +265,8 @@ START_TEST(cost_file_round_trip)
 END_TEST
 
 /* A measured cost that is not one line (a burst allowance, an algorithm switch at 1 MiB): the
- * curve reproduces every sample, interpolates between them and extends the last slope; noise
+ * curve reproduces every sample, interpolates between them and extends at the largest sample's
+ * time per byte; noise
  * that makes a larger size cheaper is flattened; the cache file keeps the points. */
 START_TEST(cost_curve)
 {
@@ -278,8 +279,14 @@ START_TEST(cost_curve)
     for (int i = 0; i < 5; i++)
         EQ(dear_cost_line_eval(&l, x[i]), y[i]);
     EQ(dear_cost_line_eval(&l, 3u << 20), (16.0e-3 + 32.2e-3) / 2);
-    /* Beyond the largest: the last segment's slope, 16.2 ms per 2 MiB. */
-    EQ(dear_cost_line_eval(&l, 16u << 20), 32.2e-3 + 6 * 16.2e-3);
+    /* Beyond the largest: its own time per byte (32.2 ms per 4 MiB). With 2 MiB measured slow
+     * (yslow), the last segment's slope would be 10 ms per 2 MiB, a rate no stream reached. */
+    EQ(dear_cost_line_eval(&l, 16u << 20), 4 * 32.2e-3);
+    double yslow[5] = { 6.6e-3, 4.5e-4, 5.0e-4, 32.2e-3, 22.2e-3 };
+    dear_cost_line_t ls;
+    ck_assert_int_eq(dear_cost_fit_curve(x, yslow, 5, &ls), DEAR_OK);
+    EQ(dear_cost_line_eval(&ls, 8u << 20), 2 * 32.2e-3);
+    EQ(dear_cost_line_eval(&ls, 3u << 20), (22.2e-3 + 32.2e-3) / 2);
     /* Below the smallest: no cheaper than the smallest (a steep first segment must not reach
      * zero: the linear stand-in's fit refuses a 0 s sample). */
     EQ(dear_cost_line_eval(&l, 0), 4.5e-4);
