@@ -306,8 +306,10 @@ int dear_planning_restart(dear_ctx_t *ctx, int rc)
  *
  * Rule: after a switch, the new plan and the one it replaced each run DEAR_VERIFY_ITERS timed
  * iterations, in blocks new (half), old (all), new (the other half), the first iteration after
- * each switch left out (the switch drained the pipeline). An iteration counts as long as its
- * slowest rank ran it. The plan whose median is lower by more than the margin stays: margin =
+ * each switch left out (the switch drained the pipeline). An iteration counts as the mean of
+ * the ranks' times for it: in the steady state every rank runs at the common period, and the
+ * slowest rank's time is biased up wherever the ranks' iteration boundaries jitter apart (plans
+ * of many small collectives more than coarse ones). The plan whose median is lower by more than the margin stays: margin =
  * max(DEAR_VERIFY_MARGIN x spread, VERIFY_TOLERANCE x the lower median), spread being the scaled
  * median absolute deviation of both plans' iterations (dear_samples_compare). Within the margin
  * the measurement cannot tell them apart, and the plan the model predicts faster stays, unless
@@ -374,7 +376,7 @@ static size_t timed(double *v, int n)
     return k;
 }
 
-/* The verdict every rank follows: rank 0 judges the slowest rank's iterations and broadcasts.
+/* The verdict every rank follows: rank 0 judges the iterations (mean over the ranks) and broadcasts.
  * v: keep the new plan (1) or the old (0); why (dear_verdict_t);
  * median old, median new, spread, margin, predicted old, predicted new (seconds). */
 static int judge(dear_ctx_t *ctx, double v[8])
@@ -382,10 +384,12 @@ static int judge(dear_ctx_t *ctx, double v[8])
     int n = ctx->online.verify_iters;
     double *s = ctx->online.verify_s;
     if (ctx->rank == 0)
-        DEAR_MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, s, 2 * n, MPI_DOUBLE, MPI_MAX, 0, ctx->comm));
+        DEAR_MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, s, 2 * n, MPI_DOUBLE, MPI_SUM, 0, ctx->comm));
     else
-        DEAR_MPI_CHECK(MPI_Reduce(s, NULL, 2 * n, MPI_DOUBLE, MPI_MAX, 0, ctx->comm));
+        DEAR_MPI_CHECK(MPI_Reduce(s, NULL, 2 * n, MPI_DOUBLE, MPI_SUM, 0, ctx->comm));
     if (ctx->rank == 0) {
+        for (int i = 0; i < 2 * n; i++)
+            s[i] /= ctx->size; /* every rank times the same slots (dear_planning_sample) */
         size_t na = timed(s, n), nb = timed(s + n, n);
         dear_compare_t c = { NAN, NAN, NAN, NAN };
         int how = na && nb ? dear_samples_compare(s, na, s + n, nb, ctx->online.verify_margin, VERIFY_TOLERANCE, &c)
@@ -497,7 +501,7 @@ int dear_planning_verify(dear_ctx_t *ctx)
                  "inconclusive, and the samples refute the model (predicted %.3f ms (old) vs %.3f ms (new), a "
                  "difference further than the margin from the measured one), so the plan measured faster stays",
                  1e3 * v[6], 1e3 * v[7]);
-    DEAR_INFO("plan", "auto's check, %d iteration(s) per plan (slowest rank): plan %s median %.3f ms, plan %s (it "
+    DEAR_INFO("plan", "auto's check, %d iteration(s) per plan (mean over the ranks): plan %s median %.3f ms, plan %s (it "
                       "replaced) median %.3f ms, spread %.3f ms, margin %.3f ms (DEAR_VERIFY_MARGIN): %s; keeping %s",
               ctx->online.verify_iters, pnew->planner, 1e3 * v[3], pold->planner, 1e3 * v[2], 1e3 * v[4], 1e3 * v[5],
               why, keep_new ? pnew->planner : pold->planner);
