@@ -118,23 +118,6 @@ MPI_Datatype dear_coll_mpi_type(dear_dtype_t dtype)
     return MPI_DATATYPE_NULL;
 }
 
-int dear_coll_test(MPI_Request *r, int *flag)
-{
-    DEAR_MPI_CHECK(MPI_Test(r, flag, MPI_STATUS_IGNORE));
-    return DEAR_OK;
-}
-
-void dear_coll_abandon(MPI_Request *r)
-{
-    if (*r == MPI_REQUEST_NULL)
-        return;
-    /* Error path only, so failures here are deliberately ignored: cancelling a send may not
-     * succeed, and freeing is what releases our side. */
-    MPI_Cancel(r);
-    MPI_Request_free(r);
-    *r = MPI_REQUEST_NULL;
-}
-
 /* Two cached vectors: enough for one reduce-scatter per phase in flight; others allocate. */
 static pthread_mutex_t scratch_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct { void *p; size_t bytes; } scratch_cache[2];
@@ -358,6 +341,7 @@ static int req_new(dear_coll_op_t op, dear_dtype_t dtype, MPI_Comm comm, int tag
     r->op = r->user_op = op;
     r->dtype = r->user_dtype = dtype;
     r->comm = comm;
+    r->sock = dear_net_fabric(comm);
     r->tag = tag;
     r->rank = rank;
     r->nranks = nranks;
@@ -516,6 +500,7 @@ int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_c
     r->buf = vec;
     r->out = out;
     r->topo = parent->topo;
+    r->sub = 1;
     r->ops = algo_table[algo];
     DEAR_CHECK_GOTO(req_begin(r), rc, err);
     *sub = r;
@@ -539,6 +524,13 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
         }
     }
     if (!req->done) {
+        if (req->sock && !req->sub) {
+            int rc = dear_sock_progress(req->sock);
+            if (rc != DEAR_OK) {
+                req->failed = 1;
+                return rc;
+            }
+        }
         int d = 0, rc = req->ops->progress(req, &d);
         if (rc != DEAR_OK) {
             req->failed = 1;
@@ -556,6 +548,7 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
                 return rc;
             }
             d = 0;
+            req->events++;  /* a step taken without a transfer: a waiter must not sleep now */
         }
         if (d) {
             if (req->staging != NULL)
@@ -572,10 +565,23 @@ int dear_coll_wait(dear_coll_req_t *req)
     int done = 0;
     double since = dear_now();
     size_t events = req->events;
+    dear_sock_t *net = dear_coll_fabric(req);
     for (;;) {
+        uint64_t msgs0 = 0, msgs1 = 0, timeouts;
+        if (net)
+            dear_sock_counters(net, &msgs0, &timeouts);
         DEAR_CHECK(dear_coll_progress(req, &done));
         if (done)
             return DEAR_OK;
+        if (net) {
+            /* Sleep until the sockets have something, unless this round moved a message (then
+             * the algorithm may have more to post). The timeout only bounds a missed case. */
+            dear_sock_counters(net, &msgs1, &timeouts);
+            if (msgs1 == msgs0 && req->events == events)
+                DEAR_CHECK(dear_sock_block(net, 0.1));
+            events = req->events;
+            continue;
+        }
         /* Back off without spinning (ranks may outnumber cores): poll for 20 us after the last
          * completed transfer (replies often come that fast), yield until 100 ms have passed
          * without one (large messages need our MPI calls to move at all), then sleep in short
@@ -592,6 +598,17 @@ int dear_coll_wait(dear_coll_req_t *req)
         else
             dear_sleep(20e-6);
     }
+}
+
+dear_sock_t *dear_coll_fabric(const dear_coll_req_t *req)
+{
+    if (req->sock == NULL || req->algo == DEAR_ALGO_MPI)
+        return NULL;
+    if (req->algo == DEAR_ALGO_HIER)
+        for (int i = 0; i < 2; i++)
+            if (dear_net_fabric(req->topo->node[i]) != req->sock || dear_net_fabric(req->topo->cross[i]) != req->sock)
+                return NULL;
+    return req->sock;
 }
 
 void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info)

@@ -51,6 +51,7 @@
 #include <stddef.h>
 
 #include "base/algo_table.h"
+#include "collectives/sock.h"
 #include "include/dear_types.h"
 
 /* The hosts of a communicator (coll_topo.c), for the hierarchical algorithm: H hosts of L ranks
@@ -135,6 +136,11 @@ int dear_coll_progress(dear_coll_req_t *req, int *done);
 int dear_coll_wait(dear_coll_req_t *req);
 
 void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info);
+
+/* The socket fabric (sock.h) that every message of req travels on, so that waiting in
+ * dear_sock_block is enough to see it move; NULL when it goes through MPI, which only moves
+ * when polled. */
+dear_sock_t *dear_coll_fabric(const dear_coll_req_t *req);
 
 /* Free a finished request (or one whose start or progress failed). NULL is accepted. */
 void dear_coll_free(dear_coll_req_t *req);

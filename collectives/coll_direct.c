@@ -20,7 +20,7 @@ typedef struct {
     int posted;                 /* 0: one rank, nothing to exchange */
     int nreq;                   /* requests, all posted at start */
     int ndone;
-    MPI_Request *reqs;          /* 2 (P-1): receives first, then sends */
+    dear_net_req_t *reqs;          /* 2 (P-1): receives first, then sends */
     char *slots;                /* reduce-scatter: P-1 pieces of this rank's chunk */
     float *acc;                 /* 16-bit reduce-scatter: the float32 sum of this rank's chunk */
 } direct_state_t;
@@ -40,13 +40,13 @@ static int post_all(dear_coll_req_t *r, direct_state_t *st)
         int p = (me + i) % P;   /* partners in a rotated order, so no rank is everyone's first */
         void *dst = rs ? st->slots + (size_t)(i - 1) * mine * r->esize : elem(r, r->buf, r->displs[p]);
         size_t len = rs ? mine : r->counts[p];
-        DEAR_MPI_CHECK(MPI_Irecv(dst, (int)(len * r->esize), MPI_BYTE, p, r->tag, r->comm, &st->reqs[n++]));
+        DEAR_CHECK(dear_net_irecv(dst, len * r->esize, p, r->tag, r->comm, &st->reqs[n++]));
     }
     for (int i = 1; i < P; i++) {
         int p = (me - i + P) % P;
         const void *src = rs ? elem(r, r->src, r->displs[p]) : elem(r, r->buf, r->displs[me]);
         size_t len = rs ? r->counts[p] : mine;
-        DEAR_MPI_CHECK(MPI_Isend(src, (int)(len * r->esize), MPI_BYTE, p, r->tag, r->comm, &st->reqs[n++]));
+        DEAR_CHECK(dear_net_isend(src, len * r->esize, p, r->tag, r->comm, &st->reqs[n++]));
         r->bytes_sent += len * r->esize;
     }
     st->nreq = n;
@@ -79,10 +79,10 @@ static int direct_progress(dear_coll_req_t *r, int *done)
     direct_state_t *st = r->state;
     if (st->posted) {
         for (int i = 0; i < st->nreq; i++) {
-            if (st->reqs[i] == MPI_REQUEST_NULL)
+            if (!dear_net_active(&st->reqs[i]))
                 continue;
             int flag = 0;
-            DEAR_CHECK(dear_coll_test(&st->reqs[i], &flag));
+            DEAR_CHECK(dear_net_test(&st->reqs[i], &flag));
             if (flag) {
                 st->ndone++;
                 r->events++;
@@ -104,10 +104,10 @@ static int direct_start(dear_coll_req_t *r)
     direct_state_t *st = NULL;
     DEAR_ALLOC_GOTO(st, calloc(1, sizeof *st), sizeof *st, rc, out);
     r->state = st;
-    size_t nb = 2 * (size_t)r->nranks * sizeof(MPI_Request);
+    size_t nb = 2 * (size_t)r->nranks * sizeof(dear_net_req_t);
     DEAR_ALLOC_GOTO(st->reqs, malloc(nb), nb, rc, out);
     for (int i = 0; i < 2 * r->nranks; i++)
-        st->reqs[i] = MPI_REQUEST_NULL;
+        st->reqs[i] = DEAR_NET_REQ_NULL;
     /* Each message is one chunk and MPI counts are ints. */
     for (int p = 0; p < r->nranks; p++) {
         if (r->counts[p] > INT_MAX / r->esize) {
@@ -142,7 +142,7 @@ static void direct_cleanup(dear_coll_req_t *r)
         return;
     if (st->reqs != NULL)
         for (int i = 0; i < 2 * r->nranks; i++)
-            dear_coll_abandon(&st->reqs[i]);
+            dear_net_abandon(&st->reqs[i]);
     free(st->reqs);
     free(st->slots);
     free(st->acc);

@@ -64,7 +64,7 @@ typedef struct {
 
 /* H == 2: a stage run as a stream of point-to-point messages, one per segment each way. */
 typedef struct {
-    MPI_Request sreq[HIER_WINDOW], rreq[HIER_WINDOW];
+    dear_net_req_t sreq[HIER_WINDOW], rreq[HIER_WINDOW];
     int sent, recvd, done;      /* segments whose send / receive is posted; completed */
 } stream_t;
 
@@ -192,11 +192,11 @@ static int lane_progress(dear_coll_req_t *r, hier_state_t *st, int s, int *moved
 }
 
 /* Test a stream request; 1 once it has completed (counted as an event when it does). */
-static int stream_test(dear_coll_req_t *r, MPI_Request *q, int *rc)
+static int stream_test(dear_coll_req_t *r, dear_net_req_t *q, int *rc)
 {
     int flag = 1;
-    if (*q != MPI_REQUEST_NULL) {
-        *rc = dear_coll_test(q, &flag);
+    if (dear_net_active(q)) {
+        *rc = dear_net_test(q, &flag);
         if (*rc != DEAR_OK)
             return 0;
         r->events += (size_t)flag;
@@ -237,7 +237,7 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
         size_t at, n;
         piece(r, st, ag ? st->from : r->rank, k, &at, &n);
         void *dst = ag ? st->vec + at * r->esize : st->slots + (size_t)w * st->slot_count * r->esize;
-        DEAR_MPI_CHECK(MPI_Irecv(dst, (int)(n * r->esize), MPI_BYTE, st->from, r->tag, comm, &x->rreq[w]));
+        DEAR_CHECK(dear_net_irecv(dst, n * r->esize, st->from, r->tag, comm, &x->rreq[w]));
         x->recvd++;
         *moved = 1;
     }
@@ -247,7 +247,7 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
         size_t at, n;
         piece(r, st, ag ? r->rank : st->to, k, &at, &n);
         const char *p = ag ? st->own + (at - r->displs[r->rank]) * r->esize : st->vec + at * r->esize;
-        DEAR_MPI_CHECK(MPI_Isend(p, (int)(n * r->esize), MPI_BYTE, st->to, r->tag, comm, &x->sreq[w]));
+        DEAR_CHECK(dear_net_isend(p, n * r->esize, st->to, r->tag, comm, &x->sreq[w]));
         r->bytes_sent += n * r->esize;
         x->sent++;
         *moved = 1;
@@ -303,7 +303,7 @@ static int hier_start(dear_coll_req_t *r)
     r->state = st;
     for (int a = 0; a < 2; a++)
         for (int w = 0; w < HIER_WINDOW; w++)
-            st->stream[a].sreq[w] = st->stream[a].rreq[w] = MPI_REQUEST_NULL;
+            st->stream[a].sreq[w] = st->stream[a].rreq[w] = DEAR_NET_REQ_NULL;
     int n = t->nhosts > t->local_size ? t->nhosts : t->local_size;
     DEAR_ALLOC_GOTO(st->counts, malloc(sizeof(size_t) * (size_t)n), sizeof(size_t) * (size_t)n, rc, out);
     DEAR_ALLOC_GOTO(st->displs, malloc(sizeof(size_t) * (size_t)n), sizeof(size_t) * (size_t)n, rc, out);
@@ -349,8 +349,8 @@ static void hier_cleanup(dear_coll_req_t *r)
         dear_coll_free(st->lane[s].sub);
     for (int a = 0; a < 2; a++)
         for (int w = 0; w < HIER_WINDOW; w++) {
-            dear_coll_abandon(&st->stream[a].sreq[w]);
-            dear_coll_abandon(&st->stream[a].rreq[w]);
+            dear_net_abandon(&st->stream[a].sreq[w]);
+            dear_net_abandon(&st->stream[a].rreq[w]);
         }
     free(st->slots);
     free(st->counts);

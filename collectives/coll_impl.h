@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "collectives/coll.h"
+#include "collectives/net.h"
 
 typedef struct dear_coll_algo_ops {
     const char *name;
@@ -80,6 +81,8 @@ struct dear_coll_req {
     const dear_coll_algo_ops_t *ops;
     void *state;                /* the algorithm's */
     const dear_coll_topo_t *topo; /* hier: the communicator's hosts */
+    dear_sock_t *sock;          /* comm's socket fabric (net.h), or NULL: MPI */
+    int sub;                    /* a step of another request, which moves the fabric for it */
 };
 
 /* Each row of DEAR_COLL_ALGO_TABLE (base/algo_table.h) names its ops, defined in its file. */
@@ -101,16 +104,10 @@ int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_c
 /* MPI datatype that moves one element of dtype (16-bit types as MPI_UINT16_T). */
 MPI_Datatype dear_coll_mpi_type(dear_dtype_t dtype);
 
-/* Test one request; *flag set when complete. Errors are logged and returned as DEAR_ERR_MPI. */
-int dear_coll_test(MPI_Request *r, int *flag);
-
 /* Large scratch vectors (an out-of-place ring reduce-scatter's partial sums) come from a small
  * process-wide cache, so repeated calls do not pay page faults on fresh memory each time.
  * Thread-safe. get returns NULL (after logging) when allocation fails. */
 void *dear_coll_scratch_get(size_t bytes, size_t *capacity);
 void dear_coll_scratch_put(void *p, size_t capacity);
-
-/* Cancel (when possible) and free a request still outstanding; used on error paths only. */
-void dear_coll_abandon(MPI_Request *r);
 
 #endif

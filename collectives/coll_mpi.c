@@ -78,7 +78,7 @@ static int mpi_progress(dear_coll_req_t *r, int *done)
 {
     mpi_state_t *s = r->state;
     int flag = 0;
-    DEAR_CHECK(dear_coll_test(&s->req, &flag));
+    DEAR_MPI_CHECK(MPI_Test(&s->req, &flag, MPI_STATUS_IGNORE));
     if (!flag)
         return DEAR_OK;
     size_t own = r->counts[r->rank], rest = r->total - own;

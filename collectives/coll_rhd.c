@@ -41,7 +41,7 @@ typedef struct {
 typedef struct {
     round_t rounds[72];         /* log2 P + a few; P < 2^64 */
     int nrounds, cur, posted;
-    MPI_Request req[2];
+    dear_net_req_t req[2];
     char *vec;                  /* the vector the rounds work on (total elements) */
     char *tmp;                  /* receive buffer for sums, from the scratch cache */
     size_t tmp_cap;
@@ -195,17 +195,15 @@ static int rhd_progress(dear_coll_req_t *r, int *done)
         round_t *rd = &st->rounds[st->cur];
         if (!st->posted) {
             if (rd->recv_peer >= 0)
-                DEAR_MPI_CHECK(MPI_Irecv(rd->rbuf, (int)rd->rbytes, MPI_BYTE, rd->recv_peer, r->tag,
-                                         r->comm, &st->req[0]));
+                DEAR_CHECK(dear_net_irecv(rd->rbuf, rd->rbytes, rd->recv_peer, r->tag, r->comm, &st->req[0]));
             if (rd->send_peer >= 0) {
-                DEAR_MPI_CHECK(MPI_Isend(rd->sbuf, (int)rd->sbytes, MPI_BYTE, rd->send_peer, r->tag,
-                                         r->comm, &st->req[1]));
+                DEAR_CHECK(dear_net_isend(rd->sbuf, rd->sbytes, rd->send_peer, r->tag, r->comm, &st->req[1]));
                 r->bytes_sent += rd->sbytes;
             }
             st->posted = 1;
         }
         int flag;
-        DEAR_MPI_CHECK(MPI_Testall(2, st->req, &flag, MPI_STATUSES_IGNORE));
+        DEAR_CHECK(dear_net_testall(2, st->req, &flag));
         if (!flag)
             return DEAR_OK;
         run_action(r, st, rd);
@@ -223,7 +221,7 @@ static int rhd_start(dear_coll_req_t *r)
     rhd_state_t *st = NULL;
     DEAR_ALLOC_GOTO(st, calloc(1, sizeof *st), sizeof *st, rc, out);
     r->state = st;
-    st->req[0] = st->req[1] = MPI_REQUEST_NULL;
+    st->req[0] = st->req[1] = DEAR_NET_REQ_NULL;
     size_t bytes = r->total * r->esize;
     if (bytes > INT_MAX) {
         DEAR_ERROR("coll", "algo rhd: %zu bytes exceed one MPI message; use ring for large vectors",
@@ -272,8 +270,8 @@ static void rhd_cleanup(dear_coll_req_t *r)
     rhd_state_t *st = r->state;
     if (st == NULL)
         return;
-    dear_coll_abandon(&st->req[0]);
-    dear_coll_abandon(&st->req[1]);
+    dear_net_abandon(&st->req[0]);
+    dear_net_abandon(&st->req[1]);
     dear_coll_scratch_put(st->tmp, st->tmp_cap);
     free(st);
     r->state = NULL;

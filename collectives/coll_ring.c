@@ -51,7 +51,7 @@ typedef struct {
     size_t send_posted, send_done, recv_posted, recv_done;
     cursor_t sc, rpost, rdone;
     size_t *recv_first;         /* recv item index of the first segment of each step */
-    MPI_Request sreq[RING_WINDOW], rreq[RING_WINDOW];
+    dear_net_req_t sreq[RING_WINDOW], rreq[RING_WINDOW];
     char *slots;
 } ring_state_t;
 
@@ -134,8 +134,7 @@ static int post_send(dear_coll_req_t *r, ring_state_t *st)
         p = elem(r, r->src, at);
     else
         p = st->wide ? (const char *)(st->wide_work + at) : elem(r, r->work, at);
-    DEAR_MPI_CHECK(MPI_Isend(p, (int)(n * es), MPI_BYTE, st->right, r->tag, r->comm,
-                             &st->sreq[st->send_posted % RING_WINDOW]));
+    DEAR_CHECK(dear_net_isend(p, n * es, st->right, r->tag, r->comm, &st->sreq[st->send_posted % RING_WINDOW]));
     r->bytes_sent += n * es;
     st->send_posted++;
     cursor_next(r, st, &st->sc, 0);
@@ -152,8 +151,8 @@ static int post_recv(dear_coll_req_t *r, ring_state_t *st)
         dst = elem(r, r->buf, r->displs[chunk] + c->k * st->seg);
     else
         dst = st->slots + (st->recv_posted % RING_WINDOW) * st->seg * st->slot_esize;
-    DEAR_MPI_CHECK(MPI_Irecv(dst, (int)(n * step_esize(r, st, c->step)), MPI_BYTE, st->left, r->tag, r->comm,
-                             &st->rreq[st->recv_posted % RING_WINDOW]));
+    DEAR_CHECK(dear_net_irecv(dst, n * step_esize(r, st, c->step), st->left, r->tag, r->comm,
+                               &st->rreq[st->recv_posted % RING_WINDOW]));
     st->recv_posted++;
     cursor_next(r, st, &st->rpost, 1);
     return DEAR_OK;
@@ -208,7 +207,7 @@ static int ring_progress(dear_coll_req_t *r, int *done)
     for (int round = 0; round < 64; round++) {
         int moved = 0, flag;
         while (st->recv_done < st->recv_posted) {
-            DEAR_CHECK(dear_coll_test(&st->rreq[st->recv_done % RING_WINDOW], &flag));
+            DEAR_CHECK(dear_net_test(&st->rreq[st->recv_done % RING_WINDOW], &flag));
             if (!flag)
                 break;
             if (r->op == DEAR_COLL_REDUCE_SCATTER)
@@ -219,7 +218,7 @@ static int ring_progress(dear_coll_req_t *r, int *done)
             moved = 1;
         }
         while (st->send_done < st->send_posted) {
-            DEAR_CHECK(dear_coll_test(&st->sreq[st->send_done % RING_WINDOW], &flag));
+            DEAR_CHECK(dear_net_test(&st->sreq[st->send_done % RING_WINDOW], &flag));
             if (!flag)
                 break;
             st->send_done++;
@@ -252,7 +251,7 @@ static int ring_start(dear_coll_req_t *r)
     DEAR_ALLOC_GOTO(st, calloc(1, sizeof *st), sizeof *st, rc, out);
     r->state = st;
     for (int i = 0; i < RING_WINDOW; i++)
-        st->sreq[i] = st->rreq[i] = MPI_REQUEST_NULL;
+        st->sreq[i] = st->rreq[i] = DEAR_NET_REQ_NULL;
     /* No segment is longer than the longest chunk: the same messages, and the receive slots are
      * sized by the vector, not by DEAR_COLL_SEGMENT. */
     size_t seg_bytes = (size_t)dear_param_int(DEAR_P_COLL_SEGMENT);
@@ -314,8 +313,8 @@ static void ring_cleanup(dear_coll_req_t *r)
     if (st == NULL)
         return;
     for (int i = 0; i < RING_WINDOW; i++) {
-        dear_coll_abandon(&st->sreq[i]);
-        dear_coll_abandon(&st->rreq[i]);
+        dear_net_abandon(&st->sreq[i]);
+        dear_net_abandon(&st->rreq[i]);
     }
     free(st->slots);
     free(st->recv_first);

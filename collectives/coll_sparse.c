@@ -61,11 +61,11 @@ enum { FORM_AGREE, FORM_SPARSE, FORM_DENSE };
 
 typedef struct {
     int npeers;                 /* P-1; peer i (1..P-1) is rank+i for receives (mod P) */
-    MPI_Request *rreq, *sreq;   /* npeers each, index i-1 for peer i */
+    dear_net_req_t *rreq, *sreq;   /* npeers each, index i-1 for peer i */
     long *rbytes;               /* bytes received from peer i, -1 while pending */
     msg_t *msgs;                /* reduce-scatter: to peer i (rank-i) at i-1; all-gather: one */
     int form;                   /* FORM_*: agreeing, then the exchange or the dense algorithm */
-    MPI_Request *areq;          /* agreement: npeers receives, then npeers sends */
+    dear_net_req_t *areq;          /* agreement: npeers receives, then npeers sends */
     unsigned long long *abytes; /* agreement: own bytes at 0, peer i's at i */
     dear_coll_req_t *sub;       /* FORM_DENSE: the dense collective */
     size_t sub_bytes, sub_events; /* its bytes_sent and events already added to the request's */
@@ -180,19 +180,17 @@ static int test_all(dear_coll_req_t *r, sparse_state_t *st, int *busy)
     *busy = 0;
     for (int i = 0; i < st->npeers; i++) {
         int flag;
-        if (st->rreq[i] != MPI_REQUEST_NULL) {
-            MPI_Status status;
-            DEAR_MPI_CHECK(MPI_Test(&st->rreq[i], &flag, &status));
+        if (dear_net_active(&st->rreq[i])) {
+            size_t n = 0;
+            DEAR_CHECK(dear_net_test_recv(&st->rreq[i], &flag, &n));
             if (flag) {
-                int n = 0;
-                DEAR_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &n));
-                st->rbytes[i] = n;
+                st->rbytes[i] = (long)n;
                 r->events++;
             }
             *busy |= !flag;
         }
-        if (st->sreq[i] != MPI_REQUEST_NULL) {
-            DEAR_CHECK(dear_coll_test(&st->sreq[i], &flag));
+        if (dear_net_active(&st->sreq[i])) {
+            DEAR_CHECK(dear_net_test(&st->sreq[i], &flag));
             r->events += (size_t)flag;
             *busy |= !flag;
         }
@@ -219,7 +217,7 @@ static int send_msg(dear_coll_req_t *r, sparse_state_t *st, const msg_t *m, cons
 {
     int p = (r->rank - i + r->nranks) % r->nranks;
     const char *data = m->dense ? shard : st->pack + m->off;
-    DEAR_MPI_CHECK(MPI_Isend(data, (int)m->bytes, MPI_BYTE, p, r->tag, r->comm, &st->sreq[i - 1]));
+    DEAR_CHECK(dear_net_isend(data, m->bytes, p, r->tag, r->comm, &st->sreq[i - 1]));
     r->bytes_sent += m->bytes;
     if (m->dense)
         r->msgs_dense++;
@@ -330,8 +328,8 @@ static int rs_start(dear_coll_req_t *r, sparse_state_t *st)
         if (s.len == 0)
             continue;  /* an empty shard: nobody sends */
         st->rbytes[i - 1] = -1;
-        DEAR_MPI_CHECK(MPI_Irecv(st->slots + (size_t)(i - 1) * s.len * r->esize, (int)(s.len * r->esize), MPI_BYTE,
-                                 p, r->tag, r->comm, &st->rreq[i - 1]));
+        DEAR_CHECK(dear_net_irecv(st->slots + (size_t)(i - 1) * s.len * r->esize, s.len * r->esize, p, r->tag,
+                                  r->comm, &st->rreq[i - 1]));
     }
     st->next_reduce = 1;
     for (int i = 1; i <= st->npeers; i++) {
@@ -410,8 +408,8 @@ static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
         if (r->counts[p] == 0)
             continue;
         st->rbytes[i - 1] = -1;
-        DEAR_MPI_CHECK(MPI_Irecv(r->buf + r->displs[p] * r->esize, (int)(r->counts[p] * r->esize), MPI_BYTE, p, r->tag,
-                                 r->comm, &st->rreq[i - 1]));
+        DEAR_CHECK(dear_net_irecv(r->buf + r->displs[p] * r->esize, r->counts[p] * r->esize, p, r->tag, r->comm,
+                                  &st->rreq[i - 1]));
     }
     for (int i = 1; i <= st->npeers && s.len > 0; i++)
         DEAR_CHECK(send_msg(r, st, &st->msgs[0], r->buf + s.off * r->esize, i));
@@ -456,16 +454,16 @@ static int exchange_pays(const dear_coll_req_t *r, unsigned long long most)
 static int agree_start(dear_coll_req_t *r, sparse_state_t *st)
 {
     int rc = DEAR_OK;
-    size_t nb = 2 * (size_t)st->npeers * sizeof(MPI_Request);
+    size_t nb = 2 * (size_t)st->npeers * sizeof(dear_net_req_t);
     DEAR_ALLOC_GOTO(st->areq, malloc(nb), nb, rc, out);
     for (int i = 0; i < 2 * st->npeers; i++)
-        st->areq[i] = MPI_REQUEST_NULL;
+        st->areq[i] = DEAR_NET_REQ_NULL;
     for (int i = 1; i <= st->npeers; i++)
-        DEAR_MPI_CHECK(MPI_Irecv(&st->abytes[i], 1, MPI_UNSIGNED_LONG_LONG, (r->rank + i) % r->nranks, r->tag,
-                                 r->comm, &st->areq[i - 1]));
+        DEAR_CHECK(dear_net_irecv(&st->abytes[i], sizeof st->abytes[i], (r->rank + i) % r->nranks, r->tag, r->comm,
+                                  &st->areq[i - 1]));
     for (int i = 1; i <= st->npeers; i++)
-        DEAR_MPI_CHECK(MPI_Isend(&st->abytes[0], 1, MPI_UNSIGNED_LONG_LONG, (r->rank - i + r->nranks) % r->nranks,
-                                 r->tag, r->comm, &st->areq[st->npeers + i - 1]));
+        DEAR_CHECK(dear_net_isend(&st->abytes[0], sizeof st->abytes[0], (r->rank - i + r->nranks) % r->nranks, r->tag,
+                                  r->comm, &st->areq[st->npeers + i - 1]));
 out:
     return rc;
 }
@@ -486,7 +484,7 @@ static int dense_start(dear_coll_req_t *r, sparse_state_t *st)
 static int form_progress(dear_coll_req_t *r, sparse_state_t *st)
 {
     int flag;
-    DEAR_MPI_CHECK(MPI_Testall(2 * st->npeers, st->areq, &flag, MPI_STATUSES_IGNORE));
+    DEAR_CHECK(dear_net_testall(2 * st->npeers, st->areq, &flag));
     if (!flag)
         return DEAR_OK;
     r->events++;
@@ -550,7 +548,7 @@ static int sparse_start(dear_coll_req_t *r)
         max_pieces = s.n > max_pieces ? s.n : max_pieces;
     }
     st->npeers = r->nranks - 1;
-    size_t nb = (size_t)st->npeers * sizeof(MPI_Request), lb = (size_t)st->npeers * sizeof(long);
+    size_t nb = (size_t)st->npeers * sizeof(dear_net_req_t), lb = (size_t)st->npeers * sizeof(long);
     size_t ib = max_pieces * sizeof(uint32_t) + 1, mb = (size_t)st->npeers * sizeof(msg_t);
     size_t ab = ((size_t)st->npeers + 1) * sizeof(unsigned long long);
     DEAR_ALLOC_GOTO(st->rreq, malloc(nb), nb, rc, out);
@@ -560,7 +558,7 @@ static int sparse_start(dear_coll_req_t *r)
     DEAR_ALLOC_GOTO(st->msgs, calloc(1, mb), mb, rc, out);
     DEAR_ALLOC_GOTO(st->abytes, calloc(1, ab), ab, rc, out);
     for (int i = 0; i < st->npeers; i++)
-        st->rreq[i] = st->sreq[i] = MPI_REQUEST_NULL;
+        st->rreq[i] = st->sreq[i] = DEAR_NET_REQ_NULL;
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
     DEAR_CHECK_GOTO(rs ? rs_prepare(r, st, &st->abytes[0]) : ag_prepare(r, st, &st->abytes[0]), rc, out);
     /* One tiny message per peer first: a latency, small against large vectors' transfer. */
@@ -582,12 +580,12 @@ static void sparse_cleanup(dear_coll_req_t *r)
         return;
     for (int i = 0; i < st->npeers; i++) {
         if (st->rreq != NULL)
-            dear_coll_abandon(&st->rreq[i]);
+            dear_net_abandon(&st->rreq[i]);
         if (st->sreq != NULL)
-            dear_coll_abandon(&st->sreq[i]);
+            dear_net_abandon(&st->sreq[i]);
     }
     for (int i = 0; st->areq != NULL && i < 2 * st->npeers; i++)
-        dear_coll_abandon(&st->areq[i]);
+        dear_net_abandon(&st->areq[i]);
     dear_coll_free(st->sub);
     dear_coll_scratch_put(st->pack, st->pack_cap);
     free(st->rreq);

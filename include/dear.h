@@ -145,6 +145,10 @@ DEAR_API int dear_set_mode(dear_ctx_t *ctx, dear_mode_t mode);
  * or earlier with dear_wait_grad; reading a buffer before that gives this rank's own gradient. */
 DEAR_API const char *dear_schedule(const dear_ctx_t *ctx);
 
+/* What carries this context's collectives: "socket" (the TCP connections dear_init made) or
+ * "mpi" (DEAR_TRANSPORT, with auto resolved). */
+DEAR_API const char *dear_transport(const dear_ctx_t *ctx);
+
 /* After dear_backward_end: wait for the averaged gradients of layer and put them in its
  * registered buffers, without running its updates (they still run in its dear_forward_begin)
  * and without waiting for any other layer's, whose communication goes on. Returns at once

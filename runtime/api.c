@@ -13,10 +13,71 @@
 #include "fusion/planfile.h"
 #include "fusion/profile.h"
 #include "base/mpi_check.h"
+#include "collectives/net.h"
 #include "base/params.h"
 #include "base/sync.h"
 #include "runtime/rt.h"
 #include "base/util.h"
+
+/* The comms whose collectives the socket fabric carries: comm, then hier's (same order on every
+ * rank, which numbers their contexts). */
+static int net_comms(const dear_ctx_t *ctx, MPI_Comm comms[5])
+{
+    int n = 0;
+    comms[n++] = ctx->comm;
+    if (ctx->coll_topo)
+        for (int i = 0; i < 2; i++) {
+            comms[n++] = ctx->coll_topo->node[i];
+            comms[n++] = ctx->coll_topo->cross[i];
+        }
+    return n;
+}
+
+static void net_free(dear_ctx_t *ctx)
+{
+    if (ctx->net == NULL)
+        return;
+    MPI_Comm comms[5];
+    int n = net_comms(ctx, comms);
+    for (int i = 0; i < n; i++)
+        dear_net_detach(comms[i]);
+    dear_sock_destroy(ctx->net);
+    ctx->net = NULL;
+}
+
+/* Collective: DEAR_TRANSPORT (rank 0's) picks what carries the collectives; for socket, the
+ * fabric is built and comm and hier's communicators are routed through it. auto takes sockets
+ * only across hosts: within one, MPI's shared memory moves bytes with fewer copies. */
+static int net_setup(dear_ctx_t *ctx)
+{
+    enum { T_AUTO, T_MPI, T_SOCKET };
+    int t = (int)dear_param_enum(DEAR_P_TRANSPORT);
+    DEAR_MPI_CHECK(MPI_Bcast(&t, 1, MPI_INT, 0, ctx->comm));
+    if (t == T_AUTO)
+        t = ctx->topo.nnodes > 1 ? T_SOCKET : T_MPI;
+    if (t != T_SOCKET || ctx->size == 1)
+        return DEAR_OK;
+    /* Long enough for every rank of a large job to reach dear_init; a wrong interface fails fast
+     * on every rank instead (dear_sock_create agrees first). */
+    const double connect_timeout_s = 60;
+    int rc = dear_sock_create(ctx->comm, dear_param_string(DEAR_P_SOCKET_IFNAME), connect_timeout_s, &ctx->net);
+    if (rc != DEAR_OK) {
+        DEAR_ERROR("api", "dear_init: the socket transport (DEAR_TRANSPORT=%s) could not connect the ranks: %s; "
+                          "DEAR_TRANSPORT=mpi runs without it",
+                   dear_param_string(DEAR_P_TRANSPORT), dear_status_string(rc));
+        return rc;
+    }
+    MPI_Comm comms[5];
+    int n = net_comms(ctx, comms);
+    for (int i = 0; i < n && rc == DEAR_OK; i++)
+        rc = dear_net_attach(comms[i], ctx->comm, ctx->net);
+    if (rc != DEAR_OK)
+        net_free(ctx);
+    else
+        DEAR_INFO("api", "socket transport: listening on %s, connected to %d peer(s)", dear_sock_address(ctx->net),
+                  ctx->size - 1);
+    return rc;
+}
 
 static int ctx_free(dear_ctx_t *ctx)
 {
@@ -32,6 +93,7 @@ static int ctx_free(dear_ctx_t *ctx)
     free(ctx->online.verify_s);
     dear_plan_free(&ctx->online.alt_plan);
     dear_timeline_close(ctx->tl);
+    net_free(ctx);
     dear_coll_topo_free(ctx->coll_topo);
     if (ctx->comm != MPI_COMM_NULL) {
         int fin = 0;
@@ -125,6 +187,7 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
     DEAR_CHECK_GOTO(dear_topo_detect(ctx->comm, &ctx->topo), rc, err);
     /* Hosts of several ranks each: the collectives may go in two levels (coll_hier.c). */
     DEAR_CHECK_GOTO(dear_coll_topo_create(ctx->comm, -1, &ctx->coll_topo), rc, err);
+    DEAR_CHECK_GOTO(net_setup(ctx), rc, err);
 
     ctx->sched = (dear_sched_t)dear_param_enum(DEAR_P_SCHEDULE);
     ctx->sched_ops = dear_sched_ops(ctx->sched);

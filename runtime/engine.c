@@ -6,10 +6,12 @@
  * once it is queued, its dependencies (the reduce-scatters an all-gather reads) are done and
  * fewer than DEAR_MAX_INFLIGHT are in flight; the sequence number gives its tag.
  *
- * Never a busy spin: with nothing in flight the thread sleeps on a condition variable; with
- * collectives in flight and no progress it yields a few times, then waits on the condition with
- * a timeout growing from 20 us to 100 us (50 us while the application thread is blocked on a
- * collective; a newly queued operation or a new waiter wakes it at once). It also
+ * Never a busy spin: with nothing in flight the thread sleeps on a condition variable. With
+ * collectives in flight and no progress, on the socket transport it sleeps in epoll until a
+ * socket is ready or an operation is queued; on MPI, which moves only when polled, it yields a
+ * few times, then waits on the condition with a timeout growing from 20 us to 100 us (50 us
+ * while the application thread is blocked on a collective; a newly queued operation or a new
+ * waiter wakes it at once). It also
  * watches for stalls (DEAR_STALL_WARN_S, DEAR_STALL_ABORT_S) and records each collective in the
  * timeline and the counters.
  */
@@ -50,6 +52,17 @@ static void timed_wait(dear_ctx_t *ctx, double seconds)
     ts.tv_sec += (time_t)(ns / 1000000000LL);
     ts.tv_nsec = (long)(ns % 1000000000LL);
     dear_timedwait(&ctx->eng.work_cv, &ctx->eng.lock, &ts);
+}
+
+/* The socket fabric every running collective travels on, or NULL when one needs MPI polled. */
+static dear_sock_t *net_of_running(const dear_ctx_t *ctx)
+{
+    if (ctx->net == NULL)
+        return NULL;
+    for (const dear_op_t *op = ctx->eng.running; op; op = op->next_running)
+        if (dear_coll_fabric(op->req) != ctx->net)
+            return NULL;
+    return ctx->net;
 }
 
 /* Under the lock: the next operation in seq order if it may start now. */
@@ -213,7 +226,12 @@ static void *engine_main(void *arg)
         }
         dear_unlock(&ctx->eng.lock);
 
-        /* Advance every collective in flight; the list is this thread's alone. */
+        /* Advance every collective in flight; the list is this thread's alone. A message the
+         * fabric completed during the round may belong to a collective advanced before it:
+         * the count tells that another round is due before sleeping. */
+        uint64_t msgs0 = 0, msgs1 = 0, timeouts;
+        if (ctx->net)
+            dear_sock_counters(ctx->net, &msgs0, &timeouts);
         dear_op_t **link = &ctx->eng.running;
         int ndone = 0, stepped = 0;
         while (*link) {
@@ -257,6 +275,10 @@ static void *engine_main(void *arg)
             op->req = NULL;
             ndone++;
         }
+        if (ctx->net) {
+            dear_sock_counters(ctx->net, &msgs1, &timeouts);
+            stepped |= msgs1 != msgs0;
+        }
         dear_lock(&ctx->eng.lock);
         if (ndone)
             dear_broadcast(&ctx->eng.done_cv);
@@ -271,6 +293,23 @@ static void *engine_main(void *arg)
         if (progressed || startable(ctx)) {
             idle_rounds = 0;
             sleep_s = SLEEP_MIN_S;
+            continue;
+        }
+        dear_sock_t *net = net_of_running(ctx);
+        if (net) {
+            /* Nothing moved and only the sockets can change that (or a newly queued operation,
+             * which pokes): sleep in the kernel. The timeout keeps the stall checks going. */
+            ctx->eng.in_net_wait = 1;
+            dear_unlock(&ctx->eng.lock);
+            int rc = dear_sock_block(net, STALL_POLL_S);
+            dear_lock(&ctx->eng.lock);
+            ctx->eng.in_net_wait = 0;
+            if (rc != DEAR_OK) {
+                dear_unlock(&ctx->eng.lock);
+                fail(ctx, ctx->eng.running, rc, "dear_sock_block");
+                dear_lock(&ctx->eng.lock);
+                goto out;
+            }
             continue;
         }
         /* Nothing moved: yield first (cheap, keeps latency low when a peer is about to answer),
@@ -320,6 +359,8 @@ void dear_engine_stop(dear_ctx_t *ctx)
     dear_lock(&ctx->eng.lock);
     ctx->eng.stop = 1;
     dear_signal(&ctx->eng.work_cv);
+    if (ctx->eng.in_net_wait)
+        dear_sock_poke(ctx->net);
     dear_unlock(&ctx->eng.lock);
     DEAR_PTHREAD_MUST(pthread_join(ctx->eng.thread, NULL));
     ctx->eng.thread_started = 0;
@@ -345,6 +386,8 @@ void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op)
     op->stall_warned = 0;
     ctx->eng.nqueued++;
     dear_signal(&ctx->eng.work_cv);
+    if (ctx->eng.in_net_wait)
+        dear_sock_poke(ctx->net);
     dear_unlock(&ctx->eng.lock);
 }
 

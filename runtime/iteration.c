@@ -309,6 +309,11 @@ const char *dear_schedule(const dear_ctx_t *ctx)
     return ctx ? dear_sched_name(ctx->sched) : "unknown";
 }
 
+const char *dear_transport(const dear_ctx_t *ctx)
+{
+    return ctx == NULL ? "unknown" : ctx->net ? "socket" : "mpi";
+}
+
 int dear_wait_grad(dear_ctx_t *ctx, int layer)
 {
     int lidx = -1;

@@ -15,15 +15,26 @@
 #                                 well inside its time bound under MPICH, whose polling ranks
 #                                 share 2 cores six ways. Interleaved hosts sweep float32 and
 #                                 bfloat16 only (--quick).
+#   tests/mpi/coll-np4-socket.mpi the np4 sweeps (--quick) again with the communicator and hier's
+#                                 routed through the socket transport (collectives/sock.c),
+#                                 which must have carried messages.
+#   tests/mpi/net-np{2,3}.mpi     test_net: the socket transport alone: every pair and size,
+#                                 receives early and late (unexpected messages), matching by
+#                                 context and tag, truncation, abandon, sub-communicators, an
+#                                 interface list that selects nothing, a peer that leaves.
 #   make check-valgrind-coll      one np=2 run under valgrind memcheck, zero errors required
 #                                 (Open MPI internals suppressed by tests/valgrind-ompi.supp).
 COLL_MPI_TESTS = tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
     tests/mpi/coll-np4.mpi tests/mpi/coll-np5.mpi \
-    tests/mpi/coll-np6-3x2.mpi tests/mpi/coll-np6-2x3.mpi
+    tests/mpi/coll-np6-3x2.mpi tests/mpi/coll-np6-2x3.mpi tests/mpi/coll-np4-socket.mpi \
+    tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi
 EXTRA_DIST += $(COLL_MPI_TESTS) tests/valgrind-ompi.supp
 if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_coll
+check_PROGRAMS += tests/mpi/test_coll tests/mpi/test_net
 TESTS += $(COLL_MPI_TESTS)
+tests_mpi_test_net_SOURCES = tests/mpi/test_net.c tests/mpi/np_check.h tests/mpi/suite_run.h
+tests_mpi_test_net_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_mpi_test_net_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 tests_mpi_test_coll_SOURCES = tests/mpi/test_coll.c tests/mpi/np_check.h
 tests_mpi_test_coll_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_coll_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) \

@@ -24,8 +24,11 @@
 #                                  all, every schedule x DEAR_SPARSE=on|off|auto x float32,
 #                                  bfloat16, bitwise against MPI_Allreduce; the phases auto
 #                                  chose, warm-up densities, sparse messages sent; bad input
+#   tests/mpi/{loop-np3,sparse-np3,online-np4}-socket.mpi  the same suites with
+#                                  DEAR_TRANSPORT=socket, every context asserted to run on it
+#                                  (DEAR_TEST_TRANSPORT)
 LOOP_MPI_TESTS = tests/mpi/loop-np1.mpi tests/mpi/loop-np2.mpi tests/mpi/loop-np3.mpi \
-    tests/mpi/loop-np4.mpi tests/mpi/loop-np5.mpi
+    tests/mpi/loop-np4.mpi tests/mpi/loop-np5.mpi tests/mpi/loop-np3-socket.mpi
 EXTRA_DIST += $(LOOP_MPI_TESTS)
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi/test_loop
@@ -36,8 +39,8 @@ tests_mpi_test_loop_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 endif
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi/test_runtime tests/mpi/test_online
-TESTS += tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi
-tests_mpi_test_online_SOURCES = tests/mpi/test_online.c tests/mpi/synth.h tests/mpi/np_check.h
+TESTS += tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi
+tests_mpi_test_online_SOURCES = tests/mpi/test_online.c tests/mpi/synth.h tests/mpi/np_check.h tests/mpi/suite_run.h
 tests_mpi_test_online_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_online_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 TESTS += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runtime-np3.mpi \
@@ -50,10 +53,10 @@ endif
 EXTRA_DIST += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runtime-np3.mpi \
     tests/mpi/runtime-np4.mpi tests/mpi/runtime-thread-np1.mpi tests/mpi/runtime-timeline.sh \
     tests/mpi/runtime-valgrind.sh tests/mpi/helgrind-runtime.supp tests/mpi/runtime-stall-abort.sh \
-    tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi
+    tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi
 
 SPARSE_MPI_TESTS = tests/mpi/sparse-np1.mpi tests/mpi/sparse-np2.mpi tests/mpi/sparse-np3.mpi \
-    tests/mpi/sparse-np4.mpi tests/mpi/sparse-np5.mpi
+    tests/mpi/sparse-np4.mpi tests/mpi/sparse-np5.mpi tests/mpi/sparse-np3-socket.mpi
 EXTRA_DIST += $(SPARSE_MPI_TESTS)
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi/test_sparse

@@ -52,7 +52,7 @@ DEAR_OK = 0
 _STATUS = {-1: "invalid argument", -2: "call out of order", -3: "ranks disagree", -4: "MPI error",
            -5: "out of memory", -6: "unsupported", -7: "stall timeout", -8: "bad DEAR_* parameter",
            -9: "I/O error", -10: "malformed file", -11: "update callback failed", -12: "CUDA error",
-           -13: "internal error"}
+           -13: "internal error", -14: "socket transport error"}
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
 _MODE_TRAIN, _MODE_EVAL = 0, 2
 

@@ -2,7 +2,8 @@
 # The emulated cluster end to end: bring up 2 hosts at 100 Mbit/s, check that Open MPI lands
 # ranks on both hosts with their own host names and shared-memory nodes (2 ranks per host),
 # and that the measured point-to-point rate is what tbf was told (TCP goodput is ~95.6% of
-# the line rate: 1448 payload bytes per 1514-byte frame). Skips (77) where namespaces or tbf
+# the line rate: 1448 payload bytes per 1514-byte frame), and that the runtime's training loop
+# runs right across them on the socket transport, which auto picks there. Skips (77) where namespaces or tbf
 # cannot be made. Uses its own host prefix, bridge and subnet so it never touches a cluster
 # someone brought up with the defaults, and tears down even on failure.
 set -u
@@ -76,6 +77,17 @@ done
 for r in 2 3; do
     grep -q "^emu-hello: rank $r on $h2 " "$out" || fail "rank $r is not on $h2"
 done
+
+# The runtime across the hosts: DEAR_TRANSPORT=auto must take the socket transport there (every
+# context asserts it through DEAR_TEST_TRANSPORT), and test_loop's training patterns must match
+# its MPI_Allreduce reference over it, hier's communicators included (2 hosts of 2 ranks).
+if [ -x "$top_builddir/tests/mpi/test_loop" ]; then
+    timeout -k 5 300 "$EMU" mpirun -np 4 --host "$h1:2,$h2:2" -x CK_FORK=no -x DEAR_TEST_TRANSPORT=socket \
+        "$top_builddir/tests/mpi/test_loop" >"$out" 2>&1
+    rc=$?
+    tail -3 "$out"
+    [ $rc -eq 0 ] || fail "test_loop across $h1,$h2 (socket transport) exited with $rc"
+fi
 
 # One-way streams h1 -> h2 (emucluster p2p) and h2 -> h1: each must sit near the configured
 # rate, neither far below (shaping too tight, broken link) nor above it (no shaping at all).

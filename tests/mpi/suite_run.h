@@ -19,6 +19,16 @@ static inline void mpi_suite_init(int *argc, char ***argv, int *rank, int *nrank
     MPI_Comm_size(MPI_COMM_WORLD, nranks);
 }
 
+/* DEAR_TEST_TRANSPORT=name (the *-socket.mpi tests, tests/apps/emucluster.sh): the transport
+ * (dear_transport) every context the test makes must have taken. Include dear.h first. */
+static inline void check_transport(const dear_ctx_t *ctx)
+{
+    const char *want = getenv("DEAR_TEST_TRANSPORT");
+    if (want != NULL && *want != '\0')
+        ck_assert_msg(strcmp(dear_transport(ctx), want) == 0, "the context runs on %s, DEAR_TEST_TRANSPORT=%s",
+                      dear_transport(ctx), want);
+}
+
 /* Finalizes MPI. The exit status of the test program: 0 when every rank passed, else 1. */
 static inline int mpi_suite_run(Suite *s, int rank)
 {

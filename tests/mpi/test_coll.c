@@ -17,7 +17,8 @@
  * ck_assert, so one failing rank cannot leave the others waiting in a collective.
  * Arguments: --quick skips the 1000003-element cases (and, on interleaved hier hosts, types other
  * than float32 and bfloat16); --hier-only runs test_hier alone; --hier-hosts H its layouts of H
- * hosts alone; --sparse-only the sparse tests alone.
+ * hosts alone; --sparse-only the sparse tests alone; --socket routes the communicator (and each
+ * hier layout's) through the socket transport, which must then have carried messages.
  */
 #include <check.h>
 #include <math.h>
@@ -29,6 +30,7 @@
 #include <sys/resource.h>
 
 #include "collectives/coll.h"
+#include "collectives/net.h"
 #include "collectives/reduce.h"
 #include "include/dear.h"
 #include "base/log.h"
@@ -37,6 +39,7 @@
 #include "tests/mpi/np_check.h"
 
 static int g_rank, g_size, g_quick;
+static dear_sock_t *g_sock;     /* --socket: the fabric g_comm and the hier layouts' go through */
 static MPI_Comm g_comm;
 static char g_first_err[512];
 
@@ -727,6 +730,19 @@ static void hier_segments(void)
  * flight and multi-block all-gathers run with hier and with auto (which picks hier from 64 KiB
  * up, whatever the size), against the same float64 MPI_Allreduce reference; then again around the segment size
  * (hier_segments). Two hosts take the exchange between shifted partners, more the rings. */
+/* --socket: route (on) or stop routing a layout's communicators through the fabric. */
+static void topo_route(const dear_coll_topo_t *t, int on)
+{
+    for (int i = 0; g_sock && i < 2; i++) {
+        MPI_Comm c[2] = { t->node[i], t->cross[i] };
+        for (int k = 0; k < 2; k++)
+            if (on)
+                ck_assert_int_eq(dear_net_attach(c[k], g_comm, g_sock), DEAR_OK);
+            else
+                dear_net_detach(c[k]);
+    }
+}
+
 START_TEST(test_hier)
 {
     int grids = 0;
@@ -748,6 +764,7 @@ START_TEST(test_hier)
             ck_assert_int_eq(t->nhosts, H);
             ck_assert_int_eq(t->local_size, L);
             ck_assert_int_eq(t->rank_of[t->host * L + t->local], g_rank);
+            topo_route(t, 1);
             for (int i = 0; i < 2; i++) {
                 MPI_Comm_size(t->node[i], &n);
                 ck_assert_int_eq(n, L);
@@ -775,6 +792,7 @@ START_TEST(test_hier)
             NALGOS = n_flat;
             g_topo = NULL;
             g_interleaved = 0;
+            topo_route(t, 0);
             dear_coll_topo_free(t);
             grids++;
         }
@@ -1176,6 +1194,10 @@ int main(int argc, char **argv)
             g_sparse_only = 1;
         if (strcmp(argv[i], "--hier-hosts") == 0 && i + 1 < argc)
             g_hier_hosts = atoi(argv[++i]);
+        if (strcmp(argv[i], "--socket") == 0 &&
+            (dear_sock_create(g_comm, "", 30, &g_sock) != DEAR_OK ||
+             dear_net_attach(g_comm, g_comm, g_sock) != DEAR_OK))
+            MPI_Abort(MPI_COMM_WORLD, 2);
     }
     if (dear_params_load() != DEAR_OK)
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -1207,6 +1229,18 @@ int main(int argc, char **argv)
     srunner_run_all(sr, g_rank == 0 ? CK_NORMAL : CK_SILENT);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    if (g_sock) {
+        /* The sweeps must really have gone over the sockets. */
+        uint64_t msgs = 0, timeouts = 0;
+        dear_sock_counters(g_sock, &msgs, &timeouts);
+        if (g_rank == 0)
+            fprintf(stderr, "socket transport: %llu messages, %llu waits that timed out\n",
+                    (unsigned long long)msgs, (unsigned long long)timeouts);
+        if (msgs == 0)
+            failed++;
+        dear_net_detach(g_comm);
+        dear_sock_destroy(g_sock);
+    }
     int any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Comm_free(&g_comm);

@@ -260,6 +260,7 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
     if (m->opts & OPT_CLIP_ENV)
         setenv("DEAR_CLIP_NORM", "0.5", 1);
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    check_transport(ctx);
     dear_dtype_t dt = m->opts & OPT_BF16 ? DEAR_BFLOAT16 : DEAR_FLOAT32;
     size_t es = m->opts & OPT_BF16 ? 2 : 4;
     for (int t = 0; t < NT; t++) {

@@ -32,6 +32,7 @@
 #include "tests/mpi/synth.h"
 #include "runtime/rt.h"
 #include "tests/mpi/np_check.h"
+#include "tests/mpi/suite_run.h"
 
 #define NT 30
 #define ITERS 12
@@ -241,6 +242,7 @@ static dear_ctx_t *commit_preset(model_t *m, const char *sched, const char *plan
     model_init(m);
     dear_ctx_t *ctx = NULL;
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    check_transport(ctx);
     register_model(ctx, m);
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
     return ctx;

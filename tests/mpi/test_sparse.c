@@ -175,6 +175,7 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *mode)
     setenv("DEAR_WARMUP_ITERS", "3", 1);
     setenv("DEAR_SPARSE", mode, 1);
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    check_transport(ctx);
     size_t es = m->bf16 ? 2 : 4;
     const char *names[NT] = { "tok", "w", "embed", "pos" };
     for (int t = 0; t < NT; t++) {

@@ -1,0 +1,360 @@
+/*
+ * The socket transport (collectives/sock.c) and its routing (collectives/net.c) under mpirun
+ * (Check, CK_FORK=no), against payloads every rank can recompute: a message from rank s with
+ * tag t and size n holds byte i = (s * 131 + t * 17 + i * 7) & 0xff.
+ *   - every pair, sizes 0 .. 4 MiB + 3, receives posted before the sends and after them (the
+ *     message then waits as unexpected, whole or still arriving);
+ *   - matching: same tag in posting order, other tags in any order, contexts kept apart;
+ *   - a message longer than its receive fails that receive, and the next message still arrives;
+ *   - an abandoned receive leaves its message to the next receive of its tag;
+ *   - a peer that closes its connections fails the receives waiting on it (no hang);
+ *   - an interface list that selects nothing fails on every rank with DEAR_ERR_PARAM, and
+ *     dear_init with it fails on every rank;
+ *   - a sub-communicator routed through the fabric reaches the right peers.
+ * Every rank reaches every assertion: local failures are combined with MPI_Allreduce first.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/params.h"
+#include "base/util.h"
+#include "collectives/net.h"
+#include "collectives/sock.h"
+#include "include/dear.h"
+#include "tests/mpi/suite_run.h"
+
+static int g_rank, g_size;
+static dear_sock_t *g_sock;
+
+static unsigned char pattern(int src, int tag, size_t i)
+{
+    return (unsigned char)((src * 131 + tag * 17 + (int)(i * 7)) & 0xff);
+}
+
+static void fill(unsigned char *p, size_t n, int src, int tag)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = pattern(src, tag, i);
+}
+
+/* Index of the first byte that differs from the pattern, or n. */
+static size_t first_bad(const unsigned char *p, size_t n, int src, int tag)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != pattern(src, tag, i))
+            return i;
+    return n;
+}
+
+/* 1 when every rank passes ok. */
+static int all_ok(int ok)
+{
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+/* Drive the fabric until *msg completes; its status (DEAR_ERR_TIMEOUT after 30 s). */
+static int finish(dear_sock_msg_t **msg, size_t *bytes)
+{
+    double t0 = dear_now();
+    for (;;) {
+        int flag = 0, rc = dear_sock_test(g_sock, msg, &flag, bytes);
+        if (rc != DEAR_OK || flag)
+            return rc;
+        if (dear_now() - t0 > 30)
+            return DEAR_ERR_TIMEOUT;
+        dear_sock_block(g_sock, 0.01);
+    }
+}
+
+static const size_t sizes[] = { 0, 1, 16, 4095, 65536, 1 << 20, (4 << 20) + 3 };
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+/* Every rank sends to every other one message per size (tag = size index), then receives them:
+ * receives posted after the sends (late = 1: the messages wait as unexpected) or before. */
+static int exchange(int late, uint32_t ctx)
+{
+    int ok = 1, n = g_size - 1;
+    size_t count = (size_t)n * NSIZES;
+    dear_sock_msg_t **s = calloc(count, sizeof *s), **r = calloc(count, sizeof *r);
+    unsigned char **sb = calloc(count, sizeof *sb), **rb = calloc(count, sizeof *rb);
+    ck_assert(s && r && sb && rb);
+    for (int pass = 0; pass < 2; pass++) {
+        int sending = (pass == 0) == late;
+        for (int i = 0; i < n; i++) {
+            int peer = (g_rank + 1 + i) % g_size;
+            for (size_t k = 0; k < NSIZES; k++) {
+                size_t j = (size_t)i * NSIZES + k;
+                if (sending) {
+                    sb[j] = malloc(sizes[k] + 1);
+                    fill(sb[j], sizes[k], g_rank, (int)k);
+                    ok &= dear_sock_isend(g_sock, peer, ctx, (int)k, sb[j], sizes[k], &s[j]) == DEAR_OK;
+                } else {
+                    rb[j] = malloc(sizes[k] + 1);
+                    memset(rb[j], 0, sizes[k] + 1);
+                    ok &= dear_sock_irecv(g_sock, peer, ctx, (int)k, rb[j], sizes[k], &r[j]) == DEAR_OK;
+                }
+            }
+        }
+        if (late && pass == 0) {
+            /* Let the messages arrive before any receive exists. */
+            MPI_Barrier(MPI_COMM_WORLD);
+            for (int t = 0; t < 50; t++)
+                dear_sock_block(g_sock, 0.002);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        int peer = (g_rank + 1 + i) % g_size;
+        for (size_t k = 0; k < NSIZES; k++) {
+            size_t j = (size_t)i * NSIZES + k, got = 99;
+            int rc = finish(&r[j], &got);
+            size_t bad = first_bad(rb[j], sizes[k], peer, (int)k);
+            if (rc != DEAR_OK || got != sizes[k] || bad != sizes[k] || rb[j][sizes[k]] != 0) {
+                fprintf(stderr, "rank %d: %zu bytes from %d (tag %zu, %s): status %d, got %zu, first bad byte %zu\n",
+                        g_rank, sizes[k], peer, k, late ? "late" : "early", rc, got, bad);
+                ok = 0;
+            }
+            ok &= finish(&s[j], NULL) == DEAR_OK;
+            free(sb[j]);
+            free(rb[j]);
+        }
+    }
+    free(s);
+    free(r);
+    free(sb);
+    free(rb);
+    return ok;
+}
+
+START_TEST(test_pairs)
+{
+    ck_assert_msg(all_ok(exchange(0, 0)), "receives posted first: a message went wrong (see above)");
+    ck_assert_msg(all_ok(exchange(1, 0)), "receives posted late: a message went wrong (see above)");
+    ck_assert_msg(all_ok(exchange(1, 7)), "in context 7: a message went wrong (see above)");
+}
+END_TEST
+
+/* Rank 0 sends to rank 1: tags 1, 2, 1 in context 0 and tag 1 in context 1; rank 1 receives
+ * context 1 first, then tag 2, then tag 1 twice: each gets its own message, tag 1's in order. */
+START_TEST(test_matching)
+{
+    int ok = 1;
+    enum { N = 100000 };
+    static unsigned char out[4][N], in[4][N];
+    dear_sock_msg_t *m[4] = { 0 };
+    const int tags[4] = { 1, 2, 1, 1 };
+    const uint32_t ctxs[4] = { 0, 0, 0, 1 };
+    if (g_rank == 0) {
+        for (int i = 0; i < 4; i++) {
+            fill(out[i], N, 10 + i, tags[i]);
+            ok &= dear_sock_isend(g_sock, 1, ctxs[i], tags[i], out[i], N, &m[i]) == DEAR_OK;
+        }
+        for (int i = 0; i < 4; i++)
+            ok &= finish(&m[i], NULL) == DEAR_OK;
+    } else if (g_rank == 1) {
+        const int order[4] = { 3, 1, 0, 2 };
+        for (int k = 0; k < 4; k++) {
+            int i = order[k];
+            ok &= dear_sock_irecv(g_sock, 0, ctxs[i], tags[i], in[i], N, &m[i]) == DEAR_OK;
+        }
+        for (int i = 0; i < 4; i++) {
+            size_t got = 0;
+            int rc = finish(&m[i], &got);
+            size_t bad = first_bad(in[i], N, 10 + i, tags[i]);
+            if (rc != DEAR_OK || got != N || bad != N) {
+                fprintf(stderr, "matching: message %d (context %u, tag %d): status %d, first bad byte %zu\n", i,
+                        (unsigned)ctxs[i], tags[i], rc, bad);
+                ok = 0;
+            }
+        }
+    }
+    ck_assert_msg(all_ok(ok), "a message was matched to the wrong receive (see above)");
+}
+END_TEST
+
+/* Rank 0 sends rank 1 two patterned messages (sizes n1, n2; pattern sources 1 and 2; tags t1, t2)
+ * in context 0 and waits for both; 1 when all went well. */
+static int send_two(size_t n1, int t1, size_t n2, int t2)
+{
+    unsigned char *m1 = malloc(n1), *m2 = malloc(n2);
+    dear_sock_msg_t *a = NULL, *b = NULL;
+    fill(m1, n1, 1, t1);
+    fill(m2, n2, 2, t2);
+    int ok = dear_sock_isend(g_sock, 1, 0, t1, m1, n1, &a) == DEAR_OK &&
+             dear_sock_isend(g_sock, 1, 0, t2, m2, n2, &b) == DEAR_OK;
+    ok = ok && finish(&a, NULL) == DEAR_OK && finish(&b, NULL) == DEAR_OK;
+    free(m1);
+    free(m2);
+    return ok;
+}
+
+/* A message longer than its receive fails it (DEAR_ERR_NET), and the next one arrives whole. */
+START_TEST(test_truncation)
+{
+    int ok = 1;
+    unsigned char small[10], next[500];
+    dear_sock_msg_t *a = NULL, *b = NULL;
+    if (g_rank == 0) {
+        ok = send_two(1000, 3, sizeof next, 4);
+    } else if (g_rank == 1) {
+        ok &= dear_sock_irecv(g_sock, 0, 0, 3, small, sizeof small, &a) == DEAR_OK;
+        ok &= dear_sock_irecv(g_sock, 0, 0, 4, next, sizeof next, &b) == DEAR_OK;
+        int rc = finish(&a, NULL);
+        if (rc != DEAR_ERR_NET) {
+            fprintf(stderr, "truncation: the short receive ended with %d, not DEAR_ERR_NET\n", rc);
+            ok = 0;
+        }
+        ok &= finish(&b, NULL) == DEAR_OK && first_bad(next, sizeof next, 2, 4) == sizeof next;
+    }
+    ck_assert_msg(all_ok(ok), "truncation: see above");
+}
+END_TEST
+
+/* Rank 1 posts a receive and abandons it before rank 0 sends: the message is left for the next
+ * receive of its tag, and a later message still arrives after it. */
+START_TEST(test_abandon)
+{
+    int ok = 1;
+    unsigned char r1[300], r2[300];
+    dear_sock_msg_t *a = NULL, *b = NULL;
+    if (g_rank == 1) {
+        ok &= dear_sock_irecv(g_sock, 0, 0, 9, r1, sizeof r1, &a) == DEAR_OK;
+        dear_sock_abandon(g_sock, &a);
+        ok &= a == NULL;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        ok = send_two(sizeof r1, 9, sizeof r2, 9);
+    } else if (g_rank == 1) {
+        ok &= dear_sock_irecv(g_sock, 0, 0, 9, r1, sizeof r1, &a) == DEAR_OK;
+        ok &= dear_sock_irecv(g_sock, 0, 0, 9, r2, sizeof r2, &b) == DEAR_OK;
+        ok &= finish(&a, NULL) == DEAR_OK && finish(&b, NULL) == DEAR_OK;
+        ok &= first_bad(r1, sizeof r1, 1, 9) == sizeof r1 && first_bad(r2, sizeof r2, 2, 9) == sizeof r2;
+    }
+    ck_assert_msg(all_ok(ok), "abandon: the messages did not reach the receives in order");
+}
+END_TEST
+
+/* A sub-communicator of the odd ranks (or of all but rank 0) routed through the fabric: its
+ * rank i sends to its rank i+1, the peers named in its own numbering. */
+START_TEST(test_subcomm)
+{
+    int ok = 1;
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, g_rank == 0 ? MPI_UNDEFINED : 1, g_size - g_rank, &sub);
+    if (sub != MPI_COMM_NULL) {
+        int r, n;
+        MPI_Comm_rank(sub, &r);
+        MPI_Comm_size(sub, &n);
+        if (n < 2) {  /* np 2: a sub-communicator of one rank has no peer */
+            MPI_Comm_free(&sub);
+            ck_assert(all_ok(1));
+            return;
+        }
+        ck_assert_int_eq(dear_net_attach(sub, MPI_COMM_WORLD, g_sock), DEAR_OK);
+        ck_assert_ptr_eq(dear_net_fabric(sub), g_sock);
+        unsigned char out[64], in[64];
+        fill(out, sizeof out, g_rank, r);
+        dear_net_req_t s = DEAR_NET_REQ_NULL, q = DEAR_NET_REQ_NULL;
+        int to = (r + 1) % n, from = (r + n - 1) % n;
+        ok &= dear_net_irecv(in, sizeof in, from, from, sub, &q) == DEAR_OK;
+        ok &= dear_net_isend(out, sizeof out, to, r, sub, &s) == DEAR_OK;
+        ok &= q.sock == g_sock && s.sock == g_sock;
+        for (double t0 = dear_now(); ok && (dear_net_active(&q) || dear_net_active(&s)) && dear_now() - t0 < 30;) {
+            int f;
+            dear_sock_progress(g_sock);
+            ok &= dear_net_test(&q, &f) == DEAR_OK && dear_net_test(&s, &f) == DEAR_OK;
+        }
+        /* Sub rank `from` is world rank g_size - (its key order): keys descend with world rank. */
+        int world_from = g_size - 1 - from;
+        ok &= !dear_net_active(&q) && first_bad(in, sizeof in, world_from, from) == sizeof in;
+        dear_net_detach(sub);
+        ck_assert_ptr_null(dear_net_fabric(sub));
+        MPI_Comm_free(&sub);
+    }
+    ck_assert_msg(all_ok(ok), "sub-communicator: a message missed its peer");
+}
+END_TEST
+
+/* An interface list that selects nothing: DEAR_ERR_PARAM on every rank, nothing left open; and
+ * dear_init under it fails on every rank. */
+START_TEST(test_bad_ifname)
+{
+    dear_sock_t *s = NULL;
+    int rc = dear_sock_create(MPI_COMM_WORLD, "nosuchif", 5, &s);
+    ck_assert_msg(all_ok(rc == DEAR_ERR_PARAM && s == NULL), "dear_sock_create(nosuchif): %d", rc);
+    setenv("DEAR_TRANSPORT", "socket", 1);
+    setenv("DEAR_SOCKET_IFNAME", "nosuchif", 1);
+    dear_ctx_t *ctx = NULL;
+    rc = dear_init(MPI_COMM_WORLD, &ctx);
+    unsetenv("DEAR_TRANSPORT");
+    unsetenv("DEAR_SOCKET_IFNAME");
+    dear_params_load();
+    ck_assert_msg(all_ok(rc == DEAR_ERR_PARAM && ctx == NULL), "dear_init with DEAR_SOCKET_IFNAME=nosuchif: %d", rc);
+}
+END_TEST
+
+/* The last test: rank 1 closes its connections while rank 0 waits for a message from it. */
+START_TEST(test_peer_gone)
+{
+    int ok = 1;
+    unsigned char buf[128];
+    if (g_rank == 0) {
+        dear_sock_msg_t *m = NULL;
+        ok &= dear_sock_irecv(g_sock, 1, 0, 1, buf, sizeof buf, &m) == DEAR_OK;
+        MPI_Barrier(MPI_COMM_WORLD);
+        int rc = finish(&m, NULL);
+        if (rc != DEAR_ERR_NET) {
+            fprintf(stderr, "peer gone: the receive ended with %d, not DEAR_ERR_NET\n", rc);
+            ok = 0;
+        }
+        /* Posting to it now fails at once. */
+        ok &= dear_sock_isend(g_sock, 1, 0, 1, buf, sizeof buf, &m) == DEAR_OK && finish(&m, NULL) == DEAR_ERR_NET;
+    } else {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (g_rank == 1) {
+            dear_sock_destroy(g_sock);
+            g_sock = NULL;
+        }
+    }
+    ck_assert_msg(all_ok(ok), "peer gone: see above");
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    mpi_suite_init(&argc, &argv, &g_rank, &g_size);
+    dear_log_set_rank(g_rank);
+    if (dear_params_load() != DEAR_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    if (g_size < 2) {
+        fprintf(stderr, "test_net needs at least 2 ranks\n");
+        MPI_Finalize();
+        return 77;
+    }
+    int rc = dear_sock_create(MPI_COMM_WORLD, "", 30, &g_sock);
+    if (!all_ok(rc == DEAR_OK)) {
+        fprintf(stderr, "rank %d: dear_sock_create failed: %s\n", g_rank, dear_status_string(rc));
+        MPI_Finalize();
+        return 1;
+    }
+    Suite *s = suite_create("net");
+    TCase *tc = tcase_create("net");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_pairs);
+    tcase_add_test(tc, test_matching);
+    tcase_add_test(tc, test_truncation);
+    tcase_add_test(tc, test_abandon);
+    tcase_add_test(tc, test_subcomm);
+    tcase_add_test(tc, test_bad_ifname);
+    tcase_add_test(tc, test_peer_gone);
+    suite_add_tcase(s, tc);
+    rc = mpi_suite_run(s, g_rank);
+    dear_sock_destroy(g_sock);
+    return rc;
+}
