@@ -3,10 +3,18 @@
 Every configuration trains the same model on the same synthetic batches (the shapes of the
 real data: 3x32x32 images for resnet18, 64-character windows of text for the encoder); the
 configurations take turns, round after round, so the machine's drift falls on all of them.
-Reported per configuration: the median iteration time over the measured iterations of all
-rounds (the slowest rank's span from one iteration's start to the next, with no barrier
-between iterations), and its ratio to DDP's. Run by
-bench/torch-ddp.sh on the emulated cluster; alone: mpirun -np 4 python3 bench/torch-ddp.py.
+A round's figure for a configuration is its slowest rank's mean iteration time: the span from
+its first measured iteration's start to its last one's end, over the iterations, with no
+barrier or other MPI call in between (time to train, as a user sees it). Reported per
+configuration: the median over the rounds, their range, the quartiles of all ranks' single
+iterations, and the ratio to DDP's median. Run by bench/torch-ddp.sh on the emulated cluster;
+alone: mpirun -np 4 python3 bench/torch-ddp.py.
+
+Why not the median of each iteration's slowest rank: without a barrier, dear's ranks leave an
+iteration at times that jitter apart (their all-gathers run into the next forward pass), while
+DDP's all-reduce ends every backward pass on all ranks together. The slowest of several
+jittering spans is longer than their common period, so that statistic charged dear up to 10%
+that no rank ever spent.
 """
 import argparse
 import csv
@@ -72,8 +80,9 @@ def cpu_seconds():
 
 
 def run(name, config, iters, warmup, b):
-    """Iteration times (s) of one configuration: 'plain', 'ddp' or 'dear:SCHEDULE[:FUSION]', and the
-    CPU seconds (user + system, all threads of this process) per measured iteration."""
+    """One round of a configuration ('plain', 'ddp' or 'dear:SCHEDULE[:FUSION]'): the slowest rank's
+    mean iteration time (s), every rank's single iteration times, and the CPU seconds (user +
+    system, all threads of this process) per measured iteration, averaged over the ranks."""
     model = make(name)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if config == "plain":   # no communication at all: the binding's own cost at np 1
@@ -102,10 +111,11 @@ def run(name, config, iters, warmup, b):
     stamps.append(time.perf_counter())
     cpu = (cpu_seconds() - cpu0) / iters
     spans = [b - a for a, b in zip(stamps, stamps[1:])]
-    times = [max(col) for col in zip(*COMM.allgather(spans))]
+    slowest = COMM.allreduce((stamps[-1] - stamps[0]) / iters, op=MPI.MAX)
+    spans = [s for rank in COMM.allgather(spans) for s in rank]
     if config.startswith("dear:"):
         dear.close(net)
-    return times, COMM.allreduce(cpu) / SIZE
+    return slowest, spans, COMM.allreduce(cpu) / SIZE
 
 
 def main():
@@ -115,8 +125,9 @@ def main():
                     help="';'-separated: ddp, dear:SCHEDULE[:FUSION] (DEAR_SCHEDULE, DEAR_FUSION; "
                          "FUSION defaults to auto), plain (no communication)")
     ap.add_argument("--iters", type=int, default=6, help="measured iterations per configuration per round")
-    ap.add_argument("--warmup", type=int, default=12,
-                    help="iterations before measuring (dear plans after 5 and checks its plan for 4 more)")
+    ap.add_argument("--warmup", type=int, default=20,
+                    help="iterations before measuring: dear plans after 5, then auto's check runs each plan "
+                         "4 iterations in three blocks, one settling iteration after each switch (16 in all)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8, help="per rank")
     ap.add_argument("--csv", help="one row per configuration (rank 0)")
@@ -132,30 +143,32 @@ def main():
     host, port = COMM.bcast((host, port), root=0)
     dist.init_process_group("gloo", init_method="tcp://%s:%d" % (host, port), rank=RANK, world_size=SIZE)
     configs = a.configs.split(";")
-    times = {c: [] for c in configs}
+    rounds = {c: [] for c in configs}
+    spans = {c: [] for c in configs}
     cpus = {c: [] for c in configs}
     for r in range(a.rounds):
         order = configs if r % 2 == 0 else configs[::-1]
         for c in order:
-            t, cpu = run(a.model, c, a.iters, a.warmup, a.batch)
-            times[c] += t
+            t, s, cpu = run(a.model, c, a.iters, a.warmup, a.batch)
+            rounds[c].append(t)
+            spans[c] += s
             cpus[c].append(cpu)
             if RANK == 0:
-                print("round %d %s: median %.1f ms so far" % (r + 1, c, 1e3 * statistics.median(times[c])),
-                      flush=True)
+                print("round %d %s: %.1f ms per iteration (slowest rank)" % (r + 1, c, 1e3 * t), flush=True)
     dist.destroy_process_group()
     if RANK == 0:
         nparams = sum(p.numel() for p in make(a.model).parameters())
-        ref = "ddp" if "ddp" in times else "plain" if "plain" in times else None
-        base = statistics.median(times[ref]) if ref else None
+        ref = "ddp" if "ddp" in rounds else "plain" if "plain" in rounds else None
+        base = statistics.median(rounds[ref]) if ref else None
         rows = []
         for c in configs:
-            m = statistics.median(times[c])
+            m = statistics.median(rounds[c])
+            q = statistics.quantiles(spans[c], n=4)
             rows.append({"model": a.model, "torch": torch.__version__, "np": SIZE, "config": c, "params": nparams,
-                         "batch": a.batch, "warmup": a.warmup,
-                         "iters": len(times[c]), "median_ms": "%.2f" % (1e3 * m),
-                         "q1_ms": "%.2f" % (1e3 * statistics.quantiles(times[c], n=4)[0]),
-                         "q3_ms": "%.2f" % (1e3 * statistics.quantiles(times[c], n=4)[2]),
+                         "batch": a.batch, "warmup": a.warmup, "rounds": len(rounds[c]), "iters": a.iters,
+                         "median_ms": "%.2f" % (1e3 * m),
+                         "min_ms": "%.2f" % (1e3 * min(rounds[c])), "max_ms": "%.2f" % (1e3 * max(rounds[c])),
+                         "q1_ms": "%.2f" % (1e3 * q[0]), "q3_ms": "%.2f" % (1e3 * q[2]),
                          "baseline": ref or "", "speedup": "%.3f" % (base / m) if base else "",
                          "cpu_ms": "%.1f" % (1e3 * statistics.median(cpus[c]))})
             print("%-10s %-20s median %8.1f ms  cpu/rank %8.1f ms  %s" % (a.model, c, 1e3 * m, 1e3 * statistics.median(cpus[c]),
