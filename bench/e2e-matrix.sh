@@ -224,6 +224,7 @@ else {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet -- . ':!bench/results' 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "cluster: $HOSTS emulated hosts (bench/emucluster), $RATE each way per host; layouts $LAYOUTS${SPARSE_PROFILES:+ (sparse cases: $SPARSE_LAYOUTS)}"
+    echo "transport: DEAR_TRANSPORT=${DEAR_TRANSPORT:-auto} (auto: the socket transport across hosts)"
     echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"
     echo "bench: dear-bench --iters $ITERS --rounds $ROUNDS${WARMUP:+ --warmup $WARMUP}, communication scaled to ~$COMM_MS ms per iteration; $elapsed s in all$( ((QUICK)) && echo '; --quick')"
     echo "cases:$names"

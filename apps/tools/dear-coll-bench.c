@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "collectives/coll.h"
+#include "collectives/net.h"
 #include "collectives/reduce.h"
 #include "include/dear.h"
 #include "base/fileio.h"
@@ -59,6 +60,7 @@ typedef struct {
     int algos[A_COUNT];
     dear_dtype_t dtype;
     const char *csv;
+    int socket;                 /* --transport socket */
 } opts_t;
 
 static int g_rank, g_size;
@@ -89,6 +91,9 @@ static void usage(FILE *f)
             "  --overlap          measure OSU overlap%% of rs and ag instead (sleep as compute,\n"
             "                     our requests advanced by a helper thread); CSV header\n"
             "                     op,algo,dtype,bytes,count,nranks,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n"
+            "  --transport T      mpi (default): the algorithms' messages through MPI_Isend/Irecv, polled;\n"
+            "                     socket: through libdear's socket transport (DEAR_SOCKET_IFNAME picks the\n"
+            "                     interface), waiting in epoll. Open MPI's own calls use MPI either way\n"
             "  --help             this text\n"
             "DEAR_COLL_SEGMENT sets the ring's segment size. Sizes are rounded down to whole elements.\n");
 }
@@ -140,7 +145,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         { "dtype", required_argument, 0, 't' }, { "csv", required_argument, 0, 'c' },
         { "overlap", no_argument, 0, 'v' }, { "help", no_argument, 0, 'h' },
         { "density", required_argument, 0, 'd' }, { "block", required_argument, 0, 'k' },
-        { "scan", no_argument, 0, 's' }, { 0, 0, 0, 0 }
+        { "scan", no_argument, 0, 's' }, { "transport", required_argument, 0, 'T' }, { 0, 0, 0, 0 }
     };
     *o = (opts_t){ .min_bytes = 1024, .max_bytes = 64u << 20, .iters = 20, .warmup = 3,
                    .dtype = DEAR_FLOAT32, .density = -1, .block = 256 };
@@ -170,6 +175,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
             break;
         }
         case 'k': bad = parse_size(optarg, &o->block) || o->block < 1; break;
+        case 'T':
+            bad = strcmp(optarg, "mpi") != 0 && strcmp(optarg, "socket") != 0;
+            o->socket = !bad && strcmp(optarg, "socket") == 0;
+            break;
         case 'h': if (g_rank == 0) usage(stdout); return 1;
         default: bad = 1; break;
         }
@@ -700,6 +709,22 @@ int main(int argc, char **argv)
         if (g_rank == 0)
             fprintf(stderr, "dear-coll-bench: hier skipped: the job is not several hosts of as many ranks each\n");
     }
+    /* --transport socket: the world's messages and hier's go over one fabric, as the runtime's. */
+    dear_sock_t *sock = NULL;
+    MPI_Comm routed[5] = { MPI_COMM_WORLD };
+    int nrouted = 1;
+    if (g_topo)
+        for (int i = 0; i < 2; i++) {
+            routed[nrouted++] = g_topo->node[i];
+            routed[nrouted++] = g_topo->cross[i];
+        }
+    if (o.socket) {
+        if (dear_sock_create(MPI_COMM_WORLD, dear_param_string(DEAR_P_SOCKET_IFNAME), 60, &sock) != DEAR_OK)
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        for (int i = 0; i < nrouted; i++)
+            if (dear_net_attach(routed[i], MPI_COMM_WORLD, sock) != DEAR_OK)
+                MPI_Abort(MPI_COMM_WORLD, 3);
+    }
     g_density = o.density;
     g_block = o.block;
     for (int k = 0; k < 17; k++) {
@@ -725,6 +750,9 @@ int main(int argc, char **argv)
         run_normal(&o, csv);
     if (csv && dear_file_out_commit(&csv_out) != DEAR_OK)
         MPI_Abort(MPI_COMM_WORLD, 2);
+    for (int i = 0; sock && i < nrouted; i++)
+        dear_net_detach(routed[i]);
+    dear_sock_destroy(sock);
     dear_coll_topo_free(g_topo);
     MPI_Finalize();
     return 0;
