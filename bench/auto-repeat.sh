@@ -150,7 +150,7 @@ for ((r = 1; r <= RUNS; r++)); do
         >"$tmp/run$r.txt" 2>&1 || rc=$?
     ((rc == 0)) || { cat "$tmp/run$r.txt" >&2; die "run $r: dear-bench exit status $rc"; }
     echo "$PROG: run $r done, load $(cut -d' ' -f1-3 /proc/loadavg)"
-    grep -a "^\[dear 0\] info plan: auto's check" "$tmp/run$r.txt" | sed 's/^.*(slowest rank): /    check: /' || true
+    grep -a "^\[dear 0\] info plan: auto's check" "$tmp/run$r.txt" | sed 's/^.*iteration(s) per plan ([^)]*): /    check: /' || true
 done
 
 python3 - "$tmp" "$RUNS" "${CSV:-}" <<'PY'
