@@ -37,6 +37,7 @@
 #define HELLO_MAGIC 0x64656172736f636bULL /* "dearsock" */
 #define MAX_EVENTS 64
 #define DISCARD_BYTES 65536
+#define HELLO_WAIT_S 5.0
 /* The eventfd's epoll tag: peer indices are below it. */
 #define POKE_TAG UINT64_MAX
 
@@ -697,13 +698,13 @@ static int connect_to(dear_sock_t *s, int p, const endpoint_t *ep, uint64_t key,
             err = errno ? errno : EPIPE;
         }
         close(fd);
-        /* A refused connection may be a listener not yet up on a slow host: retry until the deadline. */
-        if ((err == ECONNREFUSED || err == EAGAIN) && mono_now() < deadline) {
-            struct timespec ts = { 0, 10 * 1000 * 1000 };
-            nanosleep(&ts, NULL);
+        /* Only an interrupted attempt is retried: every listener was up before the ranks agreed
+         * to connect, so a refusal is a firewall or an address this host cannot reach. */
+        if (err == EINTR && mono_now() < deadline)
             continue;
-        }
-        DEAR_ERROR("sock", "could not connect to rank %d at %s: %s", p, where, strerror(err));
+        DEAR_ERROR("sock", "could not connect to rank %d at %s: %s (a firewall, or an interface the ranks cannot "
+                           "reach each other on? DEAR_SOCKET_IFNAME picks it)",
+                   p, where, strerror(err));
         return DEAR_ERR_NET;
     }
 }
@@ -726,8 +727,11 @@ static int accept_all(dear_sock_t *s, int lfd, uint64_t key, double deadline)
             DEAR_ERROR("sock", "accept failed: %s", strerror(errno));
             return DEAR_ERR_NET;
         }
+        /* A rank sends its hello as soon as it is connected: a connection silent for longer is a
+         * stray, which must not hold up the ranks queued behind it. */
+        double hello_by = mono_now() + HELLO_WAIT_S;
         hello_t h;
-        if (io_all(fd, &h, sizeof h, 0, deadline) != 0 || h.magic != HELLO_MAGIC || h.key != key ||
+        if (io_all(fd, &h, sizeof h, 0, hello_by < deadline ? hello_by : deadline) != 0 || h.magic != HELLO_MAGIC || h.key != key ||
             h.rank <= s->rank || h.rank >= s->size || s->peers[h.rank].fd >= 0) {
             /* Not one of ours (a stray connection, another job): ignore it. */
             DEAR_WARN("sock", "ignored a connection to %s that did not introduce itself as a rank of this job",

@@ -53,14 +53,21 @@ static int net_setup(dear_ctx_t *ctx)
     enum { T_AUTO, T_MPI, T_SOCKET };
     int t = (int)dear_param_enum(DEAR_P_TRANSPORT);
     DEAR_MPI_CHECK(MPI_Bcast(&t, 1, MPI_INT, 0, ctx->comm));
+    int chosen = t == T_AUTO;
     if (t == T_AUTO)
         t = ctx->topo.nnodes > 1 ? T_SOCKET : T_MPI;
     if (t != T_SOCKET || ctx->size == 1)
         return DEAR_OK;
-    /* Long enough for every rank of a large job to reach dear_init; a wrong interface fails fast
-     * on every rank instead (dear_sock_create agrees first). */
-    const double connect_timeout_s = 60;
-    int rc = dear_sock_create(ctx->comm, dear_param_string(DEAR_P_SOCKET_IFNAME), connect_timeout_s, &ctx->net);
+    int rc = dear_sock_create(ctx->comm, dear_param_string(DEAR_P_SOCKET_IFNAME),
+                              dear_param_double(DEAR_P_SOCKET_TIMEOUT_S), &ctx->net);
+    /* auto's choice must not break a job MPI can run: ranks that cannot reach each other's
+     * sockets (a firewall, an unroutable interface) go on over MPI. Every rank has the same rc. */
+    if (rc == DEAR_ERR_NET && chosen) {
+        DEAR_WARN("api", "dear_init: the socket transport could not connect the ranks (above); DEAR_TRANSPORT=auto "
+                         "goes on over MPI (DEAR_SOCKET_IFNAME picks the interface, DEAR_TRANSPORT=mpi skips the "
+                         "attempt)");
+        return DEAR_OK;
+    }
     if (rc != DEAR_OK) {
         DEAR_ERROR("api", "dear_init: the socket transport (DEAR_TRANSPORT=%s) could not connect the ranks: %s; "
                           "DEAR_TRANSPORT=mpi runs without it",

@@ -719,7 +719,8 @@ int main(int argc, char **argv)
             routed[nrouted++] = g_topo->cross[i];
         }
     if (o.socket) {
-        if (dear_sock_create(MPI_COMM_WORLD, dear_param_string(DEAR_P_SOCKET_IFNAME), 60, &sock) != DEAR_OK)
+        if (dear_sock_create(MPI_COMM_WORLD, dear_param_string(DEAR_P_SOCKET_IFNAME),
+                             dear_param_double(DEAR_P_SOCKET_TIMEOUT_S), &sock) != DEAR_OK)
             MPI_Abort(MPI_COMM_WORLD, 3);
         for (int i = 0; i < nrouted; i++)
             if (dear_net_attach(routed[i], MPI_COMM_WORLD, sock) != DEAR_OK)

@@ -89,6 +89,18 @@ if [ -x "$top_builddir/tests/mpi/test_loop" ]; then
     [ $rc -eq 0 ] || fail "test_loop across $h1,$h2 (socket transport) exited with $rc"
 fi
 
+# Ranks that cannot reach each other's sockets: each host's loopback (DEAR_SOCKET_IFNAME=lo)
+# is its own, so DEAR_TRANSPORT=socket must fail on every rank within DEAR_SOCKET_TIMEOUT_S,
+# and auto must go on over MPI (test_net --unreachable asserts both).
+if [ -x "$top_builddir/tests/mpi/test_net" ]; then
+    timeout -k 5 120 "$EMU" mpirun -np 4 --host "$h1:2,$h2:2" -x CK_FORK=no -x DEAR_SOCKET_IFNAME=lo \
+        -x DEAR_SOCKET_TIMEOUT_S=3 "$top_builddir/tests/mpi/test_net" --unreachable >"$out" 2>&1
+    rc=$?
+    tail -6 "$out"
+    [ $rc -eq 0 ] || fail "test_net --unreachable across $h1,$h2 exited with $rc"
+    grep -q "DEAR_TRANSPORT=auto goes on over MPI" "$out" || fail "auto's fall-back to MPI printed no warning"
+fi
+
 # One-way streams h1 -> h2 (emucluster p2p) and h2 -> h1: each must sit near the configured
 # rate, neither far below (shaping too tight, broken link) nor above it (no shaping at all).
 for dir in "$h1,$h2" "$h2,$h1"; do

@@ -10,7 +10,9 @@
  *   - a peer that closes its connections fails the receives waiting on it (no hang);
  *   - an interface list that selects nothing fails on every rank with DEAR_ERR_PARAM, and
  *     dear_init with it fails on every rank;
- *   - a sub-communicator routed through the fabric reaches the right peers.
+ *   - a sub-communicator routed through the fabric reaches the right peers;
+ *   - with --unreachable alone (tests/apps/emucluster.sh, across hosts, DEAR_SOCKET_IFNAME=lo):
+ *     DEAR_TRANSPORT=socket fails on every rank with DEAR_ERR_NET in time, auto runs over MPI.
  * Every rank reaches every assertion: local failures are combined with MPI_Allreduce first.
  */
 #include <check.h>
@@ -299,6 +301,34 @@ START_TEST(test_bad_ifname)
 }
 END_TEST
 
+/* Run alone (--unreachable) across hosts, with DEAR_SOCKET_IFNAME naming an interface the hosts
+ * cannot reach each other on (loopback) and a short DEAR_SOCKET_TIMEOUT_S: DEAR_TRANSPORT=socket
+ * fails on every rank with DEAR_ERR_NET within the timeout, and auto goes on over MPI. */
+START_TEST(test_unreachable)
+{
+    double timeout_s = dear_param_double(DEAR_P_SOCKET_TIMEOUT_S);
+    setenv("DEAR_TRANSPORT", "socket", 1);
+    dear_params_load();
+    dear_ctx_t *ctx = NULL;
+    double t0 = MPI_Wtime();
+    int rc = dear_init(MPI_COMM_WORLD, &ctx);
+    double took = MPI_Wtime() - t0;
+    ck_assert_msg(all_ok(rc == DEAR_ERR_NET && ctx == NULL), "DEAR_TRANSPORT=socket on an unreachable interface: %d",
+                  rc);
+    ck_assert_msg(all_ok(took < timeout_s + 5), "dear_init took %.1f s to fail, DEAR_SOCKET_TIMEOUT_S=%g", took,
+                  timeout_s);
+    setenv("DEAR_TRANSPORT", "auto", 1);
+    dear_params_load();
+    rc = dear_init(MPI_COMM_WORLD, &ctx);
+    unsetenv("DEAR_TRANSPORT");
+    dear_params_load();
+    ck_assert_msg(all_ok(rc == DEAR_OK), "DEAR_TRANSPORT=auto on an unreachable interface: %d", rc);
+    ck_assert_msg(all_ok(strcmp(dear_transport(ctx), "mpi") == 0), "auto fell back to %s, not mpi",
+                  dear_transport(ctx));
+    ck_assert_msg(all_ok(dear_finalize(&ctx) == DEAR_OK), "dear_finalize after the fallback failed");
+}
+END_TEST
+
 /* The last test: rank 1 closes its connections while rank 0 waits for a message from it. */
 START_TEST(test_peer_gone)
 {
@@ -337,15 +367,20 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 77;
     }
+    Suite *s = suite_create("net");
+    TCase *tc = tcase_create("net");
+    tcase_set_timeout(tc, 120);
+    if (argc > 1 && strcmp(argv[1], "--unreachable") == 0) {
+        tcase_add_test(tc, test_unreachable);
+        suite_add_tcase(s, tc);
+        return mpi_suite_run(s, g_rank);
+    }
     int rc = dear_sock_create(MPI_COMM_WORLD, "", 30, &g_sock);
     if (!all_ok(rc == DEAR_OK)) {
         fprintf(stderr, "rank %d: dear_sock_create failed: %s\n", g_rank, dear_status_string(rc));
         MPI_Finalize();
         return 1;
     }
-    Suite *s = suite_create("net");
-    TCase *tc = tcase_create("net");
-    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_pairs);
     tcase_add_test(tc, test_matching);
     tcase_add_test(tc, test_truncation);
