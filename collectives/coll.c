@@ -604,10 +604,13 @@ dear_sock_t *dear_coll_fabric(const dear_coll_req_t *req)
 {
     if (req->sock == NULL || req->algo == DEAR_ALGO_MPI)
         return NULL;
-    if (req->algo == DEAR_ALGO_HIER)
-        for (int i = 0; i < 2; i++)
-            if (dear_net_fabric(req->topo->node[i]) != req->sock || dear_net_fabric(req->topo->cross[i]) != req->sock)
+    if (req->algo == DEAR_ALGO_HIER) {
+        MPI_Comm comms[4];
+        int n = dear_coll_topo_comms(req->topo, comms);
+        for (int i = 0; i < n; i++)
+            if (dear_net_fabric(comms[i]) != req->sock)
                 return NULL;
+    }
     return req->sock;
 }
 

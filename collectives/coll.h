@@ -74,6 +74,11 @@ typedef struct {
 int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **topo);
 void dear_coll_topo_free(dear_coll_topo_t *topo);
 
+/* The topology's four communicators in one fixed order (node and cross of the reduce-scatter
+ * stages, then of the all-gather stages), for whoever must treat them alike on every rank, such
+ * as routing them through a socket fabric. Returns how many it wrote: 4, or 0 for NULL. */
+int dear_coll_topo_comms(const dear_coll_topo_t *topo, MPI_Comm comms[4]);
+
 typedef struct {
     void *buf;      /* the block's full vector, count elements */
     size_t count;   /* sharding is over [0, count) */

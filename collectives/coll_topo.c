@@ -28,6 +28,17 @@ void dear_coll_topo_free(dear_coll_topo_t *t)
     free(t);
 }
 
+int dear_coll_topo_comms(const dear_coll_topo_t *t, MPI_Comm comms[4])
+{
+    if (t == NULL)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        comms[2 * i] = t->node[i];
+        comms[2 * i + 1] = t->cross[i];
+    }
+    return 4;
+}
+
 int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **out)
 {
     int rc = DEAR_OK, rank, size;

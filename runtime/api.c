@@ -23,14 +23,8 @@
  * rank, which numbers their contexts). */
 static int net_comms(const dear_ctx_t *ctx, MPI_Comm comms[5])
 {
-    int n = 0;
-    comms[n++] = ctx->comm;
-    if (ctx->coll_topo)
-        for (int i = 0; i < 2; i++) {
-            comms[n++] = ctx->coll_topo->node[i];
-            comms[n++] = ctx->coll_topo->cross[i];
-        }
-    return n;
+    comms[0] = ctx->comm;
+    return 1 + dear_coll_topo_comms(ctx->coll_topo, comms + 1);
 }
 
 static void net_free(dear_ctx_t *ctx)

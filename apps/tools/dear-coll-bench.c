@@ -712,12 +712,7 @@ int main(int argc, char **argv)
     /* --transport socket: the world's messages and hier's go over one fabric, as the runtime's. */
     dear_sock_t *sock = NULL;
     MPI_Comm routed[5] = { MPI_COMM_WORLD };
-    int nrouted = 1;
-    if (g_topo)
-        for (int i = 0; i < 2; i++) {
-            routed[nrouted++] = g_topo->node[i];
-            routed[nrouted++] = g_topo->cross[i];
-        }
+    int nrouted = 1 + dear_coll_topo_comms(g_topo, routed + 1);
     if (o.socket) {
         if (dear_sock_create(MPI_COMM_WORLD, dear_param_string(DEAR_P_SOCKET_IFNAME),
                              dear_param_double(DEAR_P_SOCKET_TIMEOUT_S), &sock) != DEAR_OK)

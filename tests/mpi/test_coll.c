@@ -733,14 +733,13 @@ static void hier_segments(void)
 /* --socket: route (on) or stop routing a layout's communicators through the fabric. */
 static void topo_route(const dear_coll_topo_t *t, int on)
 {
-    for (int i = 0; g_sock && i < 2; i++) {
-        MPI_Comm c[2] = { t->node[i], t->cross[i] };
-        for (int k = 0; k < 2; k++)
-            if (on)
-                ck_assert_int_eq(dear_net_attach(c[k], g_comm, g_sock), DEAR_OK);
-            else
-                dear_net_detach(c[k]);
-    }
+    MPI_Comm comms[4];
+    int n = g_sock ? dear_coll_topo_comms(t, comms) : 0;
+    for (int i = 0; i < n; i++)
+        if (on)
+            ck_assert_int_eq(dear_net_attach(comms[i], g_comm, g_sock), DEAR_OK);
+        else
+            dear_net_detach(comms[i]);
 }
 
 START_TEST(test_hier)
