@@ -567,16 +567,16 @@ int dear_coll_wait(dear_coll_req_t *req)
     size_t events = req->events;
     dear_sock_t *net = dear_coll_fabric(req);
     for (;;) {
-        uint64_t msgs0 = 0, msgs1 = 0, timeouts;
+        uint64_t msgs0 = 0, msgs1 = 0;
         if (net)
-            dear_sock_counters(net, &msgs0, &timeouts);
+            dear_sock_counters(net, &msgs0, NULL);
         DEAR_CHECK(dear_coll_progress(req, &done));
         if (done)
             return DEAR_OK;
         if (net) {
             /* Sleep until the sockets have something, unless this round moved a message (then
              * the algorithm may have more to post). The timeout only bounds a missed case. */
-            dear_sock_counters(net, &msgs1, &timeouts);
+            dear_sock_counters(net, &msgs1, NULL);
             if (msgs1 == msgs0 && req->events == events)
                 DEAR_CHECK(dear_sock_block(net, 0.1));
             events = req->events;

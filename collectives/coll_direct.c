@@ -20,7 +20,7 @@ typedef struct {
     int posted;                 /* 0: one rank, nothing to exchange */
     int nreq;                   /* requests, all posted at start */
     int ndone;
-    dear_net_req_t *reqs;          /* 2 (P-1): receives first, then sends */
+    dear_net_req_t *reqs;       /* 2 (P-1): receives first, then sends */
     char *slots;                /* reduce-scatter: P-1 pieces of this rank's chunk */
     float *acc;                 /* 16-bit reduce-scatter: the float32 sum of this rank's chunk */
 } direct_state_t;

@@ -61,11 +61,11 @@ enum { FORM_AGREE, FORM_SPARSE, FORM_DENSE };
 
 typedef struct {
     int npeers;                 /* P-1; peer i (1..P-1) is rank+i for receives (mod P) */
-    dear_net_req_t *rreq, *sreq;   /* npeers each, index i-1 for peer i */
+    dear_net_req_t *rreq, *sreq; /* npeers each, index i-1 for peer i */
     long *rbytes;               /* bytes received from peer i, -1 while pending */
     msg_t *msgs;                /* reduce-scatter: to peer i (rank-i) at i-1; all-gather: one */
     int form;                   /* FORM_*: agreeing, then the exchange or the dense algorithm */
-    dear_net_req_t *areq;          /* agreement: npeers receives, then npeers sends */
+    dear_net_req_t *areq;       /* agreement: npeers receives, then npeers sends */
     unsigned long long *abytes; /* agreement: own bytes at 0, peer i's at i */
     dear_coll_req_t *sub;       /* FORM_DENSE: the dense collective */
     size_t sub_bytes, sub_events; /* its bytes_sent and events already added to the request's */

@@ -530,8 +530,10 @@ void dear_sock_poke(dear_sock_t *s)
 void dear_sock_counters(dear_sock_t *s, uint64_t *messages, uint64_t *timeouts)
 {
     dear_lock(&s->lock);
-    *messages = s->messages;
-    *timeouts = s->timeouts;
+    if (messages)
+        *messages = s->messages;
+    if (timeouts)
+        *timeouts = s->timeouts;
     dear_unlock(&s->lock);
 }
 
@@ -731,8 +733,8 @@ static int accept_all(dear_sock_t *s, int lfd, uint64_t key, double deadline)
          * stray, which must not hold up the ranks queued behind it. */
         double hello_by = mono_now() + HELLO_WAIT_S;
         hello_t h;
-        if (io_all(fd, &h, sizeof h, 0, hello_by < deadline ? hello_by : deadline) != 0 || h.magic != HELLO_MAGIC || h.key != key ||
-            h.rank <= s->rank || h.rank >= s->size || s->peers[h.rank].fd >= 0) {
+        if (io_all(fd, &h, sizeof h, 0, hello_by < deadline ? hello_by : deadline) != 0 || h.magic != HELLO_MAGIC ||
+            h.key != key || h.rank <= s->rank || h.rank >= s->size || s->peers[h.rank].fd >= 0) {
             /* Not one of ours (a stray connection, another job): ignore it. */
             DEAR_WARN("sock", "ignored a connection to %s that did not introduce itself as a rank of this job",
                       s->address);

@@ -70,7 +70,7 @@ int dear_sock_block(dear_sock_t *s, double timeout_s);
 void dear_sock_poke(dear_sock_t *s);
 
 /* Counters since creation: messages completed both ways, and dear_sock_block calls that slept
- * the whole timeout. */
+ * the whole timeout. Either pointer may be NULL. */
 void dear_sock_counters(dear_sock_t *s, uint64_t *messages, uint64_t *timeouts);
 
 #endif

@@ -229,9 +229,9 @@ static void *engine_main(void *arg)
         /* Advance every collective in flight; the list is this thread's alone. A message the
          * fabric completed during the round may belong to a collective advanced before it:
          * the count tells that another round is due before sleeping. */
-        uint64_t msgs0 = 0, msgs1 = 0, timeouts;
+        uint64_t msgs0 = 0, msgs1 = 0;
         if (ctx->net)
-            dear_sock_counters(ctx->net, &msgs0, &timeouts);
+            dear_sock_counters(ctx->net, &msgs0, NULL);
         dear_op_t **link = &ctx->eng.running;
         int ndone = 0, stepped = 0;
         while (*link) {
@@ -276,7 +276,7 @@ static void *engine_main(void *arg)
             ndone++;
         }
         if (ctx->net) {
-            dear_sock_counters(ctx->net, &msgs1, &timeouts);
+            dear_sock_counters(ctx->net, &msgs1, NULL);
             stepped |= msgs1 != msgs0;
         }
         dear_lock(&ctx->eng.lock);

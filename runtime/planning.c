@@ -309,12 +309,13 @@ int dear_planning_restart(dear_ctx_t *ctx, int rc)
  * each switch left out (the switch drained the pipeline). An iteration counts as the mean of
  * the ranks' times for it: in the steady state every rank runs at the common period, and the
  * slowest rank's time is biased up wherever the ranks' iteration boundaries jitter apart (plans
- * of many small collectives more than coarse ones). The plan whose median is lower by more than the margin stays: margin =
- * max(DEAR_VERIFY_MARGIN x spread, VERIFY_TOLERANCE x the lower median), spread being the scaled
- * median absolute deviation of both plans' iterations (dear_samples_compare). Within the margin
- * the measurement cannot tell them apart, and the plan the model predicts faster stays, unless
- * the difference the model predicted lies beyond the margin from the measured one: samples that
- * refute the model leave it no say, and the plan measured faster stays (dear_check_verdict).
+ * of many small collectives more than coarse ones). The plan whose median is lower by more than
+ * the margin stays: margin = max(DEAR_VERIFY_MARGIN x spread, VERIFY_TOLERANCE x the lower
+ * median), spread being the scaled median absolute deviation of both plans' iterations
+ * (dear_samples_compare). Within the margin the measurement cannot tell them apart, and the
+ * plan the model predicts faster stays, unless the difference the model predicted lies beyond
+ * the margin from the measured one: samples that refute the model leave it no say, and the plan
+ * measured faster stays (dear_check_verdict).
  * Why: a shared machine's noise between runs can exceed the difference being judged; the same
  * count of steady-state iterations for each plan, interleaved so a drift of the machine falls on
  * both, compares like with like, and a decision made only beyond the spread the samples
