@@ -12,6 +12,7 @@
 #include "base/algo_table.h"
 #include "base/log.h"
 #include "base/planner_table.h"
+#include "base/transport_table.h"
 #include "base/sched_table.h"
 #include "include/dear_types.h"
 

@@ -1,10 +1,11 @@
 /* Names, flags and help of the extension tables (algo_table.h, sched_table.h,
- * planner_table.h), generated from their rows. */
+ * planner_table.h, transport_table.h), generated from their rows. */
 #include <string.h>
 
 #include "base/algo_table.h"
 #include "base/planner_table.h"
 #include "base/sched_table.h"
+#include "base/transport_table.h"
 
 /* One extension table's columns, indexed by its enum. */
 typedef struct {
@@ -27,6 +28,16 @@ static int index_of(const table_t *t, const char *name)
     return -1;
 }
 
+/* parse: index of name into *out (an enum of the table), 0; or -1 leaving *out alone. */
+#define TABLE_PARSE_(table, name, out, type)                                                   \
+    do {                                                                                       \
+        int i_ = index_of(table, name);                                                        \
+        if (i_ < 0)                                                                            \
+            return -1;                                                                         \
+        *(out) = (type)i_;                                                                     \
+        return 0;                                                                              \
+    } while (0)
+
 /* ---- collective operations and algorithms ---- */
 
 static const char *const op_names[DEAR_COLL_OP_COUNT] = { "reduce_scatter", "allgather", "allreduce" };
@@ -39,10 +50,7 @@ const char *dear_coll_op_short(dear_coll_op_t op) { return name_of(&ops_short, o
 
 int dear_coll_op_parse(const char *shortname, dear_coll_op_t *op)
 {
-    int i = index_of(&ops_short, shortname);
-    if (i >= 0)
-        *op = (dear_coll_op_t)i;
-    return i >= 0 ? 0 : -1;
+    TABLE_PARSE_(&ops_short, shortname, op, dear_coll_op_t);
 }
 
 #define ALGO_NAME_(ID, NAME, OPS, FLAGS, HELP) NAME,
@@ -60,10 +68,7 @@ const char *dear_coll_algo_help(dear_coll_algo_t algo) { return help_of(&algos, 
 
 int dear_coll_algo_parse(const char *name, dear_coll_algo_t *algo)
 {
-    int i = index_of(&algos, name);
-    if (i >= 0)
-        *algo = (dear_coll_algo_t)i;
-    return i >= 0 ? 0 : -1;
+    TABLE_PARSE_(&algos, name, algo, dear_coll_algo_t);
 }
 
 /* ---- schedules ---- */
@@ -82,10 +87,7 @@ const char *dear_sched_help(dear_sched_t s) { return help_of(&scheds, s); }
 
 int dear_sched_parse(const char *name, dear_sched_t *s)
 {
-    int i = index_of(&scheds, name);
-    if (i >= 0)
-        *s = (dear_sched_t)i;
-    return i >= 0 ? 0 : -1;
+    TABLE_PARSE_(&scheds, name, s, dear_sched_t);
 }
 
 /* ---- planners ---- */
@@ -104,8 +106,27 @@ const char *dear_planner_help(dear_planner_t p) { return help_of(&planners, p); 
 
 int dear_planner_parse(const char *name, dear_planner_t *p)
 {
-    int i = index_of(&planners, name);
-    if (i >= 0)
-        *p = (dear_planner_t)i;
-    return i >= 0 ? 0 : -1;
+    TABLE_PARSE_(&planners, name, p, dear_planner_t);
+}
+
+/* ---- transports ---- */
+
+#define TRANSPORT_NAME_(ID, NAME, OPS, FLAGS, HELP) NAME,
+#define TRANSPORT_FLAGS_(ID, NAME, OPS, FLAGS, HELP) FLAGS,
+#define TRANSPORT_HELP_(ID, NAME, OPS, FLAGS, HELP) HELP,
+static const char *const transport_names[DEAR_TRANSPORT_COUNT] = { "auto", DEAR_TRANSPORT_TABLE(TRANSPORT_NAME_) };
+static const unsigned transport_flags[DEAR_TRANSPORT_COUNT] = { 0, DEAR_TRANSPORT_TABLE(TRANSPORT_FLAGS_) };
+static const char *const transport_help[DEAR_TRANSPORT_COUNT] = {
+    "a transport flagged for jobs across hosts when the job spans hosts, else mpi",
+    DEAR_TRANSPORT_TABLE(TRANSPORT_HELP_)
+};
+static const table_t transports = { DEAR_TRANSPORT_COUNT, transport_names, transport_flags, transport_help };
+
+const char *dear_transport_id_name(dear_transport_id_t t) { return name_of(&transports, t); }
+unsigned dear_transport_id_flags(dear_transport_id_t t) { return flags_of(&transports, t); }
+const char *dear_transport_id_help(dear_transport_id_t t) { return help_of(&transports, t); }
+
+int dear_transport_id_parse(const char *name, dear_transport_id_t *t)
+{
+    TABLE_PARSE_(&transports, name, t, dear_transport_id_t);
 }

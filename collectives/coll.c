@@ -194,6 +194,10 @@ static int validate(const dear_coll_args_t *a, int *rank, int *nranks)
                    "dear_coll_start: algo %s with sparse_block 0 (accepted: elements per block > 0, e.g. a "
                    "tensor's row length)", dear_coll_algo_name(a->algo));
     DEAR_ARG_CHECK(a->comm != MPI_COMM_NULL, "dear_coll_start: comm is MPI_COMM_NULL");
+    DEAR_ARG_CHECK(a->mem == NULL || (a->mem->flags & DEAR_MEM_F_HOST_ACCESS),
+                   "dear_coll_start: the vectors lie in %s memory, which the host cannot access (accepted: a row with "
+                   "DEAR_MEM_F_HOST_ACCESS, such as host memory; device memory goes through its transport)",
+                   a->mem ? a->mem->name : "?");
     DEAR_ARG_CHECK(a->tag >= 0, "dear_coll_start: tag %d is negative (accepted: 0 .. MPI_TAG_UB)", a->tag);
     int *ub = NULL, has_ub = 0;
     DEAR_MPI_CHECK(MPI_Comm_get_attr(a->comm, MPI_TAG_UB, &ub, &has_ub));
@@ -278,7 +282,7 @@ static void blocks_copy(dear_coll_req_t *r, int p0, int p1, int to_staging)
             size_t lo, n = block_piece(&r->blocks[b], r->nranks, p, &lo);
             char *at = (char *)r->blocks[b].buf + lo * r->esize;
             if (n > 0)
-                memcpy(to_staging ? st : at, to_staging ? at : st, n * r->esize);
+                coll_copy(r, to_staging ? st : at, to_staging ? at : st, n * r->esize);
             st += n * r->esize;
         }
     }
@@ -331,17 +335,22 @@ static void blocks_unpack(dear_coll_req_t *r)
         blocks_copy(r, 0, r->nranks, 0);
 }
 
-/* A request with its per-rank layout arrays allocated (not yet filled). */
-static int req_new(dear_coll_op_t op, dear_dtype_t dtype, MPI_Comm comm, int tag, int rank, int nranks, double scale,
-                   dear_coll_req_t **out)
+/* A request with its per-rank layout arrays allocated (not yet filled); net NULL: MPI on comm. */
+static int req_new(dear_coll_op_t op, dear_dtype_t dtype, MPI_Comm comm, const dear_net_t *net,
+                   const dear_mem_ops_t *mem, int tag, int rank, int nranks, double scale, dear_coll_req_t **out)
 {
     int rc = DEAR_OK;
     dear_coll_req_t *r = NULL;
     DEAR_ALLOC_GOTO(r, calloc(1, sizeof *r), sizeof *r, rc, err);
+    r->mem = mem ? mem : &dear_mem_host_ops;
     r->op = r->user_op = op;
     r->dtype = r->user_dtype = dtype;
     r->comm = comm;
-    r->sock = dear_net_fabric(comm);
+    if (net == NULL) {
+        r->mpi_net = (dear_net_t){ .tp = dear_transport_mpi(), .comm = comm, .rank = rank, .size = nranks };
+        net = &r->mpi_net;
+    }
+    r->net = net;
     r->tag = tag;
     r->rank = rank;
     r->nranks = nranks;
@@ -381,7 +390,7 @@ static int widen_setup(dear_coll_req_t *r)
     float *w = dear_coll_scratch_get(r->total * sizeof(float), &r->wide_cap);
     if (w == NULL)
         return DEAR_ERR_NOMEM;
-    dear_reduce_widen(r->dtype, w, r->src, r->total);
+    coll_widen(r, r->dtype, w, r->src, r->total);
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
     r->wide = w;
     r->narrow_to = rs ? r->out : r->buf;
@@ -398,7 +407,7 @@ static int widen_setup(dear_coll_req_t *r)
 
 static void widen_finish(dear_coll_req_t *r)
 {
-    dear_reduce_narrow(r->user_dtype, r->narrow_to, r->narrow_from, r->narrow_count, 1.0);
+    coll_narrow(r, r->user_dtype, r->narrow_to, r->narrow_from, r->narrow_count, 1.0);
     dear_coll_scratch_put(r->wide, r->wide_cap);
     r->wide = NULL;
     r->dtype = r->user_dtype;
@@ -422,7 +431,9 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
     DEAR_CHECK(validate(args, &rank, &nranks));
 
     dear_coll_req_t *r = NULL;
-    DEAR_CHECK_GOTO(req_new(args->op, args->dtype, args->comm, args->tag, rank, nranks, args->scale, &r), rc, err);
+    DEAR_CHECK_GOTO(req_new(args->op, args->dtype, args->comm, args->net, args->mem, args->tag, rank, nranks,
+                            args->scale, &r),
+                    rc, err);
 
     if (args->nblocks > 0) {
         DEAR_CHECK_GOTO(blocks_layout(r, args), rc, err);
@@ -483,13 +494,14 @@ err:
     return rc;
 }
 
-int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo, MPI_Comm comm,
+int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo, const dear_net_t *net,
                         int rank, int nranks, const size_t *counts, const size_t *displs, const char *src,
                         char *vec, char *out, double scale, dear_coll_req_t **sub)
 {
     int rc = DEAR_OK;
     dear_coll_req_t *r = NULL;
-    DEAR_CHECK_GOTO(req_new(op, parent->dtype, comm, parent->tag, rank, nranks, scale, &r), rc, err);
+    DEAR_CHECK_GOTO(req_new(op, parent->dtype, net->comm, net, parent->mem, parent->tag, rank, nranks, scale, &r), rc,
+                    err);
     r->algo = algo;
     r->total = parent->total;
     memcpy(r->counts, counts, (size_t)nranks * sizeof(size_t));
@@ -515,8 +527,8 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
     DEAR_ARG_CHECK(req != NULL && done != NULL, "dear_coll_progress: req or done is NULL");
     DEAR_ARG_CHECK(!req->failed, "dear_coll_progress: request already failed; free it");
     if (!req->started) {
-        memcpy(req->buf + req->displs[req->rank] * req->esize, req->ag_send,
-               req->counts[req->rank] * req->esize);
+        coll_copy(req, req->buf + req->displs[req->rank] * req->esize, req->ag_send,
+                  req->counts[req->rank] * req->esize);
         int rc = req_begin(req);
         if (rc != DEAR_OK) {
             req->failed = 1;
@@ -524,8 +536,8 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
         }
     }
     if (!req->done) {
-        if (req->sock && !req->sub) {
-            int rc = dear_sock_progress(req->sock);
+        if (!req->sub) {
+            int rc = dear_transport_progress(req->net->tp);
             if (rc != DEAR_OK) {
                 req->failed = 1;
                 return rc;
@@ -565,20 +577,19 @@ int dear_coll_wait(dear_coll_req_t *req)
     int done = 0;
     double since = dear_now();
     size_t events = req->events;
-    dear_sock_t *net = dear_coll_fabric(req);
+    dear_transport_t *tp = dear_coll_transport(req);
     for (;;) {
         uint64_t msgs0 = 0, msgs1 = 0;
-        if (net)
-            dear_sock_counters(net, &msgs0, NULL);
+        dear_transport_counters(tp, &msgs0, NULL);
         DEAR_CHECK(dear_coll_progress(req, &done));
         if (done)
             return DEAR_OK;
-        if (net) {
-            /* Sleep until the sockets have something, unless this round moved a message (then
+        if (tp) {
+            /* Sleep until the transport has something, unless this round moved a message (then
              * the algorithm may have more to post). The timeout only bounds a missed case. */
-            dear_sock_counters(net, &msgs1, NULL);
+            dear_transport_counters(tp, &msgs1, NULL);
             if (msgs1 == msgs0 && req->events == events)
-                DEAR_CHECK(dear_sock_block(net, 0.1));
+                DEAR_CHECK(dear_transport_block(tp, 0.1));
             events = req->events;
             continue;
         }
@@ -600,18 +611,16 @@ int dear_coll_wait(dear_coll_req_t *req)
     }
 }
 
-dear_sock_t *dear_coll_fabric(const dear_coll_req_t *req)
+dear_transport_t *dear_coll_transport(const dear_coll_req_t *req)
 {
-    if (req->sock == NULL || req->algo == DEAR_ALGO_MPI)
+    dear_transport_t *tp = req->net->tp;
+    if (!dear_transport_can_block(tp) || req->algo == DEAR_ALGO_MPI)
         return NULL;
-    if (req->algo == DEAR_ALGO_HIER) {
-        MPI_Comm comms[4];
-        int n = dear_coll_topo_comms(req->topo, comms);
-        for (int i = 0; i < n; i++)
-            if (dear_net_fabric(comms[i]) != req->sock)
+    if (req->algo == DEAR_ALGO_HIER)
+        for (int i = 0; i < 2; i++)
+            if (req->topo->node_net[i]->tp != tp || req->topo->cross_net[i]->tp != tp)
                 return NULL;
-    }
-    return req->sock;
+    return tp;
 }
 
 void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info)

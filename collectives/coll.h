@@ -51,7 +51,8 @@
 #include <stddef.h>
 
 #include "base/algo_table.h"
-#include "collectives/sock.h"
+#include "collectives/mem.h"
+#include "collectives/net.h"
 #include "include/dear_types.h"
 
 /* The hosts of a communicator (coll_topo.c), for the hierarchical algorithm: H hosts of L ranks
@@ -59,12 +60,16 @@
  * rank_of[host * L + local]. Each comes twice, [0] for the reduce-scatter stages and [1] for the
  * all-gather stages, so that both can be in flight at once. Across the hosts: with 3 or more,
  * the ranks of this local index (rank = host index); with 2, duplicates of the communicator
- * itself (rank as there), whose exchange pairs ranks of different local indices (coll_hier.c). */
+ * itself (rank as there), whose exchange pairs ranks of different local indices (coll_hier.c).
+ * Each communicator's messages go to its endpoint: MPI's until dear_coll_topo_attach. */
 typedef struct {
     int nhosts, local_size;
     int host, local;            /* this rank's */
     MPI_Comm node[2], cross[2];
+    const dear_net_t *node_net[2], *cross_net[2];
     int *rank_of;
+    dear_net_t mpi_net[4];      /* the MPI endpoints of node[0], cross[0], node[1], cross[1] */
+    dear_net_t *opened[4];      /* endpoints opened by dear_coll_topo_attach, closed at free */
 } dear_coll_topo_t;
 
 /* Collective over comm. host_id < 0: ranks sharing memory (MPI_Comm_split_type SHARED) are one
@@ -74,10 +79,10 @@ typedef struct {
 int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **topo);
 void dear_coll_topo_free(dear_coll_topo_t *topo);
 
-/* The topology's four communicators in one fixed order (node and cross of the reduce-scatter
- * stages, then of the all-gather stages), for whoever must treat them alike on every rank, such
- * as routing them through a socket fabric. Returns how many it wrote: 4, or 0 for NULL. */
-int dear_coll_topo_comms(const dear_coll_topo_t *topo, MPI_Comm comms[4]);
+/* Route the topology's four communicators through tp (whose base communicator holds them all):
+ * an endpoint each, opened in one fixed order on every rank. NULL topo or the MPI transport:
+ * nothing to do. On failure the MPI endpoints stay. */
+int dear_coll_topo_attach(dear_coll_topo_t *topo, dear_transport_t *tp);
 
 typedef struct {
     void *buf;      /* the block's full vector, count elements */
@@ -90,6 +95,7 @@ typedef struct {
     dear_coll_algo_t algo;      /* DEAR_ALGO_AUTO: the selection table decides */
     dear_dtype_t dtype;
     MPI_Comm comm;
+    const dear_net_t *net;      /* comm on the transport carrying its messages; NULL: MPI */
     int tag;                    /* distinct among collectives in flight on comm; same on all ranks */
     double scale;               /* multiplies reduced elements; 1.0 for none */
     const void *sendbuf;        /* NULL or == recvbuf: in place */
@@ -101,6 +107,8 @@ typedef struct {
     const dear_coll_topo_t *topo; /* comm's hosts (NULL: flat); must outlive the request */
     size_t sparse_block;        /* elements per block for algo sparse (> 0 required there, e.g. a
                                  * tensor's row length); ignored by the dense algorithms */
+    const dear_mem_ops_t *mem;  /* the memory row of the vectors (copies and reductions go through
+                                 * it on the calling thread); NULL: host memory */
 } dear_coll_args_t;
 
 typedef struct dear_coll_req dear_coll_req_t;
@@ -142,10 +150,10 @@ int dear_coll_wait(dear_coll_req_t *req);
 
 void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info);
 
-/* The socket fabric (sock.h) that every message of req travels on, so that waiting in
- * dear_sock_block is enough to see it move; NULL when it goes through MPI, which only moves
- * when polled. */
-dear_sock_t *dear_coll_fabric(const dear_coll_req_t *req);
+/* The transport that every message of req travels on when it can sleep until they move
+ * (dear_transport_block); NULL when some go through MPI, which only moves when polled (algo mpi
+ * always does). */
+dear_transport_t *dear_coll_transport(const dear_coll_req_t *req);
 
 /* Free a finished request (or one whose start or progress failed). NULL is accepted. */
 void dear_coll_free(dear_coll_req_t *req);

@@ -40,13 +40,13 @@ static int post_all(dear_coll_req_t *r, direct_state_t *st)
         int p = (me + i) % P;   /* partners in a rotated order, so no rank is everyone's first */
         void *dst = rs ? st->slots + (size_t)(i - 1) * mine * r->esize : elem(r, r->buf, r->displs[p]);
         size_t len = rs ? mine : r->counts[p];
-        DEAR_CHECK(dear_net_irecv(dst, len * r->esize, p, r->tag, r->comm, &st->reqs[n++]));
+        DEAR_CHECK(dear_net_irecv(r->net, dst, len * r->esize, p, r->tag, &st->reqs[n++]));
     }
     for (int i = 1; i < P; i++) {
         int p = (me - i + P) % P;
         const void *src = rs ? elem(r, r->src, r->displs[p]) : elem(r, r->buf, r->displs[me]);
         size_t len = rs ? r->counts[p] : mine;
-        DEAR_CHECK(dear_net_isend(src, len * r->esize, p, r->tag, r->comm, &st->reqs[n++]));
+        DEAR_CHECK(dear_net_isend(r->net, src, len * r->esize, p, r->tag, &st->reqs[n++]));
         r->bytes_sent += len * r->esize;
     }
     st->nreq = n;
@@ -61,16 +61,16 @@ static void reduce_pieces(dear_coll_req_t *r, const direct_state_t *st)
     size_t mine = r->counts[r->rank];
     const char *own = elem(r, r->src, r->displs[r->rank]);
     if (st->acc != NULL) {
-        dear_reduce_widen(r->dtype, st->acc, own, mine);
+        coll_widen(r, r->dtype, st->acc, own, mine);
         for (int i = 1; i < r->nranks; i++)
-            dear_reduce_widen_acc(r->dtype, st->acc, st->slots + (size_t)(i - 1) * mine * r->esize, mine);
-        dear_reduce_narrow(r->dtype, r->out, st->acc, mine, r->scale);
+            coll_widen_acc(r, r->dtype, st->acc, st->slots + (size_t)(i - 1) * mine * r->esize, mine);
+        coll_narrow(r, r->dtype, r->out, st->acc, mine, r->scale);
         return;
     }
     for (int i = 1; i < r->nranks; i++) {
         const char *piece = st->slots + (size_t)(i - 1) * mine * r->esize;
         double scale = i == r->nranks - 1 ? r->scale : 1.0;
-        dear_reduce_sum(r->dtype, r->out, i == 1 ? own : r->out, piece, mine, scale);
+        coll_sum(r, r->dtype, r->out, i == 1 ? own : r->out, piece, mine, scale);
     }
 }
 
@@ -118,7 +118,7 @@ static int direct_start(dear_coll_req_t *r)
     }
     if (r->nranks == 1) {
         if (r->op == DEAR_COLL_REDUCE_SCATTER)
-            dear_reduce_scale(r->dtype, r->out, r->src, r->total, r->scale);
+            coll_scale(r, r->dtype, r->out, r->src, r->total, r->scale);
         return DEAR_OK;  /* nothing to exchange */
     }
     if (r->op == DEAR_COLL_REDUCE_SCATTER) {

@@ -152,8 +152,9 @@ static int start_unit(dear_coll_req_t *r, hier_state_t *st, int s)
     if (s == ST_XRS) /* the final sum, into this rank's chunk */
         out = st->own + (st->displs[me] - r->displs[r->rank]) * r->esize;
     ln->next++;
-    return dear_coll_sub_start(r, op, algo, node ? t->node[ag] : t->cross[ag], me, n, st->counts, st->displs,
-                               s == ST_NRS ? st->src : st->vec, st->vec, out, s == ST_XRS ? r->scale : 1.0, &ln->sub);
+    const dear_net_t *net = node ? t->node_net[ag] : t->cross_net[ag];
+    return dear_coll_sub_start(r, op, algo, net, me, n, st->counts, st->displs, s == ST_NRS ? st->src : st->vec,
+                               st->vec, out, s == ST_XRS ? r->scale : 1.0, &ln->sub);
 }
 
 /* May the lane of stage s start its next unit? */
@@ -214,7 +215,7 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
 {
     const dear_coll_topo_t *t = r->topo;
     stream_t *x = &st->stream[ag];
-    MPI_Comm comm = t->cross[ag];
+    const dear_net_t *net = t->cross_net[ag];
     int rc = DEAR_OK, nrs_units = st->lane[ST_NRS].done;
     int nrs_segs = segs_done(r, st, ST_NRS), xrs_segs = segs_done(r, st, ST_XRS);
     while (x->done < x->sent && x->done < x->recvd) {
@@ -226,7 +227,7 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
         if (!ag) {
             size_t at, n;
             piece(r, st, r->rank, k, &at, &n);
-            dear_reduce_sum(r->dtype, st->own + (at - r->displs[r->rank]) * r->esize, st->vec + at * r->esize,
+            coll_sum(r, r->dtype, st->own + (at - r->displs[r->rank]) * r->esize, st->vec + at * r->esize,
                             st->slots + (size_t)w * st->slot_count * r->esize, n, r->scale);
         }
         x->done++;
@@ -237,7 +238,7 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
         size_t at, n;
         piece(r, st, ag ? st->from : r->rank, k, &at, &n);
         void *dst = ag ? st->vec + at * r->esize : st->slots + (size_t)w * st->slot_count * r->esize;
-        DEAR_CHECK(dear_net_irecv(dst, n * r->esize, st->from, r->tag, comm, &x->rreq[w]));
+        DEAR_CHECK(dear_net_irecv(net, dst, n * r->esize, st->from, r->tag, &x->rreq[w]));
         x->recvd++;
         *moved = 1;
     }
@@ -247,7 +248,7 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
         size_t at, n;
         piece(r, st, ag ? r->rank : st->to, k, &at, &n);
         const char *p = ag ? st->own + (at - r->displs[r->rank]) * r->esize : st->vec + at * r->esize;
-        DEAR_CHECK(dear_net_isend(p, n * r->esize, st->to, r->tag, comm, &x->sreq[w]));
+        DEAR_CHECK(dear_net_isend(net, p, n * r->esize, st->to, r->tag, &x->sreq[w]));
         r->bytes_sent += n * r->esize;
         x->sent++;
         *moved = 1;

@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "collectives/coll.h"
+#include "collectives/mem.h"
 #include "collectives/net.h"
 
 typedef struct dear_coll_algo_ops {
@@ -49,6 +50,8 @@ struct dear_coll_req {
     dear_coll_algo_t algo;
     dear_dtype_t dtype;
     MPI_Comm comm;
+    const dear_net_t *net;      /* comm on its transport: the caller's, or mpi_net */
+    dear_net_t mpi_net;
     int tag, rank, nranks;
     size_t esize;
     double scale;
@@ -81,8 +84,8 @@ struct dear_coll_req {
     const dear_coll_algo_ops_t *ops;
     void *state;                /* the algorithm's */
     const dear_coll_topo_t *topo; /* hier: the communicator's hosts */
-    dear_sock_t *sock;          /* comm's socket fabric (net.h), or NULL: MPI */
-    int sub;                    /* a step of another request, which moves the fabric for it */
+    const dear_mem_ops_t *mem;  /* the row of the memory the vectors lie in (host-accessible) */
+    int sub;                    /* a step of another request, which moves the transport for it */
 };
 
 /* Each row of DEAR_COLL_ALGO_TABLE (base/algo_table.h) names its ops, defined in its file. */
@@ -91,15 +94,44 @@ DEAR_COLL_ALGO_TABLE(DEAR_ALGO_OPS_DECL_)
 #undef DEAR_ALGO_OPS_DECL_
 
 /* A collective of another algorithm run as a step of parent's (hier), or instead of it (sparse
- * on dense data): op over nranks ranks of
- * comm (this one rank), chunk p of rank p at counts[p]/displs[p] (copied) of the vector vec: a
+ * on dense data): op over the nranks ranks of
+ * net (this one rank), chunk p of rank p at counts[p]/displs[p] (copied) of the vector vec: a
  * reduce-scatter reads the input src (vec itself, or another vector of the same layout), works
  * in vec and writes this rank's result to out (vec + displs[rank] or elsewhere); an all-gather
  * fills vec in place. Parent's type, tag and hosts (topo). Started; advance with
  * dear_coll_progress, free with dear_coll_free. */
-int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo, MPI_Comm comm,
+int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo, const dear_net_t *net,
                         int rank, int nranks, const size_t *counts, const size_t *displs, const char *src,
                         char *vec, char *out, double scale, dear_coll_req_t **sub);
+
+/* The request's element operations, through its memory row on the calling thread (queue NULL,
+ * which a row the host can access runs at once and without failing). */
+static inline void coll_copy(const dear_coll_req_t *r, void *dst, const void *src, size_t bytes)
+{
+    (void)r->mem->copy(NULL, dst, src, bytes);
+}
+static inline void coll_sum(const dear_coll_req_t *r, dear_dtype_t t, void *dst, const void *a, const void *b, size_t n,
+                            double s)
+{
+    (void)r->mem->sum(NULL, t, dst, a, b, n, s);
+}
+static inline void coll_scale(const dear_coll_req_t *r, dear_dtype_t t, void *dst, const void *src, size_t n, double s)
+{
+    (void)r->mem->scale(NULL, t, dst, src, n, s);
+}
+static inline void coll_widen(const dear_coll_req_t *r, dear_dtype_t t, float *dst, const void *src, size_t n)
+{
+    (void)r->mem->widen(NULL, t, dst, src, n);
+}
+static inline void coll_widen_acc(const dear_coll_req_t *r, dear_dtype_t t, float *acc, const void *src, size_t n)
+{
+    (void)r->mem->widen_acc(NULL, t, acc, src, n);
+}
+static inline void coll_narrow(const dear_coll_req_t *r, dear_dtype_t t, void *dst, const float *src, size_t n,
+                               double s)
+{
+    (void)r->mem->narrow(NULL, t, dst, src, n, s);
+}
 
 /* MPI datatype that moves one element of dtype (16-bit types as MPI_UINT16_T). */
 MPI_Datatype dear_coll_mpi_type(dear_dtype_t dtype);

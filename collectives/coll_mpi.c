@@ -86,14 +86,14 @@ static int mpi_progress(dear_coll_req_t *r, int *done)
     case DEAR_COLL_REDUCE_SCATTER:
         if (r->in_place && own > 0)
             memmove(r->out, r->src, own * r->esize);
-        dear_reduce_scale(r->dtype, r->out, r->out, own, r->scale);
+        coll_scale(r, r->dtype, r->out, r->out, own, r->scale);
         r->bytes_sent = rest * r->esize;  /* what a ring would send: an estimate */
         break;
     case DEAR_COLL_ALLGATHER:
         r->bytes_sent = rest * r->esize;
         break;
     default:
-        dear_reduce_scale(r->dtype, r->buf, r->buf, r->total, r->scale);
+        coll_scale(r, r->dtype, r->buf, r->buf, r->total, r->scale);
         r->bytes_sent = 2 * rest * r->esize;
         break;
     }

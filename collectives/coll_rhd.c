@@ -176,14 +176,14 @@ static void run_action(dear_coll_req_t *r, rhd_state_t *st, const round_t *rd)
     switch (rd->action) {
     case ACT_ACC: {
         char *v = st->vec + rd->acc_off * r->esize;
-        dear_reduce_sum(r->dtype, v, v, st->tmp, rd->acc_len, 1.0);
+        coll_sum(r, r->dtype, v, v, st->tmp, rd->acc_len, 1.0);
         break;
     }
-    case ACT_SCALE_ALL: dear_reduce_scale(r->dtype, st->vec, st->vec, r->total, r->scale); break;
+    case ACT_SCALE_ALL: coll_scale(r, r->dtype, st->vec, st->vec, r->total, r->scale); break;
     case ACT_SCALE_OWN:
-        dear_reduce_scale(r->dtype, r->out, st->vec + r->displs[r->rank] * r->esize, own, r->scale);
+        coll_scale(r, r->dtype, r->out, st->vec + r->displs[r->rank] * r->esize, own, r->scale);
         break;
-    case ACT_SCALE_OUT: dear_reduce_scale(r->dtype, r->out, r->out, own, r->scale); break;
+    case ACT_SCALE_OUT: coll_scale(r, r->dtype, r->out, r->out, own, r->scale); break;
     case ACT_NONE: break;
     }
 }
@@ -195,9 +195,9 @@ static int rhd_progress(dear_coll_req_t *r, int *done)
         round_t *rd = &st->rounds[st->cur];
         if (!st->posted) {
             if (rd->recv_peer >= 0)
-                DEAR_CHECK(dear_net_irecv(rd->rbuf, rd->rbytes, rd->recv_peer, r->tag, r->comm, &st->req[0]));
+                DEAR_CHECK(dear_net_irecv(r->net, rd->rbuf, rd->rbytes, rd->recv_peer, r->tag, &st->req[0]));
             if (rd->send_peer >= 0) {
-                DEAR_CHECK(dear_net_isend(rd->sbuf, rd->sbytes, rd->send_peer, r->tag, r->comm, &st->req[1]));
+                DEAR_CHECK(dear_net_isend(r->net, rd->sbuf, rd->sbytes, rd->send_peer, r->tag, &st->req[1]));
                 r->bytes_sent += rd->sbytes;
             }
             st->posted = 1;
@@ -248,7 +248,7 @@ static int rhd_start(dear_coll_req_t *r)
             st->vec = r->scratch;
         }
         if (st->vec != r->src && bytes > 0)
-            memcpy(st->vec, r->src, bytes);
+            coll_copy(r, st->vec, r->src, bytes);
         st->tmp = dear_coll_scratch_get(bytes, &st->tmp_cap);
         if (st->tmp == NULL)
             return DEAR_ERR_NOMEM;

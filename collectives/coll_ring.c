@@ -134,7 +134,7 @@ static int post_send(dear_coll_req_t *r, ring_state_t *st)
         p = elem(r, r->src, at);
     else
         p = st->wide ? (const char *)(st->wide_work + at) : elem(r, r->work, at);
-    DEAR_CHECK(dear_net_isend(p, n * es, st->right, r->tag, r->comm, &st->sreq[st->send_posted % RING_WINDOW]));
+    DEAR_CHECK(dear_net_isend(r->net, p, n * es, st->right, r->tag, &st->sreq[st->send_posted % RING_WINDOW]));
     r->bytes_sent += n * es;
     st->send_posted++;
     cursor_next(r, st, &st->sc, 0);
@@ -151,8 +151,8 @@ static int post_recv(dear_coll_req_t *r, ring_state_t *st)
         dst = elem(r, r->buf, r->displs[chunk] + c->k * st->seg);
     else
         dst = st->slots + (st->recv_posted % RING_WINDOW) * st->seg * st->slot_esize;
-    DEAR_CHECK(dear_net_irecv(dst, n * step_esize(r, st, c->step), st->left, r->tag, r->comm,
-                               &st->rreq[st->recv_posted % RING_WINDOW]));
+    DEAR_CHECK(dear_net_irecv(r->net, dst, n * step_esize(r, st, c->step), st->left, r->tag,
+                              &st->rreq[st->recv_posted % RING_WINDOW]));
     st->recv_posted++;
     cursor_next(r, st, &st->rpost, 1);
     return DEAR_OK;
@@ -165,16 +165,16 @@ static void reduce_recv_wide(dear_coll_req_t *r, ring_state_t *st, char *slot, s
     float *w = st->wide_work + at;
     int last = st->rdone.step == r->nranks - 2;
     if (st->rdone.step == 0) {
-        dear_reduce_widen(r->dtype, w, elem(r, r->src, at), n);
-        dear_reduce_widen_acc(r->dtype, w, slot, n);
+        coll_widen(r, r->dtype, w, elem(r, r->src, at), n);
+        coll_widen_acc(r, r->dtype, w, slot, n);
     } else {
         w = (float *)slot; /* float32 partial sums: add the input to them in the slot */
-        dear_reduce_widen_acc(r->dtype, w, elem(r, r->src, at), n);
+        coll_widen_acc(r, r->dtype, w, elem(r, r->src, at), n);
         if (!last)
-            memcpy(st->wide_work + at, w, n * sizeof(float));
+            coll_copy(r, st->wide_work + at, w, n * sizeof(float));
     }
     if (last)
-        dear_reduce_narrow(r->dtype, elem(r, r->out, k), w, n, r->scale);
+        coll_narrow(r, r->dtype, elem(r, r->out, k), w, n, r->scale);
 }
 
 /* A received reduce-scatter segment: add it to the input; the last step writes the result. */
@@ -187,10 +187,10 @@ static void reduce_recv(dear_coll_req_t *r, ring_state_t *st)
     if (st->wide)
         reduce_recv_wide(r, st, slot, n, at, c->k * st->seg);
     else if (c->step == r->nranks - 2)
-        dear_reduce_sum(r->dtype, elem(r, r->out, c->k * st->seg), elem(r, r->src, at), slot, n,
+        coll_sum(r, r->dtype, elem(r, r->out, c->k * st->seg), elem(r, r->src, at), slot, n,
                         r->scale);
     else
-        dear_reduce_sum(r->dtype, elem(r, r->work, at), elem(r, r->src, at), slot, n, 1.0);
+        coll_sum(r, r->dtype, elem(r, r->work, at), elem(r, r->src, at), slot, n, 1.0);
 }
 
 /* Send item at cursor sc may go once the segment it forwards has been reduced/received. */
@@ -269,7 +269,7 @@ static int ring_start(dear_coll_req_t *r)
     if (r->nranks == 1) {
         /* Nothing travels: a reduce-scatter's result is the input, scaled. */
         if (r->op == DEAR_COLL_REDUCE_SCATTER)
-            dear_reduce_scale(r->dtype, r->out, r->src, r->total, r->scale);
+            coll_scale(r, r->dtype, r->out, r->src, r->total, r->scale);
         st->trivial = 1;
         return DEAR_OK;
     }

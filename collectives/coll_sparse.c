@@ -217,7 +217,7 @@ static int send_msg(dear_coll_req_t *r, sparse_state_t *st, const msg_t *m, cons
 {
     int p = (r->rank - i + r->nranks) % r->nranks;
     const char *data = m->dense ? shard : st->pack + m->off;
-    DEAR_CHECK(dear_net_isend(data, m->bytes, p, r->tag, r->comm, &st->sreq[i - 1]));
+    DEAR_CHECK(dear_net_isend(r->net, data, m->bytes, p, r->tag, &st->sreq[i - 1]));
     r->bytes_sent += m->bytes;
     if (m->dense)
         r->msgs_dense++;
@@ -259,9 +259,9 @@ static int rs_reduce(dear_coll_req_t *r, sparse_state_t *st, int i)
         return DEAR_OK;
     if (m == s.len * r->esize) {
         if (st->acc != NULL)
-            dear_reduce_widen_acc(r->dtype, st->acc, msg, s.len);
+            coll_widen_acc(r, r->dtype, st->acc, msg, s.len);
         else
-            dear_reduce_sum(r->dtype, r->out, r->out, msg, s.len, 1.0);
+            coll_sum(r, r->dtype, r->out, r->out, msg, s.len, 1.0);
         st->ndense_in++;
         return DEAR_OK;
     }
@@ -271,9 +271,9 @@ static int rs_reduce(dear_coll_req_t *r, sparse_state_t *st, int i)
         size_t lo, n;
         piece_of(r, &s, st->idx[j], &lo, &n);
         if (st->acc != NULL)
-            dear_reduce_widen_acc(r->dtype, st->acc + lo, msg, n);
+            coll_widen_acc(r, r->dtype, st->acc + lo, msg, n);
         else
-            dear_reduce_sum(r->dtype, r->out + lo * r->esize, r->out + lo * r->esize, msg, n, 1.0);
+            coll_sum(r, r->dtype, r->out + lo * r->esize, r->out + lo * r->esize, msg, n, 1.0);
         if (st->cover != NULL)
             st->cover[st->idx[j]]++;
         msg += n * r->esize;
@@ -298,9 +298,9 @@ static void rs_finish(dear_coll_req_t *r, sparse_state_t *st)
         dear_reduce_zero_sign(sum_type, sum + lo * sum_es, n);
     }
     if (st->acc != NULL)
-        dear_reduce_narrow(r->dtype, r->out, st->acc, s.len, r->scale);
+        coll_narrow(r, r->dtype, r->out, st->acc, s.len, r->scale);
     else
-        dear_reduce_scale(r->dtype, r->out, r->out, s.len, r->scale);
+        coll_scale(r, r->dtype, r->out, r->out, s.len, r->scale);
 }
 
 static int rs_start(dear_coll_req_t *r, sparse_state_t *st)
@@ -312,9 +312,9 @@ static int rs_start(dear_coll_req_t *r, sparse_state_t *st)
     if (dear_dtype_is16(r->dtype)) {
         size_t ab = s.len * sizeof(float) + 1;
         DEAR_ALLOC_GOTO(st->acc, malloc(ab), ab, rc, out);
-        dear_reduce_widen(r->dtype, st->acc, own, s.len);
+        coll_widen(r, r->dtype, st->acc, own, s.len);
     } else if (r->out != own) {
-        memcpy(r->out, own, s.len * r->esize);
+        coll_copy(r, r->out, own, s.len * r->esize);
     }
     if (r->dtype != DEAR_INT32) {
         size_t cb = s.n * sizeof(uint32_t) + 1;
@@ -328,8 +328,8 @@ static int rs_start(dear_coll_req_t *r, sparse_state_t *st)
         if (s.len == 0)
             continue;  /* an empty shard: nobody sends */
         st->rbytes[i - 1] = -1;
-        DEAR_CHECK(dear_net_irecv(st->slots + (size_t)(i - 1) * s.len * r->esize, s.len * r->esize, p, r->tag,
-                                  r->comm, &st->rreq[i - 1]));
+        DEAR_CHECK(dear_net_irecv(r->net, st->slots + (size_t)(i - 1) * s.len * r->esize, s.len * r->esize, p, r->tag,
+                                  &st->rreq[i - 1]));
     }
     st->next_reduce = 1;
     for (int i = 1; i <= st->npeers; i++) {
@@ -408,7 +408,7 @@ static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
         if (r->counts[p] == 0)
             continue;
         st->rbytes[i - 1] = -1;
-        DEAR_CHECK(dear_net_irecv(r->buf + r->displs[p] * r->esize, r->counts[p] * r->esize, p, r->tag, r->comm,
+        DEAR_CHECK(dear_net_irecv(r->net, r->buf + r->displs[p] * r->esize, r->counts[p] * r->esize, p, r->tag,
                                   &st->rreq[i - 1]));
     }
     for (int i = 1; i <= st->npeers && s.len > 0; i++)
@@ -459,11 +459,11 @@ static int agree_start(dear_coll_req_t *r, sparse_state_t *st)
     for (int i = 0; i < 2 * st->npeers; i++)
         st->areq[i] = DEAR_NET_REQ_NULL;
     for (int i = 1; i <= st->npeers; i++)
-        DEAR_CHECK(dear_net_irecv(&st->abytes[i], sizeof st->abytes[i], (r->rank + i) % r->nranks, r->tag, r->comm,
+        DEAR_CHECK(dear_net_irecv(r->net, &st->abytes[i], sizeof st->abytes[i], (r->rank + i) % r->nranks, r->tag,
                                   &st->areq[i - 1]));
     for (int i = 1; i <= st->npeers; i++)
-        DEAR_CHECK(dear_net_isend(&st->abytes[0], sizeof st->abytes[0], (r->rank - i + r->nranks) % r->nranks, r->tag,
-                                  r->comm, &st->areq[st->npeers + i - 1]));
+        DEAR_CHECK(dear_net_isend(r->net, &st->abytes[0], sizeof st->abytes[0], (r->rank - i + r->nranks) % r->nranks,
+                                  r->tag, &st->areq[st->npeers + i - 1]));
 out:
     return rc;
 }
@@ -477,7 +477,7 @@ static int dense_start(dear_coll_req_t *r, sparse_state_t *st)
     if (algo == DEAR_ALGO_SPARSE || algo == DEAR_ALGO_MPI || !exact16)
         algo = DEAR_ALGO_RING;  /* one that runs here as it is: no block, no MPI collective, exact */
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
-    return dear_coll_sub_start(r, r->op, algo, r->comm, r->rank, r->nranks, r->counts, r->displs,
+    return dear_coll_sub_start(r, r->op, algo, r->net, r->rank, r->nranks, r->counts, r->displs,
                                rs ? r->src : r->buf, rs ? r->work : r->buf, rs ? r->out : NULL, r->scale, &st->sub);
 }
 
@@ -532,7 +532,7 @@ static int sparse_start(dear_coll_req_t *r)
     r->state = st;
     if (r->nranks == 1) {
         if (r->op == DEAR_COLL_REDUCE_SCATTER)
-            dear_reduce_scale(r->dtype, r->out, r->src, r->total, r->scale);
+            coll_scale(r, r->dtype, r->out, r->src, r->total, r->scale);
         return DEAR_OK;  /* nothing travels */
     }
     /* Each message is at most one shard and MPI counts are ints. */

@@ -16,6 +16,8 @@ void dear_coll_topo_free(dear_coll_topo_t *t)
 {
     if (t == NULL)
         return;
+    for (int i = 0; i < 4; i++)
+        dear_net_close(t->opened[i]);
     int fin = 0;
     MPI_Finalized(&fin);
     for (int i = 0; i < 2 && !fin; i++) {
@@ -28,15 +30,42 @@ void dear_coll_topo_free(dear_coll_topo_t *t)
     free(t);
 }
 
-int dear_coll_topo_comms(const dear_coll_topo_t *t, MPI_Comm comms[4])
+/* The endpoint slots in their fixed order: node and cross of the reduce-scatter stages, then of
+ * the all-gather stages. */
+static void topo_slots(dear_coll_topo_t *t, MPI_Comm comms[4], const dear_net_t **nets[4])
 {
-    if (t == NULL)
-        return 0;
     for (int i = 0; i < 2; i++) {
         comms[2 * i] = t->node[i];
         comms[2 * i + 1] = t->cross[i];
+        nets[2 * i] = &t->node_net[i];
+        nets[2 * i + 1] = &t->cross_net[i];
     }
-    return 4;
+}
+
+static void topo_mpi_nets(dear_coll_topo_t *t)
+{
+    MPI_Comm comms[4];
+    const dear_net_t **nets[4];
+    topo_slots(t, comms, nets);
+    for (int i = 0; i < 4; i++) {
+        dear_net_init_mpi(&t->mpi_net[i], comms[i]);
+        *nets[i] = &t->mpi_net[i];
+    }
+}
+
+int dear_coll_topo_attach(dear_coll_topo_t *t, dear_transport_t *tp)
+{
+    if (t == NULL || tp == dear_transport_mpi())
+        return DEAR_OK;
+    MPI_Comm comms[4];
+    const dear_net_t **nets[4];
+    topo_slots(t, comms, nets);
+    for (int i = 0; i < 4; i++)
+        if (t->opened[i] == NULL)
+            DEAR_CHECK(dear_net_open(tp, comms[i], &t->opened[i]));
+    for (int i = 0; i < 4; i++)
+        *nets[i] = t->opened[i];
+    return DEAR_OK;
 }
 
 int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **out)
@@ -85,6 +114,7 @@ int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **out)
     else
         DEAR_MPI_CHECK_GOTO(MPI_Comm_split(comm, local, host, &t->cross[0]), rc, out);
     DEAR_MPI_CHECK_GOTO(MPI_Comm_dup(t->cross[0], &t->cross[1]), rc, out);
+    topo_mpi_nets(t);
     size_t nb = sizeof(int) * 2 * (size_t)size;
     DEAR_ALLOC_GOTO(all, malloc(nb), nb, rc, out);
     int me[2] = { host, local };

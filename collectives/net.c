@@ -1,180 +1,187 @@
 /*
- * The collectives' point-to-point layer (net.h): a small process-wide table of routes from an
- * attached communicator to its socket fabric, with its ranks in the fabric's numbering and a
- * context number of its own; everything else goes to MPI.
+ * The transport layer's dispatch (net.h): a message goes to its endpoint's transport through the
+ * ops table; the runtime's choice of transport (DEAR_TRANSPORT, with auto resolved) and the
+ * endpoints' context numbers and rank translation live here, so that no layer above names a
+ * transport.
  */
 #include "collectives/net.h"
 
-#include <limits.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "base/log.h"
 #include "base/mpi_check.h"
-#include "base/sync.h"
 
-/* A runtime context attaches its communicator and hier's four; a few contexts at once. */
-#define MAX_ROUTES 32
+/* Indexed by dear_transport_id_t (AUTO resolves first). */
+#define TRANSPORT_OPS_DECL_(ID, NAME, OPS, FLAGS, HELP) extern const dear_transport_ops_t OPS;
+DEAR_TRANSPORT_TABLE(TRANSPORT_OPS_DECL_)
+#undef TRANSPORT_OPS_DECL_
+#define TRANSPORT_OPS_(ID, NAME, OPS, FLAGS, HELP) [DEAR_TRANSPORT_##ID] = &OPS,
+static const dear_transport_ops_t *const transport_table[DEAR_TRANSPORT_COUNT] = {
+    [DEAR_TRANSPORT_AUTO] = NULL,
+    DEAR_TRANSPORT_TABLE(TRANSPORT_OPS_)
+};
+#undef TRANSPORT_OPS_
 
-typedef struct {
-    MPI_Comm comm;
-    dear_sock_t *sock;
-    uint32_t ctx;
-    int size;
-    int *to_base;               /* comm rank -> fabric rank */
-} route_t;
+static dear_transport_t mpi_instance = { &dear_net_mpi_ops, DEAR_TRANSPORT_MPI, MPI_COMM_NULL, NULL, 0 };
 
-static pthread_rwlock_t routes_lock = PTHREAD_RWLOCK_INITIALIZER;
-static route_t routes[MAX_ROUTES];
-static int nroutes;
-
-/* Contexts are numbered per fabric in attach order; every member attaches alike (net.h). */
-static uint32_t next_ctx(const dear_sock_t *s)
+dear_transport_t *dear_transport_mpi(void)
 {
-    uint32_t n = 0;
-    for (int i = 0; i < nroutes; i++)
-        if (routes[i].sock == s && routes[i].ctx >= n)
-            n = routes[i].ctx + 1;
-    return n;
+    return &mpi_instance;
 }
 
-int dear_net_attach(MPI_Comm comm, MPI_Comm base, dear_sock_t *s)
+/* The row auto takes for a job that spans hosts: the first flagged for it. */
+static dear_transport_id_t across_hosts_row(void)
 {
-    int rc = DEAR_OK, size;
-    MPI_Group g = MPI_GROUP_NULL, gb = MPI_GROUP_NULL;
-    int *ranks = NULL, *to_base = NULL;
+    for (int t = DEAR_TRANSPORT_AUTO + 1; t < DEAR_TRANSPORT_COUNT; t++)
+        if (dear_transport_id_flags((dear_transport_id_t)t) & DEAR_TRANSPORT_F_ACROSS_HOSTS)
+            return (dear_transport_id_t)t;
+    return DEAR_TRANSPORT_MPI;
+}
+
+int dear_transport_open(MPI_Comm comm, int id, int nhosts, dear_transport_t **out)
+{
+    int size = 1;
     DEAR_MPI_CHECK(MPI_Comm_size(comm, &size));
-    DEAR_ALLOC_GOTO(ranks, malloc((size_t)size * sizeof *ranks), (size_t)size * sizeof *ranks, rc, out);
-    DEAR_ALLOC_GOTO(to_base, malloc((size_t)size * sizeof *to_base), (size_t)size * sizeof *to_base, rc, out);
-    for (int i = 0; i < size; i++)
+    int chosen = id == DEAR_TRANSPORT_AUTO;
+    if (id <= DEAR_TRANSPORT_AUTO || id >= DEAR_TRANSPORT_COUNT)
+        id = nhosts > 1 ? across_hosts_row() : DEAR_TRANSPORT_MPI;
+    const dear_transport_ops_t *ops = transport_table[id];
+    if (id == DEAR_TRANSPORT_MPI || size == 1 || ops->create == NULL) {
+        *out = dear_transport_mpi();
+        return DEAR_OK;
+    }
+    dear_transport_t *tp = NULL;
+    int rc = ops->create(comm, &tp);
+    if (rc == DEAR_ERR_NET && chosen) {
+        /* Every rank has the same rc (create agrees on it), so all go on over MPI together. */
+        DEAR_WARN("net", "dear_init: the %s transport could not connect the ranks (above); DEAR_TRANSPORT=auto goes on "
+                         "over MPI (DEAR_TRANSPORT=mpi skips the attempt)",
+                  ops->name);
+        *out = dear_transport_mpi();
+        return DEAR_OK;
+    }
+    if (rc != DEAR_OK) {
+        DEAR_ERROR("net", "dear_init: the %s transport (DEAR_TRANSPORT=%s) could not connect the ranks: %s; "
+                          "DEAR_TRANSPORT=mpi runs without it",
+                   ops->name, chosen ? "auto" : ops->name, dear_status_string(rc));
+        return rc;
+    }
+    tp->ops = ops;
+    tp->id = (dear_transport_id_t)id;
+    tp->base = comm;
+    if (ops->address)
+        DEAR_INFO("net", "%s transport: %s, connected to %d peer(s)", ops->name, ops->address(tp), size - 1);
+    *out = tp;
+    return DEAR_OK;
+}
+
+void dear_transport_close(dear_transport_t *tp)
+{
+    if (tp == NULL || tp == &mpi_instance)
+        return;
+    tp->ops->destroy(tp);
+}
+
+void dear_net_init_mpi(dear_net_t *ep, MPI_Comm comm)
+{
+    *ep = (dear_net_t){ .tp = &mpi_instance, .comm = comm };
+    MPI_Comm_rank(comm, &ep->rank);
+    MPI_Comm_size(comm, &ep->size);
+}
+
+/* comm's ranks in tp's base communicator, for rows that address peers there. */
+static int translate(const dear_transport_t *tp, dear_net_t *ep)
+{
+    int rc = DEAR_OK;
+    MPI_Group g = MPI_GROUP_NULL, gb = MPI_GROUP_NULL;
+    size_t nb = (size_t)ep->size * sizeof(int);
+    int *ranks = NULL;
+    DEAR_ALLOC_GOTO(ranks, malloc(nb), nb, rc, out);
+    DEAR_ALLOC_GOTO(ep->to_base, malloc(nb), nb, rc, out);
+    for (int i = 0; i < ep->size; i++)
         ranks[i] = i;
-    DEAR_MPI_CHECK_GOTO(MPI_Comm_group(comm, &g), rc, out);
-    DEAR_MPI_CHECK_GOTO(MPI_Comm_group(base, &gb), rc, out);
-    DEAR_MPI_CHECK_GOTO(MPI_Group_translate_ranks(g, size, ranks, gb, to_base), rc, out);
-    for (int i = 0; i < size; i++)
-        if (to_base[i] == MPI_UNDEFINED) {
-            DEAR_ERROR("net", "dear_net_attach: rank %d of the communicator is not in the fabric's", i);
+    DEAR_MPI_CHECK_GOTO(MPI_Comm_group(ep->comm, &g), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Comm_group(tp->base, &gb), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Group_translate_ranks(g, ep->size, ranks, gb, ep->to_base), rc, out);
+    for (int i = 0; i < ep->size; i++)
+        if (ep->to_base[i] == MPI_UNDEFINED) {
+            DEAR_ERROR("net", "dear_net_open: rank %d of the communicator is not in the %s transport's", i,
+                       tp->ops->name);
             rc = DEAR_ERR_INTERNAL;
             goto out;
         }
-    DEAR_PTHREAD_MUST(pthread_rwlock_wrlock(&routes_lock));
-    if (nroutes == MAX_ROUTES) {
-        DEAR_ERROR("net", "dear_net_attach: more than %d communicators on socket fabrics at once", MAX_ROUTES);
-        rc = DEAR_ERR_UNSUPPORTED;
-    } else {
-        routes[nroutes] = (route_t){ comm, s, next_ctx(s), size, to_base };
-        nroutes++;
-        to_base = NULL;
-    }
-    DEAR_PTHREAD_MUST(pthread_rwlock_unlock(&routes_lock));
 out:
     if (g != MPI_GROUP_NULL)
         MPI_Group_free(&g);
     if (gb != MPI_GROUP_NULL)
         MPI_Group_free(&gb);
     free(ranks);
-    free(to_base);
     return rc;
 }
 
-void dear_net_detach(MPI_Comm comm)
+int dear_net_open(dear_transport_t *tp, MPI_Comm comm, dear_net_t **out)
 {
-    DEAR_PTHREAD_MUST(pthread_rwlock_wrlock(&routes_lock));
-    for (int i = 0; i < nroutes; i++)
-        if (routes[i].comm == comm) {
-            free(routes[i].to_base);
-            routes[i] = routes[--nroutes];
-            break;
-        }
-    DEAR_PTHREAD_MUST(pthread_rwlock_unlock(&routes_lock));
-}
-
-/* Under the read lock: comm's route, or NULL. */
-static const route_t *route_of(MPI_Comm comm)
-{
-    for (int i = 0; i < nroutes; i++)
-        if (routes[i].comm == comm)
-            return &routes[i];
-    return NULL;
-}
-
-dear_sock_t *dear_net_fabric(MPI_Comm comm)
-{
-    DEAR_PTHREAD_MUST(pthread_rwlock_rdlock(&routes_lock));
-    const route_t *r = route_of(comm);
-    dear_sock_t *s = r ? r->sock : NULL;
-    DEAR_PTHREAD_MUST(pthread_rwlock_unlock(&routes_lock));
-    return s;
-}
-
-static int post(int is_send, void *buf, size_t bytes, int peer, int tag, MPI_Comm comm, dear_net_req_t *req)
-{
-    DEAR_PTHREAD_MUST(pthread_rwlock_rdlock(&routes_lock));
-    const route_t *r = route_of(comm);
-    dear_sock_t *s = NULL;
-    int to = 0, r_size = r ? r->size : 0;
-    uint32_t ctx = 0;
-    if (r && peer >= 0 && peer < r->size) {
-        s = r->sock;
-        to = r->to_base[peer];
-        ctx = r->ctx;
+    int rc = DEAR_OK;
+    dear_net_t *ep = NULL;
+    DEAR_ALLOC_GOTO(ep, calloc(1, sizeof *ep), sizeof *ep, rc, err);
+    ep->tp = tp;
+    ep->comm = comm;
+    DEAR_MPI_CHECK_GOTO(MPI_Comm_rank(comm, &ep->rank), rc, err);
+    DEAR_MPI_CHECK_GOTO(MPI_Comm_size(comm, &ep->size), rc, err);
+    if (tp->ops->open) {
+        DEAR_CHECK_GOTO(translate(tp, ep), rc, err);
+        ep->ctx = tp->next_ctx++; /* every member opens alike, so the numbers agree */
+        DEAR_CHECK_GOTO(tp->ops->open(tp, ep), rc, err);
     }
-    int routed = r != NULL;
-    DEAR_PTHREAD_MUST(pthread_rwlock_unlock(&routes_lock));
-    if (routed && s == NULL) {
-        DEAR_ERROR("net", "peer %d is outside the communicator of %d ranks", peer, r_size);
-        return DEAR_ERR_INTERNAL;
-    }
-    dear_net_req_t q = DEAR_NET_REQ_NULL;
-    if (s) {
-        q.sock = s;
-        DEAR_CHECK(is_send ? dear_sock_isend(s, to, ctx, tag, buf, bytes, &q.msg)
-                           : dear_sock_irecv(s, to, ctx, tag, buf, bytes, &q.msg));
-    } else {
-        if (bytes > INT_MAX) {
-            DEAR_ERROR("net", "a message of %zu bytes is beyond MPI's int count (%d)", bytes, INT_MAX);
-            return DEAR_ERR_UNSUPPORTED;
-        }
-        if (is_send)
-            DEAR_MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &q.mpi));
-        else
-            DEAR_MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &q.mpi));
-    }
-    *req = q;
+    *out = ep;
     return DEAR_OK;
+err:
+    if (ep)
+        free(ep->to_base);
+    free(ep);
+    return rc;
 }
 
-int dear_net_isend(const void *buf, size_t bytes, int peer, int tag, MPI_Comm comm, dear_net_req_t *req)
+void dear_net_close(dear_net_t *ep)
 {
-    return post(1, (void *)buf, bytes, peer, tag, comm, req);
+    if (ep == NULL)
+        return;
+    if (ep->tp->ops->close)
+        ep->tp->ops->close(ep);
+    free(ep->to_base);
+    free(ep);
 }
 
-int dear_net_irecv(void *buf, size_t bytes, int peer, int tag, MPI_Comm comm, dear_net_req_t *req)
+static int peer_check(const dear_net_t *ep, int peer)
 {
-    return post(0, buf, bytes, peer, tag, comm, req);
+    if (peer >= 0 && peer < ep->size)
+        return DEAR_OK;
+    DEAR_ERROR("net", "peer %d is outside the communicator of %d ranks", peer, ep->size);
+    return DEAR_ERR_INTERNAL;
+}
+
+int dear_net_isend(const dear_net_t *ep, const void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req)
+{
+    DEAR_CHECK(peer_check(ep, peer));
+    return ep->tp->ops->isend(ep, buf, bytes, peer, tag, req);
+}
+
+int dear_net_irecv(const dear_net_t *ep, void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req)
+{
+    DEAR_CHECK(peer_check(ep, peer));
+    return ep->tp->ops->irecv(ep, buf, bytes, peer, tag, req);
 }
 
 int dear_net_test_recv(dear_net_req_t *req, int *flag, size_t *bytes)
 {
-    if (req->sock) {
-        DEAR_CHECK(dear_sock_test(req->sock, &req->msg, flag, bytes));
-        if (*flag)
-            *req = DEAR_NET_REQ_NULL;
+    if (req->net == NULL) {
+        *flag = 1;
         return DEAR_OK;
     }
-    MPI_Status status;
-    DEAR_MPI_CHECK(MPI_Test(&req->mpi, flag, &status));
-    if (*flag && bytes) {
-        int n = 0;
-        DEAR_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &n));
-        *bytes = (size_t)n;
-    }
+    DEAR_CHECK(req->net->tp->ops->test(req, flag, bytes));
+    if (*flag)
+        *req = DEAR_NET_REQ_NULL;
     return DEAR_OK;
-}
-
-int dear_net_test(dear_net_req_t *req, int *flag)
-{
-    return dear_net_test_recv(req, flag, NULL);
 }
 
 int dear_net_testall(int n, dear_net_req_t *reqs, int *flag)
@@ -193,16 +200,34 @@ int dear_net_testall(int n, dear_net_req_t *reqs, int *flag)
 
 void dear_net_abandon(dear_net_req_t *req)
 {
-    if (req->sock) {
-        dear_sock_abandon(req->sock, &req->msg);
-        *req = DEAR_NET_REQ_NULL;
+    if (req->net == NULL)
         return;
-    }
-    if (req->mpi == MPI_REQUEST_NULL)
-        return;
-    /* Error path only, so failures here are deliberately ignored: cancelling a send may not
-     * succeed, and freeing is what releases our side. */
-    MPI_Cancel(&req->mpi);
-    MPI_Request_free(&req->mpi);
-    req->mpi = MPI_REQUEST_NULL;
+    req->net->tp->ops->abandon(req);
+    *req = DEAR_NET_REQ_NULL;
+}
+
+int dear_transport_progress(dear_transport_t *tp)
+{
+    return tp && tp->ops->progress ? tp->ops->progress(tp) : DEAR_OK;
+}
+
+int dear_transport_block(dear_transport_t *tp, double timeout_s)
+{
+    return tp && tp->ops->block ? tp->ops->block(tp, timeout_s) : DEAR_OK;
+}
+
+void dear_transport_poke(dear_transport_t *tp)
+{
+    if (tp && tp->ops->poke)
+        tp->ops->poke(tp);
+}
+
+void dear_transport_counters(dear_transport_t *tp, uint64_t *messages, uint64_t *timeouts)
+{
+    if (messages)
+        *messages = 0;
+    if (timeouts)
+        *timeouts = 0;
+    if (tp && tp->ops->counters)
+        tp->ops->counters(tp, messages, timeouts);
 }

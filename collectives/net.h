@@ -1,56 +1,139 @@
 /*
- * Point-to-point messages of the collectives, over MPI or over the socket transport (sock.h).
- * A communicator the runtime attached to a socket fabric sends its messages there; any other
- * goes through MPI_Isend / MPI_Irecv as before. The algorithms are written once, against this.
+ * What carries the collectives' messages: a transport is a row of DEAR_TRANSPORT_TABLE
+ * (base/transport_table.h), one ops table as NCCL's ncclTransport and UCX's uct_iface_ops are,
+ * and the layers above hold a pointer to it without naming an implementation. MPI point to
+ * point (net_mpi.c) and the socket fabric (net_sock.c) are its rows.
+ *
+ * Two objects:
+ *   dear_transport_t  one instance of a row (the MPI library; a socket fabric with its
+ *                     connections): what the progress thread moves, sleeps on and pokes.
+ *   dear_net_t        a communicator on a transport (an endpoint): what a collective is given
+ *                     and posts its messages to, peers being ranks of that communicator.
+ * Several endpoints share one transport (a communicator and hier's sub-communicators), each
+ * with a context number of its own that keeps their messages apart.
  */
 #ifndef DEAR_NET_H
 #define DEAR_NET_H
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
-#include "collectives/sock.h"
+#include "base/transport_table.h"
 
+typedef struct dear_transport dear_transport_t;
+typedef struct dear_net dear_net_t;
+
+/* A message in flight: inactive when net is NULL (completed, or never posted). */
 typedef struct {
-    MPI_Request mpi;
-    dear_sock_t *sock;          /* non-NULL: the message is msg on this fabric */
-    dear_sock_msg_t *msg;
+    const dear_net_t *net;
+    union {
+        MPI_Request mpi;
+        void *msg;
+    } u;
 } dear_net_req_t;
 
-#define DEAR_NET_REQ_NULL ((dear_net_req_t){ MPI_REQUEST_NULL, NULL, NULL })
+#define DEAR_NET_REQ_NULL ((dear_net_req_t){ NULL, { .msg = NULL } })
 
-/* Route comm's messages through fabric s, which was created on base: comm's ranks are
- * translated to base's. Every rank of comm must attach it (and its other attached
- * communicators) in the same order: that order numbers the contexts that keep their messages
- * apart. Not collective; no message of comm may be in flight. */
-int dear_net_attach(MPI_Comm comm, MPI_Comm base, dear_sock_t *s);
+/* A transport's operations. Those marked optional may be NULL. */
+typedef struct dear_transport_ops {
+    const char *name;
+    /* Collective over comm: the instance for comm's ranks (e.g. connections between every
+     * pair). Every rank returns the same status; *out set only on success. */
+    int (*create)(MPI_Comm comm, dear_transport_t **out);
+    /* An endpoint for comm (every rank of which belongs to the communicator the instance was
+     * created on) in ep, allocated by the caller; not collective, but every member opens the
+     * transport's endpoints in the same order. Optional: without it the endpoint needs nothing. */
+    int (*open)(dear_transport_t *tp, dear_net_t *ep);
+    void (*close)(dear_net_t *ep);
+    /* Post a message of bytes to or from peer (a rank of ep's communicator) with tag; req set
+     * on success. A send's buffer stays untouched until it completes, a receive's until it
+     * completes or is abandoned. */
+    int (*isend)(const dear_net_t *ep, const void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req);
+    int (*irecv)(const dear_net_t *ep, void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req);
+    /* *flag = 1 once complete, *bytes (when not NULL) the length a receive got. */
+    int (*test)(dear_net_req_t *req, int *flag, size_t *bytes);
+    /* Error paths only: cancel where possible and free. */
+    void (*abandon)(dear_net_req_t *req);
+    /* Optional: move what can move now without waiting (a transport that moves only inside
+     * test, as MPI, has none). */
+    int (*progress)(dear_transport_t *tp);
+    /* Optional: sleep until something can move, poke is called, or timeout_s passes; a
+     * transport without it can only be polled. */
+    int (*block)(dear_transport_t *tp, double timeout_s);
+    /* Optional (with block): wake a block now or the next one to start; thread-safe. */
+    void (*poke)(dear_transport_t *tp);
+    /* Optional: messages completed both ways, and blocks that slept the whole timeout. */
+    void (*counters)(dear_transport_t *tp, uint64_t *messages, uint64_t *timeouts);
+    /* Optional: "a.b.c.d:port" or similar for logs. */
+    const char *(*address)(const dear_transport_t *tp);
+    void (*destroy)(dear_transport_t *tp);
+} dear_transport_ops_t;
 
-/* Forget comm's route (before freeing comm or the fabric). Unknown comms are ignored. */
-void dear_net_detach(MPI_Comm comm);
+struct dear_transport {
+    const dear_transport_ops_t *ops;
+    dear_transport_id_t id;
+    MPI_Comm base;              /* the communicator it was created on */
+    void *impl;                 /* the row's own state */
+    uint32_t next_ctx;          /* context numbers handed to endpoints so far */
+};
 
-/* The fabric comm is attached to, or NULL (MPI). */
-dear_sock_t *dear_net_fabric(MPI_Comm comm);
+struct dear_net {
+    dear_transport_t *tp;
+    MPI_Comm comm;
+    int rank, size;
+    uint32_t ctx;               /* keeps this endpoint's messages apart from its siblings' */
+    int *to_base;               /* comm rank -> rank of tp->base (rows with open) */
+};
 
-/* Post a message of bytes to or from peer (a rank of comm) with tag. *req set on success. */
-int dear_net_isend(const void *buf, size_t bytes, int peer, int tag, MPI_Comm comm, dear_net_req_t *req);
-int dear_net_irecv(void *buf, size_t bytes, int peer, int tag, MPI_Comm comm, dear_net_req_t *req);
+/* The MPI library as a transport: one process-wide instance, nothing to create or destroy. */
+dear_transport_t *dear_transport_mpi(void);
 
-/* *flag = 1 once complete (req becomes DEAR_NET_REQ_NULL; a null request is complete). Errors
- * are logged and returned (DEAR_ERR_MPI, DEAR_ERR_NET). test_recv also gives the bytes a
+/* Collective over comm: the transport DEAR_TRANSPORT names, with auto resolved: a row flagged
+ * DEAR_TRANSPORT_F_ACROSS_HOSTS when the job spans hosts (nhosts > 1), MPI otherwise; auto's
+ * choice falls back on MPI with a warning when that row cannot connect the ranks, since it must
+ * not break a job MPI can run. id is rank 0's (the caller broadcasts it). *out set on success. */
+int dear_transport_open(MPI_Comm comm, int id, int nhosts, dear_transport_t **out);
+
+/* Destroys an instance (its endpoints closed first); the MPI instance and NULL are ignored. */
+void dear_transport_close(dear_transport_t *tp);
+
+/* The row's name: "mpi", "socket", ... */
+static inline const char *dear_transport_name(const dear_transport_t *tp) { return tp->ops->name; }
+
+/* An endpoint for comm on tp (rank numbers translated to tp's base communicator); *out
+ * allocated, close it with dear_net_close. Every member of comm opens its endpoints in the same
+ * order. */
+int dear_net_open(dear_transport_t *tp, MPI_Comm comm, dear_net_t **out);
+void dear_net_close(dear_net_t *ep);
+/* An endpoint for comm on MPI in caller-owned storage: nothing to close. */
+void dear_net_init_mpi(dear_net_t *ep, MPI_Comm comm);
+
+int dear_net_isend(const dear_net_t *ep, const void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req);
+int dear_net_irecv(const dear_net_t *ep, void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req);
+
+/* *flag = 1 once complete (req becomes DEAR_NET_REQ_NULL; an inactive request is complete).
+ * Errors are logged and returned (DEAR_ERR_MPI, DEAR_ERR_NET). test_recv also gives the bytes a
  * completed receive got (at most its size). */
-int dear_net_test(dear_net_req_t *req, int *flag);
 int dear_net_test_recv(dear_net_req_t *req, int *flag, size_t *bytes);
+static inline int dear_net_test(dear_net_req_t *req, int *flag) { return dear_net_test_recv(req, flag, NULL); }
 
-/* *flag = 1 once all n are complete (the complete ones become null). */
+/* *flag = 1 once all n are complete (the complete ones become inactive). */
 int dear_net_testall(int n, dear_net_req_t *reqs, int *flag);
 
 /* 1 while req stands for a message not yet complete. */
-static inline int dear_net_active(const dear_net_req_t *req)
-{
-    return req->sock ? req->msg != NULL : req->mpi != MPI_REQUEST_NULL;
-}
+static inline int dear_net_active(const dear_net_req_t *req) { return req->net != NULL; }
 
 /* Cancel (where possible) and free a request still outstanding; error paths only. */
 void dear_net_abandon(dear_net_req_t *req);
+
+/* The transport's optional operations, harmless where it has none: progress and poke do
+ * nothing, block returns at once with DEAR_OK, counters read 0; can_block says whether block
+ * really sleeps until something moves. */
+int dear_transport_progress(dear_transport_t *tp);
+int dear_transport_block(dear_transport_t *tp, double timeout_s);
+void dear_transport_poke(dear_transport_t *tp);
+void dear_transport_counters(dear_transport_t *tp, uint64_t *messages, uint64_t *timeouts);
+static inline int dear_transport_can_block(const dear_transport_t *tp) { return tp != NULL && tp->ops->block != NULL; }
 
 #endif

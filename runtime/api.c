@@ -19,65 +19,26 @@
 #include "runtime/rt.h"
 #include "base/util.h"
 
-/* The comms whose collectives the socket fabric carries: comm, then hier's (same order on every
- * rank, which numbers their contexts). */
-static int net_comms(const dear_ctx_t *ctx, MPI_Comm comms[5])
-{
-    comms[0] = ctx->comm;
-    return 1 + dear_coll_topo_comms(ctx->coll_topo, comms + 1);
-}
-
-static void net_free(dear_ctx_t *ctx)
-{
-    if (ctx->net == NULL)
-        return;
-    MPI_Comm comms[5];
-    int n = net_comms(ctx, comms);
-    for (int i = 0; i < n; i++)
-        dear_net_detach(comms[i]);
-    dear_sock_destroy(ctx->net);
-    ctx->net = NULL;
-}
-
-/* Collective: DEAR_TRANSPORT (rank 0's) picks what carries the collectives; for socket, the
- * fabric is built and comm and hier's communicators are routed through it. auto takes sockets
- * only across hosts: within one, MPI's shared memory moves bytes with fewer copies. */
+/* Collective: DEAR_TRANSPORT (rank 0's) picks what carries the collectives, and comm and hier's
+ * communicators get their endpoints on it (in the same order on every rank). */
 static int net_setup(dear_ctx_t *ctx)
 {
-    enum { T_AUTO, T_MPI, T_SOCKET };
     int t = (int)dear_param_enum(DEAR_P_TRANSPORT);
     DEAR_MPI_CHECK(MPI_Bcast(&t, 1, MPI_INT, 0, ctx->comm));
-    int chosen = t == T_AUTO;
-    if (t == T_AUTO)
-        t = ctx->topo.nnodes > 1 ? T_SOCKET : T_MPI;
-    if (t != T_SOCKET || ctx->size == 1)
-        return DEAR_OK;
-    int rc = dear_sock_create(ctx->comm, dear_param_string(DEAR_P_SOCKET_IFNAME),
-                              dear_param_double(DEAR_P_SOCKET_TIMEOUT_S), &ctx->net);
-    /* auto's choice must not break a job MPI can run: ranks that cannot reach each other's
-     * sockets (a firewall, an unroutable interface) go on over MPI. Every rank has the same rc. */
-    if (rc == DEAR_ERR_NET && chosen) {
-        DEAR_WARN("api", "dear_init: the socket transport could not connect the ranks (above); DEAR_TRANSPORT=auto "
-                         "goes on over MPI (DEAR_SOCKET_IFNAME picks the interface, DEAR_TRANSPORT=mpi skips the "
-                         "attempt)");
-        return DEAR_OK;
-    }
-    if (rc != DEAR_OK) {
-        DEAR_ERROR("api", "dear_init: the socket transport (DEAR_TRANSPORT=%s) could not connect the ranks: %s; "
-                          "DEAR_TRANSPORT=mpi runs without it",
-                   dear_param_string(DEAR_P_TRANSPORT), dear_status_string(rc));
-        return rc;
-    }
-    MPI_Comm comms[5];
-    int n = net_comms(ctx, comms);
-    for (int i = 0; i < n && rc == DEAR_OK; i++)
-        rc = dear_net_attach(comms[i], ctx->comm, ctx->net);
-    if (rc != DEAR_OK)
-        net_free(ctx);
-    else
-        DEAR_INFO("api", "socket transport: listening on %s, connected to %d peer(s)", dear_sock_address(ctx->net),
-                  ctx->size - 1);
-    return rc;
+    DEAR_CHECK(dear_transport_open(ctx->comm, t, ctx->topo.nnodes, &ctx->tp));
+    DEAR_CHECK(dear_net_open(ctx->tp, ctx->comm, &ctx->net));
+    return dear_coll_topo_attach(ctx->coll_topo, ctx->tp);
+}
+
+/* The endpoints before the transport, hier's before the communicators they name. */
+static void net_free(dear_ctx_t *ctx)
+{
+    dear_coll_topo_free(ctx->coll_topo);
+    ctx->coll_topo = NULL;
+    dear_net_close(ctx->net);
+    ctx->net = NULL;
+    dear_transport_close(ctx->tp);
+    ctx->tp = NULL;
 }
 
 static int ctx_free(dear_ctx_t *ctx)
@@ -95,7 +56,6 @@ static int ctx_free(dear_ctx_t *ctx)
     dear_plan_free(&ctx->online.alt_plan);
     dear_timeline_close(ctx->tl);
     net_free(ctx);
-    dear_coll_topo_free(ctx->coll_topo);
     if (ctx->comm != MPI_COMM_NULL) {
         int fin = 0;
         MPI_Finalized(&fin);

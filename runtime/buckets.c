@@ -104,21 +104,29 @@ static void op_layers(dear_ctx_t *ctx, dear_op_t *op, int u0, int u1)
     op->layer_hi = unit_tensor(ctx, u1 - 1)->layer;
 }
 
-void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count)
+/* What every operation's collective shares: the kind, the context's communicator on its
+ * transport and hosts, the selection table's algorithm. */
+static void op_init(const dear_ctx_t *ctx, dear_op_t *op, dear_coll_op_t kind, int index, dear_dtype_t dtype)
 {
-    op->kind = DEAR_COLL_ALLREDUCE;
-    op->pos = pos;
+    op->kind = kind;
     op->index = index;
-    op->layer_lo = ctx->reg.tensors[0].layer;
-    op->layer_hi = ctx->reg.tensors[ctx->reg.ntensors - 1].layer;
-    op->bytes = count * dear_dtype_size(dtype);
     op->done_iter = -1;
-    op->args.op = DEAR_COLL_ALLREDUCE;
+    op->args.op = kind;
     op->args.algo = DEAR_ALGO_AUTO;
     op->args.dtype = dtype;
     op->args.comm = ctx->comm;
+    op->args.net = ctx->net;
     op->args.topo = ctx->coll_topo;
     op->args.scale = 1.0;
+}
+
+void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count)
+{
+    op_init(ctx, op, DEAR_COLL_ALLREDUCE, index, dtype);
+    op->pos = pos;
+    op->layer_lo = ctx->reg.tensors[0].layer;
+    op->layer_hi = ctx->reg.tensors[ctx->reg.ntensors - 1].layer;
+    op->bytes = count * dear_dtype_size(dtype);
     op->args.recvbuf = buf;
     op->args.count = count;
 }
@@ -216,16 +224,9 @@ int dear_graph_build(dear_ctx_t *ctx)
             nfused++;
         }
         dear_op_t *op = &bk->op;
-        op->kind = ctx->sched_ops->bucket_op;
-        op->index = b;
+        op_init(ctx, op, ctx->sched_ops->bucket_op, b, bk->dtype);
         op->bytes = bk->bytes;
-        op->done_iter = -1;
         op_layers(ctx, op, bk->u0, bk->u1);
-        op->args.op = op->kind;
-        op->args.algo = DEAR_ALGO_AUTO;
-        op->args.dtype = bk->dtype;
-        op->args.comm = ctx->comm;
-        op->args.topo = ctx->coll_topo;
         op->args.scale = 1.0 / ctx->size; /* averaging fused into the reduction */
         op->args.sendbuf = NULL;          /* in place */
         op->args.recvbuf = bk->buf;
@@ -290,16 +291,8 @@ int dear_graph_build(dear_ctx_t *ctx)
             if (live && !gr->early)
                 op->deps[op->ndeps++] = &ctx->unused.op;
             ctx->graph.ngroups_early += gr->early;
-            op->kind = DEAR_COLL_ALLGATHER;
-            op->index = g;
-            op->done_iter = -1;
+            op_init(ctx, op, DEAR_COLL_ALLGATHER, g, unit_tensor(ctx, gr->u0)->dtype);
             op_layers(ctx, op, gr->u0, gr->u1);
-            op->args.op = DEAR_COLL_ALLGATHER;
-            op->args.algo = DEAR_ALGO_AUTO;
-            op->args.dtype = unit_tensor(ctx, gr->u0)->dtype;
-            op->args.comm = ctx->comm;
-            op->args.topo = ctx->coll_topo;
-            op->args.scale = 1.0;
             op->args.nblocks = nb;
             op->args.blocks = op->blocks;
         }

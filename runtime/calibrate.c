@@ -127,6 +127,7 @@ static int calibrate(dear_ctx_t *ctx, int complete)
                 args.algo = DEAR_ALGO_AUTO;
                 args.dtype = DEAR_FLOAT32;
                 args.comm = ctx->comm;
+                args.net = ctx->net;
                 args.topo = ctx->coll_topo;
                 args.tag = 0; /* nothing else runs on the communicator before commit ends */
                 args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->size; /* values stay 1 */

@@ -7,8 +7,9 @@
  * fewer than DEAR_MAX_INFLIGHT are in flight; the sequence number gives its tag.
  *
  * Never a busy spin: with nothing in flight the thread sleeps on a condition variable. With
- * collectives in flight and no progress, on the socket transport it sleeps in epoll until a
- * socket is ready or an operation is queued; on MPI, which moves only when polled, it yields a
+ * collectives in flight and no progress, on a transport that can sleep (the socket fabric's
+ * epoll) it blocks in it until a message can move or an operation is queued; on one that moves
+ * only when polled (MPI) it yields a
  * few times, then waits on the condition with a timeout growing from 20 us to 100 us (50 us
  * while the application thread is blocked on a collective; a newly queued operation or a new
  * waiter wakes it at once). It also
@@ -54,15 +55,16 @@ static void timed_wait(dear_ctx_t *ctx, double seconds)
     dear_timedwait(&ctx->eng.work_cv, &ctx->eng.lock, &ts);
 }
 
-/* The socket fabric every running collective travels on, or NULL when one needs MPI polled. */
-static dear_sock_t *net_of_running(const dear_ctx_t *ctx)
+/* The transport every running collective travels on when it can sleep until they move, or
+ * NULL when one needs polling. */
+static dear_transport_t *blocking_transport(const dear_ctx_t *ctx)
 {
-    if (ctx->net == NULL)
+    if (!dear_transport_can_block(ctx->tp))
         return NULL;
     for (const dear_op_t *op = ctx->eng.running; op; op = op->next_running)
-        if (dear_coll_fabric(op->req) != ctx->net)
+        if (dear_coll_transport(op->req) != ctx->tp)
             return NULL;
-    return ctx->net;
+    return ctx->tp;
 }
 
 /* Under the lock: the next operation in seq order if it may start now. */
@@ -230,8 +232,7 @@ static void *engine_main(void *arg)
          * fabric completed during the round may belong to a collective advanced before it:
          * the count tells that another round is due before sleeping. */
         uint64_t msgs0 = 0, msgs1 = 0;
-        if (ctx->net)
-            dear_sock_counters(ctx->net, &msgs0, NULL);
+        dear_transport_counters(ctx->tp, &msgs0, NULL);
         dear_op_t **link = &ctx->eng.running;
         int ndone = 0, stepped = 0;
         while (*link) {
@@ -275,10 +276,8 @@ static void *engine_main(void *arg)
             op->req = NULL;
             ndone++;
         }
-        if (ctx->net) {
-            dear_sock_counters(ctx->net, &msgs1, NULL);
-            stepped |= msgs1 != msgs0;
-        }
+        dear_transport_counters(ctx->tp, &msgs1, NULL);
+        stepped |= msgs1 != msgs0;
         dear_lock(&ctx->eng.lock);
         if (ndone)
             dear_broadcast(&ctx->eng.done_cv);
@@ -295,18 +294,18 @@ static void *engine_main(void *arg)
             sleep_s = SLEEP_MIN_S;
             continue;
         }
-        dear_sock_t *net = net_of_running(ctx);
-        if (net) {
-            /* Nothing moved and only the sockets can change that (or a newly queued operation,
-             * which pokes): sleep in the kernel. The timeout keeps the stall checks going. */
+        dear_transport_t *tp = blocking_transport(ctx);
+        if (tp) {
+            /* Nothing moved and only the transport can change that (or a newly queued operation,
+             * which pokes): sleep in it. The timeout keeps the stall checks going. */
             ctx->eng.in_net_wait = 1;
             dear_unlock(&ctx->eng.lock);
-            int rc = dear_sock_block(net, STALL_POLL_S);
+            int rc = dear_transport_block(tp, STALL_POLL_S);
             dear_lock(&ctx->eng.lock);
             ctx->eng.in_net_wait = 0;
             if (rc != DEAR_OK) {
                 dear_unlock(&ctx->eng.lock);
-                fail(ctx, ctx->eng.running, rc, "dear_sock_block");
+                fail(ctx, ctx->eng.running, rc, "the transport's block");
                 dear_lock(&ctx->eng.lock);
                 goto out;
             }
@@ -360,7 +359,7 @@ void dear_engine_stop(dear_ctx_t *ctx)
     ctx->eng.stop = 1;
     dear_signal(&ctx->eng.work_cv);
     if (ctx->eng.in_net_wait)
-        dear_sock_poke(ctx->net);
+        dear_transport_poke(ctx->tp);
     dear_unlock(&ctx->eng.lock);
     DEAR_PTHREAD_MUST(pthread_join(ctx->eng.thread, NULL));
     ctx->eng.thread_started = 0;
@@ -387,7 +386,7 @@ void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op)
     ctx->eng.nqueued++;
     dear_signal(&ctx->eng.work_cv);
     if (ctx->eng.in_net_wait)
-        dear_sock_poke(ctx->net);
+        dear_transport_poke(ctx->tp);
     dear_unlock(&ctx->eng.lock);
 }
 

@@ -311,7 +311,7 @@ const char *dear_schedule(const dear_ctx_t *ctx)
 
 const char *dear_transport(const dear_ctx_t *ctx)
 {
-    return ctx == NULL ? "unknown" : ctx->net ? "socket" : "mpi";
+    return ctx == NULL || ctx->tp == NULL ? "unknown" : dear_transport_name(ctx->tp);
 }
 
 int dear_wait_grad(dear_ctx_t *ctx, int layer)

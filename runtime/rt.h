@@ -132,7 +132,8 @@ struct dear_ctx {
     int rank, size;
     dear_topo_t topo;
     dear_coll_topo_t *coll_topo; /* hosts of comm for hierarchical collectives; NULL: flat */
-    dear_sock_t *net;       /* socket fabric carrying comm's collectives (and coll_topo's); NULL: MPI */
+    dear_transport_t *tp;   /* what carries the collectives (DEAR_TRANSPORT) */
+    dear_net_t *net;        /* comm on tp */
     dear_timeline_t *tl;
     dear_sched_t sched;
     const struct dear_sched_ops *sched_ops; /* sched's row of DEAR_SCHED_TABLE (below) */
@@ -248,7 +249,7 @@ struct dear_ctx {
         int rc;                 /* first error the progress thread hit */
         int nqueued;            /* queued and not yet started */
         int nwaiters;           /* application thread blocked in dear_engine_wait (0 or 1) */
-        int in_net_wait;        /* the progress thread sleeps in dear_sock_block: poke to wake it */
+        int in_net_wait;        /* the progress thread sleeps in the transport's block: poke to wake it */
         uint64_t bytes_sent;
         double busbytes;        /* bus bytes (nccl-tests convention) of finished collectives */
         double busy_s;          /* time with at least one collective in flight */

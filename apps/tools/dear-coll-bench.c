@@ -49,6 +49,8 @@ static const char *const algo_names[A_COUNT] = { "ring", "rhd", "direct", "auto"
 /* The hosts of MPI_COMM_WORLD (NULL: one host, or hosts of unequal or single ranks): what the
  * runtime hands its collectives, so auto and hier choose as there. */
 static dear_coll_topo_t *g_topo;
+/* MPI_COMM_WORLD on --transport's transport. */
+static dear_net_t *g_net;
 static const char *const op_short[DEAR_COLL_OP_COUNT] = { "rs", "ag", "ar" };
 
 typedef struct {
@@ -60,7 +62,7 @@ typedef struct {
     int algos[A_COUNT];
     dear_dtype_t dtype;
     const char *csv;
-    int socket;                 /* --transport socket */
+    dear_transport_id_t transport; /* --transport */
 } opts_t;
 
 static int g_rank, g_size;
@@ -91,9 +93,10 @@ static void usage(FILE *f)
             "  --overlap          measure OSU overlap%% of rs and ag instead (sleep as compute,\n"
             "                     our requests advanced by a helper thread); CSV header\n"
             "                     op,algo,dtype,bytes,count,nranks,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n"
-            "  --transport T      mpi (default): the algorithms' messages through MPI_Isend/Irecv, polled;\n"
-            "                     socket: through libdear's socket transport (DEAR_SOCKET_IFNAME picks the\n"
-            "                     interface), waiting in epoll. Open MPI's own calls use MPI either way\n"
+            "  --transport T      what carries the algorithms' messages, a row of the transport table:\n"
+            "                     mpi (default): MPI_Isend/Irecv, polled; socket: libdear's socket transport\n"
+            "                     (DEAR_SOCKET_IFNAME picks the interface), waiting in epoll. Open MPI's own\n"
+            "                     calls use MPI either way\n"
             "  --help             this text\n"
             "DEAR_COLL_SEGMENT sets the ring's segment size. Sizes are rounded down to whole elements.\n");
 }
@@ -176,8 +179,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         }
         case 'k': bad = parse_size(optarg, &o->block) || o->block < 1; break;
         case 'T':
-            bad = strcmp(optarg, "mpi") != 0 && strcmp(optarg, "socket") != 0;
-            o->socket = !bad && strcmp(optarg, "socket") == 0;
+            bad = dear_transport_id_parse(optarg, &o->transport) != 0 || o->transport == DEAR_TRANSPORT_AUTO;
             break;
         case 'h': if (g_rank == 0) usage(stdout); return 1;
         default: bad = 1; break;
@@ -309,7 +311,7 @@ static int dear_start(bench_t *b, int algo, dear_coll_req_t **req)
 {
     static const dear_coll_algo_t map[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_DIRECT, DEAR_ALGO_AUTO,
                                             DEAR_ALGO_MPI, DEAR_ALGO_HIER, DEAR_ALGO_SPARSE };
-    dear_coll_args_t a = { .op = b->op, .algo = map[algo], .dtype = b->t, .comm = b->comm,
+    dear_coll_args_t a = { .op = b->op, .algo = map[algo], .dtype = b->t, .comm = b->comm, .net = g_net,
                            .tag = 5, .scale = 1.0, .sendbuf = b->send, .recvbuf = b->recv,
                            .count = b->count, .topo = g_topo, .sparse_block = g_block };
     return dear_coll_start(&a, req);
@@ -709,18 +711,13 @@ int main(int argc, char **argv)
         if (g_rank == 0)
             fprintf(stderr, "dear-coll-bench: hier skipped: the job is not several hosts of as many ranks each\n");
     }
-    /* --transport socket: the world's messages and hier's go over one fabric, as the runtime's. */
-    dear_sock_t *sock = NULL;
-    MPI_Comm routed[5] = { MPI_COMM_WORLD };
-    int nrouted = 1 + dear_coll_topo_comms(g_topo, routed + 1);
-    if (o.socket) {
-        if (dear_sock_create(MPI_COMM_WORLD, dear_param_string(DEAR_P_SOCKET_IFNAME),
-                             dear_param_double(DEAR_P_SOCKET_TIMEOUT_S), &sock) != DEAR_OK)
-            MPI_Abort(MPI_COMM_WORLD, 3);
-        for (int i = 0; i < nrouted; i++)
-            if (dear_net_attach(routed[i], MPI_COMM_WORLD, sock) != DEAR_OK)
-                MPI_Abort(MPI_COMM_WORLD, 3);
-    }
+    /* --transport: the world's messages and hier's go over one transport, as the runtime's. */
+    dear_transport_t *tp = NULL;
+    if (o.transport == DEAR_TRANSPORT_AUTO)
+        o.transport = DEAR_TRANSPORT_MPI;
+    if (dear_transport_open(MPI_COMM_WORLD, o.transport, 1, &tp) != DEAR_OK ||
+        dear_net_open(tp, MPI_COMM_WORLD, &g_net) != DEAR_OK || dear_coll_topo_attach(g_topo, tp) != DEAR_OK)
+        MPI_Abort(MPI_COMM_WORLD, 3);
     g_density = o.density;
     g_block = o.block;
     for (int k = 0; k < 17; k++) {
@@ -746,10 +743,9 @@ int main(int argc, char **argv)
         run_normal(&o, csv);
     if (csv && dear_file_out_commit(&csv_out) != DEAR_OK)
         MPI_Abort(MPI_COMM_WORLD, 2);
-    for (int i = 0; sock && i < nrouted; i++)
-        dear_net_detach(routed[i]);
-    dear_sock_destroy(sock);
     dear_coll_topo_free(g_topo);
+    dear_net_close(g_net);
+    dear_transport_close(tp);
     MPI_Finalize();
     return 0;
 }

@@ -39,7 +39,8 @@
 #include "tests/mpi/np_check.h"
 
 static int g_rank, g_size, g_quick;
-static dear_sock_t *g_sock;     /* --socket: the fabric g_comm and the hier layouts' go through */
+static dear_transport_t *g_tp;  /* --socket: the transport g_comm and the hier layouts' go through */
+static dear_net_t *g_net;       /* g_comm on it (NULL: MPI) */
 static MPI_Comm g_comm;
 static char g_first_err[512];
 
@@ -240,7 +241,7 @@ static void run_prepare(run_t *r, const case_t *c)
 
 static int run_start(run_t *r, dear_coll_req_t **req)
 {
-    dear_coll_args_t a = { .op = r->c.op, .algo = r->c.algo, .dtype = r->c.t, .comm = g_comm,
+    dear_coll_args_t a = { .op = r->c.op, .algo = r->c.algo, .dtype = r->c.t, .comm = g_comm, .net = g_net,
                            .tag = r->c.tag, .scale = r->c.scale, .sendbuf = r->send,
                            .recvbuf = r->recv, .count = r->c.count, .topo = g_topo,
                            .sparse_block = SWEEP_BLOCK };
@@ -472,7 +473,7 @@ static int check_blocks(dear_coll_op_t op, dear_dtype_t t, dear_coll_algo_t algo
         free(v);
         blocks[b] = (dear_coll_block_t){ buf, cnt[b], lo[b], hi[b] };
     }
-    dear_coll_args_t a = { .op = op, .algo = algo, .dtype = t, .comm = g_comm, .tag = 9, .scale = 1.0,
+    dear_coll_args_t a = { .op = op, .algo = algo, .dtype = t, .comm = g_comm, .net = g_net, .tag = 9, .scale = 1.0,
                            .nblocks = nb, .blocks = blocks, .topo = g_topo, .sparse_block = SWEEP_BLOCK };
     dear_coll_req_t *req = NULL;
     int rc = dear_coll_start(&a, &req);
@@ -540,7 +541,7 @@ START_TEST(test_bad_args)
     float buf[64], other[64];
     dear_coll_block_t blk = { buf, 10, 5, 3 };
     dear_coll_args_t good = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_RING, .dtype = DEAR_FLOAT32,
-                              .comm = g_comm, .tag = 1, .scale = 1.0, .sendbuf = other,
+                              .comm = g_comm, .net = g_net, .tag = 1, .scale = 1.0, .sendbuf = other,
                               .recvbuf = buf, .count = 16 };
     dear_coll_args_t cases[20];
     int n = 0;
@@ -688,7 +689,7 @@ START_TEST(test_select)
     for (int i = 0; i < 40; i++)
         v[i] = (float)(i + g_rank);
     dear_coll_args_t a = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_AUTO, .dtype = DEAR_FLOAT32,
-                           .comm = g_comm, .tag = 4, .scale = 1.0, .recvbuf = v, .count = 40 };
+                           .comm = g_comm, .net = g_net, .tag = 4, .scale = 1.0, .recvbuf = v, .count = 40 };
     dear_coll_req_t *req = NULL;
     ck_assert_int_eq(dear_coll_start(&a, &req), DEAR_OK);
     ck_assert_int_eq(dear_coll_wait(req), DEAR_OK);
@@ -730,16 +731,11 @@ static void hier_segments(void)
  * flight and multi-block all-gathers run with hier and with auto (which picks hier from 64 KiB
  * up, whatever the size), against the same float64 MPI_Allreduce reference; then again around the segment size
  * (hier_segments). Two hosts take the exchange between shifted partners, more the rings. */
-/* --socket: route (on) or stop routing a layout's communicators through the fabric. */
-static void topo_route(const dear_coll_topo_t *t, int on)
+/* --socket: route a layout's communicators through the transport (they stop with the layout). */
+static void topo_route(dear_coll_topo_t *t)
 {
-    MPI_Comm comms[4];
-    int n = g_sock ? dear_coll_topo_comms(t, comms) : 0;
-    for (int i = 0; i < n; i++)
-        if (on)
-            ck_assert_int_eq(dear_net_attach(comms[i], g_comm, g_sock), DEAR_OK);
-        else
-            dear_net_detach(comms[i]);
+    if (g_tp)
+        ck_assert_int_eq(dear_coll_topo_attach(t, g_tp), DEAR_OK);
 }
 
 START_TEST(test_hier)
@@ -763,7 +759,7 @@ START_TEST(test_hier)
             ck_assert_int_eq(t->nhosts, H);
             ck_assert_int_eq(t->local_size, L);
             ck_assert_int_eq(t->rank_of[t->host * L + t->local], g_rank);
-            topo_route(t, 1);
+            topo_route(t);
             for (int i = 0; i < 2; i++) {
                 MPI_Comm_size(t->node[i], &n);
                 ck_assert_int_eq(n, L);
@@ -791,7 +787,6 @@ START_TEST(test_hier)
             NALGOS = n_flat;
             g_topo = NULL;
             g_interleaved = 0;
-            topo_route(t, 0);
             dear_coll_topo_free(t);
             grids++;
         }
@@ -803,7 +798,7 @@ START_TEST(test_hier)
     /* hier asked for without a topology that fits: refused, naming what it needs. */
     float v[8] = { 0 };
     dear_coll_args_t a = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_HIER, .dtype = DEAR_FLOAT32,
-                           .comm = g_comm, .tag = 5, .scale = 1.0, .recvbuf = v, .count = 8 };
+                           .comm = g_comm, .net = g_net, .tag = 5, .scale = 1.0, .recvbuf = v, .count = 8 };
     dear_coll_req_t *req = NULL;
     ck_assert_int_eq(dear_coll_start(&a, &req), DEAR_ERR_UNSUPPORTED);
     ck_assert_ptr_null(req);
@@ -933,7 +928,7 @@ static int sp_run(dear_coll_op_t op, dear_coll_algo_t algo, dear_dtype_t t, int 
         memcpy(recv, input, count * es);
     else
         send = memcpy(xmalloc(sn * es + 1), input + soff * es, sn * es);
-    dear_coll_args_t a = { .op = op, .algo = algo, .dtype = t, .comm = g_comm, .tag = 11, .scale = scale,
+    dear_coll_args_t a = { .op = op, .algo = algo, .dtype = t, .comm = g_comm, .net = g_net, .tag = 11, .scale = scale,
                            .sendbuf = send, .recvbuf = recv, .count = count, .sparse_block = block };
     dear_coll_req_t *req = NULL;
     int rc = dear_coll_start(&a, &req);
@@ -1138,7 +1133,7 @@ START_TEST(test_sparse_args)
 
     float buf[16] = { 0 };
     dear_coll_args_t a = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_SPARSE, .dtype = DEAR_FLOAT32,
-                           .comm = g_comm, .tag = 12, .scale = 1.0, .recvbuf = buf, .count = 16 };
+                           .comm = g_comm, .net = g_net, .tag = 12, .scale = 1.0, .recvbuf = buf, .count = 16 };
     dear_coll_req_t *req = NULL;
     dear_log_set_sink(capture, NULL);
     g_logged[0] = '\0';
@@ -1176,7 +1171,7 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-    int provided;
+    int provided, socket = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     np_check(argv[0]);
     MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
@@ -1193,12 +1188,13 @@ int main(int argc, char **argv)
             g_sparse_only = 1;
         if (strcmp(argv[i], "--hier-hosts") == 0 && i + 1 < argc)
             g_hier_hosts = atoi(argv[++i]);
-        if (strcmp(argv[i], "--socket") == 0 &&
-            (dear_sock_create(g_comm, "", 30, &g_sock) != DEAR_OK ||
-             dear_net_attach(g_comm, g_comm, g_sock) != DEAR_OK))
-            MPI_Abort(MPI_COMM_WORLD, 2);
+        if (strcmp(argv[i], "--socket") == 0)
+            socket = 1;
     }
     if (dear_params_load() != DEAR_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    if (socket && (dear_transport_open(g_comm, DEAR_TRANSPORT_SOCKET, 1, &g_tp) != DEAR_OK ||
+                   dear_net_open(g_tp, g_comm, &g_net) != DEAR_OK))
         MPI_Abort(MPI_COMM_WORLD, 2);
 
     Suite *s = suite_create("coll");
@@ -1228,17 +1224,17 @@ int main(int argc, char **argv)
     srunner_run_all(sr, g_rank == 0 ? CK_NORMAL : CK_SILENT);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    if (g_sock) {
+    if (g_tp) {
         /* The sweeps must really have gone over the sockets. */
         uint64_t msgs = 0, timeouts = 0;
-        dear_sock_counters(g_sock, &msgs, &timeouts);
+        dear_transport_counters(g_tp, &msgs, &timeouts);
         if (g_rank == 0)
             fprintf(stderr, "socket transport: %llu messages, %llu waits that timed out\n",
                     (unsigned long long)msgs, (unsigned long long)timeouts);
         if (msgs == 0)
             failed++;
-        dear_net_detach(g_comm);
-        dear_sock_destroy(g_sock);
+        dear_net_close(g_net);
+        dear_transport_close(g_tp);
     }
     int any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -10,7 +10,8 @@
  *   - a peer that closes its connections fails the receives waiting on it (no hang);
  *   - an interface list that selects nothing fails on every rank with DEAR_ERR_PARAM, and
  *     dear_init with it fails on every rank;
- *   - a sub-communicator routed through the fabric reaches the right peers;
+ *   - a sub-communicator's endpoint on the socket row of the transport table reaches the right
+ *     peers;
  *   - with --unreachable alone (tests/apps/emucluster.sh, across hosts, DEAR_SOCKET_IFNAME=lo):
  *     DEAR_TRANSPORT=socket fails on every rank with DEAR_ERR_NET in time, auto runs over MPI.
  * Every rank reaches every assertion: local failures are combined with MPI_Allreduce first.
@@ -30,7 +31,8 @@
 #include "tests/mpi/suite_run.h"
 
 static int g_rank, g_size;
-static dear_sock_t *g_sock;
+static dear_transport_t *g_tp;  /* the socket row of the transport table, on MPI_COMM_WORLD */
+static dear_sock_t *g_sock;     /* its fabric */
 
 static unsigned char pattern(int src, int tag, size_t i)
 {
@@ -258,25 +260,25 @@ START_TEST(test_subcomm)
             ck_assert(all_ok(1));
             return;
         }
-        ck_assert_int_eq(dear_net_attach(sub, MPI_COMM_WORLD, g_sock), DEAR_OK);
-        ck_assert_ptr_eq(dear_net_fabric(sub), g_sock);
+        dear_net_t *ep = NULL;
+        ck_assert_int_eq(dear_net_open(g_tp, sub, &ep), DEAR_OK);
+        ck_assert_ptr_eq(ep->tp, g_tp);
         unsigned char out[64], in[64];
         fill(out, sizeof out, g_rank, r);
         dear_net_req_t s = DEAR_NET_REQ_NULL, q = DEAR_NET_REQ_NULL;
         int to = (r + 1) % n, from = (r + n - 1) % n;
-        ok &= dear_net_irecv(in, sizeof in, from, from, sub, &q) == DEAR_OK;
-        ok &= dear_net_isend(out, sizeof out, to, r, sub, &s) == DEAR_OK;
-        ok &= q.sock == g_sock && s.sock == g_sock;
+        ok &= dear_net_irecv(ep, in, sizeof in, from, from, &q) == DEAR_OK;
+        ok &= dear_net_isend(ep, out, sizeof out, to, r, &s) == DEAR_OK;
+        ok &= q.net == ep && s.net == ep;
         for (double t0 = dear_now(); ok && (dear_net_active(&q) || dear_net_active(&s)) && dear_now() - t0 < 30;) {
             int f;
-            dear_sock_progress(g_sock);
+            dear_transport_progress(g_tp);
             ok &= dear_net_test(&q, &f) == DEAR_OK && dear_net_test(&s, &f) == DEAR_OK;
         }
         /* Sub rank `from` is world rank g_size - (its key order): keys descend with world rank. */
         int world_from = g_size - 1 - from;
         ok &= !dear_net_active(&q) && first_bad(in, sizeof in, world_from, from) == sizeof in;
-        dear_net_detach(sub);
-        ck_assert_ptr_null(dear_net_fabric(sub));
+        dear_net_close(ep);
         MPI_Comm_free(&sub);
     }
     ck_assert_msg(all_ok(ok), "sub-communicator: a message missed its peer");
@@ -348,7 +350,8 @@ START_TEST(test_peer_gone)
     } else {
         MPI_Barrier(MPI_COMM_WORLD);
         if (g_rank == 1) {
-            dear_sock_destroy(g_sock);
+            dear_transport_close(g_tp);
+            g_tp = NULL;
             g_sock = NULL;
         }
     }
@@ -375,12 +378,13 @@ int main(int argc, char **argv)
         suite_add_tcase(s, tc);
         return mpi_suite_run(s, g_rank);
     }
-    int rc = dear_sock_create(MPI_COMM_WORLD, "", 30, &g_sock);
+    int rc = dear_transport_open(MPI_COMM_WORLD, DEAR_TRANSPORT_SOCKET, 1, &g_tp);
     if (!all_ok(rc == DEAR_OK)) {
-        fprintf(stderr, "rank %d: dear_sock_create failed: %s\n", g_rank, dear_status_string(rc));
+        fprintf(stderr, "rank %d: the socket transport failed: %s\n", g_rank, dear_status_string(rc));
         MPI_Finalize();
         return 1;
     }
+    g_sock = g_tp->impl;
     tcase_add_test(tc, test_pairs);
     tcase_add_test(tc, test_matching);
     tcase_add_test(tc, test_truncation);
@@ -390,6 +394,6 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_peer_gone);
     suite_add_tcase(s, tc);
     rc = mpi_suite_run(s, g_rank);
-    dear_sock_destroy(g_sock);
+    dear_transport_close(g_tp);
     return rc;
 }
