@@ -28,11 +28,18 @@ typedef struct dear_fence dear_fence_t;
 
 /* The host may read and write the memory on its own thread (after the fences). */
 #define DEAR_MEM_F_HOST_ACCESS 0x1
+/* The collectives run on host copies of this memory (a buffer per bucket, alloc with host set),
+ * filled and emptied by the row's copies on the communication queue. */
+#define DEAR_MEM_F_STAGE 0x2
 
 /* Every entry returns DEAR_OK or an error (logged by the row). Counts are elements of t. */
 typedef struct dear_mem_ops {
     const char *name;
     unsigned flags;
+    /* A buffer of bytes (bytes > 0): host memory suited to this row's copies when host is set
+     * (pinned, for a device), else memory of this row. *p set on success; release takes it back. */
+    int (*alloc)(size_t bytes, int host, void **p);
+    void (*release)(void *p, int host);
     /* A queue of this row (NULL, and DEAR_OK, for a row whose work always runs at once). */
     int (*queue_create)(dear_memq_t **q);
     void (*queue_destroy)(dear_memq_t *q);

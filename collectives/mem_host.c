@@ -3,10 +3,25 @@
  * thread when it is called (reduce.c's kernels), so its queues are NULL and its fences complete
  * at once.
  */
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "collectives/mem.h"
 #include "collectives/reduce.h"
+
+static int host_alloc(size_t bytes, int host, void **p)
+{
+    void *m = malloc(bytes);
+    if (m == NULL) {
+        DEAR_ERROR("sys", "allocation of %zu bytes of host memory failed", bytes);
+        return DEAR_ERR_NOMEM;
+    }
+    *p = m;
+    return DEAR_OK;
+}
+
+static void host_release(void *p, int host) { free(p); }
 
 static int host_queue_create(dear_memq_t **q)
 {
@@ -86,6 +101,8 @@ static int host_sumsq(dear_memq_t *q, dear_dtype_t t, const void *src, size_t n,
 const dear_mem_ops_t dear_mem_host_ops = {
     .name = "host",
     .flags = DEAR_MEM_F_HOST_ACCESS,
+    .alloc = host_alloc,
+    .release = host_release,
     .queue_create = host_queue_create,
     .queue_destroy = host_queue_destroy,
     .fence_create = host_fence_create,

@@ -47,6 +47,7 @@ static int ctx_free(dear_ctx_t *ctx)
     if (!ctx)
         return DEAR_OK;
     dear_graph_free(ctx);
+    dear_rt_mem_free(ctx);
     free(ctx->reg.tensors);
     free(ctx->reg.declared);
     free(ctx->unused.live);
@@ -195,6 +196,8 @@ int dear_commit(dear_ctx_t *ctx)
     if (rc == DEAR_OK)
         rc = dear_registry_check_layers(ctx);
     if (rc == DEAR_OK)
+        rc = dear_rt_mem_setup(ctx);
+    if (rc == DEAR_OK)
         rc = dear_planning_setup(ctx);
     if (rc == DEAR_OK)
         rc = dear_planning_initial(ctx);
@@ -205,6 +208,7 @@ int dear_commit(dear_ctx_t *ctx)
     if (rc != DEAR_OK) {
         /* Back to the registered state, so a corrected environment can commit again. */
         dear_graph_free(ctx);
+        dear_rt_mem_free(ctx);
         dear_registry_free_layers(ctx);
         return rc;
     }

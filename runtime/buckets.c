@@ -111,12 +111,14 @@ static void op_init(const dear_ctx_t *ctx, dear_op_t *op, dear_coll_op_t kind, i
     op->kind = kind;
     op->index = index;
     op->done_iter = -1;
+    op->prep_iter = -1;
     op->args.op = kind;
     op->args.algo = DEAR_ALGO_AUTO;
     op->args.dtype = dtype;
     op->args.comm = ctx->comm;
     op->args.net = ctx->net;
     op->args.topo = ctx->coll_topo;
+    op->args.mem = dear_rt_work_ops(ctx);
     op->args.scale = 1.0;
 }
 
@@ -215,11 +217,12 @@ int dear_graph_build(dear_ctx_t *ctx)
         }
         bk->bytes = bk->count * esz;
         /* One rank communicates nothing: its buckets are never packed or unpacked, unless
-         * clipping scales the bucket's vector in place (clip.c). */
-        if (contiguous || (ctx->size == 1 && !ctx->clip.on)) {
+         * clipping scales the bucket's vector in place (clip.c). Staged memory always has its
+         * host copy. */
+        if ((contiguous || (ctx->size == 1 && !ctx->clip.on)) && !ctx->mem.staged) {
             bk->buf = start;
         } else {
-            DEAR_ALLOC_GOTO(bk->buf, malloc(bk->bytes), bk->bytes, rc, out);
+            DEAR_CHECK_GOTO(ctx->mem.ops->alloc(bk->bytes ? bk->bytes : 1, ctx->mem.staged, &bk->buf), rc, out);
             bk->fused = 1;
             nfused++;
         }
@@ -237,9 +240,8 @@ int dear_graph_build(dear_ctx_t *ctx)
 
     /* Clipping from shards (clip.c): one scalar all-reduce after every reduce-scatter, before
      * every all-gather, and no all-gather early (it would gather unclipped shards). */
-    int clip = ctx->clip.on && ctx->sched == DEAR_SCHED_DEAR, live = ctx->unused.on;
-    if (clip)
-        DEAR_CHECK_GOTO(dear_clip_graph(ctx, ctx->graph.nbuckets + live), rc, out);
+    int split = (dear_sched_flags(ctx->sched) & DEAR_SCHED_F_SPLIT) != 0;
+    int clip = ctx->clip.on && split, live = ctx->unused.on;
     /* DEAR_FIND_UNUSED: the count of ranks with a gradient, likewise after the reduce-scatters. */
     if (live)
         DEAR_CHECK_GOTO(dear_unused_graph(ctx, ctx->graph.nbuckets), rc, out);
@@ -251,7 +253,7 @@ int dear_graph_build(dear_ctx_t *ctx)
                        : ctx->graph.nunits;
     ctx->graph.ngroups_early = 0;
     int ncut = 0;
-    if (ctx->sched == DEAR_SCHED_DEAR) {
+    if (split) {
         DEAR_CHECK_GOTO(split_groups(ctx, &ctx->graph.plan.ag, 1, &first, &ng), rc, out);
         DEAR_ALLOC_GOTO(ctx->graph.groups, calloc((size_t)ng, sizeof *ctx->graph.groups), sizeof *ctx->graph.groups * (size_t)ng, rc,
                         out);
@@ -308,7 +310,11 @@ int dear_graph_build(dear_ctx_t *ctx)
         }
     }
 
+    /* The norm's collective, once the buckets' shards are cut into their parts. */
+    if (ctx->clip.on)
+        DEAR_CHECK_GOTO(dear_clip_graph(ctx, ctx->graph.nbuckets + live), rc, out);
     dear_sparse_graph(ctx);
+    DEAR_CHECK_GOTO(dear_rt_mem_graph(ctx), rc, out);
 
     /* One iteration's operations in their fixed order: buckets as backward completes them
      * (last first), each followed by the early all-gather groups whose data it completes (the
@@ -377,11 +383,9 @@ void dear_graph_free(dear_ctx_t *ctx)
 
 static void ops_free(dear_ctx_t *ctx)
 {
-    for (int b = 0; ctx->graph.buckets && b < ctx->graph.nbuckets; b++) {
-        if (ctx->graph.buckets[b].fused)
-            free(ctx->graph.buckets[b].buf);
+    dear_rt_mem_graph_free(ctx);
+    for (int b = 0; ctx->graph.buckets && b < ctx->graph.nbuckets; b++)
         free(ctx->graph.buckets[b].sub);
-    }
     for (int g = 0; ctx->graph.groups && g < ctx->graph.ngroups; g++) {
         free(ctx->graph.groups[g].op.blocks);
         free(ctx->graph.groups[g].op.deps);
@@ -392,37 +396,10 @@ static void ops_free(dear_ctx_t *ctx)
     free(ctx->graph.units);
     ctx->graph.units = NULL;
     ctx->graph.nunits = 0;
-    free(ctx->clip.op.deps);
-    free(ctx->clip.shard_sq);
-    ctx->clip.op.deps = NULL;
-    ctx->clip.shard_sq = NULL;
+    dear_clip_graph_free(ctx);
     free(ctx->unused.live);
     ctx->unused.live = NULL;
     ctx->graph.buckets = NULL;
     ctx->graph.groups = NULL;
     ctx->graph.ops = NULL;
-}
-
-void dear_bucket_pack(const dear_ctx_t *ctx, const dear_bucket_t *b)
-{
-    size_t esz = dear_dtype_size(b->dtype);
-    for (int u = b->u0; u < b->u1; u++) {
-        size_t c = dear_unit_ccount(ctx, u);
-        if (c > 0)
-            memcpy((char *)b->buf + ctx->graph.units[u].off * esz, dear_unit_grad(ctx, u), c * esz);
-    }
-}
-
-void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int u0, int u1)
-{
-    size_t esz = dear_dtype_size(b->dtype);
-    if (u0 < b->u0)
-        u0 = b->u0;
-    if (u1 > b->u1)
-        u1 = b->u1;
-    for (int u = u0; u < u1; u++) {
-        size_t c = dear_unit_ccount(ctx, u);
-        if (c > 0)
-            memcpy(dear_unit_grad(ctx, u), (const char *)b->buf + ctx->graph.units[u].off * esz, c * esz);
-    }
 }

@@ -19,7 +19,6 @@
 #include "base/check.h"
 #include "base/params.h"
 #include "base/util.h"
-#include "collectives/reduce.h"
 #include "runtime/rt.h"
 
 /* As torch.nn.utils.clip_grad_norm_: a zero gradient is left as it is. */
@@ -45,48 +44,85 @@ static void set_result(dear_ctx_t *ctx, double sumsq, long long iter)
     ctx->clip.iter = iter;
 }
 
+/* The squares of this rank's reduced shard of the bucket, part by part, on the buffers' queue;
+ * the norm's collective waits for them (norm_prepare). */
 static void shard_sq(dear_ctx_t *ctx, dear_op_t *op)
 {
     const dear_bucket_t *bk = &ctx->graph.buckets[op->index];
-    double s = 0;
-    for (int k = 0; k < dear_bucket_parts(bk); k++) {
+    const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
+    int nparts = dear_bucket_parts(bk);
+    double *sq = &ctx->clip.part_sq[ctx->clip.part0[op->index]];
+    for (int k = 0; k < nparts; k++) {
         size_t len;
         const char *p = dear_bucket_own(ctx, bk, k, &len);
-        s += dear_reduce_sumsq(bk->dtype, p, len);
+        sq[k] = 0;
+        if (len > 0 && mo->sumsq(dear_rt_work_queue(ctx), bk->dtype, p, len, &sq[k]) != DEAR_OK)
+            ctx->clip.failed = 1;
     }
-    ctx->clip.shard_sq[op->index] = s;
+}
+
+/* Queued behind the reduce-scatters: the squares are written once the buffers' queue has run
+ * them. */
+static int norm_prepare(dear_ctx_t *ctx, dear_op_t *op)
+{
+    const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
+    DEAR_CHECK(mo->fence_record(ctx->clip.sq_fence, dear_rt_work_queue(ctx)));
+    op->start_fence = ctx->clip.sq_fence;
+    return DEAR_OK;
 }
 
 static void norm_before(dear_ctx_t *ctx, dear_op_t *op)
 {
     double s = 0;
-    for (int b = 0; b < ctx->graph.nbuckets; b++) /* bucket order: the same sum on every rank */
-        s += ctx->clip.shard_sq[b];
+    for (int b = 0; b < ctx->graph.nbuckets; b++) { /* bucket order: the same sum on every rank */
+        double sb = 0;
+        for (int k = ctx->clip.part0[b]; k < ctx->clip.part0[b + 1]; k++)
+            sb += ctx->clip.part_sq[k];
+        s += sb;
+    }
     ctx->clip.sum = s;
 }
 
-static void norm_after(dear_ctx_t *ctx, dear_op_t *op)
+/* Every shard scaled on the buffers' queue, ahead of the all-gathers that read them. */
+static int norm_finish(dear_ctx_t *ctx, dear_op_t *op)
 {
+    if (ctx->clip.failed) {
+        DEAR_ERROR("clip", "the squared norm of a shard could not be taken (above)");
+        return DEAR_ERR_INTERNAL;
+    }
     set_result(ctx, ctx->clip.sum, op->iter);
     if (ctx->clip.coef == 1)
-        return;
+        return DEAR_OK;
+    const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         const dear_bucket_t *bk = &ctx->graph.buckets[b];
         for (int k = 0; k < dear_bucket_parts(bk); k++) {
             size_t len;
             char *p = dear_bucket_own(ctx, bk, k, &len);
-            dear_reduce_scale(bk->dtype, p, p, len, ctx->clip.coef);
+            if (len > 0)
+                DEAR_CHECK(mo->scale(dear_rt_work_queue(ctx), bk->dtype, p, p, len, ctx->clip.coef));
         }
     }
+    return DEAR_OK;
 }
 
 int dear_clip_graph(dear_ctx_t *ctx, int pos)
 {
     int rc = DEAR_OK;
-    dear_op_t *op = &ctx->clip.op; /* its deps and shard_sq were freed with the last graph */
+    dear_op_t *op = &ctx->clip.op; /* its deps, parts and fence were freed with the last graph */
     memset(op, 0, sizeof *op);
+    ctx->clip.failed = 0;
     size_t nb = (size_t)ctx->graph.nbuckets;
-    DEAR_ALLOC_GOTO(ctx->clip.shard_sq, calloc(nb, sizeof(double)), nb * sizeof(double), rc, out);
+    DEAR_ALLOC_GOTO(ctx->clip.part0, calloc(nb + 1, sizeof(int)), (nb + 1) * sizeof(int), rc, out);
+    for (int b = 0; b < ctx->graph.nbuckets; b++)
+        ctx->clip.part0[b + 1] = ctx->clip.part0[b] + dear_bucket_parts(&ctx->graph.buckets[b]);
+    /* Room for a square per part (dear) or per tensor (dear_clip_averaged). */
+    size_t np = (size_t)ctx->clip.part0[nb] > (size_t)ctx->reg.ntensors ? (size_t)ctx->clip.part0[nb]
+                                                                         : (size_t)ctx->reg.ntensors;
+    DEAR_ALLOC_GOTO(ctx->clip.part_sq, calloc(np + 1, sizeof(double)), (np + 1) * sizeof(double), rc, out);
+    DEAR_CHECK_GOTO(dear_rt_fence_new(ctx, &ctx->clip.sq_fence), rc, out);
+    if (!(dear_sched_flags(ctx->sched) & DEAR_SCHED_F_SPLIT))
+        goto out; /* wfbp, sync: the norm of the averaged gradients at backward_end */
     DEAR_ALLOC_GOTO(op->deps, calloc(nb, sizeof *op->deps), nb * sizeof *op->deps, rc, out);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         op->deps[b] = &ctx->graph.buckets[b].op;
@@ -94,21 +130,47 @@ int dear_clip_graph(dear_ctx_t *ctx, int pos)
     }
     op->ndeps = ctx->graph.nbuckets;
     dear_op_sum(ctx, op, pos, -1, DEAR_FLOAT64, &ctx->clip.sum, 1);
+    op->args.mem = &dear_mem_host_ops; /* one double of the context's */
+    op->prepare = norm_prepare;
     op->before = norm_before;
-    op->after = norm_after;
+    op->finish = norm_finish;
 out:
     return rc;
 }
 
-void dear_clip_averaged(dear_ctx_t *ctx)
+void dear_clip_graph_free(dear_ctx_t *ctx)
 {
+    free(ctx->clip.op.deps);
+    free(ctx->clip.part0);
+    free(ctx->clip.part_sq);
+    dear_rt_fence_free(ctx, ctx->clip.sq_fence);
+    ctx->clip.op.deps = NULL;
+    ctx->clip.part0 = NULL;
+    ctx->clip.part_sq = NULL;
+    ctx->clip.sq_fence = NULL;
+}
+
+int dear_clip_averaged(dear_ctx_t *ctx)
+{
+    const dear_mem_ops_t *mo = ctx->mem.ops;
+    double *sq = ctx->clip.part_sq;
+    for (int t = 0; t < ctx->reg.ntensors; t++) {
+        const dear_tensor_t *tt = &ctx->reg.tensors[t];
+        sq[t] = 0;
+        if (!tt->frozen)
+            DEAR_CHECK(mo->sumsq(ctx->mem.app, tt->dtype, tt->grad, tt->count, &sq[t]));
+    }
+    /* The squares are read here: the application's thread waits for them. */
+    DEAR_CHECK(mo->fence_record(ctx->clip.sq_fence, ctx->mem.app));
+    DEAR_CHECK(mo->fence_wait(NULL, ctx->clip.sq_fence));
     double s = 0;
-    for (int t = 0; t < ctx->reg.ntensors; t++)
-        if (!ctx->reg.tensors[t].frozen)
-            s += dear_reduce_sumsq(ctx->reg.tensors[t].dtype, ctx->reg.tensors[t].grad, ctx->reg.tensors[t].count);
+    for (int t = 0; t < ctx->reg.ntensors; t++) /* tensor order: the same sum on every rank */
+        s += sq[t];
     set_result(ctx, s, ctx->it.iter);
-    for (int t = 0; ctx->clip.coef != 1 && t < ctx->reg.ntensors; t++)
-        if (!ctx->reg.tensors[t].frozen)
-            dear_reduce_scale(ctx->reg.tensors[t].dtype, ctx->reg.tensors[t].grad, ctx->reg.tensors[t].grad,
-                          ctx->reg.tensors[t].count, ctx->clip.coef);
+    for (int t = 0; ctx->clip.coef != 1 && t < ctx->reg.ntensors; t++) {
+        const dear_tensor_t *tt = &ctx->reg.tensors[t];
+        if (!tt->frozen)
+            DEAR_CHECK(mo->scale(ctx->mem.app, tt->dtype, tt->grad, tt->grad, tt->count, ctx->clip.coef));
+    }
+    return DEAR_OK;
 }

@@ -67,14 +67,31 @@ static dear_transport_t *blocking_transport(const dear_ctx_t *ctx)
     return ctx->tp;
 }
 
-/* Under the lock: the next operation in seq order if it may start now. */
+/* Under the lock: the next operation to prepare (in seq order, as soon as it is queued). */
+static dear_op_t *preparable(dear_ctx_t *ctx)
+{
+    long long iter = ctx->eng.next_prep / ctx->graph.nops;
+    dear_op_t *op = ctx->graph.ops[ctx->eng.next_prep % ctx->graph.nops];
+    if (op->state != DEAR_OP_QUEUED || op->iter != iter)
+        return NULL;
+    /* What prepares itself after its dependencies (the norm, behind the squares of every shard)
+     * waits for them; the rest never holds back the packing of the buckets behind it. */
+    for (int d = 0; op->prepare && d < op->ndeps; d++)
+        if (op->deps[d]->done_iter != iter)
+            return NULL;
+    return op;
+}
+
+/* Under the lock: the next operation in seq order if it may start now. One whose buffer the
+ * memory's queues still fill (its start fence) sets fence_wait: the thread then polls. */
 static dear_op_t *startable(dear_ctx_t *ctx)
 {
+    ctx->eng.fence_wait = 0;
     if (ctx->eng.nrunning >= ctx->cfg.max_inflight)
         return NULL;
     long long iter = ctx->eng.next_seq / ctx->graph.nops;
     dear_op_t *op = ctx->graph.ops[ctx->eng.next_seq % ctx->graph.nops];
-    if (op->state != DEAR_OP_QUEUED || op->iter != iter)
+    if (op->state != DEAR_OP_QUEUED || op->iter != iter || op->prep_iter != iter)
         return NULL;
     /* Large collectives go one at a time (DEAR_INFLIGHT_BYTES): sharing the links, they would
      * all finish late, the first one needed included, which is what the planner's simulator
@@ -84,6 +101,16 @@ static dear_op_t *startable(dear_ctx_t *ctx)
     for (int d = 0; d < op->ndeps; d++)
         if (op->deps[d]->done_iter != iter)
             return NULL;
+    if (op->start_fence) {
+        int done = 1, rc = dear_fence_done(ctx->mem.ops, op->start_fence, &done);
+        if (rc != DEAR_OK && ctx->eng.rc == DEAR_OK)
+            ctx->eng.rc = rc; /* the row logged it; the loop stops on it */
+        if (rc != DEAR_OK || !done) {
+            ctx->eng.fence_wait = rc == DEAR_OK;
+            return NULL;
+        }
+        op->start_fence = NULL;
+    }
     return op;
 }
 
@@ -158,6 +185,178 @@ static void fail(dear_ctx_t *ctx, dear_op_t *op, int rc, const char *what)
     dear_unlock(&ctx->eng.lock);
 }
 
+/* Under the lock: an operation completed (its collective ended, or it had nothing to move). */
+static void op_done(dear_ctx_t *ctx, dear_op_t *op)
+{
+    op->state = DEAR_OP_DONE;
+    op->done_iter = op->iter;
+    dear_broadcast(&ctx->eng.done_cv);
+}
+
+/* The memory's side of an operation's end, after its `after` (lock not held). */
+static int op_finish(dear_ctx_t *ctx, dear_op_t *op)
+{
+    if (op->after)
+        op->after(ctx, op);
+    return op->finish ? op->finish(ctx, op) : DEAR_OK;
+}
+
+/* Step 1, under the lock: prepare every queued operation in seq order (pack its bucket), so
+ * the copies run while earlier collectives are still in flight. */
+static int prepare_queued(dear_ctx_t *ctx)
+{
+    dear_op_t *op;
+    while ((op = preparable(ctx)) != NULL) {
+        op->prep_iter = op->iter;
+        op->start_fence = NULL;
+        ctx->eng.next_prep++;
+        if (op->prepare == NULL)
+            continue;
+        dear_unlock(&ctx->eng.lock);
+        int rc = op->prepare(ctx, op);
+        if (rc != DEAR_OK)
+            fail(ctx, op, rc, "preparing its buffer");
+        dear_lock(&ctx->eng.lock);
+        if (rc != DEAR_OK)
+            return rc;
+    }
+    return DEAR_OK;
+}
+
+/* Step 2, under the lock: start everything that may start, in seq order; *progressed when one
+ * did. */
+static int start_ready(dear_ctx_t *ctx, int *progressed)
+{
+    dear_op_t *op;
+    while ((op = startable(ctx)) != NULL) {
+        op->state = DEAR_OP_RUNNING;
+        op->t_start = dear_now();
+        op->last_events = 0;
+        ctx->eng.nqueued--;
+        op->args.tag = (int)(ctx->eng.next_seq % TAG_SPAN);
+        ctx->eng.next_seq++;
+        *progressed = 1;
+        dear_unlock(&ctx->eng.lock);
+        if (op->before)
+            op->before(ctx, op);
+        if (op->bytes == 0) {
+            /* Nothing to move (every tensor of it frozen), the same on every rank. */
+            int rc = op_finish(ctx, op);
+            if (rc != DEAR_OK)
+                fail(ctx, op, rc, "finishing");
+            dear_lock(&ctx->eng.lock);
+            if (rc != DEAR_OK)
+                return rc;
+            op->t_done = op->t_start;
+            op_done(ctx, op);
+            continue;
+        }
+        int rc = dear_coll_start(&op->args, &op->req);
+        if (rc != DEAR_OK)
+            fail(ctx, op, rc, "dear_coll_start");
+        dear_lock(&ctx->eng.lock);
+        if (rc != DEAR_OK)
+            return rc;
+        if (ctx->eng.nrunning == 0)
+            ctx->eng.busy_since = op->t_start;
+        ctx->eng.inflight_bytes += op->bytes;
+        op->next_running = ctx->eng.running;
+        ctx->eng.running = op;
+        ctx->eng.nrunning++;
+    }
+    return ctx->eng.rc;
+}
+
+/* A running collective ended: its records, its after and finish, then done (lock not held). */
+static int end_running(dear_ctx_t *ctx, dear_op_t *op)
+{
+    op->t_done = dear_now();
+    dear_coll_info_t info;
+    dear_coll_get_info(op->req, &info);
+    if (ctx->tl)
+        record_timeline(ctx, op, &info);
+    int rc = op_finish(ctx, op);
+    if (rc != DEAR_OK)
+        fail(ctx, op, rc, "finishing");
+    dear_lock(&ctx->eng.lock);
+    record_counters(ctx, op, &info);
+    op_done(ctx, op);
+    if (ctx->eng.nrunning == 0)
+        ctx->eng.busy_s += op->t_done - ctx->eng.busy_since;
+    dear_unlock(&ctx->eng.lock);
+    dear_coll_free(op->req);
+    op->req = NULL;
+    return rc;
+}
+
+/* Step 3, without the lock (the running list is this thread's alone): advance every collective
+ * in flight. *ndone: how many ended; *stepped: a transfer completed (the back-off restarts, so
+ * the next step is not left waiting). A message the transport completed during the round may
+ * belong to a collective advanced before it: the count tells that another round is due. */
+static int advance_running(dear_ctx_t *ctx, int *ndone, int *stepped)
+{
+    uint64_t msgs0 = 0, msgs1 = 0;
+    dear_transport_counters(ctx->tp, &msgs0, NULL);
+    dear_op_t **link = &ctx->eng.running;
+    while (*link) {
+        dear_op_t *op = *link;
+        int done = 0, rc = dear_coll_progress(op->req, &done);
+        if (rc != DEAR_OK) {
+            fail(ctx, op, rc, "dear_coll_progress");
+            return rc;
+        }
+        if (!done) {
+            dear_coll_info_t info;
+            dear_coll_get_info(op->req, &info);
+            if (info.events != op->last_events) {
+                op->last_events = info.events;
+                *stepped = 1;
+            }
+            link = &op->next_running;
+            continue;
+        }
+        *link = op->next_running;
+        ctx->eng.nrunning--;
+        ctx->eng.inflight_bytes -= op->bytes;
+        (*ndone)++;
+        DEAR_CHECK(end_running(ctx, op));
+    }
+    dear_transport_counters(ctx->tp, &msgs1, NULL);
+    *stepped |= msgs1 != msgs0;
+    return DEAR_OK;
+}
+
+/* Step 4, under the lock: nothing moved. Sleep in the transport when only it can change that
+ * (a newly queued operation pokes it); else yield first (cheap, keeps latency low when a peer
+ * is about to answer), then sleep longer and longer so ranks sharing cores get them. */
+static int idle_wait(dear_ctx_t *ctx, int *idle_rounds, double *sleep_s)
+{
+    dear_transport_t *tp = ctx->eng.fence_wait ? NULL : blocking_transport(ctx);
+    if (tp) {
+        /* The timeout keeps the stall checks going. */
+        ctx->eng.in_net_wait = 1;
+        dear_unlock(&ctx->eng.lock);
+        int rc = dear_transport_block(tp, STALL_POLL_S);
+        if (rc != DEAR_OK)
+            fail(ctx, ctx->eng.running, rc, "the transport's block");
+        dear_lock(&ctx->eng.lock);
+        ctx->eng.in_net_wait = 0;
+        return rc;
+    }
+    if ((*idle_rounds)++ < YIELDS_BEFORE_SLEEP) {
+        dear_unlock(&ctx->eng.lock);
+        sched_yield();
+        dear_lock(&ctx->eng.lock);
+        return DEAR_OK;
+    }
+    double cap = ctx->eng.nwaiters > 0 ? SLEEP_URGENT_MAX_S : SLEEP_MAX_S;
+    if (*sleep_s > cap)
+        *sleep_s = cap;
+    timed_wait(ctx, *sleep_s);
+    *sleep_s = *sleep_s * 2 < cap ? *sleep_s * 2 : cap;
+    return DEAR_OK;
+}
+
 static void *engine_main(void *arg)
 {
     dear_ctx_t *ctx = arg;
@@ -166,59 +365,21 @@ static void *engine_main(void *arg)
 
     dear_topo_bind_self(&ctx->topo);
     dear_lock(&ctx->eng.lock);
-    for (;;) {
-        if (ctx->eng.rc != DEAR_OK)
-            break;
-        /* Start everything that may start, in order. */
-        dear_op_t *op;
+    while (ctx->eng.rc == DEAR_OK) {
         int progressed = 0;
-        while ((op = startable(ctx)) != NULL) {
-            op->state = DEAR_OP_RUNNING;
-            op->t_start = dear_now();
-            op->last_events = 0;
-            ctx->eng.nqueued--;
-            op->args.tag = (int)(ctx->eng.next_seq % TAG_SPAN);
-            ctx->eng.next_seq++;
-            dear_unlock(&ctx->eng.lock);
-            if (op->before)
-                op->before(ctx, op);
-            if (op->bytes == 0) {
-                /* Nothing to move (every tensor of it frozen), the same on every rank. */
-                if (op->after)
-                    op->after(ctx, op);
-                dear_lock(&ctx->eng.lock);
-                op->t_done = op->t_start;
-                op->state = DEAR_OP_DONE;
-                op->done_iter = op->iter;
-                dear_broadcast(&ctx->eng.done_cv);
-                progressed = 1;
-                continue;
-            }
-            int rc = dear_coll_start(&op->args, &op->req);
-            if (rc != DEAR_OK) {
-                fail(ctx, op, rc, "dear_coll_start");
-                dear_lock(&ctx->eng.lock);
-                goto out;
-            }
-            if (ctx->eng.nrunning == 0)
-                ctx->eng.busy_since = op->t_start;
-            ctx->eng.inflight_bytes += op->bytes;
-            op->next_running = ctx->eng.running;
-            ctx->eng.running = op;
-            ctx->eng.nrunning++;
-            progressed = 1;
-            dear_lock(&ctx->eng.lock);
-        }
+        if (prepare_queued(ctx) != DEAR_OK || start_ready(ctx, &progressed) != DEAR_OK)
+            break;
         if (ctx->eng.nrunning == 0) {
             /* finalize flushed first; what is still queued now can never start (a partial
              * iteration), so it is dropped rather than waited for. */
             if (ctx->eng.stop)
                 break;
-            double cpu = dear_thread_cpu();
-            ctx->eng.progress_cpu_s = cpu;
+            ctx->eng.progress_cpu_s = dear_thread_cpu();
             idle_rounds = 0;
             sleep_s = SLEEP_MIN_S;
-            if (ctx->eng.nqueued > 0 && (ctx->cfg.stall_warn_s > 0 || ctx->cfg.stall_abort_s > 0)) {
+            if (ctx->eng.fence_wait) {
+                timed_wait(ctx, SLEEP_MAX_S); /* a buffer still filling: poll its fence */
+            } else if (ctx->eng.nqueued > 0 && (ctx->cfg.stall_warn_s > 0 || ctx->cfg.stall_abort_s > 0)) {
                 stall_check(ctx, dear_now());
                 timed_wait(ctx, STALL_POLL_S);
             } else {
@@ -227,60 +388,10 @@ static void *engine_main(void *arg)
             continue;
         }
         dear_unlock(&ctx->eng.lock);
-
-        /* Advance every collective in flight; the list is this thread's alone. A message the
-         * fabric completed during the round may belong to a collective advanced before it:
-         * the count tells that another round is due before sleeping. */
-        uint64_t msgs0 = 0, msgs1 = 0;
-        dear_transport_counters(ctx->tp, &msgs0, NULL);
-        dear_op_t **link = &ctx->eng.running;
-        int ndone = 0, stepped = 0;
-        while (*link) {
-            op = *link;
-            int done = 0, rc = dear_coll_progress(op->req, &done);
-            if (rc != DEAR_OK) {
-                fail(ctx, op, rc, "dear_coll_progress");
-                dear_lock(&ctx->eng.lock);
-                goto out;
-            }
-            if (!done) {
-                /* A completed transfer (a segment sent or received) counts as progress:
-                 * the back-off restarts so the next step is not left waiting up to SLEEP_MAX_S. */
-                dear_coll_info_t info;
-                dear_coll_get_info(op->req, &info);
-                if (info.events != op->last_events) {
-                    op->last_events = info.events;
-                    stepped = 1;
-                }
-                link = &op->next_running;
-                continue;
-            }
-            *link = op->next_running;
-            ctx->eng.nrunning--;
-            ctx->eng.inflight_bytes -= op->bytes;
-            op->t_done = dear_now();
-            dear_coll_info_t info;
-            dear_coll_get_info(op->req, &info);
-            if (ctx->tl)
-                record_timeline(ctx, op, &info);
-            if (op->after)
-                op->after(ctx, op);
-            dear_lock(&ctx->eng.lock);
-            record_counters(ctx, op, &info);
-            op->state = DEAR_OP_DONE;
-            op->done_iter = op->iter;
-            if (ctx->eng.nrunning == 0)
-                ctx->eng.busy_s += op->t_done - ctx->eng.busy_since;
-            dear_unlock(&ctx->eng.lock);
-            dear_coll_free(op->req);
-            op->req = NULL;
-            ndone++;
-        }
-        dear_transport_counters(ctx->tp, &msgs1, NULL);
-        stepped |= msgs1 != msgs0;
+        int ndone = 0, stepped = 0, rc = advance_running(ctx, &ndone, &stepped);
         dear_lock(&ctx->eng.lock);
-        if (ndone)
-            dear_broadcast(&ctx->eng.done_cv);
+        if (rc != DEAR_OK)
+            break;
         if (ndone || stepped)
             progressed = 1;
         double now = dear_now();
@@ -289,43 +400,14 @@ static void *engine_main(void *arg)
             cpu_mark = now;
         }
         stall_check(ctx, now);
-        if (progressed || startable(ctx)) {
+        if (progressed || preparable(ctx) || startable(ctx)) {
             idle_rounds = 0;
             sleep_s = SLEEP_MIN_S;
             continue;
         }
-        dear_transport_t *tp = blocking_transport(ctx);
-        if (tp) {
-            /* Nothing moved and only the transport can change that (or a newly queued operation,
-             * which pokes): sleep in it. The timeout keeps the stall checks going. */
-            ctx->eng.in_net_wait = 1;
-            dear_unlock(&ctx->eng.lock);
-            int rc = dear_transport_block(tp, STALL_POLL_S);
-            dear_lock(&ctx->eng.lock);
-            ctx->eng.in_net_wait = 0;
-            if (rc != DEAR_OK) {
-                dear_unlock(&ctx->eng.lock);
-                fail(ctx, ctx->eng.running, rc, "the transport's block");
-                dear_lock(&ctx->eng.lock);
-                goto out;
-            }
-            continue;
-        }
-        /* Nothing moved: yield first (cheap, keeps latency low when a peer is about to answer),
-         * then sleep longer and longer so ranks sharing cores get them. */
-        if (idle_rounds++ < YIELDS_BEFORE_SLEEP) {
-            dear_unlock(&ctx->eng.lock);
-            sched_yield();
-            dear_lock(&ctx->eng.lock);
-        } else {
-            double cap = ctx->eng.nwaiters > 0 ? SLEEP_URGENT_MAX_S : SLEEP_MAX_S;
-            if (sleep_s > cap)
-                sleep_s = cap;
-            timed_wait(ctx, sleep_s);
-            sleep_s = sleep_s * 2 < cap ? sleep_s * 2 : cap;
-        }
+        if (idle_wait(ctx, &idle_rounds, &sleep_s) != DEAR_OK)
+            break;
     }
-out:
     /* On an error the collectives in flight are abandoned (their peers are in an unknown state);
      * their requests are freed so nothing leaks. */
     while (ctx->eng.running) {
@@ -369,11 +451,16 @@ void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op)
 {
     if (ctx->size == 1) {
         /* The reduction of one rank is its own data, averaged over one: already in place. */
-        op->iter = ctx->it.iter;
+        op->iter = op->prep_iter = ctx->it.iter;
+        int rc = op->prepare ? op->prepare(ctx, op) : DEAR_OK;
         if (op->before)
             op->before(ctx, op);
-        if (op->after)
-            op->after(ctx, op);
+        if (rc == DEAR_OK)
+            rc = op_finish(ctx, op);
+        if (rc != DEAR_OK) {
+            fail(ctx, op, rc, "its memory operations");
+            return;
+        }
         op->done_iter = op->iter;
         op->state = DEAR_OP_DONE;
         return;

@@ -1,7 +1,7 @@
 /*
  * The per-iteration hooks, common to every schedule: their checks, the per-layer profile and the
  * iteration times from their timestamps, the timeline's compute spans, the bucket countdown of
- * backward_done (a complete bucket is packed into its fusion buffer) and the plan switches at
+ * backward_done (a complete bucket's gradients are fenced, mem.c) and the plan switches at
  * backward_end. What each schedule does at each hook is its dear_sched_ops_t (sched_dear.c,
  * sched_allreduce.c), the row of DEAR_SCHED_TABLE.
  */
@@ -214,8 +214,7 @@ int dear_backward_done(dear_ctx_t *ctx, int layer)
         dear_bucket_t *b = &ctx->graph.buckets[ctx->graph.units[u].bucket];
         if (--b->remaining > 0)
             continue;
-        if (b->fused)
-            dear_bucket_pack(ctx, b);
+        DEAR_CHECK(dear_rt_bucket_ready(ctx, b));
         if (ctx->sched_ops->bucket_done)
             ctx->sched_ops->bucket_done(ctx, b);
     }

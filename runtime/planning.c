@@ -294,7 +294,7 @@ int dear_planning_restart(dear_ctx_t *ctx, int rc)
         ctx->online.verify_at = -1;
     }
     if (ctx->graph.nops > 0) {
-        ctx->eng.next_seq = ctx->it.iter * ctx->graph.nops;
+        ctx->eng.next_seq = ctx->eng.next_prep = ctx->it.iter * ctx->graph.nops;
         int src = dear_engine_start(ctx);
         if (src != DEAR_OK && rc == DEAR_OK)
             rc = ctx->eng.rc = src;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "collectives/coll.h"
+#include "collectives/mem.h"
 #include "fusion/cost.h"
 #include "fusion/plan.h"
 #include "fusion/profile.h"
@@ -90,12 +91,18 @@ struct dear_op {
      * (before anything depending on it may start); NULL: nothing. */
     void (*before)(dear_ctx_t *ctx, dear_op_t *op);
     void (*after)(dear_ctx_t *ctx, dear_op_t *op);
+    /* The memory's part (mem.c), on the progress thread: prepare once the operation is queued,
+     * in operation order (packing its bucket); finish after `after` (unpacking). NULL: nothing. */
+    int (*prepare)(dear_ctx_t *ctx, dear_op_t *op);
+    int (*finish)(dear_ctx_t *ctx, dear_op_t *op);
     /* shared */
     dear_op_state_t state;
     long long iter;         /* iteration it was queued for */
     long long done_iter;    /* iteration of the last completion, -1 before any */
     double t_queued, t_start, t_done;
     /* engine */
+    long long prep_iter;    /* iteration of the last prepare, -1 before any */
+    dear_fence_t *start_fence; /* set by prepare: the collective starts once it is complete */
     dear_coll_req_t *req;
     size_t last_events;     /* transfers completed at the last poll: a change is progress */
     int stall_warned;
@@ -107,7 +114,11 @@ typedef struct {
     size_t count, bytes;
     dear_dtype_t dtype;
     void *buf;              /* the vector the collective runs on */
-    int fused;              /* 1: buf is a fusion buffer (pack/unpack); 0: the gradients themselves */
+    int fused;              /* 1: buf is a buffer of its own, a fusion buffer or the host copy of staged
+                             * memory (pack/unpack, mem.c); 0: the gradients themselves */
+    dear_fence_t *ready;    /* the application wrote the gradients (recorded at backward_done) */
+    dear_fence_t *packed;   /* the gradients are in buf */
+    dear_fence_t *done;     /* all-reduce: the result is back in the gradients */
     int remaining;          /* units whose layer has not reported backward_done this iteration */
     int early_lo, early_hi; /* dear: early all-gather groups queued behind it (none if lo > hi) */
     size_t sparse_block;    /* its tensors' block when they are sparse (all alike); 0: dense */
@@ -124,8 +135,18 @@ typedef struct {
     int u0, u1;             /* units [u0, u1), in forward order */
     int early;              /* runs during backward, behind the bucket holding u0 (plan.ag_early) */
     int unpacked;           /* data of the pending iteration copied to the gradients */
+    dear_fence_t *done;     /* its units are back in the gradients */
     dear_op_t op;           /* the all-gather */
 } dear_group_t;
+
+/* Where the gradients live and the queues that reach them (mem.c). */
+typedef struct {
+    const dear_mem_ops_t *ops;  /* the gradients' row of the memory table */
+    int staged;                 /* the collectives run on host copies (ops has DEAR_MEM_F_STAGE) */
+    dear_memq_t *app;           /* where the application writes and reads gradients (NULL: its thread) */
+    dear_memq_t *comm;          /* communication's copies; only the progress thread enqueues on it */
+    int drop;                   /* DEAR_DEBUG_DROP_WAIT: the wait left out (tests of the fences) */
+} dear_rt_mem_t;
 
 struct dear_ctx {
     MPI_Comm comm;          /* private duplicate; only the progress thread uses it after commit */
@@ -134,6 +155,7 @@ struct dear_ctx {
     dear_coll_topo_t *coll_topo; /* hosts of comm for hierarchical collectives; NULL: flat */
     dear_transport_t *tp;   /* what carries the collectives (DEAR_TRANSPORT) */
     dear_net_t *net;        /* comm on tp */
+    dear_rt_mem_t mem;
     dear_timeline_t *tl;
     dear_sched_t sched;
     const struct dear_sched_ops *sched_ops; /* sched's row of DEAR_SCHED_TABLE (below) */
@@ -222,7 +244,10 @@ struct dear_ctx {
     struct {
         int on;                 /* fixed at commit: the norm's collective is part of the plan */
         double max_norm;        /* INFINITY: the norm is reported, nothing is clipped */
-        double *shard_sq;       /* dear: per bucket, this rank's reduced shard's squared norm */
+        int *part0;             /* dear: bucket b's shard parts are [part0[b], part0[b + 1]) */
+        double *part_sq;        /* dear: per part, this rank's reduced shard's squared norm */
+        dear_fence_t *sq_fence; /* the squares are written (the norm's collective waits for it) */
+        int failed;             /* a square could not be taken (progress thread) */
         double sum;             /* the norm collective's vector: the squared norm, summed over ranks */
         dear_op_t op;           /* dear: that collective, between the reduce-scatters and all-gathers */
         double norm, coef;      /* of the gradient of iteration `iter` */
@@ -256,6 +281,8 @@ struct dear_ctx {
         double progress_cpu_s;
         /* engine */
         long long next_seq;     /* next operation to start: iteration * nops + pos */
+        long long next_prep;    /* next operation to prepare (never behind next_seq) */
+        int fence_wait;         /* the next operation waits for its buffer to fill (polled) */
         dear_op_t *running;
         int nrunning;
         size_t inflight_bytes;  /* sum of bytes of the running collectives */
@@ -313,19 +340,44 @@ void dear_graph_free(dear_ctx_t *ctx);
 /* op: a plain sum (all-reduce, scale 1) of count elements of buf, over every tensor's layers, at
  * place pos of the iteration; index names it in messages (< 0: not a bucket or group). */
 void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count);
-void dear_bucket_pack(const dear_ctx_t *ctx, const dear_bucket_t *b);
+
 /* This rank's reduce-scatter shard of bucket b comes in dear_bucket_parts(b) parts (one unless
  * the bucket is sharded piece by piece); part k's start, and its length in elements. */
 static inline int dear_bucket_parts(const dear_bucket_t *b) { return b->nsub > 0 ? b->nsub : 1; }
 char *dear_bucket_own(const dear_ctx_t *ctx, const dear_bucket_t *b, int k, size_t *len);
-/* Copy units [u0, u1) (those of them in bucket b) from its fusion buffer to the gradients. */
-void dear_bucket_unpack(const dear_ctx_t *ctx, const dear_bucket_t *b, int u0, int u1);
 /* Elements unit u contributes to its bucket's vector (none when its tensor is frozen). */
 size_t dear_unit_ccount(const dear_ctx_t *ctx, int u);
 /* Where unit u's data lies in the gradient of its tensor. */
 char *dear_unit_grad(const dear_ctx_t *ctx, int u);
 /* The all-gather group holding unit u (schedule dear). */
 int dear_group_of(const dear_ctx_t *ctx, int u);
+
+/* mem.c */
+/* Tests only: the row of host gradients (NULL: the host row), e.g. one that delays its queues. */
+void dear_rt_mem_set_host_row(const dear_mem_ops_t *ops);
+/* At commit: the gradients' row, its queues and DEAR_DEBUG_DROP_WAIT. */
+int dear_rt_mem_setup(dear_ctx_t *ctx);
+void dear_rt_mem_free(dear_ctx_t *ctx);
+/* dear_graph_build: the fences of buckets and groups and the operations' prepare and finish. */
+int dear_rt_mem_graph(dear_ctx_t *ctx);
+void dear_rt_mem_graph_free(dear_ctx_t *ctx);
+int dear_rt_fence_new(const dear_ctx_t *ctx, dear_fence_t **f);
+void dear_rt_fence_free(const dear_ctx_t *ctx, dear_fence_t *f);
+/* backward_done completed bucket b: its `ready` fence on the application's queue. */
+int dear_rt_bucket_ready(const dear_ctx_t *ctx, dear_bucket_t *b);
+/* The application's queue waits for a group's or bucket's `done` (forward_begin, backward_end). */
+int dear_rt_wait_done(const dear_ctx_t *ctx, dear_fence_t *done);
+/* This rank's zeros for a gradient, on the application's queue (dear_no_grad). */
+int dear_rt_zero(const dear_ctx_t *ctx, void *grad, size_t bytes);
+/* The row and queue of the buckets' buffers: the host's for staged memory, else the gradients'. */
+static inline const dear_mem_ops_t *dear_rt_work_ops(const dear_ctx_t *ctx)
+{
+    return ctx->mem.staged ? &dear_mem_host_ops : ctx->mem.ops;
+}
+static inline dear_memq_t *dear_rt_work_queue(const dear_ctx_t *ctx)
+{
+    return ctx->mem.staged ? NULL : ctx->mem.comm;
+}
 
 /* engine.c */
 int dear_engine_start(dear_ctx_t *ctx);
@@ -377,8 +429,9 @@ void dear_clip_setup(dear_ctx_t *ctx);
 /* dear: the norm's collective after the plan's buckets (dear_graph_build; it needs the buckets
  * for its dependencies and the all-gathers depend on it). */
 int dear_clip_graph(dear_ctx_t *ctx, int pos);
+void dear_clip_graph_free(dear_ctx_t *ctx);
 /* wfbp, sync: the norm of the averaged gradients in place, and the clipping. */
-void dear_clip_averaged(dear_ctx_t *ctx);
+int dear_clip_averaged(dear_ctx_t *ctx);
 
 /* sparse.c */
 /* The block a tensor travels with: its declared one unless DEAR_SPARSE is off. */

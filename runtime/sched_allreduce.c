@@ -1,14 +1,14 @@
 /*
  * Schedules `wfbp` and `sync`: every bucket is one all-reduce. wfbp queues a bucket's
  * all-reduce as soon as backward completes it (Horovod, PyTorch DDP); sync queues them all after
- * backward (no overlap: the floor to beat). Both wait at backward_end for every bucket, unpack,
- * and run every update in forward order, so nothing is pending between iterations.
+ * backward (no overlap: the floor to beat). Both wait at backward_end for every bucket to be back
+ * in the gradients and run every update in forward order, so nothing is pending between iterations.
  */
 #include "base/check.h"
 #include "base/util.h"
 #include "runtime/rt.h"
 
-/* Wait for every bucket, unpack, run all updates in forward order. */
+/* Wait for every bucket to be back in the gradients, run all updates in forward order. */
 static int reduce_and_update(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
@@ -18,11 +18,10 @@ static int reduce_and_update(dear_ctx_t *ctx)
     double t1 = dear_now();
     if (ctx->tl && t1 - t0 > 2e-6)
         dear_timeline_span(ctx->tl, "wait dear_backward_end", "wait", DEAR_LANE_WAIT, t0, t1, NULL);
-    for (int b = 0; b < ctx->graph.nbuckets; b++)
-        if (ctx->graph.buckets[b].fused)
-            dear_bucket_unpack(ctx, &ctx->graph.buckets[b], ctx->graph.buckets[b].u0, ctx->graph.buckets[b].u1);
+    for (int b = 0; b < ctx->graph.nbuckets; b++) /* unpacked by the progress thread (mem.c) */
+        DEAR_CHECK(dear_rt_wait_done(ctx, ctx->graph.buckets[b].done));
     if (ctx->clip.on)
-        dear_clip_averaged(ctx);
+        DEAR_CHECK(dear_clip_averaged(ctx));
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         if (!dear_tensor_updates(ctx, t))
             continue;

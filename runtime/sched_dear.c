@@ -4,7 +4,7 @@
  * (the plan's early groups were already queued during backward, each behind the bucket that
  * completes its data), and every tensor's update becomes pending. The next iteration's
  * forward_begin of a layer waits only for the groups holding its units (a cut tensor's chunks
- * may lie in several), unpacks them and runs the layer's updates, each tensor's once all its
+ * may lie in several) to be back in the gradients and runs the layer's updates, each tensor's once all its
  * chunks are in place; flush completes every pending group and update.
  */
 #include <stdio.h>
@@ -26,7 +26,7 @@ static int run_update(dear_ctx_t *ctx, int t)
     return dear_call_update(ctx, t, ctx->it.iter - 1); /* pending since the last backward_end */
 }
 
-/* Make group g's data of the pending iteration usable: wait for it, unpack it. */
+/* Make group g's data of the pending iteration usable: wait for it to be in the gradients. */
 static int group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx)
 {
     dear_group_t *gr = &ctx->graph.groups[g];
@@ -43,10 +43,7 @@ static int group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx)
         snprintf(args, sizeof args, "\"group\":%d,\"layer\":%d", g, lidx >= 0 ? ctx->reg.layers[lidx].id : -1);
         dear_timeline_span(ctx->tl, name, "wait", DEAR_LANE_WAIT, t0, t1, args);
     }
-    int b0 = ctx->graph.units[gr->u0].bucket, b1 = ctx->graph.units[gr->u1 - 1].bucket;
-    for (int b = b0; b <= b1; b++)
-        if (ctx->graph.buckets[b].fused)
-            dear_bucket_unpack(ctx, &ctx->graph.buckets[b], gr->u0, gr->u1);
+    DEAR_CHECK(dear_rt_wait_done(ctx, gr->done)); /* unpacked by the progress thread (mem.c) */
     gr->unpacked = 1;
     return DEAR_OK;
 }

@@ -37,6 +37,26 @@ tests_mpi_test_loop_SOURCES = tests/mpi/test_loop.c tests/mpi/np_check.h tests/m
 tests_mpi_test_loop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_loop_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 endif
+
+# The memory seam's fences (collectives/mem.h, runtime/mem.c): test_loop and test_runtime built
+# again with every context's gradients behind the delayed host row (tests/mpi/mem_delay.h), whose
+# queues run on worker threads with seeded random delays:
+#   tests/mpi/{loop-np3,runtime-np2}-delay.mpi  the suites pass unchanged
+#   tests/mpi/mem-delay-mutation.sh  each wait left out (DEAR_DEBUG_DROP_WAIT) makes test_loop's
+#                                  parameters differ from the MPI_Allreduce loop
+MEM_DELAY_MPI_TESTS = tests/mpi/loop-np3-delay.mpi tests/mpi/runtime-np2-delay.mpi
+EXTRA_DIST += $(MEM_DELAY_MPI_TESTS) tests/mpi/mem-delay-mutation.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/mpi/test_loop_delay tests/mpi/test_runtime_delay
+TESTS += $(MEM_DELAY_MPI_TESTS) tests/mpi/mem-delay-mutation.sh
+MEM_DELAY_SOURCES = tests/mpi/mem_delay.c tests/mpi/mem_delay.h
+tests_mpi_test_loop_delay_SOURCES = $(tests_mpi_test_loop_SOURCES) $(MEM_DELAY_SOURCES)
+tests_mpi_test_loop_delay_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
+tests_mpi_test_loop_delay_LDADD = $(tests_mpi_test_loop_LDADD)
+tests_mpi_test_runtime_delay_SOURCES = $(tests_mpi_test_runtime_SOURCES) $(MEM_DELAY_SOURCES)
+tests_mpi_test_runtime_delay_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
+tests_mpi_test_runtime_delay_LDADD = $(tests_mpi_test_runtime_LDADD)
+endif
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi/test_runtime tests/mpi/test_online
 TESTS += tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi

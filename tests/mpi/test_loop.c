@@ -33,6 +33,9 @@
 
 #include "collectives/reduce.h"
 #include "include/dear.h"
+#ifdef DEAR_TEST_MEM_DELAY
+#include "tests/mpi/mem_delay.h"
+#endif
 #include "tests/mpi/suite_run.h"
 
 static int rank, nranks;
@@ -498,12 +501,19 @@ END_TEST
 int main(int argc, char **argv)
 {
     mpi_suite_init(&argc, &argv, &rank, &nranks);
+#ifdef DEAR_TEST_MEM_DELAY
+    mem_delay_install(); /* every context's gradients behind delayed queues (mem_delay.h) */
+#endif
     Suite *s = suite_create("loop");
     TCase *tc = tcase_create("loop");
     tcase_set_timeout(tc, 300);
     int only16 = argc > 1 && strcmp(argv[1], "--bf16-only") == 0;
-    tcase_add_loop_test(tc, test_bf16, 0, NSCHED);
-    if (!only16) {
+    int only_lr = argc > 1 && strcmp(argv[1], "--lr-only") == 0;
+    if (only_lr)
+        tcase_add_loop_test(tc, test_lr, 0, NSCHED);
+    else
+        tcase_add_loop_test(tc, test_bf16, 0, NSCHED);
+    if (!only16 && !only_lr) {
         tcase_add_loop_test(tc, test_lr, 0, NSCHED);
         tcase_add_loop_test(tc, test_clip, 0, NSCHED);
         tcase_add_loop_test(tc, test_accum, 0, NSCHED);

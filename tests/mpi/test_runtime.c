@@ -29,6 +29,9 @@
 #include "base/sched_table.h"
 #include "fusion/planfile.h"
 #include "include/dear.h"
+#ifdef DEAR_TEST_MEM_DELAY
+#include "tests/mpi/mem_delay.h"
+#endif
 #include "base/log.h"
 #include "tests/mpi/synth.h"
 #include "tests/mpi/np_check.h"
@@ -729,6 +732,9 @@ int main(int argc, char **argv)
     }
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     np_check(argv[0]);
+#ifdef DEAR_TEST_MEM_DELAY
+    mem_delay_install(); /* every context's gradients behind delayed queues (mem_delay.h) */
+#endif
     if (provided < MPI_THREAD_MULTIPLE) {
         fprintf(stderr, "MPI lacks MPI_THREAD_MULTIPLE: skipped\n");
         MPI_Finalize();

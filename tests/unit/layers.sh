@@ -2,7 +2,8 @@
 # The layers of docs/DESIGN.md hold: base -> {collectives, fusion} -> cuda -> runtime -> apps.
 # Every #include "X/..." of a source file must name its own folder or a lower layer; fusion/
 # and base/ (but base/mpi_check.*) include no MPI header, fusion/ no CUDA or NCCL header; the
-# sample trainers use only the public API; and no library's LIBADD names a higher layer.
+# sample trainers use only the public API; no library's LIBADD names a higher layer; and runtime/
+# names no transport and touches gradient data only through the memory table.
 set -u
 : "${top_srcdir:=.}"
 cd "$top_srcdir" || exit 99
@@ -53,6 +54,21 @@ for dir in base collectives fusion cuda runtime apps/cnn apps/gpt apps/bench app
             grep -q '#[[:space:]]*include[[:space:]]*"base/mpi_check.h"' "$f" &&
                 bad "$f includes base/mpi_check.h: fusion/ is pure C, without MPI" ;;
         esac
+    done
+done
+
+# The seams (docs/DESIGN.md): runtime/ reaches a transport only through the transport table
+# (collectives/net.h), never one by name, and gradient data only through the memory table
+# (collectives/mem.h): a memcpy, memset or memmove there copies structs (its size is a sizeof)
+# or, in timeline.c, text.
+for f in runtime/*.c runtime/*.h; do
+    for n in $(grep -nE 'dear_sock_|collectives/sock\.h|dear_net_(mpi|sock)_ops|DEAR_TRANSPORT_(MPI|SOCKET)\b' "$f" |
+               cut -d: -f1); do
+        bad "$f:$n: names a transport; runtime/ goes through the transport table (collectives/net.h)"
+    done
+    case $f in runtime/timeline.c) continue ;; esac
+    for n in $(grep -nE '\bmem(cpy|set|move)[[:space:]]*\(' "$f" | grep -v 'sizeof' | cut -d: -f1); do
+        bad "$f:$n: copies or fills memory outside the memory table (collectives/mem.h)"
     done
 done
 
