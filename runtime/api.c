@@ -24,21 +24,21 @@
 static int net_setup(dear_ctx_t *ctx)
 {
     int t = (int)dear_param_enum(DEAR_P_TRANSPORT);
-    DEAR_MPI_CHECK(MPI_Bcast(&t, 1, MPI_INT, 0, ctx->comm));
-    DEAR_CHECK(dear_transport_open(ctx->comm, t, ctx->topo.nnodes, &ctx->tp));
-    DEAR_CHECK(dear_net_open(ctx->tp, ctx->comm, &ctx->net));
-    return dear_coll_topo_attach(ctx->coll_topo, ctx->tp);
+    DEAR_MPI_CHECK(MPI_Bcast(&t, 1, MPI_INT, 0, ctx->cm.comm));
+    DEAR_CHECK(dear_transport_open(ctx->cm.comm, t, ctx->cm.topo.nnodes, &ctx->cm.tp));
+    DEAR_CHECK(dear_net_open(ctx->cm.tp, ctx->cm.comm, &ctx->cm.net));
+    return dear_coll_topo_attach(ctx->cm.coll_topo, ctx->cm.tp);
 }
 
 /* The endpoints before the transport, hier's before the communicators they name. */
 static void net_free(dear_ctx_t *ctx)
 {
-    dear_coll_topo_free(ctx->coll_topo);
-    ctx->coll_topo = NULL;
-    dear_net_close(ctx->net);
-    ctx->net = NULL;
-    dear_transport_close(ctx->tp);
-    ctx->tp = NULL;
+    dear_coll_topo_free(ctx->cm.coll_topo);
+    ctx->cm.coll_topo = NULL;
+    dear_net_close(ctx->cm.net);
+    ctx->cm.net = NULL;
+    dear_transport_close(ctx->cm.tp);
+    ctx->cm.tp = NULL;
 }
 
 static int ctx_free(dear_ctx_t *ctx)
@@ -51,16 +51,17 @@ static int ctx_free(dear_ctx_t *ctx)
     free(ctx->reg.tensors);
     free(ctx->reg.declared);
     free(ctx->unused.live);
-    dear_registry_free_layers(ctx);
+    dear_iter_profile_free(&ctx->it, ctx->reg.nlayers);
+    dear_registry_free_layers(&ctx->reg);
     dear_samples_free(&ctx->it.iter_times);
-    free(ctx->online.verify_s);
-    dear_plan_free(&ctx->online.alt_plan);
+    free(ctx->check.samples);
+    dear_plan_free(&ctx->check.alt_plan);
     dear_timeline_close(ctx->tl);
     net_free(ctx);
-    if (ctx->comm != MPI_COMM_NULL) {
+    if (ctx->cm.comm != MPI_COMM_NULL) {
         int fin = 0;
         MPI_Finalized(&fin);
-        if (!fin && MPI_Comm_free(&ctx->comm) != MPI_SUCCESS)
+        if (!fin && MPI_Comm_free(&ctx->cm.comm) != MPI_SUCCESS)
             rc = DEAR_ERR_MPI;
     }
     if (ctx->eng.sync_ready) {
@@ -140,19 +141,19 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
     DEAR_CHECK(agree(comm, rc, "a DEAR_* variable has a bad value"));
 
     DEAR_ALLOC_GOTO(ctx, calloc(1, sizeof *ctx), sizeof *ctx, rc, err);
-    ctx->comm = MPI_COMM_NULL;
+    ctx->cm.comm = MPI_COMM_NULL;
     DEAR_CHECK_GOTO(sync_init(ctx), rc, err);
-    DEAR_MPI_CHECK_GOTO(MPI_Comm_dup(comm, &ctx->comm), rc, err);
-    DEAR_MPI_CHECK_GOTO(MPI_Comm_rank(ctx->comm, &ctx->rank), rc, err);
-    DEAR_MPI_CHECK_GOTO(MPI_Comm_size(ctx->comm, &ctx->size), rc, err);
-    dear_log_set_rank(ctx->rank);
-    DEAR_CHECK_GOTO(dear_topo_detect(ctx->comm, &ctx->topo), rc, err);
+    DEAR_MPI_CHECK_GOTO(MPI_Comm_dup(comm, &ctx->cm.comm), rc, err);
+    DEAR_MPI_CHECK_GOTO(MPI_Comm_rank(ctx->cm.comm, &ctx->cm.rank), rc, err);
+    DEAR_MPI_CHECK_GOTO(MPI_Comm_size(ctx->cm.comm, &ctx->cm.size), rc, err);
+    dear_log_set_rank(ctx->cm.rank);
+    DEAR_CHECK_GOTO(dear_topo_detect(ctx->cm.comm, &ctx->cm.topo), rc, err);
     /* Hosts of several ranks each: the collectives may go in two levels (coll_hier.c). */
-    DEAR_CHECK_GOTO(dear_coll_topo_create(ctx->comm, -1, &ctx->coll_topo), rc, err);
+    DEAR_CHECK_GOTO(dear_coll_topo_create(ctx->cm.comm, -1, &ctx->cm.coll_topo), rc, err);
     DEAR_CHECK_GOTO(net_setup(ctx), rc, err);
 
-    ctx->sched = (dear_sched_t)dear_param_enum(DEAR_P_SCHEDULE);
-    ctx->sched_ops = dear_sched_ops(ctx->sched);
+    ctx->cfg.sched = (dear_sched_t)dear_param_enum(DEAR_P_SCHEDULE);
+    ctx->cfg.sched_ops = dear_sched_ops(ctx->cfg.sched);
     ctx->cfg.stats_print = (int)dear_param_int(DEAR_P_STATS);
     ctx->cfg.stall_warn_s = dear_param_double(DEAR_P_STALL_WARN_S);
     ctx->cfg.stall_abort_s = dear_param_double(DEAR_P_STALL_ABORT_S);
@@ -161,10 +162,10 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
     ctx->it.last_hook_lidx = -1;
     const char *tl = dear_param_string(DEAR_P_TIMELINE);
     if (tl && tl[0])
-        rc = dear_timeline_open(tl, ctx->rank, (size_t)dear_param_int(DEAR_P_TIMELINE_MAX), &ctx->tl);
-    DEAR_CHECK_GOTO(agree(ctx->comm, rc, "its DEAR_TIMELINE file cannot be opened"), rc, err);
-    DEAR_INFO("api", "initialised on %d rank(s), schedule %s, fusion %s", ctx->size,
-              dear_sched_name(ctx->sched), dear_param_string(DEAR_P_FUSION));
+        rc = dear_timeline_open(tl, ctx->cm.rank, (size_t)dear_param_int(DEAR_P_TIMELINE_MAX), &ctx->tl);
+    DEAR_CHECK_GOTO(agree(ctx->cm.comm, rc, "its DEAR_TIMELINE file cannot be opened"), rc, err);
+    DEAR_INFO("api", "initialised on %d rank(s), schedule %s, fusion %s", ctx->cm.size,
+              dear_sched_name(ctx->cfg.sched), dear_param_string(DEAR_P_FUSION));
     *ctx_out = ctx;
     return DEAR_OK;
 err:
@@ -182,7 +183,7 @@ int dear_commit(dear_ctx_t *ctx)
     }
     /* The check is collective and runs before anything is built, so every rank leaves here
      * with the same verdict. */
-    DEAR_CHECK(dear_registry_check(ctx));
+    DEAR_CHECK(dear_registry_check(&ctx->cm, &ctx->reg));
     if (ctx->reg.ntensors == 0) {
         DEAR_ERROR("api", "dear_commit: no tensor registered; call dear_register for each gradient first");
         return DEAR_ERR_STATE;
@@ -190,11 +191,13 @@ int dear_commit(dear_ctx_t *ctx)
     dear_clip_setup(ctx);
     /* Rank 0's DEAR_FIND_UNUSED decides: its collective must be in every rank's plan. */
     ctx->unused.on = (int)dear_param_int(DEAR_P_FIND_UNUSED);
-    DEAR_MPI_CHECK(MPI_Bcast(&ctx->unused.on, 1, MPI_INT, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(&ctx->unused.on, 1, MPI_INT, 0, ctx->cm.comm));
     DEAR_CHECK(dear_sparse_setup(ctx));
-    int rc = dear_registry_build_layers(ctx);
+    int rc = dear_registry_build_layers(&ctx->reg);
     if (rc == DEAR_OK)
-        rc = dear_registry_check_layers(ctx);
+        rc = dear_iter_profile_alloc(&ctx->it, ctx->reg.nlayers);
+    if (rc == DEAR_OK)
+        rc = dear_registry_check_layers(&ctx->cm, &ctx->reg);
     if (rc == DEAR_OK)
         rc = dear_rt_mem_setup(ctx);
     if (rc == DEAR_OK)
@@ -209,7 +212,8 @@ int dear_commit(dear_ctx_t *ctx)
         /* Back to the registered state, so a corrected environment can commit again. */
         dear_graph_free(ctx);
         dear_rt_mem_free(ctx);
-        dear_registry_free_layers(ctx);
+        dear_iter_profile_free(&ctx->it, ctx->reg.nlayers);
+        dear_registry_free_layers(&ctx->reg);
         return rc;
     }
     ctx->committed = 1;
@@ -271,10 +275,10 @@ int dear_profile_save(dear_ctx_t *ctx, const char *path)
     int rc = dear_profile_measured(ctx, "dear", 0, &prof);
     if (rc == DEAR_ERR_MPI)
         return rc;
-    if (ctx->rank == 0 && rc == DEAR_OK)
+    if (ctx->cm.rank == 0 && rc == DEAR_OK)
         rc = dear_prof_save(&prof, path);
     dear_prof_free(&prof);
-    DEAR_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, ctx->cm.comm));
     return rc;
 }
 
@@ -289,7 +293,7 @@ int dear_plan_save(dear_ctx_t *ctx, const char *path)
     }
     dear_tensor_desc_t *desc = NULL;
     const char **names = NULL;
-    DEAR_CHECK_GOTO(dear_tensor_table(ctx, &desc, &names), rc, out);
+    DEAR_CHECK_GOTO(dear_tensor_table(&ctx->reg, &ctx->sparse, &desc, &names), rc, out);
     rc = dear_planfile_save(path, &ctx->graph.plan, desc, names);
 out:
     free(desc);
@@ -312,7 +316,7 @@ static void print_stats(dear_ctx_t *ctx)
             "schedule %s, %d bucket(s)\n",
             (unsigned long long)s.iterations, 1e3 * s.median_iter_s, s.blocked_s, 1e-6 * (double)s.bytes_sent,
             busy > 0 ? 1e-6 * busbytes / busy : 0.0, busy, s.progress_cpu_s,
-            wall > 0 ? 100.0 * s.progress_cpu_s / wall : 0.0, wall, dear_sched_name(ctx->sched), ctx->graph.nbuckets);
+            wall > 0 ? 100.0 * s.progress_cpu_s / wall : 0.0, wall, dear_sched_name(ctx->cfg.sched), ctx->graph.nbuckets);
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         dear_sparse_stats_t sp = { .size = sizeof sp };
         if (dear_get_sparse_stats(ctx, t, &sp) != DEAR_OK || sp.block == 0)
@@ -356,7 +360,7 @@ static void missing_ranks(const int *arrived, int n, int self, char *buf, size_t
  * communicator. */
 static int finalize_together(dear_ctx_t *ctx)
 {
-    int n = ctx->size, rc = DEAR_OK;
+    int n = ctx->cm.size, rc = DEAR_OK;
     if (n < 2)
         return DEAR_OK;
     long long mine = ctx->it.iter, *theirs = calloc((size_t)n, sizeof *theirs);
@@ -368,10 +372,10 @@ static int finalize_together(dear_ctx_t *ctx)
     }
     for (int p = 0; p < n; p++) {
         req[p] = req[n + p] = MPI_REQUEST_NULL;
-        if (p == ctx->rank)
+        if (p == ctx->cm.rank)
             continue;
-        DEAR_MPI_CHECK_GOTO(MPI_Irecv(&theirs[p], 1, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->comm, &req[p]), rc, out);
-        DEAR_MPI_CHECK_GOTO(MPI_Isend(&mine, 1, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->comm, &req[n + p]), rc, out);
+        DEAR_MPI_CHECK_GOTO(MPI_Irecv(&theirs[p], 1, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[p]), rc, out);
+        DEAR_MPI_CHECK_GOTO(MPI_Isend(&mine, 1, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[n + p]), rc, out);
     }
     double t0 = dear_now(), pause = 1e-4;
     int left = 2 * (n - 1), warned = 0;
@@ -388,16 +392,16 @@ static int finalize_together(dear_ctx_t *ctx)
         double age = dear_now() - t0;
         char who[256];
         if (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) {
-            missing_ranks(arrived, n, ctx->rank, who, sizeof who);
+            missing_ranks(arrived, n, ctx->cm.rank, who, sizeof who);
             DEAR_ERROR("api", "dear_finalize: after %.1f s (DEAR_STALL_ABORT_S=%g), rank(s) %s have not reached "
                               "dear_finalize; they are still training (this rank stopped after iteration %lld) or "
                               "have stopped: aborting the job",
                        age, ctx->cfg.stall_abort_s, who, mine);
-            MPI_Abort(ctx->comm, 1);
+            MPI_Abort(ctx->cm.comm, 1);
         }
         if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !warned) {
             warned = 1;
-            missing_ranks(arrived, n, ctx->rank, who, sizeof who);
+            missing_ranks(arrived, n, ctx->cm.rank, who, sizeof who);
             DEAR_WARN("api", "dear_finalize: waiting %.1f s for rank(s) %s, which have not reached dear_finalize "
                              "(this rank stopped after iteration %lld); every rank must run the same iterations",
                       age, who, mine);
@@ -407,7 +411,7 @@ static int finalize_together(dear_ctx_t *ctx)
         pause = pause < 0.01 ? pause * 2 : 0.01;
     }
     for (int p = 0; p < n; p++)
-        if (p != ctx->rank && theirs[p] != mine)
+        if (p != ctx->cm.rank && theirs[p] != mine)
             DEAR_WARN("api", "dear_finalize: rank %d ran %lld iterations, this rank %lld", p, theirs[p], mine);
 out:
     free(theirs);
@@ -437,7 +441,7 @@ int dear_finalize(dear_ctx_t **handle)
         int rc3 = finalize_together(ctx);
         if (rc == DEAR_OK)
             rc = rc3;
-        if (ctx->cfg.stats_print && ctx->rank == 0)
+        if (ctx->cfg.stats_print && ctx->cm.rank == 0)
             print_stats(ctx);
     }
     int rc2 = ctx_free(ctx);

@@ -41,25 +41,25 @@ out:
     return rc;
 }
 
-size_t dear_unit_ccount(const dear_ctx_t *ctx, int u)
+size_t dear_unit_ccount(const dear_graph_t *g, const dear_registry_t *reg, int u)
 {
-    const dear_rt_unit_t *un = &ctx->graph.units[u];
-    return ctx->reg.tensors[un->tensor].frozen ? 0 : un->count;
+    const dear_rt_unit_t *un = &g->units[u];
+    return reg->tensors[un->tensor].frozen ? 0 : un->count;
 }
 
-char *dear_unit_grad(const dear_ctx_t *ctx, int u)
+char *dear_unit_grad(const dear_graph_t *g, const dear_registry_t *reg, int u)
 {
-    const dear_rt_unit_t *un = &ctx->graph.units[u];
-    const dear_tensor_t *tt = &ctx->reg.tensors[un->tensor];
+    const dear_rt_unit_t *un = &g->units[u];
+    const dear_tensor_t *tt = &reg->tensors[un->tensor];
     return (char *)tt->grad + un->eoff * dear_dtype_size(tt->dtype);
 }
 
-int dear_group_of(const dear_ctx_t *ctx, int u)
+int dear_group_of(const dear_graph_t *g, int u)
 {
-    int lo = 0, hi = ctx->graph.ngroups - 1;
+    int lo = 0, hi = g->ngroups - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (ctx->graph.groups[mid].u0 <= u)
+        if (g->groups[mid].u0 <= u)
             lo = mid;
         else
             hi = mid - 1;
@@ -85,8 +85,8 @@ static int split_groups(const dear_ctx_t *ctx, const dear_partition_t *in, int b
         for (int u = in->first[g]; u < in->first[g + 1]; u++) {
             int t = ctx->graph.units[u].tensor, tp = u > 0 ? ctx->graph.units[u - 1].tensor : t;
             if (u == in->first[g] || ctx->reg.tensors[t].dtype != ctx->reg.tensors[tp].dtype ||
-                dear_tensor_block(ctx, t) != dear_tensor_block(ctx, tp) ||
-                (by_bucket && dear_tensor_block(ctx, t) > 0 &&
+                dear_tensor_block(&ctx->sparse, &ctx->reg, t) != dear_tensor_block(&ctx->sparse, &ctx->reg, tp) ||
+                (by_bucket && dear_tensor_block(&ctx->sparse, &ctx->reg, t) > 0 &&
                  ctx->graph.units[u].bucket != ctx->graph.units[u - 1].bucket))
                 first[ng++] = u;
         }
@@ -115,9 +115,9 @@ static void op_init(const dear_ctx_t *ctx, dear_op_t *op, dear_coll_op_t kind, i
     op->args.op = kind;
     op->args.algo = DEAR_ALGO_AUTO;
     op->args.dtype = dtype;
-    op->args.comm = ctx->comm;
-    op->args.net = ctx->net;
-    op->args.topo = ctx->coll_topo;
+    op->args.comm = ctx->cm.comm;
+    op->args.net = ctx->cm.net;
+    op->args.topo = ctx->cm.coll_topo;
     op->args.mem = dear_rt_work_ops(ctx);
     op->args.scale = 1.0;
 }
@@ -166,11 +166,11 @@ static void sub_add(dear_bucket_t *bk, dear_coll_block_t *blk)
         bk->sub[bk->nsub++] = *blk;
 }
 
-char *dear_bucket_own(const dear_ctx_t *ctx, const dear_bucket_t *b, int k, size_t *len)
+char *dear_bucket_own(const dear_rt_comm_t *cm, const dear_bucket_t *b, int k, size_t *len)
 {
     size_t off;
     char *vec = b->nsub > 0 ? b->sub[k].buf : b->buf;
-    dear_coll_shard(b->nsub > 0 ? b->sub[k].count : b->count, ctx->size, ctx->rank, &off, len);
+    dear_coll_shard(b->nsub > 0 ? b->sub[k].count : b->count, cm->size, cm->rank, &off, len);
     return vec + off * dear_dtype_size(b->dtype);
 }
 
@@ -180,7 +180,7 @@ int dear_graph_build(dear_ctx_t *ctx)
     int rc = DEAR_OK, *first = NULL, ng = 0;
     size_t bytes;
 
-    if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->rank == 0)
+    if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->cm.rank == 0)
         dear_plan_print(stderr, &ctx->graph.plan, NULL);
 
     DEAR_CHECK_GOTO(units_build(ctx), rc, out);
@@ -195,7 +195,7 @@ int dear_graph_build(dear_ctx_t *ctx)
         bk->u0 = first[b];
         bk->u1 = first[b + 1];
         bk->dtype = unit_tensor(ctx, bk->u0)->dtype;
-        bk->sparse_block = dear_tensor_block(ctx, ctx->graph.units[bk->u0].tensor);
+        bk->sparse_block = dear_tensor_block(&ctx->sparse, &ctx->reg, ctx->graph.units[bk->u0].tensor);
         /* The bucket's vector: its units whose tensor is not frozen, back to back. */
         int contiguous = 1;
         char *start = NULL, *end = NULL;
@@ -204,11 +204,11 @@ int dear_graph_build(dear_ctx_t *ctx)
             dear_rt_unit_t *un = &ctx->graph.units[u];
             un->bucket = b;
             un->off = bk->count;
-            size_t c = dear_unit_ccount(ctx, u);
+            size_t c = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
             if (c == 0)
                 continue;
             bk->count += c;
-            char *p = dear_unit_grad(ctx, u);
+            char *p = dear_unit_grad(&ctx->graph, &ctx->reg, u);
             if (end != NULL && end != p)
                 contiguous = 0;
             if (start == NULL)
@@ -219,7 +219,7 @@ int dear_graph_build(dear_ctx_t *ctx)
         /* One rank communicates nothing: its buckets are never packed or unpacked, unless
          * clipping scales the bucket's vector in place (clip.c). Staged memory always has its
          * host copy. */
-        if ((contiguous || (ctx->size == 1 && !ctx->clip.on)) && !ctx->mem.staged) {
+        if ((contiguous || (ctx->cm.size == 1 && !ctx->clip.on)) && !ctx->mem.staged) {
             bk->buf = start;
         } else {
             DEAR_CHECK_GOTO(ctx->mem.ops->alloc(bk->bytes ? bk->bytes : 1, ctx->mem.staged, &bk->buf), rc, out);
@@ -227,10 +227,10 @@ int dear_graph_build(dear_ctx_t *ctx)
             nfused++;
         }
         dear_op_t *op = &bk->op;
-        op_init(ctx, op, ctx->sched_ops->bucket_op, b, bk->dtype);
+        op_init(ctx, op, ctx->cfg.sched_ops->bucket_op, b, bk->dtype);
         op->bytes = bk->bytes;
         op_layers(ctx, op, bk->u0, bk->u1);
-        op->args.scale = 1.0 / ctx->size; /* averaging fused into the reduction */
+        op->args.scale = 1.0 / ctx->cm.size; /* averaging fused into the reduction */
         op->args.sendbuf = NULL;          /* in place */
         op->args.recvbuf = bk->buf;
         op->args.count = bk->count;
@@ -240,7 +240,7 @@ int dear_graph_build(dear_ctx_t *ctx)
 
     /* Clipping from shards (clip.c): one scalar all-reduce after every reduce-scatter, before
      * every all-gather, and no all-gather early (it would gather unclipped shards). */
-    int split = (dear_sched_flags(ctx->sched) & DEAR_SCHED_F_SPLIT) != 0;
+    int split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
     int clip = ctx->clip.on && split, live = ctx->unused.on;
     /* DEAR_FIND_UNUSED: the count of ranks with a gradient, likewise after the reduce-scatters. */
     if (live)
@@ -278,7 +278,7 @@ int dear_graph_build(dear_ctx_t *ctx)
                 blk->buf = bk->buf;
                 blk->count = bk->count;
                 blk->lo = ctx->graph.units[lo_u].off;
-                blk->hi = ctx->graph.units[hi_u - 1].off + dear_unit_ccount(ctx, hi_u - 1);
+                blk->hi = ctx->graph.units[hi_u - 1].off + dear_unit_ccount(&ctx->graph, &ctx->reg, hi_u - 1);
                 op->bytes += (blk->hi - blk->lo) * dear_dtype_size(bk->dtype);
                 if (bk->sub != NULL)
                     sub_add(bk, blk);

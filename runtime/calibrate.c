@@ -37,7 +37,7 @@ static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20,
 
 static void log_model(const dear_ctx_t *ctx, const char *how)
 {
-    if (!DEAR_LOG_ON(DEAR_LOG_INFO) || ctx->rank != 0) /* the same on every rank: printed once */
+    if (!DEAR_LOG_ON(DEAR_LOG_INFO) || ctx->cm.rank != 0) /* the same on every rank: printed once */
         return;
     DEAR_INFO("plan", "cost model (%s) for P=%d, %d rank(s) per host: %s", ctx->online.cost.source, ctx->online.cost.comm_size,
               ctx->online.cost.ranks_per_host, how);
@@ -70,7 +70,7 @@ static int reps_for(size_t bytes, size_t volume, int least)
  * rank, it only means the size is skipped. */
 static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, double *seconds)
 {
-    DEAR_MPI_CHECK(MPI_Barrier(ctx->comm));
+    DEAR_MPI_CHECK(MPI_Barrier(ctx->cm.comm));
     int warm = reps_for(bytes, CALIB_WARM_BYTES, 1), reps = reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS);
     double t0 = 0;
     for (int r = -warm; r < reps; r++) {
@@ -99,7 +99,7 @@ static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, doubl
  * reduce-scatter and all-gather when buckets are split in two phases (dear), else all-reduce. */
 static int op_needed(const dear_ctx_t *ctx, int op)
 {
-    int split = (dear_sched_flags(ctx->sched) & DEAR_SCHED_F_SPLIT) != 0;
+    int split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
     return op == DEAR_COLL_ALLREDUCE ? !split : split;
 }
 
@@ -126,11 +126,11 @@ static int calibrate(dear_ctx_t *ctx, int complete)
                 args.op = (dear_coll_op_t)op;
                 args.algo = DEAR_ALGO_AUTO;
                 args.dtype = DEAR_FLOAT32;
-                args.comm = ctx->comm;
-                args.net = ctx->net;
-                args.topo = ctx->coll_topo;
+                args.comm = ctx->cm.comm;
+                args.net = ctx->cm.net;
+                args.topo = ctx->cm.coll_topo;
                 args.tag = 0; /* nothing else runs on the communicator before commit ends */
-                args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->size; /* values stay 1 */
+                args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->cm.size; /* values stay 1 */
                 args.recvbuf = buf;
                 args.count = calib_bytes[s] / sizeof(float);
                 size_t k = (size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s;
@@ -146,12 +146,12 @@ static int calibrate(dear_ctx_t *ctx, int complete)
                     goto out;
                 }
             }
-    DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
-    if (ctx->rank == 0) {
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
+    if (ctx->cm.rank == 0) {
         dear_cost_model_t m;
         memset(&m, 0, sizeof m);
-        m.comm_size = ctx->size;
-        m.ranks_per_host = ctx->topo.max_local_size;
+        m.comm_size = ctx->cm.size;
+        m.ranks_per_host = ctx->cm.topo.max_local_size;
         snprintf(m.source, sizeof m.source, "fit");
         for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
             double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
@@ -183,7 +183,7 @@ static int calibrate(dear_ctx_t *ctx, int complete)
         }
         ctx->online.cost = m;
     }
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->cm.comm), rc, out);
     ctx->online.calib_measured++;
     DEAR_INFO("plan", "calibration: measured %d size(s) per collective, each as a stream of at least %zu bytes, "
                       "median of %d passes, in %.3f s",
@@ -215,13 +215,13 @@ static int cost_calibrated(dear_ctx_t *ctx)
     /* rank 0's: 1 cache hit, 0 measure, 2 measure and replace a corrupt file, -1 refused (the path
      * names a link, a device, a FIFO...: it must be neither read nor replaced) */
     int verdict = 0;
-    if (ctx->rank == 0 && use_file &&
+    if (ctx->cm.rank == 0 && use_file &&
         dear_file_check_target(path, "calibration file (DEAR_CALIBRATION_FILE)") != DEAR_OK) {
         verdict = -1;
-    } else if (ctx->rank == 0 && use_file) {
+    } else if (ctx->cm.rank == 0 && use_file) {
         dear_cost_model_t m;
         int found = 0;
-        int lrc = dear_cost_load(path, ctx->size, ctx->topo.max_local_size, &m, &found);
+        int lrc = dear_cost_load(path, ctx->cm.size, ctx->cm.topo.max_local_size, &m, &found);
         if (lrc == DEAR_ERR_FORMAT) {
             DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s is corrupt (the error above names the line): measuring "
                               "again; the file is kept as %s.corrupt and a new one is written",
@@ -236,22 +236,22 @@ static int cost_calibrated(dear_ctx_t *ctx)
         }
     }
     int decided[2] = { verdict, use_file };
-    DEAR_MPI_CHECK(MPI_Bcast(decided, 2, MPI_INT, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(decided, 2, MPI_INT, 0, ctx->cm.comm));
     verdict = decided[0];
     use_file = decided[1];
     if (verdict == -1) {
-        if (ctx->rank != 0)
+        if (ctx->cm.rank != 0)
             DEAR_ERROR("plan", "rank 0 refused DEAR_CALIBRATION_FILE (its message says why)");
         return DEAR_ERR_IO;
     }
     if (verdict == 1) {
-        DEAR_MPI_CHECK(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->comm));
+        DEAR_MPI_CHECK(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->cm.comm));
         log_model(ctx, "loaded from the calibration cache, nothing measured");
         return DEAR_OK;
     }
     DEAR_CHECK(calibrate(ctx, use_file));
     log_model(ctx, "measured at commit");
-    if (ctx->rank == 0 && use_file) {
+    if (ctx->cm.rank == 0 && use_file) {
         if (verdict == 2) {
             char bad[4200];
             snprintf(bad, sizeof bad, "%s.corrupt", path);
@@ -274,16 +274,16 @@ int dear_cost_setup(dear_ctx_t *ctx, int calibrate_on)
         rc = cost_calibrated(ctx);
     } else {
         char name[32];
-        if (ctx->rank == 0)
+        if (ctx->cm.rank == 0)
             snprintf(name, sizeof name, "%s", dear_param_string(DEAR_P_COST_PRESET));
-        DEAR_MPI_CHECK(MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, ctx->comm));
-        rc = dear_cost_preset(name, ctx->size, ctx->topo.max_local_size, &ctx->online.cost);
+        DEAR_MPI_CHECK(MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, ctx->cm.comm));
+        rc = dear_cost_preset(name, ctx->cm.size, ctx->cm.topo.max_local_size, &ctx->online.cost);
         if (rc == DEAR_OK)
             log_model(ctx, "DEAR_CALIBRATE=off, from DEAR_COST_PRESET");
     }
     /* Every rank computed or received the same model; a failure on one is a failure on all. */
     int any = rc != DEAR_OK, all = 0;
-    DEAR_MPI_CHECK(MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, ctx->cm.comm));
     if (all && rc == DEAR_OK) {
         DEAR_ERROR("plan", "dear_commit: another rank could not build the cost model; see its message");
         rc = DEAR_ERR_INTERNAL;

@@ -54,7 +54,7 @@ static void shard_sq(dear_ctx_t *ctx, dear_op_t *op)
     double *sq = &ctx->clip.part_sq[ctx->clip.part0[op->index]];
     for (int k = 0; k < nparts; k++) {
         size_t len;
-        const char *p = dear_bucket_own(ctx, bk, k, &len);
+        const char *p = dear_bucket_own(&ctx->cm, bk, k, &len);
         sq[k] = 0;
         if (len > 0 && mo->sumsq(dear_rt_work_queue(ctx), bk->dtype, p, len, &sq[k]) != DEAR_OK)
             ctx->clip.failed = 1;
@@ -98,7 +98,7 @@ static int norm_finish(dear_ctx_t *ctx, dear_op_t *op)
         const dear_bucket_t *bk = &ctx->graph.buckets[b];
         for (int k = 0; k < dear_bucket_parts(bk); k++) {
             size_t len;
-            char *p = dear_bucket_own(ctx, bk, k, &len);
+            char *p = dear_bucket_own(&ctx->cm, bk, k, &len);
             if (len > 0)
                 DEAR_CHECK(mo->scale(dear_rt_work_queue(ctx), bk->dtype, p, p, len, ctx->clip.coef));
         }
@@ -121,7 +121,7 @@ int dear_clip_graph(dear_ctx_t *ctx, int pos)
                                                                          : (size_t)ctx->reg.ntensors;
     DEAR_ALLOC_GOTO(ctx->clip.part_sq, calloc(np + 1, sizeof(double)), (np + 1) * sizeof(double), rc, out);
     DEAR_CHECK_GOTO(dear_rt_fence_new(ctx, &ctx->clip.sq_fence), rc, out);
-    if (!(dear_sched_flags(ctx->sched) & DEAR_SCHED_F_SPLIT))
+    if (!(dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT))
         goto out; /* wfbp, sync: the norm of the averaged gradients at backward_end */
     DEAR_ALLOC_GOTO(op->deps, calloc(nb, sizeof *op->deps), nb * sizeof *op->deps, rc, out);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {

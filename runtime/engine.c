@@ -59,12 +59,12 @@ static void timed_wait(dear_ctx_t *ctx, double seconds)
  * NULL when one needs polling. */
 static dear_transport_t *blocking_transport(const dear_ctx_t *ctx)
 {
-    if (!dear_transport_can_block(ctx->tp))
+    if (!dear_transport_can_block(ctx->cm.tp))
         return NULL;
     for (const dear_op_t *op = ctx->eng.running; op; op = op->next_running)
-        if (dear_coll_transport(op->req) != ctx->tp)
+        if (dear_coll_transport(op->req) != ctx->cm.tp)
             return NULL;
-    return ctx->tp;
+    return ctx->cm.tp;
 }
 
 /* Under the lock: the next operation to prepare (in seq order, as soon as it is queued). */
@@ -130,7 +130,7 @@ static void stall_check(dear_ctx_t *ctx, double now)
                                  "calling the dear hooks",
                        phase_name(op->kind), op->kind == DEAR_COLL_ALLGATHER ? "group" : "bucket", op->index,
                        op->layer_lo, op->layer_hi, op->bytes, op->iter, age, where, ctx->cfg.stall_abort_s);
-            MPI_Abort(ctx->comm, 1);
+            MPI_Abort(ctx->cm.comm, 1);
         }
         if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !op->stall_warned) {
             op->stall_warned = 1;
@@ -163,8 +163,8 @@ static void record_timeline(dear_ctx_t *ctx, const dear_op_t *op, const dear_col
 /* Under the lock: counters of a finished collective (busbw as nccl-tests defines it). */
 static void record_counters(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_info_t *info)
 {
-    double p = ctx->size;
-    double factor = ctx->size > 1 ? (p - 1) / p : 0;
+    double p = ctx->cm.size;
+    double factor = ctx->cm.size > 1 ? (p - 1) / p : 0;
     if (op->kind == DEAR_COLL_ALLREDUCE)
         factor *= 2;
     ctx->eng.bytes_sent += info->bytes_sent;
@@ -296,7 +296,7 @@ static int end_running(dear_ctx_t *ctx, dear_op_t *op)
 static int advance_running(dear_ctx_t *ctx, int *ndone, int *stepped)
 {
     uint64_t msgs0 = 0, msgs1 = 0;
-    dear_transport_counters(ctx->tp, &msgs0, NULL);
+    dear_transport_counters(ctx->cm.tp, &msgs0, NULL);
     dear_op_t **link = &ctx->eng.running;
     while (*link) {
         dear_op_t *op = *link;
@@ -321,7 +321,7 @@ static int advance_running(dear_ctx_t *ctx, int *ndone, int *stepped)
         (*ndone)++;
         DEAR_CHECK(end_running(ctx, op));
     }
-    dear_transport_counters(ctx->tp, &msgs1, NULL);
+    dear_transport_counters(ctx->cm.tp, &msgs1, NULL);
     *stepped |= msgs1 != msgs0;
     return DEAR_OK;
 }
@@ -363,7 +363,7 @@ static void *engine_main(void *arg)
     int idle_rounds = 0;
     double sleep_s = SLEEP_MIN_S, cpu_mark = 0;
 
-    dear_topo_bind_self(&ctx->topo);
+    dear_topo_bind_self(&ctx->cm.topo);
     dear_lock(&ctx->eng.lock);
     while (ctx->eng.rc == DEAR_OK) {
         int progressed = 0;
@@ -426,7 +426,7 @@ static void *engine_main(void *arg)
 
 int dear_engine_start(dear_ctx_t *ctx)
 {
-    if (ctx->size == 1)
+    if (ctx->cm.size == 1)
         return DEAR_OK; /* one rank: nothing ever travels, operations complete as they are queued */
     DEAR_PTHREAD_CHECK(pthread_create(&ctx->eng.thread, NULL, engine_main, ctx));
     ctx->eng.thread_started = 1;
@@ -441,7 +441,7 @@ void dear_engine_stop(dear_ctx_t *ctx)
     ctx->eng.stop = 1;
     dear_signal(&ctx->eng.work_cv);
     if (ctx->eng.in_net_wait)
-        dear_transport_poke(ctx->tp);
+        dear_transport_poke(ctx->cm.tp);
     dear_unlock(&ctx->eng.lock);
     DEAR_PTHREAD_MUST(pthread_join(ctx->eng.thread, NULL));
     ctx->eng.thread_started = 0;
@@ -449,7 +449,7 @@ void dear_engine_stop(dear_ctx_t *ctx)
 
 void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op)
 {
-    if (ctx->size == 1) {
+    if (ctx->cm.size == 1) {
         /* The reduction of one rank is its own data, averaged over one: already in place. */
         op->iter = op->prep_iter = ctx->it.iter;
         int rc = op->prepare ? op->prepare(ctx, op) : DEAR_OK;
@@ -473,7 +473,7 @@ void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op)
     ctx->eng.nqueued++;
     dear_signal(&ctx->eng.work_cv);
     if (ctx->eng.in_net_wait)
-        dear_transport_poke(ctx->tp);
+        dear_transport_poke(ctx->cm.tp);
     dear_unlock(&ctx->eng.lock);
 }
 

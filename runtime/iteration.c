@@ -16,14 +16,37 @@
 #include "runtime/rt.h"
 #include "base/util.h"
 
-int dear_layer_index(const dear_ctx_t *ctx, int layer)
+int dear_iter_profile_alloc(dear_iter_t *it, int nlayers)
 {
-    int lo = 0, hi = ctx->reg.nlayers - 1;
+    int rc = DEAR_OK;
+    size_t n = (size_t)(nlayers ? nlayers : 1), sb = sizeof *it->fwd_times * n;
+    DEAR_ALLOC_GOTO(it->fwd_times, calloc(n, sizeof *it->fwd_times), sb, rc, err);
+    DEAR_ALLOC_GOTO(it->bwd_times, calloc(n, sizeof *it->bwd_times), sb, rc, err);
+    return DEAR_OK;
+err:
+    dear_iter_profile_free(it, 0);
+    return rc;
+}
+
+void dear_iter_profile_free(dear_iter_t *it, int nlayers)
+{
+    for (int l = 0; it->fwd_times && l < nlayers; l++)
+        dear_samples_free(&it->fwd_times[l]);
+    for (int l = 0; it->bwd_times && l < nlayers; l++)
+        dear_samples_free(&it->bwd_times[l]);
+    free(it->fwd_times);
+    free(it->bwd_times);
+    it->fwd_times = it->bwd_times = NULL;
+}
+
+int dear_layer_index(const dear_registry_t *reg, int layer)
+{
+    int lo = 0, hi = reg->nlayers - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        if (ctx->reg.layers[mid].id == layer)
+        if (reg->layers[mid].id == layer)
             return mid;
-        if (ctx->reg.layers[mid].id < layer)
+        if (reg->layers[mid].id < layer)
             lo = mid + 1;
         else
             hi = mid - 1;
@@ -40,7 +63,7 @@ static int hook_enter(dear_ctx_t *ctx, const char *call, int layer, int layer_ch
         return DEAR_ERR_STATE;
     }
     if (layer_check) {
-        int l = dear_layer_index(ctx, layer);
+        int l = dear_layer_index(&ctx->reg, layer);
         DEAR_ARG_CHECK(l >= 0, "%s(layer %d): unknown layer id; the registered layers have ids %d..%d (%d layers)",
                        call, layer, ctx->reg.layers[0].id, ctx->reg.layers[ctx->reg.nlayers - 1].id, ctx->reg.nlayers);
         *lidx_out = l;
@@ -99,7 +122,7 @@ int dear_call_update(dear_ctx_t *ctx, int t, long long iteration)
 
 int dear_sched_flush(dear_ctx_t *ctx, const char *call)
 {
-    int rc = ctx->sched_ops->flush ? ctx->sched_ops->flush(ctx, call) : DEAR_OK;
+    int rc = ctx->cfg.sched_ops->flush ? ctx->cfg.sched_ops->flush(ctx, call) : DEAR_OK;
     /* The next iteration's time starts at its first hook, not here (evaluation, checkpoints). */
     ctx->it.t_iter_start = 0;
     return rc;
@@ -133,8 +156,8 @@ int dear_forward_begin(dear_ctx_t *ctx, int layer)
         dear_samples_add(&ctx->it.fwd_times[ctx->it.last_hook_lidx], now - ctx->it.t_hook);
         span(ctx, "forward", ctx->it.last_hook_lidx, DEAR_LANE_COMPUTE, ctx->it.t_hook, now);
     }
-    if (ctx->sched_ops->forward_layer)
-        rc = ctx->sched_ops->forward_layer(ctx, lidx);
+    if (ctx->cfg.sched_ops->forward_layer)
+        rc = ctx->cfg.sched_ops->forward_layer(ctx, lidx);
     hook_mark(ctx, 1, lidx);
     return rc;
 }
@@ -215,8 +238,8 @@ int dear_backward_done(dear_ctx_t *ctx, int layer)
         if (--b->remaining > 0)
             continue;
         DEAR_CHECK(dear_rt_bucket_ready(ctx, b));
-        if (ctx->sched_ops->bucket_done)
-            ctx->sched_ops->bucket_done(ctx, b);
+        if (ctx->cfg.sched_ops->bucket_done)
+            ctx->cfg.sched_ops->bucket_done(ctx, b);
     }
     hook_mark(ctx, 0, lidx);
     return rc;
@@ -228,8 +251,8 @@ int dear_backward_done(dear_ctx_t *ctx, int layer)
  * the switch happens with nothing in flight. */
 static int switch_plan(dear_ctx_t *ctx, int verify)
 {
-    if (ctx->sched_ops->drain)
-        DEAR_CHECK(ctx->sched_ops->drain(ctx));
+    if (ctx->cfg.sched_ops->drain)
+        DEAR_CHECK(ctx->cfg.sched_ops->drain(ctx));
     return verify ? dear_planning_verify(ctx) : dear_planning_replan(ctx);
 }
 
@@ -250,7 +273,7 @@ int dear_backward_end(dear_ctx_t *ctx)
                    ctx->it.in_backward ? ctx->it.layers_done : 0, ctx->reg.nlayers, ctx->it.iter, missing);
         return DEAR_ERR_STATE;
     }
-    rc = ctx->sched_ops->backward_end(ctx);
+    rc = ctx->cfg.sched_ops->backward_end(ctx);
     ctx->it.in_backward = 0;
     ctx->it.iter++;
     double now = dear_now();
@@ -263,12 +286,12 @@ int dear_backward_end(dear_ctx_t *ctx)
         rc = dear_sparse_decide(ctx);
         now = dear_now();
     }
-    if (rc == DEAR_OK && ctx->online.verify_at >= 0 && ctx->it.iter >= ctx->online.verify_at) {
+    if (rc == DEAR_OK && ctx->check.at >= 0 && ctx->it.iter >= ctx->check.at) {
         rc = switch_plan(ctx, 1);
         now = dear_now();
     }
     /* A re-plan due during auto's check waits for its end (planning.c sets the next one then). */
-    if (rc == DEAR_OK && ctx->online.verify_at < 0 && ctx->online.next_plan_iter >= 0 &&
+    if (rc == DEAR_OK && ctx->check.at < 0 && ctx->online.next_plan_iter >= 0 &&
         ctx->it.iter >= ctx->online.next_plan_iter) {
         rc = switch_plan(ctx, 0);
         now = dear_now(); /* planning time is not the next forward pass's */
@@ -305,12 +328,12 @@ int dear_set_mode(dear_ctx_t *ctx, dear_mode_t mode)
 
 const char *dear_schedule(const dear_ctx_t *ctx)
 {
-    return ctx ? dear_sched_name(ctx->sched) : "unknown";
+    return ctx ? dear_sched_name(ctx->cfg.sched) : "unknown";
 }
 
 const char *dear_transport(const dear_ctx_t *ctx)
 {
-    return ctx == NULL || ctx->tp == NULL ? "unknown" : dear_transport_name(ctx->tp);
+    return ctx == NULL || ctx->cm.tp == NULL ? "unknown" : dear_transport_name(ctx->cm.tp);
 }
 
 int dear_wait_grad(dear_ctx_t *ctx, int layer)
@@ -323,7 +346,7 @@ int dear_wait_grad(dear_ctx_t *ctx, int layer)
                    layer);
         return DEAR_ERR_STATE;
     }
-    return ctx->sched_ops->wait_layer ? ctx->sched_ops->wait_layer(ctx, lidx) : DEAR_OK;
+    return ctx->cfg.sched_ops->wait_layer ? ctx->cfg.sched_ops->wait_layer(ctx, lidx) : DEAR_OK;
 }
 
 int dear_flush(dear_ctx_t *ctx)
@@ -380,17 +403,17 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
         dear_unlock(&ctx->eng.lock);
     }
     int ok = med != NULL && all != NULL && cnt != NULL && most != NULL, all_ok = 0;
-    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, ctx->comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, ctx->cm.comm), rc, out);
     if (!all_ok) {
         DEAR_ERROR("plan", "the measured profile: %s", ok ? "another rank ran out of memory" : "out of memory");
         rc = DEAR_ERR_NOMEM;
         goto out;
     }
     /* A plan must fit the slowest worker. */
-    DEAR_MPI_CHECK_GOTO(MPI_Reduce(med, all, 2 * nl, MPI_DOUBLE, MPI_MAX, 0, ctx->comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(med, all, 2 * nl, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
     /* And the densest rank's sparse blocks, which every rank's collective waits for. */
-    DEAR_MPI_CHECK_GOTO(MPI_Reduce(cnt, most, SPARSE_COUNTS * nt, MPI_UINT64_T, MPI_MAX, 0, ctx->comm), rc, out);
-    if (ctx->rank != 0)
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(cnt, most, SPARSE_COUNTS * nt, MPI_UINT64_T, MPI_MAX, 0, ctx->cm.comm), rc, out);
+    if (ctx->cm.rank != 0)
         goto out;
     for (int l = 0; l < nl && rc == DEAR_OK; l++)
         rc = dear_prof_add_layer(prof, ctx->reg.layers[l].id, all[2 * l], all[2 * l + 1]);
@@ -404,7 +427,7 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
          * the profile); a saved profile describes the model. */
         size_t tb = communicated && ctx->reg.tensors[t].frozen ? 1 : ctx->reg.tensors[t].bytes;
         rc = dear_prof_add_tensor(prof, name, ctx->reg.tensors[t].layer, tb);
-        size_t block = dear_tensor_block(ctx, t);
+        size_t block = dear_tensor_block(&ctx->sparse, &ctx->reg, t);
         if (rc == DEAR_OK && block > 0 && tb == ctx->reg.tensors[t].bytes)
             set_density(prof, &ctx->reg.tensors[t], block, &most[SPARSE_COUNTS * t]);
     }

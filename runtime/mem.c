@@ -81,10 +81,10 @@ static int bucket_copy(const dear_ctx_t *ctx, const dear_bucket_t *b, int u0, in
     if (u1 > b->u1)
         u1 = b->u1;
     for (int u = u0; u < u1; u++) {
-        size_t c = dear_unit_ccount(ctx, u);
+        size_t c = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
         if (c == 0)
             continue;
-        char *at = (char *)b->buf + ctx->graph.units[u].off * esz, *grad = dear_unit_grad(ctx, u);
+        char *at = (char *)b->buf + ctx->graph.units[u].off * esz, *grad = dear_unit_grad(&ctx->graph, &ctx->reg, u);
         DEAR_CHECK(ctx->mem.ops->copy(ctx->mem.comm, to_buf ? at : grad, to_buf ? grad : at, c * esz));
     }
     return DEAR_OK;

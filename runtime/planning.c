@@ -40,9 +40,9 @@ static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
     dear_tensor_desc_t *desc = NULL, *udesc = NULL;
     dear_unit_t *units = NULL;
     const char **names = NULL;
-    DEAR_CHECK_GOTO(dear_tensor_table(ctx, &desc, &names), rc, out);
+    DEAR_CHECK_GOTO(dear_tensor_table(&ctx->reg, &ctx->sparse, &desc, &names), rc, out);
     const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
-    if (pfile && pfile[0] && ctx->sched != DEAR_SCHED_SYNC) {
+    if (pfile && pfile[0] && ctx->cfg.sched != DEAR_SCHED_SYNC) {
         /* A fixed plan (dear-plan's output), checked against the registered tensors. */
         rc = dear_planfile_load(pfile, n, desc, names, plan);
         if (rc == DEAR_ERR_MISMATCH)
@@ -61,7 +61,7 @@ static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
     DEAR_CHECK_GOTO(dear_units_descs(n, desc, nu, units, &udesc), rc, out);
     const char *fusion = dear_param_string(DEAR_P_FUSION);
     dear_planner_t planner = (dear_planner_t)dear_param_enum(DEAR_P_FUSION);
-    if (ctx->sched == DEAR_SCHED_SYNC) {
+    if (ctx->cfg.sched == DEAR_SCHED_SYNC) {
         /* One all-reduce of everything: the baseline without overlap. */
         int first[2] = { 0, nu };
         rc = dear_plan_same(plan, nu, 1, first, "sync");
@@ -95,12 +95,12 @@ static int bcast_partition(dear_ctx_t *ctx, dear_partition_t *p, int nunits)
 {
     int rc = DEAR_OK, ng = p->ngroups;
     int *first = NULL;
-    DEAR_MPI_CHECK(MPI_Bcast(&ng, 1, MPI_INT, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(&ng, 1, MPI_INT, 0, ctx->cm.comm));
     DEAR_ALLOC_GOTO(first, malloc(sizeof(int) * (size_t)(ng + 1)), sizeof(int) * (size_t)(ng + 1), rc, out);
-    if (ctx->rank == 0)
+    if (ctx->cm.rank == 0)
         memcpy(first, p->first, sizeof(int) * (size_t)(ng + 1));
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(first, ng + 1, MPI_INT, 0, ctx->comm), rc, out);
-    if (ctx->rank != 0)
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(first, ng + 1, MPI_INT, 0, ctx->cm.comm), rc, out);
+    if (ctx->cm.rank != 0)
         rc = dear_partition_set(p, nunits, ng, first);
 out:
     free(first);
@@ -112,20 +112,20 @@ static int bcast_units(dear_ctx_t *ctx, dear_plan_t *plan)
 {
     int rc = DEAR_OK, hdr[2] = { plan->nunits, plan->units != NULL };
     int64_t *w = NULL;
-    DEAR_MPI_CHECK(MPI_Bcast(hdr, 2, MPI_INT, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(hdr, 2, MPI_INT, 0, ctx->cm.comm));
     plan->nunits = hdr[0];
     plan->ntensors = ctx->reg.ntensors;
     if (!hdr[1])
         return DEAR_OK;
     size_t n = (size_t)hdr[0];
     DEAR_ALLOC_GOTO(w, malloc(sizeof *w * 3 * n), sizeof *w * 3 * n, rc, out);
-    for (size_t i = 0; ctx->rank == 0 && i < n; i++) {
+    for (size_t i = 0; ctx->cm.rank == 0 && i < n; i++) {
         w[3 * i] = plan->units[i].tensor;
         w[3 * i + 1] = (int64_t)plan->units[i].offset;
         w[3 * i + 2] = (int64_t)plan->units[i].bytes;
     }
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(w, (int)(3 * n), MPI_INT64_T, 0, ctx->comm), rc, out);
-    if (ctx->rank != 0) {
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(w, (int)(3 * n), MPI_INT64_T, 0, ctx->cm.comm), rc, out);
+    if (ctx->cm.rank != 0) {
         free(plan->units);
         DEAR_ALLOC_GOTO(plan->units, malloc(sizeof *plan->units * n), sizeof *plan->units * n, rc, out);
         for (size_t i = 0; i < n; i++)
@@ -149,7 +149,7 @@ static int plan_fits(dear_ctx_t *ctx, const dear_plan_t *plan)
         DEAR_ERROR("plan", "the plan is malformed: %s", msg);
         return DEAR_ERR_INTERNAL;
     }
-    DEAR_CHECK(dear_tensor_table(ctx, &desc, &names));
+    DEAR_CHECK(dear_tensor_table(&ctx->reg, &ctx->sparse, &desc, &names));
     if (dear_units_check(ctx->reg.ntensors, desc, plan->nunits, plan->units, msg, sizeof msg) != DEAR_OK) {
         DEAR_ERROR("plan", "the plan's units do not fit the registered tensors: %s", msg);
         rc = DEAR_ERR_INTERNAL;
@@ -162,27 +162,27 @@ static int plan_fits(dear_ctx_t *ctx, const dear_plan_t *plan)
 int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
 {
     int rc = rc0;
-    DEAR_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, ctx->cm.comm));
     if (rc != DEAR_OK) {
-        if (ctx->rank != 0 && rc == DEAR_ERR_MISMATCH)
+        if (ctx->cm.rank != 0 && rc == DEAR_ERR_MISMATCH)
             DEAR_ERROR("plan", "rank 0 could not make a plan: its DEAR_PLAN_FILE does not fit the registered "
                                "tensors; see its message");
-        else if (ctx->rank != 0)
+        else if (ctx->cm.rank != 0)
             DEAR_ERROR("plan", "rank 0 could not make a plan (%s); see its message", dear_status_string(rc));
         return rc;
     }
-    DEAR_MPI_CHECK(MPI_Bcast(plan->planner, (int)sizeof plan->planner, MPI_CHAR, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(plan->planner, (int)sizeof plan->planner, MPI_CHAR, 0, ctx->cm.comm));
     DEAR_CHECK(bcast_units(ctx, plan));
     DEAR_CHECK(bcast_partition(ctx, &plan->rs, plan->nunits));
     DEAR_CHECK(bcast_partition(ctx, &plan->ag, plan->nunits));
-    DEAR_MPI_CHECK(MPI_Bcast(&plan->ag_early, 1, MPI_INT, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(&plan->ag_early, 1, MPI_INT, 0, ctx->cm.comm));
     return plan_fits(ctx, plan);
 }
 
 int dear_planning_initial(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
-    if (ctx->rank == 0)
+    if (ctx->cm.rank == 0)
         rc = make_plan(ctx, &ctx->graph.plan);
     return dear_planning_bcast(ctx, &ctx->graph.plan, rc);
 }
@@ -198,28 +198,28 @@ int dear_planning_setup(dear_ctx_t *ctx)
     dear_planner_t planner = (dear_planner_t)dear_param_enum(DEAR_P_FUSION);
     const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
     int cfg[5];
-    cfg[0] = (dear_planner_flags(planner) & DEAR_PLANNER_F_MODEL) && ctx->sched != DEAR_SCHED_SYNC &&
-             !(pfile && pfile[0]) && ctx->size > 1;
+    cfg[0] = (dear_planner_flags(planner) & DEAR_PLANNER_F_MODEL) && ctx->cfg.sched != DEAR_SCHED_SYNC &&
+             !(pfile && pfile[0]) && ctx->cm.size > 1;
     cfg[1] = (int)dear_param_int(DEAR_P_WARMUP_ITERS);
     cfg[2] = (int)dear_param_int(DEAR_P_REPLAN_EVERY);
     cfg[3] = (int)dear_param_enum(DEAR_P_CALIBRATE); /* auto|off */
     /* Only auto promises the fastest plan it can find; a named planner's plan is kept. */
     cfg[4] = planner == DEAR_PLANNER_AUTO ? (int)dear_param_int(DEAR_P_VERIFY_ITERS) : 0;
     double margin = dear_param_double(DEAR_P_VERIFY_MARGIN);
-    DEAR_MPI_CHECK(MPI_Bcast(cfg, 5, MPI_INT, 0, ctx->comm));
-    DEAR_MPI_CHECK(MPI_Bcast(&margin, 1, MPI_DOUBLE, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(cfg, 5, MPI_INT, 0, ctx->cm.comm));
+    DEAR_MPI_CHECK(MPI_Bcast(&margin, 1, MPI_DOUBLE, 0, ctx->cm.comm));
     ctx->online.enabled = cfg[0];
     ctx->online.replan_every = cfg[2];
     ctx->online.next_plan_iter = ctx->online.enabled ? cfg[1] : -1;
-    ctx->online.verify_iters = ctx->online.enabled ? cfg[4] : 0;
-    ctx->online.verify_margin = margin;
-    ctx->online.verify_at = -1;
+    ctx->check.iters = ctx->online.enabled ? cfg[4] : 0;
+    ctx->check.margin = margin;
+    ctx->check.at = -1;
     if (!ctx->online.enabled)
         return DEAR_OK;
     /* Here rather than at each check: a check is collective, and one rank short of memory there
      * would leave the others waiting in its reduction. */
-    size_t vbytes = sizeof(double) * 2 * (size_t)ctx->online.verify_iters;
-    DEAR_ALLOC_GOTO(ctx->online.verify_s, calloc(1, vbytes), vbytes, rc, out);
+    size_t vbytes = sizeof(double) * 2 * (size_t)ctx->check.iters;
+    DEAR_ALLOC_GOTO(ctx->check.samples, calloc(1, vbytes), vbytes, rc, out);
     rc = dear_cost_setup(ctx, cfg[3] == 0);
     if (rc == DEAR_OK)
         DEAR_INFO("plan", "online planning: planner %s after %d warm-up iteration(s)%s", fusion, cfg[1],
@@ -251,7 +251,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t 
 
     rc = dear_prof_units(tprof, ctx->graph.plan.nunits, ctx->graph.plan.units, &uprof);
     if (rc == DEAR_OK)
-        rc = dear_plan_problem_init(&prob, prof, ctx->sched, &ctx->online.cost, 0, &marg);
+        rc = dear_plan_problem_init(&prob, prof, ctx->cfg.sched, &ctx->online.cost, 0, &marg);
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
@@ -274,7 +274,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t 
                           "and %d all-gather group(s); predicted iteration %.3f ms vs %.3f ms with threshold "
                           "(%zu B) and %.3f ms with the current plan (%s, %d bucket(s)); compute %.3f ms; planned "
                           "in %.1f ms",
-                  ctx->it.iter, fusion, dear_sched_name(ctx->sched), plan->planner, plan->rs.ngroups, plan->ag.ngroups,
+                  ctx->it.iter, fusion, dear_sched_name(ctx->cfg.sched), plan->planner, plan->rs.ngroups, plan->ag.ngroups,
                   1e3 * tnew, 1e3 * tthr, prob.threshold, 1e3 * tcur, ctx->graph.plan.planner, ctx->graph.plan.rs.ngroups,
                   1e3 * (dear_prof_fwd_total(prof) + dear_prof_bwd_total(prof)), 1e3 * (dear_now() - t0));
     }
@@ -291,7 +291,7 @@ int dear_planning_restart(dear_ctx_t *ctx, int rc)
     if (rc != DEAR_OK) {
         ctx->eng.rc = rc;
         ctx->online.next_plan_iter = -1;
-        ctx->online.verify_at = -1;
+        ctx->check.at = -1;
     }
     if (ctx->graph.nops > 0) {
         ctx->eng.next_seq = ctx->eng.next_prep = ctx->it.iter * ctx->graph.nops;
@@ -335,9 +335,9 @@ static int block_len(int n, int b)
 
 static void block_begin(dear_ctx_t *ctx, int b)
 {
-    ctx->online.verify_block = b;
-    ctx->online.verify_len = block_len(ctx->online.verify_iters, b);
-    ctx->online.verify_at = ctx->it.iter + 1 + ctx->online.verify_len;
+    ctx->check.block = b;
+    ctx->check.len = block_len(ctx->check.iters, b);
+    ctx->check.at = ctx->it.iter + 1 + ctx->check.len;
 }
 
 /* The other plan of the check into force; the one it replaces waits in alt_plan. */
@@ -346,10 +346,10 @@ static int swap_plan(dear_ctx_t *ctx)
     dear_plan_t cur = { 0 };
     int rc = dear_plan_copy(&cur, &ctx->graph.plan);
     if (rc == DEAR_OK)
-        rc = dear_graph_rebuild(ctx, &ctx->online.alt_plan);
+        rc = dear_graph_rebuild(ctx, &ctx->check.alt_plan);
     if (rc == DEAR_OK) {
-        dear_plan_free(&ctx->online.alt_plan);
-        ctx->online.alt_plan = cur;
+        dear_plan_free(&ctx->check.alt_plan);
+        ctx->check.alt_plan = cur;
         return DEAR_OK;
     }
     dear_plan_free(&cur);
@@ -358,13 +358,13 @@ static int swap_plan(dear_ctx_t *ctx)
 
 void dear_planning_sample(dear_ctx_t *ctx, double iter_s)
 {
-    int n = ctx->online.verify_iters, b = ctx->online.verify_block;
-    long long from = ctx->online.verify_at - ctx->online.verify_len; /* the settling iteration */
-    if (ctx->online.verify_at < 0 || ctx->it.iter <= from || ctx->it.iter > ctx->online.verify_at)
+    int n = ctx->check.iters, b = ctx->check.block;
+    long long from = ctx->check.at - ctx->check.len; /* the settling iteration */
+    if (ctx->check.at < 0 || ctx->it.iter <= from || ctx->it.iter > ctx->check.at)
         return;
     /* By position, not by count: every rank fills the same slots, and a slot no rank timed stays 0. */
     int pos = (int)(ctx->it.iter - from - 1) + (b == 2 ? block_len(n, 0) : 0);
-    ctx->online.verify_s[(b == 1 ? 0 : n) + pos] = iter_s;
+    ctx->check.samples[(b == 1 ? 0 : n) + pos] = iter_s;
 }
 
 /* The timed iterations of one plan without the empty slots; returns their count. */
@@ -382,38 +382,38 @@ static size_t timed(double *v, int n)
  * median old, median new, spread, margin, predicted old, predicted new (seconds). */
 static int judge(dear_ctx_t *ctx, double v[8])
 {
-    int n = ctx->online.verify_iters;
-    double *s = ctx->online.verify_s;
-    if (ctx->rank == 0)
-        DEAR_MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, s, 2 * n, MPI_DOUBLE, MPI_SUM, 0, ctx->comm));
+    int n = ctx->check.iters;
+    double *s = ctx->check.samples;
+    if (ctx->cm.rank == 0)
+        DEAR_MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, s, 2 * n, MPI_DOUBLE, MPI_SUM, 0, ctx->cm.comm));
     else
-        DEAR_MPI_CHECK(MPI_Reduce(s, NULL, 2 * n, MPI_DOUBLE, MPI_SUM, 0, ctx->comm));
-    if (ctx->rank == 0) {
+        DEAR_MPI_CHECK(MPI_Reduce(s, NULL, 2 * n, MPI_DOUBLE, MPI_SUM, 0, ctx->cm.comm));
+    if (ctx->cm.rank == 0) {
         for (int i = 0; i < 2 * n; i++)
-            s[i] /= ctx->size; /* every rank times the same slots (dear_planning_sample) */
+            s[i] /= ctx->cm.size; /* every rank times the same slots (dear_planning_sample) */
         size_t na = timed(s, n), nb = timed(s + n, n);
         dear_compare_t c = { NAN, NAN, NAN, NAN };
-        int how = na && nb ? dear_samples_compare(s, na, s + n, nb, ctx->online.verify_margin, VERIFY_TOLERANCE, &c)
+        int how = na && nb ? dear_samples_compare(s, na, s + n, nb, ctx->check.margin, VERIFY_TOLERANCE, &c)
                            : 0;
         dear_verdict_t why = DEAR_VERDICT_MODEL;
-        v[0] = dear_check_verdict(how, &c, ctx->online.pred_s[0], ctx->online.pred_s[1], &why);
+        v[0] = dear_check_verdict(how, &c, ctx->check.pred_s[0], ctx->check.pred_s[1], &why);
         v[1] = why;
         v[2] = c.med_a, v[3] = c.med_b, v[4] = c.spread, v[5] = c.margin;
-        v[6] = ctx->online.pred_s[0], v[7] = ctx->online.pred_s[1];
+        v[6] = ctx->check.pred_s[0], v[7] = ctx->check.pred_s[1];
     }
-    DEAR_MPI_CHECK(MPI_Bcast(v, 8, MPI_DOUBLE, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(v, 8, MPI_DOUBLE, 0, ctx->cm.comm));
     return DEAR_OK;
 }
 
 /* The check begins on the new plan, just switched to; old waits in alt_plan (taken over). */
 static void check_begin(dear_ctx_t *ctx, dear_plan_t *old, const double pred[2])
 {
-    dear_plan_free(&ctx->online.alt_plan);
-    ctx->online.alt_plan = *old;
+    dear_plan_free(&ctx->check.alt_plan);
+    ctx->check.alt_plan = *old;
     *old = (dear_plan_t){ 0 };
-    memset(ctx->online.verify_s, 0, sizeof(double) * 2 * (size_t)ctx->online.verify_iters);
-    ctx->online.pred_s[0] = pred[0];
-    ctx->online.pred_s[1] = pred[1];
+    memset(ctx->check.samples, 0, sizeof(double) * 2 * (size_t)ctx->check.iters);
+    ctx->check.pred_s[0] = pred[0];
+    ctx->check.pred_s[1] = pred[1];
     block_begin(ctx, 0);
 }
 
@@ -430,7 +430,7 @@ int dear_planning_replan(dear_ctx_t *ctx)
     int rc = dear_profile_measured(ctx, "online", 1, &prof);
     if (rc == DEAR_ERR_MPI)
         goto out;
-    if (ctx->rank == 0 && rc == DEAR_OK)
+    if (ctx->cm.rank == 0 && rc == DEAR_OK)
         rc = plan_rank0(ctx, &prof, &plan, pred);
     /* Switch only after this; a planner failure keeps the plan that works (communication
      * errors stop the context as usual). */
@@ -449,7 +449,7 @@ int dear_planning_replan(dear_ctx_t *ctx)
         dear_plan_t prev = { 0 };
         DEAR_CHECK_GOTO(dear_plan_copy(&prev, &ctx->graph.plan), rc, out);
         DEAR_CHECK_GOTO(dear_graph_rebuild(ctx, &plan), rc, out_prev);
-        if (ctx->online.verify_iters > 0)
+        if (ctx->check.iters > 0)
             check_begin(ctx, &prev, pred);
 out_prev:
         dear_plan_free(&prev);
@@ -473,24 +473,24 @@ int dear_planning_verify(dear_ctx_t *ctx)
     int rc = DEAR_OK;
     dear_engine_stop(ctx);
     ctx->eng.stop = 0;
-    int b = ctx->online.verify_block + 1;
-    if (b == 2 && block_len(ctx->online.verify_iters, 2) == 0)
+    int b = ctx->check.block + 1;
+    if (b == 2 && block_len(ctx->check.iters, 2) == 0)
         b = 3; /* one iteration each: no second half of the new plan */
     if (b <= 2) {
         DEAR_CHECK_GOTO(swap_plan(ctx), rc, out);
         block_begin(ctx, b);
         DEAR_DEBUG("plan", "auto's check: %s plan %s for %d iteration(s) after this one", b == 1 ? "old" : "new",
-                   ctx->graph.plan.planner, ctx->online.verify_len);
+                   ctx->graph.plan.planner, ctx->check.len);
         goto out;
     }
-    int new_in_force = ctx->online.verify_block != 1;
-    ctx->online.verify_at = -1;
+    int new_in_force = ctx->check.block != 1;
+    ctx->check.at = -1;
     double v[8];
     DEAR_CHECK_GOTO(judge(ctx, v), rc, out);
     int keep_new = v[0] != 0;
     dear_verdict_t verdict = (dear_verdict_t)v[1];
-    const dear_plan_t *pnew = new_in_force ? &ctx->graph.plan : &ctx->online.alt_plan;
-    const dear_plan_t *pold = new_in_force ? &ctx->online.alt_plan : &ctx->graph.plan;
+    const dear_plan_t *pnew = new_in_force ? &ctx->graph.plan : &ctx->check.alt_plan;
+    const dear_plan_t *pold = new_in_force ? &ctx->check.alt_plan : &ctx->graph.plan;
     char why[256];
     if (verdict == DEAR_VERDICT_MEASURED)
         snprintf(why, sizeof why, "the %s plan measured faster beyond the margin", keep_new ? "new" : "old");
@@ -504,18 +504,18 @@ int dear_planning_verify(dear_ctx_t *ctx)
                  1e3 * v[6], 1e3 * v[7]);
     DEAR_INFO("plan", "auto's check, %d iteration(s) per plan (mean over the ranks): plan %s median %.3f ms, plan %s (it "
                       "replaced) median %.3f ms, spread %.3f ms, margin %.3f ms (DEAR_VERIFY_MARGIN): %s; keeping %s",
-              ctx->online.verify_iters, pnew->planner, 1e3 * v[3], pold->planner, 1e3 * v[2], 1e3 * v[4], 1e3 * v[5],
+              ctx->check.iters, pnew->planner, 1e3 * v[3], pold->planner, 1e3 * v[2], 1e3 * v[4], 1e3 * v[5],
               why, keep_new ? pnew->planner : pold->planner);
     if (keep_new != new_in_force)
         DEAR_CHECK_GOTO(swap_plan(ctx), rc, out);
     if (!keep_new)
-        ctx->online.nreverts++;
+        ctx->check.nreverts++;
     /* A re-plan that fell due during the check comes a full period after it. */
     if (ctx->online.next_plan_iter >= 0 && ctx->online.next_plan_iter <= ctx->it.iter)
         ctx->online.next_plan_iter = ctx->it.iter + ctx->online.replan_every;
 out:
     rc = dear_planning_restart(ctx, rc);
-    if (ctx->online.verify_at < 0)
-        dear_plan_free(&ctx->online.alt_plan);
+    if (ctx->check.at < 0)
+        dear_plan_free(&ctx->check.alt_plan);
     return rc;
 }

@@ -13,20 +13,20 @@
 #include "base/util.h"
 #include "runtime/rt.h"
 
-static int name_taken(const dear_ctx_t *ctx, const char *name)
+static int name_taken(const dear_registry_t *reg, const char *name)
 {
-    for (int i = 0; i < ctx->reg.ntensors; i++)
-        if (strcmp(ctx->reg.tensors[i].name, name) == 0)
+    for (int i = 0; i < reg->ntensors; i++)
+        if (strcmp(reg->tensors[i].name, name) == 0)
             return 1;
     return 0;
 }
 
 /* The registered tensor whose gradient shares a byte with [p, p + bytes), or NULL. */
-static const dear_tensor_t *overlapping(const dear_ctx_t *ctx, const void *p, size_t bytes)
+static const dear_tensor_t *overlapping(const dear_registry_t *reg, const void *p, size_t bytes)
 {
     uintptr_t a0 = (uintptr_t)p, a1 = a0 + bytes;
-    for (int i = 0; i < ctx->reg.ntensors; i++) {
-        const dear_tensor_t *t = &ctx->reg.tensors[i];
+    for (int i = 0; i < reg->ntensors; i++) {
+        const dear_tensor_t *t = &reg->tensors[i];
         uintptr_t b0 = (uintptr_t)t->grad, b1 = b0 + t->bytes;
         if (a0 < b1 && b0 < a1)
             return t;
@@ -49,7 +49,7 @@ int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size
     DEAR_ARG_CHECK(strlen(name) <= DEAR_NAME_MAX,
                    "dear_register: name '%.40s...' has %zu characters, at most %d are accepted", name,
                    strlen(name), DEAR_NAME_MAX);
-    DEAR_ARG_CHECK(!name_taken(ctx, name), "dear_register('%s'): a tensor of that name is already registered",
+    DEAR_ARG_CHECK(!name_taken(&ctx->reg, name), "dear_register('%s'): a tensor of that name is already registered",
                    name);
     if (mem == DEAR_MEM_CUDA) {
         DEAR_ERROR("api", "dear_register('%s'): CUDA memory is not supported in this build yet; "
@@ -73,7 +73,7 @@ int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size
     DEAR_ARG_CHECK(count <= (SIZE_MAX - (uintptr_t)grad) / esize,
                    "dear_register('%s'): count %zu of %s is %s bytes, more than the address space holds", name, count,
                    dear_dtype_name(dtype), count <= SIZE_MAX / esize ? "that many" : "an overflowing number of");
-    const dear_tensor_t *o = overlapping(ctx, grad, count * esize);
+    const dear_tensor_t *o = overlapping(&ctx->reg, grad, count * esize);
     DEAR_ARG_CHECK(o == NULL,
                    "dear_register('%s'): its gradient [%p, +%zu bytes) overlaps that of tensor '%s' [%p, +%zu bytes); "
                    "every tensor needs a buffer of its own (it would be reduced and updated twice)",
@@ -109,18 +109,11 @@ err:
     return rc;
 }
 
-void dear_registry_free_layers(dear_ctx_t *ctx)
+void dear_registry_free_layers(dear_registry_t *reg)
 {
-    for (int l = 0; ctx->it.fwd_times && l < ctx->reg.nlayers; l++)
-        dear_samples_free(&ctx->it.fwd_times[l]);
-    for (int l = 0; ctx->it.bwd_times && l < ctx->reg.nlayers; l++)
-        dear_samples_free(&ctx->it.bwd_times[l]);
-    free(ctx->it.fwd_times);
-    free(ctx->it.bwd_times);
-    free(ctx->reg.layers);
-    ctx->it.fwd_times = ctx->it.bwd_times = NULL;
-    ctx->reg.layers = NULL;
-    ctx->reg.nlayers = 0;
+    free(reg->layers);
+    reg->layers = NULL;
+    reg->nlayers = 0;
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -129,36 +122,34 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int dear_registry_build_layers(dear_ctx_t *ctx)
+int dear_registry_build_layers(dear_registry_t *reg)
 {
-    int rc = DEAR_OK, cap = ctx->reg.ntensors + ctx->reg.ndeclared, n = 0;
+    int rc = DEAR_OK, cap = reg->ntensors + reg->ndeclared, n = 0;
     int *ids = NULL;
     /* The layer ids: the tensors' (non-decreasing) merged with the declared ones, each once. */
     DEAR_ALLOC_GOTO(ids, malloc(sizeof *ids * (size_t)(cap ? cap : 1)), sizeof *ids * (size_t)(cap ? cap : 1), rc, err);
-    for (int i = 0; i < ctx->reg.ntensors; i++)
-        ids[n++] = ctx->reg.tensors[i].layer;
-    for (int i = 0; i < ctx->reg.ndeclared; i++)
-        ids[n++] = ctx->reg.declared[i];
+    for (int i = 0; i < reg->ntensors; i++)
+        ids[n++] = reg->tensors[i].layer;
+    for (int i = 0; i < reg->ndeclared; i++)
+        ids[n++] = reg->declared[i];
     qsort(ids, (size_t)n, sizeof *ids, cmp_int);
     int nl = 0;
     for (int i = 0; i < n; i++)
         if (i == 0 || ids[i] != ids[i - 1])
             ids[nl++] = ids[i];
-    size_t lb = sizeof *ctx->reg.layers * (size_t)(nl ? nl : 1), sb = sizeof *ctx->it.fwd_times * (size_t)(nl ? nl : 1);
-    DEAR_ALLOC_GOTO(ctx->reg.layers, calloc((size_t)(nl ? nl : 1), sizeof *ctx->reg.layers), lb, rc, err);
-    DEAR_ALLOC_GOTO(ctx->it.fwd_times, calloc((size_t)(nl ? nl : 1), sizeof *ctx->it.fwd_times), sb, rc, err);
-    DEAR_ALLOC_GOTO(ctx->it.bwd_times, calloc((size_t)(nl ? nl : 1), sizeof *ctx->it.bwd_times), sb, rc, err);
-    ctx->reg.nlayers = nl;
+    size_t lb = sizeof *reg->layers * (size_t)(nl ? nl : 1);
+    DEAR_ALLOC_GOTO(reg->layers, calloc((size_t)(nl ? nl : 1), sizeof *reg->layers), lb, rc, err);
+    reg->nlayers = nl;
     /* Each layer holds the tensors [t0, t1) of its id; a layer without parameters holds none, at
      * the place its id sorts to, so tensor ranges stay in layer order. */
     int t = 0;
     for (int l = 0; l < nl; l++) {
-        dear_layer_t *L = &ctx->reg.layers[l];
+        dear_layer_t *L = &reg->layers[l];
         L->id = ids[l];
         L->bwd_iter = -1;
         L->t0 = t;
-        while (t < ctx->reg.ntensors && ctx->reg.tensors[t].layer == L->id)
-            ctx->reg.tensors[t++].lidx = l;
+        while (t < reg->ntensors && reg->tensors[t].layer == L->id)
+            reg->tensors[t++].lidx = l;
         L->t1 = t;
     }
 err:
@@ -200,19 +191,19 @@ typedef struct {
     int64_t sparse_block;
 } wire_tensor_t;
 
-static void wire_fill(const dear_ctx_t *ctx, int i, wire_tensor_t *w)
+static void wire_fill(const dear_registry_t *reg, int i, wire_tensor_t *w)
 {
     memset(w, 0, sizeof *w);
-    if (i < 0 || i >= ctx->reg.ntensors) {
+    if (i < 0 || i >= reg->ntensors) {
         w->dtype = -1; /* marks "no tensor at this index" */
         return;
     }
-    memcpy(w->name, ctx->reg.tensors[i].name, sizeof w->name);
-    w->layer = ctx->reg.tensors[i].layer;
-    w->count = (int64_t)ctx->reg.tensors[i].count;
-    w->dtype = ctx->reg.tensors[i].dtype;
-    w->frozen = ctx->reg.tensors[i].frozen;
-    w->sparse_block = (int64_t)ctx->reg.tensors[i].sparse_block;
+    memcpy(w->name, reg->tensors[i].name, sizeof w->name);
+    w->layer = reg->tensors[i].layer;
+    w->count = (int64_t)reg->tensors[i].count;
+    w->dtype = reg->tensors[i].dtype;
+    w->frozen = reg->tensors[i].frozen;
+    w->sparse_block = (int64_t)reg->tensors[i].sparse_block;
 }
 
 static void wire_describe(const wire_tensor_t *w, char *buf, size_t len)
@@ -271,34 +262,34 @@ static const char *wire_diff(const wire_tensor_t *a, const wire_tensor_t *b, cha
  * waits for data that is not coming); each rank finds its first difference; one MIN
  * all-reduce agrees on the first differing index; an all-gather tells who differs there and
  * the lowest such rank broadcasts its entry, so every rank prints the same message. */
-int dear_registry_check(dear_ctx_t *ctx)
+int dear_registry_check(const dear_rt_comm_t *cm, dear_registry_t *reg)
 {
     int rc = DEAR_OK;
-    long long n0 = ctx->reg.ntensors;
+    long long n0 = reg->ntensors;
     wire_tensor_t *table = NULL, mine, theirs;
     int *differs = NULL;
     char va[160], vb[160], ranks[256];
 
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&n0, 1, MPI_LONG_LONG, 0, ctx->comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&n0, 1, MPI_LONG_LONG, 0, cm->comm), rc, out);
     size_t bytes = sizeof *table * (size_t)(n0 > 0 ? n0 : 1);
     DEAR_ALLOC_GOTO(table, malloc(bytes), bytes, rc, out);
-    if (ctx->rank == 0)
+    if (cm->rank == 0)
         for (int i = 0; i < n0; i++)
-            wire_fill(ctx, i, &table[i]);
+            wire_fill(reg, i, &table[i]);
     if (n0 > 0)
-        DEAR_MPI_CHECK_GOTO(MPI_Bcast(table, (int)(n0 * (long long)sizeof *table), MPI_BYTE, 0, ctx->comm), rc, out);
+        DEAR_MPI_CHECK_GOTO(MPI_Bcast(table, (int)(n0 * (long long)sizeof *table), MPI_BYTE, 0, cm->comm), rc, out);
 
     int first = INT_MAX;
-    long long upto = n0 < ctx->reg.ntensors ? n0 : ctx->reg.ntensors;
+    long long upto = n0 < reg->ntensors ? n0 : reg->ntensors;
     for (int i = 0; i < upto && first == INT_MAX; i++) {
-        wire_fill(ctx, i, &mine);
+        wire_fill(reg, i, &mine);
         if (wire_diff(&table[i], &mine, va, vb, sizeof va))
             first = i;
     }
-    if (first == INT_MAX && n0 != ctx->reg.ntensors)
+    if (first == INT_MAX && n0 != reg->ntensors)
         first = (int)upto;
     int agreed = INT_MAX;
-    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&first, &agreed, 1, MPI_INT, MPI_MIN, ctx->comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&first, &agreed, 1, MPI_INT, MPI_MIN, cm->comm), rc, out);
     if (agreed == INT_MAX)
         goto out;
 
@@ -307,16 +298,16 @@ int dear_registry_check(dear_ctx_t *ctx)
     if (agreed < n0)
         ref = table[agreed];
     else
-        wire_fill(ctx, -1, &ref);
-    wire_fill(ctx, agreed, &mine);
+        wire_fill(reg, -1, &ref);
+    wire_fill(reg, agreed, &mine);
     int me_differs = wire_diff(&ref, &mine, va, vb, sizeof va) != NULL;
-    DEAR_ALLOC_GOTO(differs, malloc(sizeof *differs * (size_t)ctx->size), sizeof *differs * (size_t)ctx->size, rc,
+    DEAR_ALLOC_GOTO(differs, malloc(sizeof *differs * (size_t)cm->size), sizeof *differs * (size_t)cm->size, rc,
                     out);
-    DEAR_MPI_CHECK_GOTO(MPI_Allgather(&me_differs, 1, MPI_INT, differs, 1, MPI_INT, ctx->comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Allgather(&me_differs, 1, MPI_INT, differs, 1, MPI_INT, cm->comm), rc, out);
     int witness = -1;
     size_t used = 0;
     ranks[0] = '\0';
-    for (int r = 0; r < ctx->size; r++) {
+    for (int r = 0; r < cm->size; r++) {
         if (!differs[r])
             continue;
         if (witness < 0)
@@ -334,7 +325,7 @@ int dear_registry_check(dear_ctx_t *ctx)
         goto out;
     }
     theirs = mine;
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&theirs, (int)sizeof theirs, MPI_BYTE, witness, ctx->comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&theirs, (int)sizeof theirs, MPI_BYTE, witness, cm->comm), rc, out);
     const char *field = wire_diff(&ref, &theirs, va, vb, sizeof va);
     if (field && strcmp(field, "presence") == 0) {
         DEAR_ERROR("commit", "dear_commit: registered tensors differ across ranks at tensor index %d: rank 0 "
@@ -356,19 +347,19 @@ out:
     return rc;
 }
 
-int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const char ***names)
+int dear_tensor_table(const dear_registry_t *reg, const dear_sparse_ctl_t *sp, dear_tensor_desc_t **desc, const char ***names)
 {
-    int rc = DEAR_OK, n = ctx->reg.ntensors;
+    int rc = DEAR_OK, n = reg->ntensors;
     size_t nd = sizeof **desc * (size_t)(n ? n : 1), nn = sizeof **names * (size_t)(n ? n : 1);
     *desc = NULL;
     *names = NULL;
     DEAR_ALLOC_GOTO(*desc, malloc(nd), nd, rc, err);
     DEAR_ALLOC_GOTO(*names, malloc(nn), nn, rc, err);
     for (int i = 0; i < n; i++) {
-        const dear_tensor_t *t = &ctx->reg.tensors[i];
+        const dear_tensor_t *t = &reg->tensors[i];
         size_t esz = dear_dtype_size(t->dtype);
         (*desc)[i] = (dear_tensor_desc_t){ .bytes = t->bytes, .layer = t->layer, .elem_bytes = esz,
-                                           .row_bytes = dear_tensor_block(ctx, i) * esz };
+                                           .row_bytes = dear_tensor_block(sp, reg, i) * esz };
         (*names)[i] = t->name;
     }
     return DEAR_OK;
@@ -381,30 +372,30 @@ err:
 /* Rank 0's layer ids go to everyone (their count first); one MIN all-reduce agrees on the first
  * index where some rank differs, and that rank's id there is broadcast, so every rank prints the
  * same message. Tensors were checked already: only declared layers can differ here. */
-int dear_registry_check_layers(dear_ctx_t *ctx)
+int dear_registry_check_layers(const dear_rt_comm_t *cm, const dear_registry_t *reg)
 {
-    int rc = DEAR_OK, n0 = ctx->reg.nlayers;
+    int rc = DEAR_OK, n0 = reg->nlayers;
     int *ids = NULL;
-    DEAR_MPI_CHECK(MPI_Bcast(&n0, 1, MPI_INT, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(&n0, 1, MPI_INT, 0, cm->comm));
     DEAR_ALLOC_GOTO(ids, malloc(sizeof *ids * (size_t)(n0 > 0 ? n0 : 1)), sizeof *ids * (size_t)(n0 > 0 ? n0 : 1),
                     rc, out);
-    for (int l = 0; ctx->rank == 0 && l < n0; l++)
-        ids[l] = ctx->reg.layers[l].id;
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(ids, n0, MPI_INT, 0, ctx->comm), rc, out);
-    int mine = INT_MAX, first = INT_MAX, upto = n0 < ctx->reg.nlayers ? n0 : ctx->reg.nlayers;
+    for (int l = 0; cm->rank == 0 && l < n0; l++)
+        ids[l] = reg->layers[l].id;
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(ids, n0, MPI_INT, 0, cm->comm), rc, out);
+    int mine = INT_MAX, first = INT_MAX, upto = n0 < reg->nlayers ? n0 : reg->nlayers;
     for (int l = 0; l < upto && mine == INT_MAX; l++)
-        if (ids[l] != ctx->reg.layers[l].id)
+        if (ids[l] != reg->layers[l].id)
             mine = l;
-    if (mine == INT_MAX && n0 != ctx->reg.nlayers)
+    if (mine == INT_MAX && n0 != reg->nlayers)
         mine = upto;
-    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ctx->comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, cm->comm), rc, out);
     if (first == INT_MAX)
         goto out;
     /* The lowest rank that differs there says what it has (INT_MIN: no layer). */
-    int who[2] = { mine == first ? ctx->rank : INT_MAX, 0 }, lowest = 0;
-    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&who[0], &lowest, 1, MPI_INT, MPI_MIN, ctx->comm), rc, out);
-    int theirs = first < ctx->reg.nlayers ? ctx->reg.layers[first].id : INT_MIN;
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&theirs, 1, MPI_INT, lowest, ctx->comm), rc, out);
+    int who[2] = { mine == first ? cm->rank : INT_MAX, 0 }, lowest = 0;
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&who[0], &lowest, 1, MPI_INT, MPI_MIN, cm->comm), rc, out);
+    int theirs = first < reg->nlayers ? reg->layers[first].id : INT_MIN;
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&theirs, 1, MPI_INT, lowest, cm->comm), rc, out);
     char a[32], b[32];
     if (first < n0)
         snprintf(a, sizeof a, "layer %d", ids[first]);

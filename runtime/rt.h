@@ -139,6 +139,160 @@ typedef struct {
     dear_op_t op;           /* the all-gather */
 } dear_group_t;
 
+/* The context's communicator, its hosts and what carries its collectives (api.c, at
+ * dear_init). Read-only afterwards; after commit only the progress thread uses comm for
+ * collectives, and the application thread only for calls that run while it is stopped or quiet
+ * (plan switches, finalize). */
+typedef struct {
+    MPI_Comm comm;          /* private duplicate */
+    int rank, size;
+    dear_topo_t topo;
+    dear_coll_topo_t *coll_topo; /* hosts of comm for hierarchical collectives; NULL: flat */
+    dear_transport_t *tp;   /* what carries the collectives (DEAR_TRANSPORT) */
+    dear_net_t *net;        /* comm on tp */
+} dear_rt_comm_t;
+
+/* Settings read at dear_init from the DEAR_* table (api.c); read-only afterwards. */
+typedef struct {
+    dear_sched_t sched;
+    const struct dear_sched_ops *sched_ops; /* sched's row of DEAR_SCHED_TABLE (below) */
+    int stats_print;
+    double stall_warn_s, stall_abort_s;
+    int max_inflight;
+    size_t inflight_window; /* DEAR_INFLIGHT_BYTES; 0: no limit */
+} dear_rt_cfg_t;
+
+/* The registry: tensors in registration (forward) order, grouped into layers (registry.c).
+ * Built by the application thread before commit; afterwards the tensors' fields marked
+ * "shared" are the progress thread's too (under the engine's lock). */
+typedef struct {
+    dear_tensor_t *tensors;
+    int ntensors, tensors_cap;
+    dear_layer_t *layers;
+    int nlayers;
+    int *declared;          /* dear_register_layer's ids: layers that may hold no tensor */
+    int ndeclared, declared_cap;
+} dear_registry_t;
+
+/* The plan in force and what it became: its units, buckets, all-gather groups, one iteration's
+ * operations in their fixed order (buckets.c). Built by the application thread while the
+ * progress thread is stopped; the operations' fields are then shared as dear_op_t says. */
+typedef struct {
+    dear_plan_t plan;
+    dear_rt_unit_t *units;
+    int nunits;
+    dear_bucket_t *buckets;
+    int nbuckets;
+    dear_group_t *groups;   /* schedule dear only */
+    int ngroups;
+    int ngroups_early;      /* of them, run during backward */
+    dear_op_t **ops;
+    int nops;
+} dear_graph_t;
+
+/* The cost model and online planning (calibrate.c, planning.c): the same on every rank, the
+ * application thread's (plans switch with the progress thread stopped). */
+typedef struct {
+    dear_cost_model_t cost;
+    int enabled;            /* a model-driven planner replaces the warm-up plan during training */
+    int replan_every;       /* DEAR_REPLAN_EVERY of rank 0 */
+    long long next_plan_iter; /* plan at the backward_end that completes this iteration; -1: never */
+    int calib_measured;     /* calibrations measured (not loaded from the cache): tests read it */
+    int nplans;             /* online plans made */
+} dear_online_t;
+
+/* auto's check of a plan it switched to (planning.c), the application thread's: blocks new,
+ * old, new, each one settling iteration left out and then len timed ones. */
+typedef struct {
+    int iters;              /* DEAR_VERIFY_ITERS of rank 0; 0 for planners other than auto */
+    double margin;          /* DEAR_VERIFY_MARGIN of rank 0 */
+    long long at;           /* the current block ends at the backward_end completing this iteration; -1: no check */
+    int block;              /* 0, 1, 2: which block runs (1: the old plan) */
+    int len;                /* timed iterations of the current block */
+    dear_plan_t alt_plan;   /* during a check, the one of the two plans not in force */
+    double pred_s[2];       /* rank 0: predicted iteration time of the old [0] and the new [1] plan */
+    double *samples;        /* this rank's timed iterations: old plan [0, iters), new plan after */
+    int n[2];               /* timed iterations so far of the old and the new plan */
+    int nreverts;           /* plans dropped after timing: tests read it */
+} dear_check_t;
+
+/* Iteration state and the profile it gives (iteration.c): the application thread's. */
+typedef struct {
+    long long iter;         /* completed backward_end calls */
+    int in_backward;        /* between the first backward_done and backward_end */
+    int layers_done;        /* layers reported in this backward */
+    int npending;           /* dear: updates of the last backward_end not yet run */
+    dear_mode_t mode;       /* dear_set_mode */
+    double t_hook;          /* when the previous hook returned (profile spans) */
+    int last_hook_fwd;      /* previous hook was forward_begin of layer last_hook_lidx */
+    int last_hook_lidx;
+    double t_iter_start;    /* end of the previous backward_end, or 0 after a flush */
+    double t_commit;
+    dear_samples_t iter_times;
+    dear_samples_t *fwd_times, *bwd_times;  /* per layer */
+    double blocked_s;
+} dear_iter_t;
+
+/* Tensors without a gradient in an iteration (unused.c). The application thread writes the
+ * marks; the progress thread runs the count in the operation's hooks. */
+typedef struct {
+    int on;                 /* DEAR_FIND_UNUSED, rank 0's, fixed at commit */
+    int32_t *live;          /* per tensor: 1 if this rank had a gradient; summed over ranks */
+    dear_op_t op;           /* that sum, a collective of the plan */
+} dear_unused_t;
+
+/* Clipping by global norm (clip.c). Under dear the progress thread takes the squares and the
+ * norm in the operations' hooks, and the application thread reads the result once the
+ * all-gathers it waits for are done; under wfbp and sync all of it is the application thread's. */
+typedef struct {
+    int on;                 /* fixed at commit: the norm's collective is part of the plan */
+    double max_norm;        /* INFINITY: the norm is reported, nothing is clipped */
+    int *part0;             /* dear: bucket b's shard parts are [part0[b], part0[b + 1]) */
+    double *part_sq;        /* per part (dear) or per tensor (wfbp, sync): a squared norm */
+    dear_fence_t *sq_fence; /* the squares are written (the norm's collective waits for it) */
+    int failed;             /* a square could not be taken (progress thread) */
+    double sum;             /* the norm collective's vector: the squared norm, summed over ranks */
+    dear_op_t op;           /* dear: that collective, between the reduce-scatters and all-gathers */
+    double norm, coef;      /* of the gradient of iteration `iter` */
+    long long iter;
+} dear_clip_t;
+
+/* Sparse tensors (sparse.c): fixed at commit, the application thread's. */
+typedef struct {
+    int mode;               /* DEAR_SPARSE of rank 0, fixed at commit */
+    long long measure_iters; /* densities are measured in iterations below this (rank 0's warm-up) */
+    long long decide_at;    /* auto: decide at the backward_end completing this iteration; -1: never */
+} dear_sparse_ctl_t;
+
+/* The progress thread (engine.c). Fields under "shared" are both threads', under the lock;
+ * under "engine", the progress thread's alone while it runs. */
+typedef struct {
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t lock;
+    pthread_cond_t work_cv; /* wakes the progress thread */
+    pthread_cond_t done_cv; /* wakes the application thread */
+    int sync_ready;         /* the three above exist */
+    /* shared */
+    int stop;
+    int rc;                 /* first error the progress thread hit */
+    int nqueued;            /* queued and not yet started */
+    int nwaiters;           /* application thread blocked in dear_engine_wait (0 or 1) */
+    int in_net_wait;        /* the progress thread sleeps in the transport's block: poke to wake it */
+    uint64_t bytes_sent;
+    double busbytes;        /* bus bytes (nccl-tests convention) of finished collectives */
+    double busy_s;          /* time with at least one collective in flight */
+    double progress_cpu_s;
+    /* engine */
+    long long next_seq;     /* next operation to start: iteration * nops + pos */
+    long long next_prep;    /* next operation to prepare (never behind next_seq) */
+    int fence_wait;         /* the next operation waits for its buffer to fill (polled) */
+    dear_op_t *running;
+    int nrunning;
+    size_t inflight_bytes;  /* sum of bytes of the running collectives */
+    double busy_since;
+} dear_engine_t;
+
 /* Where the gradients live and the queues that reach them (mem.c). */
 typedef struct {
     const dear_mem_ops_t *ops;  /* the gradients' row of the memory table */
@@ -148,146 +302,22 @@ typedef struct {
     int drop;                   /* DEAR_DEBUG_DROP_WAIT: the wait left out (tests of the fences) */
 } dear_rt_mem_t;
 
+/* One context, split by concern; each part says which thread owns which field. */
 struct dear_ctx {
-    MPI_Comm comm;          /* private duplicate; only the progress thread uses it after commit */
-    int rank, size;
-    dear_topo_t topo;
-    dear_coll_topo_t *coll_topo; /* hosts of comm for hierarchical collectives; NULL: flat */
-    dear_transport_t *tp;   /* what carries the collectives (DEAR_TRANSPORT) */
-    dear_net_t *net;        /* comm on tp */
+    dear_rt_comm_t cm;
+    dear_rt_cfg_t cfg;
     dear_rt_mem_t mem;
-    dear_timeline_t *tl;
-    dear_sched_t sched;
-    const struct dear_sched_ops *sched_ops; /* sched's row of DEAR_SCHED_TABLE (below) */
+    dear_timeline_t *tl;    /* its own lock: any thread */
     int committed;
-
-    /* settings read at init (the DEAR_* table) */
-    struct {
-        int stats_print;
-        double stall_warn_s, stall_abort_s;
-        int max_inflight;
-        size_t inflight_window; /* DEAR_INFLIGHT_BYTES; 0: no limit */
-    } cfg;
-
-    /* the registry: tensors in registration (forward) order, grouped into layers */
-    struct {
-        dear_tensor_t *tensors;
-        int ntensors, tensors_cap;
-        dear_layer_t *layers;
-        int nlayers;
-        int *declared;          /* dear_register_layer's ids: layers that may hold no tensor */
-        int ndeclared, declared_cap;
-    } reg;
-
-    /* the plan in force and what it became: its units, buckets, all-gather groups, one
-     * iteration's operations in their fixed order (buckets.c) */
-    struct {
-        dear_plan_t plan;
-        dear_rt_unit_t *units;
-        int nunits;
-        dear_bucket_t *buckets;
-        int nbuckets;
-        dear_group_t *groups;   /* schedule dear only */
-        int ngroups;
-        int ngroups_early;      /* of them, run during backward */
-        dear_op_t **ops;
-        int nops;
-    } graph;
-
-    /* cost model and online planning (calibrate.c, planning.c; the same on every rank) */
-    struct {
-        dear_cost_model_t cost;
-        int enabled;            /* a model-driven planner replaces the warm-up plan during training */
-        int replan_every;       /* DEAR_REPLAN_EVERY of rank 0 */
-        long long next_plan_iter; /* plan at the backward_end that completes this iteration; -1: never */
-        int calib_measured;     /* calibrations measured (not loaded from the cache): tests read it */
-        int nplans;             /* online plans made */
-        int nreverts;           /* online plans dropped after timing (DEAR_VERIFY_ITERS): tests read it */
-        int verify_iters;       /* DEAR_VERIFY_ITERS of rank 0; 0 for planners other than auto */
-        double verify_margin;   /* DEAR_VERIFY_MARGIN of rank 0 */
-        /* auto's check (planning.c): blocks new, old, new, each one settling iteration left out
-         * and then verify_len timed ones */
-        long long verify_at;    /* the current block ends at the backward_end completing this iteration; -1: no check */
-        int verify_block;       /* 0, 1, 2: which block runs (1: the old plan) */
-        int verify_len;         /* timed iterations of the current block */
-        dear_plan_t alt_plan;   /* during a check, the one of the two plans not in force */
-        double pred_s[2];       /* rank 0: predicted iteration time of the old [0] and the new [1] plan */
-        double *verify_s;       /* this rank's timed iterations: old plan [0, verify_iters), new plan after */
-        int verify_n[2];        /* timed iterations so far of the old and the new plan */
-    } online;
-
-    /* iteration state and the profile it gives (application thread; iteration.c) */
-    struct {
-        long long iter;         /* completed backward_end calls */
-        int in_backward;        /* between the first backward_done and backward_end */
-        int layers_done;        /* layers reported in this backward */
-        int npending;           /* dear: updates of the last backward_end not yet run */
-        dear_mode_t mode;       /* dear_set_mode */
-        double t_hook;          /* when the previous hook returned (profile spans) */
-        int last_hook_fwd;      /* previous hook was forward_begin of layer last_hook_lidx */
-        int last_hook_lidx;
-        double t_iter_start;    /* end of the previous backward_end, or 0 after a flush */
-        double t_commit;
-        dear_samples_t iter_times;
-        dear_samples_t *fwd_times, *bwd_times;  /* per layer */
-        double blocked_s;
-    } it;
-
-    /* tensors without a gradient in an iteration (unused.c) */
-    struct {
-        int on;                 /* DEAR_FIND_UNUSED, rank 0's, fixed at commit */
-        int32_t *live;          /* per tensor: 1 if this rank had a gradient; summed over ranks */
-        dear_op_t op;           /* that sum, a collective of the plan */
-    } unused;
-
-    /* clipping by global norm (clip.c) */
-    struct {
-        int on;                 /* fixed at commit: the norm's collective is part of the plan */
-        double max_norm;        /* INFINITY: the norm is reported, nothing is clipped */
-        int *part0;             /* dear: bucket b's shard parts are [part0[b], part0[b + 1]) */
-        double *part_sq;        /* dear: per part, this rank's reduced shard's squared norm */
-        dear_fence_t *sq_fence; /* the squares are written (the norm's collective waits for it) */
-        int failed;             /* a square could not be taken (progress thread) */
-        double sum;             /* the norm collective's vector: the squared norm, summed over ranks */
-        dear_op_t op;           /* dear: that collective, between the reduce-scatters and all-gathers */
-        double norm, coef;      /* of the gradient of iteration `iter` */
-        long long iter;
-    } clip;
-
-    /* sparse tensors (sparse.c) */
-    struct {
-        int mode;               /* DEAR_SPARSE of rank 0, fixed at commit */
-        long long measure_iters; /* densities are measured in iterations below this (rank 0's warm-up) */
-        long long decide_at;    /* auto: decide at the backward_end completing this iteration; -1: never */
-    } sparse;
-
-    /* the progress thread (engine.c) */
-    struct {
-        pthread_t thread;
-        int thread_started;
-        pthread_mutex_t lock;
-        pthread_cond_t work_cv; /* wakes the progress thread */
-        pthread_cond_t done_cv; /* wakes the application thread */
-        int sync_ready;         /* the three above exist */
-        /* shared */
-        int stop;
-        int rc;                 /* first error the progress thread hit */
-        int nqueued;            /* queued and not yet started */
-        int nwaiters;           /* application thread blocked in dear_engine_wait (0 or 1) */
-        int in_net_wait;        /* the progress thread sleeps in the transport's block: poke to wake it */
-        uint64_t bytes_sent;
-        double busbytes;        /* bus bytes (nccl-tests convention) of finished collectives */
-        double busy_s;          /* time with at least one collective in flight */
-        double progress_cpu_s;
-        /* engine */
-        long long next_seq;     /* next operation to start: iteration * nops + pos */
-        long long next_prep;    /* next operation to prepare (never behind next_seq) */
-        int fence_wait;         /* the next operation waits for its buffer to fill (polled) */
-        dear_op_t *running;
-        int nrunning;
-        size_t inflight_bytes;  /* sum of bytes of the running collectives */
-        double busy_since;
-    } eng;
+    dear_registry_t reg;
+    dear_graph_t graph;
+    dear_online_t online;
+    dear_check_t check;
+    dear_iter_t it;
+    dear_unused_t unused;
+    dear_clip_t clip;
+    dear_sparse_ctl_t sparse;
+    dear_engine_t eng;
 };
 
 /* What a schedule does at each hook (one row of DEAR_SCHED_TABLE, base/sched_table.h). A NULL
@@ -313,21 +343,22 @@ DEAR_SCHED_TABLE(SCHED_OPS_DECL_)
 #undef SCHED_OPS_DECL_
 
 /* registry.c */
-void dear_registry_free_layers(dear_ctx_t *ctx);
+void dear_registry_free_layers(dear_registry_t *reg);
 /* The layers of the registered tensors and the declared ones (dear_commit). */
-int dear_registry_build_layers(dear_ctx_t *ctx);
+int dear_registry_build_layers(dear_registry_t *reg);
 /* Collective: DEAR_ERR_MISMATCH on every rank, naming the first difference, unless every rank has
  * the same layers. */
-int dear_registry_check_layers(dear_ctx_t *ctx);
+int dear_registry_check_layers(const dear_rt_comm_t *cm, const dear_registry_t *reg);
 /* Collective: DEAR_ERR_MISMATCH on every rank, naming the first difference, unless every rank
  * registered the same tensors. */
-int dear_registry_check(dear_ctx_t *ctx);
+int dear_registry_check(const dear_rt_comm_t *cm, dear_registry_t *reg);
 /* The registered tensors as the fusion layer describes them, in registration order: desc[i]
  * (bytes, layer, element size, the row of a sparse one) and names[i] (pointing into ctx), both
  * allocated; free both. */
-int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const char ***names);
+int dear_tensor_table(const dear_registry_t *reg, const dear_sparse_ctl_t *sp, dear_tensor_desc_t **desc,
+                      const char ***names);
 /* Index in ctx->reg.layers of the caller's layer id, or -1. */
-int dear_layer_index(const dear_ctx_t *ctx, int layer);
+int dear_layer_index(const dear_registry_t *reg, int layer);
 
 /* buckets.c */
 /* Buckets, groups, fusion buffers and the operation order of ctx->graph.plan. */
@@ -344,13 +375,13 @@ void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_
 /* This rank's reduce-scatter shard of bucket b comes in dear_bucket_parts(b) parts (one unless
  * the bucket is sharded piece by piece); part k's start, and its length in elements. */
 static inline int dear_bucket_parts(const dear_bucket_t *b) { return b->nsub > 0 ? b->nsub : 1; }
-char *dear_bucket_own(const dear_ctx_t *ctx, const dear_bucket_t *b, int k, size_t *len);
+char *dear_bucket_own(const dear_rt_comm_t *cm, const dear_bucket_t *b, int k, size_t *len);
 /* Elements unit u contributes to its bucket's vector (none when its tensor is frozen). */
-size_t dear_unit_ccount(const dear_ctx_t *ctx, int u);
+size_t dear_unit_ccount(const dear_graph_t *g, const dear_registry_t *reg, int u);
 /* Where unit u's data lies in the gradient of its tensor. */
-char *dear_unit_grad(const dear_ctx_t *ctx, int u);
+char *dear_unit_grad(const dear_graph_t *g, const dear_registry_t *reg, int u);
 /* The all-gather group holding unit u (schedule dear). */
-int dear_group_of(const dear_ctx_t *ctx, int u);
+int dear_group_of(const dear_graph_t *g, int u);
 
 /* mem.c */
 /* Tests only: the row of host gradients (NULL: the host row), e.g. one that delays its queues. */
@@ -408,7 +439,7 @@ int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0);
 int dear_planning_restart(dear_ctx_t *ctx, int rc);
 /* At a backward_end with nothing in flight: plan from the profile and switch. Collective. */
 int dear_planning_replan(dear_ctx_t *ctx);
-/* At the backward_end of ctx->online.verify_at, nothing in flight: switch to the other plan for
+/* At the backward_end of ctx->check.at, nothing in flight: switch to the other plan for
  * the next block of the check or, after the last, keep the plan the measurement (or, when it is
  * inconclusive, the model) says is faster. Collective. */
 int dear_planning_verify(dear_ctx_t *ctx);
@@ -421,7 +452,7 @@ void dear_planning_sample(dear_ctx_t *ctx, double iter_s);
 int dear_unused_graph(dear_ctx_t *ctx, int pos);
 /* Whether tensor t's update runs for the last iteration: not frozen, and with a gradient on some
  * rank when DEAR_FIND_UNUSED is on. */
-int dear_tensor_updates(const dear_ctx_t *ctx, int t);
+int dear_tensor_updates(const dear_registry_t *reg, const dear_unused_t *unused, int t);
 
 /* clip.c */
 /* At commit, before the plan is made: DEAR_CLIP_NORM or dear_set_clip_norm. */
@@ -435,7 +466,7 @@ int dear_clip_averaged(dear_ctx_t *ctx);
 
 /* sparse.c */
 /* The block a tensor travels with: its declared one unless DEAR_SPARSE is off. */
-size_t dear_tensor_block(const dear_ctx_t *ctx, int t);
+size_t dear_tensor_block(const dear_sparse_ctl_t *sp, const dear_registry_t *reg, int t);
 /* At commit: rank 0's DEAR_SPARSE and warm-up, each sparse tensor's phases. Collective. */
 int dear_sparse_setup(dear_ctx_t *ctx);
 /* dear_graph_build: the algorithm of each bucket's and group's collective, and the density scans
@@ -450,6 +481,9 @@ const char *dear_sparse_phases(const dear_ctx_t *ctx, int rs, int ag, char *buf,
 int dear_sparse_decide(dear_ctx_t *ctx);
 
 /* iteration.c */
+/* The per-layer samples of the profile, for nlayers layers (commit), and their release. */
+int dear_iter_profile_alloc(dear_iter_t *it, int nlayers);
+void dear_iter_profile_free(dear_iter_t *it, int nlayers);
 const dear_sched_ops_t *dear_sched_ops(dear_sched_t s);
 /* The schedule's flush; the next iteration's time then starts at its first hook. */
 int dear_sched_flush(dear_ctx_t *ctx, const char *call);

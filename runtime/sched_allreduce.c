@@ -23,7 +23,7 @@ static int reduce_and_update(dear_ctx_t *ctx)
     if (ctx->clip.on)
         DEAR_CHECK(dear_clip_averaged(ctx));
     for (int t = 0; t < ctx->reg.ntensors; t++) {
-        if (!dear_tensor_updates(ctx, t))
+        if (!dear_tensor_updates(&ctx->reg, &ctx->unused, t))
             continue;
         int r = dear_call_update(ctx, t, ctx->it.iter); /* before backward_end counts it */
         if (r != DEAR_OK && rc == DEAR_OK)

@@ -21,7 +21,7 @@ static int run_update(dear_ctx_t *ctx, int t)
     ctx->reg.tensors[t].pending = 0;
     ctx->it.npending--;
     /* The count of ranks with a gradient is in: group_ready waited for it. */
-    if (!dear_tensor_updates(ctx, t))
+    if (!dear_tensor_updates(&ctx->reg, &ctx->unused, t))
         return DEAR_OK;
     return dear_call_update(ctx, t, ctx->it.iter - 1); /* pending since the last backward_end */
 }
@@ -55,7 +55,7 @@ static int dear_forward_layer(dear_ctx_t *ctx, int lidx)
     if (ctx->it.npending == 0 || L->t0 == L->t1)
         return DEAR_OK;
     /* Every group holding a chunk of the layer's tensors, then each tensor's update once. */
-    int g0 = dear_group_of(ctx, L->u0), g1 = dear_group_of(ctx, L->u1 - 1);
+    int g0 = dear_group_of(&ctx->graph, L->u0), g1 = dear_group_of(&ctx->graph, L->u1 - 1);
     for (int g = g0; g <= g1; g++)
         DEAR_CHECK(group_ready(ctx, g, "dear_forward_begin", lidx));
     for (int t = L->t0; t < L->t1; t++) {
@@ -72,7 +72,7 @@ static int dear_wait_layer(dear_ctx_t *ctx, int lidx)
     const dear_layer_t *L = &ctx->reg.layers[lidx];
     if (ctx->it.npending == 0 || L->t0 == L->t1)
         return DEAR_OK;
-    int g0 = dear_group_of(ctx, L->u0), g1 = dear_group_of(ctx, L->u1 - 1);
+    int g0 = dear_group_of(&ctx->graph, L->u0), g1 = dear_group_of(&ctx->graph, L->u1 - 1);
     for (int g = g0; g <= g1; g++)
         DEAR_CHECK(group_ready(ctx, g, "dear_wait_grad", lidx));
     return DEAR_OK;

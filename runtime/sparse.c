@@ -51,9 +51,9 @@ int dear_register_sparse(dear_ctx_t *ctx, int tensor, size_t row_elems)
     return DEAR_OK;
 }
 
-size_t dear_tensor_block(const dear_ctx_t *ctx, int t)
+size_t dear_tensor_block(const dear_sparse_ctl_t *sp, const dear_registry_t *reg, int t)
 {
-    return ctx->sparse.mode == DEAR_SPARSE_OFF ? 0 : ctx->reg.tensors[t].sparse_block;
+    return sp->mode == DEAR_SPARSE_OFF ? 0 : reg->tensors[t].sparse_block;
 }
 
 int dear_sparse_setup(dear_ctx_t *ctx)
@@ -61,7 +61,7 @@ int dear_sparse_setup(dear_ctx_t *ctx)
     /* Rank 0's setting holds: the algorithms must be the same on every rank. */
     long long cfg[3] = { dear_param_enum(DEAR_P_SPARSE), dear_param_int(DEAR_P_WARMUP_ITERS),
                          dear_param_int(DEAR_P_SPARSE_BLOCK) };
-    DEAR_MPI_CHECK(MPI_Bcast(cfg, 3, MPI_LONG_LONG, 0, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Bcast(cfg, 3, MPI_LONG_LONG, 0, ctx->cm.comm));
     ctx->sparse.mode = (int)cfg[0];
     ctx->sparse.measure_iters = cfg[1];
     ctx->sparse.decide_at = -1;
@@ -81,7 +81,7 @@ int dear_sparse_setup(dear_ctx_t *ctx)
         dear_tensor_t *tt = &ctx->reg.tensors[t];
         if (block && tt->sparse_block)
             tt->sparse_block = block;
-        tt->sparse_rs = tt->sparse_ag = dear_tensor_block(ctx, t) > 0;
+        tt->sparse_rs = tt->sparse_ag = dear_tensor_block(&ctx->sparse, &ctx->reg, t) > 0;
         if (tt->sparse_rs && ctx->sparse.mode == DEAR_SPARSE_AUTO)
             ctx->sparse.decide_at = cfg[1];
     }
@@ -92,7 +92,7 @@ int dear_sparse_setup(dear_ctx_t *ctx)
 static const char *unit_data(const dear_ctx_t *ctx, const dear_bucket_t *bk, int u)
 {
     return bk->fused ? (const char *)bk->buf + ctx->graph.units[u].off * dear_dtype_size(bk->dtype)
-                     : dear_unit_grad(ctx, u);
+                     : dear_unit_grad(&ctx->graph, &ctx->reg, u);
 }
 
 /* Count the non-zero blocks of units [u0, u1) of bucket bk in a warm-up iteration, into their
@@ -103,7 +103,7 @@ static void scan(dear_ctx_t *ctx, const dear_op_t *op, const dear_bucket_t *bk, 
         return;
     for (int u = u0; u < u1; u++) {
         dear_tensor_t *tt = &ctx->reg.tensors[ctx->graph.units[u].tensor];
-        size_t count = dear_unit_ccount(ctx, u);
+        size_t count = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
         if (count == 0)
             continue;
         size_t nz = dear_coll_sparse_nonzero(tt->dtype, unit_data(ctx, bk, u), count, tt->sparse_block);
@@ -151,7 +151,7 @@ static void set_algo(dear_op_t *op, size_t block, int sparse)
 
 void dear_sparse_graph(dear_ctx_t *ctx)
 {
-    int split = ctx->sched_ops->bucket_op == DEAR_COLL_REDUCE_SCATTER;
+    int split = ctx->cfg.sched_ops->bucket_op == DEAR_COLL_REDUCE_SCATTER;
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         if (bk->sparse_block == 0)
@@ -200,7 +200,7 @@ static double ratio(uint64_t nz, uint64_t blocks) { return blocks > 0 ? (double)
 
 const char *dear_sparse_phases(const dear_ctx_t *ctx, int rs, int ag, char *buf, size_t len)
 {
-    if (ctx->sched_ops->bucket_op == DEAR_COLL_REDUCE_SCATTER)
+    if (ctx->cfg.sched_ops->bucket_op == DEAR_COLL_REDUCE_SCATTER)
         snprintf(buf, len, "reduce-scatter %s, all-gather %s", rs ? "sparse" : "dense", ag ? "sparse" : "dense");
     else
         snprintf(buf, len, "all-reduce %s", rs ? "sparse" : "dense");
@@ -212,16 +212,16 @@ int dear_sparse_decide(dear_ctx_t *ctx)
     ctx->sparse.decide_at = -1;
     /* Nothing in flight: the communicator is this thread's for the reduction, and the algorithms
      * change between two iterations on every rank. */
-    if (ctx->sched_ops->drain)
-        DEAR_CHECK(ctx->sched_ops->drain(ctx));
+    if (ctx->cfg.sched_ops->drain)
+        DEAR_CHECK(ctx->cfg.sched_ops->drain(ctx));
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         dear_tensor_t *tt = &ctx->reg.tensors[t];
-        if (dear_tensor_block(ctx, t) == 0)
+        if (dear_tensor_block(&ctx->sparse, &ctx->reg, t) == 0)
             continue;
         dear_lock(&ctx->eng.lock);
         uint64_t mine[4] = { tt->nz_rs, tt->nz_ag, tt->blocks_rs, tt->blocks_ag }, most[4];
         dear_unlock(&ctx->eng.lock);
-        DEAR_MPI_CHECK(MPI_Allreduce(mine, most, 4, MPI_UINT64_T, MPI_MAX, ctx->comm));
+        DEAR_MPI_CHECK(MPI_Allreduce(mine, most, 4, MPI_UINT64_T, MPI_MAX, ctx->cm.comm));
         size_t row = tt->sparse_block * dear_dtype_size(tt->dtype);
         char phases[64];
         tt->sparse_rs = pays(most[0], most[2], row);
@@ -252,7 +252,7 @@ int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stat
     DEAR_ARG_CHECK(tensor >= 0 && tensor < ctx->reg.ntensors,
                    "dear_get_sparse_stats: tensor %d unknown; %d tensor(s) registered", tensor, ctx->reg.ntensors);
     const dear_tensor_t *tt = &ctx->reg.tensors[tensor];
-    size_t block = dear_tensor_block(ctx, tensor);
+    size_t block = dear_tensor_block(&ctx->sparse, &ctx->reg, tensor);
     dear_sparse_stats_t s = { .size = stats->size, .block = tt->sparse_block };
     /* What runs, not what the tensor alone would pay for: a bucket is sparse only if all its
      * tensors are; a cut tensor runs a phase sparse when every collective carrying a chunk of it
@@ -261,7 +261,7 @@ int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stat
     for (int u = tt->u0; u < tt->u1 && block > 0; u++) {
         s.sparse_rs &= ctx->graph.buckets[ctx->graph.units[u].bucket].op.args.algo == DEAR_ALGO_SPARSE;
         if (ctx->graph.ngroups > 0)
-            s.sparse_ag &= ctx->graph.groups[dear_group_of(ctx, u)].op.args.algo == DEAR_ALGO_SPARSE;
+            s.sparse_ag &= ctx->graph.groups[dear_group_of(&ctx->graph, u)].op.args.algo == DEAR_ALGO_SPARSE;
     }
     if (ctx->graph.ngroups == 0)
         s.sparse_ag = 0;

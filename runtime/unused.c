@@ -50,10 +50,10 @@ int dear_no_grad(dear_ctx_t *ctx, int tensor)
     return DEAR_OK;
 }
 
-int dear_tensor_updates(const dear_ctx_t *ctx, int t)
+int dear_tensor_updates(const dear_registry_t *reg, const dear_unused_t *unused, int t)
 {
-    const dear_tensor_t *tt = &ctx->reg.tensors[t];
-    return !tt->frozen && !(ctx->unused.on && tt->live_ranks == 0);
+    const dear_tensor_t *tt = &reg->tensors[t];
+    return !tt->frozen && !(unused->on && tt->live_ranks == 0);
 }
 
 /* ---- the count of ranks with a gradient ---- */
@@ -108,8 +108,8 @@ int dear_freeze(dear_ctx_t *ctx, int tensor, int frozen)
     int rc = dear_sched_flush(ctx, "dear_freeze");
     int mine[2] = { rc == DEAR_OK ? tensor * 2 + frozen : -1, 0 }, lo = 0, hi = 0;
     mine[1] = mine[0];
-    DEAR_MPI_CHECK(MPI_Allreduce(&mine[0], &lo, 1, MPI_INT, MPI_MIN, ctx->comm));
-    DEAR_MPI_CHECK(MPI_Allreduce(&mine[1], &hi, 1, MPI_INT, MPI_MAX, ctx->comm));
+    DEAR_MPI_CHECK(MPI_Allreduce(&mine[0], &lo, 1, MPI_INT, MPI_MIN, ctx->cm.comm));
+    DEAR_MPI_CHECK(MPI_Allreduce(&mine[1], &hi, 1, MPI_INT, MPI_MAX, ctx->cm.comm));
     if (lo != hi) {
         if (rc == DEAR_OK)
             DEAR_ERROR("api", "dear_freeze('%s', %d): the ranks did not all make this call (or one failed to flush); "

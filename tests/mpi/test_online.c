@@ -334,10 +334,10 @@ static void sleep_ms(double ms)
 static double jitter01(const dear_ctx_t *ctx, int k)
 {
     static const int perm[6] = { 3, 0, 5, 1, 4, 2 };
-    long long next = ctx->it.iter + 1, from = ctx->online.verify_at - ctx->online.verify_len;
+    long long next = ctx->it.iter + 1, from = ctx->check.at - ctx->check.len;
     int slot = k;
-    if (ctx->online.verify_at >= 0 && next > from && next <= ctx->online.verify_at)
-        slot = (int)(next - from - 1) + (ctx->online.verify_block == 2 ? (ctx->online.verify_iters + 1) / 2 : 0);
+    if (ctx->check.at >= 0 && next > from && next <= ctx->check.at)
+        slot = (int)(next - from - 1) + (ctx->check.block == 2 ? (ctx->check.iters + 1) / 2 : 0);
     return perm[slot % 6] / 5.0;
 }
 
@@ -359,9 +359,9 @@ static void noise(dear_ctx_t *ctx, int k)
 /* Rank 0's model predicts the old plan faster, for the scenarios that say so. */
 static void fake_model(dear_ctx_t *ctx)
 {
-    if (rank == 0 && scen->model_old && ctx->online.verify_at >= 0 && ctx->online.verify_block == 0) {
-        ctx->online.pred_s[0] = 1e-3;
-        ctx->online.pred_s[1] = 2e-3;
+    if (rank == 0 && scen->model_old && ctx->check.at >= 0 && ctx->check.block == 0) {
+        ctx->check.pred_s[0] = 1e-3;
+        ctx->check.pred_s[1] = 2e-3;
     }
 }
 
@@ -396,8 +396,8 @@ START_TEST(test_check)
     model_t m;
     capture_start();
     dear_ctx_t *ctx = commit_preset(&m, sched, "auto", "shm");
-    ck_assert_int_eq(ctx->online.verify_iters, 6);
-    ck_assert(ctx->online.verify_margin == 2);
+    ck_assert_int_eq(ctx->check.iters, 6);
+    ck_assert(ctx->check.margin == 2);
     after_backward_end = fake_model;
     in_compute = noise;
     train(ctx, &m, sched, CHECK_ITERS);
@@ -405,9 +405,9 @@ START_TEST(test_check)
     in_compute = NULL;
     capture_stop();
     ck_assert_int_eq(ctx->online.nplans, 1);
-    ck_assert_int_eq(ctx->online.verify_at, -1);
-    ck_assert_msg(ctx->online.nreverts == !scen->keep_new, "%s/%s: %d revert(s); log:\n%s", sched, scen->name,
-                  ctx->online.nreverts, logbuf);
+    ck_assert_int_eq(ctx->check.at, -1);
+    ck_assert_msg(ctx->check.nreverts == !scen->keep_new, "%s/%s: %d revert(s); log:\n%s", sched, scen->name,
+                  ctx->check.nreverts, logbuf);
     char planner[64];
     plan_in_force(ctx, planner, sizeof planner);
     if (scen->keep_new) {
@@ -453,7 +453,7 @@ START_TEST(test_recheck)
      * until 35, re-planned at 38 (unchanged) */
     train(ctx, &m, "dear", RECHECK_ITERS);
     in_compute = NULL;
-    ck_assert_int_eq(ctx->online.nreverts, 1);
+    ck_assert_int_eq(ctx->check.nreverts, 1);
     ck_assert_int_eq(ctx->online.nplans, 3);
     char planner[64];
     plan_in_force(ctx, planner, sizeof planner);
