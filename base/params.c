@@ -201,11 +201,6 @@ static int parse_value(dear_param_id_t id, const char *text, param_value_t *v, c
     return DEAR_OK;
 }
 
-int dear_param_parse(dear_param_id_t id, const char *text, char *msg, size_t msglen)
-{
-    long long ignored;
-    return dear_param_parse_int(id, text, &ignored, msg, msglen);
-}
 
 int dear_param_parse_int(dear_param_id_t id, const char *text, long long *value, char *msg, size_t msglen)
 {

@@ -32,10 +32,9 @@ extern const dear_param_desc_t dear_param_table[DEAR_P_COUNT];
 /* Read and validate every DEAR_* variable. Returns DEAR_OK or DEAR_ERR_PARAM (logged). On
  * error the previous values stay in force. */
 int dear_params_load(void);
-/* Validate one value without touching the cache (tests, tools). msg gets the error text. */
-int dear_param_parse(dear_param_id_t id, const char *text, char *msg, size_t msglen);
-/* The same, and the value as dear_param_int would give it (a size's suffix applied), for tools
- * that take a parameter's value on their command line. */
+/* Validate one value without touching the cache, and give it as dear_param_int would (a size's
+ * suffix applied), for tools that take a parameter's value on their command line (and tests).
+ * msg gets the error text. */
 int dear_param_parse_int(dear_param_id_t id, const char *text, long long *value, char *msg, size_t msglen);
 
 long long dear_param_int(dear_param_id_t id);      /* INT, SIZE, BOOL, ENUM_INT (-1 for a choice) */

@@ -16,13 +16,11 @@
 /* Buckets are reduce-scattered and gathered in a second phase (two partitions in a plan);
  * without it a bucket is one all-reduce. */
 #define DEAR_SCHED_F_SPLIT 0x1
-/* Communication starts during backward, as buckets complete (else after backward). */
-#define DEAR_SCHED_F_OVERLAP 0x2
 
 #define DEAR_SCHED_TABLE(X)                                                                    \
-    X(DEAR, "dear", dear_sched_dear_ops, sim_dear, DEAR_SCHED_F_SPLIT | DEAR_SCHED_F_OVERLAP,  \
+    X(DEAR, "dear", dear_sched_dear_ops, sim_dear, DEAR_SCHED_F_SPLIT,                         \
       "reduce-scatter in backward, all-gather in the next forward")                           \
-    X(WFBP, "wfbp", dear_sched_wfbp_ops, sim_wfbp, DEAR_SCHED_F_OVERLAP,                       \
+    X(WFBP, "wfbp", dear_sched_wfbp_ops, sim_wfbp, 0,                                          \
       "bucketed all-reduce during backward, waited for at backward_end")                      \
     X(SYNC, "sync", dear_sched_sync_ops, sim_sync, 0, "one all-reduce after backward")
 

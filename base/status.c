@@ -4,21 +4,10 @@
 const char *dear_status_string(int status)
 {
     switch (status) {
-    case DEAR_OK: return "success";
-    case DEAR_ERR_ARG: return "invalid argument";
-    case DEAR_ERR_STATE: return "call out of order";
-    case DEAR_ERR_MISMATCH: return "mismatch: ranks registered differently, or a plan file does not fit the tensors";
-    case DEAR_ERR_MPI: return "MPI error";
-    case DEAR_ERR_NOMEM: return "out of memory";
-    case DEAR_ERR_UNSUPPORTED: return "not supported in this build or setting";
-    case DEAR_ERR_TIMEOUT: return "operation stalled past DEAR_STALL_ABORT_S";
-    case DEAR_ERR_PARAM: return "bad DEAR_* parameter value";
-    case DEAR_ERR_IO: return "I/O error";
-    case DEAR_ERR_FORMAT: return "malformed file";
-    case DEAR_ERR_CALLBACK: return "update callback failed";
-    case DEAR_ERR_CUDA: return "CUDA or NCCL error";
-    case DEAR_ERR_INTERNAL: return "internal error";
-    case DEAR_ERR_NET: return "socket transport error (connection failed, closed or reset)";
+#define DEAR_STATUS_TEXT_(NAME, CODE, TEXT)                                                    \
+    case DEAR_##NAME: return TEXT;
+        DEAR_STATUS_MAP(DEAR_STATUS_TEXT_)
+#undef DEAR_STATUS_TEXT_
     default: return "unknown status code";
     }
 }

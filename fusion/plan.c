@@ -33,19 +33,6 @@ void dear_partition_free(dear_partition_t *p)
     p->ngroups = 0;
 }
 
-int dear_partition_group_of(const dear_partition_t *p, int t)
-{
-    int lo = 0, hi = p->ngroups - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (p->first[mid] <= t)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
 void dear_plan_free(dear_plan_t *plan)
 {
     if (!plan)

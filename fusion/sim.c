@@ -19,11 +19,6 @@ double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes)
     return t;
 }
 
-double dear_sim_cost_linear(void *arg, dear_coll_op_t op, size_t bytes)
-{
-    const dear_sim_linear_arg_t *l = arg;
-    return l->alpha[op] + l->beta[op] * (double)bytes;
-}
 
 struct dear_sim_ws {
     int nlayers, ntensors;

@@ -19,7 +19,7 @@
  *
  * Costs come through a function so planners can use anything the runtime can do: the cheapest
  * algorithm per size (dear_sim_cost_model) and a cap on bucket memory (buckets above the cap
- * cost a penalty that dominates any real time) or a plain linear model (dear_sim_cost_linear).
+ * cost a penalty that dominates any real time) or any other function (the tests' linear one).
  * Sparse tensors (profile.h) are priced by the bytes they put on the wire in each phase, and a
  * group is cut where the block changes, as the runtime cuts it (dear_sim_ws_group). The runtime
  * also cuts a sparse all-gather group at bucket boundaries; that cut is not priced.
@@ -51,13 +51,6 @@ typedef struct {
     size_t cap_bytes;
 } dear_sim_model_arg_t;
 double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes);
-
-/* arg for dear_sim_cost_linear: alpha[op] + beta[op] * bytes. */
-typedef struct {
-    double alpha[DEAR_COLL_OP_COUNT];
-    double beta[DEAR_COLL_OP_COUNT];
-} dear_sim_linear_arg_t;
-double dear_sim_cost_linear(void *arg, dear_coll_op_t op, size_t bytes);
 
 /* A recorded operation's kind: a collective (a dear_coll_op_t value) or a layer's compute. */
 enum { DEAR_SIM_FWD = DEAR_COLL_OP_COUNT, DEAR_SIM_BWD };

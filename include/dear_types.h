@@ -24,25 +24,40 @@ extern "C" {
 #define DEAR_VERSION_PATCH 0
 
 /* Status codes: DEAR_OK or negative. MPI, CUDA and NCCL codes are translated where they enter
- * the library and are never returned raw. */
+ * the library and are never returned raw. One list gives the enum and the text of each code
+ * (dear_status_string), as libuv's UV_ERRNO_MAP does: X(NAME, CODE, "text"). */
+#define DEAR_STATUS_MAP(X)                                                                      \
+    X(OK, 0, "success")                                                                         \
+    /* NULL pointer, unknown enum, bad count, ... */                                            \
+    X(ERR_ARG, -1, "invalid argument")                                                          \
+    /* register after commit, done twice, ... */                                                \
+    X(ERR_STATE, -2, "call out of order")                                                       \
+    /* ranks disagree (registered tensors, layers), or a plan file was made for other tensors */ \
+    X(ERR_MISMATCH, -3,                                                                         \
+      "mismatch: ranks registered differently, or a plan file does not fit the tensors")        \
+    X(ERR_MPI, -4, "MPI error")                                                                 \
+    X(ERR_NOMEM, -5, "out of memory")                                                           \
+    /* a feature not built, or not available here */                                            \
+    X(ERR_UNSUPPORTED, -6, "not supported in this build or setting")                            \
+    /* a bounded wait ran out: a transport's set-up past its timeout */                         \
+    X(ERR_TIMEOUT, -7, "timed out: a bounded wait ran out")                                     \
+    /* a DEAR_* environment variable has a bad value */                                         \
+    X(ERR_PARAM, -8, "bad DEAR_* parameter value")                                              \
+    /* a file (plan, profile, calibration) could not be read or written */                      \
+    X(ERR_IO, -9, "I/O error")                                                                  \
+    X(ERR_FORMAT, -10, "malformed file")                                                        \
+    /* an update callback returned non-zero */                                                  \
+    X(ERR_CALLBACK, -11, "update callback failed")                                              \
+    X(ERR_CUDA, -12, "CUDA or NCCL error")                                                      \
+    /* a bug in libdear: please report it */                                                    \
+    X(ERR_INTERNAL, -13, "internal error")                                                      \
+    /* a connection could not be made, or a peer closed or reset it */                          \
+    X(ERR_NET, -14, "socket transport error (connection failed, closed or reset)")
+
 typedef enum {
-    DEAR_OK = 0,
-    DEAR_ERR_ARG = -1,          /* invalid argument (NULL pointer, unknown enum, bad count) */
-    DEAR_ERR_STATE = -2,        /* call out of order (register after commit, done twice, ...) */
-    DEAR_ERR_MISMATCH = -3,     /* ranks disagree (registered tensors, layers), or a plan file
-                                 * was made for other tensors */
-    DEAR_ERR_MPI = -4,          /* an MPI call failed */
-    DEAR_ERR_NOMEM = -5,        /* allocation failed */
-    DEAR_ERR_UNSUPPORTED = -6,  /* feature not built or not available here */
-    DEAR_ERR_TIMEOUT = -7,      /* an operation stalled past DEAR_STALL_ABORT_S */
-    DEAR_ERR_PARAM = -8,        /* a DEAR_* environment variable has a bad value */
-    DEAR_ERR_IO = -9,           /* a file could not be read or written */
-    DEAR_ERR_FORMAT = -10,      /* a file (plan, profile, calibration) is malformed */
-    DEAR_ERR_CALLBACK = -11,    /* an update callback returned non-zero */
-    DEAR_ERR_CUDA = -12,        /* a CUDA or NCCL call failed */
-    DEAR_ERR_INTERNAL = -13,    /* a bug in libdear: please report it */
-    DEAR_ERR_NET = -14          /* the socket transport failed: a connection could not be made,
-                                 * or a peer closed or reset it */
+#define DEAR_STATUS_ENUM_(NAME, CODE, TEXT) DEAR_##NAME = CODE,
+    DEAR_STATUS_MAP(DEAR_STATUS_ENUM_)
+#undef DEAR_STATUS_ENUM_
 } dear_status_t;
 
 /* Element types. 16-bit floating types are reduced in float32 and rounded once. */

@@ -28,7 +28,7 @@
 
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
 {
-    if (g_rank == 0) {
+    if (bench_rank == 0) {
         va_list ap;
         va_start(ap, fmt);
         fprintf(stderr, "dear-bench: ");
@@ -41,7 +41,7 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
 
 static void usage(void)
 {
-    say("usage: mpirun -np P dear-bench --profile FILE [options]\n"
+    bench_say("usage: mpirun -np P dear-bench --profile FILE [options]\n"
         "Emulate a model's compute from its profile (sleeping), synchronise real float32 gradients\n"
         "through libdear, check the parameters, and compare measured iteration times with the\n"
         "simulator's prediction for each configuration.\n"
@@ -155,7 +155,7 @@ static int parse_partition(const char *text, const char *what, long long *v)
 
 /* partition < 0: the schedule's default. wfbp and sync stand for Horovod and PyTorch DDP, which
  * send every tensor whole; dear runs what the runtime would, DEAR_PARTITION or its default. */
-static int make_config(config_t *c, const char *text, const char *sched, const char *fusion, size_t threshold,
+static int make_config(bench_config_t *c, const char *text, const char *sched, const char *fusion, size_t threshold,
                        long long partition)
 {
     if (!valid_sched(sched))
@@ -206,7 +206,7 @@ static int parse_suffixes(char *buf, const char *tok, int *sparse, long long *pa
     return 0;
 }
 
-static int parse_configs(const char *list, opts_t *o)
+static int parse_configs(const char *list, bench_opts_t *o)
 {
     char *dup = strdup(list), *save = NULL;
     if (!dup)
@@ -256,7 +256,7 @@ static int parse_configs(const char *list, opts_t *o)
 }
 
 /* The configuration of --schedule/--fusion/--threshold (or the DEAR_* environment). */
-static int parse_single(opts_t *o, const char *sched, const char *fusion, const char *thr_text)
+static int parse_single(bench_opts_t *o, const char *sched, const char *fusion, const char *thr_text)
 {
     if (!sched)
         sched = getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear";
@@ -288,7 +288,7 @@ typedef struct {
 } raw_args_t;
 
 /* The options one by one, with their defaults: 0, -1 after --help, 2 on a bad one. */
-static int read_options(int argc, char **argv, opts_t *o, raw_args_t *r)
+static int read_options(int argc, char **argv, bench_opts_t *o, raw_args_t *r)
 {
     static const struct option lopts[] = {
         { "profile", required_argument, 0, 'f' },     { "configs", required_argument, 0, 'C' },
@@ -392,7 +392,7 @@ static int read_options(int argc, char **argv, opts_t *o, raw_args_t *r)
 }
 
 /* At most one of --preset, --alpha with --beta, --calibration; a preset must exist. */
-static int check_cost_model(opts_t *o, const raw_args_t *r)
+static int check_cost_model(bench_opts_t *o, const raw_args_t *r)
 {
     o->have_ab = r->have_a || r->have_b;
     if (o->have_ab && !(r->have_a && r->have_b))
@@ -422,10 +422,10 @@ static void runtime_warmup(int *rt_warm, int *rt_verify)
 }
 
 /* Warm-up per configuration: what its plan needs before it is in place, unless --warmup. */
-static void set_warmups(opts_t *o, int rt_warm, int settled)
+static void set_warmups(bench_opts_t *o, int rt_warm, int settled)
 {
     for (int i = 0; i < o->nconfigs; i++) {
-        config_t *cf = &o->configs[i];
+        bench_config_t *cf = &o->configs[i];
         int fixed = !strcmp(cf->fusion, "none") || !strcmp(cf->fusion, "threshold") || !strcmp(cf->fusion, "one");
         cf->warmup = o->warmup >= 0 ? o->warmup
                      : fixed        ? 3
@@ -434,7 +434,7 @@ static void set_warmups(opts_t *o, int rt_warm, int settled)
     }
 }
 
-int parse_args(int argc, char **argv, opts_t *o)
+int bench_parse_args(int argc, char **argv, bench_opts_t *o)
 {
     raw_args_t r = { 0 };
     int rc = read_options(argc, argv, o, &r);
@@ -448,7 +448,7 @@ int parse_args(int argc, char **argv, opts_t *o)
     runtime_warmup(&rt_warm, &rt_verify);
     int settled = rt_warm + (rt_verify > 0 ? 2 * rt_verify + 2 + (rt_verify / 2 > 0) : 0);
     if (o->warmup >= 0 && o->warmup <= settled && !o->quiet)
-        say("dear-bench: note: --warmup %d <= %d (DEAR_WARMUP_ITERS %d, then auto's check of DEAR_VERIFY_ITERS %d): "
+        bench_say("dear-bench: note: --warmup %d <= %d (DEAR_WARMUP_ITERS %d, then auto's check of DEAR_VERIFY_ITERS %d): "
             "measured iterations of auto may include the runtime's own warm-up, planning and check\n",
             o->warmup, settled, rt_warm, rt_verify);
     if (o->rounds > o->iters)
@@ -465,13 +465,13 @@ int parse_args(int argc, char **argv, opts_t *o)
         set_warmups(o, rt_warm, settled);
     return rc;
 }
-size_t scaled_threshold(const config_t *c, const opts_t *o)
+size_t bench_scaled_threshold(const bench_config_t *c, const bench_opts_t *o)
 {
     double t = floor((double)c->threshold * o->size_scale + 0.5);
     return t < 1 ? 1 : (size_t)t;
 }
 
-size_t scaled_partition(const config_t *c, const opts_t *o)
+size_t bench_scaled_partition(const bench_config_t *c, const bench_opts_t *o)
 {
     double p = floor((double)c->partition * o->size_scale + 0.5);
     return c->partition == 0 ? 0 : p < 1 ? 1 : (size_t)p;

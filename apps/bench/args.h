@@ -1,6 +1,6 @@
 /*
- * args.h: dear-bench's command line: the options (opts_t) and the configurations to run
- * (config_t), parsed and checked on every rank alike, so that all ranks reach the same verdict
+ * args.h: dear-bench's command line: the options (bench_opts_t) and the configurations to run
+ * (bench_config_t), parsed and checked on every rank alike, so that all ranks reach the same verdict
  * without talking.
  */
 #ifndef DEAR_APPS_BENCH_ARGS_H
@@ -18,7 +18,7 @@ typedef struct {
     int warmup;                 /* iterations before measuring (per round) */
     int sparse;                 /* "+sparse": the profile's sparse tensors travel sparse (DEAR_SPARSE=auto) */
     long long partition;        /* DEAR_PARTITION in bytes, before --size-scale ("+part=SIZE"); 0: whole */
-} config_t;
+} bench_config_t;
 
 typedef struct {
     const char *profile, *csv, *preset, *calibration, *svg_dir;
@@ -32,16 +32,16 @@ typedef struct {
                                  * the profile's density */
     double zipf;                /* --zipf: exponent of the token distribution */
     int nconfigs;
-    config_t configs[MAX_CONFIGS];
-} opts_t;
+    bench_config_t configs[MAX_CONFIGS];
+} bench_opts_t;
 
 /* Fills o (zeroed by the caller) from argv and the DEAR_* environment. Returns 0 to run, -1
  * after --help (printed), 2 on a bad argument (rank 0 says why). */
-int parse_args(int argc, char **argv, opts_t *o);
+int bench_parse_args(int argc, char **argv, bench_opts_t *o);
 
 /* The configuration's fusion threshold in bytes after --size-scale, at least 1. */
-size_t scaled_threshold(const config_t *c, const opts_t *o);
+size_t bench_scaled_threshold(const bench_config_t *c, const bench_opts_t *o);
 /* The configuration's partition size in bytes after --size-scale: 0 stays 0, else at least 1. */
-size_t scaled_partition(const config_t *c, const opts_t *o);
+size_t bench_scaled_partition(const bench_config_t *c, const bench_opts_t *o);
 
 #endif /* DEAR_APPS_BENCH_ARGS_H */

@@ -47,8 +47,8 @@ typedef struct {
 
 /* Everything one invocation holds, step by step through main. */
 typedef struct {
-    opts_t o;
-    model_t m;
+    bench_opts_t o;
+    bench_model_t m;
     result_t res[MAX_CONFIGS];
     char *calib;                /* rank 0: the runtime's calibration cache, NULL when not used */
     int calib_created, use_rt_calib;
@@ -57,11 +57,11 @@ typedef struct {
     int failed_check, broken, refused;
 } bench_t;
 
-int g_rank, g_size;
+int bench_rank, bench_size;
 
-void say(const char *fmt, ...)
+void bench_say(const char *fmt, ...)
 {
-    if (g_rank != 0)
+    if (bench_rank != 0)
         return;
     va_list ap;
     va_start(ap, fmt);
@@ -92,11 +92,11 @@ static double median(double *v, int n)
     return quantile(v, n, 0.5);
 }
 
-static int set_env(const config_t *c, const opts_t *o)
+static int set_env(const bench_config_t *c, const bench_opts_t *o)
 {
     char thr[32], part[32];
-    snprintf(thr, sizeof thr, "%zu", scaled_threshold(c, o));
-    snprintf(part, sizeof part, "%zu", scaled_partition(c, o));
+    snprintf(thr, sizeof thr, "%zu", bench_scaled_threshold(c, o));
+    snprintf(part, sizeof part, "%zu", bench_scaled_partition(c, o));
     if (setenv("DEAR_SCHEDULE", c->sched, 1) || setenv("DEAR_FUSION_THRESHOLD", thr, 1) ||
         setenv("DEAR_FUSION", strcmp(c->fusion, "one") ? c->fusion : "threshold", 1) ||
         setenv("DEAR_SPARSE", c->sparse ? "auto" : "off", 1) || setenv("DEAR_PARTITION", part, 1))
@@ -107,7 +107,7 @@ static int set_env(const config_t *c, const opts_t *o)
 /* Rank 0: what the runtime ran, read back through a plan file, so the prediction simulates
  * that plan (auto may have kept the warm-up plan after timing its own). Best effort: without
  * it the prediction plans the configuration itself. */
-static void keep_plan(dear_ctx_t *ctx, const model_t *m, result_t *res)
+static void keep_plan(dear_ctx_t *ctx, const bench_model_t *m, result_t *res)
 {
     const char *dir = getenv("TMPDIR");
     char path[4096];
@@ -141,17 +141,17 @@ static void times_free(times_t *t)
 
 /* Warm-up and measured iterations, total in all; the runtime's statistics when the measured
  * ones start (st0) and after them (st1). */
-static int measure(dear_ctx_t *ctx, const opts_t *o, model_t *m, int warmup, int total, times_t *t,
+static int measure(dear_ctx_t *ctx, const bench_opts_t *o, bench_model_t *m, int warmup, int total, times_t *t,
                    dear_stats_t *st0, dear_stats_t *st1)
 {
     int rc = DEAR_OK;
     for (long it = 0; it < total && rc == DEAR_OK; it++) {
         if (it == warmup)
             rc = dear_get_stats(ctx, st0);
-        int fault = o->fault == 1 && g_rank == g_size - 1 && it == total / 2;
+        int fault = o->fault == 1 && bench_rank == bench_size - 1 && it == total / 2;
         double t0 = MPI_Wtime();
         if (rc == DEAR_OK)
-            rc = model_iterate(ctx, m, it, fault, &t->comp_s[it]);
+            rc = bench_model_iterate(ctx, m, it, fault, &t->comp_s[it]);
         t->it_s[it] = MPI_Wtime() - t0;
     }
     if (rc == DEAR_OK)
@@ -187,17 +187,17 @@ static int pool_round(result_t *res, times_t *t, int warmup, int iters, double b
 /* Run one configuration from fresh parameters: init, register, commit, warm-up + measured
  * iterations (iters), flush, finalize, then the parameter check; the measured iterations are
  * added to res (zeroed by the caller before the first round). Collective. */
-static int run_config(const config_t *c, const opts_t *o, int iters, model_t *m, result_t *res)
+static int run_config(const bench_config_t *c, const bench_opts_t *o, int iters, bench_model_t *m, result_t *res)
 {
     int warmup = c->warmup, total = warmup + iters;
-    model_reset(m);
+    bench_model_reset(m);
     if (set_env(c, o) != DEAR_OK)
         return DEAR_ERR_NOMEM;
 
     dear_ctx_t *ctx = NULL;
     int rc = dear_init(MPI_COMM_WORLD, &ctx);
     if (rc == DEAR_OK)
-        rc = model_register(ctx, m);
+        rc = bench_model_register(ctx, m);
     if (rc == DEAR_OK)
         rc = dear_commit(ctx);
     if (rc != DEAR_OK) {
@@ -214,7 +214,7 @@ static int run_config(const config_t *c, const opts_t *o, int iters, model_t *m,
         rc = measure(ctx, o, m, warmup, total, &tm, &st0, &st1);
     if (rc == DEAR_OK)
         rc = dear_flush(ctx);
-    if (rc == DEAR_OK && g_rank == 0) {
+    if (rc == DEAR_OK && bench_rank == 0) {
         dear_plan_free(&res->plan);
         keep_plan(ctx, m, res);
     }
@@ -230,14 +230,14 @@ static int run_config(const config_t *c, const opts_t *o, int iters, model_t *m,
         times_free(&tm);
         return rc != DEAR_OK ? rc : DEAR_ERR_INTERNAL;
     }
-    if (o->fault == 2 && g_rank == g_size - 1)
+    if (o->fault == 2 && bench_rank == bench_size - 1)
         m->param[m->nelem / 2] += 1e-3f;
     rc = pool_round(res, &tm, warmup, iters, (st1.blocked_s - st0.blocked_s) / iters);
     times_free(&tm);
     if (rc != DEAR_OK)
         return rc;
     char why[96];
-    int ok = check_params(m, total, why, sizeof why);
+    int ok = bench_check_params(m, total, why, sizeof why);
     if (res->nrounds == 1 || (res->check_ok && !ok)) {
         res->check_ok = ok;
         snprintf(res->status, sizeof res->status, "%s", ok ? "ok" : why);
@@ -277,28 +277,28 @@ static void default_stall_abort(void)
 
 /* The profile, scaled into m. 0, or the exit status: 2 for a bad profile, 1 when a rank could
  * not build the model (all ranks agree). */
-static int load_scaled_model(const opts_t *o, model_t *m)
+static int load_scaled_model(const bench_opts_t *o, bench_model_t *m)
 {
     dear_profile_t src = { 0 };
     if (dear_prof_load(o->profile, &src) != DEAR_OK) {
-        if (g_rank == 0)
+        if (bench_rank == 0)
             fprintf(stderr, "dear-bench: cannot use profile %s (see the error above)\n", o->profile);
         return 2;
     }
-    int rc = model_build(&src, o, m), any, local;
+    int rc = bench_model_build(&src, o, m), any, local;
     dear_prof_free(&src);
     local = rc != DEAR_OK;
     MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (any) {
-        model_free(m);
+        bench_model_free(m);
         return rc == DEAR_ERR_FORMAT ? 2 : 1;
     }
     for (int i = 0; i < o->nconfigs; i++)
         if (o->configs[i].sparse && m->nsparse == 0) {
-            if (g_rank == 0)
+            if (bench_rank == 0)
                 fprintf(stderr, "dear-bench: configuration '%s': profile %s declares no sparse tensor (a 'sparse' "
                                 "record, docs/FORMATS.md)\n", o->configs[i].text, o->profile);
-            model_free(m);
+            bench_model_free(m);
             return 2;
         }
     return 0;
@@ -306,33 +306,33 @@ static int load_scaled_model(const opts_t *o, model_t *m)
 
 static void say_intro(const bench_t *b)
 {
-    const opts_t *o = &b->o;
+    const bench_opts_t *o = &b->o;
     const dear_profile_t *p = &b->m.prof;
     if (!o->quiet)
-        say("dear-bench: %s, %d ranks; %d layers, %d tensors, %.2f MiB of float32 gradients (size x %g); "
+        bench_say("dear-bench: %s, %d ranks; %d layers, %d tensors, %.2f MiB of float32 gradients (size x %g); "
             "forward %.3f ms + backward %.3f ms (time x %g); %d measured iterations per configuration in %d "
             "round(s), after %s warm-up iterations per run\n\n",
-            p->model, g_size, p->nlayers, p->ntensors, dear_prof_bytes_total(p) / 1048576.0, o->size_scale,
+            p->model, bench_size, p->nlayers, p->ntensors, dear_prof_bytes_total(p) / 1048576.0, o->size_scale,
             dear_prof_fwd_total(p) * 1e3, dear_prof_bwd_total(p) * 1e3, o->time_scale, o->iters, o->rounds,
             o->warmup >= 0 ? "--warmup" : "its planner's");
     for (int t = 0; !o->quiet && t < p->ntensors; t++) {
         const sparse_t *sp = &b->m.sp[t];
         if (sp->rows)
-            say("sparse %s: %zu rows of %zu; %ld Zipf(%g) draws per rank and iteration: expected %.2f%% of the "
+            bench_say("sparse %s: %zu rows of %zu; %ld Zipf(%g) draws per rank and iteration: expected %.2f%% of the "
                 "rows on one rank, %.2f%% on any (configurations '+sparse' send them sparse)\n",
                 p->tensors[t].name, sp->rows, sp->row_elems, sp->tokens, o->zipf, 100 * sp->dens_rs,
                 100 * sp->dens_ag);
     }
     if (!o->quiet && b->m.nsparse)
-        say("\n");
+        bench_say("\n");
     if (!o->quiet && o->jitter_ms > 0)
-        say("injected jitter: up to %g ms per iteration and rank, uniform, seed %d\n\n", o->jitter_ms,
+        bench_say("injected jitter: up to %g ms per iteration and rank, uniform, seed %d\n\n", o->jitter_ms,
             o->jitter_seed);
 }
 
 static void open_runtime_calibration(bench_t *b)
 {
-    b->calib = runtime_calibration_file(&b->o, &b->calib_created);
+    b->calib = bench_runtime_calibration_file(&b->o, &b->calib_created);
     b->use_rt_calib = b->calib != NULL;
     MPI_Bcast(&b->use_rt_calib, 1, MPI_INT, 0, MPI_COMM_WORLD);
 }
@@ -341,17 +341,17 @@ static void open_runtime_calibration(bench_t *b)
  * breaks ends all runs and is the last configuration reported. */
 static void run_configs(bench_t *b)
 {
-    opts_t *o = &b->o;
+    bench_opts_t *o = &b->o;
     for (int round = 0; round < o->rounds && !b->broken; round++) {
         int iters = o->iters / o->rounds + (round < o->iters % o->rounds);
         for (int i = 0; i < o->nconfigs; i++) {
             if (round > 0 && !b->res[i].ok_run)
                 continue; /* refused: the same again */
             if (!o->quiet)
-                say("running %s (round %d of %d) ...\n", o->configs[i].text, round + 1, o->rounds);
+                bench_say("running %s (round %d of %d) ...\n", o->configs[i].text, round + 1, o->rounds);
             if (run_config(&o->configs[i], o, iters, &b->m, &b->res[i]) != DEAR_OK) {
                 b->broken = 1;
-                if (g_rank == 0)
+                if (bench_rank == 0)
                     fprintf(stderr, "dear-bench: configuration %s: %s\n", o->configs[i].text, b->res[i].status);
                 o->nconfigs = i + 1;
                 break; /* the runtime's state after a failed run is unknown: stop here */
@@ -371,11 +371,11 @@ static void check_results(bench_t *b)
             continue;
         if (!r->ok_run) {
             b->refused = 1;
-            if (g_rank == 0)
+            if (bench_rank == 0)
                 fprintf(stderr, "dear-bench: configuration %s: %s\n", b->o.configs[i].text, r->status);
         } else if (!r->check_ok) {
             b->failed_check = 1;
-            if (g_rank == 0)
+            if (bench_rank == 0)
                 fprintf(stderr, "dear-bench: configuration %s: PARAMETER CHECK FAILED (%s)\n", b->o.configs[i].text,
                         r->status);
         }
@@ -386,27 +386,27 @@ static void check_results(bench_t *b)
  * calibrated during the runs; the temporary calibration cache is removed. */
 static int load_prediction_model(bench_t *b)
 {
-    int rc = load_model(&b->o, b->use_rt_calib, b->calib, dear_prof_bytes_total(&b->m.prof), &b->model);
+    int rc = bench_load_model(&b->o, b->use_rt_calib, b->calib, dear_prof_bytes_total(&b->m.prof), &b->model);
     if (b->calib_created)
         unlink(b->calib);
-    if (rc != DEAR_OK && g_rank == 0)
+    if (rc != DEAR_OK && bench_rank == 0)
         fprintf(stderr, "dear-bench: no cost model for predictions: %s\n", dear_status_string(rc));
     return rc;
 }
 
 static void predict_configs(bench_t *b)
 {
-    b->bound = lower_bound(&b->m, &b->model);
+    b->bound = bench_lower_bound(&b->m, &b->model);
     if (!b->o.quiet) {
-        say("\n");
-        if (g_rank == 0)
+        bench_say("\n");
+        if (bench_rank == 0)
             dear_cost_print(stdout, &b->model);
-        say("lower bound: %.3f ms\n", b->bound * 1e3);
+        bench_say("lower bound: %.3f ms\n", b->bound * 1e3);
     }
     for (int i = 0; i < b->o.nconfigs; i++) {
         double p;
-        model_price_sparse(&b->m, b->o.configs[i].sparse);
-        if (predict(&b->m, &b->model, &b->o.configs[i], &b->o, &b->res[i].plan, &p) == DEAR_OK)
+        bench_model_price_sparse(&b->m, b->o.configs[i].sparse);
+        if (bench_predict(&b->m, &b->model, &b->o.configs[i], &b->o, &b->res[i].plan, &p) == DEAR_OK)
             b->res[i].pred_s = p;
     }
 }
@@ -429,7 +429,7 @@ static void reference_times(const bench_t *b, double ref[2])
 {
     ref[0] = ref[1] = NAN;
     for (int i = 0; i < b->o.nconfigs; i++) {
-        const config_t *c = &b->o.configs[i];
+        const bench_config_t *c = &b->o.configs[i];
         if (!b->res[i].ok_run)
             continue;
         if (!strcmp(c->sched, "sync") && !c->sparse)
@@ -444,7 +444,7 @@ static void reference_times(const bench_t *b, double ref[2])
  * the run counts as broken). */
 static FILE *open_csv(bench_t *b, dear_file_out_t *out)
 {
-    if (!b->o.csv || g_rank != 0)
+    if (!b->o.csv || bench_rank != 0)
         return NULL;
     if (dear_file_out_open(out, b->o.csv, "CSV file") != DEAR_OK) {
         b->broken = 1;
@@ -458,8 +458,8 @@ static FILE *open_csv(bench_t *b, dear_file_out_t *out)
 static void report_config(const bench_t *b, int i, const double ref[2], FILE *csv)
 {
     const result_t *r = &b->res[i];
-    const config_t *c = &b->o.configs[i];
-    const opts_t *o = &b->o;
+    const bench_config_t *c = &b->o.configs[i];
+    const bench_opts_t *o = &b->o;
     const dear_profile_t *p = &b->m.prof;
     double it = r->ok_run ? r->iter_s : NAN;
     double err = 100 * (r->pred_s - it) / it;
@@ -476,23 +476,23 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
         snprintf(ran, sizeof ran, "%s %d/%d/%d%s", pl->planner, pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
                  pl->nunits > pl->ntensors ? " cut" : "");
     if (r->ok_run)
-        say("%-24s %9.3f %9.3f %9.3f %9.3f %8s %8s %9.3f %+6.1f%% %8.3f %-5s %s\n", c->text, it * 1e3,
+        bench_say("%-24s %9.3f %9.3f %9.3f %9.3f %8s %8s %9.3f %+6.1f%% %8.3f %-5s %s\n", c->text, it * 1e3,
             r->compute_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, vs[0], vs[1], r->pred_s * 1e3, err,
             it / b->bound, r->status, ran);
     else
-        say("%-24s %9s %9s %9s %9s %8s %8s %9.3f %7s %8s %s\n", c->text, "-", "-", "-", "-", "-", "-",
+        bench_say("%-24s %9s %9s %9s %9s %8s %8s %9.3f %7s %8s %s\n", c->text, "-", "-", "-", "-", "-", "-",
             r->pred_s * 1e3, "-", "-", r->status);
     if (csv)
         fprintf(csv, "%s,%d,%s,%s,%s,%zu,%d,%d,%g,%g,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
                      "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d\n",
-                p->model, g_size, c->text, c->sched, c->fusion, scaled_threshold(c, o), o->iters, c->warmup,
+                p->model, bench_size, c->text, c->sched, c->fusion, bench_scaled_threshold(c, o), o->iters, c->warmup,
                 o->time_scale, o->size_scale, dear_prof_bytes_total(p),
                 (dear_prof_fwd_total(p) + dear_prof_bwd_total(p)) * 1e3, r->compute_s * 1e3, it * 1e3,
                 r->iter_min_s * 1e3, r->iter_max_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, ref[0] / it,
                 ref[1] / it, r->pred_s * 1e3, err, b->bound * 1e3, it / b->bound, b->model.source,
                 r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
                 pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
-                scaled_partition(c, o), pl->nunits);
+                bench_scaled_partition(c, o), pl->nunits);
 }
 
 static void free_results(bench_t *b)
@@ -509,7 +509,7 @@ static void report(bench_t *b)
 {
     double ref[2];
     reference_times(b, ref);
-    say("\n%-24s %9s %9s %9s %9s %8s %8s %9s %7s %8s %-5s %s\n", "config", "iter_ms", "compute", "exposed",
+    bench_say("\n%-24s %9s %9s %9s %9s %8s %8s %9s %7s %8s %-5s %s\n", "config", "iter_ms", "compute", "exposed",
         "blocked", "vs_sync", "vs_w64", "pred_ms", "err%", "/bound", "check", "plan run (buckets/groups/early, cut: tensors cut into chunks)");
     dear_file_out_t csv_out;
     FILE *csv = open_csv(b, &csv_out);
@@ -518,7 +518,7 @@ static void report(bench_t *b)
     free_results(b);
     if (csv && dear_file_out_commit(&csv_out) != DEAR_OK)
         b->broken = 1;
-    say("compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
+    bench_say("compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
         "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); vs_w64: over "
         "wfbp:threshold:64m with every tensor whole; pred: "
         "simulator with cost model %s\n",
@@ -541,11 +541,11 @@ int main(int argc, char **argv)
     int provided;
     if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &bench_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &bench_size);
     static bench_t b;
     default_stall_abort();
-    int status = parse_args(argc, argv, &b.o);
+    int status = bench_parse_args(argc, argv, &b.o);
     if (status == 0)
         status = load_scaled_model(&b.o, &b.m);
     if (status != 0) {
@@ -557,12 +557,12 @@ int main(int argc, char **argv)
     run_configs(&b);
     check_results(&b);
     if (load_prediction_model(&b) != DEAR_OK) {
-        model_free(&b.m);
+        bench_model_free(&b.m);
         MPI_Finalize();
         return 2;
     }
     predict_configs(&b);
     report(&b);
-    model_free(&b.m);
+    bench_model_free(&b.m);
     return exit_status(&b);
 }

@@ -61,7 +61,7 @@ static uint64_t mix64(uint64_t z)
 }
 
 /* Rows of sparse tensor t touched on rank r in iteration it, as 0/1 in hit[0..rows). */
-static void draw_rows(const model_t *m, int t, long it, int r, unsigned char *hit)
+static void draw_rows(const bench_model_t *m, int t, long it, int r, unsigned char *hit)
 {
     const sparse_t *sp = &m->sp[t];
     memset(hit, 0, sp->rows);
@@ -81,7 +81,7 @@ static void draw_rows(const model_t *m, int t, long it, int r, unsigned char *hi
     }
 }
 
-static void fill_grad(model_t *m, int t, long it, int r, int fault)
+static void fill_grad(bench_model_t *m, int t, long it, int r, int fault)
 {
     float *g = m->grad + m->off[t];
     const sparse_t *sp = &m->sp[t];
@@ -149,7 +149,7 @@ static double expected_share(const sparse_t *sp, double n)
 
 /* The replay of sparse tensor t: its Zipf distribution, its draws per rank and iteration (given,
  * or found by bisection so that one rank touches `density` of the rows) and expected densities. */
-static int sparse_setup(model_t *m, int t, double density, const opts_t *o)
+static int sparse_setup(bench_model_t *m, int t, double density, const bench_opts_t *o)
 {
     sparse_t *sp = &m->sp[t];
     sp->cdf = malloc(sizeof(double) * sp->rows);
@@ -180,12 +180,12 @@ static int sparse_setup(model_t *m, int t, double density, const opts_t *o)
         }
     sp->tokens = (long)lo;
     sp->dens_rs = expected_share(sp, (double)sp->tokens);
-    sp->dens_ag = expected_share(sp, (double)sp->tokens * g_size);
+    sp->dens_ag = expected_share(sp, (double)sp->tokens * bench_size);
     m->nsparse++;
     return DEAR_OK;
 }
 
-int model_build(const dear_profile_t *src, const opts_t *o, model_t *m)
+int bench_model_build(const dear_profile_t *src, const bench_opts_t *o, bench_model_t *m)
 {
     char msg[256];
     m->sp = calloc((size_t)(src->ntensors > 0 ? src->ntensors : 1), sizeof *m->sp);
@@ -203,7 +203,7 @@ int model_build(const dear_profile_t *src, const opts_t *o, model_t *m)
         if (st->block_bytes > 0) {
             /* Rows keep their width; --size-scale scales their number. */
             if (st->block_bytes % sizeof(float) != 0) {
-                if (g_rank == 0)
+                if (bench_rank == 0)
                     fprintf(stderr, "dear-bench: sparse tensor %s: blocks of %zu bytes are not whole float32 "
                                     "elements\n", st->name, st->block_bytes);
                 return DEAR_ERR_FORMAT;
@@ -217,7 +217,7 @@ int model_build(const dear_profile_t *src, const opts_t *o, model_t *m)
             return DEAR_ERR_NOMEM;
     }
     if (dear_prof_check(&m->prof, msg, sizeof msg) != DEAR_OK) {
-        if (g_rank == 0)
+        if (bench_rank == 0)
             fprintf(stderr, "dear-bench: scaled profile is invalid: %s\n", msg);
         return DEAR_ERR_FORMAT;
     }
@@ -244,7 +244,7 @@ int model_build(const dear_profile_t *src, const opts_t *o, model_t *m)
     if (!m->grad || !m->param) {
         fprintf(stderr, "dear-bench: rank %d: cannot allocate 2 x %.1f MiB for gradients and parameters "
                         "(use --size-scale to shrink the model)\n",
-                g_rank, m->nelem * 4.0 / 1048576);
+                bench_rank, m->nelem * 4.0 / 1048576);
         return DEAR_ERR_NOMEM;
     }
     for (int t = 0; t < nt; t++)
@@ -262,7 +262,7 @@ int model_build(const dear_profile_t *src, const opts_t *o, model_t *m)
     return m->hit ? DEAR_OK : DEAR_ERR_NOMEM;
 }
 
-void model_price_sparse(model_t *m, int on)
+void bench_model_price_sparse(bench_model_t *m, int on)
 {
     for (int t = 0; t < m->prof.ntensors; t++) {
         const sparse_t *sp = &m->sp[t];
@@ -274,7 +274,7 @@ void model_price_sparse(model_t *m, int on)
     }
 }
 
-void model_free(model_t *m)
+void bench_model_free(bench_model_t *m)
 {
     free(m->off);
     free(m->count);
@@ -290,7 +290,7 @@ void model_free(model_t *m)
     dear_prof_free(&m->prof);
 }
 
-void model_reset(model_t *m)
+void bench_model_reset(bench_model_t *m)
 {
     for (size_t e = 0; e < m->nelem; e++)
         m->param[e] = param0(e);
@@ -298,7 +298,7 @@ void model_reset(model_t *m)
         m->upd[t].calls = 0;
 }
 
-int model_register(dear_ctx_t *ctx, model_t *m)
+int bench_model_register(dear_ctx_t *ctx, bench_model_t *m)
 {
     int rc = DEAR_OK;
     for (int t = 0; rc == DEAR_OK && t < m->prof.ntensors; t++) {
@@ -358,13 +358,13 @@ static uint64_t fnv1a(const void *p, size_t n)
     return h;
 }
 
-int check_params(model_t *m, long total_iters, char *why, size_t whylen)
+int bench_check_params(bench_model_t *m, long total_iters, char *why, size_t whylen)
 {
     int bad_calls = 0;
     for (int t = 0; t < m->prof.ntensors; t++)
         if (m->upd[t].calls != total_iters) {
             if (!bad_calls)
-                fprintf(stderr, "dear-bench: rank %d: tensor %s updated %ld times, expected %ld\n", g_rank,
+                fprintf(stderr, "dear-bench: rank %d: tensor %s updated %ld times, expected %ld\n", bench_rank,
                         m->prof.tensors[t].name, m->upd[t].calls, total_iters);
             bad_calls++;
         }
@@ -385,7 +385,7 @@ int check_params(model_t *m, long total_iters, char *why, size_t whylen)
             free(idx);
             free(sum);
             nbad++;
-            fprintf(stderr, "dear-bench: rank %d: out of memory checking tensor %s\n", g_rank, m->prof.tensors[t].name);
+            fprintf(stderr, "dear-bench: rank %d: out of memory checking tensor %s\n", bench_rank, m->prof.tensors[t].name);
             continue;
         }
         for (size_t i = 0;; i = i + stride < n ? i + stride : n - 1) {
@@ -395,7 +395,7 @@ int check_params(model_t *m, long total_iters, char *why, size_t whylen)
         }
         const sparse_t *sp = &m->sp[t];
         for (long it = 0; it < total_iters; it++)
-            for (int r = 0; r < g_size; r++) {
+            for (int r = 0; r < bench_size; r++) {
                 if (sp->rows)
                     draw_rows(m, t, it, r, m->hit);
                 for (size_t k = 0; k < ns; k++)
@@ -404,7 +404,7 @@ int check_params(model_t *m, long total_iters, char *why, size_t whylen)
             }
         for (size_t k = 0; k < ns; k++) {
             size_t e = m->off[t] + idx[k];
-            double ref = (double)param0(e) - (double)LR * sum[k] / g_size;
+            double ref = (double)param0(e) - (double)LR * sum[k] / bench_size;
             double err = fabs((double)m->param[e] - ref);
             if (err > worst)
                 worst = err, worst_e = e, worst_ref = ref;
@@ -415,11 +415,11 @@ int check_params(model_t *m, long total_iters, char *why, size_t whylen)
         free(sum);
     }
     /* Every rank sees a mismatch of the shared result: rank 0 tells it, others only their own. */
-    if (nbad && (g_rank == 0 || differs))
+    if (nbad && (bench_rank == 0 || differs))
         fprintf(stderr,
                 "dear-bench: rank %d: %zu sampled parameters differ from the float64 reference by more than "
                 "%.2g; worst element %zu: %.9g, expected %.9g\n",
-                g_rank, nbad, tol, worst_e, (double)m->param[worst_e], worst_ref);
+                bench_rank, nbad, tol, worst_e, (double)m->param[worst_e], worst_ref);
     int local[3] = { bad_calls > 0, differs, nbad > 0 }, all[3];
     MPI_Allreduce(local, all, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     snprintf(why, whylen, "%s%s%s", all[0] ? "update-count " : "", all[1] ? "ranks-differ " : "",
@@ -433,7 +433,7 @@ int check_params(model_t *m, long total_iters, char *why, size_t whylen)
     do {                                                                                                     \
         int rc_ = (call);                                                                                    \
         if (rc_ != DEAR_OK) {                                                                                \
-            fprintf(stderr, "dear-bench: rank %d: %s failed: %s\n", g_rank, #call, dear_status_string(rc_)); \
+            fprintf(stderr, "dear-bench: rank %d: %s failed: %s\n", bench_rank, #call, dear_status_string(rc_)); \
             return rc_;                                                                                      \
         }                                                                                                    \
     } while (0)
@@ -441,18 +441,18 @@ int check_params(model_t *m, long total_iters, char *why, size_t whylen)
 /* The injected noise of iteration it on this rank: uniform in [0, jitter_s), from a counter-based
  * generator (splitmix64 of seed, rank and iteration), so each rank has its own sequence and
  * every configuration of a run sees the same one. */
-static double jitter(const model_t *m, long it)
+static double jitter(const bench_model_t *m, long it)
 {
     if (m->jitter_s <= 0)
         return 0;
-    uint64_t z = mix64(m->jitter_seed * 0xd1b54a32d192ed03ull + (uint64_t)g_rank * 0x9e3779b97f4a7c15ull +
+    uint64_t z = mix64(m->jitter_seed * 0xd1b54a32d192ed03ull + (uint64_t)bench_rank * 0x9e3779b97f4a7c15ull +
                        (uint64_t)it * 0xbf58476d1ce4e5b9ull);
     return m->jitter_s * (double)(z >> 11) / 9007199254740992.0;
 }
 
 /* Forward in layer order, backward in reverse, exactly the trainer's sequence; the jitter is
  * slept with the first layer's forward compute. */
-int model_iterate(dear_ctx_t *ctx, model_t *m, long it, int fault, double *compute_s)
+int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, double *compute_s)
 {
     const dear_profile_t *p = &m->prof;
     double late = 0, comp = 0, noise = jitter(m, it);
@@ -468,7 +468,7 @@ int model_iterate(dear_ctx_t *ctx, model_t *m, long it, int fault, double *compu
     for (int l = p->nlayers - 1; l >= 0; l--) {
         clock_gettime(CLOCK_MONOTONIC, &s);
         for (int t = m->lfirst[l]; t < m->lfirst[l] + m->lcount[l]; t++)
-            fill_grad(m, t, it, g_rank, fault);
+            fill_grad(m, t, it, bench_rank, fault);
         compute(&s, p->layers[l].bwd_s, &late);
         clock_gettime(CLOCK_MONOTONIC, &e);
         comp += ts_diff(&s, &e);

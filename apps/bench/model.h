@@ -42,34 +42,34 @@ typedef struct {
     unsigned char *hit;         /* scratch: rows touched, as many as the largest sparse tensor */
     double jitter_s;            /* --jitter-ms in seconds: the most injected noise per iteration */
     uint64_t jitter_seed;
-} model_t;
+} bench_model_t;
 
 /* m (zeroed by the caller) from src scaled by o; DEAR_ERR_FORMAT when the scaled profile is
  * invalid (rank 0 says why), DEAR_ERR_NOMEM. model_free releases what was built, also after a
  * failure. */
-int model_build(const dear_profile_t *src, const opts_t *o, model_t *m);
-void model_free(model_t *m);
+int bench_model_build(const dear_profile_t *src, const bench_opts_t *o, bench_model_t *m);
+void bench_model_free(bench_model_t *m);
 
 /* The profile's sparse records as a configuration runs: sparse at the replay's expected
  * densities (on), or none, every tensor priced dense (off). For the predictions. */
-void model_price_sparse(model_t *m, int on);
+void bench_model_price_sparse(bench_model_t *m, int on);
 
 /* Fresh parameters and update counts, for a run from the start. */
-void model_reset(model_t *m);
+void bench_model_reset(bench_model_t *m);
 
 /* Register every tensor with ctx, its update being SGD on its parameters, and the profile's
  * sparse tensors with their rows (dear_register_sparse); stops at the first failure and returns
  * its status. */
-int model_register(dear_ctx_t *ctx, model_t *m);
+int bench_model_register(dear_ctx_t *ctx, bench_model_t *m);
 
 /* One iteration it through ctx, exactly a trainer's sequence of hooks, with this rank's
  * gradients (fault: perturbed) and the injected jitter; *compute_s: the emulated compute it
  * took, jitter included. */
-int model_iterate(dear_ctx_t *ctx, model_t *m, long it, int fault, double *compute_s);
+int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, double *compute_s);
 
 /* Every rank: same bytes as rank 0? Sampled elements equal to the float64 recomputation of
  * total_iters iterations? Each tensor updated exactly once per iteration? Returns 1 when all
  * hold on every rank, else 0 with the failed checks named in why. Collective. */
-int check_params(model_t *m, long total_iters, char *why, size_t whylen);
+int bench_check_params(bench_model_t *m, long total_iters, char *why, size_t whylen);
 
 #endif /* DEAR_APPS_BENCH_MODEL_H */

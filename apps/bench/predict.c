@@ -35,7 +35,7 @@ static int calibrate_mpi(size_t max_bytes, dear_cost_model_t *model)
     size_t cap = max_bytes < sizes[2] ? max_bytes : sizes[2];
     if (cap < sizes[1])
         cap = sizes[1];
-    size_t nmax = (cap / sizeof(float) / g_size + 1) * g_size;
+    size_t nmax = (cap / sizeof(float) / bench_size + 1) * bench_size;
     float *a = calloc(nmax, sizeof(float)), *b = calloc(nmax, sizeof(float));
     int ok = a && b, all_ok;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -44,7 +44,7 @@ static int calibrate_mpi(size_t max_bytes, dear_cost_model_t *model)
         return DEAR_ERR_NOMEM;
     }
     memset(model, 0, sizeof *model);
-    model->comm_size = g_size;
+    model->comm_size = bench_size;
     model->ranks_per_host = 1;
     snprintf(model->source, sizeof model->source, "bench-fit-mpi");
     int rc = DEAR_OK;
@@ -55,7 +55,7 @@ static int calibrate_mpi(size_t max_bytes, dear_cost_model_t *model)
             size_t bytes = sizes[si] > cap ? cap : sizes[si];
             if (si > 0 && bytes == sizes[si - 1])
                 break;
-            int per = (int)(bytes / sizeof(float) / g_size);
+            int per = (int)(bytes / sizeof(float) / bench_size);
             if (per < 1)
                 per = 1;
             double best = INFINITY;
@@ -67,13 +67,13 @@ static int calibrate_mpi(size_t max_bytes, dear_cost_model_t *model)
                 else if (op == DEAR_COLL_ALLGATHER)
                     MPI_Allgather(a, per, MPI_FLOAT, b, per, MPI_FLOAT, MPI_COMM_WORLD);
                 else
-                    MPI_Allreduce(a, b, per * g_size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                    MPI_Allreduce(a, b, per * bench_size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
                 double dt = MPI_Wtime() - t0, dtmax;
                 MPI_Allreduce(&dt, &dtmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
                 if (rep > 0) /* the first call sets up connections */
                     best = fmin(best, dtmax);
             }
-            xs[n] = (double)per * g_size * sizeof(float);
+            xs[n] = (double)per * bench_size * sizeof(float);
             ys[n] = best;
             n++;
         }
@@ -96,8 +96,8 @@ static int load_calibration(const char *path, dear_cost_model_t *model, int *fou
     MPI_Comm_free(&node);
     MPI_Allreduce(MPI_IN_PLACE, &rph, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     *found = 0;
-    if (g_rank == 0)
-        rc = dear_cost_load(path, g_size, rph, model, found);
+    if (bench_rank == 0)
+        rc = dear_cost_load(path, bench_size, rph, model, found);
     int hdr[2] = { rc, *found };
     MPI_Bcast(hdr, 2, MPI_INT, 0, MPI_COMM_WORLD);
     rc = hdr[0], *found = hdr[1];
@@ -110,19 +110,19 @@ static int load_calibration(const char *path, dear_cost_model_t *model, int *fou
 /* The model the predictions use: the one asked for, else (use_runtime) the runtime's own
  * calibration from the runs just made, in rank 0's runtime_calib, else a fit of MPI's
  * collectives. Collective. */
-int load_model(const opts_t *o, int use_runtime, const char *runtime_calib, size_t total_bytes,
+int bench_load_model(const bench_opts_t *o, int use_runtime, const char *runtime_calib, size_t total_bytes,
                dear_cost_model_t *model)
 {
     if (o->preset)
-        return dear_cost_preset(o->preset, g_size, 1, model);
+        return dear_cost_preset(o->preset, bench_size, 1, model);
     if (o->have_ab)
-        return dear_cost_from_alpha_beta(o->alpha, o->beta, g_size, model);
+        return dear_cost_from_alpha_beta(o->alpha, o->beta, bench_size, model);
     int found = 0, rph = 1, rc;
     if (o->calibration) {
         if ((rc = load_calibration(o->calibration, model, &found, &rph)) != DEAR_OK)
             return rc;
-        if (!found && g_rank == 0)
-            fprintf(stderr, "dear-bench: %s has no entry for %d ranks, %d per host\n", o->calibration, g_size, rph);
+        if (!found && bench_rank == 0)
+            fprintf(stderr, "dear-bench: %s has no entry for %d ranks, %d per host\n", o->calibration, bench_size, rph);
         return found ? DEAR_OK : DEAR_ERR_ARG;
     }
     if (use_runtime) {
@@ -139,11 +139,11 @@ int load_model(const opts_t *o, int use_runtime, const char *runtime_calib, size
 /* Rank 0: unless the user chose a model or a cache, the runtime calibrates into a temporary
  * cache, which the later configurations reuse (one calibration per run, one model for all) and
  * the predictions read. NULL when not used. The other ranks never read the variable. */
-char *runtime_calibration_file(const opts_t *o, int *created)
+char *bench_runtime_calibration_file(const bench_opts_t *o, int *created)
 {
     static char path[4096];
     *created = 0;
-    if (o->preset || o->have_ab || o->calibration || g_rank != 0)
+    if (o->preset || o->have_ab || o->calibration || bench_rank != 0)
         return NULL;
     const char *set = getenv("DEAR_CALIBRATION_FILE");
     if (set && set[0]) {
@@ -169,7 +169,7 @@ char *runtime_calibration_file(const opts_t *o, int *created)
 /* The simulator's iteration time for a configuration on the scaled profile: of the plan the
  * runtime ran when known (ran, over its own units), else planned the way the runtime plans it
  * (same units, same planner, same scaled threshold). Optionally its Gantt chart. */
-int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c, const opts_t *o,
+int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const bench_config_t *c, const bench_opts_t *o,
             const dear_plan_t *ran, double *iter_s)
 {
     dear_sched_t s;
@@ -186,12 +186,12 @@ int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c,
         rc = dear_prof_units(&m->prof, ran->nunits, ran->units, &uprof);
     else
         /* the units the runtime cuts the scaled profile into for this configuration */
-        rc = dear_prof_cut(&m->prof, scaled_partition(c, o), &units, &nunits, &uprof);
+        rc = dear_prof_cut(&m->prof, bench_scaled_partition(c, o), &units, &nunits, &uprof);
     if (rc == DEAR_OK)
         rc = dear_plan_problem_init(&prob, &uprof, s, model, 0, &marg);
     if (rc != DEAR_OK)
         goto out;
-    prob.threshold = scaled_threshold(c, o);
+    prob.threshold = bench_scaled_threshold(c, o);
     if (ran && ran->ntensors == m->prof.ntensors && s != DEAR_SCHED_SYNC)
         rc = dear_plan_copy(&plan, ran);
     else
@@ -207,8 +207,8 @@ int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c,
         for (char *p = name; *p; p++)
             if (*p == ':' || *p == '/' || *p == ' ')
                 *p = '-';
-        snprintf(path, sizeof path, "%s/pred-%s-np%d-%s.svg", o->svg_dir, m->prof.model, g_size, name);
-        snprintf(title, sizeof title, "%s, P=%d (%s), %s: predicted", m->prof.model, g_size, model->source, c->text);
+        snprintf(path, sizeof path, "%s/pred-%s-np%d-%s.svg", o->svg_dir, m->prof.model, bench_size, name);
+        snprintf(title, sizeof title, "%s, P=%d (%s), %s: predicted", m->prof.model, bench_size, model->source, c->text);
         dear_file_out_t out;
         if (dear_file_out_open(&out, path, "SVG file") == DEAR_OK) {
             if (dear_sim_svg(&res, title, out.f) != DEAR_OK) {
@@ -230,7 +230,7 @@ out:
 /* The lower bound: max(compute, reduce-scatter + all-gather of every gradient) plus the
  * unavoidable tail: the last reduce-scatter (first layer's gradients, ready only when backward
  * ends) and the first all-gather (needed before the first forward layer). */
-double lower_bound(const model_t *m, const dear_cost_model_t *model)
+double bench_lower_bound(const bench_model_t *m, const dear_cost_model_t *model)
 {
     double comp = dear_prof_fwd_total(&m->prof) + dear_prof_bwd_total(&m->prof);
     double all = (double)dear_prof_bytes_total(&m->prof);

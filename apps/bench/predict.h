@@ -14,18 +14,18 @@
 
 /* Rank 0: the calibration cache the runtime writes during the runs and the predictions read;
  * *created when it is a temporary file to remove. NULL when not used, and on the other ranks. */
-char *runtime_calibration_file(const opts_t *o, int *created);
+char *bench_runtime_calibration_file(const bench_opts_t *o, int *created);
 
 /* The cost model of the predictions (see predict.c for the order of choice). Collective. */
-int load_model(const opts_t *o, int use_runtime, const char *runtime_calib, size_t total_bytes,
+int bench_load_model(const bench_opts_t *o, int use_runtime, const char *runtime_calib, size_t total_bytes,
                dear_cost_model_t *model);
 
 /* The simulator's iteration time of configuration c, of the plan ran when known; with --svg-dir,
  * its Gantt chart too. */
-int predict(const model_t *m, const dear_cost_model_t *model, const config_t *c, const opts_t *o,
+int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const bench_config_t *c, const bench_opts_t *o,
             const dear_plan_t *ran, double *iter_s);
 
 /* The iteration time no schedule can beat under model. */
-double lower_bound(const model_t *m, const dear_cost_model_t *model);
+double bench_lower_bound(const bench_model_t *m, const dear_cost_model_t *model);
 
 #endif /* DEAR_APPS_BENCH_PREDICT_H */

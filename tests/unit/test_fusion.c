@@ -91,9 +91,35 @@ static void make_prof(dear_profile_t *p, int nl, const double *fwd, const double
     ck_assert_int_eq(dear_prof_check(p, msg, sizeof msg), DEAR_OK);
 }
 
-static dear_sim_linear_arg_t lin(double a_ar, double b_ar, double a_half, double b_half)
+/* A plain linear cost model for the simulator: alpha[op] + beta[op] * bytes. */
+typedef struct {
+    double alpha[DEAR_COLL_OP_COUNT];
+    double beta[DEAR_COLL_OP_COUNT];
+} lin_arg_t;
+
+static double lin_cost(void *arg, dear_coll_op_t op, size_t bytes)
 {
-    dear_sim_linear_arg_t l = { { 0 }, { 0 } };
+    const lin_arg_t *l = arg;
+    return l->alpha[op] + l->beta[op] * (double)bytes;
+}
+
+/* Group of p holding unit t, by binary search. */
+static int group_of(const dear_partition_t *p, int t)
+{
+    int lo = 0, hi = p->ngroups - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (p->first[mid] <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static lin_arg_t lin(double a_ar, double b_ar, double a_half, double b_half)
+{
+    lin_arg_t l = { { 0 }, { 0 } };
     l.alpha[DEAR_COLL_ALLREDUCE] = a_ar;
     l.beta[DEAR_COLL_ALLREDUCE] = b_ar;
     l.alpha[DEAR_COLL_REDUCE_SCATTER] = l.alpha[DEAR_COLL_ALLGATHER] = a_half;
@@ -102,12 +128,12 @@ static dear_sim_linear_arg_t lin(double a_ar, double b_ar, double a_half, double
 }
 
 static void problem_linear(dear_plan_problem_t *prob, const dear_profile_t *p, dear_sched_t s,
-                           dear_sim_linear_arg_t *l)
+                           lin_arg_t *l)
 {
     memset(prob, 0, sizeof *prob);
     prob->prof = p;
     prob->sched = s;
-    prob->cost.fn = dear_sim_cost_linear;
+    prob->cost.fn = lin_cost;
     prob->cost.arg = l;
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
         prob->alpha[op] = l->alpha[op];
@@ -558,8 +584,8 @@ START_TEST(sim_sync_and_wfbp_by_hand)
 {
     dear_profile_t p;
     hand_prof(&p);
-    dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+    lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
+    dear_sim_cost_t c = { lin_cost, &l };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 }, split[3] = { 0, 1, 3 };
     dear_plan_t pn, po, ps;
     plan2(&pn, 3, 3, none, 3, none);
@@ -596,8 +622,8 @@ START_TEST(sim_dear_by_hand)
 {
     dear_profile_t p;
     hand_prof(&p);
-    dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+    lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
+    dear_sim_cost_t c = { lin_cost, &l };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, pm;
     plan2(&pn, 3, 3, none, 3, none);
@@ -635,8 +661,8 @@ START_TEST(sim_dear_early_by_hand)
 {
     dear_profile_t p;
     hand_prof(&p);
-    dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
-    dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+    lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
+    dear_sim_cost_t c = { lin_cost, &l };
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     plan2(&pl, 3, 3, none, 3, none);
@@ -676,8 +702,8 @@ START_TEST(sim_sparse_by_hand)
     p.tensors[2].block_bytes = 30;
     p.tensors[2].density_rs = 0.2;
     p.tensors[2].density_ag = 0.5;
-    dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+    lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
+    dear_sim_cost_t c = { lin_cost, &l };
     dear_sim_ws_t *ws;
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
     /* A group spanning dense and sparse tensors is two collectives, each paying its start-up. */
@@ -713,8 +739,8 @@ START_TEST(sim_dear_layers_without_tensors)
     size_t by[3] = { 100, 100, 100 };
     dear_profile_t p;
     make_prof(&p, 4, fw, bw, 3, lay, by);
-    dear_sim_linear_arg_t l = lin(1, 0.01, 1, 0.01);   /* RS/AG of 100 B: 2 s */
-    dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+    lin_arg_t l = lin(1, 0.01, 1, 0.01);   /* RS/AG of 100 B: 2 s */
+    dear_sim_cost_t c = { lin_cost, &l };
     int rs[2] = { 0, 3 }, ag[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     plan2(&pl, 3, 1, rs, 3, ag);
@@ -748,7 +774,7 @@ START_TEST(mgwfbp_hand_worked)
 {
     dear_profile_t p;
     hand_prof(&p);
-    dear_sim_linear_arg_t l = lin(1, 0.01, 0.5, 0.005);
+    lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
     dear_plan_problem_t prob;
     problem_linear(&prob, &p, DEAR_SCHED_WFBP, &l);
     dear_plan_t plan = { 0 };
@@ -778,7 +804,7 @@ static double urand(void)
     return (double)(tseed >> 11) * 0x1.0p-53;
 }
 
-static void random_instance(dear_profile_t *p, int n, dear_sim_linear_arg_t *l)
+static void random_instance(dear_profile_t *p, int n, lin_arg_t *l)
 {
     double fw[40], bw[40];
     int lay[20] = { 0 };
@@ -844,7 +870,7 @@ static int units_at(int k, const dear_tensor_desc_t *d, size_t partition)
 /* A random instance of n units (2 <= n) cut by dear_units_cut from fewer tensors, so at least one
  * tensor is in several chunks, which share its layer and ready time; sparse ones are cut on rows.
  * The partition is found by bisection (units never increase as it grows). */
-static void chunked_instance(dear_profile_t *p, int n, dear_sim_linear_arg_t *l)
+static void chunked_instance(dear_profile_t *p, int n, lin_arg_t *l)
 {
     for (;;) {
         dear_profile_t t;
@@ -883,7 +909,7 @@ static void chunked_instance(dear_profile_t *p, int n, dear_sim_linear_arg_t *l)
 }
 
 /* Instances inst >= plain are cut into chunks. */
-static void any_instance(dear_profile_t *p, int n, dear_sim_linear_arg_t *l, int inst, int plain)
+static void any_instance(dear_profile_t *p, int n, lin_arg_t *l, int inst, int plain)
 {
     if (inst < plain)
         random_instance(p, n, l);
@@ -897,9 +923,9 @@ START_TEST(dp_equals_brute_force)
     for (int inst = 0; inst < 180; inst++) {
         int n = 2 + inst % 13;   /* 2..14 tensors, from 120 on units of fewer tensors */
         dear_profile_t p;
-        dear_sim_linear_arg_t l;
+        lin_arg_t l;
         any_instance(&p, n, &l, inst, 120);
-        dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+        dear_sim_cost_t c = { lin_cost, &l };
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         int rs[16], ag[16], nrs, nag;
         /* wfbp: brute force over all-reduce bucketings. */
@@ -1007,12 +1033,12 @@ START_TEST(dp_split_equals_brute_force)
     for (int inst = 0; inst < 90; inst++) {
         int n = 2 + inst % 6;   /* 2..7 tensors, from 60 on units of fewer tensors */
         dear_profile_t p;
-        dear_sim_linear_arg_t l;
+        lin_arg_t l;
         any_instance(&p, n, &l, inst, 60);
         if (inst % 2) /* backward-heavy: the link idles in backward, early groups pay */
             for (int i = 0; i < p.nlayers; i++)
                 p.layers[i].bwd_s *= 3;
-        dear_sim_cost_t c = { dear_sim_cost_linear, &l };
+        dear_sim_cost_t c = { lin_cost, &l };
         dear_sim_ws_t *ws;
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         dear_plan_problem_t prob;
@@ -1372,7 +1398,7 @@ START_TEST(planners_on_chunks)
                         int tt = u ? u[i].tensor : i, tp2 = u ? u[i - 1].tensor : i - 1;
                         int cut_i = u && u[i].bytes > 0, cut_p = u && u[i - 1].bytes > 0;
                         int want = d[tt].layer != d[tp2].layer || cut_i || cut_p;
-                        ck_assert_int_eq(dear_partition_group_of(&pl.rs, i) != dear_partition_group_of(&pl.rs, i - 1),
+                        ck_assert_int_eq(group_of(&pl.rs, i) != group_of(&pl.rs, i - 1),
                                          want);
                     }
                 if (k == DEAR_PLANNER_THRESHOLD)

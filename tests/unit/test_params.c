@@ -55,12 +55,13 @@ static void teardown(void)
     clear_dear_env();
 }
 
-/* Parse text for id with dear_param_parse; return the status and leave the message in msg. */
+/* Parse text for id with dear_param_parse_int; return the status and leave the message in msg. */
 static char msg[1024];
 static int parse(dear_param_id_t id, const char *text)
 {
     msg[0] = '\0';
-    return dear_param_parse(id, text, msg, sizeof msg);
+    long long ignored;
+    return dear_param_parse_int(id, text, &ignored, msg, sizeof msg);
 }
 
 /* Load with one variable set; return the status. */
