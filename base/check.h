@@ -46,6 +46,17 @@
         }                                                                                      \
     } while (0)
 
+/* ptr = expression; on NULL log the size wanted and return DEAR_ERR_NOMEM. */
+#define DEAR_ALLOC_CHECK(ptr, expr, bytes)                                                     \
+    do {                                                                                       \
+        (ptr) = (expr);                                                                        \
+        if ((ptr) == NULL && (bytes) > 0) {                                                    \
+            DEAR_ERROR("sys", "allocation of %zu bytes failed (%s:%d)", (size_t)(bytes),       \
+                       __FILE__, __LINE__);                                                    \
+            return DEAR_ERR_NOMEM;                                                             \
+        }                                                                                      \
+    } while (0)
+
 /* ptr = expression; on NULL log the size wanted and go to label with DEAR_ERR_NOMEM. */
 #define DEAR_ALLOC_GOTO(ptr, expr, bytes, rc, label)                                           \
     do {                                                                                       \

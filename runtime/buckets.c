@@ -174,156 +174,150 @@ char *dear_bucket_own(const dear_rt_comm_t *cm, const dear_bucket_t *b, int k, s
     return vec + off * dear_dtype_size(b->dtype);
 }
 
-/* Buckets, groups, fusion buffers and the operation order of ctx->graph.plan. */
-int dear_graph_build(dear_ctx_t *ctx)
+/* Bucket b over units [u0, u1): its vector (the gradients themselves when its units lie back
+ * to back, else a buffer of its own) and its reduce-scatter or all-reduce. */
+static int bucket_build(dear_ctx_t *ctx, int b, int u0, int u1)
+{
+    dear_bucket_t *bk = &ctx->graph.buckets[b];
+    bk->u0 = u0;
+    bk->u1 = u1;
+    bk->dtype = unit_tensor(ctx, bk->u0)->dtype;
+    bk->sparse_block = dear_tensor_block(&ctx->sparse, &ctx->reg, ctx->graph.units[bk->u0].tensor);
+    /* The bucket's vector: its units whose tensor is not frozen, back to back. */
+    int contiguous = 1;
+    char *start = NULL, *end = NULL;
+    size_t esz = dear_dtype_size(bk->dtype);
+    for (int u = bk->u0; u < bk->u1; u++) {
+        dear_rt_unit_t *un = &ctx->graph.units[u];
+        un->bucket = b;
+        un->off = bk->count;
+        size_t c = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
+        if (c == 0)
+            continue;
+        bk->count += c;
+        char *p = dear_unit_grad(&ctx->graph, &ctx->reg, u);
+        if (end != NULL && end != p)
+            contiguous = 0;
+        if (start == NULL)
+            start = p;
+        end = p + c * esz;
+    }
+    bk->bytes = bk->count * esz;
+    /* One rank communicates nothing: its buckets are never packed or unpacked, unless clipping
+     * scales the bucket's vector in place (clip.c). Staged memory always has its host copy. */
+    if ((contiguous || (ctx->cm.size == 1 && !ctx->clip.on)) && !ctx->mem.staged) {
+        bk->buf = start;
+    } else {
+        DEAR_CHECK(ctx->mem.ops->alloc(bk->bytes ? bk->bytes : 1, ctx->mem.staged, &bk->buf));
+        bk->fused = 1;
+    }
+    dear_op_t *op = &bk->op;
+    op_init(ctx, op, ctx->cfg.sched_ops->bucket_op, b, bk->dtype);
+    op->bytes = bk->bytes;
+    op_layers(ctx, op, bk->u0, bk->u1);
+    op->args.scale = 1.0 / ctx->cm.size; /* averaging fused into the reduction */
+    op->args.sendbuf = NULL;              /* in place */
+    op->args.recvbuf = bk->buf;
+    op->args.count = bk->count;
+    return DEAR_OK;
+}
+
+/* The plan's reduce-scatter buckets, cut where the type or the block changes. */
+static int buckets_build(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK, *first = NULL, ng = 0;
-    size_t bytes;
-
-    if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->cm.rank == 0)
-        dear_plan_print(stderr, &ctx->graph.plan, NULL);
-
-    DEAR_CHECK_GOTO(units_build(ctx), rc, out);
-
-    /* buckets */
     DEAR_CHECK_GOTO(split_groups(ctx, &ctx->graph.plan.rs, 0, &first, &ng), rc, out);
-    DEAR_ALLOC_GOTO(ctx->graph.buckets, calloc((size_t)ng, sizeof *ctx->graph.buckets), sizeof *ctx->graph.buckets * (size_t)ng, rc, out);
+    DEAR_ALLOC_GOTO(ctx->graph.buckets, calloc((size_t)ng, sizeof *ctx->graph.buckets),
+                    sizeof *ctx->graph.buckets * (size_t)ng, rc, out);
     ctx->graph.nbuckets = ng;
-    int nfused = 0;
-    for (int b = 0; b < ng; b++) {
-        dear_bucket_t *bk = &ctx->graph.buckets[b];
-        bk->u0 = first[b];
-        bk->u1 = first[b + 1];
-        bk->dtype = unit_tensor(ctx, bk->u0)->dtype;
-        bk->sparse_block = dear_tensor_block(&ctx->sparse, &ctx->reg, ctx->graph.units[bk->u0].tensor);
-        /* The bucket's vector: its units whose tensor is not frozen, back to back. */
-        int contiguous = 1;
-        char *start = NULL, *end = NULL;
-        size_t esz = dear_dtype_size(bk->dtype);
-        for (int u = bk->u0; u < bk->u1; u++) {
-            dear_rt_unit_t *un = &ctx->graph.units[u];
-            un->bucket = b;
-            un->off = bk->count;
-            size_t c = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
-            if (c == 0)
-                continue;
-            bk->count += c;
-            char *p = dear_unit_grad(&ctx->graph, &ctx->reg, u);
-            if (end != NULL && end != p)
-                contiguous = 0;
-            if (start == NULL)
-                start = p;
-            end = p + c * esz;
-        }
-        bk->bytes = bk->count * esz;
-        /* One rank communicates nothing: its buckets are never packed or unpacked, unless
-         * clipping scales the bucket's vector in place (clip.c). Staged memory always has its
-         * host copy. */
-        if ((contiguous || (ctx->cm.size == 1 && !ctx->clip.on)) && !ctx->mem.staged) {
-            bk->buf = start;
-        } else {
-            DEAR_CHECK_GOTO(ctx->mem.ops->alloc(bk->bytes ? bk->bytes : 1, ctx->mem.staged, &bk->buf), rc, out);
-            bk->fused = 1;
-            nfused++;
-        }
-        dear_op_t *op = &bk->op;
-        op_init(ctx, op, ctx->cfg.sched_ops->bucket_op, b, bk->dtype);
-        op->bytes = bk->bytes;
-        op_layers(ctx, op, bk->u0, bk->u1);
-        op->args.scale = 1.0 / ctx->cm.size; /* averaging fused into the reduction */
-        op->args.sendbuf = NULL;          /* in place */
-        op->args.recvbuf = bk->buf;
-        op->args.count = bk->count;
-    }
+    for (int b = 0; b < ng && rc == DEAR_OK; b++)
+        rc = bucket_build(ctx, b, first[b], first[b + 1]);
+out:
     free(first);
-    first = NULL;
+    return rc;
+}
 
-    /* Clipping from shards (clip.c): one scalar all-reduce after every reduce-scatter, before
-     * every all-gather, and no all-gather early (it would gather unclipped shards). */
-    int split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
-    int clip = ctx->clip.on && split, live = ctx->unused.on;
-    /* DEAR_FIND_UNUSED: the count of ranks with a gradient, likewise after the reduce-scatters. */
-    if (live)
-        DEAR_CHECK_GOTO(dear_unused_graph(ctx, ctx->graph.nbuckets), rc, out);
+/* Group g over units [u0, u1): its all-gather of the buckets' blocks, the piece of each bucket
+ * it gathers (when buckets are sharded piece by piece), and what it waits for. */
+static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0, int clip, int live)
+{
+    dear_group_t *gr = &ctx->graph.groups[g];
+    gr->u0 = u0;
+    gr->u1 = u1;
+    dear_op_t *op = &gr->op;
+    int b0 = ctx->graph.units[gr->u0].bucket, b1 = ctx->graph.units[gr->u1 - 1].bucket;
+    int nb = b1 - b0 + 1;
+    DEAR_ALLOC_CHECK(op->blocks, calloc((size_t)nb, sizeof *op->blocks), sizeof *op->blocks * (size_t)nb);
+    size_t nd = (size_t)(nb + clip + live);
+    DEAR_ALLOC_CHECK(op->deps, calloc(nd, sizeof *op->deps), sizeof *op->deps * nd);
+    for (int b = b0; b <= b1; b++) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        int lo_u = gr->u0 > bk->u0 ? gr->u0 : bk->u0;
+        int hi_u = gr->u1 < bk->u1 ? gr->u1 : bk->u1;
+        dear_coll_block_t *blk = &op->blocks[b - b0];
+        blk->buf = bk->buf;
+        blk->count = bk->count;
+        blk->lo = ctx->graph.units[lo_u].off;
+        blk->hi = ctx->graph.units[hi_u - 1].off + dear_unit_ccount(&ctx->graph, &ctx->reg, hi_u - 1);
+        op->bytes += (blk->hi - blk->lo) * dear_dtype_size(bk->dtype);
+        if (bk->sub != NULL)
+            sub_add(bk, blk);
+        op->deps[b - b0] = (dear_op_t *)&bk->op;
+    }
+    op->ndeps = nb;
+    if (clip)
+        op->deps[op->ndeps++] = &ctx->clip.op;
+    gr->early = gr->u0 >= early_u0;
+    /* An early group runs before the count of ranks with a gradient (which follows every
+     * bucket): it must not wait for it, its updates do (sched_dear.c). */
+    if (live && !gr->early)
+        op->deps[op->ndeps++] = &ctx->unused.op;
+    ctx->graph.ngroups_early += gr->early;
+    op_init(ctx, op, DEAR_COLL_ALLGATHER, g, unit_tensor(ctx, gr->u0)->dtype);
+    op_layers(ctx, op, gr->u0, gr->u1);
+    op->args.nblocks = nb;
+    op->args.blocks = op->blocks;
+    return DEAR_OK;
+}
 
-    /* all-gather groups (schedule dear); the plan's early ones are those from its first early
-     * group's first unit on (cutting by type only splits groups) */
-    int early_u0 = ctx->graph.plan.ag_early > 0 && !clip
-                       ? ctx->graph.plan.ag.first[ctx->graph.plan.ag.ngroups - ctx->graph.plan.ag_early]
-                       : ctx->graph.nunits;
-    ctx->graph.ngroups_early = 0;
-    int ncut = 0;
-    if (split) {
-        DEAR_CHECK_GOTO(split_groups(ctx, &ctx->graph.plan.ag, 1, &first, &ng), rc, out);
-        DEAR_ALLOC_GOTO(ctx->graph.groups, calloc((size_t)ng, sizeof *ctx->graph.groups), sizeof *ctx->graph.groups * (size_t)ng, rc,
-                        out);
-        ctx->graph.ngroups = ng;
-        DEAR_CHECK_GOTO(sub_alloc(ctx, first, ng), rc, out);
-        for (int g = 0; g < ng; g++) {
-            dear_group_t *gr = &ctx->graph.groups[g];
-            gr->u0 = first[g];
-            gr->u1 = first[g + 1];
-            dear_op_t *op = &gr->op;
-            int b0 = ctx->graph.units[gr->u0].bucket, b1 = ctx->graph.units[gr->u1 - 1].bucket;
-            int nb = b1 - b0 + 1;
-            DEAR_ALLOC_GOTO(op->blocks, calloc((size_t)nb, sizeof *op->blocks), sizeof *op->blocks * (size_t)nb, rc,
-                            out);
-            size_t nd = (size_t)(nb + clip + live);
-            DEAR_ALLOC_GOTO(op->deps, calloc(nd, sizeof *op->deps), sizeof *op->deps * nd, rc, out);
-            for (int b = b0; b <= b1; b++) {
-                dear_bucket_t *bk = &ctx->graph.buckets[b];
-                int lo_u = gr->u0 > bk->u0 ? gr->u0 : bk->u0;
-                int hi_u = gr->u1 < bk->u1 ? gr->u1 : bk->u1;
-                dear_coll_block_t *blk = &op->blocks[b - b0];
-                blk->buf = bk->buf;
-                blk->count = bk->count;
-                blk->lo = ctx->graph.units[lo_u].off;
-                blk->hi = ctx->graph.units[hi_u - 1].off + dear_unit_ccount(&ctx->graph, &ctx->reg, hi_u - 1);
-                op->bytes += (blk->hi - blk->lo) * dear_dtype_size(bk->dtype);
-                if (bk->sub != NULL)
-                    sub_add(bk, blk);
-                op->deps[b - b0] = (dear_op_t *)&bk->op;
-            }
-            op->ndeps = nb;
-            if (clip)
-                op->deps[op->ndeps++] = &ctx->clip.op;
-            gr->early = gr->u0 >= early_u0;
-            /* An early group runs before the count of ranks with a gradient (which follows every
-             * bucket): it must not wait for it, its updates do (sched_dear.c). */
-            if (live && !gr->early)
-                op->deps[op->ndeps++] = &ctx->unused.op;
-            ctx->graph.ngroups_early += gr->early;
-            op_init(ctx, op, DEAR_COLL_ALLGATHER, g, unit_tensor(ctx, gr->u0)->dtype);
-            op_layers(ctx, op, gr->u0, gr->u1);
-            op->args.nblocks = nb;
-            op->args.blocks = op->blocks;
-        }
-        free(first);
-        first = NULL;
-        for (int b = 0; b < ctx->graph.nbuckets; b++) {
-            dear_bucket_t *bk = &ctx->graph.buckets[b];
-            if (bk->nsub > 1) {
-                bk->op.args.nblocks = bk->nsub;
-                bk->op.args.blocks = bk->sub;
-                ncut++;
-            }
+/* The all-gather groups of a split schedule. The plan's early ones are those from its first
+ * early group's first unit on (cutting by type only splits groups); none while clipping (they
+ * would gather unclipped shards). A bucket the groups cut becomes a multi-block reduce-scatter
+ * over its pieces. */
+static int groups_build(dear_ctx_t *ctx, int clip, int live)
+{
+    int rc = DEAR_OK, *first = NULL, ng = 0;
+    const dear_plan_t *pl = &ctx->graph.plan;
+    int early_u0 = pl->ag_early > 0 && !clip ? pl->ag.first[pl->ag.ngroups - pl->ag_early] : ctx->graph.nunits;
+    DEAR_CHECK_GOTO(split_groups(ctx, &pl->ag, 1, &first, &ng), rc, out);
+    DEAR_ALLOC_GOTO(ctx->graph.groups, calloc((size_t)ng, sizeof *ctx->graph.groups),
+                    sizeof *ctx->graph.groups * (size_t)ng, rc, out);
+    ctx->graph.ngroups = ng;
+    DEAR_CHECK_GOTO(sub_alloc(ctx, first, ng), rc, out);
+    for (int g = 0; g < ng && rc == DEAR_OK; g++)
+        rc = group_build(ctx, g, first[g], first[g + 1], early_u0, clip, live);
+    for (int b = 0; b < ctx->graph.nbuckets; b++) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        if (bk->nsub > 1) {
+            bk->op.args.nblocks = bk->nsub;
+            bk->op.args.blocks = bk->sub;
         }
     }
+out:
+    free(first);
+    return rc;
+}
 
-    /* The norm's collective, once the buckets' shards are cut into their parts. */
-    if (ctx->clip.on)
-        DEAR_CHECK_GOTO(dear_clip_graph(ctx, ctx->graph.nbuckets + live), rc, out);
-    dear_sparse_graph(ctx);
-    DEAR_CHECK_GOTO(dear_rt_mem_graph(ctx), rc, out);
-
-    /* One iteration's operations in their fixed order: buckets as backward completes them
-     * (last first), each followed by the early all-gather groups whose data it completes (the
-     * bucket holding a group's first unit is the last of its dependencies to finish; groups
-     * last first), then the other all-gathers in forward order. The simulator assumes exactly
-     * this order (fusion/sim.h). */
+/* One iteration's operations in their fixed order: buckets as backward completes them (last
+ * first), each followed by the early all-gather groups whose data it completes (the bucket
+ * holding a group's first unit is the last of its dependencies to finish; groups last first),
+ * then the count of ranks with a gradient and the norm, then the other all-gathers in forward
+ * order. The simulator assumes exactly this order (fusion/sim.h). */
+static int ops_order(dear_ctx_t *ctx, int clip, int live)
+{
     ctx->graph.nops = ctx->graph.nbuckets + live + clip + ctx->graph.ngroups;
-    bytes = sizeof *ctx->graph.ops * (size_t)ctx->graph.nops;
-    DEAR_ALLOC_GOTO(ctx->graph.ops, malloc(bytes), bytes, rc, out);
+    size_t bytes = sizeof *ctx->graph.ops * (size_t)ctx->graph.nops;
+    DEAR_ALLOC_CHECK(ctx->graph.ops, malloc(bytes), bytes);
     int pos = 0, ge = ctx->graph.ngroups - 1;
     for (int b = ctx->graph.nbuckets - 1; b >= 0; b--) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
@@ -334,7 +328,7 @@ int dear_graph_build(dear_ctx_t *ctx)
             ctx->graph.groups[ge].op.pos = pos;
             ctx->graph.ops[pos++] = &ctx->graph.groups[ge].op;
         }
-        bk->early_lo = ge + 1;  /* the bucket's early groups: early_lo..early_hi (none if lo > hi) */
+        bk->early_lo = ge + 1; /* the bucket's early groups: early_lo..early_hi (none if lo > hi) */
     }
     if (live) {
         ctx->unused.op.pos = pos;
@@ -349,14 +343,48 @@ int dear_graph_build(dear_ctx_t *ctx)
             ctx->graph.groups[g].op.pos = pos;
             ctx->graph.ops[pos++] = &ctx->graph.groups[g].op;
         }
+    return DEAR_OK;
+}
+
+static void graph_log(const dear_ctx_t *ctx)
+{
+    int nfused = 0, ncut = 0;
+    for (int b = 0; b < ctx->graph.nbuckets; b++) {
+        nfused += ctx->graph.buckets[b].fused;
+        ncut += ctx->graph.buckets[b].nsub > 1;
+    }
     DEAR_INFO("plan", "planner %s: %d bucket(s) (%d with a fusion buffer, %d zero-copy, %d sharded in pieces at "
                       "all-gather group boundaries), %d all-gather group(s) (%d during backward), %d tensor(s) in "
                       "%d unit(s) and %d layer(s)",
               ctx->graph.plan.planner, ctx->graph.nbuckets, nfused, ctx->graph.nbuckets - nfused, ncut,
               ctx->graph.ngroups, ctx->graph.ngroups_early, ctx->reg.ntensors, ctx->graph.nunits, ctx->reg.nlayers);
-out:
-    free(first);
-    return rc;
+}
+
+/* Buckets, groups, fusion buffers and the operation order of ctx->graph.plan, in steps: units,
+ * buckets, the count of ranks with a gradient (DEAR_FIND_UNUSED, after the reduce-scatters),
+ * the all-gather groups of a split schedule, the norm (clipping from shards: one scalar
+ * all-reduce after every reduce-scatter, before every all-gather, once the shards are cut into
+ * their parts), the sparse algorithms, the memory's fences, the order. */
+int dear_graph_build(dear_ctx_t *ctx)
+{
+    if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->cm.rank == 0)
+        dear_plan_print(stderr, &ctx->graph.plan, NULL);
+    int split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
+    int clip = ctx->clip.on && split, live = ctx->unused.on;
+    ctx->graph.ngroups_early = 0;
+    DEAR_CHECK(units_build(ctx));
+    DEAR_CHECK(buckets_build(ctx));
+    if (live)
+        DEAR_CHECK(dear_unused_graph(ctx, ctx->graph.nbuckets));
+    if (split)
+        DEAR_CHECK(groups_build(ctx, clip, live));
+    if (ctx->clip.on)
+        DEAR_CHECK(dear_clip_graph(ctx, ctx->graph.nbuckets + live));
+    dear_sparse_graph(ctx);
+    DEAR_CHECK(dear_rt_mem_graph(ctx));
+    DEAR_CHECK(ops_order(ctx, clip, live));
+    graph_log(ctx);
+    return DEAR_OK;
 }
 
 static void ops_free(dear_ctx_t *ctx);
