@@ -495,7 +495,8 @@ static void *thread_copies(void *p)
     cudaStream_t s;
     int *d, *h;
     if (cudaSetDevice(0) != cudaSuccess || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaMalloc((void **)&d, N * sizeof *d) != cudaSuccess || cudaMallocHost((void **)&h, N * sizeof *h) != cudaSuccess) {
+        cudaMalloc((void **)&d, N * sizeof *d) != cudaSuccess ||
+        cudaMallocHost((void **)&h, N * sizeof *h) != cudaSuccess) {
         w->errors++;
         return NULL;
     }

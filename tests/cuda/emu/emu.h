@@ -1,8 +1,8 @@
 /*
  * emu.h: the emulator's internals, shared by its files. core (knobs, flags, errors, devices),
  * mem (device and pinned memory, pointer classes and views), stream (streams, events, their
- * worker threads and dependencies), copy (memcpy, memset). One global mutex guards streams,
- * events and queues; the memory table has its own lock.
+ * worker threads and dependencies), copy (memcpy, memset), nccl (communicators over shared
+ * memory). One global mutex guards streams, events and queues; the memory table has its own lock.
  */
 #ifndef CUEMU_EMU_H
 #define CUEMU_EMU_H
@@ -164,5 +164,10 @@ void emu_device_idle_all(void);
 void emu_check_queued_use(const void *p, size_t n, const char *call);
 /* Stops every worker at exit. */
 void emu_stream_shutdown(void);
+
+/* ---- nccl ---- */
+
+/* Releases every communicator's blocked workers at exit. */
+void emu_nccl_shutdown(void);
 
 #endif

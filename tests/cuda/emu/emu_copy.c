@@ -125,7 +125,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     int dev = emu_stream_device(st);
     check_device_of(&d, dst, dev, call);
     check_device_of(&s, src, dev, call);
-    if ((d.cls == EMU_PTR_DEVICE && s.cls == EMU_PTR_PAGEABLE) || (s.cls == EMU_PTR_DEVICE && d.cls == EMU_PTR_PAGEABLE))
+    if ((d.cls == EMU_PTR_DEVICE && s.cls == EMU_PTR_PAGEABLE) ||
+        (s.cls == EMU_PTR_DEVICE && d.cls == EMU_PTR_PAGEABLE))
         emu_flag(CUEMU_FLAG_PAGEABLE, call, "%s %p is pageable host memory (not cudaMallocHost, cudaHostAlloc or "
                  "cudaHostRegister): on a GPU the copy is synchronous and overlaps nothing; here it runs in "
                  "stream order like a pinned one", d.cls == EMU_PTR_PAGEABLE ? "destination" : "source",

@@ -124,10 +124,14 @@ int emu_exiting(void)
     return atomic_load(&exiting);
 }
 
-/* At exit the streams' workers are joined, so that no thread outlives the emulator. */
+/* At exit: NCCL first (its blocked workers must let go), then the streams, whose workers are
+ * joined so that no thread outlives the emulator. */
 static void emu_atexit(void)
 {
     atomic_store(&exiting, 1);
+#ifdef HAVE_NCCL
+    emu_nccl_shutdown();
+#endif
     emu_stream_shutdown();
 }
 
