@@ -37,6 +37,9 @@ typedef enum {
 /* Needs a block size (dear_coll_args_t.sparse_block > 0): asked for explicitly without one it is
  * an argument error; forced through DEAR_COLL_ALGO onto a collective without one, ring runs. */
 #define DEAR_ALGO_F_NEEDS_BLOCK 0x8
+/* The transport's own collectives (NCCL on device memory): taken whenever the transport runs
+ * collectives itself, never otherwise (forced elsewhere, ring runs). */
+#define DEAR_ALGO_F_NATIVE 0x10
 
 #define DEAR_COLL_ALGO_TABLE(X)                                                                \
     X(RING, "ring", dear_coll_ring_ops, DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16,         \
@@ -49,7 +52,9 @@ typedef enum {
       "two levels, pipelined in segments: inside each host over shared memory, across hosts") \
     X(SPARSE, "sparse", dear_coll_sparse_ops,                                                  \
       DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16 | DEAR_ALGO_F_NEEDS_BLOCK,                 \
-      "block-sparse exchange: only non-zero blocks travel, dense per message when no smaller")
+      "block-sparse exchange: only non-zero blocks travel, dense per message when no smaller") \
+    X(NATIVE, "native", dear_coll_native_ops, DEAR_ALGO_F_NATIVE,                              \
+      "the transport's own collectives (NCCL on device memory), ordered on its stream")
 
 /* DEAR_ALGO_AUTO asks the selection table (collectives/coll.c) to choose. */
 typedef enum {

@@ -93,9 +93,11 @@ dear_coll_algo_t dear_coll_select(dear_coll_op_t op, size_t bytes, int nranks, c
 {
     /* DEAR_COLL_ALGO's choices are the algorithm table in enum order (base/algo_table.h). */
     dear_coll_algo_t forced = (dear_coll_algo_t)dear_param_enum(DEAR_P_COLL_ALGO);
-    if (forced > DEAR_ALGO_AUTO && forced < DEAR_ALGO_COUNT)
-        return (dear_coll_algo_flags(forced) & DEAR_ALGO_F_NEEDS_HOSTS) && !hier_fits(topo, nranks) ? DEAR_ALGO_RING
-                                                                                                   : forced;
+    if (forced > DEAR_ALGO_AUTO && forced < DEAR_ALGO_COUNT) {
+        unsigned f = dear_coll_algo_flags(forced);
+        int unfit = ((f & DEAR_ALGO_F_NEEDS_HOSTS) && !hier_fits(topo, nranks)) || (f & DEAR_ALGO_F_NATIVE);
+        return unfit ? DEAR_ALGO_RING : forced;
+    }
     if (nranks <= 1 || (unsigned)op >= DEAR_COLL_OP_COUNT)
         return DEAR_ALGO_RING;  /* nothing travels */
     if (hier_fits(topo, nranks) && bytes >= hier_min[op] && bytes <= hier_max[op])
@@ -424,10 +426,53 @@ static int req_begin(dear_coll_req_t *r)
     return rc;
 }
 
+/* A transport that runs whole collectives itself (NCCL on device memory) gets them as the caller
+ * gave them: no normalisation, no staging, nothing the host reads or writes (coll_native.c). */
+static int native_start(const dear_coll_args_t *args, dear_coll_req_t **req)
+{
+    int rc = DEAR_OK;
+    dear_coll_req_t *r = NULL;
+    DEAR_ARG_CHECK((unsigned)args->op < DEAR_COLL_OP_COUNT && (unsigned)args->dtype < DEAR_DTYPE_COUNT,
+                   "dear_coll_start: unknown op %d or dtype %d", (int)args->op, (int)args->dtype);
+    DEAR_ALLOC_GOTO(r, calloc(1, sizeof *r), sizeof *r, rc, err);
+    r->op = r->user_op = args->op;
+    r->dtype = r->user_dtype = args->dtype;
+    r->comm = args->comm;
+    r->net = args->net;
+    r->tag = args->tag;
+    r->rank = args->net->rank;
+    r->nranks = args->net->size;
+    r->esize = dear_dtype_size(args->dtype);
+    r->scale = args->scale;
+    r->algo = DEAR_ALGO_NATIVE;
+    r->ops = algo_table[DEAR_ALGO_NATIVE];
+    r->native_args = *args;
+    r->total = args->count;
+    if (args->nblocks > 0) {
+        r->total = 0;
+        for (int b = 0; b < args->nblocks; b++)
+            r->total += args->blocks[b].hi - args->blocks[b].lo;
+    }
+    DEAR_CHECK_GOTO(req_begin(r), rc, err);
+    *req = r;
+    return DEAR_OK;
+err:
+    dear_coll_free(r);
+    return rc;
+}
+
+int dear_coll_queued(const dear_coll_req_t *req)
+{
+    return req != NULL && req->algo == DEAR_ALGO_NATIVE;
+}
+
 int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
 {
     int rank = 0, nranks = 1, rc;
     DEAR_ARG_CHECK(req != NULL, "dear_coll_start: req is NULL");
+    DEAR_ARG_CHECK(args != NULL, "dear_coll_start: args is NULL");
+    if (args->net && args->net->tp->ops->coll_start)
+        return native_start(args, req);
     DEAR_CHECK(validate(args, &rank, &nranks));
 
     dear_coll_req_t *r = NULL;
@@ -469,6 +514,13 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
 
     size_t bytes = r->total * r->esize;
     r->topo = args->topo;
+    if (dear_coll_algo_flags(args->algo) & DEAR_ALGO_F_NATIVE) {
+        DEAR_ERROR("coll", "dear_coll_start: algo native needs a transport that runs collectives itself (NCCL); "
+                           "the %s transport does not (accepted here: auto or a host algorithm)",
+                   dear_transport_name(r->net->tp));
+        rc = DEAR_ERR_UNSUPPORTED;
+        goto err;
+    }
     r->algo = args->algo == DEAR_ALGO_AUTO ? dear_coll_select(args->op, bytes, nranks, args->topo) : args->algo;
     if (r->algo == DEAR_ALGO_HIER && !hier_fits(args->topo, nranks)) {
         DEAR_ERROR("coll", "dear_coll_start: algo hier needs the topology of a communicator spanning 2..64 hosts of "
@@ -536,7 +588,7 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
         }
     }
     if (!req->done) {
-        if (!req->sub) {
+        if (!req->sub && req->algo != DEAR_ALGO_NATIVE) {
             int rc = dear_transport_progress(req->net->tp);
             if (rc != DEAR_OK) {
                 req->failed = 1;

@@ -90,9 +90,10 @@ typedef struct {
     size_t lo, hi;  /* elements [lo, hi) travel; 0 <= lo <= hi <= count */
 } dear_coll_block_t;
 
-typedef struct {
+typedef struct dear_coll_args {
     dear_coll_op_t op;
-    dear_coll_algo_t algo;      /* DEAR_ALGO_AUTO: the selection table decides */
+    dear_coll_algo_t algo;      /* DEAR_ALGO_AUTO: the selection table decides; a transport that runs
+                                 * collectives itself (coll_start, net.h) always does */
     dear_dtype_t dtype;
     MPI_Comm comm;
     const dear_net_t *net;      /* comm on the transport carrying its messages; NULL: MPI */
@@ -154,6 +155,10 @@ void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info);
  * (dear_transport_block); NULL when some go through MPI, which only moves when polled (algo mpi
  * always does). */
 dear_transport_t *dear_coll_transport(const dear_coll_req_t *req);
+
+/* 1 when req's result is ordered on its transport's queue from the start (the transport runs
+ * it, net.h coll_start): work enqueued there after the start sees it, before it completes. */
+int dear_coll_queued(const dear_coll_req_t *req);
 
 /* Free a finished request (or one whose start or progress failed). NULL is accepted. */
 void dear_coll_free(dear_coll_req_t *req);

@@ -85,6 +85,7 @@ struct dear_coll_req {
     void *state;                /* the algorithm's */
     const dear_coll_topo_t *topo; /* hier: the communicator's hosts */
     const dear_mem_ops_t *mem;  /* the row of the memory the vectors lie in (host-accessible) */
+    dear_coll_args_t native_args; /* algo native: the caller's arguments, for the transport */
     int sub;                    /* a step of another request, which moves the transport for it */
 };
 

@@ -43,6 +43,8 @@ typedef struct dear_mem_ops {
     /* A queue of this row (NULL, and DEAR_OK, for a row whose work always runs at once). */
     int (*queue_create)(dear_memq_t **q);
     void (*queue_destroy)(dear_memq_t *q);
+    /* Optional: the calling thread will enqueue on q (a device row selects q's device for it). */
+    int (*bind)(dear_memq_t *q);
     int (*fence_create)(dear_fence_t **f);
     void (*fence_destroy)(dear_fence_t *f);
     /* f captures q's work so far (q NULL: nothing pending, f complete). */

@@ -23,6 +23,7 @@
 
 typedef struct dear_transport dear_transport_t;
 typedef struct dear_net dear_net_t;
+struct dear_coll_args;
 
 /* A message in flight: inactive when net is NULL (completed, or never posted). */
 typedef struct {
@@ -68,6 +69,14 @@ typedef struct dear_transport_ops {
     /* Optional: "a.b.c.d:port" or similar for logs. */
     const char *(*address)(const dear_transport_t *tp);
     void (*destroy)(dear_transport_t *tp);
+    /* Optional: whole collectives the transport runs itself on memory of its own kind (NCCL on
+     * device memory), ordered on its queue: start enqueues args' collective (dear_coll_args_t,
+     * collectives/coll.h) and returns at once, its result in place for whatever is enqueued on
+     * that queue after it; test says when it has completed; release frees the handle. Such a
+     * transport carries no point-to-point messages (isend and irecv may be NULL). */
+    int (*coll_start)(const dear_net_t *ep, const struct dear_coll_args *args, void **handle);
+    int (*coll_test)(void *handle, int *done);
+    void (*coll_release)(void *handle);
 } dear_transport_ops_t;
 
 struct dear_transport {

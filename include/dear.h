@@ -46,10 +46,26 @@ DEAR_API int dear_init(MPI_Comm comm, dear_ctx_t **ctx);
  * valid until dear_finalize; tensors that lie back to back in memory (one gradient arena) are
  * communicated without copies. name: up to 63 characters, unique. count must be > 0; dtype
  * a floating type (DEAR_INT32 is refused: it cannot be averaged); update may be NULL (the
- * averaged gradient is then only left in grad). Errors: DEAR_ERR_ARG, DEAR_ERR_UNSUPPORTED
- * (DEAR_MEM_CUDA), DEAR_ERR_STATE (after dear_commit). */
+ * averaged gradient is then only left in grad). mem says where grad lies: DEAR_MEM_HOST, or
+ * DEAR_MEM_CUDA for memory of the calling thread's current CUDA device (cudaMalloc'd, one
+ * allocation per tensor or one arena for all), checked against what CUDA says the pointer is;
+ * all tensors of a context lie in one kind of memory. Errors: DEAR_ERR_ARG (including a pointer
+ * of the other kind or another device), DEAR_ERR_UNSUPPORTED (DEAR_MEM_CUDA without CUDA in the
+ * build), DEAR_ERR_STATE (after dear_commit). */
 DEAR_API int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
                            dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg);
+
+/* CUDA gradients (DEAR_MEM_CUDA): the stream the application computes on (a cudaStream_t; NULL,
+ * the default, is the legacy default stream). The hooks order communication against it on the
+ * GPU and never block the host thread on the GPU: dear_backward_done records an event on it that
+ * the layer's communication waits for; dear_forward_begin makes it wait for the events of the
+ * layer's all-gathers and runs the updates, whose dear_update_info_t.stream is this stream, so an
+ * update kernel launched there reads the averaged gradient. Between iterations; any time before
+ * dear_commit. Ignored for host memory.
+ *
+ *     dear_set_stream(ctx, (void *)stream);      // before dear_commit
+ *     // in the update: my_sgd_kernel<<<grid, block, 0, (cudaStream_t)info->stream>>>(...) */
+DEAR_API int dear_set_stream(dear_ctx_t *ctx, void *stream);
 
 /* Declare a layer that may hold no registered tensor (an activation, attention scores, the loss),
  * so that its hooks are accepted and the profile and the timeline see its time. Layers need not be

@@ -73,7 +73,8 @@ typedef enum {
 /* Where a registered buffer lives. */
 typedef enum {
     DEAR_MEM_HOST = 0,
-    DEAR_MEM_CUDA = 1           /* refused with DEAR_ERR_UNSUPPORTED until the CUDA backend lands */
+    DEAR_MEM_CUDA = 1           /* device memory of the current CUDA device (dear_set_stream); refused
+                                 * with DEAR_ERR_UNSUPPORTED by a libdear built without CUDA */
 } dear_mem_t;
 
 typedef struct dear_ctx dear_ctx_t;
@@ -108,7 +109,10 @@ typedef struct dear_update_info {
                                  * DEAR_CLIP_NORM); -1 when it is off */
     double clip_coef;           /* what grad was multiplied by: min(1, max_norm / (grad_norm + 1e-6)),
                                  * 1 when clipping is off */
-    void *stream;               /* DEAR_MEM_CUDA: the cudaStream_t to launch the update on; NULL */
+    void *stream;               /* DEAR_MEM_CUDA: the cudaStream_t to launch the update on (the one
+                                 * dear_set_stream named), already ordered after the averaged
+                                 * gradient; NULL there means the legacy default stream. Host
+                                 * memory: NULL */
 } dear_update_info_t;
 
 /* Update callback: runs on the application thread exactly once per tensor per iteration, the

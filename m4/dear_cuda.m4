@@ -16,21 +16,27 @@ AC_DEFUN([DEAR_CHECK_CUDA], [
     [cuda_dir=$with_cuda])
   AS_IF([test "x$with_cuda" != "xno"], [
     save_CPPFLAGS=$CPPFLAGS; save_LDFLAGS=$LDFLAGS; save_LIBS=$LIBS
-    CUDA_CPPFLAGS="-I$cuda_dir/include"
+    CUDA_CPPFLAGS="-isystem $cuda_dir/include"
     CUDA_LDFLAGS="-L$cuda_dir/lib64 -Wl,-rpath,$cuda_dir/lib64"
     CPPFLAGS="$CPPFLAGS $CUDA_CPPFLAGS"; LDFLAGS="$LDFLAGS $CUDA_LDFLAGS"
     AC_CHECK_HEADER([cuda_runtime.h],
       [AC_CHECK_LIB([cudart], [cudaGetDeviceCount], [have_cuda=yes; CUDA_LIBS=-lcudart])])
     CPPFLAGS=$save_CPPFLAGS; LDFLAGS=$save_LDFLAGS; LIBS=$save_LIBS
     AC_PATH_PROG([NVCC], [nvcc], [no], [$cuda_dir/bin:$PATH])
-    AS_IF([test "x$have_cuda" = "xyes"], [CUDA_SUMMARY="yes ($cuda_dir)"],
+    dnl The backend's kernels need nvcc: without it there is no backend to build.
+    AS_IF([test "x$have_cuda" = "xyes" && test "x$NVCC" = "xno"],
+          [have_cuda=no
+           AS_IF([test "x$with_cuda" != "xguess"], [AC_MSG_ERROR([--with-cuda was given but nvcc was not found under $cuda_dir/bin or in PATH])])
+           CUDA_SUMMARY="no (nvcc not found)"; CUDA_CPPFLAGS=; CUDA_LDFLAGS=])
+    AS_IF([test "x$have_cuda" = "xyes"], [CUDA_SUMMARY="yes ($cuda_dir, $NVCC)"],
+          [test "x$NVCC" = "xno" && test -n "$CUDA_SUMMARY" && test "x$CUDA_SUMMARY" != "xno"], [],
           [test "x$with_cuda" != "xguess"],
             [AC_MSG_ERROR([--with-cuda was given but cuda_runtime.h / libcudart were not usable under $cuda_dir])],
           [CUDA_SUMMARY="no (not found under $cuda_dir)"; CUDA_CPPFLAGS=; CUDA_LDFLAGS=])
   ])
   AS_IF([test "x$have_cuda" = "xyes"], [AC_DEFINE([HAVE_CUDA], [1], [CUDA backend built])])
   AM_CONDITIONAL([HAVE_CUDA], [test "x$have_cuda" = "xyes"])
-  AM_CONDITIONAL([HAVE_NVCC], [test "x$have_cuda" = "xyes" && test "x$NVCC" != "xno"])
+  AM_CONDITIONAL([HAVE_NVCC], [test "x$have_cuda" = "xyes"])
   AC_SUBST([CUDA_CPPFLAGS])
   AC_SUBST([CUDA_LDFLAGS])
   AC_SUBST([CUDA_LIBS])
@@ -52,7 +58,7 @@ AC_DEFUN([DEAR_CHECK_NCCL], [
          NCCL_SUMMARY="no (needs CUDA)"],
         [test "x$with_nccl" != "xno"], [
     save_CPPFLAGS=$CPPFLAGS; save_LDFLAGS=$LDFLAGS; save_LIBS=$LIBS
-    NCCL_CPPFLAGS="-I$nccl_dir/include"
+    NCCL_CPPFLAGS="-isystem $nccl_dir/include"
     NCCL_LDFLAGS="-L$nccl_dir/lib64 -L$nccl_dir/lib -Wl,-rpath,$nccl_dir/lib64"
     CPPFLAGS="$CPPFLAGS $CUDA_CPPFLAGS $NCCL_CPPFLAGS"; LDFLAGS="$LDFLAGS $CUDA_LDFLAGS $NCCL_LDFLAGS"
     AC_CHECK_HEADER([nccl.h],

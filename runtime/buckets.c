@@ -104,21 +104,25 @@ static void op_layers(dear_ctx_t *ctx, dear_op_t *op, int u0, int u1)
     op->layer_hi = unit_tensor(ctx, u1 - 1)->layer;
 }
 
-/* What every operation's collective shares: the kind, the context's communicator on its
- * transport and hosts, the selection table's algorithm. */
+/* What every operation's collective shares: the kind, the context's communicator and hosts, the
+ * selection table's algorithm, and for the gradients' buckets and groups the memory their
+ * buffers lie in and the transport that runs their collectives (NCCL's for CUDA gradients, else
+ * the context's); the context's own small vectors (the norm, the counts) are host memory on the
+ * context's transport. */
 static void op_init(const dear_ctx_t *ctx, dear_op_t *op, dear_coll_op_t kind, int index, dear_dtype_t dtype)
 {
+    int gradients = index >= 0;
     op->kind = kind;
     op->index = index;
-    op->done_iter = -1;
+    op->done_iter = op->launch_iter = -1;
     op->prep_iter = -1;
     op->args.op = kind;
     op->args.algo = DEAR_ALGO_AUTO;
     op->args.dtype = dtype;
     op->args.comm = ctx->cm.comm;
-    op->args.net = ctx->cm.net;
+    op->args.net = gradients && ctx->mem.net ? ctx->mem.net : ctx->cm.net;
     op->args.topo = ctx->cm.coll_topo;
-    op->args.mem = dear_rt_work_ops(ctx);
+    op->args.mem = gradients ? dear_rt_work_ops(ctx) : &dear_mem_host_ops;
     op->args.scale = 1.0;
 }
 

@@ -108,17 +108,17 @@ static int calibrate(dear_ctx_t *ctx, int complete)
 {
     int rc = DEAR_OK;
     size_t maxb = calib_bytes[CALIB_NSIZES - 1];
-    size_t count = maxb / sizeof(float);
     float *buf = NULL;
     double *t = NULL, *tmax = NULL;
     size_t nk = (size_t)DEAR_COLL_OP_COUNT * CALIB_NSIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
     double t_start = dear_now();
 
-    DEAR_ALLOC_GOTO(buf, malloc(maxb), maxb, rc, out);
+    /* The buffers the gradients' collectives run on: device memory under NCCL, else host. */
+    const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
+    DEAR_CHECK_GOTO(mo->alloc(maxb, 0, (void **)&buf), rc, out);
     DEAR_ALLOC_GOTO(t, calloc(nt, sizeof *t), nt * sizeof *t, rc, out);
     DEAR_ALLOC_GOTO(tmax, calloc(nt, sizeof *tmax), nt * sizeof *tmax, rc, out);
-    for (size_t i = 0; i < count; i++)
-        buf[i] = 1.0f;
+    DEAR_CHECK_GOTO(mo->zero(NULL, buf, maxb), rc, out); /* values stay 0 */
     for (int pass = 0; pass < CALIB_PASSES; pass++)
         for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
             for (int s = 0; s < CALIB_NSIZES && (complete || op_needed(ctx, op)); s++) {
@@ -127,10 +127,11 @@ static int calibrate(dear_ctx_t *ctx, int complete)
                 args.algo = DEAR_ALGO_AUTO;
                 args.dtype = DEAR_FLOAT32;
                 args.comm = ctx->cm.comm;
-                args.net = ctx->cm.net;
+                args.net = ctx->mem.net ? ctx->mem.net : ctx->cm.net;
+                args.mem = mo;
                 args.topo = ctx->cm.coll_topo;
                 args.tag = 0; /* nothing else runs on the communicator before commit ends */
-                args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->cm.size; /* values stay 1 */
+                args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->cm.size;
                 args.recvbuf = buf;
                 args.count = calib_bytes[s] / sizeof(float);
                 size_t k = (size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s;
@@ -189,7 +190,8 @@ static int calibrate(dear_ctx_t *ctx, int complete)
                       "median of %d passes, in %.3f s",
               CALIB_NSIZES, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
 out:
-    free(buf);
+    if (buf)
+        dear_rt_work_ops(ctx)->release(buf, 0);
     free(t);
     free(tmax);
     return rc;

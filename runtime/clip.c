@@ -119,7 +119,8 @@ int dear_clip_graph(dear_ctx_t *ctx, int pos)
     /* Room for a square per part (dear) or per tensor (dear_clip_averaged). */
     size_t np = (size_t)ctx->clip.part0[nb] > (size_t)ctx->reg.ntensors ? (size_t)ctx->clip.part0[nb]
                                                                          : (size_t)ctx->reg.ntensors;
-    DEAR_ALLOC_GOTO(ctx->clip.part_sq, calloc(np + 1, sizeof(double)), (np + 1) * sizeof(double), rc, out);
+    /* Host memory the gradients' row can write a square into from its queue (pinned for a GPU). */
+    DEAR_CHECK_GOTO(ctx->mem.ops->alloc((np + 1) * sizeof(double), 1, (void **)&ctx->clip.part_sq), rc, out);
     DEAR_CHECK_GOTO(dear_rt_fence_new(ctx, &ctx->clip.sq_fence), rc, out);
     if (!(dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT))
         goto out; /* wfbp, sync: the norm of the averaged gradients at backward_end */
@@ -130,7 +131,6 @@ int dear_clip_graph(dear_ctx_t *ctx, int pos)
     }
     op->ndeps = ctx->graph.nbuckets;
     dear_op_sum(ctx, op, pos, -1, DEAR_FLOAT64, &ctx->clip.sum, 1);
-    op->args.mem = &dear_mem_host_ops; /* one double of the context's */
     op->prepare = norm_prepare;
     op->before = norm_before;
     op->finish = norm_finish;
@@ -142,7 +142,8 @@ void dear_clip_graph_free(dear_ctx_t *ctx)
 {
     free(ctx->clip.op.deps);
     free(ctx->clip.part0);
-    free(ctx->clip.part_sq);
+    if (ctx->clip.part_sq)
+        ctx->mem.ops->release(ctx->clip.part_sq, 1);
     dear_rt_fence_free(ctx, ctx->clip.sq_fence);
     ctx->clip.op.deps = NULL;
     ctx->clip.part0 = NULL;

@@ -61,10 +61,17 @@ static dear_transport_t *blocking_transport(const dear_ctx_t *ctx)
 {
     if (!dear_transport_can_block(ctx->cm.tp))
         return NULL;
-    for (const dear_op_t *op = ctx->eng.running; op; op = op->next_running)
-        if (dear_coll_transport(op->req) != ctx->cm.tp)
+    for (const dear_run_t *r = ctx->eng.running; r; r = r->next)
+        if (dear_coll_transport(r->req) != ctx->cm.tp)
             return NULL;
     return ctx->cm.tp;
+}
+
+/* A collective its transport runs on the communication queue (NCCL): ordered there against
+ * the copies around it and the collectives before it, so the GPU, not this thread, waits. */
+static int on_queue(const dear_op_t *op)
+{
+    return op->args.net != NULL && op->args.net->tp->ops->coll_start != NULL;
 }
 
 /* Under the lock: the next operation to prepare (in seq order, as soon as it is queued). */
@@ -87,20 +94,26 @@ static dear_op_t *preparable(dear_ctx_t *ctx)
 static dear_op_t *startable(dear_ctx_t *ctx)
 {
     ctx->eng.fence_wait = 0;
-    if (ctx->eng.nrunning >= ctx->cfg.max_inflight)
-        return NULL;
     long long iter = ctx->eng.next_seq / ctx->graph.nops;
     dear_op_t *op = ctx->graph.ops[ctx->eng.next_seq % ctx->graph.nops];
     if (op->state != DEAR_OP_QUEUED || op->iter != iter || op->prep_iter != iter)
         return NULL;
+    int q = on_queue(op);
+    if (!q && ctx->eng.nhost >= ctx->cfg.max_inflight)
+        return NULL;
     /* Large collectives go one at a time (DEAR_INFLIGHT_BYTES): sharing the links, they would
      * all finish late, the first one needed included, which is what the planner's simulator
-     * (one collective at a time) and the schedule's priorities assume does not happen. */
-    if (ctx->eng.nrunning > 0 && ctx->cfg.inflight_window > 0 && ctx->eng.inflight_bytes + op->bytes > ctx->cfg.inflight_window)
+     * (one collective at a time) and the schedule's priorities assume does not happen. On the
+     * communication queue they run one at a time anyway. */
+    if (!q && ctx->eng.nhost > 0 && ctx->cfg.inflight_window > 0 &&
+        ctx->eng.inflight_bytes + op->bytes > ctx->cfg.inflight_window)
         return NULL;
-    for (int d = 0; d < op->ndeps; d++)
-        if (op->deps[d]->done_iter != iter)
+    /* A dependency on the same queue only needs to be enqueued there before it. */
+    for (int d = 0; d < op->ndeps; d++) {
+        const dear_op_t *dep = op->deps[d];
+        if (dep->done_iter != iter && !(q && on_queue(dep) && dep->launch_iter == iter))
             return NULL;
+    }
     if (op->start_fence) {
         int done = 1, rc = dear_fence_done(ctx->mem.ops, op->start_fence, &done);
         if (rc != DEAR_OK && ctx->eng.rc == DEAR_OK)
@@ -114,37 +127,46 @@ static dear_op_t *startable(dear_ctx_t *ctx)
     return op;
 }
 
+/* One pending collective's age against the stall limits: a warning past DEAR_STALL_WARN_S (once),
+ * the job aborted past DEAR_STALL_ABORT_S. */
+static void stall_one(dear_ctx_t *ctx, const dear_op_t *op, long long iter, double age, int running, int *warned)
+{
+    const char *where = running ? "in flight" : "queued, waiting for earlier operations";
+    if (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) {
+        DEAR_ERROR("engine", "stall: %s of %s %d (layers %d..%d, %zu bytes, iteration %lld) pending %.1f s "
+                             "(%s), past DEAR_STALL_ABORT_S=%g: aborting the job; a rank probably stopped "
+                             "calling the dear hooks",
+                   phase_name(op->kind), op->kind == DEAR_COLL_ALLGATHER ? "group" : "bucket", op->index,
+                   op->layer_lo, op->layer_hi, op->bytes, iter, age, where, ctx->cfg.stall_abort_s);
+        MPI_Abort(ctx->cm.comm, 1);
+    }
+    if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !*warned) {
+        *warned = 1;
+        DEAR_WARN("engine", "stall: %s of %s %d (layers %d..%d, %zu bytes, iteration %lld) pending %.1f s (%s), "
+                            "past DEAR_STALL_WARN_S=%g; is every rank calling the dear hooks?",
+                  phase_name(op->kind), op->kind == DEAR_COLL_ALLGATHER ? "group" : "bucket", op->index,
+                  op->layer_lo, op->layer_hi, op->bytes, iter, age, where, ctx->cfg.stall_warn_s);
+    }
+}
+
+/* Under the lock: every operation queued and not started, and every run in flight. */
 static void stall_check(dear_ctx_t *ctx, double now)
 {
     if (ctx->cfg.stall_warn_s <= 0 && ctx->cfg.stall_abort_s <= 0)
         return;
     for (int i = 0; i < ctx->graph.nops; i++) {
         dear_op_t *op = ctx->graph.ops[i];
-        if (op->state != DEAR_OP_QUEUED && op->state != DEAR_OP_RUNNING)
-            continue;
-        double age = now - op->t_queued;
-        const char *where = op->state == DEAR_OP_RUNNING ? "in flight" : "queued, waiting for earlier operations";
-        if (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) {
-            DEAR_ERROR("engine", "stall: %s of %s %d (layers %d..%d, %zu bytes, iteration %lld) pending %.1f s "
-                                 "(%s), past DEAR_STALL_ABORT_S=%g: aborting the job; a rank probably stopped "
-                                 "calling the dear hooks",
-                       phase_name(op->kind), op->kind == DEAR_COLL_ALLGATHER ? "group" : "bucket", op->index,
-                       op->layer_lo, op->layer_hi, op->bytes, op->iter, age, where, ctx->cfg.stall_abort_s);
-            MPI_Abort(ctx->cm.comm, 1);
-        }
-        if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !op->stall_warned) {
-            op->stall_warned = 1;
-            DEAR_WARN("engine", "stall: %s of %s %d (layers %d..%d, %zu bytes, iteration %lld) pending %.1f s (%s), "
-                                "past DEAR_STALL_WARN_S=%g; is every rank calling the dear hooks?",
-                      phase_name(op->kind), op->kind == DEAR_COLL_ALLGATHER ? "group" : "bucket", op->index,
-                      op->layer_lo, op->layer_hi, op->bytes, op->iter, age, where, ctx->cfg.stall_warn_s);
-        }
+        if (op->state == DEAR_OP_QUEUED)
+            stall_one(ctx, op, op->iter, now - op->t_queued, 0, &op->stall_warned);
     }
+    for (dear_run_t *r = ctx->eng.running; r; r = r->next)
+        stall_one(ctx, r->op, r->iter, now - r->t_queued, 1, &r->stall_warned);
 }
 
 /* The timeline record of a finished collective (no lock: the timeline has its own). */
-static void record_timeline(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_info_t *info)
+static void record_timeline(dear_ctx_t *ctx, const dear_run_t *r, double t_done, const dear_coll_info_t *info)
 {
+    const dear_op_t *op = r->op;
     char args[384], name[64];
     snprintf(name, sizeof name, "%s %s %d", phase_name(op->kind), op->kind == DEAR_COLL_ALLGATHER ? "group" : "bucket",
              op->index);
@@ -152,12 +174,12 @@ static void record_timeline(dear_ctx_t *ctx, const dear_op_t *op, const dear_col
                      "\"phase\":\"%s\",\"bucket\":%d,\"bytes\":%zu,\"algorithm\":\"%s\",\"layers\":\"%d..%d\","
                      "\"iteration\":%lld,\"queued_us\":%.1f",
                      dear_coll_op_name(op->kind), op->index, op->bytes, dear_coll_algo_name(info->algo), op->layer_lo,
-                     op->layer_hi, op->iter, 1e6 * (op->t_start - op->t_queued));
+                     op->layer_hi, r->iter, 1e6 * (r->t_start - r->t_queued));
     /* What a sparse collective saved is per call: the bytes it sent and the forms of its messages. */
     if (info->algo == DEAR_ALGO_SPARSE && n > 0 && (size_t)n < sizeof args)
         snprintf(args + n, sizeof args - (size_t)n, ",\"bytes_sent\":%zu,\"msgs_sparse\":%zu,\"msgs_dense\":%zu",
                  info->bytes_sent, info->msgs_sparse, info->msgs_dense);
-    dear_timeline_span(ctx->tl, name, "comm", DEAR_LANE_COMM, op->t_start, op->t_done, args);
+    dear_timeline_span(ctx->tl, name, "comm", DEAR_LANE_COMM, r->t_start, t_done, args);
 }
 
 /* Under the lock: counters of a finished collective (busbw as nccl-tests defines it). */
@@ -189,7 +211,7 @@ static void fail(dear_ctx_t *ctx, dear_op_t *op, int rc, const char *what)
 static void op_done(dear_ctx_t *ctx, dear_op_t *op)
 {
     op->state = DEAR_OP_DONE;
-    op->done_iter = op->iter;
+    op->done_iter = op->launch_iter = op->iter;
     dear_broadcast(&ctx->eng.done_cv);
 }
 
@@ -219,8 +241,24 @@ static int prepare_queued(dear_ctx_t *ctx)
         dear_lock(&ctx->eng.lock);
         if (rc != DEAR_OK)
             return rc;
+        /* On the communication queue its collective goes right behind its copies, before the next
+         * operation's wait for gradients still being computed. */
+        if (on_queue(op))
+            break;
     }
     return DEAR_OK;
+}
+
+/* Under the lock: a run record for op's collective of this iteration. */
+static dear_run_t *run_new(dear_ctx_t *ctx, dear_op_t *op, double now)
+{
+    dear_run_t *r = ctx->eng.spare;
+    if (r)
+        ctx->eng.spare = r->next;
+    else if ((r = malloc(sizeof *r)) == NULL)
+        return NULL;
+    *r = (dear_run_t){ .op = op, .iter = op->iter, .t_queued = op->t_queued, .t_start = now };
+    return r;
 }
 
 /* Step 2, under the lock: start everything that may start, in seq order; *progressed when one
@@ -229,9 +267,8 @@ static int start_ready(dear_ctx_t *ctx, int *progressed)
 {
     dear_op_t *op;
     while ((op = startable(ctx)) != NULL) {
+        double now = dear_now();
         op->state = DEAR_OP_RUNNING;
-        op->t_start = dear_now();
-        op->last_events = 0;
         ctx->eng.nqueued--;
         op->args.tag = (int)(ctx->eng.next_seq % TAG_SPAN);
         ctx->eng.next_seq++;
@@ -247,45 +284,80 @@ static int start_ready(dear_ctx_t *ctx, int *progressed)
             dear_lock(&ctx->eng.lock);
             if (rc != DEAR_OK)
                 return rc;
-            op->t_done = op->t_start;
             op_done(ctx, op);
             continue;
         }
-        int rc = dear_coll_start(&op->args, &op->req);
+        dear_coll_req_t *req = NULL;
+        int rc = dear_coll_start(&op->args, &req);
         if (rc != DEAR_OK)
             fail(ctx, op, rc, "dear_coll_start");
+        int queued = rc == DEAR_OK && dear_coll_queued(req);
+        if (queued) {
+            /* Its result is ordered on the communication queue already: what follows it there
+             * (the shards' squares, the unpacking, the `done` fence) is enqueued now, and the
+             * application may go on, its stream waiting on the GPU, not its thread. */
+            rc = op_finish(ctx, op);
+            if (rc != DEAR_OK)
+                fail(ctx, op, rc, "enqueueing what follows it");
+        }
         dear_lock(&ctx->eng.lock);
-        if (rc != DEAR_OK)
+        dear_run_t *r = rc == DEAR_OK ? run_new(ctx, op, now) : NULL;
+        if (rc == DEAR_OK && r == NULL) {
+            DEAR_ERROR("sys", "allocation of %zu bytes failed", sizeof *r);
+            rc = ctx->eng.rc = DEAR_ERR_NOMEM;
+        }
+        if (rc != DEAR_OK) {
+            dear_coll_free(req);
             return rc;
+        }
+        r->req = req;
+        r->on_queue = queued;
+        if (queued) {
+            op->launch_iter = op->iter;
+            dear_broadcast(&ctx->eng.done_cv);
+        }
         if (ctx->eng.nrunning == 0)
-            ctx->eng.busy_since = op->t_start;
-        ctx->eng.inflight_bytes += op->bytes;
-        op->next_running = ctx->eng.running;
-        ctx->eng.running = op;
+            ctx->eng.busy_since = now;
+        if (!queued) {
+            ctx->eng.nhost++;
+            ctx->eng.inflight_bytes += op->bytes;
+        }
+        r->next = ctx->eng.running;
+        ctx->eng.running = r;
         ctx->eng.nrunning++;
     }
     return ctx->eng.rc;
 }
 
-/* A running collective ended: its records, its after and finish, then done (lock not held). */
-static int end_running(dear_ctx_t *ctx, dear_op_t *op)
+/* A run ended: its records, its operation's after and finish (unless they ran at its start),
+ * then done (lock not held; r is off the list). */
+static int end_running(dear_ctx_t *ctx, dear_run_t *r)
 {
-    op->t_done = dear_now();
+    dear_op_t *op = r->op;
+    double t_done = dear_now();
     dear_coll_info_t info;
-    dear_coll_get_info(op->req, &info);
+    dear_coll_get_info(r->req, &info);
     if (ctx->tl)
-        record_timeline(ctx, op, &info);
-    int rc = op_finish(ctx, op);
+        record_timeline(ctx, r, t_done, &info);
+    int rc = r->on_queue ? DEAR_OK : op_finish(ctx, op);
     if (rc != DEAR_OK)
         fail(ctx, op, rc, "finishing");
+    dear_coll_free(r->req);
     dear_lock(&ctx->eng.lock);
     record_counters(ctx, op, &info);
-    op_done(ctx, op);
+    if (r->on_queue) {
+        /* Its operation may be queued for a later iteration already: only the completion moves. */
+        if (op->done_iter < r->iter)
+            op->done_iter = r->iter;
+        dear_broadcast(&ctx->eng.done_cv);
+    } else {
+        op_done(ctx, op);
+    }
     if (ctx->eng.nrunning == 0)
-        ctx->eng.busy_s += op->t_done - ctx->eng.busy_since;
+        ctx->eng.busy_s += t_done - ctx->eng.busy_since;
+    r->next = ctx->eng.spare;
+    ctx->eng.spare = r;
     dear_unlock(&ctx->eng.lock);
-    dear_coll_free(op->req);
-    op->req = NULL;
     return rc;
 }
 
@@ -297,29 +369,32 @@ static int advance_running(dear_ctx_t *ctx, int *ndone, int *stepped)
 {
     uint64_t msgs0 = 0, msgs1 = 0;
     dear_transport_counters(ctx->cm.tp, &msgs0, NULL);
-    dear_op_t **link = &ctx->eng.running;
+    dear_run_t **link = &ctx->eng.running;
     while (*link) {
-        dear_op_t *op = *link;
-        int done = 0, rc = dear_coll_progress(op->req, &done);
+        dear_run_t *r = *link;
+        int done = 0, rc = dear_coll_progress(r->req, &done);
         if (rc != DEAR_OK) {
-            fail(ctx, op, rc, "dear_coll_progress");
+            fail(ctx, r->op, rc, "dear_coll_progress");
             return rc;
         }
         if (!done) {
             dear_coll_info_t info;
-            dear_coll_get_info(op->req, &info);
-            if (info.events != op->last_events) {
-                op->last_events = info.events;
+            dear_coll_get_info(r->req, &info);
+            if (info.events != r->last_events) {
+                r->last_events = info.events;
                 *stepped = 1;
             }
-            link = &op->next_running;
+            link = &r->next;
             continue;
         }
-        *link = op->next_running;
+        *link = r->next;
         ctx->eng.nrunning--;
-        ctx->eng.inflight_bytes -= op->bytes;
+        if (!r->on_queue) {
+            ctx->eng.nhost--;
+            ctx->eng.inflight_bytes -= r->op->bytes;
+        }
         (*ndone)++;
-        DEAR_CHECK(end_running(ctx, op));
+        DEAR_CHECK(end_running(ctx, r));
     }
     dear_transport_counters(ctx->cm.tp, &msgs1, NULL);
     *stepped |= msgs1 != msgs0;
@@ -338,7 +413,7 @@ static int idle_wait(dear_ctx_t *ctx, int *idle_rounds, double *sleep_s)
         dear_unlock(&ctx->eng.lock);
         int rc = dear_transport_block(tp, STALL_POLL_S);
         if (rc != DEAR_OK)
-            fail(ctx, ctx->eng.running, rc, "the transport's block");
+            fail(ctx, ctx->eng.running->op, rc, "the transport's block");
         dear_lock(&ctx->eng.lock);
         ctx->eng.in_net_wait = 0;
         return rc;
@@ -364,6 +439,9 @@ static void *engine_main(void *arg)
     double sleep_s = SLEEP_MIN_S, cpu_mark = 0;
 
     dear_topo_bind_self(&ctx->cm.topo);
+    /* A device's queues are used from this thread too (CUDA's current device is per thread). */
+    if (ctx->mem.ops->bind && ctx->mem.ops->bind(ctx->mem.comm) != DEAR_OK)
+        fail(ctx, ctx->graph.ops[0], DEAR_ERR_CUDA, "selecting the device");
     dear_lock(&ctx->eng.lock);
     while (ctx->eng.rc == DEAR_OK) {
         int progressed = 0;
@@ -411,12 +489,18 @@ static void *engine_main(void *arg)
     /* On an error the collectives in flight are abandoned (their peers are in an unknown state);
      * their requests are freed so nothing leaks. */
     while (ctx->eng.running) {
-        dear_op_t *op = ctx->eng.running;
-        ctx->eng.running = op->next_running;
-        dear_coll_free(op->req);
-        op->req = NULL;
+        dear_run_t *r = ctx->eng.running;
+        ctx->eng.running = r->next;
+        dear_coll_free(r->req);
+        free(r);
         ctx->eng.nrunning--;
     }
+    while (ctx->eng.spare) {
+        dear_run_t *r = ctx->eng.spare;
+        ctx->eng.spare = r->next;
+        free(r);
+    }
+    ctx->eng.nhost = 0;
     ctx->eng.inflight_bytes = 0;
     ctx->eng.progress_cpu_s = dear_thread_cpu();
     dear_broadcast(&ctx->eng.done_cv);
@@ -452,7 +536,11 @@ void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op)
     if (ctx->cm.size == 1) {
         /* The reduction of one rank is its own data, averaged over one: already in place. */
         op->iter = op->prep_iter = ctx->it.iter;
+        op->start_fence = NULL;
         int rc = op->prepare ? op->prepare(ctx, op) : DEAR_OK;
+        /* What a collective would have waited for (the shards' squares), this thread waits for. */
+        if (rc == DEAR_OK && op->start_fence)
+            rc = ctx->mem.ops->fence_wait(NULL, op->start_fence);
         if (op->before)
             op->before(ctx, op);
         if (rc == DEAR_OK)
@@ -461,7 +549,7 @@ void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op)
             fail(ctx, op, rc, "its memory operations");
             return;
         }
-        op->done_iter = op->iter;
+        op->done_iter = op->launch_iter = op->iter;
         op->state = DEAR_OP_DONE;
         return;
     }
@@ -481,11 +569,11 @@ int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter)
 {
     int rc = DEAR_OK;
     dear_lock(&ctx->eng.lock);
-    if (op->done_iter != iter && ctx->eng.rc == DEAR_OK) {
+    if (op->launch_iter != iter && ctx->eng.rc == DEAR_OK) {
         double t0 = dear_now();
         /* A few yields first: a small collective is often about to finish, and a yield hands
          * the core to the progress thread without the cost of a sleep and wake-up. */
-        for (int y = 0; y < WAIT_YIELDS && op->done_iter != iter && ctx->eng.rc == DEAR_OK; y++) {
+        for (int y = 0; y < WAIT_YIELDS && op->launch_iter != iter && ctx->eng.rc == DEAR_OK; y++) {
             if (y == 0)
                 dear_signal(&ctx->eng.work_cv);
             dear_unlock(&ctx->eng.lock);
@@ -494,12 +582,12 @@ int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter)
         }
         ctx->eng.nwaiters++;
         dear_signal(&ctx->eng.work_cv); /* cut a long back-off sleep short */
-        while (op->done_iter != iter && ctx->eng.rc == DEAR_OK)
+        while (op->launch_iter != iter && ctx->eng.rc == DEAR_OK)
             dear_wait(&ctx->eng.done_cv, &ctx->eng.lock);
         ctx->eng.nwaiters--;
         ctx->it.blocked_s += dear_now() - t0;
     }
-    if (op->done_iter != iter)
+    if (op->launch_iter != iter)
         rc = ctx->eng.rc != DEAR_OK ? ctx->eng.rc : DEAR_ERR_INTERNAL;
     dear_unlock(&ctx->eng.lock);
     return rc;

@@ -13,6 +13,7 @@
 #include "base/mpi_check.h"
 #include "fusion/profile.h"
 #include "base/sync.h"
+#include "cuda/cuda.h"
 #include "runtime/rt.h"
 #include "base/util.h"
 
@@ -105,7 +106,7 @@ int dear_call_update(dear_ctx_t *ctx, int t, long long iteration)
     dear_update_info_t info = {
         .size = sizeof info, .grad = tt->grad, .count = tt->count, .dtype = tt->dtype, .mem = tt->mem,
         .arg = tt->arg, .name = tt->name, .tensor = t, .layer = tt->layer, .iteration = iteration,
-        .grad_norm = -1, .clip_coef = 1, .stream = NULL,
+        .grad_norm = -1, .clip_coef = 1, .stream = tt->mem == DEAR_MEM_CUDA ? ctx->mem.stream : NULL,
     };
     if (ctx->clip.on && ctx->clip.iter == iteration) {
         info.grad_norm = ctx->clip.norm;
@@ -333,7 +334,10 @@ const char *dear_schedule(const dear_ctx_t *ctx)
 
 const char *dear_transport(const dear_ctx_t *ctx)
 {
-    return ctx == NULL || ctx->cm.tp == NULL ? "unknown" : dear_transport_name(ctx->cm.tp);
+    if (ctx == NULL || ctx->cm.tp == NULL)
+        return "unknown";
+    /* CUDA gradients under NCCL travel on it; staged ones on the context's transport. */
+    return ctx->mem.net ? dear_transport_name(ctx->mem.net->tp) : dear_transport_name(ctx->cm.tp);
 }
 
 int dear_wait_grad(dear_ctx_t *ctx, int layer)
@@ -440,4 +444,25 @@ out:
     free(cnt);
     free(most);
     return rc;
+}
+
+int dear_set_stream(dear_ctx_t *ctx, void *stream)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "dear_set_stream: ctx is NULL");
+    if (ctx->it.in_backward) {
+        DEAR_ERROR("api", "dear_set_stream: called during the backward pass of iteration %lld; call it between "
+                          "iterations",
+                   ctx->it.iter);
+        return DEAR_ERR_STATE;
+    }
+    if (ctx->committed && ctx->mem.cuda) {
+        /* Updates still pending wait for their data on the stream they were promised. */
+        DEAR_CHECK(dear_sched_flush(ctx, "dear_set_stream"));
+        dear_memq_t *q = NULL;
+        DEAR_CHECK(dear_cuda_queue_wrap(stream, &q));
+        dear_cuda_queue_free(ctx->mem.app);
+        ctx->mem.app = q;
+    }
+    ctx->mem.stream = stream;
+    return DEAR_OK;
 }

@@ -20,6 +20,8 @@
 #include "base/check.h"
 #include "base/params.h"
 #include "base/util.h"
+#include "base/mpi_check.h"
+#include "cuda/cuda.h"
 #include "runtime/rt.h"
 
 /* DEAR_DEBUG_DROP_WAIT's choices, in the table's order. */
@@ -32,21 +34,87 @@ void dear_rt_mem_set_host_row(const dear_mem_ops_t *ops)
     host_row = ops ? ops : &dear_mem_host_ops;
 }
 
+/* CUDA gradients: the device side (the GPU, the transport, the communication stream), the
+ * application's stream as its queue and, under NCCL, the endpoint whose transport runs the
+ * gradients' collectives. Collective. */
+static int cuda_setup(dear_ctx_t *ctx)
+{
+    dear_rt_mem_t *m = &ctx->mem;
+    for (int t = 0; t < ctx->reg.ntensors; t++)
+        if (ctx->reg.tensors[t].sparse_block > 0 && ctx->sparse.mode != DEAR_SPARSE_OFF) {
+            /* The same on every rank: the registry check compared the blocks and the kinds. */
+            DEAR_ERROR("api", "dear_commit: tensor '%s' is declared sparse, but it lies in CUDA memory, which the "
+                              "block-sparse collectives cannot scan (they find the zero blocks on the host); set "
+                              "DEAR_SPARSE=off to send it dense, or do not declare it sparse",
+                       ctx->reg.tensors[t].name);
+            return DEAR_ERR_UNSUPPORTED;
+        }
+    int want = (int)dear_param_enum(DEAR_P_CUDA_TRANSPORT);
+    DEAR_MPI_CHECK(MPI_Bcast(&want, 1, MPI_INT, 0, ctx->cm.comm));
+    DEAR_CHECK(dear_cuda_open(ctx->cm.comm, want, dear_param_double(DEAR_P_CUDA_INIT_TIMEOUT_S), &m->cuda));
+    m->ops = dear_cuda_mem(m->cuda);
+    m->comm = dear_cuda_comm_queue(m->cuda);
+    DEAR_CHECK(dear_cuda_queue_wrap(m->stream, &m->app));
+    if (dear_cuda_transport(m->cuda))
+        DEAR_CHECK(dear_net_open(dear_cuda_transport(m->cuda), ctx->cm.comm, &m->net));
+    return DEAR_OK;
+}
+
 int dear_rt_mem_setup(dear_ctx_t *ctx)
 {
     dear_rt_mem_t *m = &ctx->mem;
-    m->ops = host_row;
-    m->staged = (m->ops->flags & DEAR_MEM_F_STAGE) != 0;
     m->drop = (int)dear_param_enum(DEAR_P_DEBUG_DROP_WAIT);
-    m->app = NULL; /* host gradients are written by the application's own thread */
-    return m->ops->queue_create(&m->comm);
+    if (ctx->reg.ntensors > 0 && ctx->reg.tensors[0].mem == DEAR_MEM_CUDA) {
+        for (int t = 1; t < ctx->reg.ntensors; t++)
+            if (ctx->reg.tensors[t].mem != DEAR_MEM_CUDA) {
+                DEAR_ERROR("api", "dear_commit: tensor '%s' is host memory and '%s' CUDA memory: a context's tensors "
+                                  "all lie in one kind of memory (one context per kind)",
+                           ctx->reg.tensors[t].name, ctx->reg.tensors[0].name);
+                return DEAR_ERR_UNSUPPORTED;
+            }
+        DEAR_CHECK(cuda_setup(ctx));
+    } else {
+        for (int t = 1; t < ctx->reg.ntensors; t++)
+            if (ctx->reg.tensors[t].mem == DEAR_MEM_CUDA) {
+                DEAR_ERROR("api", "dear_commit: tensor '%s' is CUDA memory and '%s' host memory: a context's tensors "
+                                  "all lie in one kind of memory (one context per kind)",
+                           ctx->reg.tensors[t].name, ctx->reg.tensors[0].name);
+                return DEAR_ERR_UNSUPPORTED;
+            }
+        m->ops = host_row;
+        m->app = NULL; /* host gradients are written by the application's own thread */
+        DEAR_CHECK(m->ops->queue_create(&m->comm));
+        m->owns_comm = 1;
+    }
+    m->staged = (m->ops->flags & DEAR_MEM_F_STAGE) != 0;
+    return m->ops->fence_create(&m->idle);
+}
+
+/* Nothing enqueued on the communication queue still runs (before its buffers are freed). */
+int dear_rt_mem_quiesce(const dear_ctx_t *ctx)
+{
+    const dear_rt_mem_t *m = &ctx->mem;
+    if (m->ops == NULL || m->comm == NULL)
+        return DEAR_OK;
+    DEAR_CHECK(m->ops->fence_record(m->idle, m->comm));
+    return m->ops->fence_wait(NULL, m->idle);
 }
 
 void dear_rt_mem_free(dear_ctx_t *ctx)
 {
-    if (ctx->mem.ops && ctx->mem.comm)
-        ctx->mem.ops->queue_destroy(ctx->mem.comm);
-    ctx->mem.comm = NULL;
+    dear_rt_mem_t *m = &ctx->mem;
+    if (m->ops) {
+        dear_rt_mem_quiesce(ctx);
+        dear_rt_fence_free(ctx, m->idle);
+        if (m->owns_comm && m->comm)
+            m->ops->queue_destroy(m->comm);
+    }
+    if (m->cuda)
+        dear_cuda_queue_free(m->app);
+    dear_net_close(m->net);
+    dear_cuda_close(m->cuda);
+    void *stream = m->stream;
+    *m = (dear_rt_mem_t){ .stream = stream };
 }
 
 int dear_rt_fence_new(const dear_ctx_t *ctx, dear_fence_t **f)
@@ -107,8 +175,10 @@ static int bucket_prepare(dear_ctx_t *ctx, dear_op_t *op)
         return DEAR_OK;
     DEAR_CHECK(bucket_copy(ctx, b, b->u0, b->u1, 1));
     DEAR_CHECK(mo->fence_record(b->packed, ctx->mem.comm));
-    /* The host's collective reads the buffer: it starts once the copies have run. */
-    op->start_fence = ctx->mem.drop == DROP_PACKED ? NULL : b->packed;
+    /* A collective on the host reads the buffer: it starts once the copies have run. One the
+     * transport runs on the communication queue itself follows them there. */
+    if (ctx->mem.net == NULL && ctx->mem.drop != DROP_PACKED)
+        op->start_fence = b->packed;
     return DEAR_OK;
 }
 
@@ -152,6 +222,7 @@ int dear_rt_mem_graph(dear_ctx_t *ctx)
 
 void dear_rt_mem_graph_free(dear_ctx_t *ctx)
 {
+    dear_rt_mem_quiesce(ctx); /* no copy or collective still uses the buffers */
     for (int b = 0; ctx->graph.buckets && b < ctx->graph.nbuckets; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         dear_rt_fence_free(ctx, bk->ready);

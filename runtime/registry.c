@@ -11,6 +11,7 @@
 
 #include "base/mpi_check.h"
 #include "base/util.h"
+#include "cuda/cuda.h"
 #include "runtime/rt.h"
 
 static int name_taken(const dear_registry_t *reg, const char *name)
@@ -34,6 +35,39 @@ static const dear_tensor_t *overlapping(const dear_registry_t *reg, const void *
     return NULL;
 }
 
+/* The gradient lies where mem says: a device pointer of the current device for DEAR_MEM_CUDA,
+ * host memory for DEAR_MEM_HOST (a device pointer there would crash the host's copies). */
+static int check_memory(const char *name, const void *grad, size_t bytes, dear_mem_t mem)
+{
+    int dev = -1, cur = -1, ndev = 0, rc = DEAR_ERR_UNSUPPORTED;
+    /* A machine without a GPU is not asked about host pointers at all. */
+    if (mem == DEAR_MEM_CUDA || (dear_cuda_built() && dear_cuda_device_count(&ndev) == DEAR_OK && ndev > 0))
+        rc = dear_cuda_pointer_device(grad, bytes, &dev);
+    if (mem == DEAR_MEM_HOST) {
+        DEAR_ARG_CHECK(rc != DEAR_OK || dev < 0, "dear_register('%s'): grad is memory of CUDA device %d, registered "
+                       "as DEAR_MEM_HOST; register it as DEAR_MEM_CUDA", name, dev);
+        return DEAR_OK;
+    }
+    if (rc == DEAR_ERR_UNSUPPORTED) {
+        DEAR_ERROR("api", "dear_register('%s'): DEAR_MEM_CUDA, but this libdear was built without CUDA (configure "
+                          "--with-cuda)", name);
+        return DEAR_ERR_UNSUPPORTED;
+    }
+    if (rc != DEAR_OK) {
+        DEAR_ERROR("api", "dear_register('%s'): DEAR_MEM_CUDA, but the CUDA runtime cannot say what grad is (no GPU or "
+                          "no driver?)", name);
+        return DEAR_ERR_CUDA;
+    }
+    DEAR_ARG_CHECK(dev >= 0, "dear_register('%s'): grad (%zu bytes) is host memory or not one device allocation, "
+                   "registered as DEAR_MEM_CUDA; register device memory of the current device, or DEAR_MEM_HOST",
+                   name, bytes);
+    DEAR_CHECK(dear_cuda_current_device(&cur));
+    DEAR_ARG_CHECK(dev == cur, "dear_register('%s'): grad is memory of CUDA device %d, but this thread's current "
+                   "device is %d; call cudaSetDevice(%d) first (every tensor of a context on one GPU)",
+                   name, dev, cur, dev);
+    return DEAR_OK;
+}
+
 int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
                   dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg)
 {
@@ -51,14 +85,8 @@ int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size
                    strlen(name), DEAR_NAME_MAX);
     DEAR_ARG_CHECK(!name_taken(&ctx->reg, name), "dear_register('%s'): a tensor of that name is already registered",
                    name);
-    if (mem == DEAR_MEM_CUDA) {
-        DEAR_ERROR("api", "dear_register('%s'): CUDA memory is not supported in this build yet; "
-                          "register host memory (DEAR_MEM_HOST)",
-                   name);
-        return DEAR_ERR_UNSUPPORTED;
-    }
-    DEAR_ARG_CHECK(mem == DEAR_MEM_HOST, "dear_register('%s'): memory kind %d unknown; accepted: "
-                                         "DEAR_MEM_HOST (0), DEAR_MEM_CUDA (1)", name, (int)mem);
+    DEAR_ARG_CHECK(mem == DEAR_MEM_HOST || mem == DEAR_MEM_CUDA, "dear_register('%s'): memory kind %d unknown; "
+                   "accepted: DEAR_MEM_HOST (0), DEAR_MEM_CUDA (1)", name, (int)mem);
     DEAR_ARG_CHECK((unsigned)dtype < DEAR_DTYPE_COUNT, "dear_register('%s'): dtype %d unknown; accepted: "
                    "DEAR_FLOAT32, DEAR_FLOAT64, DEAR_BFLOAT16, DEAR_FLOAT16", name, (int)dtype);
     DEAR_ARG_CHECK(dtype != DEAR_INT32, "dear_register('%s'): int32 gradients cannot be averaged; "
@@ -68,6 +96,7 @@ int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size
     DEAR_ARG_CHECK(count > 0, "dear_register('%s'): count is 0; register only tensors with elements", name);
     DEAR_ARG_CHECK(grad != NULL, "dear_register('%s'): grad is NULL", name);
     size_t esize = dear_dtype_size(dtype);
+    DEAR_CHECK(check_memory(name, grad, count * esize, mem));
     /* The byte count must fit a size_t and the buffer the address space: a wrapped product would
      * register a few bytes and fail only at the first backward. */
     DEAR_ARG_CHECK(count <= (SIZE_MAX - (uintptr_t)grad) / esize,
@@ -189,6 +218,7 @@ typedef struct {
     int64_t dtype;
     int64_t frozen;
     int64_t sparse_block;
+    int64_t mem;
 } wire_tensor_t;
 
 static void wire_fill(const dear_registry_t *reg, int i, wire_tensor_t *w)
@@ -204,6 +234,7 @@ static void wire_fill(const dear_registry_t *reg, int i, wire_tensor_t *w)
     w->dtype = reg->tensors[i].dtype;
     w->frozen = reg->tensors[i].frozen;
     w->sparse_block = (int64_t)reg->tensors[i].sparse_block;
+    w->mem = reg->tensors[i].mem;
 }
 
 static void wire_describe(const wire_tensor_t *w, char *buf, size_t len)
@@ -249,6 +280,11 @@ static const char *wire_diff(const wire_tensor_t *a, const wire_tensor_t *b, cha
         snprintf(va, len, "%s", a->frozen ? "frozen" : "not frozen");
         snprintf(vb, len, "%s", b->frozen ? "frozen" : "not frozen");
         return "frozen (dear_freeze)";
+    }
+    if (a->mem != b->mem) {
+        snprintf(va, len, "%s", a->mem == DEAR_MEM_CUDA ? "DEAR_MEM_CUDA" : "DEAR_MEM_HOST");
+        snprintf(vb, len, "%s", b->mem == DEAR_MEM_CUDA ? "DEAR_MEM_CUDA" : "DEAR_MEM_HOST");
+        return "memory kind";
     }
     if (a->sparse_block != b->sparse_block) {
         snprintf(va, len, "%lld", (long long)a->sparse_block);

@@ -96,17 +96,32 @@ struct dear_op {
     int (*prepare)(dear_ctx_t *ctx, dear_op_t *op);
     int (*finish)(dear_ctx_t *ctx, dear_op_t *op);
     /* shared */
-    dear_op_state_t state;
+    dear_op_state_t state;  /* a run on the communication queue leaves it RUNNING at its start */
     long long iter;         /* iteration it was queued for */
     long long done_iter;    /* iteration of the last completion, -1 before any */
-    double t_queued, t_start, t_done;
+    long long launch_iter;  /* iteration whose result the memory's fences already order (at the
+                             * completion, or at the start of a collective its transport runs on
+                             * the communication queue), -1 before any */
+    double t_queued;
     /* engine */
     long long prep_iter;    /* iteration of the last prepare, -1 before any */
     dear_fence_t *start_fence; /* set by prepare: the collective starts once it is complete */
-    dear_coll_req_t *req;
-    size_t last_events;     /* transfers completed at the last poll: a change is progress */
     int stall_warned;
-    dear_op_t *next_running;
+};
+
+/* A collective in flight (engine.c), the progress thread's: one operation of one iteration. One
+ * its transport runs on the communication queue (NCCL) is launched for the application at its
+ * start, so its operation may be queued for the next iteration while this run still goes on. */
+typedef struct dear_run dear_run_t;
+struct dear_run {
+    dear_run_t *next;
+    dear_op_t *op;
+    dear_coll_req_t *req;
+    long long iter;
+    double t_queued, t_start;
+    size_t last_events;     /* transfers completed at the last poll: a change is progress */
+    int on_queue;           /* its after and finish ran at its start */
+    int stall_warned;
 };
 
 typedef struct {
@@ -287,9 +302,11 @@ typedef struct {
     long long next_seq;     /* next operation to start: iteration * nops + pos */
     long long next_prep;    /* next operation to prepare (never behind next_seq) */
     int fence_wait;         /* the next operation waits for its buffer to fill (polled) */
-    dear_op_t *running;
+    dear_run_t *running;
+    dear_run_t *spare;      /* runs ended, for reuse */
     int nrunning;
-    size_t inflight_bytes;  /* sum of bytes of the running collectives */
+    int nhost;              /* of them, those on the host (DEAR_MAX_INFLIGHT counts these) */
+    size_t inflight_bytes;  /* sum of bytes of the running collectives on the host */
     double busy_since;
 } dear_engine_t;
 
@@ -299,7 +316,13 @@ typedef struct {
     int staged;                 /* the collectives run on host copies (ops has DEAR_MEM_F_STAGE) */
     dear_memq_t *app;           /* where the application writes and reads gradients (NULL: its thread) */
     dear_memq_t *comm;          /* communication's copies; only the progress thread enqueues on it */
+    int owns_comm;              /* comm is this context's to destroy (not the device side's) */
+    dear_fence_t *idle;         /* the communication queue's work so far, waited for before buffers go */
     int drop;                   /* DEAR_DEBUG_DROP_WAIT: the wait left out (tests of the fences) */
+    void *stream;               /* dear_set_stream: the application's CUDA stream (NULL: legacy default) */
+    struct dear_cuda *cuda;     /* CUDA gradients: the device side (cuda/cuda.h); NULL for host memory */
+    dear_net_t *net;            /* the transport that runs the gradients' collectives itself (NCCL),
+                                 * or NULL: the context's (cm.net), on host buffers */
 } dear_rt_mem_t;
 
 /* One context, split by concern; each part says which thread owns which field. */
@@ -389,6 +412,8 @@ void dear_rt_mem_set_host_row(const dear_mem_ops_t *ops);
 /* At commit: the gradients' row, its queues and DEAR_DEBUG_DROP_WAIT. */
 int dear_rt_mem_setup(dear_ctx_t *ctx);
 void dear_rt_mem_free(dear_ctx_t *ctx);
+/* Wait (host) until nothing enqueued on the communication queue still runs. */
+int dear_rt_mem_quiesce(const dear_ctx_t *ctx);
 /* dear_graph_build: the fences of buckets and groups and the operations' prepare and finish. */
 int dear_rt_mem_graph(dear_ctx_t *ctx);
 void dear_rt_mem_graph_free(dear_ctx_t *ctx);
@@ -415,7 +440,8 @@ int dear_engine_start(dear_ctx_t *ctx);
 void dear_engine_stop(dear_ctx_t *ctx);
 /* Queue op for iteration ctx->it.iter (application thread). */
 void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op);
-/* Block until op's collective for iteration iter is done; counts blocked time. */
+/* Block until op's result for iteration iter is ordered by the memory's fences (its collective
+ * done, or running on the communication queue ahead of its `done` fence); counts blocked time. */
 int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter);
 
 /* calibrate.c */

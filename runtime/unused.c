@@ -79,7 +79,6 @@ int dear_unused_graph(dear_ctx_t *ctx, int pos)
     DEAR_ALLOC_GOTO(ctx->unused.live, calloc((size_t)n, sizeof *ctx->unused.live), sizeof(int32_t) * (size_t)n, rc,
                     out);
     dear_op_sum(ctx, op, pos, -2, DEAR_INT32, ctx->unused.live, (size_t)n);
-    op->args.mem = &dear_mem_host_ops; /* the context's own counts */
     op->before = live_before;
     op->after = live_after;
 out:

@@ -59,5 +59,55 @@ tests_cuda_test_cuemu_nccl_real_LDADD = $(CUDA_LDFLAGS) $(CUDA_LIBS) $(NCCL_LDFL
 endif
 endif
 endif
+# libdear with CUDA gradients (tests/cuda/test_gpu.c), against the emulator and the real libraries:
+#   tests/cuda/gpu-nccl-np{1,2,4}.mpi   DEAR_CUDA_TRANSPORT=nccl, a GPU per rank: every schedule
+#                                     and planner, float32 and bfloat16, clipping, accumulation,
+#                                     unused tensors, partitions, a slow gradient kernel, against
+#                                     an MPI_Allreduce reference; hooks that never wait for the GPU;
+#                                     bad input
+#   tests/cuda/gpu-staged-np{2,3}.mpi   the same staged, every rank on one GPU
+#   tests/cuda/gpu-refused-np2.mpi      nccl on ranks sharing a GPU fails commit, naming them;
+#                                     auto runs staged
+#   tests/cuda/gpu-broken-np2.mpi       nccl where NCCL cannot set up fails commit; auto runs staged
+#   tests/cuda/gpu-mutation.sh          DEAR_DEBUG_DROP_WAIT=ready and =done, each leaving one wait
+#                                     of the backend out, make the results wrong
+#   tests/cuda/gpu-real-np{1,2}.mpi     test_gpu_real against libcudart and libnccl (skip without a GPU)
+# test_gpu links libdear's layers with the backend built from the same sources against the
+# emulator (tests/cuda/libdearcuda_emu.la: -DCUEMU_BUILD, kernels_emu.c for kernels.cu).
+GPU_MPI_TESTS = tests/cuda/gpu-nccl-np1.mpi tests/cuda/gpu-nccl-np2.mpi tests/cuda/gpu-nccl-np4.mpi \
+    tests/cuda/gpu-staged-np2.mpi tests/cuda/gpu-staged-np3.mpi tests/cuda/gpu-refused-np2.mpi \
+    tests/cuda/gpu-broken-np2.mpi tests/cuda/gpu-real-np1.mpi tests/cuda/gpu-real-np2.mpi
+EXTRA_DIST += $(GPU_MPI_TESTS) tests/cuda/gpu-mutation.sh tests/cuda/gpu_kern.cu tests/cuda/gpu_kern_emu.c \
+    tests/cuda/kernels_emu.c
+if HAVE_CUDA
+if HAVE_NCCL
+if HAVE_CHECK
+check_LTLIBRARIES += tests/cuda/libdearcuda_emu.la
+tests_cuda_libdearcuda_emu_la_SOURCES = $(CUDA_BACKEND_SOURCES) tests/cuda/kernels_emu.c
+tests_cuda_libdearcuda_emu_la_CPPFLAGS = $(CUDA_BACKEND_CPPFLAGS) -DCUEMU_BUILD -I$(top_srcdir)/tests/cuda/emu
+tests_cuda_libdearcuda_emu_la_CFLAGS = $(AM_CFLAGS)
+DEAR_EMU_LIBS = runtime/libdearrt.la tests/cuda/libdearcuda_emu.la collectives/libdearcoll.la \
+    fusion/libdearfusion.la $(DEAR_BASE_LIBS) tests/cuda/emu/libcuemu.la
+check_PROGRAMS += tests/cuda/test_gpu tests/cuda/test_gpu_real
+TESTS += $(GPU_MPI_TESTS) tests/cuda/gpu-mutation.sh
+tests_cuda_test_gpu_SOURCES = tests/cuda/test_gpu.c tests/cuda/gpu_kern.h tests/cuda/gpu_kern_emu.c \
+    tests/cuda/cuda_check.h tests/mpi/suite_run.h
+tests_cuda_test_gpu_CPPFLAGS = $(CUEMU_CPPFLAGS)
+tests_cuda_test_gpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_cuda_test_gpu_LDADD = $(DEAR_EMU_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS) -lrt
+tests_cuda_test_gpu_real_SOURCES = tests/cuda/test_gpu.c tests/cuda/gpu_kern.h tests/cuda/cuda_check.h \
+    tests/mpi/suite_run.h
+tests_cuda_test_gpu_real_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_cuda_test_gpu_real_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_cuda_test_gpu_real_LDADD = tests/cuda/gpu_kern.lo $(DEAR_INTERNAL_LIBS) $(CUDA_LDFLAGS) $(CUDA_LIBS) \
+    $(NCCL_LDFLAGS) $(NCCL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS) -lstdc++
+tests_cuda_test_gpu_real_DEPENDENCIES = tests/cuda/gpu_kern.lo $(DEAR_INTERNAL_LIBS)
+tests/cuda/gpu_kern.lo: $(top_srcdir)/tests/cuda/gpu_kern.cu $(top_srcdir)/tests/cuda/gpu_kern.h \
+    $(top_srcdir)/collectives/elem.h
+	$(AM_V_GEN)$(SHELL) $(top_srcdir)/cuda/nvcc-lo.sh '$(NVCC)' $@ $(NVCC_FLAGS) $(top_srcdir)/tests/cuda/gpu_kern.cu
+CLEANFILES += tests/cuda/gpu_kern.lo tests/cuda/gpu_kern.o tests/cuda/.libs/gpu_kern.o
+endif
+endif
+endif
 EXTRA_DIST += tests/cuda/cuemu-nccl-np1.mpi tests/cuda/cuemu-nccl-np2.mpi tests/cuda/cuemu-nccl-np3.mpi \
     tests/cuda/cuemu-nccl-np4.mpi tests/cuda/cuemu-nccl-real-np2.mpi

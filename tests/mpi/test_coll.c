@@ -63,6 +63,8 @@ static void algo_lists(void)
 {
     n_flat = n_host = 0;
     for (int a = DEAR_ALGO_AUTO + 1; a < DEAR_ALGO_COUNT; a++) {
+        if (dear_coll_algo_flags((dear_coll_algo_t)a) & DEAR_ALGO_F_NATIVE)
+            continue; /* a device transport's own (tests/cuda) */
         if (dear_coll_algo_flags((dear_coll_algo_t)a) & DEAR_ALGO_F_NEEDS_HOSTS)
             host_algos[n_host++] = (dear_coll_algo_t)a;
         else

@@ -1,0 +1,78 @@
+/*
+ * The element conversions every kernel shares: bfloat16 and IEEE binary16 to and from float32,
+ * branch-free so that loops over them vectorise. One source for the host's kernels (reduce.c)
+ * and the device's (cuda/kern_body.h), which nvcc compiles for the GPU and the C compiler for
+ * the emulated runtime, so every path rounds alike.
+ */
+#ifndef DEAR_ELEM_H
+#define DEAR_ELEM_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define DEAR_ELEM_FN __host__ __device__ static inline
+#else
+#define DEAR_ELEM_FN static inline
+#endif
+
+DEAR_ELEM_FN float bits_f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+DEAR_ELEM_FN uint32_t f_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* bfloat16 is the top half of a float32. */
+DEAR_ELEM_FN float bf16_to_f(uint16_t h) { return bits_f((uint32_t)h << 16); }
+
+/* Round to nearest even; NaNs stay NaN (quiet bit forced so truncation cannot make an Inf). */
+DEAR_ELEM_FN uint16_t f_to_bf16(float f)
+{
+    uint32_t u = f_bits(f);
+    uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x40u;
+    return (uint16_t)(((u & 0x7FFFFFFFu) > 0x7F800000u) ? nan : rounded);
+}
+
+/* IEEE binary16 -> binary32, exact. Normals and subnormals: place exponent and mantissa in a
+ * float32 and rescale by 2^112 (exact: a power of two). Inf/NaN: force the float32 exponent. */
+DEAR_ELEM_FN float half_to_f(uint16_t h)
+{
+    uint32_t em = (uint32_t)(h & 0x7FFFu);
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t finite = f_bits(bits_f(em << 13) * 0x1p112f);
+    uint32_t special = 0x7F800000u | ((em & 0x3FFu) << 13);
+    uint32_t is_special = 0u - (uint32_t)(em >= 0x7C00u);
+    return bits_f(sign | (special & is_special) | (finite & ~is_special));
+}
+
+/* IEEE binary32 -> binary16, round to nearest even, overflow to Inf, NaN to a quiet NaN,
+ * subnormal results rounded by the FPU (F. Giesen's float_to_half_fast3_rtne, branch-free). */
+DEAR_ELEM_FN uint16_t f_to_half(float f)
+{
+    const uint32_t f32infty = 255u << 23, f16max = (127u + 16u) << 23;
+    const uint32_t denorm_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    uint32_t u = f_bits(f);
+    uint32_t sign = u & 0x80000000u;
+    u ^= sign;
+    uint32_t big = 0x7C00u | (0x0200u & (0u - (uint32_t)(u > f32infty)));
+    uint32_t sub = f_bits(bits_f(u) + bits_f(denorm_magic)) - denorm_magic;
+    uint32_t mant_odd = (u >> 13) & 1u;
+    uint32_t norm = (u + (uint32_t)((15 - 127) * (1 << 23)) + 0xFFFu + mant_odd) >> 13;
+    /* Selects as masks: gcc if-converts nested conditionals in this loop body less reliably. */
+    uint32_t is_big = 0u - (uint32_t)(u >= f16max);
+    uint32_t is_sub = ~is_big & (0u - (uint32_t)(u < (113u << 23)));
+    uint32_t is_norm = ~(is_big | is_sub);
+    uint32_t o = (big & is_big) | (sub & is_sub) | (norm & is_norm);
+    return (uint16_t)(o | (sign >> 16));
+}
+
+#endif

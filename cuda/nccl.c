@@ -1,0 +1,330 @@
+/*
+ * The NCCL transport: a row of the transport table that carries no point-to-point messages but
+ * runs whole collectives itself on device memory (net.h coll_start), on the communication
+ * stream that the CUDA memory row also packs and unpacks on, so stream order alone puts a
+ * bucket's packing before its reduce-scatter and its unpacking after its all-gather.
+ *
+ * One communicator per context, bootstrapped over its MPI communicator (rank 0's unique id,
+ * broadcast), non-blocking so that a set-up that hangs ends at DEAR_CUDA_INIT_TIMEOUT_S.
+ * The shard rule (collectives/coll.h) allows counts that P does not divide: those, and the pieces
+ * of multi-block collectives, run as one NCCL group of a reduce (broadcast) per owner, the
+ * others as ncclReduceScatter / ncclAllGather in place. Averaging is ncclAvg.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "base/mpi_check.h"
+#include "base/util.h"
+#include "collectives/coll.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_impl.h"
+
+typedef struct {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    int rank, size;
+    int broken;                 /* an asynchronous error was seen: abort, do not destroy */
+} nccl_t;
+
+typedef struct {
+    nccl_t *n;
+    cudaEvent_t done;
+} handle_t;
+
+static int nccl_type(dear_dtype_t t, ncclDataType_t *out)
+{
+    switch (t) {
+    case DEAR_FLOAT32: *out = ncclFloat32; return DEAR_OK;
+    case DEAR_FLOAT64: *out = ncclFloat64; return DEAR_OK;
+    case DEAR_BFLOAT16: *out = ncclBfloat16; return DEAR_OK;
+    case DEAR_FLOAT16: *out = ncclFloat16; return DEAR_OK;
+    case DEAR_INT32: *out = ncclInt32; return DEAR_OK;
+    }
+    DEAR_ERROR("nccl", "element type %d has no NCCL type", (int)t);
+    return DEAR_ERR_ARG;
+}
+
+/* Sum, or the average over the ranks (the only scales the runtime asks for). */
+static int nccl_op(const nccl_t *n, double scale, ncclRedOp_t *op)
+{
+    if (scale == 1.0) {
+        *op = ncclSum;
+        return DEAR_OK;
+    }
+    if (fabs(scale * n->size - 1.0) < 1e-12) {
+        *op = ncclAvg;
+        return DEAR_OK;
+    }
+    DEAR_ERROR("nccl", "a reduction scaled by %g: NCCL runs sums and averages over the %d ranks only", scale, n->size);
+    return DEAR_ERR_UNSUPPORTED;
+}
+
+/* In a non-blocking communicator a call may leave its work still being enqueued: wait for that
+ * (not for the GPU), and surface an error of the communicator. */
+static int settle(nccl_t *n)
+{
+    for (;;) {
+        ncclResult_t st = ncclSuccess;
+        DEAR_NCCL_CHECK(ncclCommGetAsyncError(n->comm, &st));
+        if (st == ncclSuccess)
+            return DEAR_OK;
+        if (st != ncclInProgress) {
+            n->broken = 1;
+            DEAR_ERROR("nccl", "the NCCL communicator failed: %s (%s)", ncclGetErrorString(st), ncclGetLastError(n->comm));
+            return DEAR_ERR_CUDA;
+        }
+        sched_yield();
+    }
+}
+
+/* Rank r's piece of a vector of count elements cut to [lo, hi): its shard of it, clipped. */
+static size_t piece(size_t count, size_t lo, size_t hi, int size, int r, size_t *at)
+{
+    size_t off, len;
+    dear_coll_shard(count, size, r, &off, &len);
+    size_t l = off > lo ? off : lo, h = off + len < hi ? off + len : hi;
+    *at = l;
+    return h > l ? h - l : 0;
+}
+
+/* One owner's share: reduced onto it (reduce-scatter) or sent from it to all (all-gather). */
+static int owner_step(nccl_t *n, dear_coll_op_t op, char *buf, size_t at, size_t cnt, size_t es, int root,
+                      ncclDataType_t type, ncclRedOp_t redop)
+{
+    if (cnt == 0)
+        return DEAR_OK;
+    char *p = buf + at * es;
+    if (op == DEAR_COLL_REDUCE_SCATTER)
+        DEAR_NCCL_CHECK(ncclReduce(p, p, cnt, type, redop, root, n->comm, n->stream));
+    else
+        DEAR_NCCL_CHECK(ncclBroadcast(p, p, cnt, type, root, n->comm, n->stream));
+    return DEAR_OK;
+}
+
+/* The collective's calls, inside a group. */
+static int enqueue(nccl_t *n, const dear_coll_args_t *a, ncclDataType_t type, ncclRedOp_t redop)
+{
+    size_t es = dear_dtype_size(a->dtype);
+    if (a->nblocks > 0) {
+        for (int b = 0; b < a->nblocks; b++)
+            for (int r = 0; r < n->size; r++) {
+                size_t at, cnt = piece(a->blocks[b].count, a->blocks[b].lo, a->blocks[b].hi, n->size, r, &at);
+                DEAR_CHECK(owner_step(n, a->op, a->blocks[b].buf, at, cnt, es, r, type, redop));
+            }
+        return DEAR_OK;
+    }
+    char *recv = a->recvbuf;
+    const char *send = a->sendbuf && a->sendbuf != a->recvbuf ? a->sendbuf : NULL;
+    size_t off, len, share = a->count / (size_t)n->size;
+    dear_coll_shard(a->count, n->size, n->rank, &off, &len);
+    int even = a->count % (size_t)n->size == 0;
+    switch (a->op) {
+    case DEAR_COLL_ALLREDUCE:
+        DEAR_NCCL_CHECK(ncclAllReduce(send ? send : recv, recv, a->count, type, redop, n->comm, n->stream));
+        return DEAR_OK;
+    case DEAR_COLL_REDUCE_SCATTER:
+        if (even) {
+            DEAR_NCCL_CHECK(ncclReduceScatter(send ? send : recv, send ? recv : recv + off * es, share, type, redop,
+                                              n->comm, n->stream));
+            return DEAR_OK;
+        }
+        if (send) { /* out of place: every owner's shard reduced from send, this rank's into recv */
+            for (int r = 0; r < n->size; r++) {
+                size_t o, l;
+                dear_coll_shard(a->count, n->size, r, &o, &l);
+                if (l > 0)
+                    DEAR_NCCL_CHECK(ncclReduce(send + o * es, r == n->rank ? (void *)recv : (void *)(send + o * es), l,
+                                               type, redop, r, n->comm, n->stream));
+            }
+            return DEAR_OK;
+        }
+        break;
+    case DEAR_COLL_ALLGATHER:
+        if (even) {
+            DEAR_NCCL_CHECK(ncclAllGather(send ? send : recv + off * es, recv, share, type, n->comm, n->stream));
+            return DEAR_OK;
+        }
+        if (send && len > 0) /* out of place: this rank's shard into place first, in stream order */
+            DEAR_CUDA_CHECK(cudaMemcpyAsync(recv + off * es, send, len * es, cudaMemcpyDeviceToDevice, n->stream));
+        break;
+    default: return DEAR_ERR_ARG;
+    }
+    for (int r = 0; r < n->size; r++) {
+        size_t at, cnt = piece(a->count, 0, a->count, n->size, r, &at);
+        DEAR_CHECK(owner_step(n, a->op, recv, at, cnt, es, r, type, redop));
+    }
+    return DEAR_OK;
+}
+
+static int nccl_coll_start(const dear_net_t *ep, const dear_coll_args_t *a, void **handle)
+{
+    nccl_t *n = ep->tp->impl;
+    ncclDataType_t type;
+    ncclRedOp_t redop = ncclSum;
+    DEAR_CHECK(nccl_type(a->dtype, &type));
+    if (a->op != DEAR_COLL_ALLGATHER)
+        DEAR_CHECK(nccl_op(n, a->scale, &redop));
+    handle_t *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return DEAR_ERR_NOMEM;
+    h->n = n;
+    int rc = DEAR_OK;
+    DEAR_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), rc, err);
+    if (ncclGroupStart() != ncclSuccess) {
+        rc = DEAR_ERR_CUDA;
+        goto err_ev;
+    }
+    rc = enqueue(n, a, type, redop);
+    ncclResult_t end = ncclGroupEnd();
+    if (rc == DEAR_OK && end != ncclSuccess && end != ncclInProgress) {
+        DEAR_ERROR("nccl", "ncclGroupEnd failed: %s (%s)", ncclGetErrorString(end), ncclGetLastError(n->comm));
+        rc = DEAR_ERR_CUDA;
+    }
+    if (rc == DEAR_OK)
+        rc = settle(n);
+    if (rc != DEAR_OK)
+        goto err_ev;
+    DEAR_CUDA_CHECK_GOTO(cudaEventRecord(h->done, n->stream), rc, err_ev);
+    *handle = h;
+    return DEAR_OK;
+err_ev:
+    cudaEventDestroy(h->done);
+err:
+    free(h);
+    return rc;
+}
+
+static int nccl_coll_test(void *handle, int *done)
+{
+    handle_t *h = handle;
+    cudaError_t err = cudaEventQuery(h->done);
+    *done = err == cudaSuccess;
+    if (err == cudaSuccess)
+        return DEAR_OK;
+    if (err != cudaErrorNotReady) {
+        DEAR_ERROR("cuda", "waiting for an NCCL collective: %s", cudaGetErrorString(err));
+        return DEAR_ERR_CUDA;
+    }
+    /* Still running: a peer's failure shows as the communicator's error, never as a hang. */
+    ncclResult_t st = ncclSuccess;
+    DEAR_NCCL_CHECK(ncclCommGetAsyncError(h->n->comm, &st));
+    if (st != ncclSuccess && st != ncclInProgress) {
+        h->n->broken = 1;
+        DEAR_ERROR("nccl", "an NCCL collective failed: %s (%s)", ncclGetErrorString(st), ncclGetLastError(h->n->comm));
+        return DEAR_ERR_CUDA;
+    }
+    return DEAR_OK;
+}
+
+static void nccl_coll_release(void *handle)
+{
+    handle_t *h = handle;
+    cudaEventDestroy(h->done);
+    free(h);
+}
+
+static void nccl_destroy(dear_transport_t *tp)
+{
+    nccl_t *n = tp->impl;
+    if (n->broken)
+        ncclCommAbort(n->comm); /* a failed communicator may never finish its work */
+    else
+        ncclCommDestroy(n->comm);
+    free(n);
+    free(tp);
+}
+
+const dear_transport_ops_t dear_nccl_ops = {
+    .name = "nccl",
+    .destroy = nccl_destroy,
+    .coll_start = nccl_coll_start,
+    .coll_test = nccl_coll_test,
+    .coll_release = nccl_coll_release,
+};
+
+/* Non-blocking init, polled until done or the deadline: a hung set-up is aborted and reported. */
+static int init_comm(nccl_t *n, ncclUniqueId id, double timeout_s)
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&n->comm, n->size, id, n->rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        DEAR_ERROR("nccl", "ncclCommInitRankConfig (rank %d of %d) failed: %s (%s)", n->rank, n->size,
+                   ncclGetErrorString(r), ncclGetLastError(NULL));
+        return DEAR_ERR_CUDA;
+    }
+    double t0 = dear_now();
+    for (;;) {
+        ncclResult_t st = ncclSuccess;
+        r = ncclCommGetAsyncError(n->comm, &st);
+        if (r == ncclSuccess && st == ncclSuccess)
+            return DEAR_OK;
+        if (r != ncclSuccess || st != ncclInProgress) {
+            DEAR_ERROR("nccl", "the NCCL communicator's set-up (rank %d of %d) failed: %s (%s)", n->rank, n->size,
+                       ncclGetErrorString(r != ncclSuccess ? r : st), ncclGetLastError(n->comm));
+            ncclCommAbort(n->comm);
+            return DEAR_ERR_CUDA;
+        }
+        if (dear_now() - t0 > timeout_s) {
+            DEAR_ERROR("nccl", "the NCCL communicator's set-up (rank %d of %d) took more than "
+                               "DEAR_CUDA_INIT_TIMEOUT_S=%g s: aborted",
+                       n->rank, n->size, timeout_s);
+            ncclCommAbort(n->comm);
+            return DEAR_ERR_TIMEOUT;
+        }
+        dear_sleep(1e-3);
+    }
+}
+
+int dear_nccl_create(MPI_Comm comm, cudaStream_t stream, double timeout_s, dear_transport_t **out)
+{
+    int rc = DEAR_OK, rank = 0, size = 1, rc0, worst = 0;
+    ncclUniqueId id = { { 0 } };
+    DEAR_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    DEAR_MPI_CHECK(MPI_Comm_size(comm, &size));
+    nccl_t *n = calloc(1, sizeof *n);
+    dear_transport_t *tp = calloc(1, sizeof *tp);
+    if (n == NULL || tp == NULL) {
+        DEAR_ERROR("sys", "allocation of the NCCL transport failed");
+        rc = DEAR_ERR_NOMEM;
+    } else {
+        *n = (nccl_t){ .stream = stream, .rank = rank, .size = size };
+    }
+    if (rc == DEAR_OK && rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+        DEAR_ERROR("nccl", "ncclGetUniqueId failed: %s", ncclGetLastError(NULL));
+        rc = DEAR_ERR_CUDA;
+    }
+    /* Rank 0's verdict travels with its id: nobody starts a set-up rank 0 cannot join. */
+    rc0 = rc;
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&rc0, 1, MPI_INT, 0, comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm), rc, out);
+    int joined = 0;
+    if (rc == DEAR_OK && rc0 == DEAR_OK) {
+        rc = init_comm(n, id, timeout_s);
+        joined = rc == DEAR_OK;
+    } else if (rc == DEAR_OK) {
+        rc = rc0;
+    }
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, comm), rc, out);
+    if (worst != DEAR_OK) {
+        if (joined) {
+            DEAR_ERROR("nccl", "another rank could not set up the NCCL communicator (its log says why)");
+            ncclCommAbort(n->comm);
+        }
+        rc = worst;
+        goto out;
+    }
+    tp->ops = &dear_nccl_ops;
+    tp->impl = n;
+    tp->base = comm;
+    *out = tp;
+    return DEAR_OK;
+out:
+    free(n);
+    free(tp);
+    return rc;
+}
