@@ -63,6 +63,14 @@ static void print_build(FILE *out)
         fprintf(out, "  CUDA            : no\n");
     }
     fprintf(out, "  NCCL            : %s\n", dear_nccl_built() ? "yes" : "no");
+    if (dear_cuda_built()) {
+        /* What carries CUDA gradients: auto's rule, since it depends on every rank's GPU. */
+        const char *t = dear_param_string(DEAR_P_CUDA_TRANSPORT);
+        fprintf(out, "  CUDA transport  : %s%s\n", t,
+                strcmp(t, "auto") != 0     ? ""
+                : dear_nccl_built()        ? " (nccl when every rank has a GPU of its own and NCCL sets up, else staged)"
+                                           : " (staged: NCCL is not in this build)");
+    }
 }
 
 int main(int argc, char **argv)
