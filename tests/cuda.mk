@@ -72,13 +72,15 @@ endif
 #   tests/cuda/gpu-mutation.sh          DEAR_DEBUG_DROP_WAIT=ready and =done, each leaving one wait
 #                                     of the backend out, make the results wrong
 #   tests/cuda/gpu-real-np{1,2}.mpi     test_gpu_real against libcudart and libnccl (skip without a GPU)
+#   tests/cuda/gpu-check-emu.sh         cuda/gpu-check.sh --emulate: the GPU command's steps, with
+#                                     bench/dear-gpu-bench built against the emulator
 # test_gpu links libdear's layers with the backend built from the same sources against the
 # emulator (tests/cuda/libdearcuda_emu.la: -DCUEMU_BUILD, kernels_emu.c for kernels.cu).
 GPU_MPI_TESTS = tests/cuda/gpu-nccl-np1.mpi tests/cuda/gpu-nccl-np2.mpi tests/cuda/gpu-nccl-np4.mpi \
     tests/cuda/gpu-staged-np2.mpi tests/cuda/gpu-staged-np3.mpi tests/cuda/gpu-refused-np2.mpi \
     tests/cuda/gpu-broken-np2.mpi tests/cuda/gpu-real-np1.mpi tests/cuda/gpu-real-np2.mpi
 EXTRA_DIST += $(GPU_MPI_TESTS) tests/cuda/gpu-mutation.sh tests/cuda/gpu_kern.cu tests/cuda/gpu_kern_emu.c \
-    tests/cuda/kernels_emu.c
+    tests/cuda/kernels_emu.c tests/cuda/gpu-check-emu.sh cuda/gpu-check.sh bench/dear-gpu-bench.c
 if HAVE_CUDA
 if HAVE_NCCL
 if HAVE_CHECK
@@ -106,6 +108,18 @@ tests/cuda/gpu_kern.lo: $(top_srcdir)/tests/cuda/gpu_kern.cu $(top_srcdir)/tests
     $(top_srcdir)/collectives/elem.h
 	$(AM_V_GEN)$(SHELL) $(top_srcdir)/cuda/nvcc-lo.sh '$(NVCC)' $@ $(NVCC_FLAGS) $(top_srcdir)/tests/cuda/gpu_kern.cu
 CLEANFILES += tests/cuda/gpu_kern.lo tests/cuda/gpu_kern.o tests/cuda/.libs/gpu_kern.o
+# The GPU measurements (cuda/gpu-check.sh): on the real libraries, and on the emulated ones for CI.
+noinst_PROGRAMS += bench/dear-gpu-bench
+bench_dear_gpu_bench_SOURCES = bench/dear-gpu-bench.c tests/cuda/gpu_kern.h
+bench_dear_gpu_bench_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
+bench_dear_gpu_bench_LDADD = tests/cuda/gpu_kern.lo $(DEAR_INTERNAL_LIBS) $(CUDA_LDFLAGS) $(CUDA_LIBS) \
+    $(NCCL_LDFLAGS) $(NCCL_LIBS) $(DEAR_DEP_LIBS) -lstdc++
+bench_dear_gpu_bench_DEPENDENCIES = tests/cuda/gpu_kern.lo $(DEAR_INTERNAL_LIBS)
+check_PROGRAMS += tests/cuda/dear-gpu-bench-emu
+TESTS += tests/cuda/gpu-check-emu.sh
+tests_cuda_dear_gpu_bench_emu_SOURCES = bench/dear-gpu-bench.c tests/cuda/gpu_kern.h tests/cuda/gpu_kern_emu.c
+tests_cuda_dear_gpu_bench_emu_CPPFLAGS = $(CUEMU_CPPFLAGS)
+tests_cuda_dear_gpu_bench_emu_LDADD = $(DEAR_EMU_LIBS) $(DEAR_DEP_LIBS) -lrt -lm
 endif
 endif
 endif
