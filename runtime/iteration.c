@@ -5,6 +5,7 @@
  * backward_end. What each schedule does at each hook is its dear_sched_ops_t (sched_dear.c,
  * sched_allreduce.c), the row of DEAR_SCHED_TABLE.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,24 @@ int dear_layer_index(const dear_registry_t *reg, int layer)
     }
     return -1;
 }
+
+/* The hooks of a context run one at a time: a call while another runs on another thread (two
+ * threads on one context) fails at once, touching nothing, where it would corrupt the context.
+ * Calls from different threads one after the other are fine (PyTorch runs backward hooks on its
+ * autograd threads). One atomic exchange per call. */
+static int hook_claim(dear_ctx_t *ctx, const char *call)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "%s: ctx is NULL", call);
+    if (atomic_exchange(&ctx->hook_busy, 1) != 0) {
+        DEAR_ERROR("api", "%s: called while another call on this context runs on another thread; a context's "
+                          "functions are called from one thread at a time",
+                   call);
+        return DEAR_ERR_STATE;
+    }
+    return DEAR_OK;
+}
+
+static void hook_release(dear_ctx_t *ctx) { atomic_store(&ctx->hook_busy, 0); }
 
 /* Common checks of every hook; lidx_out gets the layer's index when layer_check is set. */
 static int hook_enter(dear_ctx_t *ctx, const char *call, int layer, int layer_check, int *lidx_out)
@@ -138,7 +157,7 @@ static void hook_mark(dear_ctx_t *ctx, int fwd, int lidx)
     ctx->it.last_hook_lidx = ctx->it.mode == DEAR_MODE_TRAIN ? lidx : -1;
 }
 
-int dear_forward_begin(dear_ctx_t *ctx, int layer)
+static int forward_begin_one(dear_ctx_t *ctx, int layer)
 {
     int lidx = -1, rc = DEAR_OK;
     DEAR_CHECK(hook_enter(ctx, "dear_forward_begin", layer, 1, &lidx));
@@ -184,7 +203,43 @@ static void begin_backward(dear_ctx_t *ctx, double now)
         ctx->it.t_iter_start = now;
 }
 
-int dear_backward_done(dear_ctx_t *ctx, int layer)
+/* Updates of the last iteration still pending when a backward pass reports layer lidx: a
+ * forward_begin was skipped. The gradients just written lie in buffers that the pending
+ * all-gathers of the layer's groups still write: those gradients are lost, so the context stops
+ * (every later call says why). Pending groups of other layers share no memory with them: they
+ * are completed first, and the backward pass goes on. */
+static int pending_before_backward(dear_ctx_t *ctx, int lidx, const char *call)
+{
+    const dear_layer_t *L = &ctx->reg.layers[lidx];
+    int clash = 0;
+    if (L->u1 > L->u0 && ctx->graph.ngroups > 0) {
+        int g0 = dear_group_of(&ctx->graph, L->u0), g1 = dear_group_of(&ctx->graph, L->u1 - 1);
+        for (int g = g0; g <= g1; g++)
+            clash |= !ctx->graph.groups[g].unpacked;
+    }
+    if (clash) {
+        DEAR_ERROR("api", "%s(layer %d): the all-gathers of iteration %lld into this layer's gradients were still "
+                          "pending (dear_forward_begin(%d) was not called since), so the gradient just written is "
+                          "overwritten and lost: call dear_forward_begin for every layer before its backward pass "
+                          "(in PyTorch: one backward per forward; retain_graph or several losses need a single "
+                          "backward of their sum, or DEAR_SCHEDULE=wfbp); communication on this context stops",
+                   call, L->id, ctx->it.iter - 1, L->id);
+        dear_lock(&ctx->eng.lock);
+        if (ctx->eng.rc == DEAR_OK)
+            ctx->eng.rc = DEAR_ERR_STATE;
+        dear_broadcast(&ctx->eng.done_cv);
+        dear_signal(&ctx->eng.work_cv);
+        dear_unlock(&ctx->eng.lock);
+        return DEAR_ERR_STATE;
+    }
+    /* Correct, but the updates ran late. */
+    DEAR_WARN("api", "%s(layer %d): %d update(s) of iteration %lld were still pending (dear_forward_begin not called "
+                     "for every layer?); running them now",
+              call, L->id, ctx->it.npending, ctx->it.iter - 1);
+    return dear_sched_flush(ctx, call);
+}
+
+static int backward_done_one(dear_ctx_t *ctx, int layer)
 {
     int lidx = -1, rc = DEAR_OK;
     DEAR_CHECK(hook_enter(ctx, "dear_backward_done", layer, 1, &lidx));
@@ -193,7 +248,7 @@ int dear_backward_done(dear_ctx_t *ctx, int layer)
     if (ctx->it.mode == DEAR_MODE_ACCUMULATE) {
         /* A micro-batch writes gradients that share memory with all-gathers still pending. */
         if (ctx->it.npending > 0)
-            DEAR_CHECK(dear_sched_flush(ctx, "dear_backward_done"));
+            DEAR_CHECK(pending_before_backward(ctx, lidx, "dear_backward_done"));
         hook_mark(ctx, 0, lidx);
         return DEAR_OK;
     }
@@ -205,12 +260,7 @@ int dear_backward_done(dear_ctx_t *ctx, int layer)
     double now = dear_now();
     if (!ctx->it.in_backward) {
         if (ctx->it.npending > 0) {
-            /* The gradients about to be reduced share memory with the all-gathers still
-             * pending: finish those first. Correct, but the updates ran late. */
-            DEAR_WARN("api", "dear_backward_done(layer %d): %d update(s) of iteration %lld were still pending "
-                             "(dear_forward_begin not called for every layer?); running them now",
-                      layer, ctx->it.npending, ctx->it.iter - 1);
-            DEAR_CHECK(dear_sched_flush(ctx, "dear_backward_done"));
+            DEAR_CHECK(pending_before_backward(ctx, lidx, "dear_backward_done"));
             now = dear_now();
         }
         begin_backward(ctx, now);
@@ -257,7 +307,7 @@ static int switch_plan(dear_ctx_t *ctx, int verify)
     return verify ? dear_planning_verify(ctx) : dear_planning_replan(ctx);
 }
 
-int dear_backward_end(dear_ctx_t *ctx)
+static int backward_end_one(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
     DEAR_CHECK(hook_enter(ctx, "dear_backward_end", 0, 0, NULL));
@@ -302,7 +352,7 @@ int dear_backward_end(dear_ctx_t *ctx)
     return rc;
 }
 
-int dear_set_mode(dear_ctx_t *ctx, dear_mode_t mode)
+static int set_mode_one(dear_ctx_t *ctx, dear_mode_t mode)
 {
     DEAR_CHECK(hook_enter(ctx, "dear_set_mode", 0, 0, NULL));
     DEAR_ARG_CHECK(mode == DEAR_MODE_TRAIN || mode == DEAR_MODE_ACCUMULATE || mode == DEAR_MODE_EVAL,
@@ -340,7 +390,7 @@ const char *dear_transport(const dear_ctx_t *ctx)
     return ctx->mem.net ? dear_transport_name(ctx->mem.net->tp) : dear_transport_name(ctx->cm.tp);
 }
 
-int dear_wait_grad(dear_ctx_t *ctx, int layer)
+static int wait_grad_one(dear_ctx_t *ctx, int layer)
 {
     int lidx = -1;
     DEAR_CHECK(hook_enter(ctx, "dear_wait_grad", layer, 1, &lidx));
@@ -353,7 +403,7 @@ int dear_wait_grad(dear_ctx_t *ctx, int layer)
     return ctx->cfg.sched_ops->wait_layer ? ctx->cfg.sched_ops->wait_layer(ctx, lidx) : DEAR_OK;
 }
 
-int dear_flush(dear_ctx_t *ctx)
+static int flush_one(dear_ctx_t *ctx)
 {
     DEAR_ARG_CHECK(ctx != NULL, "dear_flush: ctx is NULL");
     if (!ctx->committed)
@@ -465,4 +515,66 @@ int dear_set_stream(dear_ctx_t *ctx, void *stream)
     }
     ctx->mem.stream = stream;
     return DEAR_OK;
+}
+
+/* ---- the hooks, one call at a time ---- */
+
+int dear_forward_begin(dear_ctx_t *ctx, int layer)
+{
+    int rc = hook_claim(ctx, "dear_forward_begin");
+    if (rc != DEAR_OK)
+        return rc;
+    rc = forward_begin_one(ctx, layer);
+    hook_release(ctx);
+    return rc;
+}
+
+int dear_backward_done(dear_ctx_t *ctx, int layer)
+{
+    int rc = hook_claim(ctx, "dear_backward_done");
+    if (rc != DEAR_OK)
+        return rc;
+    rc = backward_done_one(ctx, layer);
+    hook_release(ctx);
+    return rc;
+}
+
+int dear_backward_end(dear_ctx_t *ctx)
+{
+    int rc = hook_claim(ctx, "dear_backward_end");
+    if (rc != DEAR_OK)
+        return rc;
+    rc = backward_end_one(ctx);
+    hook_release(ctx);
+    return rc;
+}
+
+int dear_set_mode(dear_ctx_t *ctx, dear_mode_t mode)
+{
+    int rc = hook_claim(ctx, "dear_set_mode");
+    if (rc != DEAR_OK)
+        return rc;
+    rc = set_mode_one(ctx, mode);
+    hook_release(ctx);
+    return rc;
+}
+
+int dear_wait_grad(dear_ctx_t *ctx, int layer)
+{
+    int rc = hook_claim(ctx, "dear_wait_grad");
+    if (rc != DEAR_OK)
+        return rc;
+    rc = wait_grad_one(ctx, layer);
+    hook_release(ctx);
+    return rc;
+}
+
+int dear_flush(dear_ctx_t *ctx)
+{
+    int rc = hook_claim(ctx, "dear_flush");
+    if (rc != DEAR_OK)
+        return rc;
+    rc = flush_one(ctx);
+    hook_release(ctx);
+    return rc;
 }

@@ -14,6 +14,7 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -332,6 +333,7 @@ struct dear_ctx {
     dear_rt_mem_t mem;
     dear_timeline_t *tl;    /* its own lock: any thread */
     int committed;
+    atomic_int hook_busy;   /* a hook runs now (iteration.c): one at a time, whatever the thread */
     dear_registry_t reg;
     dear_graph_t graph;
     dear_online_t online;

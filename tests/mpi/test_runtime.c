@@ -18,6 +18,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <signal.h>
@@ -509,13 +510,26 @@ START_TEST(test_order)
         ck_assert_int_eq(dear_backward_done(ctx, m.layer_ids[l]), DEAR_OK);
     ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
     EXPECT(dear_backward_end(ctx), DEAR_ERR_STATE, "only 0 of");
-    /* A backward without the forward hooks: the pending updates run first, with a warning. */
+    /* A backward with only its own layer's forward hook: the other pending updates run first,
+     * with a warning (their gradients were not written yet). */
+    ck_assert_int_eq(dear_forward_begin(ctx, last), DEAR_OK);
     EXPECT(dear_backward_done(ctx, last), DEAR_OK, "still pending");
     for (int i = 0; i < NT; i++)
         ck_assert_int_eq(m.t[i].updates, 1);
     for (int l = m.nlayers - 2; l >= 0; l--)
         ck_assert_int_eq(dear_backward_done(ctx, m.layer_ids[l]), DEAR_OK);
     ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
+    if (strcmp(dear_schedule(ctx), "dear") == 0) {
+        /* A backward without its forward (two backward passes through one forward): the gradient
+         * just written shares its buffer with an all-gather still pending, so it is lost: the
+         * call fails, and so does every later one, never a silent wrong result. */
+        EXPECT(dear_backward_done(ctx, last), DEAR_ERR_STATE, "overwritten and lost");
+        EXPECT(dear_backward_done(ctx, m.layer_ids[0]), DEAR_ERR_STATE, "stopped after an earlier error");
+        dear_finalize(&ctx);
+        ck_assert_ptr_null(ctx);
+        model_free(&m);
+        return;
+    }
     ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
     for (int i = 0; i < NT; i++)
         ck_assert_int_eq(m.t[i].updates, 2);
@@ -602,12 +616,67 @@ START_TEST(test_profile)
 }
 END_TEST
 
+/* Two threads on one context: a hook called while another runs on another thread fails at once
+ * (DEAR_ERR_STATE, naming the cause) and touches nothing; the first completes normally. Here the
+ * first is a forward_begin whose update sleeps, the second a flush in that window. */
+static volatile int slow_update_ms;
+
+static int slow_update(const dear_update_info_t *u)
+{
+    if (slow_update_ms > 0)
+        usleep((useconds_t)slow_update_ms * 1000);
+    (*(int *)u->arg)++;
+    return 0;
+}
+
+static void *forward_thread(void *arg)
+{
+    static int rc;
+    rc = dear_forward_begin((dear_ctx_t *)arg, 0);
+    return &rc;
+}
+
+START_TEST(test_threads)
+{
+    setenv("DEAR_SCHEDULE", "dear", 1);
+    dear_params_load();
+    float g[4] = { 1, 2, 3, 4 };
+    int updates = 0;
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_register(ctx, "g", 0, g, 4, DEAR_FLOAT32, DEAR_MEM_HOST, slow_update, &updates), DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_forward_begin(ctx, 0), DEAR_OK);
+    ck_assert_int_eq(dear_backward_done(ctx, 0), DEAR_OK);
+    ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
+    slow_update_ms = 300; /* the next forward_begin runs the update: 300 ms inside the hook */
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, forward_thread, ctx), 0);
+    usleep(100 * 1000);
+    EXPECT(dear_flush(ctx), DEAR_ERR_STATE, "another thread");
+    void *res = NULL;
+    pthread_join(th, &res);
+    slow_update_ms = 0;
+    ck_assert_int_eq(*(int *)res, DEAR_OK);
+    ck_assert_int_eq(updates, 1);
+    /* The context is whole: the next iteration runs, from this thread. */
+    ck_assert_int_eq(dear_backward_done(ctx, 0), DEAR_OK);
+    ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
+    ck_assert_int_eq(updates, 2);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    unsetenv("DEAR_SCHEDULE");
+    dear_params_load();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("runtime");
     TCase *tc = tcase_create("runtime");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_order);
+    tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_params);
     tcase_add_test(tc, test_mismatch);
     tcase_add_loop_test(tc, test_train, 0, DEAR_SCHED_COUNT * 6);
