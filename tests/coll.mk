@@ -22,6 +22,8 @@
 #                                 receives early and late (unexpected messages), matching by
 #                                 context and tag, truncation, abandon, sub-communicators, an
 #                                 interface list that selects nothing, a peer that leaves.
+#   tests/unit/test_sock_auth     SHA-256 and HMAC-SHA256 against FIPS 180-4 and RFC 4231, and
+#                                 the handshake's records and proofs (replay, reflection).
 #   make check-valgrind-coll      one np=2 run under valgrind memcheck, zero errors required
 #                                 (Open MPI internals suppressed by tests/valgrind-ompi.supp).
 COLL_MPI_TESTS = tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
@@ -30,8 +32,11 @@ COLL_MPI_TESTS = tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np
     tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi
 EXTRA_DIST += $(COLL_MPI_TESTS) tests/valgrind-ompi.supp
 if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_coll tests/mpi/test_net
-TESTS += $(COLL_MPI_TESTS)
+check_PROGRAMS += tests/mpi/test_coll tests/mpi/test_net tests/unit/test_sock_auth
+TESTS += $(COLL_MPI_TESTS) tests/unit/test_sock_auth
+tests_unit_test_sock_auth_SOURCES = tests/unit/test_sock_auth.c tests/unit/ck_run.h
+tests_unit_test_sock_auth_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_sock_auth_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 tests_mpi_test_net_SOURCES = tests/mpi/test_net.c tests/mpi/np_check.h tests/mpi/suite_run.h
 tests_mpi_test_net_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_net_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
