@@ -73,6 +73,7 @@ typedef struct {
     queue_t sendq;              /* head: the message being written */
     queue_t posted;             /* receives without a message yet */
     queue_t unexpected;         /* messages without a receive yet, arrived or arriving */
+    size_t unexpected_bytes;    /* what they hold: payloads plus DEAR_SOCK_MSG_COST each */
     dear_sock_msg_t *cur;       /* the message whose payload is being read, or NULL */
     unsigned char rhdr[HDR_BYTES];
     size_t rhdr_got;
@@ -86,6 +87,7 @@ struct dear_sock {
     peer_t *peers;
     char *discard;
     uint64_t messages, timeouts;
+    size_t max_message, max_unexpected; /* dear_sock_set_limits */
     char address[64];
 };
 
@@ -181,6 +183,20 @@ static void peer_fail(dear_sock_t *s, int p, const char *what, int err)
         q_remove(&pe->unexpected, m);
         msg_free(m);
     }
+    pe->unexpected_bytes = 0;
+}
+
+/* A peer broke the limits (dear_sock_set_limits): what it sent is not read any further. */
+static int peer_violation(dear_sock_t *s, int p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int peer_violation(dear_sock_t *s, int p, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    peer_fail(s, p, what, 0);
+    return -1;
 }
 
 /* ---- writing --------------------------------------------------------------------------- */
@@ -249,6 +265,13 @@ static int header_done(dear_sock_t *s, int p)
     memcpy(&tag, pe->rhdr + 4, 4);
     memcpy(&len, pe->rhdr + 8, 8);
     pe->rhdr_got = 0;
+    /* A length is a peer's claim: checked against what the ranks can send before anything is
+     * allocated or read for it. */
+    if (len > s->max_message)
+        return peer_violation(s, p,
+                              "announced a message of %llu bytes (context %u, tag %d), more than the %zu bytes the "
+                              "largest message may have",
+                              (unsigned long long)len, (unsigned)ctx, (int)tag, s->max_message);
     dear_sock_msg_t *m = q_match(&pe->posted, ctx, tag);
     if (m) {
         q_remove(&pe->posted, m);
@@ -260,6 +283,13 @@ static int header_done(dear_sock_t *s, int p)
             m->truncated = 1;
         }
     } else {
+        size_t cost = (size_t)len + DEAR_SOCK_MSG_COST;
+        if (pe->unexpected_bytes + cost > s->max_unexpected)
+            return peer_violation(s, p,
+                                  "sent a message of %llu bytes (context %u, tag %d) with %zu bytes already queued "
+                                  "without receives from it, past the bound of %zu",
+                                  (unsigned long long)len, (unsigned)ctx, (int)tag, pe->unexpected_bytes,
+                                  s->max_unexpected);
         m = calloc(1, sizeof *m);
         char *buf = len > 0 ? malloc((size_t)len) : NULL;
         if (m == NULL || (len > 0 && buf == NULL)) {
@@ -272,6 +302,7 @@ static int header_done(dear_sock_t *s, int p)
         *m = (dear_sock_msg_t){ .kind = MSG_UNEXPECTED, .peer = p, .ctx = ctx, .tag = tag, .buf = buf,
                                 .cap = (size_t)len, .len = (size_t)len, .owned = 1 };
         q_push(&pe->unexpected, m);
+        pe->unexpected_bytes += cost;
     }
     pe->cur = m;
     return 0;
@@ -388,6 +419,7 @@ int dear_sock_irecv(dear_sock_t *s, int peer, uint32_t ctx, int tag, void *buf, 
         q_push(&pe->posted, m);
     } else {
         q_remove(&pe->unexpected, u);
+        pe->unexpected_bytes -= u->len + DEAR_SOCK_MSG_COST;
         m->len = u->len;
         if (u->len > bytes) {
             DEAR_ERROR("sock", "a message of %zu bytes from rank %d (context %u, tag %d) arrived for a receive of %zu "
@@ -529,6 +561,18 @@ void dear_sock_poke(dear_sock_t *s)
     /* Only fails when the counter is saturated: then it is readable already. */
     ssize_t w = write(s->poke_fd, &one, sizeof one);
     (void)w;
+}
+
+void dear_sock_set_limits(dear_sock_t *s, size_t max_message, size_t max_unexpected)
+{
+    dear_lock(&s->lock);
+    if (max_message > 0)
+        s->max_message = max_message;
+    if (max_unexpected > 0)
+        s->max_unexpected = max_unexpected;
+    DEAR_DEBUG("sock", "a peer may send messages of up to %zu bytes, and queue %zu bytes without receives", s->max_message,
+               s->max_unexpected);
+    dear_unlock(&s->lock);
 }
 
 void dear_sock_counters(dear_sock_t *s, uint64_t *messages, uint64_t *timeouts)
@@ -1189,6 +1233,8 @@ int dear_sock_create(MPI_Comm comm, const char *ifnames, double timeout_s, dear_
     s->ep = s->poke_fd = -1;
     s->rank = rank;
     s->size = size;
+    s->max_message = DEAR_SOCK_MAX_MESSAGE_DEFAULT;
+    s->max_unexpected = DEAR_SOCK_MAX_UNEXPECTED_DEFAULT;
     DEAR_PTHREAD_CHECK_GOTO(pthread_mutex_init(&s->lock, NULL), rc, local);
     DEAR_ALLOC_GOTO(s->peers, calloc((size_t)size, sizeof *s->peers), (size_t)size * sizeof *s->peers, rc, local);
     for (int p = 0; p < size; p++)

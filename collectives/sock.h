@@ -12,8 +12,9 @@
  * so no sender can block another message behind it), and a receive posted while such a message
  * is still arriving takes over the rest of it in place. A send is complete once the kernel holds
  * all of it. Several communicators (a communicator and its sub-communicators) share one
- * fabric, each with its own context number. Who may be a peer is proved at set-up
- * (docs/DESIGN.md, "Trust model").
+ * fabric, each with its own context number. What a peer's headers may make a rank hold is
+ * bounded (dear_sock_set_limits), and who may be a peer is proved at set-up (docs/DESIGN.md,
+ * "Trust model").
  *
  * Thread-safe: one lock per fabric. Only dear_sock_block sleeps, and it releases the lock.
  */
@@ -39,6 +40,17 @@ typedef struct dear_sock_msg dear_sock_msg_t;
  * ifnames that selects nothing), each logging what it saw; a rank that connected twice with the
  * key is named on every rank. *out set only on success. */
 int dear_sock_create(MPI_Comm comm, const char *ifnames, double timeout_s, dear_sock_t **out);
+
+/* What a peer may make this rank hold: a header announcing more than max_message bytes, or a
+ * message without its receive yet that would take the bytes queued that way from one peer
+ * (payloads plus DEAR_SOCK_MSG_COST each) past max_unexpected, fails that peer's connection
+ * (DEAR_ERR_NET for its messages, the log naming the peer and the sizes) before anything is
+ * allocated for it. Whoever knows what the ranks can send sets these, before any peer may send
+ * more than the defaults; 0 keeps a limit as it is. */
+#define DEAR_SOCK_MAX_MESSAGE_DEFAULT ((size_t)256 << 20)
+#define DEAR_SOCK_MAX_UNEXPECTED_DEFAULT ((size_t)256 << 20)
+#define DEAR_SOCK_MSG_COST 128
+void dear_sock_set_limits(dear_sock_t *s, size_t max_message, size_t max_unexpected);
 
 /* Closes every connection; messages still queued or in flight are dropped. NULL is accepted. */
 void dear_sock_destroy(dear_sock_t *s);

@@ -25,7 +25,8 @@
 #   tests/mpi/netguard-np3.mpi    test_sock_guard: the socket transport against a hostile
 #                                 network: spoofed and replayed hellos, a rank's claim from the
 #                                 wrong address, a rank proving itself twice, silent strays
-#                                 during set-up.
+#                                 during set-up, a header announcing 8 GiB, a flood of
+#                                 messages without receives.
 #   tests/unit/test_sock_auth     SHA-256 and HMAC-SHA256 against FIPS 180-4 and RFC 4231, and
 #                                 the handshake's records and proofs (replay, reflection).
 #   make check-valgrind-coll      one np=2 run under valgrind memcheck, zero errors required

@@ -720,6 +720,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < nrouted; i++)
             if (dear_net_attach(routed[i], MPI_COMM_WORLD, sock) != DEAR_OK)
                 MPI_Abort(MPI_COMM_WORLD, 3);
+        /* Its largest vector, as float32 partial sums of 16-bit types, a few in flight. */
+        dear_sock_set_limits(sock, 2 * o.max_bytes, 8 * o.max_bytes);
     }
     g_density = o.density;
     g_block = o.block;

@@ -10,7 +10,11 @@
  *   - a rank's claim from the wrong address, made with the job's key: closed before any answer;
  *   - a rank that proves itself twice (the key in a second process), before the rank's own
  *     connection or after it: the set-up fails on every rank, each naming the rank;
- *   - six silent connections to each accepting rank during set-up: it still takes under 3 s.
+ *   - six silent connections to each accepting rank during set-up: it still takes under 3 s;
+ *   - a header announcing 8 GiB: the receiver's connection fails at once with DEAR_ERR_NET naming
+ *     the peer and the size, and its address space does not grow by it;
+ *   - a flood of messages without receives past dear_sock_set_limits's bound fails the
+ *     connection the same way, while traffic within the limits goes through.
  * Every rank reaches every assertion: local verdicts are combined with MPI_Allreduce first.
  */
 #include <arpa/inet.h>
@@ -22,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -479,6 +484,115 @@ START_TEST(test_silent_strays)
 }
 END_TEST
 
+/* ---- lengths a peer claims ---------------------------------------------------------------- */
+
+static size_t vm_size(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %zu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+/* Rank 0 sends rank 1 a message of 8 GiB (read-only zero pages: nothing is committed for it) while
+ * rank 1 waits for another tag: rank 1's connection fails at the header. */
+START_TEST(test_huge_header)
+{
+    const size_t huge = (size_t)8 << 30;
+    dear_sock_t *s = NULL;
+    double took;
+    ck_assert(all_ok(create(NULL, 20, &s, &took) == DEAR_OK));
+    log_reset();
+    int ok = 1;
+    if (g_rank == 0) {
+        void *zeros = mmap(NULL, huge, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        ck_assert(zeros != MAP_FAILED);
+        dear_sock_msg_t *m = NULL;
+        ok &= dear_sock_isend(s, 1, 0, 2, zeros, huge, &m) == DEAR_OK;
+        int rc = finish(s, &m, 5);
+        if (rc != DEAR_ERR_NET) {
+            fprintf(stderr, "huge header: the sender's send ended with %d, not DEAR_ERR_NET\n", rc);
+            ok = 0;
+        }
+        munmap(zeros, huge);
+    } else if (g_rank == 1) {
+        size_t before = vm_size();
+        char small[64];
+        dear_sock_msg_t *m = NULL;
+        ok &= dear_sock_irecv(s, 0, 0, 1, small, sizeof small, &m) == DEAR_OK;
+        double t0 = dear_now();
+        int rc = finish(s, &m, 5);
+        double t = dear_now() - t0;
+        size_t grew = vm_size() - before;
+        if (rc != DEAR_ERR_NET || t > 2 || grew > ((size_t)1 << 30)) {
+            fprintf(stderr, "huge header: the receive ended with %d after %.1f s, the address space grew %zu MiB\n", rc,
+                    t, grew >> 20);
+            ok = 0;
+        }
+        ok &= log_has("connection to rank 0 (") && log_has("8589934592 bytes");
+    }
+    ck_assert_msg(all_ok(ok), "huge header: see above");
+    dear_sock_destroy(s);
+}
+END_TEST
+
+/* Limits of 1 MiB per message and 4 MiB queued: 3 MiB sent ahead of its receives arrives; then
+ * 64 messages of 128 KiB that nobody receives fail rank 1's connection to rank 0. */
+START_TEST(test_unexpected_flood)
+{
+    enum { PIECE = 128 * 1024, AHEAD = 24, FLOOD = 64 };
+    dear_sock_t *s = NULL;
+    double took;
+    ck_assert(all_ok(create(NULL, 20, &s, &took) == DEAR_OK));
+    dear_sock_set_limits(s, (size_t)1 << 20, (size_t)4 << 20);
+    log_reset();
+    unsigned char *buf = calloc(AHEAD, PIECE);
+    dear_sock_msg_t *m[FLOOD] = { 0 };
+    int ok = 1;
+    /* Within the limits: sent before any receive is posted, which waits until they arrived. */
+    if (g_rank == 0)
+        for (int i = 0; i < AHEAD; i++)
+            ok &= dear_sock_isend(s, 1, 0, 3, buf, PIECE, &m[i]) == DEAR_OK;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        for (int i = 0; i < AHEAD; i++)
+            ok &= finish(s, &m[i], 5) == DEAR_OK;
+    } else if (g_rank == 1) {
+        for (double t0 = dear_now(); dear_now() - t0 < 0.3;)
+            dear_sock_block(s, 0.01);
+        for (int i = 0; i < AHEAD; i++)
+            ok &= dear_sock_irecv(s, 0, 0, 3, buf + (size_t)i * PIECE, PIECE, &m[i]) == DEAR_OK &&
+                  finish(s, &m[i], 5) == DEAR_OK;
+    }
+    ck_assert_msg(all_ok(ok), "3 MiB sent ahead of their receives, within a 4 MiB bound, did not arrive");
+    /* The flood. */
+    if (g_rank == 0) {
+        for (int i = 0; i < FLOOD; i++)
+            ok &= dear_sock_isend(s, 1, 0, 4, buf, PIECE, &m[i]) == DEAR_OK;
+        for (int i = 0; i < FLOOD; i++)
+            finish(s, &m[i], 5);
+    } else if (g_rank == 1) {
+        char small[64];
+        dear_sock_msg_t *r = NULL;
+        ok &= dear_sock_irecv(s, 0, 0, 5, small, sizeof small, &r) == DEAR_OK;
+        int rc = finish(s, &r, 5);
+        if (rc != DEAR_ERR_NET) {
+            fprintf(stderr, "flood: the receive ended with %d, not DEAR_ERR_NET\n", rc);
+            ok = 0;
+        }
+        ok &= log_has("connection to rank 0 (") && log_has("past the bound of 4194304");
+    }
+    ck_assert_msg(all_ok(ok), "unexpected flood: see above");
+    free(buf);
+    dear_sock_destroy(s);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     mpi_suite_init(&argc, &argv, &g_rank, &g_size);
@@ -493,6 +607,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_wrong_address);
     tcase_add_test(tc, test_rank_twice);
     tcase_add_test(tc, test_silent_strays);
+    tcase_add_test(tc, test_huge_header);
+    tcase_add_test(tc, test_unexpected_flood);
     suite_add_tcase(s, tc);
     return mpi_suite_run(s, g_rank);
 }
