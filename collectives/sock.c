@@ -34,6 +34,7 @@
 
 #include "base/log.h"
 #include "base/mpi_check.h"
+#include "base/params.h"
 #include "base/sync.h"
 #include "base/util.h"
 #include "collectives/sock_auth.h"
@@ -88,6 +89,7 @@ struct dear_sock {
     char *discard;
     uint64_t messages, timeouts;
     size_t max_message, max_unexpected; /* dear_sock_set_limits */
+    double dead_s;                      /* DEAR_SOCKET_DEAD_S */
     char address[64];
 };
 
@@ -162,8 +164,14 @@ static void peer_fail(dear_sock_t *s, int p, const char *what, int err)
     if (pe->failed)
         return;
     pe->failed = 1;
-    DEAR_ERROR("sock", "connection to rank %d (%s) %s%s%s; its messages fail", p, pe->addr, what, err ? ": " : "",
-               err ? strerror(err) : "");
+    if (err == ETIMEDOUT)
+        /* TCP_USER_TIMEOUT or keepalive gave up: the peer's kernel acknowledged nothing. */
+        DEAR_ERROR("sock", "connection to rank %d (%s) %s: it acknowledged nothing for DEAR_SOCKET_DEAD_S=%g s (its "
+                           "host is down or the link to it is cut); its messages fail",
+                   p, pe->addr, what, s->dead_s);
+    else
+        DEAR_ERROR("sock", "connection to rank %d (%s) %s%s%s; its messages fail", p, pe->addr, what, err ? ": " : "",
+                   err ? strerror(err) : "");
     epoll_ctl(s->ep, EPOLL_CTL_DEL, pe->fd, NULL);
     shutdown(pe->fd, SHUT_RDWR);
     /* An unexpected message being read is also on its queue, freed there. */
@@ -682,11 +690,30 @@ void dear_sock_set_hooks(const dear_sock_hooks_t *hooks)
     g_hooks = hooks ? *hooks : (dear_sock_hooks_t){ 0 };
 }
 
+/* Options of every connection. Keepalive probes an idle one (a rank that only waits to receive
+ * has nothing unacknowledged to time out), and TCP_USER_TIMEOUT aborts one whose data or probes
+ * go unacknowledged for dead_s: without them a dead host is noticed after minutes of
+ * retransmissions, or never by a rank that only receives. */
 static int tune(const dear_sock_t *s, int fd)
 {
-    (void)s;
     int one = 1;
-    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+        return -1;
+    if (s->dead_s <= 0)
+        return 0;
+    int idle = (int)(s->dead_s / 2), intvl = (int)(s->dead_s / 6), count = 6;
+    unsigned int user_ms = (unsigned int)(s->dead_s * 1e3);
+    if (idle < 1)
+        idle = 1;
+    if (intvl < 1)
+        intvl = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms) != 0)
+        return -1;
+    return 0;
 }
 
 /* The steps of one connection during set-up: ours to a lower rank (C_), or one accepted,
@@ -1235,6 +1262,7 @@ int dear_sock_create(MPI_Comm comm, const char *ifnames, double timeout_s, dear_
     s->size = size;
     s->max_message = DEAR_SOCK_MAX_MESSAGE_DEFAULT;
     s->max_unexpected = DEAR_SOCK_MAX_UNEXPECTED_DEFAULT;
+    s->dead_s = dear_param_double(DEAR_P_SOCKET_DEAD_S);
     DEAR_PTHREAD_CHECK_GOTO(pthread_mutex_init(&s->lock, NULL), rc, local);
     DEAR_ALLOC_GOTO(s->peers, calloc((size_t)size, sizeof *s->peers), (size_t)size * sizeof *s->peers, rc, local);
     for (int p = 0; p < size; p++)
