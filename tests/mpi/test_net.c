@@ -362,7 +362,8 @@ END_TEST
 
 /* --cut: ring all-reduces of 1 MiB on the world, routed through a fabric, until one fails.
  * Rank 0 says "streaming" once 5 went through; every rank says how long after its last good one
- * the failure came, then aborts the job as an application would on a dead peer. */
+ * the failure came, then (1 s later, so that the others can say it too) aborts the job as an
+ * application would on a dead peer. */
 static int run_cut(void)
 {
     enum { COUNT = 1 << 18 };
@@ -398,6 +399,8 @@ static int run_cut(void)
            dear_now() - last, dear_status_string(rc));
     fflush(stdout);
     fflush(stderr);
+    /* The other ranks' own reports first: the abort would kill them mid-way. */
+    dear_sleep(1.0);
     MPI_Abort(MPI_COMM_WORLD, 3);
     return 1;
 }
