@@ -18,7 +18,7 @@ const char *dear_status_string(int status)
     case DEAR_ERR_CALLBACK: return "update callback failed";
     case DEAR_ERR_CUDA: return "CUDA or NCCL error";
     case DEAR_ERR_INTERNAL: return "internal error";
-    case DEAR_ERR_NET: return "socket transport error (connection failed, closed or reset)";
+    case DEAR_ERR_NET: return "socket transport error (connection failed, refused, closed, reset or dead, or a peer broke its limits)";
     default: return "unknown status code";
     }
 }

@@ -41,8 +41,9 @@ typedef enum {
     DEAR_ERR_CALLBACK = -11,    /* an update callback returned non-zero */
     DEAR_ERR_CUDA = -12,        /* a CUDA or NCCL call failed */
     DEAR_ERR_INTERNAL = -13,    /* a bug in libdear: please report it */
-    DEAR_ERR_NET = -14          /* the socket transport failed: a connection could not be made,
-                                 * or a peer closed or reset it */
+    DEAR_ERR_NET = -14          /* the socket transport failed: a connection could not be made or
+                                 * authenticated, or a peer closed, reset or stopped acknowledging
+                                 * it, or sent more than the limits allow */
 } dear_status_t;
 
 /* Element types. 16-bit floating types are reduced in float32 and rounded once. */
