@@ -25,7 +25,14 @@ h2=${EMU_PREFIX}2
 
 out=$(mktemp) || exit 99
 # shellcheck disable=SC2317  # called from the traps
-cleanup() { "$EMU" down >/dev/null 2>&1; rm -f "$out"; }
+# The data links go by name: a namespace whose TCP sockets still retransmit to a cut host
+# outlives its deletion, and would keep them in the root namespace.
+cleanup() {
+    "$EMU" down >/dev/null 2>&1
+    ip link del "dd${id}k1" 2>/dev/null
+    ip link del "dd${id}k2" 2>/dev/null
+    rm -f "$out"
+}
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 start=$(date +%s)
@@ -119,5 +126,8 @@ grep -v '^\[.*\] \*\*\*\|^ *$' "$out" | head -12
 echo "emucluster-faults.sh: $label: job ended ${t_end} s after the cut (status $rc)"
 
 "$EMU" down >/dev/null || fail "emucluster down failed"
+for k in 1 2; do
+    ip link del "dd${id}k$k" 2>/dev/null
+done
 echo "emucluster-faults.sh: PASS in $(( $(date +%s) - start )) s"
 exit 0
