@@ -743,6 +743,7 @@ typedef struct {
     int rc;
     int twice;                  /* a rank that proved itself twice, or -1 */
     int strays;                 /* connections turned away */
+    double listen_after;        /* out of descriptors with no stranger to shed: accept again then */
 } setup_t;
 
 /* An accepted connection a set-up has not yet authenticated may wait this long for its records:
@@ -970,8 +971,9 @@ io:
     return 0;
 }
 
-/* Room for one more link; when strangers hold too many, the oldest one goes. */
-static int link_room(setup_t *su)
+/* The oldest unauthenticated connection goes when strangers hold more than `most` (descriptors
+ * or slots): 1 when one went. */
+static int shed_oldest(setup_t *su, int most)
 {
     int strangers = 0, oldest = -1;
     for (int i = 0; i < su->nlinks; i++)
@@ -980,8 +982,16 @@ static int link_room(setup_t *su)
             if (oldest < 0)
                 oldest = i;
         }
-    if (strangers >= MAX_STRANGERS + su->s->size)
-        turn_away(su, &su->links[oldest], "waited while %d newer connections came", strangers);
+    if (oldest < 0 || strangers <= most)
+        return 0;
+    turn_away(su, &su->links[oldest], "waited while %d newer connections came", strangers - 1);
+    return 1;
+}
+
+/* Room for one more link; when strangers hold too many, the oldest one goes. */
+static int link_room(setup_t *su)
+{
+    shed_oldest(su, MAX_STRANGERS + su->s->size - 1);
     if (su->nlinks == su->cap) {
         int cap = su->cap * 2;
         link_t *l = realloc(su->links, sizeof *l * (size_t)cap);
@@ -1004,9 +1014,13 @@ static void accept_new(setup_t *su, int lfd, double now)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
+            /* Out of descriptors (strangers hold them): shed one and take the next, or, with
+             * none to shed, leave the queue a moment rather than spin on it. */
+            if ((errno == EMFILE || errno == ENFILE) && shed_oldest(su, 0))
+                continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                /* Out of descriptors, most likely: strangers are shed as they expire. */
                 DEAR_WARN("sock", "accept on %s failed: %s", s->address, strerror(errno));
+                su->listen_after = now + 0.1;
             }
             return;
         }
@@ -1101,7 +1115,9 @@ static int connect_all(setup_t *su, int lfd, double timeout_s)
             pf_cap = n + 1;
         }
         double wake = deadline;
-        pf[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+        pf[0] = (struct pollfd){ .fd = now >= su->listen_after ? lfd : -1, .events = POLLIN };
+        if (now < su->listen_after && su->listen_after < wake)
+            wake = su->listen_after;
         for (int i = 0; i < n; i++) {
             link_t *k = &su->links[i];
             int out = k->step == C_CONNECT || k->step == C_HELLO || k->step == C_PROOF || k->step == A_ANSWER;
