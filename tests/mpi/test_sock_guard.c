@@ -11,6 +11,7 @@
  *   - a rank that proves itself twice (the key in a second process), before the rank's own
  *     connection or after it: the set-up fails on every rank, each naming the rank;
  *   - six silent connections to each accepting rank during set-up: it still takes under 3 s;
+ *   - a hundred, with the accepting ranks 24 descriptors short of them: the same;
  *   - a header announcing 8 GiB: the receiver's connection fails at once with DEAR_ERR_NET naming
  *     the peer and the size, and its address space does not grow by it;
  *   - a flood of messages without receives past dear_sock_set_limits's bound fails the
@@ -20,6 +21,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -484,6 +487,58 @@ START_TEST(test_silent_strays)
 }
 END_TEST
 
+/* ---- strangers holding every descriptor --------------------------------------------------- */
+
+#define FLOOD_STRAYS 100
+
+static void flood_before(void *arg, const dear_sock_setup_view_t *v)
+{
+    int *fds = arg;
+    if (v->rank != v->size - 1)
+        return;
+    for (int p = 0; p < v->size - 1; p++)
+        for (int i = 0; i < FLOOD_STRAYS; i++)
+            fds[p * FLOOD_STRAYS + i] = raw_connect(&v->addrs[p], NULL);
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+
+/* The accepting ranks may open 24 descriptors more than they hold, while the last rank makes
+ * 100 silent connections to each: set-up sheds strangers and still takes under 3 s. */
+START_TEST(test_descriptor_flood)
+{
+    static int fds[2 * FLOOD_STRAYS];
+    for (int i = 0; i < 2 * FLOOD_STRAYS; i++)
+        fds[i] = -1;
+    struct rlimit was;
+    getrlimit(RLIMIT_NOFILE, &was);
+    if (g_rank < g_size - 1) {
+        struct rlimit low = was;
+        low.rlim_cur = (rlim_t)open_fds() + 24;
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    }
+    dear_sock_hooks_t h = { .before_connect = flood_before, .arg = fds };
+    dear_sock_t *s = NULL;
+    double took;
+    int rc = create(&h, 20, &s, &took);
+    setrlimit(RLIMIT_NOFILE, &was);
+    double t = slowest(took);
+    ck_assert_msg(all_ok(rc == DEAR_OK), "set-up with its descriptors taken by strangers: %d (in %.1f s)", rc, t);
+    ck_assert_msg(t < 3, "set-up with its descriptors taken by strangers took %.1f s", t);
+    ck_assert_msg(all_ok(pairs_ok(s)), "descriptor flood: the ranks' messages went astray (see above)");
+    for (int i = 0; i < 2 * FLOOD_STRAYS; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    dear_sock_destroy(s);
+}
+END_TEST
+
 /* ---- lengths a peer claims ---------------------------------------------------------------- */
 
 static size_t vm_size(void)
@@ -607,6 +662,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_wrong_address);
     tcase_add_test(tc, test_rank_twice);
     tcase_add_test(tc, test_silent_strays);
+    tcase_add_test(tc, test_descriptor_flood);
     tcase_add_test(tc, test_huge_header);
     tcase_add_test(tc, test_unexpected_flood);
     suite_add_tcase(s, tc);
