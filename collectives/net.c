@@ -231,3 +231,9 @@ void dear_transport_counters(dear_transport_t *tp, uint64_t *messages, uint64_t 
     if (tp && tp->ops->counters)
         tp->ops->counters(tp, messages, timeouts);
 }
+
+void dear_transport_set_limits(dear_transport_t *tp, size_t max_message, size_t max_unexpected)
+{
+    if (tp && tp->ops->set_limits)
+        tp->ops->set_limits(tp, max_message, max_unexpected);
+}

@@ -66,6 +66,10 @@ typedef struct dear_transport_ops {
     void (*poke)(dear_transport_t *tp);
     /* Optional: messages completed both ways, and blocks that slept the whole timeout. */
     void (*counters)(dear_transport_t *tp, uint64_t *messages, uint64_t *timeouts);
+    /* Optional: the most a peer may make this rank hold: its largest message, and the bytes
+     * of messages that arrived before their receives, per peer (a transport that buffers what
+     * a peer sends ahead checks what a peer claims against these). */
+    void (*set_limits)(dear_transport_t *tp, size_t max_message, size_t max_unexpected);
     /* Optional: "a.b.c.d:port" or similar for logs. */
     const char *(*address)(const dear_transport_t *tp);
     void (*destroy)(dear_transport_t *tp);
@@ -144,5 +148,6 @@ int dear_transport_block(dear_transport_t *tp, double timeout_s);
 void dear_transport_poke(dear_transport_t *tp);
 void dear_transport_counters(dear_transport_t *tp, uint64_t *messages, uint64_t *timeouts);
 static inline int dear_transport_can_block(const dear_transport_t *tp) { return tp != NULL && tp->ops->block != NULL; }
+void dear_transport_set_limits(dear_transport_t *tp, size_t max_message, size_t max_unexpected);
 
 #endif

@@ -71,6 +71,11 @@ static int sock_block(dear_transport_t *tp, double timeout_s) { return dear_sock
 static void sock_poke(dear_transport_t *tp) { dear_sock_poke(tp->impl); }
 static const char *sock_address(const dear_transport_t *tp) { return dear_sock_address(tp->impl); }
 
+static void sock_set_limits(dear_transport_t *tp, size_t max_message, size_t max_unexpected)
+{
+    dear_sock_set_limits(tp->impl, max_message, max_unexpected);
+}
+
 static void sock_counters(dear_transport_t *tp, uint64_t *messages, uint64_t *timeouts)
 {
     dear_sock_counters(tp->impl, messages, timeouts);
@@ -92,6 +97,7 @@ const dear_transport_ops_t dear_net_sock_ops = {
     .block = sock_block,
     .poke = sock_poke,
     .counters = sock_counters,
+    .set_limits = sock_set_limits,
     .address = sock_address,
     .destroy = sock_destroy,
 };

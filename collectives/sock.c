@@ -1,6 +1,8 @@
 /*
  * The socket transport (sock.h): connection set-up over MPI, then framed messages on one TCP
  * connection per pair, moved by non-blocking reads and writes that an epoll set says are ready.
+ * Set-up runs every connection of a rank at once in one poll loop, each through the handshake
+ * of sock_auth.h with a deadline of its own, so that nothing a stranger does delays a rank.
  *
  * A message on the wire is a 16-byte header (context, tag, length; little-endian as the
  * sender's memory is: every rank of a job runs the same build) and its payload. Per peer there
@@ -13,11 +15,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +34,14 @@
 
 #include "base/log.h"
 #include "base/mpi_check.h"
+#include "base/params.h"
 #include "base/sync.h"
 #include "base/util.h"
+#include "collectives/sock_auth.h"
 
 #define HDR_BYTES 16
-#define HELLO_MAGIC 0x64656172736f636bULL /* "dearsock" */
 #define MAX_EVENTS 64
 #define DISCARD_BYTES 65536
-#define HELLO_WAIT_S 5.0
 /* The eventfd's epoll tag: peer indices are below it. */
 #define POKE_TAG UINT64_MAX
 
@@ -70,9 +74,11 @@ typedef struct {
     queue_t sendq;              /* head: the message being written */
     queue_t posted;             /* receives without a message yet */
     queue_t unexpected;         /* messages without a receive yet, arrived or arriving */
+    size_t unexpected_bytes;    /* what they hold: payloads plus DEAR_SOCK_MSG_COST each */
     dear_sock_msg_t *cur;       /* the message whose payload is being read, or NULL */
     unsigned char rhdr[HDR_BYTES];
     size_t rhdr_got;
+    char addr[24];              /* its listening address, for messages */
 } peer_t;
 
 struct dear_sock {
@@ -82,6 +88,8 @@ struct dear_sock {
     peer_t *peers;
     char *discard;
     uint64_t messages, timeouts;
+    size_t max_message, max_unexpected; /* dear_sock_set_limits */
+    double dead_s;                      /* DEAR_SOCKET_DEAD_S */
     char address[64];
 };
 
@@ -156,8 +164,14 @@ static void peer_fail(dear_sock_t *s, int p, const char *what, int err)
     if (pe->failed)
         return;
     pe->failed = 1;
-    DEAR_ERROR("sock", "connection to rank %d %s%s%s; its messages fail", p, what, err ? ": " : "",
-               err ? strerror(err) : "");
+    if (err == ETIMEDOUT)
+        /* TCP_USER_TIMEOUT or keepalive gave up: the peer's kernel acknowledged nothing. */
+        DEAR_ERROR("sock", "connection to rank %d (%s) %s: it acknowledged nothing for DEAR_SOCKET_DEAD_S=%g s (its "
+                           "host is down or the link to it is cut); its messages fail",
+                   p, pe->addr, what, s->dead_s);
+    else
+        DEAR_ERROR("sock", "connection to rank %d (%s) %s%s%s; its messages fail", p, pe->addr, what, err ? ": " : "",
+                   err ? strerror(err) : "");
     epoll_ctl(s->ep, EPOLL_CTL_DEL, pe->fd, NULL);
     shutdown(pe->fd, SHUT_RDWR);
     /* An unexpected message being read is also on its queue, freed there. */
@@ -177,6 +191,20 @@ static void peer_fail(dear_sock_t *s, int p, const char *what, int err)
         q_remove(&pe->unexpected, m);
         msg_free(m);
     }
+    pe->unexpected_bytes = 0;
+}
+
+/* A peer broke the limits (dear_sock_set_limits): what it sent is not read any further. */
+static int peer_violation(dear_sock_t *s, int p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int peer_violation(dear_sock_t *s, int p, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    peer_fail(s, p, what, 0);
+    return -1;
 }
 
 /* ---- writing --------------------------------------------------------------------------- */
@@ -245,6 +273,13 @@ static int header_done(dear_sock_t *s, int p)
     memcpy(&tag, pe->rhdr + 4, 4);
     memcpy(&len, pe->rhdr + 8, 8);
     pe->rhdr_got = 0;
+    /* A length is a peer's claim: checked against what the ranks can send before anything is
+     * allocated or read for it. */
+    if (len > s->max_message)
+        return peer_violation(s, p,
+                              "announced a message of %llu bytes (context %u, tag %d), more than the %zu bytes the "
+                              "largest message may have",
+                              (unsigned long long)len, (unsigned)ctx, (int)tag, s->max_message);
     dear_sock_msg_t *m = q_match(&pe->posted, ctx, tag);
     if (m) {
         q_remove(&pe->posted, m);
@@ -256,6 +291,13 @@ static int header_done(dear_sock_t *s, int p)
             m->truncated = 1;
         }
     } else {
+        size_t cost = (size_t)len + DEAR_SOCK_MSG_COST;
+        if (pe->unexpected_bytes + cost > s->max_unexpected)
+            return peer_violation(s, p,
+                                  "sent a message of %llu bytes (context %u, tag %d) with %zu bytes already queued "
+                                  "without receives from it, past the bound of %zu",
+                                  (unsigned long long)len, (unsigned)ctx, (int)tag, pe->unexpected_bytes,
+                                  s->max_unexpected);
         m = calloc(1, sizeof *m);
         char *buf = len > 0 ? malloc((size_t)len) : NULL;
         if (m == NULL || (len > 0 && buf == NULL)) {
@@ -268,6 +310,7 @@ static int header_done(dear_sock_t *s, int p)
         *m = (dear_sock_msg_t){ .kind = MSG_UNEXPECTED, .peer = p, .ctx = ctx, .tag = tag, .buf = buf,
                                 .cap = (size_t)len, .len = (size_t)len, .owned = 1 };
         q_push(&pe->unexpected, m);
+        pe->unexpected_bytes += cost;
     }
     pe->cur = m;
     return 0;
@@ -384,6 +427,7 @@ int dear_sock_irecv(dear_sock_t *s, int peer, uint32_t ctx, int tag, void *buf, 
         q_push(&pe->posted, m);
     } else {
         q_remove(&pe->unexpected, u);
+        pe->unexpected_bytes -= u->len + DEAR_SOCK_MSG_COST;
         m->len = u->len;
         if (u->len > bytes) {
             DEAR_ERROR("sock", "a message of %zu bytes from rank %d (context %u, tag %d) arrived for a receive of %zu "
@@ -527,6 +571,18 @@ void dear_sock_poke(dear_sock_t *s)
     (void)w;
 }
 
+void dear_sock_set_limits(dear_sock_t *s, size_t max_message, size_t max_unexpected)
+{
+    dear_lock(&s->lock);
+    if (max_message > 0)
+        s->max_message = max_message;
+    if (max_unexpected > 0)
+        s->max_unexpected = max_unexpected;
+    DEAR_DEBUG("sock", "a peer may send messages of up to %zu bytes, and queue %zu bytes without receives", s->max_message,
+               s->max_unexpected);
+    dear_unlock(&s->lock);
+}
+
 void dear_sock_counters(dear_sock_t *s, uint64_t *messages, uint64_t *timeouts)
 {
     dear_lock(&s->lock);
@@ -611,11 +667,6 @@ typedef struct {
     uint16_t pad;
 } endpoint_t;
 
-typedef struct {
-    uint64_t magic, key;
-    int32_t rank, pad;
-} hello_t;
-
 static double mono_now(void)
 {
     struct timespec ts;
@@ -623,133 +674,484 @@ static double mono_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Wait until fd is ready for events, at most until the deadline: 1 ready, 0 timed out, -1 error. */
-static int wait_fd(int fd, short events, double deadline)
+static void addr_string(struct in_addr a, unsigned port, char *buf, size_t size)
 {
-    for (;;) {
-        double left = deadline - mono_now();
-        if (left <= 0)
-            return 0;
-        struct pollfd pf = { .fd = fd, .events = events };
-        int n = poll(&pf, 1, (int)(left * 1e3) + 1);
-        if (n > 0)
-            return 1;
-        if (n < 0 && errno != EINTR)
-            return -1;
-    }
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &a, ip, sizeof ip);
+    snprintf(buf, size, "%s:%u", ip, port);
 }
 
-/* Blocking-style I/O of a small record on a non-blocking socket, within the deadline. */
-static int io_all(int fd, void *p, size_t n, int out, double deadline)
+static dear_sock_hooks_t g_hooks;
+static int g_hooked;
+
+void dear_sock_set_hooks(const dear_sock_hooks_t *hooks)
 {
-    char *c = p;
-    while (n > 0) {
-        ssize_t r = out ? send(fd, c, n, MSG_NOSIGNAL) : recv(fd, c, n, 0);
-        if (r > 0) {
-            c += r;
-            n -= (size_t)r;
-            continue;
-        }
-        if (r == 0)
-            return -1;
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return -1;
-        if (wait_fd(fd, out ? POLLOUT : POLLIN, deadline) <= 0)
-            return -1;
-    }
+    g_hooked = hooks != NULL;
+    g_hooks = hooks ? *hooks : (dear_sock_hooks_t){ 0 };
+}
+
+/* Options of every connection. Keepalive probes an idle one (a rank that only waits to receive
+ * has nothing unacknowledged to time out), and TCP_USER_TIMEOUT aborts one whose data or probes
+ * go unacknowledged for dead_s: without them a dead host is noticed after minutes of
+ * retransmissions, or never by a rank that only receives. */
+static int tune(const dear_sock_t *s, int fd)
+{
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+        return -1;
+    if (s->dead_s <= 0)
+        return 0;
+    int idle = (int)(s->dead_s / 2), intvl = (int)(s->dead_s / 6), count = 6;
+    unsigned int user_ms = (unsigned int)(s->dead_s * 1e3);
+    if (idle < 1)
+        idle = 1;
+    if (intvl < 1)
+        intvl = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms) != 0)
+        return -1;
     return 0;
 }
 
-static int tune(int fd)
-{
-    int one = 1;
-    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
+/* The steps of one connection during set-up: ours to a lower rank (C_), or one accepted,
+ * from a higher rank or a stranger (A_). Each waits for its socket and has its own deadline,
+ * so no connection ever waits behind another. */
+enum { C_CONNECT, C_HELLO, C_ANSWER, C_PROOF, A_HELLO, A_ANSWER, A_PROOF, L_GONE };
 
-/* Connect to a lower rank and introduce ourselves. */
-static int connect_to(dear_sock_t *s, int p, const endpoint_t *ep, uint64_t key, double deadline)
+typedef struct {
+    int fd, step;
+    int peer;                   /* C_: the rank connected to; A_: the rank claimed, -1 before the hello */
+    double deadline;
+    struct sockaddr_in sa;      /* C_: where to; A_: where from */
+    unsigned char rec[DEAR_SOCK_ANSWER_BYTES]; /* the record being read or written */
+    size_t len, off;
+    unsigned char conn_nonce[DEAR_SOCK_NONCE_BYTES], acc_nonce[DEAR_SOCK_NONCE_BYTES];
+} link_t;
+
+typedef struct {
+    dear_sock_t *s;
+    const endpoint_t *eps;
+    const unsigned char *key;
+    link_t *links;
+    int nlinks, cap;
+    int *state;                 /* per rank: 0 waiting, 1 connected, -1 failed */
+    uint64_t *binding;          /* per rank: the start of its connection's acceptor nonce, 0 if none */
+    int left;                   /* ranks neither connected nor failed */
+    int rc;
+    int twice;                  /* a rank that proved itself twice, or -1 */
+    int strays;                 /* connections turned away */
+    double listen_after;        /* out of descriptors with no stranger to shed: accept again then */
+} setup_t;
+
+/* An accepted connection a set-up has not yet authenticated may wait this long for its records:
+ * a rank sends them at once, and a stranger holding a slot costs one descriptor, no time. */
+#define HELLO_WAIT_S 5.0
+/* Unauthenticated connections held at once beyond the ranks' own; past it the oldest goes. */
+#define MAX_STRANGERS 64
+/* Strangers named one by one in the log; past this, only their count. */
+#define MAX_STRAY_LOG 8
+
+/* What a connection to a lower rank was doing, for messages. */
+static const char *step_what(int step)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = ep->port, .sin_addr.s_addr = ep->ip };
-    char where[48];
-    snprintf(where, sizeof where, "%s:%u", inet_ntoa(sa.sin_addr), (unsigned)ntohs(ep->port));
-    for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0) {
-            DEAR_ERROR("sock", "socket() failed: %s", strerror(errno));
-            return DEAR_ERR_NET;
-        }
-        int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa), err = 0;
-        if (rc != 0 && errno == EINPROGRESS) {
-            int w = wait_fd(fd, POLLOUT, deadline);
-            socklen_t len = sizeof err;
-            if (w <= 0)
-                err = w == 0 ? ETIMEDOUT : errno;
-            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-                err = errno;
-        } else if (rc != 0) {
-            err = errno;
-        }
-        if (err == 0) {
-            hello_t h = { HELLO_MAGIC, key, s->rank, 0 };
-            if (tune(fd) == 0 && io_all(fd, &h, sizeof h, 1, deadline) == 0) {
-                s->peers[p].fd = fd;
-                return DEAR_OK;
-            }
-            err = errno ? errno : EPIPE;
-        }
-        close(fd);
-        /* Only an interrupted attempt is retried: every listener was up before the ranks agreed
-         * to connect, so a refusal is a firewall or an address this host cannot reach. */
-        if (err == EINTR && mono_now() < deadline)
-            continue;
-        DEAR_ERROR("sock", "could not connect to rank %d at %s: %s (a firewall, or an interface the ranks cannot "
-                           "reach each other on? DEAR_SOCKET_IFNAME picks it)",
-                   p, where, strerror(err));
-        return DEAR_ERR_NET;
+    switch (step) {
+    case C_CONNECT: return "connecting";
+    case C_ANSWER: return "waiting for the answer to its hello";
+    default: return "sending a set-up record";
     }
 }
 
-/* Accept the higher ranks' connections, each introducing itself. */
-static int accept_all(dear_sock_t *s, int lfd, uint64_t key, double deadline)
+static void link_close(link_t *k)
 {
-    int want = s->size - 1 - s->rank;
-    while (want > 0) {
-        if (wait_fd(lfd, POLLIN, deadline) <= 0) {
-            DEAR_ERROR("sock", "%d higher rank(s) did not connect to %s in time (a firewall, or DEAR_SOCKET_IFNAME "
-                               "picking an interface the others cannot reach?)",
-                       want, s->address);
-            return DEAR_ERR_NET;
-        }
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED)
-                continue;
-            DEAR_ERROR("sock", "accept failed: %s", strerror(errno));
-            return DEAR_ERR_NET;
-        }
-        /* A rank sends its hello as soon as it is connected: a connection silent for longer is a
-         * stray, which must not hold up the ranks queued behind it. */
-        double hello_by = mono_now() + HELLO_WAIT_S;
-        hello_t h;
-        if (io_all(fd, &h, sizeof h, 0, hello_by < deadline ? hello_by : deadline) != 0 || h.magic != HELLO_MAGIC ||
-            h.key != key || h.rank <= s->rank || h.rank >= s->size || s->peers[h.rank].fd >= 0) {
-            /* Not one of ours (a stray connection, another job): ignore it. */
-            DEAR_WARN("sock", "ignored a connection to %s that did not introduce itself as a rank of this job",
-                      s->address);
-            close(fd);
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = -1;
+    k->step = L_GONE;
+}
+
+/* A lower rank this rank connects to cannot be reached: the set-up fails, every other
+ * connection still goes on so that the ranks waiting for this one learn it at once. */
+static int fail_rank(setup_t *su, link_t *k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail_rank(setup_t *su, link_t *k, const char *fmt, ...)
+{
+    char why[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    DEAR_ERROR("sock", "could not connect to rank %d at %s: %s", k->peer, su->s->peers[k->peer].addr, why);
+    su->state[k->peer] = -1;
+    su->left--;
+    su->rc = DEAR_ERR_NET;
+    link_close(k);
+    return 0;
+}
+
+/* A connection that is not (or not yet shown to be) a rank of this fabric: closed, and the
+ * ranks carry on as if it never came. */
+static int turn_away(setup_t *su, link_t *k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int turn_away(setup_t *su, link_t *k, const char *fmt, ...)
+{
+    if (++su->strays <= MAX_STRAY_LOG) {
+        char why[256], from[32];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof why, fmt, ap);
+        va_end(ap);
+        addr_string(k->sa.sin_addr, ntohs(k->sa.sin_port), from, sizeof from);
+        DEAR_WARN("sock", "turned away a connection to %s from %s: it %s", su->s->address, from, why);
+    }
+    link_close(k);
+    return 0;
+}
+
+/* Read or write the rest of k's record: 1 complete, 0 not yet, -1 failed (errno; 0 when the
+ * peer closed). A stranger's first bytes are checked as they come. */
+static int link_io(link_t *k, int out)
+{
+    while (k->off < k->len) {
+        ssize_t r = out ? send(k->fd, k->rec + k->off, k->len - k->off, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(k->fd, k->rec + k->off, k->len - k->off, MSG_DONTWAIT);
+        if (r > 0) {
+            k->off += (size_t)r;
+            if (k->step == A_HELLO && !dear_sock_magic_prefix(k->rec, k->off)) {
+                errno = EPROTO;
+                return -1;
+            }
             continue;
         }
-        if (tune(fd) != 0) {
-            DEAR_ERROR("sock", "setsockopt(TCP_NODELAY) failed: %s", strerror(errno));
-            close(fd);
-            return DEAR_ERR_NET;
+        if (r == 0) {
+            errno = 0;
+            return -1;
         }
-        s->peers[h.rank].fd = fd;
-        want--;
+        if (errno == EINTR)
+            continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+    }
+    return 1;
+}
+
+static void link_record(link_t *k, int step, size_t len)
+{
+    k->step = step;
+    k->len = len;
+    k->off = 0;
+}
+
+/* Hand an authenticated connection to the fabric. */
+static int connected(setup_t *su, link_t *k)
+{
+    su->s->peers[k->peer].fd = k->fd;
+    su->state[k->peer] = 1;
+    memcpy(&su->binding[k->peer], k->acc_nonce, sizeof su->binding[k->peer]);
+    if (su->binding[k->peer] == 0)
+        su->binding[k->peer] = 1;  /* 0 means "no connection" */
+    su->left--;
+    k->fd = -1;
+    k->step = L_GONE;
+    return 0;
+}
+
+/* The connection to a lower rank, as far as its socket allows. */
+static int step_connector(setup_t *su, link_t *k)
+{
+    dear_sock_t *s = su->s;
+    int rc;
+    if (k->step == C_CONNECT) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+            err = errno;
+        if (err == EINPROGRESS || err == EALREADY)
+            return 0;
+        /* Every listener was up before the ranks agreed to connect, so a refusal is a firewall
+         * or an address this host cannot reach: not worth a retry. */
+        if (err != 0)
+            return fail_rank(su, k, "%s (a firewall, or an interface the ranks cannot reach each other on? "
+                                    "DEAR_SOCKET_IFNAME picks it)", strerror(err));
+        dear_sock_hello_t h = { .from = s->rank, .to = k->peer };
+        if (dear_sock_random(h.nonce, sizeof h.nonce) != 0)
+            return fail_rank(su, k, "getrandom failed: %s", strerror(errno));
+        memcpy(k->conn_nonce, h.nonce, sizeof h.nonce);
+        dear_sock_hello_pack(&h, k->rec);
+        link_record(k, C_HELLO, DEAR_SOCK_HELLO_BYTES);
+        if (g_hooked && g_hooks.tap)
+            g_hooks.tap(g_hooks.arg, k->peer, k->rec, k->len);
+    }
+    if (k->step == C_HELLO) {
+        if ((rc = link_io(k, 1)) <= 0)
+            goto io;
+        link_record(k, C_ANSWER, DEAR_SOCK_ANSWER_BYTES);
+    }
+    if (k->step == C_ANSWER) {
+        if ((rc = link_io(k, 0)) <= 0)
+            goto io;
+        memcpy(k->acc_nonce, k->rec, DEAR_SOCK_NONCE_BYTES);
+        if (!dear_sock_proof_ok(su->key, DEAR_SOCK_BY_ACCEPTOR, s->rank, k->peer, k->conn_nonce, k->acc_nonce,
+                                k->rec + DEAR_SOCK_NONCE_BYTES))
+            return fail_rank(su, k, "whatever answered there does not hold this job's key: it is not rank %d "
+                                    "(another process on its port, or something on the path)", k->peer);
+        dear_sock_proof(su->key, DEAR_SOCK_BY_CONNECTOR, s->rank, k->peer, k->conn_nonce, k->acc_nonce, k->rec);
+        link_record(k, C_PROOF, DEAR_SOCK_PROOF_BYTES);
+        if (g_hooked && g_hooks.tap)
+            g_hooks.tap(g_hooks.arg, k->peer, k->rec, k->len);
+    }
+    if ((rc = link_io(k, 1)) <= 0)
+        goto io;
+    return connected(su, k);
+io:
+    if (rc < 0 && k->step == C_ANSWER && errno == 0)
+        return fail_rank(su, k, "it closed the connection during set-up: it refused this rank (its log says why)");
+    if (rc < 0)
+        return fail_rank(su, k, "%s failed: %s", step_what(k->step), strerror(errno ? errno : EPIPE));
+    return 0;
+}
+
+/* An accepted connection, as far as its socket allows. */
+static int step_acceptor(setup_t *su, link_t *k)
+{
+    dear_sock_t *s = su->s;
+    int rc;
+    if (k->step == A_HELLO) {
+        if ((rc = link_io(k, 0)) <= 0)
+            goto io;
+        dear_sock_hello_t h;
+        if (dear_sock_hello_unpack(k->rec, &h) != 0 || h.to != s->rank || h.from <= s->rank || h.from >= s->size)
+            return turn_away(su, k, "introduced itself as rank %d connecting to rank %d", h.from, h.to);
+        /* Set-up runs over the addresses MPI gave: a rank's connection comes from its own. */
+        if (k->sa.sin_addr.s_addr != su->eps[h.from].ip) {
+            char want[INET_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET, &su->eps[h.from].ip, want, sizeof want);
+            return turn_away(su, k, "claimed rank %d, whose address is %s", h.from, want);
+        }
+        k->peer = h.from;
+        memcpy(k->conn_nonce, h.nonce, sizeof h.nonce);
+        if (dear_sock_random(k->acc_nonce, sizeof k->acc_nonce) != 0) {
+            DEAR_ERROR("sock", "getrandom failed: %s", strerror(errno));
+            su->rc = DEAR_ERR_NET;
+            link_close(k);
+            return 0;
+        }
+        memcpy(k->rec, k->acc_nonce, DEAR_SOCK_NONCE_BYTES);
+        dear_sock_proof(su->key, DEAR_SOCK_BY_ACCEPTOR, k->peer, s->rank, k->conn_nonce, k->acc_nonce,
+                        k->rec + DEAR_SOCK_NONCE_BYTES);
+        link_record(k, A_ANSWER, DEAR_SOCK_ANSWER_BYTES);
+    }
+    if (k->step == A_ANSWER) {
+        if ((rc = link_io(k, 1)) <= 0)
+            goto io;
+        link_record(k, A_PROOF, DEAR_SOCK_PROOF_BYTES);
+    }
+    if ((rc = link_io(k, 0)) <= 0)
+        goto io;
+    if (!dear_sock_proof_ok(su->key, DEAR_SOCK_BY_CONNECTOR, k->peer, s->rank, k->conn_nonce, k->acc_nonce, k->rec))
+        return turn_away(su, k, "claimed rank %d without proving it holds this job's key", k->peer);
+    if (su->state[k->peer] != 1)
+        return connected(su, k);
+    /* Two processes proved they hold the key for one rank: the key is out, or a rank runs
+     * twice. Which one is the rank cannot be told, so the set-up fails (every rank names it). */
+    char from[32];
+    addr_string(k->sa.sin_addr, ntohs(k->sa.sin_port), from, sizeof from);
+    DEAR_ERROR("sock", "rank %d connected to rank %d (%s) a second time (from %s), proving both times that it holds "
+                       "this job's key",
+               k->peer, s->rank, s->address, from);
+    su->twice = su->twice < 0 || k->peer < su->twice ? k->peer : su->twice;
+    link_close(k);
+    return 0;
+io:
+    if (rc < 0 && errno == EPROTO)
+        return turn_away(su, k, "does not speak this transport's protocol (or an older version of it)");
+    if (rc < 0)
+        return turn_away(su, k, "closed or failed while %s: %s",
+                         k->peer >= 0 ? "proving its rank" : "introducing itself",
+                         errno ? strerror(errno) : "closed by its end");
+    return 0;
+}
+
+/* The oldest unauthenticated connection goes when strangers hold more than `most` (descriptors
+ * or slots): 1 when one went. */
+static int shed_oldest(setup_t *su, int most)
+{
+    int strangers = 0, oldest = -1;
+    for (int i = 0; i < su->nlinks; i++)
+        if (su->links[i].step >= A_HELLO && su->links[i].step != L_GONE) {
+            strangers++;
+            if (oldest < 0)
+                oldest = i;
+        }
+    if (oldest < 0 || strangers <= most)
+        return 0;
+    turn_away(su, &su->links[oldest], "waited while %d newer connections came", strangers - 1);
+    return 1;
+}
+
+/* Room for one more link; when strangers hold too many, the oldest one goes. */
+static int link_room(setup_t *su)
+{
+    shed_oldest(su, MAX_STRANGERS + su->s->size - 1);
+    if (su->nlinks == su->cap) {
+        int cap = su->cap * 2;
+        link_t *l = realloc(su->links, sizeof *l * (size_t)cap);
+        if (l == NULL)
+            return DEAR_ERR_NOMEM;
+        su->links = l;
+        su->cap = cap;
     }
     return DEAR_OK;
+}
+
+/* Take every connection waiting on the listening socket. */
+static void accept_new(setup_t *su, int lfd, double now)
+{
+    dear_sock_t *s = su->s;
+    for (;;) {
+        struct sockaddr_in sa;
+        socklen_t len = sizeof sa;
+        int fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            /* Out of descriptors (strangers hold them): shed one and take the next, or, with
+             * none to shed, leave the queue a moment rather than spin on it. */
+            if ((errno == EMFILE || errno == ENFILE) && shed_oldest(su, 0))
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                DEAR_WARN("sock", "accept on %s failed: %s", s->address, strerror(errno));
+                su->listen_after = now + 0.1;
+            }
+            return;
+        }
+        if (link_room(su) != DEAR_OK) {
+            close(fd);
+            return;
+        }
+        link_t *k = &su->links[su->nlinks++];
+        *k = (link_t){ .fd = fd, .step = A_HELLO, .peer = -1, .deadline = now + HELLO_WAIT_S, .sa = sa,
+                       .len = DEAR_SOCK_HELLO_BYTES };
+        int known = 0;
+        for (int p = s->rank + 1; p < s->size && !known; p++)
+            known = su->eps[p].ip == sa.sin_addr.s_addr;
+        if (!known)
+            turn_away(su, k, "comes from no address of a rank that connects here");
+        else if (tune(s, fd) != 0)
+            turn_away(su, k, "could not be set up: %s", strerror(errno));
+    }
+}
+
+/* Start the connection to lower rank p, from this rank's own address (the one the acceptor
+ * checks). */
+static int connect_start(setup_t *su, int p, double deadline)
+{
+    dear_sock_t *s = su->s;
+    link_t *k = &su->links[su->nlinks++];
+    *k = (link_t){ .fd = -1, .step = C_CONNECT, .peer = p, .deadline = deadline };
+    k->sa = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = su->eps[p].port,
+                                  .sin_addr.s_addr = su->eps[p].ip };
+    struct sockaddr_in me = { .sin_family = AF_INET, .sin_addr.s_addr = su->eps[s->rank].ip };
+    k->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (k->fd < 0)
+        return fail_rank(su, k, "socket() failed: %s", strerror(errno));
+    if (tune(s, k->fd) != 0 || bind(k->fd, (struct sockaddr *)&me, sizeof me) != 0)
+        return fail_rank(su, k, "could not set up its socket: %s", strerror(errno));
+    if (connect(k->fd, (struct sockaddr *)&k->sa, sizeof k->sa) != 0 && errno != EINPROGRESS)
+        return fail_rank(su, k, "%s (a firewall, or an interface the ranks cannot reach each other on? "
+                                "DEAR_SOCKET_IFNAME picks it)", strerror(errno));
+    return 0;
+}
+
+/* Connect every pair: this rank to the lower ranks, the higher ones to it, all at once. */
+static int connect_all(setup_t *su, int lfd, double timeout_s)
+{
+    dear_sock_t *s = su->s;
+    double deadline = mono_now() + timeout_s;
+    su->left = s->size - 1;
+    for (int p = 0; p < s->rank; p++)
+        connect_start(su, p, deadline);
+    struct pollfd *pf = NULL;
+    int pf_cap = 0;
+    while (su->left > 0) {
+        double now = mono_now();
+        /* Expired links, and those gone; what remains is watched. */
+        int n = 0;
+        for (int i = 0; i < su->nlinks; i++) {
+            link_t *k = &su->links[i];
+            if (k->step != L_GONE && now >= k->deadline) {
+                if (k->step >= A_HELLO)
+                    turn_away(su, k, "%s within %g s",
+                              k->step == A_HELLO ? "said nothing that introduced it" : "did not finish the handshake",
+                              HELLO_WAIT_S);
+                else
+                    fail_rank(su, k, "no answer in DEAR_SOCKET_TIMEOUT_S=%g s while %s", timeout_s,
+                              step_what(k->step));
+            }
+            if (k->step != L_GONE)
+                su->links[n++] = *k;
+        }
+        su->nlinks = n;
+        if (su->left == 0)
+            break;
+        if (now >= deadline) {
+            char who[256] = "";
+            size_t used = 0;
+            for (int p = s->rank + 1; p < s->size && used + 16 < sizeof who; p++)
+                if (su->state[p] == 0)
+                    used += (size_t)snprintf(who + used, sizeof who - used, "%s%d", used ? ", " : "", p);
+            DEAR_ERROR("sock", "rank(s) %s did not connect to %s within DEAR_SOCKET_TIMEOUT_S=%g s (a firewall, or "
+                               "DEAR_SOCKET_IFNAME picking an interface the others cannot reach?)",
+                       who, s->address, timeout_s);
+            su->rc = DEAR_ERR_NET;
+            break;
+        }
+        if (pf_cap < n + 1) {
+            struct pollfd *q = realloc(pf, sizeof *pf * (size_t)(n + 1));
+            if (q == NULL) {
+                su->rc = DEAR_ERR_NOMEM;
+                break;
+            }
+            pf = q;
+            pf_cap = n + 1;
+        }
+        double wake = deadline;
+        pf[0] = (struct pollfd){ .fd = now >= su->listen_after ? lfd : -1, .events = POLLIN };
+        if (now < su->listen_after && su->listen_after < wake)
+            wake = su->listen_after;
+        for (int i = 0; i < n; i++) {
+            link_t *k = &su->links[i];
+            int out = k->step == C_CONNECT || k->step == C_HELLO || k->step == C_PROOF || k->step == A_ANSWER;
+            pf[i + 1] = (struct pollfd){ .fd = k->fd, .events = out ? POLLOUT : POLLIN };
+            if (k->deadline < wake)
+                wake = k->deadline;
+        }
+        int ready = poll(pf, (nfds_t)n + 1, (int)((wake - now) * 1e3) + 1);
+        if (ready < 0 && errno != EINTR) {
+            DEAR_ERROR("sock", "poll failed: %s", strerror(errno));
+            su->rc = DEAR_ERR_NET;
+            break;
+        }
+        for (int i = 0; ready > 0 && i < n; i++) {
+            link_t *k = &su->links[i];
+            if (pf[i + 1].revents == 0 || k->step == L_GONE)
+                continue;
+            if (k->step >= A_HELLO)
+                step_acceptor(su, k);
+            else
+                step_connector(su, k);
+        }
+        if (ready > 0 && (pf[0].revents & POLLIN))
+            accept_new(su, lfd, mono_now());
+    }
+    free(pf);
+    for (int i = 0; i < su->nlinks; i++)
+        link_close(&su->links[i]);
+    su->nlinks = 0;
+    if (su->strays > MAX_STRAY_LOG)
+        DEAR_WARN("sock", "turned away %d connections to %s in all during set-up", su->strays, s->address);
+    if (su->twice >= 0 && su->rc == DEAR_OK)
+        su->rc = DEAR_ERR_NET;
+    return su->rc;
 }
 
 /* Listen on this rank's address; fills ep and s->address. */
@@ -765,13 +1167,16 @@ static int listen_on(dear_sock_t *s, const char *ifnames, int *lfd, endpoint_t *
     }
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = 0, .sin_addr = addr };
     socklen_t len = sizeof sa;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, s->size) != 0 ||
+    /* A backlog beyond the ranks: strangers knocking at once must not push a rank's SYN out. */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, s->size + SOMAXCONN) != 0 ||
         getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-        DEAR_ERROR("sock", "could not listen on %s (%s): %s", inet_ntoa(addr), ifname, strerror(errno));
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &addr, ip, sizeof ip);
+        DEAR_ERROR("sock", "could not listen on %s (%s): %s", ip, ifname, strerror(errno));
         close(fd);
         return DEAR_ERR_NET;
     }
-    snprintf(s->address, sizeof s->address, "%s:%u", inet_ntoa(addr), (unsigned)ntohs(sa.sin_port));
+    addr_string(addr, ntohs(sa.sin_port), s->address, sizeof s->address);
     DEAR_DEBUG("sock", "listening on %s (%s)", s->address, ifname);
     ep->ip = sa.sin_addr.s_addr;
     ep->port = sa.sin_port;
@@ -783,6 +1188,52 @@ static int listen_on(dear_sock_t *s, const char *ifnames, int *lfd, endpoint_t *
 static int agree(MPI_Comm comm, int rc, int *all)
 {
     DEAR_MPI_CHECK(MPI_Allreduce(&rc, all, 1, MPI_INT, MPI_MIN, comm));
+    return DEAR_OK;
+}
+
+/* Both ends of a connection know its acceptor's nonce; MPI, which the ranks trust, confirms
+ * they hold the same one. A connection a rank accepted as rank c that is not the one c made
+ * (c made another, or none: its own was refused once the acceptor was done) was made by another
+ * process holding the key: c is raised to *twice (the lowest such). An acceptor that holds none
+ * for c merely timed out, which the set-up's status already says. */
+static int check_bindings(dear_sock_t *s, MPI_Comm comm, const uint64_t *mine, int *twice)
+{
+    int rc = DEAR_OK;
+    uint64_t *theirs = NULL;
+    DEAR_ALLOC_GOTO(theirs, calloc((size_t)s->size, sizeof *theirs), sizeof *theirs * (size_t)s->size, rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Alltoall(mine, 1, MPI_UINT64_T, theirs, 1, MPI_UINT64_T, comm), rc, out);
+    for (int p = 0; p < s->size; p++) {
+        uint64_t acceptor_holds = p > s->rank ? mine[p] : theirs[p];
+        if (p == s->rank || mine[p] == theirs[p] || acceptor_holds == 0)
+            continue;
+        int c = p > s->rank ? p : s->rank;
+        if (p > s->rank)
+            DEAR_ERROR("sock", "the connection rank %d accepted as rank %d is not the one rank %d made: another "
+                               "process proved it holds this job's key",
+                       s->rank, c, c);
+        if (*twice < 0 || c < *twice)
+            *twice = c;
+    }
+out:
+    free(theirs);
+    return rc;
+}
+
+/* The set-up's verdict: the worst status, and the lowest rank any rank saw prove itself twice
+ * (-1: none) with a rank it connected to, named on every rank. */
+static int agree_setup(dear_sock_t *s, MPI_Comm comm, int rc, int twice, int *all)
+{
+    long long mine[2] = { rc, twice >= 0 ? (long long)twice * s->size + s->rank : LLONG_MAX }, both[2];
+    DEAR_MPI_CHECK(MPI_Allreduce(mine, both, 2, MPI_LONG_LONG, MPI_MIN, comm));
+    *all = (int)both[0];
+    if (both[1] != LLONG_MAX) {
+        int c = (int)(both[1] / s->size), seen_by = (int)(both[1] % s->size);
+        DEAR_ERROR("sock", "rank %d connected twice, proving both times that it holds this job's key (seen by rank %d; "
+                           "another process has the key, or the rank runs twice): the socket transport is not set up",
+                   c, seen_by);
+        if (*all == DEAR_OK)
+            *all = DEAR_ERR_NET;
+    }
     return DEAR_OK;
 }
 
@@ -815,6 +1266,9 @@ int dear_sock_create(MPI_Comm comm, const char *ifnames, double timeout_s, dear_
     int rc = DEAR_OK, all = DEAR_OK, lfd = -1;
     dear_sock_t *s = NULL;
     endpoint_t *eps = NULL, me = { 0 };
+    setup_t su = { .twice = -1 };
+    unsigned char key[DEAR_SOCK_KEY_BYTES] = { 0 };
+    struct sockaddr_in *addrs = NULL;
     int rank, size;
     DEAR_MPI_CHECK(MPI_Comm_rank(comm, &rank));
     DEAR_MPI_CHECK(MPI_Comm_size(comm, &size));
@@ -822,12 +1276,28 @@ int dear_sock_create(MPI_Comm comm, const char *ifnames, double timeout_s, dear_
     s->ep = s->poke_fd = -1;
     s->rank = rank;
     s->size = size;
+    s->max_message = DEAR_SOCK_MAX_MESSAGE_DEFAULT;
+    s->max_unexpected = DEAR_SOCK_MAX_UNEXPECTED_DEFAULT;
+    s->dead_s = dear_param_double(DEAR_P_SOCKET_DEAD_S);
     DEAR_PTHREAD_CHECK_GOTO(pthread_mutex_init(&s->lock, NULL), rc, local);
     DEAR_ALLOC_GOTO(s->peers, calloc((size_t)size, sizeof *s->peers), (size_t)size * sizeof *s->peers, rc, local);
     for (int p = 0; p < size; p++)
         s->peers[p].fd = -1;
     DEAR_ALLOC_GOTO(s->discard, malloc(DISCARD_BYTES), DISCARD_BYTES, rc, local);
     DEAR_ALLOC_GOTO(eps, calloc((size_t)size, sizeof *eps), (size_t)size * sizeof *eps, rc, local);
+    DEAR_ALLOC_GOTO(addrs, calloc((size_t)size, sizeof *addrs), (size_t)size * sizeof *addrs, rc, local);
+    DEAR_ALLOC_GOTO(su.state, calloc((size_t)size, sizeof *su.state), (size_t)size * sizeof *su.state, rc, local);
+    DEAR_ALLOC_GOTO(su.binding, calloc((size_t)size, sizeof *su.binding), (size_t)size * sizeof *su.binding, rc,
+                    local);
+    su.cap = size + 16;
+    DEAR_ALLOC_GOTO(su.links, malloc(sizeof *su.links * (size_t)su.cap), sizeof *su.links * (size_t)su.cap, rc,
+                    local);
+    /* The fabric's key: random, carried by MPI only, and on the wire never itself (sock_auth.h). */
+    if (rank == 0 && dear_sock_random(key, sizeof key) != 0) {
+        DEAR_ERROR("sock", "getrandom failed: %s", strerror(errno));
+        rc = DEAR_ERR_NET;
+        goto local;
+    }
     rc = listen_on(s, ifnames, &lfd, &me);
 local:
     /* Nothing so far depended on the others: agree before anyone waits for a connection. */
@@ -836,30 +1306,45 @@ local:
         rc = all;
         goto out;
     }
-    uint64_t key = 0;
-    if (rank == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        key = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 16);
-    }
     DEAR_MPI_CHECK_GOTO(MPI_Allgather(&me, sizeof me, MPI_BYTE, eps, sizeof me, MPI_BYTE, comm), rc, out);
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&key, 1, MPI_UINT64_T, 0, comm), rc, out);
-    double deadline = mono_now() + timeout_s;
-    for (int p = 0; p < rank && rc == DEAR_OK; p++)
-        rc = connect_to(s, p, &eps[p], key, deadline);
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(key, sizeof key, MPI_BYTE, 0, comm), rc, out);
+    for (int p = 0; p < size; p++) {
+        addrs[p] = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = eps[p].port,
+                                         .sin_addr.s_addr = eps[p].ip };
+        addr_string(addrs[p].sin_addr, ntohs(eps[p].port), s->peers[p].addr, sizeof s->peers[p].addr);
+    }
+    if (g_hooked && g_hooks.before_connect) {
+        dear_sock_setup_view_t v = { .rank = rank, .size = size, .key = key, .addrs = addrs };
+        g_hooks.before_connect(g_hooks.arg, &v);
+    }
+    su.s = s;
+    su.eps = eps;
+    su.key = key;
+    rc = connect_all(&su, lfd, timeout_s);
+    /* Whoever still knocks (a rank whose place was taken) is refused now, not left waiting. */
+    close(lfd);
+    lfd = -1;
+    int brc = check_bindings(s, comm, su.binding, &su.twice);
     if (rc == DEAR_OK)
-        rc = accept_all(s, lfd, key, deadline);
+        rc = brc;
+    if (rc == DEAR_OK && su.twice >= 0)
+        rc = DEAR_ERR_NET;
     if (rc == DEAR_OK)
         rc = epoll_setup(s);
-    int arc = agree(comm, rc, &all);
+    int arc = agree_setup(s, comm, rc, su.twice, &all);
     if (arc != DEAR_OK)
         rc = arc;
     else if (rc == DEAR_OK)
         rc = all;
 out:
+    explicit_bzero(key, sizeof key);
     if (lfd >= 0)
         close(lfd);
     free(eps);
+    free(addrs);
+    free(su.state);
+    free(su.binding);
+    free(su.links);
     if (rc != DEAR_OK) {
         dear_sock_destroy(s);
         return rc;

@@ -12,7 +12,9 @@
  * so no sender can block another message behind it), and a receive posted while such a message
  * is still arriving takes over the rest of it in place. A send is complete once the kernel holds
  * all of it. Several communicators (a communicator and its sub-communicators) share one
- * fabric, each with its own context number.
+ * fabric, each with its own context number. What a peer's headers may make a rank hold is
+ * bounded (dear_sock_set_limits), and who may be a peer is proved at set-up (docs/DESIGN.md,
+ * "Trust model").
  *
  * Thread-safe: one lock per fabric. Only dear_sock_block sleeps, and it releases the lock.
  */
@@ -20,6 +22,7 @@
 #define DEAR_SOCK_H
 
 #include <mpi.h>
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,11 +31,28 @@ typedef struct dear_sock_msg dear_sock_msg_t;
 
 /* Collective over comm: every rank listens on an address of an interface that ifnames selects
  * (a comma-separated list of name prefixes, '^' in front to exclude them instead; empty: every
- * interface but loopback and docker's, loopback when there is no other), the addresses are
- * exchanged over comm, and every pair connects within timeout_s seconds. Every rank returns the
- * same status: one that fails makes all fail (DEAR_ERR_NET, or DEAR_ERR_PARAM for an ifnames
- * that selects nothing), each logging what it saw. *out set only on success. */
+ * interface but loopback and docker's, loopback when there is no other), the addresses and a
+ * fresh random key are exchanged over comm, and every pair connects within timeout_s seconds,
+ * each side proving to the other that it holds the key and the acceptor checking that the
+ * connection comes from the address comm gave for the rank it claims. Connections that do not
+ * (strangers, replays, silent ones) are turned away without delaying the ranks'. Every rank
+ * returns the same status: one that fails makes all fail (DEAR_ERR_NET, or DEAR_ERR_PARAM for an
+ * ifnames that selects nothing), each logging what it saw; a rank that connected twice with the
+ * key is named on every rank. Connections get TCP keepalive and a TCP_USER_TIMEOUT of
+ * DEAR_SOCKET_DEAD_S, so a peer whose host or link died fails its messages in that time.
+ * *out set only on success. */
 int dear_sock_create(MPI_Comm comm, const char *ifnames, double timeout_s, dear_sock_t **out);
+
+/* What a peer may make this rank hold: a header announcing more than max_message bytes, or a
+ * message without its receive yet that would take the bytes queued that way from one peer
+ * (payloads plus DEAR_SOCK_MSG_COST each) past max_unexpected, fails that peer's connection
+ * (DEAR_ERR_NET for its messages, the log naming the peer and the sizes) before anything is
+ * allocated for it. Whoever knows what the ranks can send sets these, before any peer may send
+ * more than the defaults; 0 keeps a limit as it is. */
+#define DEAR_SOCK_MAX_MESSAGE_DEFAULT ((size_t)256 << 20)
+#define DEAR_SOCK_MAX_UNEXPECTED_DEFAULT ((size_t)256 << 20)
+#define DEAR_SOCK_MSG_COST 128
+void dear_sock_set_limits(dear_sock_t *s, size_t max_message, size_t max_unexpected);
 
 /* Closes every connection; messages still queued or in flight are dropped. NULL is accepted. */
 void dear_sock_destroy(dear_sock_t *s);
@@ -72,5 +92,26 @@ void dear_sock_poke(dear_sock_t *s);
 /* Counters since creation: messages completed both ways, and dear_sock_block calls that slept
  * the whole timeout. Either pointer may be NULL. */
 void dear_sock_counters(dear_sock_t *s, uint64_t *messages, uint64_t *timeouts);
+
+/* ---- for tests: what a stranger on the network could see or try ------------------------ */
+
+/* What dear_sock_create knows once the addresses and the key are exchanged. */
+typedef struct {
+    int rank, size;
+    const unsigned char *key;         /* DEAR_SOCK_KEY_BYTES (sock_auth.h) */
+    const struct sockaddr_in *addrs;  /* every rank's listening address */
+} dear_sock_setup_view_t;
+
+typedef struct {
+    /* Called on every rank after the exchange, before it connects: a test plays a rogue here. */
+    void (*before_connect)(void *arg, const dear_sock_setup_view_t *v);
+    /* Called before each set-up record this rank sends to rank `to` (a hello or a proof): the
+     * bytes a sniffer on the path would capture. */
+    void (*tap)(void *arg, int to, const void *rec, size_t len);
+    void *arg;
+} dear_sock_hooks_t;
+
+/* Hooks for the dear_sock_create calls that follow; NULL removes them. Not thread-safe. */
+void dear_sock_set_hooks(const dear_sock_hooks_t *hooks);
 
 #endif

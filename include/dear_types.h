@@ -51,8 +51,10 @@ extern "C" {
     X(ERR_CUDA, -12, "CUDA or NCCL error")                                                      \
     /* a bug in libdear: please report it */                                                    \
     X(ERR_INTERNAL, -13, "internal error")                                                      \
-    /* a connection could not be made, or a peer closed or reset it */                          \
-    X(ERR_NET, -14, "socket transport error (connection failed, closed or reset)")
+    /* the socket transport failed: a connection could not be made or authenticated, or a peer  \
+     * closed, reset or stopped acknowledging it, or sent more than the limits allow */         \
+    X(ERR_NET, -14,                                                                             \
+      "socket transport error (connection failed, refused, closed, reset or dead, or a peer broke its limits)")
 
 typedef enum {
 #define DEAR_STATUS_ENUM_(NAME, CODE, TEXT) DEAR_##NAME = CODE,

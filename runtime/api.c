@@ -41,6 +41,20 @@ static void net_free(dear_ctx_t *ctx)
     ctx->cm.tp = NULL;
 }
 
+/* The transport's limits (net.h set_limits) from what any plan over the registered tensors can
+ * send: no collective's vector holds more than all of them (16-bit ones travel as float32
+ * partial sums) plus calibration's, and a peer runs ahead by at most the collectives in flight. */
+static void net_limits(dear_ctx_t *ctx)
+{
+    size_t most = (size_t)16 << 20;
+    for (int t = 0; t < ctx->reg.ntensors; t++) {
+        size_t es = dear_dtype_size(ctx->reg.tensors[t].dtype);
+        most += ctx->reg.tensors[t].count * (es < 4 ? 4 : es);
+    }
+    size_t w = ctx->cfg.inflight_window, inflight = w == 0 ? (size_t)ctx->cfg.max_inflight * most : w > most ? w : most;
+    dear_transport_set_limits(ctx->cm.tp, most, 4 * inflight);
+}
+
 static int ctx_free(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
@@ -181,6 +195,8 @@ int dear_commit(dear_ctx_t *ctx)
                           "dear_register)");
         return DEAR_ERR_STATE;
     }
+    /* Before the collective check: no rank sends past it before every rank has its limits. */
+    net_limits(ctx);
     /* The check is collective and runs before anything is built, so every rank leaves here
      * with the same verdict. */
     DEAR_CHECK(dear_registry_check(&ctx->cm, &ctx->reg));

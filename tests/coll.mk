@@ -22,16 +22,29 @@
 #                                 receives early and late (unexpected messages), matching by
 #                                 context and tag, truncation, abandon, sub-communicators, an
 #                                 interface list that selects nothing, a peer that leaves.
+#   tests/mpi/netguard-np3.mpi    test_sock_guard: the socket transport against a hostile
+#                                 network: spoofed and replayed hellos, a rank's claim from the
+#                                 wrong address, a rank proving itself twice, silent strays
+#                                 during set-up, a header announcing 8 GiB, a flood of
+#                                 messages without receives.
+#   tests/unit/test_sock_auth     SHA-256 and HMAC-SHA256 against FIPS 180-4 and RFC 4231, and
+#                                 the handshake's records and proofs (replay, reflection).
 #   make check-valgrind-coll      one np=2 run under valgrind memcheck, zero errors required
 #                                 (Open MPI internals suppressed by tests/valgrind-ompi.supp).
 COLL_MPI_TESTS = tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
     tests/mpi/coll-np4.mpi tests/mpi/coll-np5.mpi \
     tests/mpi/coll-np6-3x2.mpi tests/mpi/coll-np6-2x3.mpi tests/mpi/coll-np4-socket.mpi \
-    tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi
+    tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi tests/mpi/netguard-np3.mpi
 EXTRA_DIST += $(COLL_MPI_TESTS) tests/valgrind-ompi.supp
 if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_coll tests/mpi/test_net
-TESTS += $(COLL_MPI_TESTS)
+check_PROGRAMS += tests/mpi/test_coll tests/mpi/test_net tests/mpi/test_sock_guard tests/unit/test_sock_auth
+TESTS += $(COLL_MPI_TESTS) tests/unit/test_sock_auth
+tests_mpi_test_sock_guard_SOURCES = tests/mpi/test_sock_guard.c tests/mpi/np_check.h tests/mpi/suite_run.h
+tests_mpi_test_sock_guard_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_mpi_test_sock_guard_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
+tests_unit_test_sock_auth_SOURCES = tests/unit/test_sock_auth.c tests/unit/ck_run.h
+tests_unit_test_sock_auth_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_sock_auth_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 tests_mpi_test_net_SOURCES = tests/mpi/test_net.c tests/mpi/np_check.h tests/mpi/suite_run.h
 tests_mpi_test_net_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_net_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)

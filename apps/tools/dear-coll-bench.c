@@ -718,6 +718,9 @@ int main(int argc, char **argv)
     if (dear_transport_open(MPI_COMM_WORLD, o.transport, 1, &tp) != DEAR_OK ||
         dear_net_open(tp, MPI_COMM_WORLD, &g_net) != DEAR_OK || dear_coll_topo_attach(g_topo, tp) != DEAR_OK)
         MPI_Abort(MPI_COMM_WORLD, 3);
+    /* The socket transport's limits: its largest vector, as float32 partial sums of 16-bit types,
+     * a few in flight. */
+    dear_transport_set_limits(tp, 2 * o.max_bytes, 8 * o.max_bytes);
     g_density = o.density;
     g_block = o.block;
     for (int k = 0; k < 17; k++) {

@@ -7,47 +7,16 @@
 # cannot be made. Uses its own host prefix, bridge and subnet so it never touches a cluster
 # someone brought up with the defaults, and tears down even on failure.
 set -u
-: "${top_srcdir:=.}"
-: "${top_builddir:=.}"
-EMU=$top_srcdir/bench/emucluster
+TEST=emucluster.sh
+. "${top_srcdir:-.}/tests/apps/emucluster-lib.sh"
 RATE=100mbit
 RATE_MBPS=12.5          # 100 Mbit/s in 10^6 bytes per second
 
-skip() { echo "emucluster.sh: SKIP: $*"; exit 77; }
-fail() { echo "emucluster.sh: FAIL: $*"; exit 1; }
-
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
-# bench/emucluster starts the remote ranks through Open MPI's launcher agent (plm_rsh_agent).
-[ "${MPI_FLAVOUR:-}" = openmpi ] ||
-    skip "bench/emucluster launches through Open MPI's plm_rsh_agent, this build uses ${MPI_FLAVOUR:-another MPI}"
-for t in ip tc unshare "${MPIRUN:-mpirun}" bash; do
-    command -v "$t" >/dev/null 2>&1 || skip "'$t' not found"
-done
+emu_require
 for p in bench/dear-p2p bench/emu-hello; do
     [ -x "$top_builddir/$p" ] || fail "$top_builddir/$p is not built"
 done
-
-# A unique cluster per run: prefix and subnet from the process id.
-id=$(( $$ % 100000 ))
-EMU_PREFIX=t${id}h
-EMU_SUBNET=10.214.$(( $$ % 250 + 1 ))
-EMU_BUILDDIR=$top_builddir
-export EMU_PREFIX EMU_SUBNET EMU_BUILDDIR
-
-# Probe the capabilities the cluster needs; missing ones mean "cannot test here", not failure.
-probe=emuprobe$id
-if ! ip netns add "$probe" 2>/dev/null; then
-    skip "cannot create network namespaces (no CAP_SYS_ADMIN/CAP_NET_ADMIN?)"
-fi
-ok=1
-ip link add "ep$id" type veth peer name "eq$id" netns "$probe" 2>/dev/null || ok=0
-if [ $ok -eq 1 ]; then
-    tc qdisc add dev "ep$id" root tbf rate $RATE burst 67000 latency 50ms 2>/dev/null || ok=2
-    ip link del "ep$id" 2>/dev/null
-fi
-ip netns del "$probe" 2>/dev/null
-[ $ok -eq 0 ] && skip "cannot create veth pairs across namespaces"
-[ $ok -eq 2 ] && skip "tc cannot attach a tbf qdisc (sch_tbf missing?)"
+emu_unique t
 
 # shellcheck disable=SC2317  # called from the traps
 cleanup() { "$EMU" down >/dev/null 2>&1; }

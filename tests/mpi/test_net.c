@@ -13,7 +13,10 @@
  *   - a sub-communicator's endpoint on the socket row of the transport table reaches the right
  *     peers;
  *   - with --unreachable alone (tests/apps/emucluster.sh, across hosts, DEAR_SOCKET_IFNAME=lo):
- *     DEAR_TRANSPORT=socket fails on every rank with DEAR_ERR_NET in time, auto runs over MPI.
+ *     DEAR_TRANSPORT=socket fails on every rank with DEAR_ERR_NET in time, auto runs over MPI;
+ *   - with --cut alone (tests/apps/emucluster-faults.sh, which cuts a host's link while it
+ *     runs): all-reduces over the fabric until one fails, then MPI_Abort, as an application
+ *     ends; the script times the failure and the end of the job.
  * Every rank reaches every assertion: local failures are combined with MPI_Allreduce first.
  */
 #include <check.h>
@@ -25,6 +28,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "base/util.h"
+#include "collectives/coll.h"
 #include "collectives/net.h"
 #include "collectives/sock.h"
 #include "include/dear.h"
@@ -359,6 +363,52 @@ START_TEST(test_peer_gone)
 }
 END_TEST
 
+/* --cut: ring all-reduces of 1 MiB on the world, routed through a fabric, until one fails.
+ * Rank 0 says "streaming" once 5 went through; every rank says how long after its last good one
+ * the failure came, then (1 s later, so that the others can say it too) aborts the job as an
+ * application would on a dead peer. */
+static int run_cut(void)
+{
+    enum { COUNT = 1 << 18 };
+    dear_net_t *ep = NULL;
+    int rc = dear_transport_open(MPI_COMM_WORLD, DEAR_TRANSPORT_SOCKET, 1, &g_tp);
+    if (rc == DEAR_OK)
+        rc = dear_net_open(g_tp, MPI_COMM_WORLD, &ep);
+    if (!all_ok(rc == DEAR_OK)) {
+        fprintf(stderr, "test_net --cut: rank %d: the fabric could not be set up: %s\n", g_rank, dear_status_string(rc));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    float *v = malloc(sizeof(float) * COUNT);
+    double last = dear_now();
+    for (long i = 0; v != NULL; i++) {
+        for (int k = 0; k < COUNT; k++)
+            v[k] = 1.0f;
+        dear_coll_args_t a = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_RING, .dtype = DEAR_FLOAT32,
+                               .comm = MPI_COMM_WORLD, .net = ep, .tag = (int)(i % 1000), .scale = 1.0, .recvbuf = v,
+                               .count = COUNT };
+        dear_coll_req_t *req = NULL;
+        rc = dear_coll_start(&a, &req);
+        if (rc == DEAR_OK)
+            rc = dear_coll_wait(req);
+        dear_coll_free(req);
+        if (rc != DEAR_OK)
+            break;
+        last = dear_now();
+        if (g_rank == 0 && i == 5) {
+            printf("test_net --cut: streaming\n");
+            fflush(stdout);
+        }
+    }
+    printf("test_net --cut: rank %d: an all-reduce failed %.1f s after the last one completed: %s\n", g_rank,
+           dear_now() - last, dear_status_string(rc));
+    fflush(stdout);
+    fflush(stderr);
+    /* The other ranks' own reports first: the abort would kill them mid-way. */
+    dear_sleep(1.0);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     mpi_suite_init(&argc, &argv, &g_rank, &g_size);
@@ -373,6 +423,8 @@ int main(int argc, char **argv)
     Suite *s = suite_create("net");
     TCase *tc = tcase_create("net");
     tcase_set_timeout(tc, 120);
+    if (argc > 1 && strcmp(argv[1], "--cut") == 0)
+        return run_cut();
     if (argc > 1 && strcmp(argv[1], "--unreachable") == 0) {
         tcase_add_test(tc, test_unreachable);
         suite_add_tcase(s, tc);

@@ -35,6 +35,7 @@
 #include "tests/mpi/mem_delay.h"
 #endif
 #include "base/log.h"
+#include "base/params.h"
 #include "tests/mpi/synth.h"
 #include "tests/mpi/np_check.h"
 
