@@ -104,8 +104,9 @@ dear_transport_t *dear_transport_mpi(void);
 
 /* Collective over comm: the transport DEAR_TRANSPORT names, with auto resolved: a row flagged
  * DEAR_TRANSPORT_F_ACROSS_HOSTS when the job spans hosts (nhosts > 1), MPI otherwise; auto's
- * choice falls back on MPI with a warning when that row cannot connect the ranks, since it must
- * not break a job MPI can run. id is rank 0's (the caller broadcasts it). *out set on success. */
+ * choice falls back on MPI with a warning when that row cannot connect the ranks
+ * (DEAR_ERR_NET), since it must not break a job MPI can run, never when a peer failed to
+ * authenticate (DEAR_ERR_AUTH). id is rank 0's (the caller broadcasts it). *out set on success. */
 int dear_transport_open(MPI_Comm comm, int id, int nhosts, dear_transport_t **out);
 
 /* Destroys an instance (its endpoints closed first); the MPI instance and NULL are ignored. */

@@ -1150,7 +1150,7 @@ static int connect_all(setup_t *su, int lfd, double timeout_s)
     if (su->strays > MAX_STRAY_LOG)
         DEAR_WARN("sock", "turned away %d connections to %s in all during set-up", su->strays, s->address);
     if (su->twice >= 0 && su->rc == DEAR_OK)
-        su->rc = DEAR_ERR_NET;
+        su->rc = DEAR_ERR_AUTH;
     return su->rc;
 }
 
@@ -1231,8 +1231,8 @@ static int agree_setup(dear_sock_t *s, MPI_Comm comm, int rc, int twice, int *al
         DEAR_ERROR("sock", "rank %d connected twice, proving both times that it holds this job's key (seen by rank %d; "
                            "another process has the key, or the rank runs twice): the socket transport is not set up",
                    c, seen_by);
-        if (*all == DEAR_OK)
-            *all = DEAR_ERR_NET;
+        if (*all == DEAR_OK || *all == DEAR_ERR_NET)
+            *all = DEAR_ERR_AUTH;
     }
     return DEAR_OK;
 }
@@ -1328,13 +1328,13 @@ local:
     if (rc == DEAR_OK)
         rc = brc;
     if (rc == DEAR_OK && su.twice >= 0)
-        rc = DEAR_ERR_NET;
+        rc = DEAR_ERR_AUTH;
     if (rc == DEAR_OK)
         rc = epoll_setup(s);
     int arc = agree_setup(s, comm, rc, su.twice, &all);
     if (arc != DEAR_OK)
         rc = arc;
-    else if (rc == DEAR_OK)
+    else if (rc == DEAR_OK || all == DEAR_ERR_AUTH) /* an impostor is every rank's verdict */
         rc = all;
 out:
     explicit_bzero(key, sizeof key);

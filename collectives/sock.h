@@ -38,7 +38,7 @@ typedef struct dear_sock_msg dear_sock_msg_t;
  * (strangers, replays, silent ones) are turned away without delaying the ranks'. Every rank
  * returns the same status: one that fails makes all fail (DEAR_ERR_NET, or DEAR_ERR_PARAM for an
  * ifnames that selects nothing), each logging what it saw; a rank that connected twice with the
- * key is named on every rank. Connections get TCP keepalive and a TCP_USER_TIMEOUT of
+ * key is named on every rank, which return DEAR_ERR_AUTH. Connections get TCP keepalive and a TCP_USER_TIMEOUT of
  * DEAR_SOCKET_DEAD_S, so a peer whose host or link died fails its messages in that time.
  * *out set only on success. */
 int dear_sock_create(MPI_Comm comm, const char *ifnames, double timeout_s, dear_sock_t **out);

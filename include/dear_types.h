@@ -54,7 +54,10 @@ extern "C" {
     /* the socket transport failed: a connection could not be made or authenticated, or a peer  \
      * closed, reset or stopped acknowledging it, or sent more than the limits allow */         \
     X(ERR_NET, -14,                                                                             \
-      "socket transport error (connection failed, refused, closed, reset or dead, or a peer broke its limits)")
+      "socket transport error (connection failed, refused, closed, reset or dead, or a peer broke its limits)") \
+    /* a transport's set-up met a process that proved the job's key for a rank already proven: */ \
+    /* an impostor holds the key, or a rank runs twice; auto does not fall back on it */          \
+    X(ERR_AUTH, -15, "authentication failed: a rank proved itself twice (an impostor holds the job's key?)")
 
 typedef enum {
 #define DEAR_STATUS_ENUM_(NAME, CODE, TEXT) DEAR_##NAME = CODE,
