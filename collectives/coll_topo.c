@@ -16,8 +16,10 @@ void dear_coll_topo_free(dear_coll_topo_t *t)
 {
     if (t == NULL)
         return;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         dear_net_close(t->opened[i]);
+        free(t->mpi_net[i].waiting);
+    }
     int fin = 0;
     MPI_Finalized(&fin);
     for (int i = 0; i < 2 && !fin; i++) {
@@ -49,6 +51,8 @@ static void topo_mpi_nets(dear_coll_topo_t *t)
     topo_slots(t, comms, nets);
     for (int i = 0; i < 4; i++) {
         dear_net_init_mpi(&t->mpi_net[i], comms[i]);
+        /* Counted, so that a stall can name the ranks it waits for (freed with the topology). */
+        t->mpi_net[i].waiting = calloc((size_t)t->mpi_net[i].size, sizeof(int));
         *nets[i] = &t->mpi_net[i];
     }
 }

@@ -128,6 +128,7 @@ int dear_net_open(dear_transport_t *tp, MPI_Comm comm, dear_net_t **out)
     ep->comm = comm;
     DEAR_MPI_CHECK_GOTO(MPI_Comm_rank(comm, &ep->rank), rc, err);
     DEAR_MPI_CHECK_GOTO(MPI_Comm_size(comm, &ep->size), rc, err);
+    DEAR_ALLOC_GOTO(ep->waiting, calloc((size_t)ep->size, sizeof(int)), sizeof(int) * (size_t)ep->size, rc, err);
     if (tp->ops->open) {
         DEAR_CHECK_GOTO(translate(tp, ep), rc, err);
         ep->ctx = tp->next_ctx++; /* every member opens alike, so the numbers agree */
@@ -136,8 +137,10 @@ int dear_net_open(dear_transport_t *tp, MPI_Comm comm, dear_net_t **out)
     *out = ep;
     return DEAR_OK;
 err:
-    if (ep)
+    if (ep) {
         free(ep->to_base);
+        free(ep->waiting);
+    }
     free(ep);
     return rc;
 }
@@ -149,6 +152,7 @@ void dear_net_close(dear_net_t *ep)
     if (ep->tp->ops->close)
         ep->tp->ops->close(ep);
     free(ep->to_base);
+    free(ep->waiting);
     free(ep);
 }
 
@@ -163,13 +167,45 @@ static int peer_check(const dear_net_t *ep, int peer)
 int dear_net_isend(const dear_net_t *ep, const void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req)
 {
     DEAR_CHECK(peer_check(ep, peer));
-    return ep->tp->ops->isend(ep, buf, bytes, peer, tag, req);
+    DEAR_CHECK(ep->tp->ops->isend(ep, buf, bytes, peer, tag, req));
+    req->peer = -1;
+    return DEAR_OK;
 }
 
 int dear_net_irecv(const dear_net_t *ep, void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req)
 {
     DEAR_CHECK(peer_check(ep, peer));
-    return ep->tp->ops->irecv(ep, buf, bytes, peer, tag, req);
+    DEAR_CHECK(ep->tp->ops->irecv(ep, buf, bytes, peer, tag, req));
+    req->peer = peer;
+    if (ep->waiting)
+        ep->waiting[peer]++;
+    return DEAR_OK;
+}
+
+/* A receive no longer outstanding (complete or abandoned). */
+static void recv_over(dear_net_req_t *req)
+{
+    if (req->peer >= 0 && req->net->waiting)
+        req->net->waiting[req->peer]--;
+}
+
+void dear_net_waiting(const dear_net_t *ep, MPI_Comm base, unsigned char *flags)
+{
+    if (ep == NULL || ep->waiting == NULL)
+        return;
+    MPI_Group g, gb;
+    if (MPI_Comm_group(ep->comm, &g) != MPI_SUCCESS)
+        return;
+    if (MPI_Comm_group(base, &gb) == MPI_SUCCESS) {
+        for (int p = 0; p < ep->size; p++) {
+            int r = MPI_UNDEFINED;
+            if (ep->waiting[p] > 0 && MPI_Group_translate_ranks(g, 1, &p, gb, &r) == MPI_SUCCESS &&
+                r != MPI_UNDEFINED)
+                flags[r] = 1;
+        }
+        MPI_Group_free(&gb);
+    }
+    MPI_Group_free(&g);
 }
 
 int dear_net_test_recv(dear_net_req_t *req, int *flag, size_t *bytes)
@@ -179,8 +215,10 @@ int dear_net_test_recv(dear_net_req_t *req, int *flag, size_t *bytes)
         return DEAR_OK;
     }
     DEAR_CHECK(req->net->tp->ops->test(req, flag, bytes));
-    if (*flag)
+    if (*flag) {
+        recv_over(req);
         *req = DEAR_NET_REQ_NULL;
+    }
     return DEAR_OK;
 }
 
@@ -202,6 +240,7 @@ void dear_net_abandon(dear_net_req_t *req)
 {
     if (req->net == NULL)
         return;
+    recv_over(req);
     req->net->tp->ops->abandon(req);
     *req = DEAR_NET_REQ_NULL;
 }

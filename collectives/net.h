@@ -32,9 +32,10 @@ typedef struct {
         MPI_Request mpi;
         void *msg;
     } u;
+    int peer;                   /* a receive's peer (for the count of receives outstanding), or -1 */
 } dear_net_req_t;
 
-#define DEAR_NET_REQ_NULL ((dear_net_req_t){ NULL, { .msg = NULL } })
+#define DEAR_NET_REQ_NULL ((dear_net_req_t){ NULL, { .msg = NULL }, -1 })
 
 /* A transport's operations. Those marked optional may be NULL. */
 typedef struct dear_transport_ops {
@@ -97,6 +98,8 @@ struct dear_net {
     int rank, size;
     uint32_t ctx;               /* keeps this endpoint's messages apart from its siblings' */
     int *to_base;               /* comm rank -> rank of tp->base (rows with open) */
+    int *waiting;               /* per peer, receives posted and not complete (NULL: not counted);
+                                 * the one thread that drives the endpoint's messages keeps it */
 };
 
 /* The MPI library as a transport: one process-wide instance, nothing to create or destroy. */
@@ -120,8 +123,12 @@ static inline const char *dear_transport_name(const dear_transport_t *tp) { retu
  * order. */
 int dear_net_open(dear_transport_t *tp, MPI_Comm comm, dear_net_t **out);
 void dear_net_close(dear_net_t *ep);
-/* An endpoint for comm on MPI in caller-owned storage: nothing to close. */
+/* An endpoint for comm on MPI in caller-owned storage: nothing to close, no count of receives. */
 void dear_net_init_mpi(dear_net_t *ep, MPI_Comm comm);
+
+/* A stalled collective's peers: sets flags[r] (r a rank of base, which holds ep's ranks) for every
+ * rank ep has receives outstanding from. Endpoints that do not count add nothing. */
+void dear_net_waiting(const dear_net_t *ep, MPI_Comm base, unsigned char *flags);
 
 int dear_net_isend(const dear_net_t *ep, const void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req);
 int dear_net_irecv(const dear_net_t *ep, void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req);

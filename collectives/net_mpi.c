@@ -20,7 +20,7 @@ static int fits(size_t bytes)
 static int mpi_isend(const dear_net_t *ep, const void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req)
 {
     DEAR_CHECK(fits(bytes));
-    dear_net_req_t q = { ep, { .mpi = MPI_REQUEST_NULL } };
+    dear_net_req_t q = { ep, { .mpi = MPI_REQUEST_NULL }, -1 };
     DEAR_MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, ep->comm, &q.u.mpi));
     *req = q;
     return DEAR_OK;
@@ -29,7 +29,7 @@ static int mpi_isend(const dear_net_t *ep, const void *buf, size_t bytes, int pe
 static int mpi_irecv(const dear_net_t *ep, void *buf, size_t bytes, int peer, int tag, dear_net_req_t *req)
 {
     DEAR_CHECK(fits(bytes));
-    dear_net_req_t q = { ep, { .mpi = MPI_REQUEST_NULL } };
+    dear_net_req_t q = { ep, { .mpi = MPI_REQUEST_NULL }, -1 };
     DEAR_MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, ep->comm, &q.u.mpi));
     *req = q;
     return DEAR_OK;

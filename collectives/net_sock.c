@@ -38,7 +38,7 @@ static int sock_post(int send, const dear_net_t *ep, void *buf, size_t bytes, in
     dear_sock_msg_t *m = NULL;
     int to = ep->to_base[peer];
     DEAR_CHECK(send ? dear_sock_isend(s, to, ep->ctx, tag, buf, bytes, &m) : dear_sock_irecv(s, to, ep->ctx, tag, buf, bytes, &m));
-    *req = (dear_net_req_t){ ep, { .msg = m } };
+    *req = (dear_net_req_t){ ep, { .msg = m }, -1 };
     return DEAR_OK;
 }
 

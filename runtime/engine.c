@@ -129,9 +129,45 @@ static dear_op_t *startable(dear_ctx_t *ctx)
 
 /* One pending collective's age against the stall limits: a warning past DEAR_STALL_WARN_S (once),
  * the job aborted past DEAR_STALL_ABORT_S. */
+/* "waiting for messages from ranks 1, 3" (the ranks this rank's collectives have receives
+ * outstanding from), or what else it waits for, into buf. */
+static const char *waited_for(const dear_ctx_t *ctx, const dear_op_t *op, int running, char *buf, size_t len)
+{
+    if (running && on_queue(op))
+        return "in flight inside the device transport (NCCL), which does not say which rank it waits for";
+    unsigned char *flags = calloc((size_t)ctx->cm.size, 1);
+    if (flags == NULL)
+        return "in flight";
+    dear_net_waiting(ctx->cm.net, ctx->cm.comm, flags);
+    if (ctx->cm.coll_topo)
+        for (int i = 0; i < 2; i++) {
+            dear_net_waiting(ctx->cm.coll_topo->node_net[i], ctx->cm.comm, flags);
+            dear_net_waiting(ctx->cm.coll_topo->cross_net[i], ctx->cm.comm, flags);
+        }
+    /* A queued operation waits for those in flight, so for what they wait for. */
+    size_t n = (size_t)snprintf(buf, len, "%s, waiting for messages from rank(s)",
+                                running ? "in flight" : "queued behind the operations in flight");
+    int any = 0;
+    for (int r = 0; r < ctx->cm.size && n < len; r++)
+        if (flags[r]) {
+            n += (size_t)snprintf(buf + n, len - n, "%s %d", any ? "," : "", r);
+            any = 1;
+        }
+    free(flags);
+    if (!any)
+        snprintf(buf, len, "%s", running ? "in flight (its sends not yet taken by their peers)"
+                                         : "queued, waiting for earlier operations");
+    return buf;
+}
+
 static void stall_one(dear_ctx_t *ctx, const dear_op_t *op, long long iter, double age, int running, int *warned)
 {
-    const char *where = running ? "in flight" : "queued, waiting for earlier operations";
+    int due = (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) ||
+              (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !*warned);
+    if (!due)
+        return;
+    char why[256];
+    const char *where = waited_for(ctx, op, running, why, sizeof why);
     if (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) {
         DEAR_ERROR("engine", "stall: %s of %s %d (layers %d..%d, %zu bytes, iteration %lld) pending %.1f s "
                              "(%s), past DEAR_STALL_ABORT_S=%g: aborting the job; a rank probably stopped "
@@ -154,13 +190,14 @@ static void stall_check(dear_ctx_t *ctx, double now)
 {
     if (ctx->cfg.stall_warn_s <= 0 && ctx->cfg.stall_abort_s <= 0)
         return;
+    /* Those in flight first: the oldest, and what the queued ones wait for. */
+    for (dear_run_t *r = ctx->eng.running; r; r = r->next)
+        stall_one(ctx, r->op, r->iter, now - r->t_queued, 1, &r->stall_warned);
     for (int i = 0; i < ctx->graph.nops; i++) {
         dear_op_t *op = ctx->graph.ops[i];
         if (op->state == DEAR_OP_QUEUED)
             stall_one(ctx, op, op->iter, now - op->t_queued, 0, &op->stall_warned);
     }
-    for (dear_run_t *r = ctx->eng.running; r; r = r->next)
-        stall_one(ctx, r->op, r->iter, now - r->t_queued, 1, &r->stall_warned);
 }
 
 /* The timeline record of a finished collective (no lock: the timeline has its own). */

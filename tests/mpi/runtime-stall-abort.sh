@@ -17,7 +17,7 @@ fails=0
 for fault in sleep stop leave; do
     case $fault in
     leave) want="dear_finalize: after [0-9.]* s (DEAR_STALL_ABORT_S=1), rank(s) 0 have not reached dear_finalize" ;;
-    *) want="stall: reduce-scatter of bucket [0-9]* (layers [0-9.]*, .* past DEAR_STALL_ABORT_S=1: aborting" ;;
+    *) want="stall: reduce-scatter of bucket [0-9]* (layers [0-9.]*, .*waiting for messages from rank(s) 1), past DEAR_STALL_ABORT_S=1: aborting" ;;
     esac
     t0=$(date +%s)
     mpi_run 60 2 CK_FORK=no PEER_FAULT=$fault "$exe" stall-abort >"$out" 2>&1
