@@ -91,6 +91,9 @@ static int hier_fits(const dear_coll_topo_t *topo, int nranks)
 
 dear_coll_algo_t dear_coll_select(dear_coll_op_t op, size_t bytes, int nranks, const dear_coll_topo_t *topo)
 {
+    /* DEAR_DETERMINISTIC: the one exchange that sums every element in rank order. */
+    if (dear_param_int(DEAR_P_DETERMINISTIC))
+        return DEAR_ALGO_DIRECT;
     /* DEAR_COLL_ALGO's choices are the algorithm table in enum order (base/algo_table.h). */
     dear_coll_algo_t forced = (dear_coll_algo_t)dear_param_enum(DEAR_P_COLL_ALGO);
     if (forced > DEAR_ALGO_AUTO && forced < DEAR_ALGO_COUNT) {

@@ -15,6 +15,7 @@
 #include "collectives/reduce.h"
 #include "base/mpi_check.h"
 #include "base/log.h"
+#include "base/params.h"
 
 typedef struct {
     int posted;                 /* 0: one rank, nothing to exchange */
@@ -23,6 +24,7 @@ typedef struct {
     dear_net_req_t *reqs;       /* 2 (P-1): receives first, then sends */
     char *slots;                /* reduce-scatter: P-1 pieces of this rank's chunk */
     float *acc;                 /* 16-bit reduce-scatter: the float32 sum of this rank's chunk */
+    char *own_copy;             /* DEAR_DETERMINISTIC: room for the own piece (summed in rank order) */
 } direct_state_t;
 
 static char *elem(const dear_coll_req_t *r, const void *base, size_t index)
@@ -54,12 +56,45 @@ static int post_all(dear_coll_req_t *r, direct_state_t *st)
     return DEAR_OK;
 }
 
+/* Rank p's piece of this rank's chunk: its own, or the slot it arrived in. */
+static const char *piece_of_rank(const dear_coll_req_t *r, const direct_state_t *st, int p, const char *own)
+{
+    int i = (p - r->rank + r->nranks) % r->nranks;
+    return i == 0 ? own : st->slots + (size_t)(i - 1) * r->counts[r->rank] * r->esize;
+}
+
+/* DEAR_DETERMINISTIC: out = (((g_0 + g_1) + g_2) + ...) * scale, the ranks in order whoever owns
+ * the chunk, so that a sum does not depend on where the plan put it. own is copied first when it
+ * is out (in place), since out is written before own's turn comes. */
+static void reduce_in_rank_order(dear_coll_req_t *r, direct_state_t *st, const char *own)
+{
+    size_t mine = r->counts[r->rank];
+    if (own == r->out && r->rank > 0) {
+        coll_copy(r, st->own_copy, own, mine * r->esize);
+        own = st->own_copy;
+    }
+    if (st->acc != NULL) {
+        coll_widen(r, r->dtype, st->acc, piece_of_rank(r, st, 0, own), mine);
+        for (int p = 1; p < r->nranks; p++)
+            coll_widen_acc(r, r->dtype, st->acc, piece_of_rank(r, st, p, own), mine);
+        coll_narrow(r, r->dtype, r->out, st->acc, mine, r->scale);
+        return;
+    }
+    for (int p = 1; p < r->nranks; p++)
+        coll_sum(r, r->dtype, r->out, p == 1 ? piece_of_rank(r, st, 0, own) : r->out, piece_of_rank(r, st, p, own),
+                 mine, p == r->nranks - 1 ? r->scale : 1.0);
+}
+
 /* All pieces of this rank's chunk are in: out = (own + piece_1 + ... + piece_{P-1}) * scale;
  * 16-bit types add in float32 and round once. */
-static void reduce_pieces(dear_coll_req_t *r, const direct_state_t *st)
+static void reduce_pieces(dear_coll_req_t *r, direct_state_t *st)
 {
     size_t mine = r->counts[r->rank];
     const char *own = elem(r, r->src, r->displs[r->rank]);
+    if (st->own_copy != NULL) {
+        reduce_in_rank_order(r, st, own);
+        return;
+    }
     if (st->acc != NULL) {
         coll_widen(r, r->dtype, st->acc, own, mine);
         for (int i = 1; i < r->nranks; i++)
@@ -128,6 +163,10 @@ static int direct_start(dear_coll_req_t *r)
             size_t ab = r->counts[r->rank] * sizeof(float) + 1;
             DEAR_ALLOC_GOTO(st->acc, malloc(ab), ab, rc, out);
         }
+        if (dear_param_int(DEAR_P_DETERMINISTIC)) {
+            size_t ob = r->counts[r->rank] * r->esize + 1;
+            DEAR_ALLOC_GOTO(st->own_copy, malloc(ob), ob, rc, out);
+        }
     }
     DEAR_CHECK(post_all(r, st));
     st->posted = 1;
@@ -146,6 +185,7 @@ static void direct_cleanup(dear_coll_req_t *r)
     free(st->reqs);
     free(st->slots);
     free(st->acc);
+    free(st->own_copy);
     free(st);
     r->state = NULL;
 }

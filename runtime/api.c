@@ -153,6 +153,15 @@ int dear_init(MPI_Comm comm, dear_ctx_t **ctx_out)
      * calls that follow: one all-reduce on the caller's communicator settles it. */
     rc = dear_params_load();
     DEAR_CHECK(agree(comm, rc, "a DEAR_* variable has a bad value"));
+    /* Every rank must pick the same algorithms: the one setting that changes them everywhere. */
+    int det[2] = { (int)dear_param_int(DEAR_P_DETERMINISTIC), -(int)dear_param_int(DEAR_P_DETERMINISTIC) }, both[2];
+    DEAR_MPI_CHECK(MPI_Allreduce(det, both, 2, MPI_INT, MPI_MAX, comm));
+    if (both[0] != -both[1]) {
+        DEAR_ERROR("api", "dear_init: DEAR_DETERMINISTIC is %d on this rank but not on every rank; set the same value "
+                          "everywhere (mpirun -x DEAR_DETERMINISTIC)",
+                   det[0]);
+        return DEAR_ERR_PARAM;
+    }
 
     DEAR_ALLOC_GOTO(ctx, calloc(1, sizeof *ctx), sizeof *ctx, rc, err);
     ctx->cm.comm = MPI_COMM_NULL;
@@ -204,7 +213,7 @@ int dear_commit(dear_ctx_t *ctx)
         DEAR_ERROR("api", "dear_commit: no tensor registered; call dear_register for each gradient first");
         return DEAR_ERR_STATE;
     }
-    dear_clip_setup(ctx);
+    DEAR_CHECK(dear_clip_setup(ctx));
     /* Rank 0's DEAR_FIND_UNUSED decides: its collective must be in every rank's plan. */
     ctx->unused.on = (int)dear_param_int(DEAR_P_FIND_UNUSED);
     DEAR_MPI_CHECK(MPI_Bcast(&ctx->unused.on, 1, MPI_INT, 0, ctx->cm.comm));

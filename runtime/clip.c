@@ -24,7 +24,7 @@
 /* As torch.nn.utils.clip_grad_norm_: a zero gradient is left as it is. */
 #define CLIP_EPS 1e-6
 
-void dear_clip_setup(dear_ctx_t *ctx)
+int dear_clip_setup(dear_ctx_t *ctx)
 {
     if (!ctx->clip.on) {
         double p = dear_param_double(DEAR_P_CLIP_NORM);
@@ -34,6 +34,14 @@ void dear_clip_setup(dear_ctx_t *ctx)
     ctx->clip.iter = -1;
     ctx->clip.norm = -1;
     ctx->clip.coef = 1;
+    /* The norm from shards adds the buckets' squares in bucket order: it depends on the plan. */
+    if (ctx->clip.on && dear_param_int(DEAR_P_DETERMINISTIC) && (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT)) {
+        DEAR_ERROR("api", "dear_commit: clipping under DEAR_SCHEDULE=dear with DEAR_DETERMINISTIC=1: the norm taken "
+                          "from the shards depends on the plan; use DEAR_SCHEDULE=wfbp or sync (their norm is taken "
+                          "over whole tensors) or turn one of the two off");
+        return DEAR_ERR_UNSUPPORTED;
+    }
+    return DEAR_OK;
 }
 
 static void set_result(dear_ctx_t *ctx, double sumsq, long long iter)

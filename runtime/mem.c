@@ -51,6 +51,11 @@ static int cuda_setup(dear_ctx_t *ctx)
         }
     int want = (int)dear_param_enum(DEAR_P_CUDA_TRANSPORT);
     DEAR_MPI_CHECK(MPI_Bcast(&want, 1, MPI_INT, 0, ctx->cm.comm));
+    if (dear_param_int(DEAR_P_DETERMINISTIC) && want != DEAR_CUDA_T_STAGED) {
+        /* NCCL's order of the sums follows its own algorithm and the plan's vectors. */
+        DEAR_INFO("cuda", "DEAR_DETERMINISTIC=1: CUDA gradients staged, summed by dear's direct exchange");
+        want = DEAR_CUDA_T_STAGED;
+    }
     DEAR_CHECK(dear_cuda_open(ctx->cm.comm, want, dear_param_double(DEAR_P_CUDA_INIT_TIMEOUT_S), &m->cuda));
     m->ops = dear_cuda_mem(m->cuda);
     m->comm = dear_cuda_comm_queue(m->cuda);

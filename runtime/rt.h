@@ -484,7 +484,7 @@ int dear_tensor_updates(const dear_registry_t *reg, const dear_unused_t *unused,
 
 /* clip.c */
 /* At commit, before the plan is made: DEAR_CLIP_NORM or dear_set_clip_norm. */
-void dear_clip_setup(dear_ctx_t *ctx);
+int dear_clip_setup(dear_ctx_t *ctx);
 /* dear: the norm's collective after the plan's buckets (dear_graph_build; it needs the buckets
  * for its dependencies and the all-gathers depend on it). */
 int dear_clip_graph(dear_ctx_t *ctx, int pos);

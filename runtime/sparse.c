@@ -63,6 +63,11 @@ int dear_sparse_setup(dear_ctx_t *ctx)
                          dear_param_int(DEAR_P_SPARSE_BLOCK) };
     DEAR_MPI_CHECK(MPI_Bcast(cfg, 3, MPI_LONG_LONG, 0, ctx->cm.comm));
     ctx->sparse.mode = (int)cfg[0];
+    if (dear_param_int(DEAR_P_DETERMINISTIC) && ctx->sparse.mode != DEAR_SPARSE_OFF) {
+        /* The sparse exchange sums in its own order; the direct exchange in rank order. */
+        DEAR_INFO("sparse", "DEAR_DETERMINISTIC=1: tensors declared sparse travel dense");
+        ctx->sparse.mode = DEAR_SPARSE_OFF;
+    }
     ctx->sparse.measure_iters = cfg[1];
     ctx->sparse.decide_at = -1;
     /* DEAR_SPARSE_BLOCK replaces every sparse tensor's row as its block; the counts are alike on

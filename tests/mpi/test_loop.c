@@ -22,6 +22,7 @@
  *   wait     update = NULL: dear_wait_grad gives the averaged gradient of one layer
  *   bf16     bfloat16 gradients whose float32 sums are exact: the update sees the float32 sum
  *            rounded once, bit for bit, at every rank count
+ *   determ.  DEAR_DETERMINISTIC: two plans end on the same parameters bit for bit
  */
 #include <check.h>
 #include <math.h>
@@ -413,6 +414,34 @@ END_TEST
 START_TEST(test_bf16) { compare(OPT_BF16, _i, 0); }
 END_TEST
 
+/* DEAR_DETERMINISTIC: the same training under two plans (2 KiB buckets of whole tensors; chunks of
+ * 256 bytes, and for the cut schedule its hand plan) ends on the same parameters bit for bit,
+ * though the gradients are not exact and the plans sum them in other pieces. */
+START_TEST(test_deterministic)
+{
+    setenv("DEAR_DETERMINISTIC", "1", 1);
+    model_t a, b;
+    model_init(&a, OPT_NONE);
+    model_init(&b, OPT_NONE);
+    dear_ctx_t *ctx = setup(&a, scheds[_i], NULL);
+    train(ctx, &a, 0);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    setenv("DEAR_PARTITION", "256", 1);
+    ctx = setup(&b, scheds[_i], plan_of(_i));
+    train(ctx, &b, 0);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    unsetenv("DEAR_PARTITION");
+    unsetenv("DEAR_DETERMINISTIC");
+    size_t n = a.off[NT], differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ += memcmp(&a.w[i], &b.w[i], sizeof a.w[i]) != 0;
+    ck_assert_msg(differ == 0, "DEAR_DETERMINISTIC=1, schedule %s, np %d: %zu of %zu parameters differ between two "
+                  "plans", scheds[_i], nranks, differ, n);
+    model_free(&a);
+    model_free(&b);
+}
+END_TEST
+
 /* Frozen tensors: unchanged, and their bytes do not travel. */
 START_TEST(test_frozen)
 {
@@ -521,6 +550,7 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, test_eval, 0, NSCHED);
         tcase_add_loop_test(tc, test_frozen, 0, NSCHED);
         tcase_add_loop_test(tc, test_wait, 0, NSCHED);
+        tcase_add_loop_test(tc, test_deterministic, 0, NSCHED);
         tcase_add_test(tc, test_layers);
     }
     suite_add_tcase(s, tc);
