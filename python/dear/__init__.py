@@ -49,10 +49,6 @@ import torch
 __all__ = ["DearError", "wrap", "flush", "close", "schedule"]
 
 DEAR_OK = 0
-_STATUS = {-1: "invalid argument", -2: "call out of order", -3: "ranks disagree", -4: "MPI error",
-           -5: "out of memory", -6: "unsupported", -7: "stall timeout", -8: "bad DEAR_* parameter",
-           -9: "I/O error", -10: "malformed file", -11: "update callback failed", -12: "CUDA error",
-           -13: "internal error", -14: "socket transport error"}
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
 _MODE_TRAIN, _MODE_EVAL = 0, 2
 
@@ -62,7 +58,7 @@ class DearError(RuntimeError):
 
     def __init__(self, call, status, message):
         self.status = status
-        super().__init__("%s failed: %s%s" % (call, _STATUS.get(status, "status %d" % status),
+        super().__init__("%s failed: %s%s" % (call, _load().dear_status_string(status).decode(),
                                              (":\n" + message.strip()) if message.strip() else ""))
 
 
@@ -115,6 +111,7 @@ def _load():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
     lib.dear_schedule.argtypes, lib.dear_schedule.restype = [vp], ctypes.c_char_p
+    lib.dear_status_string.argtypes, lib.dear_status_string.restype = [ctypes.c_int], ctypes.c_char_p
     lib.dear_last_error.argtypes, lib.dear_last_error.restype = [ctypes.c_char_p, ctypes.c_size_t], ctypes.c_size_t
     lib._comm_t = comm_t
     _lib = lib

@@ -227,7 +227,7 @@ def errors():
     if SIZE > 1:
         torch.manual_seed(7)
         model = nn.Sequential(nn.Linear(4, 8 if RANK == 0 else 9), nn.Linear(8 if RANK == 0 else 9, 2))
-        expect_error("models differ across ranks", "dear_commit failed: ranks disagree",
+        expect_error("models differ across ranks", "dear_commit failed: mismatch",
                      lambda: dear.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1)))
 
 
