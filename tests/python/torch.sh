@@ -1,6 +1,6 @@
 #!/bin/sh
 # The Python binding (python/dear) against torch DDP over gloo, at np 1, 2 and 4
-# (tests/python/test_torch.py says what is compared). Skipped (77) only where no python3 has
+# (tests/python/test_torch.py and test_loops.py say what is compared). Skipped (77) only where no python3 has
 # torch and mpi4py; install-deps.sh installs both (python3-torch, python3-mpi4py).
 set -u
 : "${top_srcdir:=.}" "${top_builddir:=.}"
@@ -21,11 +21,13 @@ esac
 src=$(cd "$top_srcdir" && pwd)
 libpath=$(cd "$(dirname "$lib")" && pwd)/libdear.so.1
 fails=0
-for np in 1 2 4; do
-    mpi_run 300 $np PYTHONPATH="$src/python" DEAR_LIBRARY="$libpath" "$py" "$src/tests/python/test_torch.py" || {
-        echo "torch.sh: np $np failed (status $?)" >&2
-        fails=$((fails + 1))
-    }
+for t in test_torch test_loops; do
+    for np in 1 2 4; do
+        mpi_run 300 $np PYTHONPATH="$src/python" DEAR_LIBRARY="$libpath" "$py" "$src/tests/python/$t.py" || {
+            echo "torch.sh: $t.py at np $np failed (status $?)" >&2
+            fails=$((fails + 1))
+        }
+    done
 done
 # The sample trainer runs, learns, evaluates and says so (a short run; README gives the full one).
 if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
