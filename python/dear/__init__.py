@@ -58,7 +58,9 @@ terms of libdear's C API (include/dear.h):
   iteration untouched, as DDP's ``find_unused_parameters``.
 * A backward pass that raised is completed at the next call into the binding (forward, step,
   zero_grad, flush) with the gradients it wrote, so every rank stays in step; an exception of the
-  optimizer is raised as it is, where the step runs.
+  optimizer is raised as it is, where the step runs. While a context is open, an uncaught
+  exception or SIGINT on any rank aborts the job (MPI_Abort) after printing the error, instead of
+  leaving the other ranks waiting in libdear for DEAR_STALL_ABORT_S.
 * Parameters are broadcast from rank 0 at ``wrap``; buffers are not synchronised (as DDP with
   ``broadcast_buffers=False``). The optimizer must keep per-parameter state only (SGD, Adam,
   AdamW, ... but not LBFGS: a closure is refused).
@@ -73,7 +75,9 @@ import ctypes
 import ctypes.util
 import inspect
 import os
+import signal
 import sys
+import traceback
 import types
 
 import torch
@@ -179,8 +183,65 @@ def _log(level, msg):
     sys.stderr.flush()
 
 
+# ---- the end of the job when one rank fails ----
+# While a context is open the other ranks wait in libdear for this one; an error it does not
+# survive must end all of them now, not after DEAR_STALL_ABORT_S.
+_open = []
+_saved_hooks = None
+
+
 def _rank():
     return _MPI.COMM_WORLD.Get_rank()
+
+
+def _abort(code):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _MPI.COMM_WORLD.Abort(code)
+
+
+def _excepthook(tp, value, tb):
+    _saved_hooks[0](tp, value, tb)   # the original error first, as Python prints it
+    if _open:
+        _log("error", "uncaught %s with a dear context open: aborting the job (MPI_Abort), the other ranks "
+             "would wait for this one" % tp.__name__)
+        _abort(1)
+
+
+def _sigint(signum, frame):
+    sys.stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_stack(frame)) +
+                     "KeyboardInterrupt (SIGINT)\n")
+    if _open:
+        _log("error", "SIGINT with a dear context open: aborting the job (MPI_Abort), the other ranks would "
+             "wait for this one")
+        _abort(128 + signal.SIGINT)
+    raise KeyboardInterrupt
+
+
+def _arm(w):
+    global _saved_hooks
+    if not _open:
+        handler = None
+        # A handler of the program's own is its to keep; only Python's default is replaced.
+        import threading
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            handler = signal.signal(signal.SIGINT, _sigint)
+        _saved_hooks = (sys.excepthook, handler)
+        sys.excepthook = _excepthook
+    _open.append(w)
+
+
+def _disarm(w):
+    global _saved_hooks
+    if w in _open:
+        _open.remove(w)
+    if not _open and _saved_hooks is not None:
+        if sys.excepthook is _excepthook:
+            sys.excepthook = _saved_hooks[0]
+        if _saved_hooks[1] is not None and signal.getsignal(signal.SIGINT) is _sigint:
+            signal.signal(signal.SIGINT, _saved_hooks[1])
+        _saved_hooks = None
 
 
 # ---- param.grad under schedule dear ----
@@ -280,6 +341,7 @@ class _Wrapped:
         self.unsettled = [False] * nl        # ... and its averaged gradient not yet in place
         self.seen, self.pending, self.begun = [False] * n, [len(ts) for _, ts in self.layers], [False] * nl
         self._install_hooks()
+        _arm(self)
 
     def _collect(self, model):
         """Parameters in module order, each module that owns some a layer."""
@@ -621,6 +683,7 @@ class _Wrapped:
             for t, p in enumerate(self.params):
                 if p.grad is self.gviews[t]:
                     p.grad = self.views[t]
+            _disarm(self)
             st = self.lib.dear_finalize(ctypes.byref(self.ctx))
             self.ctx = ctypes.c_void_p()
             _check("dear_finalize", st)
