@@ -34,16 +34,17 @@ terms of libdear's C API (include/dear.h):
   the optimizer for every tensor that became ready in one C call at once: one ``step()`` of the
   optimizer with its parameter groups narrowed to those tensors (the optimizer's own single- or
   multi-tensor path), then zeroes them if ``zero_grad()`` was asked for. Under ``wfbp`` and
-  ``sync`` that is all tensors, at ``opt.step()``. Under ``dear`` the gradients are still
-  travelling when backward returns: ``opt.step()`` records the step with the hyper-parameters it
-  has then (a scheduler may change them afterwards) and each layer's step runs in the next
-  forward, just before the layer, once its all-gather is in; ``zero_grad()`` after it is applied
-  after that step. The very first ``opt.step()`` runs at once (it waits for every gradient), so
-  that an optimizer that fails does so there. So between ``opt.step()`` and the next forward the
-  parameters are the old ones: ``state_dict()``, ``load_state_dict()`` (model and optimizer),
-  evaluation (``model.eval()`` or ``torch.no_grad()``) and ``dear.flush`` run the pending steps
-  first; a read of the parameters by hand there needs ``dear.flush(model)``.
-* Under ``dear`` each ``param.grad`` is a torch.Tensor subclass view of the arena whose
+  ``sync``, and on one rank, that is all tensors, at ``opt.step()``. Under ``dear`` on several
+  ranks the gradients are still travelling when backward returns: ``opt.step()`` records the
+  step with the hyper-parameters it has then (a scheduler may change them afterwards) and each
+  layer's step runs in the next forward, just before the layer, once its all-gather is in;
+  ``zero_grad()`` after it is applied after that step. The very first ``opt.step()`` runs at
+  once (it waits for every gradient), so that an optimizer that fails does so there. So between
+  ``opt.step()`` and the next forward the parameters are the old ones: ``state_dict()``,
+  ``load_state_dict()`` (model and optimizer), evaluation (a forward under ``torch.no_grad()``)
+  and ``dear.flush`` run the pending steps first; a read of the parameters by hand there needs
+  ``dear.flush(model)``.
+* There, each ``param.grad`` is a torch.Tensor subclass view of the arena whose
   ``__torch_function__`` first waits for its layer's averaged gradient (``dear_wait_grad``), so
   any read or in-place write of it from Python (``clip_grad_norm_``, ``clip_grad_value_``,
   ``torch._foreach_*``, ``.data``, ``.detach()``, norms for logging, GradScaler's ``unscale_``)
@@ -323,6 +324,8 @@ class _Wrapped:
             for p in self.params:   # every rank starts from rank 0's parameters, as DDP does
                 self.comm.Bcast(p.detach().numpy(), root=0)
             self.sched = lib.dear_schedule(self.ctx).decode()
+            # Only `dear` on several ranks leaves gradients travelling after backward returns.
+            self.deferred = self.sched == "dear" and self.comm.Get_size() > 1
             self._make_arenas()
             self._update_fn = _UPDATE_FN(self._on_update)   # kept alive as long as the context
             for t, p in enumerate(self.params):
@@ -339,6 +342,7 @@ class _Wrapped:
         self.zero_after = [0] * n            # 1: zero once stepped; 2: and leave p.grad None
         self.to_fire = [False] * nl          # schedule dear: the layer's updates still to come
         self.unsettled = [False] * nl        # ... and its averaged gradient not yet in place
+        # Reset in place each iteration: the hooks hold these lists.
         self.seen, self.pending, self.begun = [False] * n, [len(ts) for _, ts in self.layers], [False] * nl
         self._install_hooks()
         _arm(self)
@@ -365,7 +369,17 @@ class _Wrapped:
         if not self.params:
             raise DearError("dear.wrap", -1, "the model has no parameter that requires a gradient")
         self.index = {id(p): t for t, p in enumerate(self.params)}
-        self.shapes = [p.shape for p in self.params]
+        self.walked = [(p, p is not None and p.requires_grad, p is not None and p.shape) for p in self._walk()]
+
+    def _walk(self):
+        """Every module's own parameters (None, frozen and shared ones too) in modules() order:
+        what the model is made of, read in a tenth of the time parameters() takes."""
+        out, stack = [], [self.model]
+        while stack:
+            m = stack.pop()
+            out.extend(m._parameters.values())
+            stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+        return out
 
     def _check_optimizer(self, opt):
         self.group_of = {}
@@ -383,15 +397,16 @@ class _Wrapped:
             n = sum(p.numel() for p in self.params if p.dtype == dt)
             self.arenas[dt] = torch.zeros(n, dtype=dt)
         off = {dt: 0 for dt in self.arenas}
-        self.views, self.gviews = [], []
+        self.views, self.gviews, self.place = [], [], []
         for t, p in enumerate(self.params):
             o = off[p.dtype]
+            self.place.append((self.arenas[p.dtype], o, o + p.numel()))
             view = self.arenas[p.dtype][o:o + p.numel()].view_as(p)
             off[p.dtype] = o + p.numel()
             if p.grad is not None:
                 view.copy_(p.grad)
             gview = view
-            if self.sched == "dear":   # gradients travel after backward: reads must wait for them
+            if self.deferred:   # gradients travel after backward: reads must wait for them
                 gview = view.as_subclass(_Grad)
                 gview._dear_w, gview._dear_l = self, self.layer_of[t]
             p.grad = gview
@@ -484,11 +499,25 @@ class _Wrapped:
                 p.grad = None
 
     def _zero(self, ts):
+        self._zero_views(ts)
         for t in ts:
-            self.views[t].zero_()
             if self.zero_after[t] == 2 and self.params[t].grad is self.gviews[t]:
                 self.params[t].grad = None
             self.zero_after[t] = 0
+
+    def _zero_views(self, ts):
+        """Zero the gradients of ts, one call per run of them that lies back to back in an arena."""
+        arena, lo, hi = None, 0, 0
+        for t in ts:
+            a, o, e = self.place[t]
+            if a is arena and o == hi:
+                hi = e
+                continue
+            if arena is not None:
+                arena[lo:hi].zero_()
+            arena, lo, hi = a, o, e
+        if arena is not None:
+            arena[lo:hi].zero_()
 
     def wait_layer(self, lid):
         self._call("dear_wait_grad", lid)
@@ -524,16 +553,17 @@ class _Wrapped:
     def zero_grad(self, ts, set_to_none):
         self._recover()
         later = self.step_req is not None
+        now = []
         for t in ts:
             lid = self.layer_of[t]
             if later and self.to_fire[lid]:
                 self.zero_after[t] = 2 if set_to_none else 1
-                if set_to_none:
-                    self.params[t].grad = None
-                continue
-            if self.unsettled[lid]:
+            elif self.unsettled[lid]:
                 self.wait_layer(lid)
-            self.views[t].zero_()
+            if not (later and self.to_fire[lid]):
+                now.append(t)
+        self._zero_views(now)
+        for t in ts:
             if set_to_none:
                 self.params[t].grad = None
             elif self.params[t].grad is not self.gviews[t]:
@@ -571,9 +601,9 @@ class _Wrapped:
     # ---- hooks ----
     def _model_pre(self, module, inputs):
         self._recover()
-        now = [p for p in self.model.parameters() if p.requires_grad]
-        if len(now) != len(self.params) or any(a is not b or a.shape != s
-                                               for a, b, s in zip(now, self.params, self.shapes)):
+        now = self._walk()
+        if len(now) != len(self.walked) or any(a is not b or (a is not None and (a.requires_grad != r or a.shape != s))
+                                               for a, (b, r, s) in zip(now, self.walked)):
             raise DearError("forward", -2, "the model changed after dear.wrap (parameters added, removed, "
                             "reshaped or frozen); wrap the new model instead")
         for t, p in enumerate(self.params):
@@ -587,15 +617,17 @@ class _Wrapped:
         if mode != self.mode:
             self._call("dear_set_mode", mode)
             self.mode = mode
-        self.begun = [False] * len(self.layers)
+        self.begun[:] = [False] * len(self.layers)
 
     def _layer_pre(self, lids):
+        begin, ctx, begun = self.lib.dear_forward_begin, self.ctx, self.begun
+
         def hook(module, inputs):
             if self.mode == _MODE_EVAL:
                 return
             for lid in lids:
-                _check("dear_forward_begin", self.lib.dear_forward_begin(self.ctx, lid))
-                self.begun[lid] = True
+                _check("dear_forward_begin", begin(ctx, lid))
+                begun[lid] = True
             if self.fired:
                 self._settle()
         return hook
@@ -628,6 +660,8 @@ class _Wrapped:
             self._call("dear_flush")
 
     def _grad_ready(self, t):
+        lid, seen, pending = self.layer_of[t], self.seen, self.pending
+
         def hook(*_):
             if not self.in_backward:
                 if any(self.to_fire):
@@ -635,12 +669,11 @@ class _Wrapped:
                                     "output added to gradients still being averaged; call dear.flush(model) "
                                     "before it")
                 self._backward_begin()
-            if self.seen[t]:
+            if seen[t]:
                 return
-            self.seen[t] = True
-            lid = self.layer_of[t]
-            self.pending[lid] -= 1
-            if self.pending[lid] == 0:
+            seen[t] = True
+            pending[lid] -= 1
+            if pending[lid] == 0:
                 self._call("dear_backward_done", lid)
         return hook
 
@@ -653,15 +686,19 @@ class _Wrapped:
                 if not self.seen[t]:
                     self._call("dear_no_grad", t)
             self._call("dear_backward_done", lid)
-        self.pending = [len(ts) for _, ts in self.layers]
-        self.seen = [False] * len(self.params)
+        self.pending[:] = [len(ts) for _, ts in self.layers]
+        self.seen[:] = [False] * len(self.params)
         if self.mode == _MODE_TRAIN:   # new averaged gradients, for the next opt.step()
             self.ready, self.step_req, self.stepped = [], None, False
             self.zero_after = [0] * len(self.params)
-            if self.sched == "dear":
+            if self.deferred:
                 self.to_fire = [bool(ts) for _, ts in self.layers]
                 self.unsettled = list(self.to_fire)
         self._call("dear_backward_end")
+        if self.mode == _MODE_TRAIN and self.sched == "dear" and not self.deferred:
+            # One rank: the gradients are in place already, so the steps run at opt.step() in one
+            # batch; per layer in the next forward they would only cost (a tenth of the iteration).
+            self._call("dear_flush")
 
     def _recover(self):
         """A backward pass that raised never reached its end: complete it (every rank must run the
