@@ -82,6 +82,8 @@ def loop(net, module, opt, sched, kind, feat, data, is_ddp):
         if feat == "set_to_none":
             opt.zero_grad(set_to_none=True)
             rec.append(float(all(p.grad is None for p in params)))
+        elif feat == "sched_before":   # zero_grad first, as many loops do
+            opt.zero_grad()
         if feat == "accumulate":
             half = x.shape[0] // 2
             with net.no_sync():
@@ -126,13 +128,17 @@ def loop(net, module, opt, sched, kind, feat, data, is_ddp):
             opt.step()
         else:
             opt.step()
-        if feat != "set_to_none":
+        if feat not in ("set_to_none", "sched_before"):
             opt.zero_grad()
         sched.step()
         if feat == "eval" and i % 3 == 1:
             net.eval()
             with torch.no_grad():
                 rec += net(xv).flatten().tolist()[:16]
+            net.train()
+        elif feat == "eval" and i % 3 == 2:   # evaluation without no_grad, as some write it
+            net.eval()
+            rec += net(xv).flatten().tolist()[:16]
             net.train()
         if feat == "state_dict":
             if i == 3:
