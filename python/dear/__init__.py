@@ -347,6 +347,11 @@ class _Wrapped:
         self._install_hooks()
         _arm(self)
 
+    def __reduce_ex__(self, protocol):
+        raise DearError("copy", -6, "a wrapped model cannot be copied or pickled: its hooks hold libdear's "
+                        "context. Copy it before dear.wrap (an EMA of the weights, say) or after dear.close, "
+                        "and save model.state_dict() rather than the model")
+
     def _collect(self, model):
         """Parameters in module order, each module that owns some a layer."""
         self.params, self.names, self.layer_of, self.layers = [], [], [], []
@@ -564,10 +569,11 @@ class _Wrapped:
                 now.append(t)
         self._zero_views(now)
         for t in ts:
+            grad = self.params[t].grad
             if set_to_none:
                 self.params[t].grad = None
-            elif self.params[t].grad is not self.gviews[t]:
-                self._adopt(t)
+            elif grad is not None and grad is not self.gviews[t]:
+                self._adopt(t)   # as torch.optim, a gradient that is None stays None
 
     def _adopt(self, t):
         """param.grad is not the arena's view: take back what the program put there."""
@@ -697,7 +703,7 @@ class _Wrapped:
         self._call("dear_backward_end")
         if self.mode == _MODE_TRAIN and self.sched == "dear" and not self.deferred:
             # One rank: the gradients are in place already, so the steps run at opt.step() in one
-            # batch; per layer in the next forward they would only cost (a tenth of the iteration).
+            # batch, which costs less than a batch per layer between the layers' kernels.
             self._call("dear_flush")
 
     def _recover(self):

@@ -270,6 +270,7 @@ def refusals():
     T.loss_of("cnn", model(x), y).backward()
     T.expect_error("a parameter group added after wrap", "parameter groups changed after dear.wrap", opt.step)
     opt.param_groups.pop()
+    T.expect_error("a copy of a wrapped model", "cannot be copied or pickled", lambda: copy.deepcopy(model))
     dear.close(model)
 
 
