@@ -755,6 +755,15 @@ def _keyword_env(kw):
     return env
 
 
+def _set_to_none_default(zero_grad):
+    """The running torch's default for zero_grad's set_to_none (False in 1.13, True from 2.0)."""
+    try:
+        p = inspect.signature(zero_grad).parameters.get("set_to_none")
+    except (TypeError, ValueError):
+        return False
+    return False if p is None or p.default is inspect.Parameter.empty else p.default
+
+
 def _patch(obj, name, fn):
     """Put fn in obj's own attributes in place of name; close() puts back what was there."""
     saved = obj.__dict__.get(name, _MISSING)
@@ -786,8 +795,8 @@ def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_
     model._dear = w
     everything = range(len(w.params))
     mine = sorted(w.group_of)
-    opt_default = inspect.signature(type(optimizer).zero_grad).parameters["set_to_none"].default
-    mod_default = inspect.signature(type(model).zero_grad).parameters["set_to_none"].default
+    opt_default = _set_to_none_default(type(optimizer).zero_grad)
+    mod_default = _set_to_none_default(type(model).zero_grad)
 
     def step(self, closure=None, **kwargs):
         return w.step(closure, kwargs)
