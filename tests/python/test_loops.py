@@ -8,7 +8,8 @@ clip_grad_value_ between backward and step, reading and scaling p.grad, torch._f
 gradients (an unscale as GradScaler's), GradScaler itself, no_sync() accumulation,
 zero_grad(set_to_none=True), a scheduler made before wrap, state_dict()/load_state_dict() of model
 and optimizer mid-training, model.eval() evaluation mid-training, clip_norm= against
-clip_grad_norm_, and a backward pass that raises and is skipped. Then the errors: an optimizer
+clip_grad_norm_, a backward pass that raises and is skipped, and two backward passes through one
+forward (against DDP's one of twice the loss: DDP refuses the second). Then the errors: an optimizer
 that raises (the original error, once, on every rank; the wrapper goes on), and the refusals (a
 closure, two steps for one backward, a parameter group added after wrap).
 """
@@ -103,6 +104,11 @@ def loop(net, module, opt, sched, kind, feat, data, is_ddp):
                     TRIP[0] = False
             elif feat == "scaler":
                 scaler.scale(loss).backward()
+            elif feat == "two_backward" and is_ddp:
+                (2 * loss).backward()   # DDP refuses a second backward pass through one forward
+            elif feat == "two_backward":
+                loss.backward(retain_graph=True)   # two losses from one forward, say
+                loss.backward()
             else:
                 (loss * SCALE if feat == "foreach" else loss).backward()
         if feat == "clip_grad_norm_":
@@ -155,7 +161,8 @@ def loop(net, module, opt, sched, kind, feat, data, is_ddp):
 CASES = {"clip_grad_norm_": ("cnn", "sgd"), "clip_grad_value_": ("cnn", "sgd"), "grad_io": ("cnn", "sgd"),
          "foreach": ("cnn", "sgd"), "scaler": ("cnn", "sgd"), "accumulate": ("cnn", "sgd"),
          "set_to_none": ("cnn", "adamw"), "sched_before": ("cnn", "adamw"), "state_dict": ("cnn", "adamw"),
-         "eval": ("cnn", "adamw"), "clip_norm": ("transformer", "sgd"), "backward_raises": ("cnn", "adamw")}
+         "eval": ("cnn", "adamw"), "clip_norm": ("transformer", "sgd"), "backward_raises": ("cnn", "adamw"),
+         "two_backward": ("cnn", "sgd")}
 
 
 def run_ddp(feat):
