@@ -2,7 +2,10 @@
 #   tests/python/torch.sh   dear.wrap against torch DDP (gloo) at np 1, 2, 4: CNN and transformer,
 #                           SGD with momentum and AdamW with a schedule, every DEAR_SCHEDULE;
 #                           checkpoint and resume; unused and frozen parameters; the errors;
+#                           DDP's training loops unchanged (test_loops.py: clipping, p.grad,
+#                           no_sync, set_to_none, schedulers, state_dict, eval, GradScaler,
+#                           exceptions); one rank failing ends the job (abort_torch.py);
 #                           apps/torch/train.py learns in 60 iterations
 TESTS += tests/python/torch.sh
-EXTRA_DIST += tests/python/torch.sh tests/python/test_torch.py apps/torch/train.py
-
+EXTRA_DIST += tests/python/torch.sh tests/python/test_torch.py tests/python/test_loops.py \
+    tests/python/abort_torch.py apps/torch/train.py

@@ -8,7 +8,8 @@ mean and deviation), global batch 64 split over the ranks, SGD with momentum 0.9
 decay 5e-4, peak learning rate 0.06 with a 200-iteration linear warm-up and cosine decay, as
 apps/cnn/dear-cnn; so it should reach dear-cnn's test accuracy (about 91% after 5 epochs).
 The learning rate is set per iteration by a LambdaLR scheduler; dear applies each gradient with
-the rate of the iteration it belongs to. From the build tree: PYTHONPATH=python.
+the rate opt.step() saw, even where the step runs in the next forward. From the build tree:
+PYTHONPATH=python.
 """
 import argparse
 import gzip

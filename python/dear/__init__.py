@@ -5,65 +5,110 @@
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, opt = dear.wrap(model, opt)          # collective: every rank, the same model
     for x, y in batches:
+        opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()                         # gradients start travelling during backward
-        opt.step()                              # nothing left to do: see below
-    dear.flush(model)                           # before a checkpoint, evaluation by hand, exit
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)   # optional: sees averaged gradients
+        opt.step()                              # under `dear`, runs in the next forward: see below
+    dear.close(model)                           # every pending update applied, the context freed
 
-Run it with `mpirun -np 4 python3 train.py`; every DEAR_* variable applies (DEAR_SCHEDULE,
-DEAR_FUSION, ...). What happens, in the terms of libdear's C API (include/dear.h):
+Run it with `mpirun -np 4 python3 train.py`. A loop written for DistributedDataParallel runs
+unchanged and computes what DDP computes: ``p.grad`` after backward is the gradient averaged over
+the ranks, ``opt.step()``, ``opt.zero_grad()``, ``model.no_sync()``, learning-rate schedulers,
+``state_dict()`` and evaluation mean what they mean there. Options are keywords of ``wrap``
+(``schedule=``, ``clip_norm=``, ...) or DEAR_* variables; a keyword wins. What happens, in the
+terms of libdear's C API (include/dear.h):
 
 * The gradients of every parameter that requires one live in one flat arena per dtype, and each
   ``param.grad`` is a view into it, so buckets are zero-copy. Parameters are registered in the
   order of ``model.modules()``; each module that owns parameters is a layer, and its forward
   pre-hook begins its own layer and those of the modules inside it (whose parameters its forward
   may use without calling them).
-* A hook on each parameter's gradient accumulator counts the layer down and reports
-  ``dear_backward_done`` when the layer's gradients are all written; the end of backward is
-  detected through the autograd engine (as DDP does) and reports ``dear_backward_end``. A forward
-  pre-hook on each layer calls ``dear_forward_begin``.
-* Each parameter's optimizer step runs inside libdear's update callback, the moment its averaged
-  gradient is in place (in the next forward under ``dear``, at the end of backward under
-  ``wfbp`` and ``sync``), with the hyper-parameters (learning rate, ...) its gradient's iteration
-  had, then its gradient is zeroed for the next backward. So ``opt.step()`` and
-  ``opt.zero_grad()`` do nothing; create learning-rate schedulers after ``wrap``. The optimizer
-  must keep per-parameter state only (SGD, Adam, AdamW, ... but not LBFGS).
-* Evaluation (``model.eval()`` or ``torch.no_grad()``) runs every pending update first and enters
-  no profile. ``find_unused=True`` (or DEAR_FIND_UNUSED=1) leaves parameters that no rank used in
-  an iteration untouched, as DDP's ``find_unused_parameters``.
+* A hook on the model's outputs marks the start of a backward pass; a hook after each parameter's
+  gradient accumulation counts its layer down and reports ``dear_backward_done`` when the layer's
+  gradients are all written (``register_post_accumulate_grad_hook`` where torch has it, >= 2.1;
+  the AccumulateGrad node's hook before); the autograd engine's end-of-backward callback (as DDP
+  and FSDP use) reports ``dear_backward_end``. A forward pre-hook on each layer calls
+  ``dear_forward_begin``.
+* libdear's update callback only says a tensor's averaged gradient is in place; the binding runs
+  the optimizer for every tensor that became ready in one C call at once: one ``step()`` of the
+  optimizer with its parameter groups narrowed to those tensors (the optimizer's own single- or
+  multi-tensor path), then zeroes them if ``zero_grad()`` was asked for. Under ``wfbp`` and
+  ``sync``, and on one rank, that is all tensors, at ``opt.step()``. Under ``dear`` on several
+  ranks the gradients are still travelling when backward returns: ``opt.step()`` records the
+  step with the hyper-parameters it has then (a scheduler may change them afterwards) and each
+  layer's step runs in the next forward, just before the layer, once its all-gather is in;
+  ``zero_grad()`` after it is applied after that step. The very first ``opt.step()`` runs at
+  once (it waits for every gradient), so that an optimizer that fails does so there. So between
+  ``opt.step()`` and the next forward the parameters are the old ones: ``state_dict()``,
+  ``load_state_dict()`` (model and optimizer), evaluation (a forward under ``torch.no_grad()``)
+  and ``dear.flush`` run the pending steps first; a read of the parameters by hand there needs
+  ``dear.flush(model)``.
+* There, each ``param.grad`` is a torch.Tensor subclass view of the arena whose
+  ``__torch_function__`` first waits for its layer's averaged gradient (``dear_wait_grad``), so
+  any read or in-place write of it from Python (``clip_grad_norm_``, ``clip_grad_value_``,
+  ``torch._foreach_*``, ``.data``, ``.detach()``, norms for logging, GradScaler's ``unscale_``)
+  sees the averaged gradient, and what it writes is what the step later uses. Clipping that reads
+  every gradient gives up, for that iteration, the overlap of the all-gathers with the next
+  forward; ``clip_norm=`` clips inside libdear from the shards and keeps it. C and C++ code that
+  takes the tensor without Python's dispatch (an extension's kernel) sees it unwaited: call
+  ``dear.flush(model)`` first.
+* ``model.no_sync()`` (DDP's gradient accumulation) makes the backward passes of the forwards it
+  encloses local (DEAR_MODE_ACCUMULATE); the next forward outside it synchronises the sum.
+  Evaluation enters no profile. ``find_unused=True`` leaves parameters that no rank used in an
+  iteration untouched, as DDP's ``find_unused_parameters``.
+* A backward pass that raised is completed at the next call into the binding (forward, step,
+  zero_grad, flush) with the gradients it wrote, so every rank stays in step; an exception of the
+  optimizer is raised as it is, where the step runs. While a context is open, an uncaught
+  exception or SIGINT on any rank aborts the job (MPI_Abort) after printing the error, instead of
+  leaving the other ranks waiting in libdear for DEAR_STALL_ABORT_S.
 * Parameters are broadcast from rank 0 at ``wrap``; buffers are not synchronised (as DDP with
-  ``broadcast_buffers=False``).
+  ``broadcast_buffers=False``). The optimizer must keep per-parameter state only (SGD, Adam,
+  AdamW, ... but not LBFGS: a closure is refused).
 
 ctypes, not a C extension: libdear's API is a dozen plain C calls, so ctypes binds it without
 compiling against one torch's C++ ABI, and the same files work with every torch and Python the
 machine has; the cost, a Python call per hook, is microseconds against milliseconds of layer
 compute. Errors from libdear raise DearError with the library's own message.
 """
+import contextlib
 import ctypes
 import ctypes.util
+import inspect
 import os
+import signal
+import sys
+import traceback
 import types
 
 import torch
 
-__all__ = ["DearError", "wrap", "flush", "close", "schedule"]
+__all__ = ["DearError", "wrap", "flush", "close", "schedule", "grad_norm"]
 
 DEAR_OK = 0
-_STATUS = {-1: "invalid argument", -2: "call out of order", -3: "ranks disagree", -4: "MPI error",
-           -5: "out of memory", -6: "unsupported", -7: "stall timeout", -8: "bad DEAR_* parameter",
-           -9: "I/O error", -10: "malformed file", -11: "update callback failed", -12: "CUDA error",
-           -13: "internal error", -14: "socket transport error"}
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
-_MODE_TRAIN, _MODE_EVAL = 0, 2
+_MODE_TRAIN, _MODE_ACCUMULATE, _MODE_EVAL = 0, 1, 2
+# The keywords of wrap and the DEAR_* variable each sets.
+_KEYWORDS = {"schedule": "DEAR_SCHEDULE", "fusion": "DEAR_FUSION", "bucket_cap_mb": "DEAR_FUSION_THRESHOLD",
+             "clip_norm": "DEAR_CLIP_NORM", "find_unused": "DEAR_FIND_UNUSED"}
+_LEVELS = ("error", "warn", "info", "debug")
+# Subclass dispatch off, user modes on, where torch tells them apart (>= 2.0).
+_no_torch_function = getattr(torch._C, "DisableTorchFunctionSubclass", None) or torch._C.DisableTorchFunction
 
 
 class DearError(RuntimeError):
-    """A libdear call failed: .status is its dear_status_t, the message the library's log lines."""
+    """A libdear call failed, or the binding refuses a use it cannot serve: .status is the
+    dear_status_t, the message libdear's (or the binding's) own words."""
 
     def __init__(self, call, status, message):
         self.status = status
-        super().__init__("%s failed: %s%s" % (call, _STATUS.get(status, "status %d" % status),
+        super().__init__("%s failed: %s%s" % (call, _status_string(status),
                                              (":\n" + message.strip()) if message.strip() else ""))
+
+
+def _status_string(status):
+    lib = _load()
+    return lib.dear_status_string(status).decode()
 
 
 class _UpdateInfo(ctypes.Structure):
@@ -111,10 +156,11 @@ def _load():
                        ("dear_register_layer", [vp, c_int]), ("dear_commit", [vp]),
                        ("dear_forward_begin", [vp, c_int]), ("dear_backward_done", [vp, c_int]),
                        ("dear_backward_end", [vp]), ("dear_flush", [vp]), ("dear_set_mode", [vp, c_int]),
-                       ("dear_no_grad", [vp, c_int]), ("dear_finalize", [pvp])):
+                       ("dear_no_grad", [vp, c_int]), ("dear_wait_grad", [vp, c_int]), ("dear_finalize", [pvp])):
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
     lib.dear_schedule.argtypes, lib.dear_schedule.restype = [vp], ctypes.c_char_p
+    lib.dear_status_string.argtypes, lib.dear_status_string.restype = [ctypes.c_int], ctypes.c_char_p
     lib.dear_last_error.argtypes, lib.dear_last_error.restype = [ctypes.c_char_p, ctypes.c_size_t], ctypes.c_size_t
     lib._comm_t = comm_t
     _lib = lib
@@ -128,39 +174,192 @@ def _check(call, status):
         raise DearError(call, status, buf.value.decode(errors="replace"))
 
 
+def _log(level, msg):
+    """A line as libdear writes them ('[dear RANK] LEVEL python: ...'), under DEAR_LOG_LEVEL."""
+    want = os.environ.get("DEAR_LOG_LEVEL", "warn")
+    if want in _LEVELS and _LEVELS.index(level) > _LEVELS.index(want):
+        return
+    rank = _MPI.COMM_WORLD.Get_rank() if _MPI is not None else "?"
+    sys.stderr.write("[dear %s] %s python: %s\n" % (rank, level, msg))
+    sys.stderr.flush()
+
+
+# ---- the end of the job when one rank fails ----
+# While a context is open the other ranks wait in libdear for this one; an error it does not
+# survive must end all of them now, not after DEAR_STALL_ABORT_S.
+_open = []
+_saved_hooks = None
+
+
+def _rank():
+    return _MPI.COMM_WORLD.Get_rank()
+
+
+def _abort(code):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _MPI.COMM_WORLD.Abort(code)
+
+
+def _excepthook(tp, value, tb):
+    _saved_hooks[0](tp, value, tb)   # the original error first, as Python prints it
+    if _open:
+        _log("error", "uncaught %s with a dear context open: aborting the job (MPI_Abort), the other ranks "
+             "would wait for this one" % tp.__name__)
+        _abort(1)
+
+
+def _sigint(signum, frame):
+    sys.stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_stack(frame)) +
+                     "KeyboardInterrupt (SIGINT)\n")
+    if _open:
+        _log("error", "SIGINT with a dear context open: aborting the job (MPI_Abort), the other ranks would "
+             "wait for this one")
+        _abort(128 + signal.SIGINT)
+    raise KeyboardInterrupt
+
+
+def _arm(w):
+    global _saved_hooks
+    if not _open:
+        handler = None
+        # A handler of the program's own is its to keep; only Python's default is replaced.
+        import threading
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            handler = signal.signal(signal.SIGINT, _sigint)
+        _saved_hooks = (sys.excepthook, handler)
+        sys.excepthook = _excepthook
+    _open.append(w)
+
+
+def _disarm(w):
+    global _saved_hooks
+    if w in _open:
+        _open.remove(w)
+    if not _open and _saved_hooks is not None:
+        if sys.excepthook is _excepthook:
+            sys.excepthook = _saved_hooks[0]
+        if _saved_hooks[1] is not None and signal.getsignal(signal.SIGINT) is _sigint:
+            signal.signal(signal.SIGINT, _saved_hooks[1])
+        _saved_hooks = None
+
+
+# ---- param.grad under schedule dear ----
+# Metadata needs no gradient values: reading it waits for nothing.
+_META = frozenset(getattr(torch.Tensor, n).__get__ for n in
+                  ("shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim", "layout",
+                   "is_sparse", "is_cuda"))
+
+
+class _Grad(torch.Tensor):
+    """param.grad under schedule dear: a view of the arena that waits, before any operation from
+    Python, for its layer's averaged gradient (dear_wait_grad). Results are plain tensors."""
+
+    @classmethod
+    def __torch_function__(cls, func, types_, args=(), kwargs=None):
+        if func not in _META:
+            for a in args:
+                if isinstance(a, _Grad):
+                    a._dear_wait()
+                elif isinstance(a, (list, tuple)):
+                    for b in a:
+                        if isinstance(b, _Grad):
+                            b._dear_wait()
+            if kwargs:
+                for a in kwargs.values():
+                    if isinstance(a, _Grad):
+                        a._dear_wait()
+        with _no_torch_function():
+            return func(*args, **(kwargs or {}))
+
+    def _dear_wait(self):
+        w = self._dear_w
+        if w.unsettled[self._dear_l]:
+            w.wait_layer(self._dear_l)
+
+
+def _tensors_in(obj, depth=0):
+    """The tensors of a forward's output (tensors, sequences, dicts, nested a little)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 4 and isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors_in(o, depth + 1)
+    elif depth < 4 and isinstance(obj, dict):
+        for o in obj.values():
+            yield from _tensors_in(o, depth + 1)
+
+
+def _fill_groups(groups, params, hyper):
+    """Give each parameter group its parameters and, when hyper is given, its hyper-parameters."""
+    for g, grp in enumerate(groups):
+        grp["params"] = params[g]
+        if hyper:
+            grp.update(hyper[g])
+
+
 class _Wrapped:
     """The state behind a wrapped model (model._dear)."""
 
-    def __init__(self, model, opt, comm, find_unused):
+    def __init__(self, model, opt, comm, env):
         lib = _load()
-        self.lib, self.model, self.opt, self.error = lib, model, opt, None
-        comm = comm if comm is not None else _MPI.COMM_WORLD
-        if find_unused:
-            os.environ["DEAR_FIND_UNUSED"] = "1"
-        handle = lib._comm_t.from_address(_MPI._addressof(comm)).value
+        self.lib, self.model, self.opt = lib, model, opt
+        self.comm = comm if comm is not None else _MPI.COMM_WORLD
+        handle = lib._comm_t.from_address(_MPI._addressof(self.comm)).value
         self.ctx = ctypes.c_void_p()
-        _check("dear_init", lib.dear_init(handle, ctypes.byref(self.ctx)))
-        self._collect(model)
-        self._check_optimizer(opt)
-        for p in self.params:   # every rank starts from rank 0's parameters, as DDP does
-            comm.Bcast(p.detach().numpy(), root=0)
-        self._make_arenas()
-        self._update_fn = _UPDATE_FN(self._update)   # kept alive as long as the context
-        for t, p in enumerate(self.params):
-            dt = _DTYPES[p.dtype]
-            _check("dear_register", lib.dear_register(self.ctx, self.names[t].encode(), self.layer_of[t],
-                                                      ctypes.c_void_p(p.grad.data_ptr()), p.numel(), dt, 0,
-                                                      self._update_fn, None))
-        _check("dear_commit", lib.dear_commit(self.ctx))
-        self.iteration, self.hyper, self.in_backward, self.mode = 0, {}, False, _MODE_TRAIN
-        self.seen = set()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)   # dear_init reads the environment once: the keywords hold for this context
+        try:
+            _check("dear_init", lib.dear_init(handle, ctypes.byref(self.ctx)))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        try:
+            self._collect(model)
+            self._check_optimizer(opt)
+            for p in self.params:   # every rank starts from rank 0's parameters, as DDP does
+                self.comm.Bcast(p.detach().numpy(), root=0)
+            self.sched = lib.dear_schedule(self.ctx).decode()
+            # Only `dear` on several ranks leaves gradients travelling after backward returns.
+            self.deferred = self.sched == "dear" and self.comm.Get_size() > 1
+            self._make_arenas()
+            self._update_fn = _UPDATE_FN(self._on_update)   # kept alive as long as the context
+            for t, p in enumerate(self.params):
+                _check("dear_register", lib.dear_register(self.ctx, self.names[t].encode(), self.layer_of[t],
+                                                          ctypes.c_void_p(self.views[t].data_ptr()), p.numel(),
+                                                          _DTYPES[p.dtype], 0, self._update_fn, None))
+            _check("dear_commit", lib.dear_commit(self.ctx))
+        except BaseException:
+            self.ctx = ctypes.c_void_p()   # left open: finalize would wait for ranks that may not fail
+            raise
+        n, nl = len(self.params), len(self.layers)
+        self.mode, self.no_sync_depth, self.in_backward, self.norm = _MODE_TRAIN, 0, False, None
+        self.fired, self.ready, self.step_req, self.steps, self.stepped = [], [], None, 0, True
+        self.zero_after = [0] * n            # 1: zero once stepped; 2: and leave p.grad None
+        self.to_fire = [False] * nl          # schedule dear: the layer's updates still to come
+        self.unsettled = [False] * nl        # ... and its averaged gradient not yet in place
+        # Reset in place each iteration: the hooks hold these lists.
+        self.seen, self.pending, self.begun = [False] * n, [len(ts) for _, ts in self.layers], [False] * nl
         self._install_hooks()
+        _arm(self)
+
+    def __reduce_ex__(self, protocol):
+        raise DearError("copy", -6, "a wrapped model cannot be copied or pickled: its hooks hold libdear's "
+                        "context. Copy it before dear.wrap (an EMA of the weights, say) or after dear.close, "
+                        "and save model.state_dict() rather than the model")
 
     def _collect(self, model):
         """Parameters in module order, each module that owns some a layer."""
         self.params, self.names, self.layer_of, self.layers = [], [], [], []
+        mine = set()
         for mname, mod in model.named_modules():
-            own = [(n, p) for n, p in mod.named_parameters(recurse=False) if p.requires_grad]
+            # A parameter two modules share (tied embeddings) belongs to the first, as in parameters().
+            own = [(n, p) for n, p in mod.named_parameters(recurse=False) if p.requires_grad and id(p) not in mine]
+            mine.update(id(p) for _, p in own)
             if not own:
                 continue
             lid = len(self.layers)
@@ -175,7 +374,17 @@ class _Wrapped:
         if not self.params:
             raise DearError("dear.wrap", -1, "the model has no parameter that requires a gradient")
         self.index = {id(p): t for t, p in enumerate(self.params)}
-        self.signature = [(id(p), tuple(p.shape), p.requires_grad) for p in self.params]
+        self.walked = [(p, p is not None and p.requires_grad, p is not None and p.shape) for p in self._walk()]
+
+    def _walk(self):
+        """Every module's own parameters (None, frozen and shared ones too) in modules() order:
+        what the model is made of, read in a tenth of the time parameters() takes."""
+        out, stack = [], [self.model]
+        while stack:
+            m = stack.pop()
+            out.extend(m._parameters.values())
+            stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+        return out
 
     def _check_optimizer(self, opt):
         self.group_of = {}
@@ -185,6 +394,7 @@ class _Wrapped:
                     raise DearError("dear.wrap", -1, "the optimizer holds a parameter of shape %s that the model "
                                     "does not train (not in the model, or requires_grad=False)" % (tuple(p.shape),))
                 self.group_of[self.index[id(p)]] = g
+        self.group_sizes = [len(g["params"]) for g in opt.param_groups]
 
     def _make_arenas(self):
         self.arenas = {}
@@ -192,15 +402,21 @@ class _Wrapped:
             n = sum(p.numel() for p in self.params if p.dtype == dt)
             self.arenas[dt] = torch.zeros(n, dtype=dt)
         off = {dt: 0 for dt in self.arenas}
-        self.views = []
-        for p in self.params:
+        self.views, self.gviews, self.place = [], [], []
+        for t, p in enumerate(self.params):
             o = off[p.dtype]
+            self.place.append((self.arenas[p.dtype], o, o + p.numel()))
             view = self.arenas[p.dtype][o:o + p.numel()].view_as(p)
             off[p.dtype] = o + p.numel()
             if p.grad is not None:
                 view.copy_(p.grad)
-            p.grad = view
+            gview = view
+            if self.deferred:   # gradients travel after backward: reads must wait for them
+                gview = view.as_subclass(_Grad)
+                gview._dear_w, gview._dear_l = self, self.layer_of[t]
+            p.grad = gview
             self.views.append(view)
+            self.gviews.append(gview)
 
     def _install_hooks(self):
         self.handles, self.accumulators = [], []
@@ -212,57 +428,259 @@ class _Wrapped:
             inside = {id(m) for m in mod.modules()}
             lids = [k for k, (m, _) in enumerate(self.layers) if id(m) in inside]
             self.handles.append(mod.register_forward_pre_hook(self._layer_pre(lids)))
-        self.pending = [len(ts) for _, ts in self.layers]
-        self.begun = [False] * len(self.layers)
+        public = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")   # torch >= 2.1
         for t, p in enumerate(self.params):
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]   # the parameter's AccumulateGrad node
-            self.handles.append(acc.register_hook(self._grad_ready(t)))
-            self.accumulators.append(acc)
+            if public:
+                self.handles.append(p.register_post_accumulate_grad_hook(self._grad_ready(t)))
+            else:
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]   # the parameter's AccumulateGrad node
+                self.handles.append(acc.register_hook(self._grad_ready(t)))
+                self.accumulators.append(acc)
+
+    # ---- calls into libdear: any of them may report updates, which run when it returns ----
+    def _call(self, name, *args):
+        _check(name, getattr(self.lib, name)(self.ctx, *args))
+        if self.fired:
+            self._settle()
+
+    def _on_update(self, info_p):
+        info = info_p.contents
+        self.fired.append(info.tensor)
+        if info.grad_norm >= 0:
+            self.norm = info.grad_norm
+        return 0
+
+    def _settle(self):
+        """The tensors libdear just reported averaged: step them if opt.step() asked for it."""
+        fired, self.fired = self.fired, []
+        for t in fired:
+            lid = self.layer_of[t]
+            self.to_fire[lid] = self.unsettled[lid] = False
+        if self.step_req is None:
+            self.ready.extend(fired)
+            return
+        hyper, kwargs = self.step_req
+        try:
+            self._run_updates(fired, hyper, kwargs)
+        except BaseException as e:
+            self.ready.extend(fired)   # as torch leaves a step that raised: the gradients stay
+            if hasattr(e, "add_note"):
+                e.add_note("dear: raised by the optimizer step of the previous iteration, which schedule dear "
+                           "runs in this forward pass, layer by layer")
+            raise
+        self._zero([t for t in fired if self.zero_after[t]])
+
+    def _run_updates(self, ts, hyper=None, kwargs=None):
+        """One optimizer step over tensors ts: the parameter groups narrowed to them, with the
+        hyper-parameters opt.step() saw (hyper) or the current ones."""
+        opt, groups = self.opt, self.opt.param_groups
+        subsets, restore_none = [[] for _ in groups], []
+        for t in ts:
+            g = self.group_of.get(t)
+            if g is None:
+                continue
+            p = self.params[t]
+            grad = p.grad
+            if grad is not self.gviews[t]:
+                if grad is None and self.zero_after[t] == 2:
+                    restore_none.append(p)   # zero_grad(set_to_none=True) came after the step it awaits
+                elif grad is None:
+                    continue                 # dropped by the program: torch.optim skips it
+                else:
+                    self.views[t].copy_(grad)   # a gradient the program assigned
+                p.grad = self.gviews[t]
+            subsets[g].append(p)
+        if not any(subsets):
+            return
+        saved = [grp["params"] for grp in groups]
+        saved_hyper = [{k: grp[k] for k in h if k in grp} for grp, h in zip(groups, hyper)] if hyper else None
+        try:
+            _fill_groups(groups, subsets, hyper)
+            with _no_torch_function():
+                type(opt).step(opt, **(kwargs or {}))
+        finally:
+            _fill_groups(groups, saved, saved_hyper)
+            for p in restore_none:
+                p.grad = None
+
+    def _zero(self, ts):
+        self._zero_views(ts)
+        for t in ts:
+            if self.zero_after[t] == 2 and self.params[t].grad is self.gviews[t]:
+                self.params[t].grad = None
+            self.zero_after[t] = 0
+
+    def _zero_views(self, ts):
+        """Zero the gradients of ts, one call per run of them that lies back to back in an arena."""
+        arena, lo, hi = None, 0, 0
+        for t in ts:
+            a, o, e = self.place[t]
+            if a is arena and o == hi:
+                hi = e
+                continue
+            if arena is not None:
+                arena[lo:hi].zero_()
+            arena, lo, hi = a, o, e
+        if arena is not None:
+            arena[lo:hi].zero_()
+
+    def wait_layer(self, lid):
+        self._call("dear_wait_grad", lid)
+        self.unsettled[lid] = False
+
+    # ---- what the training loop calls ----
+    def step(self, closure=None, kwargs=None):
+        if closure is not None:
+            raise DearError("optimizer.step", -6, "a closure re-evaluates the model inside the step (LBFGS); "
+                            "dear runs each parameter's step when its averaged gradient arrives: use an "
+                            "optimizer that needs no closure")
+        self._recover()
+        if [len(g["params"]) for g in self.opt.param_groups] != self.group_sizes:
+            raise DearError("optimizer.step", -2, "the optimizer's parameter groups changed after dear.wrap "
+                            "(add_param_group?); wrap the model and the new optimizer again")
+        if self.stepped:
+            raise DearError("optimizer.step", -2, "no synchronised backward pass since the last step: each "
+                            "averaged gradient is applied once (was the last backward inside no_sync()?)")
+        self.stepped = True
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.opt.param_groups]
+        if any(self.to_fire) and self.steps == 0:
+            self._call("dear_flush")   # the first step at once: an optimizer that fails does so here
+        if any(self.to_fire):
+            self.step_req = (hyper, kwargs)
+        self.steps += 1
+        now, self.ready = self.ready, []
+        try:
+            self._run_updates(now, None, kwargs)
+        except BaseException:
+            self.ready = now
+            raise
+
+    def zero_grad(self, ts, set_to_none):
+        self._recover()
+        later = self.step_req is not None
+        now = []
+        for t in ts:
+            lid = self.layer_of[t]
+            if later and self.to_fire[lid]:
+                self.zero_after[t] = 2 if set_to_none else 1
+            elif self.unsettled[lid]:
+                self.wait_layer(lid)
+            if not (later and self.to_fire[lid]):
+                now.append(t)
+        self._zero_views(now)
+        for t in ts:
+            grad = self.params[t].grad
+            if set_to_none:
+                self.params[t].grad = None
+            elif grad is not None and grad is not self.gviews[t]:
+                self._adopt(t)   # as torch.optim, a gradient that is None stays None
+
+    def _adopt(self, t):
+        """param.grad is not the arena's view: take back what the program put there."""
+        p, grad = self.params[t], self.params[t].grad
+        lid = self.layer_of[t]
+        if grad is None:
+            if self.step_req is not None and self.to_fire[lid]:
+                self.zero_after[t] = 1   # after its step; p.grad is the arena's again from here on
+            else:
+                if self.unsettled[lid]:
+                    self.wait_layer(lid)
+                self.views[t].zero_()   # the next backward starts from nothing, as after set_to_none
+        else:
+            if self.unsettled[lid]:
+                self.wait_layer(lid)
+            self.views[t].copy_(grad)
+        p.grad = self.gviews[t]
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        self.no_sync_depth += 1
+        try:
+            yield
+        finally:
+            self.no_sync_depth -= 1
+
+    def flush(self):
+        self._recover()
+        self._call("dear_flush")
 
     # ---- hooks ----
     def _model_pre(self, module, inputs):
-        now = [(id(p), tuple(p.shape), p.requires_grad)
-               for m in self.model.modules() for p in m.parameters(recurse=False) if p.requires_grad]
-        if now != self.signature:
+        self._recover()
+        now = self._walk()
+        if len(now) != len(self.walked) or any(a is not b or (a is not None and (a.requires_grad != r or a.shape != s))
+                                               for a, (b, r, s) in zip(now, self.walked)):
             raise DearError("forward", -2, "the model changed after dear.wrap (parameters added, removed, "
                             "reshaped or frozen); wrap the new model instead")
-        for p, v in zip(self.params, self.views):
-            if p.grad is None or p.grad.data_ptr() != v.data_ptr():
-                p.grad = v   # model.zero_grad(set_to_none=True) dropped the view; the data is in the arena
-        mode = _MODE_TRAIN if module.training and torch.is_grad_enabled() else _MODE_EVAL
+        for t, p in enumerate(self.params):
+            if p.grad is not self.gviews[t]:
+                self._adopt(t)
+        # model.eval() alone is not evaluation: fine-tuning with frozen batch-norm statistics trains so.
+        if not torch.is_grad_enabled():
+            mode = _MODE_EVAL
+        else:
+            mode = _MODE_ACCUMULATE if self.no_sync_depth else _MODE_TRAIN
         if mode != self.mode:
-            _check("dear_set_mode", self.lib.dear_set_mode(self.ctx, mode))
+            self._call("dear_set_mode", mode)
             self.mode = mode
+        self.begun[:] = [False] * len(self.layers)
 
     def _layer_pre(self, lids):
+        begin, ctx, begun = self.lib.dear_forward_begin, self.ctx, self.begun
+
         def hook(module, inputs):
+            if self.mode == _MODE_EVAL:
+                return
             for lid in lids:
-                _check("dear_forward_begin", self.lib.dear_forward_begin(self.ctx, lid))
-                self.begun[lid] = True
-            self._raise_update_error()
+                _check("dear_forward_begin", begin(ctx, lid))
+                begun[lid] = True
+            if self.fired:
+                self._settle()
         return hook
 
     def _model_post(self, module, inputs, output):
+        if self.mode == _MODE_EVAL:
+            return
         # Layers the forward never called (an unused module) begin now, before backward: their
         # updates are then not left pending into the backward pass.
         for lid, done in enumerate(self.begun):
             if not done:
                 _check("dear_forward_begin", self.lib.dear_forward_begin(self.ctx, lid))
-        self.begun = [False] * len(self.layers)
-        self._raise_update_error()
+        if self.fired:
+            self._settle()
+        # The gradient of an output arrives before any parameter's: the backward pass starts there.
+        for o in _tensors_in(output):
+            if o.requires_grad:
+                o.register_hook(self._output_grad)
+
+    def _output_grad(self, grad):
+        self._backward_begin()
+
+    def _backward_begin(self):
+        if self.in_backward:
+            return
+        self.in_backward = True
+        torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
+        if any(self.to_fire):
+            # A second backward pass without a forward: the gradients it adds to must be in place.
+            self._call("dear_flush")
 
     def _grad_ready(self, t):
+        lid, seen, pending = self.layer_of[t], self.seen, self.pending
+
         def hook(*_):
             if not self.in_backward:
-                self.in_backward = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
-            if t in self.seen:
+                if any(self.to_fire):
+                    raise DearError("backward", -2, "a backward pass that did not start from the wrapped model's "
+                                    "output added to gradients still being averaged; call dear.flush(model) "
+                                    "before it")
+                self._backward_begin()
+            if seen[t]:
                 return
-            self.seen.add(t)
-            lid = self.layer_of[t]
-            self.pending[lid] -= 1
-            if self.pending[lid] == 0:
-                _check("dear_backward_done", self.lib.dear_backward_done(self.ctx, lid))
+            seen[t] = True
+            pending[lid] -= 1
+            if pending[lid] == 0:
+                self._call("dear_backward_done", lid)
         return hook
 
     def _backward_end(self):
@@ -271,92 +689,178 @@ class _Wrapped:
             if self.pending[lid] == 0:
                 continue
             for t in ts:   # no gradient this iteration: contribute zeros (the arena holds them)
-                if t not in self.seen:
-                    _check("dear_no_grad", self.lib.dear_no_grad(self.ctx, t))
-            _check("dear_backward_done", self.lib.dear_backward_done(self.ctx, lid))
-        self.pending = [len(ts) for _, ts in self.layers]
-        self.seen = set()
-        # The hyper-parameters this iteration's gradients are applied with: under dear they are
-        # applied during the next forward, after a scheduler may have stepped.
-        self.hyper[self.iteration] = [{k: v for k, v in g.items() if k != "params"} for g in self.opt.param_groups]
-        self.hyper.pop(self.iteration - 2, None)
-        self.iteration += 1
-        _check("dear_backward_end", self.lib.dear_backward_end(self.ctx))
-        self._raise_update_error()
+                if not self.seen[t]:
+                    self._call("dear_no_grad", t)
+            self._call("dear_backward_done", lid)
+        self.pending[:] = [len(ts) for _, ts in self.layers]
+        self.seen[:] = [False] * len(self.params)
+        if self.mode == _MODE_TRAIN:   # new averaged gradients, for the next opt.step()
+            self.ready, self.step_req, self.stepped = [], None, False
+            self.zero_after = [0] * len(self.params)
+            if self.deferred:
+                self.to_fire = [bool(ts) for _, ts in self.layers]
+                self.unsettled = list(self.to_fire)
+        self._call("dear_backward_end")
+        if self.mode == _MODE_TRAIN and self.sched == "dear" and not self.deferred:
+            # One rank: the gradients are in place already, so the steps run at opt.step() in one
+            # batch, which costs less than a batch per layer between the layers' kernels.
+            self._call("dear_flush")
 
-    def _update(self, info_p):
-        try:
-            info = info_p.contents
-            t = info.tensor
-            p = self.params[t]
-            g = self.group_of.get(t)
-            if g is not None:
-                groups = self.opt.param_groups
-                saved = [(grp["params"], {k: v for k, v in grp.items() if k != "params"}) for grp in groups]
-                for grp in groups:
-                    grp["params"] = []
-                groups[g]["params"] = [p]
-                then = self.hyper.get(info.iteration)
-                if then is not None:
-                    groups[g].update(then[g])
-                try:
-                    type(self.opt).step(self.opt)
-                finally:
-                    for grp, (params, hyper) in zip(groups, saved):
-                        grp["params"] = params
-                        grp.update(hyper)
-            self.views[t].zero_()   # the next backward accumulates afresh
-            return 0
-        except BaseException as e:   # an exception must not cross the C frames
-            self.error = e
-            return 1
-
-    def _raise_update_error(self):
-        if self.error is not None:
-            e, self.error = self.error, None
-            raise e
-
-    def flush(self):
-        _check("dear_flush", self.lib.dear_flush(self.ctx))
-        self._raise_update_error()
+    def _recover(self):
+        """A backward pass that raised never reached its end: complete it (every rank must run the
+        same collectives) with the gradients it wrote; zero_grad() drops them."""
+        if not self.in_backward:
+            return
+        _log("warn", "the last backward pass raised before its end; it is completed with the gradients it "
+             "wrote (zeros for the rest), averaged as usual: zero_grad() drops them")
+        self._backward_end()
 
     def close(self):
-        if self.ctx:
+        if not self.ctx:
+            return
+        try:
+            self.flush()
+        finally:
             for h in self.handles:
                 h.remove()
+            for t, p in enumerate(self.params):
+                if p.grad is self.gviews[t]:
+                    p.grad = self.views[t]
+            _disarm(self)
             st = self.lib.dear_finalize(ctypes.byref(self.ctx))
             self.ctx = ctypes.c_void_p()
             _check("dear_finalize", st)
 
 
-def _no_step(self, *args, **kwargs):
-    return None
+def _keyword_env(kw):
+    """The DEAR_* values the keywords of wrap set; a keyword wins over the environment, and says so."""
+    env = {}
+    for key, value in kw.items():
+        if value is None:
+            continue
+        var = _KEYWORDS[key]
+        if key == "find_unused":
+            text = "1" if value else "0"
+        elif key == "bucket_cap_mb":
+            text = str(int(float(value) * 2 ** 20))
+        else:
+            text = str(value)
+        env[var] = text
+        old = os.environ.get(var)
+        if old is not None and old != text:
+            _log("warn" if _rank() == 0 else "debug",
+                 "dear.wrap(%s=%r) wins over %s=%s from the environment" % (key, value, var, old))
+        else:
+            _log("info", "dear.wrap(%s=%r): %s=%s" % (key, value, var, text))
+    return env
 
 
-def wrap(model, optimizer, comm=None, find_unused=False):
-    """Register model's trainable parameters with libdear and make optimizer's steps run in its
-    update callbacks. Collective over comm (default MPI.COMM_WORLD): every rank wraps the same
-    model. Returns (model, optimizer), the same objects, hooked."""
+def _set_to_none_default(zero_grad):
+    """The running torch's default for zero_grad's set_to_none (False in 1.13, True from 2.0)."""
+    try:
+        p = inspect.signature(zero_grad).parameters.get("set_to_none")
+    except (TypeError, ValueError):
+        return False
+    return False if p is None or p.default is inspect.Parameter.empty else p.default
+
+
+def _patch(obj, name, fn):
+    """Put fn in obj's own attributes in place of name; close() puts back what was there."""
+    saved = obj.__dict__.get(name, _MISSING)
+    setattr(obj, name, fn)
+    return (obj, name, saved)
+
+
+_MISSING = object()
+
+
+def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_mb=None, clip_norm=None,
+         find_unused=None):
+    """Register model's trainable parameters with libdear and hook optimizer's steps onto the
+    arrival of the averaged gradients. Collective over comm (default MPI.COMM_WORLD): every rank
+    wraps the same model. Returns (model, optimizer), the same objects, hooked.
+
+    Keywords, each the DEAR_* variable in brackets and winning over it (the override is logged):
+    schedule ('dear', 'wfbp', 'sync'; DEAR_SCHEDULE), fusion (DEAR_FUSION), bucket_cap_mb (DDP's
+    bucket size in MiB; DEAR_FUSION_THRESHOLD), clip_norm (clip the averaged gradient to this
+    global L2 norm inside libdear, from the shards, keeping the all-gathers' overlap;
+    DEAR_CLIP_NORM; dear.grad_norm tells the norm), find_unused (DDP's find_unused_parameters;
+    DEAR_FIND_UNUSED)."""
+    _load()
     if hasattr(model, "_dear"):
         raise DearError("dear.wrap", -2, "this model is already wrapped")
-    w = _Wrapped(model, optimizer, comm, find_unused)
+    env = _keyword_env({"schedule": schedule, "fusion": fusion, "bucket_cap_mb": bucket_cap_mb,
+                        "clip_norm": clip_norm, "find_unused": find_unused})
+    w = _Wrapped(model, optimizer, comm, env)
     model._dear = w
-    # Bound methods (a learning-rate scheduler wraps optimizer.step and needs its __self__).
-    optimizer.step = types.MethodType(_no_step, optimizer)     # steps run in libdear's updates
-    optimizer.zero_grad = types.MethodType(_no_step, optimizer)  # gradients are zeroed once applied
+    everything = range(len(w.params))
+    mine = sorted(w.group_of)
+    opt_default = _set_to_none_default(type(optimizer).zero_grad)
+    mod_default = _set_to_none_default(type(model).zero_grad)
+
+    def step(self, closure=None, **kwargs):
+        return w.step(closure, kwargs)
+
+    def opt_zero_grad(self, set_to_none=opt_default):
+        w.zero_grad(mine, set_to_none)
+
+    def model_zero_grad(self, set_to_none=mod_default):
+        w.zero_grad(everything, set_to_none)
+
+    def flushing(method):
+        def run(*args, **kwargs):   # pending steps first: the state is the one after opt.step()
+            w.flush()
+            return method(*args, **kwargs)
+        return run
+
+    new_step = types.MethodType(step, optimizer)
+    old = optimizer.__dict__.get("step")
+    if old is not None and (hasattr(old, "_with_counter") or hasattr(old, "_wrapped_by_lr_sched")):
+        # A scheduler made before wrap counts the steps through its own wrapper: count for it.
+        def counted(closure=None, **kwargs):
+            optimizer._step_count = getattr(optimizer, "_step_count", 0) + 1
+            optimizer._opt_called = True
+            return w.step(closure, kwargs)
+        counted._with_counter = counted._wrapped_by_lr_sched = True
+        new_step = counted
+    w.patches = [_patch(optimizer, "step", new_step),
+                 _patch(optimizer, "zero_grad", types.MethodType(opt_zero_grad, optimizer)),
+                 _patch(optimizer, "state_dict", flushing(optimizer.state_dict)),
+                 _patch(optimizer, "load_state_dict", flushing(optimizer.load_state_dict)),
+                 _patch(model, "zero_grad", types.MethodType(model_zero_grad, model)),
+                 _patch(model, "state_dict", flushing(model.state_dict)),
+                 _patch(model, "load_state_dict", flushing(model.load_state_dict)),
+                 _patch(model, "no_sync", w.no_sync)]
     return model, optimizer
 
 
 def flush(model):
-    """Complete all communication and run every pending update (before a checkpoint or exit)."""
+    """Complete all communication and run every pending step (under `dear`, the steps opt.step()
+    asked for run in the next forward otherwise)."""
     model._dear.flush()
 
 
 def close(model):
     """Flush, meet the other ranks and free libdear's context; the hooks are removed."""
-    model._dear.close()
+    w = model._dear
+    try:
+        w.close()
+    finally:
+        for obj, name, saved in reversed(getattr(w, "patches", [])):
+            if saved is _MISSING:
+                obj.__dict__.pop(name, None)
+            else:
+                obj.__dict__[name] = saved
+        del model._dear
 
 
 def schedule(model):
     """The schedule in force: 'dear', 'wfbp' or 'sync'."""
-    return model._dear.lib.dear_schedule(model._dear.ctx).decode()
+    return model._dear.sched
+
+
+def grad_norm(model):
+    """With clip_norm (DEAR_CLIP_NORM): the global L2 norm, before clipping, of the last averaged
+    gradient whose steps have run (under `dear` they run in the next forward: dear.flush first for
+    the latest); None without clipping."""
+    return model._dear.norm

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The Python binding (python/dear) against torch DDP over gloo, at np 1, 2 and 4
-# (tests/python/test_torch.py says what is compared). Skipped (77) only where no python3 has
+# (tests/python/test_torch.py and test_loops.py say what is compared); one rank failing ends the
+# job at once (abort_torch.py). Skipped (77) only where no python3 has
 # torch and mpi4py; install-deps.sh installs both (python3-torch, python3-mpi4py).
 set -u
 : "${top_srcdir:=.}" "${top_builddir:=.}"
@@ -21,11 +22,27 @@ esac
 src=$(cd "$top_srcdir" && pwd)
 libpath=$(cd "$(dirname "$lib")" && pwd)/libdear.so.1
 fails=0
-for np in 1 2 4; do
-    mpi_run 300 $np PYTHONPATH="$src/python" DEAR_LIBRARY="$libpath" "$py" "$src/tests/python/test_torch.py" || {
-        echo "torch.sh: np $np failed (status $?)" >&2
-        fails=$((fails + 1))
-    }
+for t in test_torch test_loops; do
+    for np in 1 2 4; do
+        mpi_run 300 $np PYTHONPATH="$src/python" DEAR_LIBRARY="$libpath" "$py" "$src/tests/python/$t.py" || {
+            echo "torch.sh: $t.py at np $np failed (status $?)" >&2
+            fails=$((fails + 1))
+        }
+    done
+done
+# An uncaught exception, and SIGINT, on rank 1 end the job within seconds (DEAR_STALL_ABORT_S, 600
+# by default, would end it otherwise), with the original error printed.
+for what in "raise:ValueError: deliberate failure on rank 1" "sigint:KeyboardInterrupt (SIGINT)"; do
+    start=$(date +%s)
+    out=$(mpi_run 120 2 PYTHONPATH="$src/python" DEAR_LIBRARY="$libpath" "$py" "$src/tests/python/abort_torch.py" \
+        "${what%%:*}" 2>&1)
+    st=$? took=$(($(date +%s) - start))
+    if [ $st -eq 0 ] || [ $st -eq 124 ] || [ $st -eq 137 ] || [ $took -gt 60 ] ||
+        ! echo "$out" | grep -q "${what#*:}" || ! echo "$out" | grep -q "aborting the job (MPI_Abort)"; then
+        echo "$out"; echo "torch.sh: ${what%%:*} on rank 1: status $st after $took s" >&2; fails=$((fails + 1))
+    else
+        echo "torch.sh: ${what%%:*} on rank 1 ended the job in $took s (status $st), the error printed"
+    fi
 done
 # The sample trainer runs, learns, evaluates and says so (a short run; README gives the full one).
 if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then

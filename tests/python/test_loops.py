@@ -1,0 +1,325 @@
+"""Training loops as people write them for DDP, run unchanged through dear.wrap (tests/python/torch.sh).
+
+One loop function serves both: wrapped in DistributedDataParallel (gloo) and in dear.wrap, under
+every DEAR_SCHEDULE, on the same data and initial parameters; the parameters and whatever the loop
+records (clip_grad_norm_'s result, gradient norms for logging, evaluation outputs, a state_dict
+checksum) must agree within 1e-5 relative. Each case adds one habit: clip_grad_norm_ and
+clip_grad_value_ between backward and step, reading and scaling p.grad, torch._foreach_* on the
+gradients (an unscale as GradScaler's), GradScaler itself, no_sync() accumulation,
+zero_grad(set_to_none=True), a scheduler made before wrap, state_dict()/load_state_dict() of model
+and optimizer mid-training, model.eval() evaluation mid-training, clip_norm= against
+clip_grad_norm_, a backward pass that raises and is skipped, and two backward passes through one
+forward (against DDP's one of twice the loss: DDP refuses the second). Then the errors: an optimizer
+that raises (the original error, once, on every rank; the wrapper goes on), and the refusals (a
+closure, two steps for one backward, a parameter group added after wrap).
+"""
+import copy
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn as nn
+from torch.nn.utils import clip_grad_norm_, clip_grad_value_
+
+import dear
+import test_torch as T
+from mpi4py import MPI
+
+COMM, RANK, SIZE = T.COMM, T.RANK, T.SIZE
+check = T.check
+ITERS = 8
+SCALE = 1024.0   # a power of two: scaling and unscaling are exact
+TRIP = [False]
+
+
+class Trip(torch.autograd.Function):
+    """Identity whose backward raises while TRIP[0] is set: a backward pass that fails midway."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        if TRIP[0]:
+            raise RuntimeError("tripwire in backward")
+        return g
+
+
+class TripCNN(T.CNN):
+    def forward(self, x):
+        x = T.F.max_pool2d(T.F.relu(self.conv1(x)), 2)
+        x = Trip.apply(T.F.relu(self.conv2(x)))
+        x = T.F.adaptive_avg_pool2d(x, 4).flatten(1)
+        return self.fc2(T.F.relu(self.fc1(x)))
+
+
+def make(kind, opt_name):
+    torch.manual_seed(7)
+    model = TripCNN() if kind == "cnn" else T.Transformer()
+    if opt_name == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    return model, opt
+
+
+def make_scaler():
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):   # torch >= 2.3: CPU too
+        return torch.amp.GradScaler("cpu", init_scale=SCALE)
+    return torch.cuda.amp.GradScaler(enabled=False)   # torch 1.13: CUDA only, the calls pass through
+
+
+def loop(net, module, opt, sched, kind, feat, data, is_ddp):
+    """The loop of a DDP user; feat is the habit under test. Returns what it recorded."""
+    rec, snap = [], None
+    params = list(module.parameters())
+    scaler = make_scaler() if feat == "scaler" else None
+    xv = data[0][0]
+    for i, (x, y) in enumerate(data):
+        if feat == "backward_raises" and i == 3 and is_ddp:
+            continue   # DDP's reference skips the batch whose backward dear's loop sees fail
+        if feat == "set_to_none":
+            opt.zero_grad(set_to_none=True)
+            rec.append(float(all(p.grad is None for p in params)))
+        elif feat == "sched_before":   # zero_grad first, as many loops do
+            opt.zero_grad()
+        if feat == "accumulate":
+            half = x.shape[0] // 2
+            with net.no_sync():
+                (T.loss_of(kind, net(x[:half]), y[:half]) / 2).backward()
+            (T.loss_of(kind, net(x[half:]), y[half:]) / 2).backward()
+        else:
+            loss = T.loss_of(kind, net(x), y)
+            if feat == "backward_raises":
+                TRIP[0] = i == 3
+                try:
+                    loss.backward()
+                except RuntimeError as e:
+                    check("tripwire" in str(e), "backward_raises: %s" % e)
+                    opt.zero_grad()
+                    continue
+                finally:
+                    TRIP[0] = False
+            elif feat == "scaler":
+                scaler.scale(loss).backward()
+            elif feat == "two_backward" and is_ddp:
+                (2 * loss).backward()   # DDP refuses a second backward pass through one forward
+            elif feat == "two_backward":
+                loss.backward(retain_graph=True)   # two losses from one forward, say
+                loss.backward()
+            else:
+                (loss * SCALE if feat == "foreach" else loss).backward()
+        if feat == "clip_grad_norm_":
+            rec.append(clip_grad_norm_(module.parameters(), 0.5).item())
+        elif feat == "clip_grad_value_":
+            clip_grad_value_(module.parameters(), 0.01)
+        elif feat == "grad_io":
+            rec.append(sum(p.grad.norm() ** 2 for p in params).item())   # a logged gradient norm
+            params[0].grad.mul_(0.5)                                        # custom scaling
+            params[1].grad.data.mul_(2.0)
+            rec.append(clip_grad_norm_(params[-2:], 0.01).item())          # clipping a subset
+            rec.append(params[2].grad.detach().abs().max().item())
+        elif feat == "foreach":
+            torch._foreach_mul_([p.grad for p in params], 1.0 / SCALE)     # an unscale, as GradScaler's
+            rec.append(torch.stack([torch.norm(p.grad) for p in params]).norm().item())
+        if feat == "scaler":
+            scaler.unscale_(opt)
+            rec.append(clip_grad_norm_(module.parameters(), 0.5).item())
+            scaler.step(opt)
+            scaler.update()
+        elif feat == "clip_norm" and is_ddp:
+            rec.append(clip_grad_norm_(module.parameters(), 0.5).item())
+            opt.step()
+        else:
+            opt.step()
+        if feat not in ("set_to_none", "sched_before"):
+            opt.zero_grad()
+        sched.step()
+        if feat == "eval" and i % 3 == 1:
+            net.eval()
+            with torch.no_grad():
+                rec += net(xv).flatten().tolist()[:16]
+            net.train()
+        elif feat == "eval" and i % 3 == 2:   # evaluation without no_grad, as some write it
+            net.eval()
+            rec += net(xv).flatten().tolist()[:16]
+            net.train()
+        if feat == "state_dict":
+            if i == 3:
+                snap = ({k: v.clone() for k, v in module.state_dict().items()}, copy.deepcopy(opt.state_dict()))
+                rec += [v.double().sum().item() for v in snap[0].values()]
+                rec += [s["exp_avg"].double().sum().item() for s in snap[1]["state"].values()]
+            if i == 5:   # roll back to iteration 3's state, as a restart from a checkpoint does
+                module.load_state_dict(snap[0])
+                opt.load_state_dict(snap[1])
+    return rec
+
+
+# habit -> (model, optimizer); SGD where a wrong gradient scale would show (Adam hides it)
+CASES = {"clip_grad_norm_": ("cnn", "sgd"), "clip_grad_value_": ("cnn", "sgd"), "grad_io": ("cnn", "sgd"),
+         "foreach": ("cnn", "sgd"), "scaler": ("cnn", "sgd"), "accumulate": ("cnn", "sgd"),
+         "set_to_none": ("cnn", "adamw"), "sched_before": ("cnn", "adamw"), "state_dict": ("cnn", "adamw"),
+         "eval": ("cnn", "adamw"), "clip_norm": ("transformer", "sgd"), "backward_raises": ("cnn", "adamw"),
+         "two_backward": ("cnn", "sgd")}
+
+
+def run_ddp(feat):
+    kind, opt_name = CASES[feat]
+    model, opt = make(kind, opt_name)
+    ddp = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    rec = loop(ddp, model, opt, sched, kind, feat, T.batches(kind, ITERS), True)
+    return [p.detach().clone() for p in model.parameters()], rec
+
+
+def run_dear(feat, schedule):
+    kind, opt_name = CASES[feat]
+    model, opt = make(kind, opt_name)
+    if feat == "sched_before":
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    model, opt = dear.wrap(model, opt, schedule=schedule, clip_norm=0.5 if feat == "clip_norm" else None)
+    if feat != "sched_before":
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rec = loop(model, model, opt, sched, kind, feat, T.batches(kind, ITERS), False)
+    for w in caught:   # a scheduler that lost count of the steps says so
+        check("optimizer.step()" not in str(w.message), "%s %s: warning: %s" % (feat, schedule, w.message))
+    out = [p.detach().clone() for p in model.parameters()]   # parameters() alone does not flush
+    if feat == "clip_norm":
+        dear.flush(model)
+        out = [p.detach().clone() for p in model.parameters()]
+        rec = [dear.grad_norm(model)]
+    elif schedule == "dear":   # the last step runs in the next forward: until then the old parameters
+        dear.flush(model)
+        out = [p.detach().clone() for p in model.parameters()]
+    dear.close(model)
+    return out, rec
+
+
+def rec_diff(a, b):
+    """As T.rel_diff: the largest difference relative to the largest value (a sum near zero has
+    no relative precision of its own)."""
+    if len(a) != len(b):
+        return float("inf")
+    return max([abs(x - y) for x, y in zip(a, b)] or [0.0]) / (max([abs(y) for y in b] or [0.0]) + 1e-12)
+
+
+def loops_against_ddp():
+    for feat in CASES:
+        ref, ref_rec = run_ddp(feat)
+        if feat == "clip_norm":
+            ref_rec = ref_rec[-1:]   # dear.grad_norm: the last iteration's norm
+        for schedule in ("dear", "wfbp", "sync"):
+            got, rec = run_dear(feat, schedule)
+            d, r = T.rel_diff(got, ref), rec_diff(rec, ref_rec)
+            what = "%s %s np %d" % (feat, schedule, SIZE)
+            check(d <= T.TOL, "%s: parameters differ from DDP by %.3g relative" % (what, d))
+            check(r <= T.TOL, "%s: recorded values differ from DDP's by %.3g relative (%s against %s)" %
+                  (what, r, rec[:4], ref_rec[:4]))
+            if RANK == 0:
+                print("ok: %s: parameters %.2g, recorded values (%d) %.2g from DDP's" % (what, d, len(rec), r),
+                      flush=True)
+
+
+class Fragile(torch.optim.SGD):
+    """SGD that raises while armed: an optimizer failing in the middle of training."""
+    armed = False
+
+    def step(self, closure=None):
+        if Fragile.armed:
+            raise ValueError("fragile optimizer failed")
+        return super().step(closure)
+
+
+def optimizer_raises():
+    """The optimizer's own error, once, on every rank, where the step runs; the wrapper goes on."""
+    for schedule in ("dear", "wfbp", "sync"):
+        torch.manual_seed(7)
+        model = T.CNN()
+        opt = Fragile(model.parameters(), lr=0.05, momentum=0.9)
+        model, opt = dear.wrap(model, opt, schedule=schedule)
+        seen = []
+        for i, (x, y) in enumerate(T.batches("cnn", ITERS)):
+            try:
+                T.loss_of("cnn", model(x), y).backward()
+                Fragile.armed = Fragile.armed or i == 3   # until it has failed, wherever the step runs
+                opt.step()
+                opt.zero_grad()
+            except ValueError as e:
+                Fragile.armed = False
+                seen.append((i, str(e)))
+        dear.flush(model)
+        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+        dear.close(model)
+        what = "optimizer raises, %s np %d" % (schedule, SIZE)
+        # under dear a step runs in the next forward (the first one excepted)
+        check(len(seen) == 1 and seen[0][0] in ((3, 4) if schedule == "dear" else (3,)) and
+              seen[0][1] == "fragile optimizer failed", "%s: caught %s" % (what, seen))
+        same = COMM.allreduce(int(torch.equal(flat, COMM.bcast(flat, root=0))), op=MPI.MIN)
+        check(same == 1 and torch.isfinite(flat).all(), "%s: ranks differ afterwards" % what)
+        if RANK == 0:
+            print("ok: %s: ValueError at iteration %d, training went on, ranks agree" % (what, seen[0][0] if seen
+                                                                                        else -1), flush=True)
+
+
+def refusals():
+    model, opt = make("cnn", "sgd")
+    model, opt = dear.wrap(model, opt, schedule="dear")
+    x, y = T.batches("cnn", 1)[0]
+    T.loss_of("cnn", model(x), y).backward()
+    T.expect_error("a closure", "a closure re-evaluates the model", lambda: opt.step(lambda: 0.0))
+    opt.step()
+    T.expect_error("two steps for one backward", "no synchronised backward pass since the last step", opt.step)
+    opt.add_param_group({"params": [nn.Parameter(torch.zeros(2))]})
+    T.loss_of("cnn", model(x), y).backward()
+    T.expect_error("a parameter group added after wrap", "parameter groups changed after dear.wrap", opt.step)
+    opt.param_groups.pop()
+    T.expect_error("a copy of a wrapped model", "cannot be copied or pickled", lambda: copy.deepcopy(model))
+    dear.close(model)
+
+
+def public_hook_path():
+    """torch >= 2.1's register_post_accumulate_grad_hook, which the binding prefers: where torch
+    lacks it, a stand-in with its documented contract (hook(param) after the gradient is
+    accumulated, a handle with remove()) built on the AccumulateGrad node, so that the binding's
+    code for it runs; the real one is torch's to test."""
+    real = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+    if not real:
+        def stand_in(self, hook):
+            self._dear_test_acc = self.expand_as(self).grad_fn.next_functions[0][0]   # kept alive
+            return self._dear_test_acc.register_hook(lambda *_: hook(self))
+        torch.Tensor.register_post_accumulate_grad_hook = stand_in
+    try:
+        ref, ref_rec = run_ddp("clip_grad_norm_")
+        for schedule in ("dear", "wfbp"):
+            got, rec = run_dear("clip_grad_norm_", schedule)
+            d, r = T.rel_diff(got, ref), rec_diff(rec, ref_rec)
+            what = "register_post_accumulate_grad_hook (%s) %s np %d" % ("torch's" if real else "stand-in",
+                                                                        schedule, SIZE)
+            check(d <= T.TOL and r <= T.TOL, "%s: differs from DDP by %.3g, %.3g" % (what, d, r))
+            if RANK == 0:
+                print("ok: %s: parameters %.2g, norms %.2g from DDP's" % (what, d, r), flush=True)
+    finally:
+        if not real:
+            del torch.Tensor.register_post_accumulate_grad_hook
+
+
+def keywords():
+    """A keyword wins over its DEAR_* variable, for its own context only."""
+    os.environ["DEAR_SCHEDULE"] = "sync"
+    model, opt = make("cnn", "sgd")
+    model, opt = dear.wrap(model, opt, schedule="wfbp", find_unused=False, bucket_cap_mb=1)
+    check(dear.schedule(model) == "wfbp", "schedule='wfbp' gave %s" % dear.schedule(model))
+    check(os.environ.get("DEAR_SCHEDULE") == "sync" and "DEAR_FIND_UNUSED" not in os.environ,
+          "wrap's keywords leaked into the environment")
+    dear.close(model)
+    del os.environ["DEAR_SCHEDULE"]
+    if RANK == 0:
+        print("ok: keywords win over DEAR_* for their context", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(T.run_tests(loops_against_ddp, optimizer_raises, refusals, public_hook_path, keywords))
