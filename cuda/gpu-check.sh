@@ -8,7 +8,8 @@
 #   2. builds against the machine's CUDA and NCCL (--with-cuda, --with-nccl);
 #   3. runs tests/cuda on the GPU: test_gpu_real (libdear with device tensors under nccl and
 #      staged), and the emulator's own self-tests against the real runtime (test_cuemu_real,
-#      test_cuemu_nccl_real), so the emulator is shown to behave like CUDA;
+#      test_cuemu_nccl_real), so the emulator is shown to behave like CUDA; and, where a python3
+#      has a torch that sees the GPU, tests/python/torch.sh (its loops then run on CUDA too);
 #   4. measures with bench/dear-gpu-bench: busbw of dear's nccl and staged all-reduce against
 #      NCCL's own and cudaMemcpy + MPI_Allreduce; overlap% of a 16 MiB reduce-scatter under a GPU
 #      kernel; a profile's model trained under dear, wfbp and sync on 1..N ranks (iteration,
@@ -117,6 +118,13 @@ else
     TRAIN="--train-iters 20"
     TESTS_TO_RUN="tests/cuda/test_cuda_device tests/cuda/test_cuemu_real tests/cuda/cuemu-nccl-real-np2.mpi \
 tests/cuda/gpu-real-np1.mpi tests/cuda/gpu-real-np2.mpi"
+    # The PyTorch binding's loops on CUDA parameters, where a torch that sees the GPU is installed.
+    for py in python3 /usr/bin/python3; do
+        if "$py" -c "import torch, mpi4py, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+            TESTS_TO_RUN="$TESTS_TO_RUN tests/python/torch.sh"
+            break
+        fi
+    done
     say "tests on the GPU: $TESTS_TO_RUN"
     make check TESTS="$TESTS_TO_RUN" >/dev/null || { tail -50 tests/cuda/*.log; exit 1; }
     grep -h "^:test-result" tests/cuda/*.trs | sort | uniq -c

@@ -62,6 +62,12 @@ terms of libdear's C API (include/dear.h):
   optimizer is raised as it is, where the step runs. While a context is open, an uncaught
   exception or SIGINT on any rank aborts the job (MPI_Abort) after printing the error, instead of
   leaving the other ranks waiting in libdear for DEAR_STALL_ABORT_S.
+* Parameters on a GPU (every one on the same device, one GPU per rank, as DDP's
+  ``device_ids=[local_rank]``): the arenas are allocated there and registered as DEAR_MEM_CUDA,
+  ``torch.cuda.current_stream()`` is libdear's compute stream (``dear_set_stream``; a forward on
+  another stream moves it there), and the optimizer steps run on that stream, ordered after the
+  averaged gradients by libdear's events: the hooks never wait for the GPU.
+  ``DEAR_CUDA_TRANSPORT`` picks NCCL or host-staged collectives, as in C.
 * Parameters are broadcast from rank 0 at ``wrap``; buffers are not synchronised (as DDP with
   ``broadcast_buffers=False``). The optimizer must keep per-parameter state only (SGD, Adam,
   AdamW, ... but not LBFGS: a closure is refused).
@@ -156,7 +162,8 @@ def _load():
                        ("dear_register_layer", [vp, c_int]), ("dear_commit", [vp]),
                        ("dear_forward_begin", [vp, c_int]), ("dear_backward_done", [vp, c_int]),
                        ("dear_backward_end", [vp]), ("dear_flush", [vp]), ("dear_set_mode", [vp, c_int]),
-                       ("dear_no_grad", [vp, c_int]), ("dear_wait_grad", [vp, c_int]), ("dear_finalize", [pvp])):
+                       ("dear_no_grad", [vp, c_int]), ("dear_wait_grad", [vp, c_int]), ("dear_finalize", [pvp]),
+                       ("dear_set_stream", [vp, vp])):
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
     lib.dear_schedule.argtypes, lib.dear_schedule.restype = [vp], ctypes.c_char_p
@@ -322,7 +329,7 @@ class _Wrapped:
             self._collect(model)
             self._check_optimizer(opt)
             for p in self.params:   # every rank starts from rank 0's parameters, as DDP does
-                self.comm.Bcast(p.detach().numpy(), root=0)
+                self._bcast(p)
             self.sched = lib.dear_schedule(self.ctx).decode()
             # Only `dear` on several ranks leaves gradients travelling after backward returns.
             self.deferred = self.sched == "dear" and self.comm.Get_size() > 1
@@ -331,7 +338,11 @@ class _Wrapped:
             for t, p in enumerate(self.params):
                 _check("dear_register", lib.dear_register(self.ctx, self.names[t].encode(), self.layer_of[t],
                                                           ctypes.c_void_p(self.views[t].data_ptr()), p.numel(),
-                                                          _DTYPES[p.dtype], 0, self._update_fn, None))
+                                                          _DTYPES[p.dtype], int(self.cuda), self._update_fn,
+                                                          None))
+            if self.cuda:   # the hooks order the gradients' communication against torch's stream
+                self.stream = torch.cuda.current_stream(self.device)
+                _check("dear_set_stream", lib.dear_set_stream(self.ctx, ctypes.c_void_p(self.stream.cuda_stream)))
             _check("dear_commit", lib.dear_commit(self.ctx))
         except BaseException:
             self.ctx = ctypes.c_void_p()   # left open: finalize would wait for ranks that may not fail
@@ -365,15 +376,24 @@ class _Wrapped:
             lid = len(self.layers)
             self.layers.append((mod, [len(self.params) + i for i in range(len(own))]))
             for n, p in own:
-                if p.dtype not in _DTYPES or p.device.type != "cpu":
-                    raise DearError("dear.wrap", -6, "parameter %s.%s is %s on %s; accepted: float32, float64, "
-                                    "bfloat16, float16 on the CPU" % (mname, n, p.dtype, p.device))
+                name = (mname + "." + n) if mname else n
+                if p.dtype not in _DTYPES or p.device.type not in ("cpu", "cuda"):
+                    raise DearError("dear.wrap", -6, "parameter %s is %s on %s; accepted: float32, float64, "
+                                    "bfloat16, float16 on the CPU or a CUDA device" % (name, p.dtype, p.device))
+                if self.params and p.device != self.params[0].device:
+                    raise DearError("dear.wrap", -6, "parameter %s is on %s, %s on %s: a wrapped model trains on "
+                                    "one device (one GPU per rank, as DDP's device_ids=[local_rank])" %
+                                    (name, p.device, self.names[0], self.params[0].device))
                 self.params.append(p)
-                self.names.append((mname + "." + n) if mname else n)
+                self.names.append(name)
                 self.layer_of.append(lid)
         if not self.params:
             raise DearError("dear.wrap", -1, "the model has no parameter that requires a gradient")
         self.index = {id(p): t for t, p in enumerate(self.params)}
+        self.device = self.params[0].device
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:   # libdear takes the calling thread's current device as the context's
+            torch.cuda.set_device(self.device)
         self.walked = [(p, p is not None and p.requires_grad, p is not None and p.shape) for p in self._walk()]
 
     def _walk(self):
@@ -396,11 +416,22 @@ class _Wrapped:
                 self.group_of[self.index[id(p)]] = g
         self.group_sizes = [len(g["params"]) for g in opt.param_groups]
 
+    def _bcast(self, p):
+        """p from rank 0, through host memory (mpi4py need not be CUDA-aware) as bytes (numpy has
+        no bfloat16)."""
+        host = p.detach()
+        if host.device.type != "cpu" or not host.is_contiguous():
+            host = host.to("cpu", memory_format=torch.contiguous_format, copy=True)
+        self.comm.Bcast(host.reshape(-1).view(torch.uint8).numpy(), root=0)
+        if host.data_ptr() != p.data_ptr():
+            with torch.no_grad():
+                p.copy_(host)
+
     def _make_arenas(self):
         self.arenas = {}
         for dt in {p.dtype for p in self.params}:
             n = sum(p.numel() for p in self.params if p.dtype == dt)
-            self.arenas[dt] = torch.zeros(n, dtype=dt)
+            self.arenas[dt] = torch.zeros(n, dtype=dt, device=self.device)
         off = {dt: 0 for dt in self.arenas}
         self.views, self.gviews, self.place = [], [], []
         for t, p in enumerate(self.params):
@@ -450,8 +481,16 @@ class _Wrapped:
             self.norm = info.grad_norm
         return 0
 
+    def _on_stream(self):
+        """Where an update runs: on CUDA, the stream libdear ordered the averaged gradients on."""
+        return torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
+
     def _settle(self):
         """The tensors libdear just reported averaged: step them if opt.step() asked for it."""
+        with self._on_stream():
+            self._settle_here()
+
+    def _settle_here(self):
         fired, self.fired = self.fired, []
         for t in fired:
             lid = self.layer_of[t]
@@ -550,7 +589,8 @@ class _Wrapped:
         self.steps += 1
         now, self.ready = self.ready, []
         try:
-            self._run_updates(now, None, kwargs)
+            with self._on_stream():
+                self._run_updates(now, None, kwargs)
         except BaseException:
             self.ready = now
             raise
@@ -615,6 +655,12 @@ class _Wrapped:
         for t, p in enumerate(self.params):
             if p.grad is not self.gviews[t]:
                 self._adopt(t)
+        if self.cuda and torch.cuda.current_stream(self.device) != self.stream:
+            # The program moved to another stream: libdear orders against it from here on (the
+            # steps still pending run first, on the stream they were promised).
+            new = torch.cuda.current_stream(self.device)
+            self._call("dear_set_stream", ctypes.c_void_p(new.cuda_stream))
+            self.stream = new
         # model.eval() alone is not evaluation: fine-tuning with frozen batch-norm statistics trains so.
         if not torch.is_grad_enabled():
             mode = _MODE_EVAL

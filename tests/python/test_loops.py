@@ -12,6 +12,10 @@ clip_grad_norm_, a backward pass that raises and is skipped, and two backward pa
 forward (against DDP's one of twice the loss: DDP refuses the second). Then the errors: an optimizer
 that raises (the original error, once, on every rank; the wrapper goes on), and the refusals (a
 closure, two steps for one backward, a parameter group added after wrap).
+
+With DEAR_TEST_DEVICE=cuda (tests/python/torch.sh sets it where torch sees a GPU) the loops run
+on each rank's GPU (rank modulo the GPUs), DDP's gradients over gloo, dear's over
+DEAR_CUDA_TRANSPORT, and GradScaler is CUDA's own.
 """
 import copy
 import os
@@ -30,6 +34,10 @@ COMM, RANK, SIZE = T.COMM, T.RANK, T.SIZE
 check = T.check
 ITERS = 8
 SCALE = 1024.0   # a power of two: scaling and unscaling are exact
+DEVICE = torch.device("cpu")
+if os.environ.get("DEAR_TEST_DEVICE", "cpu") == "cuda":
+    DEVICE = torch.device("cuda", RANK % torch.cuda.device_count())
+    torch.cuda.set_device(DEVICE)
 TRIP = [False]
 
 
@@ -57,7 +65,7 @@ class TripCNN(T.CNN):
 
 def make(kind, opt_name):
     torch.manual_seed(7)
-    model = TripCNN() if kind == "cnn" else T.Transformer()
+    model = (TripCNN() if kind == "cnn" else T.Transformer()).to(DEVICE)
     if opt_name == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     else:
@@ -66,6 +74,8 @@ def make(kind, opt_name):
 
 
 def make_scaler():
+    if DEVICE.type == "cuda":
+        return torch.cuda.amp.GradScaler(init_scale=SCALE)
     if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):   # torch >= 2.3: CPU too
         return torch.amp.GradScaler("cpu", init_scale=SCALE)
     return torch.cuda.amp.GradScaler(enabled=False)   # torch 1.13: CUDA only, the calls pass through
@@ -165,12 +175,16 @@ CASES = {"clip_grad_norm_": ("cnn", "sgd"), "clip_grad_value_": ("cnn", "sgd"), 
          "two_backward": ("cnn", "sgd")}
 
 
+def data_for(kind):
+    return [(x.to(DEVICE), y.to(DEVICE)) for x, y in T.batches(kind, ITERS)]
+
+
 def run_ddp(feat):
     kind, opt_name = CASES[feat]
     model, opt = make(kind, opt_name)
     ddp = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
-    rec = loop(ddp, model, opt, sched, kind, feat, T.batches(kind, ITERS), True)
+    rec = loop(ddp, model, opt, sched, kind, feat, data_for(kind), True)
     return [p.detach().clone() for p in model.parameters()], rec
 
 
@@ -184,7 +198,7 @@ def run_dear(feat, schedule):
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rec = loop(model, model, opt, sched, kind, feat, T.batches(kind, ITERS), False)
+        rec = loop(model, model, opt, sched, kind, feat, data_for(kind), False)
     for w in caught:   # a scheduler that lost count of the steps says so
         check("optimizer.step()" not in str(w.message), "%s %s: warning: %s" % (feat, schedule, w.message))
     out = [p.detach().clone() for p in model.parameters()]   # parameters() alone does not flush
@@ -322,4 +336,6 @@ def keywords():
 
 
 if __name__ == "__main__":
+    if DEVICE.type == "cuda":
+        sys.exit(T.run_tests(loops_against_ddp))
     sys.exit(T.run_tests(loops_against_ddp, optimizer_raises, refusals, public_hook_path, keywords))

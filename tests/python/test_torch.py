@@ -4,13 +4,15 @@ On the same data and initial parameters, N iterations through dear.wrap must giv
 DDP gives, within 1e-5 relative, for a small CNN and a small transformer, SGD with momentum and
 AdamW (with a learning-rate schedule), under every DEAR_SCHEDULE; a checkpoint taken after a
 flush and resumed in a new wrap continues bitwise; an unused parameter and a frozen module
-behave as DDP's find_unused_parameters; and the errors (model changed after wrap, optimizer with
+behave as DDP's find_unused_parameters; bfloat16 and float16 parameters train as a float64-averaged
+reference does; and the errors (model changed after wrap, optimizer with
 a parameter the model does not train, models that differ across ranks) raise DearError with the
 library's message on every rank.
 """
 import os
 import socket
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -215,6 +217,15 @@ def errors():
     stray = nn.Parameter(torch.zeros(3))
     expect_error("optimizer with a foreign parameter", "the optimizer holds a parameter of shape (3,)",
                  lambda: dear.wrap(model, torch.optim.SGD(list(model.parameters()) + [stray], lr=0.1)))
+    # a parameter where libdear cannot reach it, or of a type it cannot average
+    meta = nn.Linear(2, 2, device="meta")
+    expect_error("a parameter on the meta device", "accepted: float32, float64, bfloat16, float16 on the CPU or a "
+                 "CUDA device", lambda: dear.wrap(meta, torch.optim.SGD(meta.parameters(), lr=0.1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # torch's note that complex modules are new
+        cplx = nn.Linear(2, 2).to(torch.complex64)
+    expect_error("a complex parameter", "is torch.complex64 on cpu",
+                 lambda: dear.wrap(cplx, torch.optim.SGD(cplx.parameters(), lr=0.1)))
     # the model changed after wrap
     model, opt = make("cnn", "sgd")
     model, opt = dear.wrap(model, opt)
@@ -229,6 +240,61 @@ def errors():
         model = nn.Sequential(nn.Linear(4, 8 if RANK == 0 else 9), nn.Linear(8 if RANK == 0 else 9, 2))
         expect_error("models differ across ranks", "dear_commit failed: mismatch",
                      lambda: dear.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1)))
+
+
+class Elementwise(nn.Module):
+    """Two layers of elementwise weights: ops the CPU runs in float16 as well as bfloat16."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(12, dtype=dtype))
+        self.w2 = nn.Parameter(torch.randn(12, dtype=dtype))
+        self.b = nn.Parameter(torch.zeros(1, dtype=dtype))
+
+    def forward(self, x):
+        return (x * self.w1 * self.w2).sum(1) + self.b
+
+
+def half_precision():
+    """16-bit parameters: wrap broadcasts rank 0's (each rank starts from its own seed here) and
+    the steps use the averaged gradient. The reference: the same 16-bit forward and backward per
+    rank, the gradients averaged in float64 through MPI and rounded once; dear sums in float32
+    and rounds once too, so the two agree to a few 16-bit ulps."""
+    for dtype, tol in ((torch.bfloat16, 2e-2), (torch.float16, 2e-3)):
+        g = torch.Generator().manual_seed(99)
+        data = [(torch.randn(4 * SIZE, 12, generator=g), torch.randn(4 * SIZE, generator=g)) for _ in range(4)]
+        data = [(x[RANK * 4:(RANK + 1) * 4].to(dtype), y[RANK * 4:(RANK + 1) * 4].to(dtype)) for x, y in data]
+        torch.manual_seed(7 + RANK)
+        ref = Elementwise(dtype)
+        for p in ref.parameters():   # rank 0's start, by hand
+            p.data.copy_(torch.from_numpy(COMM.bcast(p.detach().double().numpy(), root=0)).to(dtype))
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        for x, y in data:
+            ropt.zero_grad()
+            ((ref(x) - y) ** 2).mean().backward()
+            for p in ref.parameters():
+                total = COMM.allreduce(p.grad.double().numpy(), op=MPI.SUM)
+                p.grad.copy_(torch.from_numpy(total / SIZE).to(dtype))
+            ropt.step()
+        want = [p.detach().clone() for p in ref.parameters()]
+        for schedule in ("dear", "wfbp", "sync"):
+            torch.manual_seed(7 + RANK)
+            model = Elementwise(dtype)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+            model, opt = dear.wrap(model, opt, schedule=schedule)
+            for x, y in data:
+                opt.zero_grad()
+                ((model(x) - y) ** 2).mean().backward()
+                opt.step()
+            dear.flush(model)
+            got = [p.detach().clone() for p in model.parameters()]
+            dear.close(model)
+            d = max(((a.double() - b.double()).abs().max() / (b.double().abs().max() + 1e-12)).item()
+                    for a, b in zip(got, want))
+            what = "%s parameters %s np %d" % (str(dtype).replace("torch.", ""), schedule, SIZE)
+            check(d <= tol, "%s: differ from the float64-averaged reference by %.3g relative" % (what, d))
+            if RANK == 0:
+                print("ok: %s: %.2g from the float64-averaged reference" % (what, d), flush=True)
 
 
 def run_tests(*tests):
@@ -251,4 +317,4 @@ def run_tests(*tests):
 
 
 if __name__ == "__main__":
-    sys.exit(run_tests(compare_with_ddp, checkpoint_resume, errors))
+    sys.exit(run_tests(compare_with_ddp, checkpoint_resume, errors, half_precision))

@@ -30,6 +30,19 @@ for t in test_torch test_loops; do
         }
     done
 done
+# The same loops on GPUs where torch sees one (Debian's torch is CPU-only: then they are skipped
+# and say so; cuda/gpu-check.sh runs this file on a GPU machine).
+if "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
+    for np in 1 2; do
+        mpi_run 600 $np PYTHONPATH="$src/python" DEAR_LIBRARY="$libpath" DEAR_TEST_DEVICE=cuda "$py" \
+            "$src/tests/python/test_loops.py" || {
+            echo "torch.sh: test_loops.py on CUDA at np $np failed (status $?)" >&2
+            fails=$((fails + 1))
+        }
+    done
+else
+    echo "torch.sh: torch sees no GPU: the loops on CUDA parameters not run"
+fi
 # An uncaught exception, and SIGINT, on rank 1 end the job within seconds (DEAR_STALL_ABORT_S, 600
 # by default, would end it otherwise), with the original error printed.
 for what in "raise:ValueError: deliberate failure on rank 1" "sigint:KeyboardInterrupt (SIGINT)"; do
