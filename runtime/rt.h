@@ -167,6 +167,8 @@ typedef struct {
     dear_coll_topo_t *coll_topo; /* hosts of comm for hierarchical collectives; NULL: flat */
     dear_transport_t *tp;   /* what carries the collectives (DEAR_TRANSPORT) */
     dear_net_t *net;        /* comm on tp */
+    int keep;               /* some rank left a collective unfinished, so messages may be unmatched:
+                             * the communicators are never freed (dear_coll_topo_free) */
 } dear_rt_comm_t;
 
 /* Settings read at dear_init from the DEAR_* table (api.c); read-only afterwards. */
@@ -306,6 +308,7 @@ typedef struct {
     int fence_wait;         /* the next operation waits for its buffer to fill (polled) */
     dear_run_t *running;
     dear_run_t *spare;      /* runs ended, for reuse */
+    int abandoned;          /* collectives were in flight when the thread stopped (read after join) */
     int nrunning;
     int nhost;              /* of them, those on the host (DEAR_MAX_INFLIGHT counts these) */
     size_t inflight_bytes;  /* sum of bytes of the running collectives on the host */
