@@ -86,6 +86,9 @@ if [ $MODE = gpu ]; then
         export PKG_CONFIG_PATH=$PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig:$PREFIX/usr/share/pkgconfig
         export CPATH=$PREFIX/usr/include:$PREFIX/usr/lib/x86_64-linux-gnu/openmpi/include
         export LIBRARY_PATH=$PREFIX/usr/lib/x86_64-linux-gnu:$PREFIX/usr/lib/x86_64-linux-gnu/openmpi/lib
+        # The carried Open MPI's compiler wrapper by its own name: dpkg -x makes no alternatives,
+        # so there is no plain mpicc, and a CC in the environment may name a bare compiler.
+        export CC=mpicc.openmpi
         say "packages unpacked into $PREFIX (OPAL_PREFIX=$OPAL_PREFIX)"
     fi
     if [ -z "$BUILDDIR" ]; then
