@@ -1,9 +1,11 @@
 #!/bin/sh
 # dear-bench end to end on a tiny profile at np 2 and 3: every schedule (and the planners the
-# runtime offers) must pass the parameter check (all ranks identical and equal to the float64
-# reference), and the CSV must hold one well-formed row per configuration, in order.
+# runtime offers), also sharded (+shard: each element updated by one rank), must pass the
+# parameter check (all ranks identical and equal to the float64 reference), and the CSV must
+# hold one well-formed row per configuration, in order.
 . "${top_srcdir:-.}/tests/apps/dearbench-lib.sh"
 CONFIGS="sync;wfbp:threshold:64m;wfbp:none;wfbp:threshold:100k;dear:threshold:100k;dear:none;dear:auto"
+CONFIGS="$CONFIGS;sync+shard;wfbp:threshold:100k+shard;dear:auto+shard"
 for np in 2 3; do
     bench "$np" --profile "$TINY" --iters 6 --warmup 7 --configs "$CONFIGS" --csv "$TMPD/r$np.csv"
     [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "np $np: exit status $rc"; continue; }
