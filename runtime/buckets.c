@@ -441,6 +441,8 @@ int dear_graph_build(dear_ctx_t *ctx)
         dear_plan_print(stderr, &ctx->graph.plan, NULL);
     int split = dear_rt_split(ctx);
     int clip = ctx->clip.on && split, live = ctx->unused.on;
+    if (ctx->shard.on)
+        ctx->graph.plan.ag_early = 0; /* the parameters leave after the updates (shard.c) */
     ctx->graph.ngroups_early = 0;
     DEAR_CHECK(units_build(ctx));
     DEAR_CHECK(buckets_build(ctx));
