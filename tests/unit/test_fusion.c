@@ -1115,15 +1115,22 @@ static double plan_T(const dear_plan_problem_t *prob, const char *name, dear_pla
     return t;
 }
 
+/* A shipped profile and the 10GbE preset for 64 ranks. */
+static void shipped_10gbe(const char *model, dear_profile_t *p, dear_cost_model_t *m)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/fusion/profiles/%s.prof", DEAR_SRCDIR, model);
+    *p = (dear_profile_t){ 0 };
+    ck_assert_int_eq(dear_prof_load(path, p), DEAR_OK);
+    ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, m), DEAR_OK);
+}
+
 START_TEST(gradssa_deterministic_and_never_worse)
 {
     /* A non-linear cost: two algorithms crossing, and a cap on bucket memory. */
-    char path[512];
-    snprintf(path, sizeof path, "%s/fusion/profiles/resnet50.prof", DEAR_SRCDIR);
-    dear_profile_t p = { 0 };
-    ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+    dear_profile_t p;
     dear_cost_model_t m;
-    ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, &m), DEAR_OK);
+    shipped_10gbe("resnet50", &p, &m);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
         dear_cost_line_t r = m.line[op][DEAR_ALGO_RING];
         m.line[op][DEAR_ALGO_RHD] = (dear_cost_line_t){ .valid = 1, .alpha = r.alpha / 8, .beta = r.beta * 3 };
@@ -1216,12 +1223,9 @@ END_TEST
  * bert-base under 10GbE gets early groups from auto, so the flag is what removes them. */
 START_TEST(no_early_plans)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/fusion/profiles/bert-base.prof", DEAR_SRCDIR);
-    dear_profile_t p = { 0 };
-    ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+    dear_profile_t p;
     dear_cost_model_t m;
-    ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, &m), DEAR_OK);
+    shipped_10gbe("bert-base", &p, &m);
     dear_sim_model_arg_t marg;
     dear_plan_problem_t prob;
     ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
