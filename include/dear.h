@@ -217,7 +217,8 @@ DEAR_API const char *dear_transport(const dear_ctx_t *ctx);
 /* After dear_backward_end: wait for the averaged gradients of layer and put them in its
  * registered buffers, without running its updates (they still run in its dear_forward_begin)
  * and without waiting for any other layer's, whose communication goes on. Returns at once
- * under wfbp and sync (already in place), and when the layer's data is already there:
+ * under wfbp and sync (already in place), and when the layer's data is already there;
+ * DEAR_ERR_STATE under sharded updates, where the average exists only as each rank's slices:
  *
  *     dear_backward_end(ctx);
  *     dear_wait_grad(ctx, l);   // grad of layer l now averaged, under every schedule
