@@ -10,6 +10,12 @@ configuration: the median over the rounds, their range, the quartiles of all ran
 iterations, and the ratio to DDP's median. Run by bench/torch-ddp.sh on the emulated cluster;
 alone: mpirun -np 4 python3 bench/torch-ddp.py.
 
+Configurations: plain (no communication), ddp, zero (DDP with torch's ZeroRedundancyOptimizer:
+each rank steps the parameters it owns and broadcasts them after the step), and
+dear:SCHEDULE[:FUSION][+shard] (the binding; +shard: wrap(shard=True), each rank steps its slice of
+every parameter and dear's all-gathers carry them). --opt picks SGD with momentum or AdamW; the
+CSV also gives the largest rank's optimizer state in MB.
+
 Why not the median of each iteration's slowest rank: without a barrier, dear's ranks leave an
 iteration at times that jitter apart (their all-gathers run into the next forward pass), while
 DDP's all-reduce ends every backward pass on all ranks together. The slowest of several
@@ -79,21 +85,40 @@ def cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
-def run(name, config, iters, warmup, b):
-    """One round of a configuration ('plain', 'ddp' or 'dear:SCHEDULE[:FUSION]'): the slowest rank's
-    mean iteration time (s), every rank's single iteration times, and the CPU seconds (user +
-    system, all threads of this process) per measured iteration, averaged over the ranks."""
+def make_opt(kind, params, zero=False):
+    """SGD with momentum or AdamW, or the same inside torch's ZeroRedundancyOptimizer."""
+    cls, kw = (torch.optim.SGD, {"lr": 0.01, "momentum": 0.9}) if kind == "sgd" else \
+        (torch.optim.AdamW, {"lr": 1e-3, "weight_decay": 0.1})
+    if zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, **kw)
+    return cls(params, **kw)
+
+
+def state_bytes(opt):
+    """Bytes of this rank's optimizer state tensors (momenta, moments; a step count's scalar aside)."""
+    inner = getattr(opt, "optim", opt)   # ZeroRedundancyOptimizer keeps its partition's optimizer there
+    return sum(v.numel() * v.element_size() for st in inner.state.values() for v in st.values()
+               if torch.is_tensor(v) and v.dim() > 0)
+
+
+def run(name, config, iters, warmup, b, opt_kind="sgd"):
+    """One round of a configuration ('plain', 'ddp', 'zero' or 'dear:SCHEDULE[:FUSION][+shard]'): the
+    slowest rank's mean iteration time (s), every rank's single iteration times, the CPU seconds
+    (user + system, all threads of this process) per measured iteration, averaged over the ranks,
+    and the largest rank's optimizer state in bytes."""
     model = make(name)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    opt = make_opt(opt_kind, model.parameters(), zero=config == "zero")
     if config == "plain":   # no communication at all: the binding's own cost at np 1
         net = model
-    elif config == "ddp":
+    elif config in ("ddp", "zero"):
         net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
     else:
-        parts = config.split(":")
+        shard = config.endswith("+shard")
+        parts = config[:-len("+shard")].split(":") if shard else config.split(":")
         os.environ["DEAR_SCHEDULE"] = parts[1]
         os.environ["DEAR_FUSION"] = parts[2] if len(parts) > 2 else "auto"
-        net, opt = dear.wrap(model, opt)
+        net, opt = dear.wrap(model, opt, shard=shard)
     x, y = batch(name, b)
     # An iteration's time is the span from its start to the next one's on each rank, with no
     # barrier or MPI call in between: in a real loop nothing else shares the connections with
@@ -113,17 +138,20 @@ def run(name, config, iters, warmup, b):
     spans = [b - a for a, b in zip(stamps, stamps[1:])]
     slowest = COMM.allreduce((stamps[-1] - stamps[0]) / iters, op=MPI.MAX)
     spans = [s for rank in COMM.allgather(spans) for s in rank]
+    state = COMM.allreduce(state_bytes(opt), op=MPI.MAX)
     if config.startswith("dear:"):
         dear.close(net)
-    return slowest, spans, COMM.allreduce(cpu) / SIZE
+    return slowest, spans, COMM.allreduce(cpu) / SIZE, state
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=["resnet18", "encoder"], required=True)
     ap.add_argument("--configs", default="ddp;dear:wfbp:threshold;dear:dear:threshold;dear:dear:auto",
-                    help="';'-separated: ddp, dear:SCHEDULE[:FUSION] (DEAR_SCHEDULE, DEAR_FUSION; "
-                         "FUSION defaults to auto), plain (no communication)")
+                    help="';'-separated: ddp, zero (DDP + ZeroRedundancyOptimizer), dear:SCHEDULE[:FUSION][+shard] "
+                         "(DEAR_SCHEDULE, DEAR_FUSION; FUSION defaults to auto; +shard: wrap(shard=True)), plain "
+                         "(no communication)")
+    ap.add_argument("--opt", choices=["sgd", "adamw"], default="sgd", help="SGD with momentum, or AdamW")
     ap.add_argument("--iters", type=int, default=6, help="measured iterations per configuration per round")
     ap.add_argument("--warmup", type=int, default=20,
                     help="iterations before measuring: dear plans after 5, then auto's check runs each plan "
@@ -146,10 +174,11 @@ def main():
     rounds = {c: [] for c in configs}
     spans = {c: [] for c in configs}
     cpus = {c: [] for c in configs}
+    states = {}
     for r in range(a.rounds):
         order = configs if r % 2 == 0 else configs[::-1]
         for c in order:
-            t, s, cpu = run(a.model, c, a.iters, a.warmup, a.batch)
+            t, s, cpu, states[c] = run(a.model, c, a.iters, a.warmup, a.batch, a.opt)
             rounds[c].append(t)
             spans[c] += s
             cpus[c].append(cpu)
@@ -170,7 +199,8 @@ def main():
                          "min_ms": "%.2f" % (1e3 * min(rounds[c])), "max_ms": "%.2f" % (1e3 * max(rounds[c])),
                          "q1_ms": "%.2f" % (1e3 * q[0]), "q3_ms": "%.2f" % (1e3 * q[2]),
                          "baseline": ref or "", "speedup": "%.3f" % (base / m) if base else "",
-                         "cpu_ms": "%.1f" % (1e3 * statistics.median(cpus[c]))})
+                         "cpu_ms": "%.1f" % (1e3 * statistics.median(cpus[c])), "opt": a.opt,
+                         "state_mb": "%.2f" % (states[c] / 1e6)})
             print("%-10s %-20s median %8.1f ms  cpu/rank %8.1f ms  %s" % (a.model, c, 1e3 * m, 1e3 * statistics.median(cpus[c]),
                                                        ("%.3fx %s" % (base / m, ref)) if base else ""), flush=True)
         if a.csv:

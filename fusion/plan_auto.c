@@ -56,7 +56,7 @@ int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
         for (int j = 0; j < nag && rc == DEAR_OK; j++) {
             int k = nag > 1 ? j : i;
             /* dear: also every number of early all-gather groups (0 = all in the forward). */
-            int emax = nag > 1 ? p[k].ag.ngroups : 0;
+            int emax = nag > 1 && !prob->no_early ? p[k].ag.ngroups : 0;
             for (int ne = 0; ne <= emax && rc == DEAR_OK; ne++) {
                 dear_plan_t mix = { .nunits = p[i].nunits, .ntensors = p[i].ntensors, .rs = p[i].rs, .ag = p[k].ag, .ag_early = ne };
                 double t = dear_planner_predict(prob, &mix, &rc);

@@ -180,6 +180,8 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
     if (rc != DEAR_OK)
         return rc;
     int n = prob->prof->ntensors;
+    if (prob->no_early && prob->sched == DEAR_SCHED_DEAR && split < 0)
+        split = n; /* every all-gather in the forward pass */
     if (split > n || (split >= 0 && prob->sched != DEAR_SCHED_DEAR)) {
         DEAR_ERROR("plan", "dp split %d: needs schedule dear and a split in 0..%d", split, n);
         return DEAR_ERR_ARG;

@@ -91,7 +91,7 @@ static double ssa_fitness(ssa_eval_t *e, const double *x)
     if (e->prob->sched == DEAR_SCHED_DEAR) {
         nag = decode(x + e->d1, e->d1, e->n, e->ag);
         ag = e->ag;
-        ne = decode_early(x[2 * e->d1], nag);
+        ne = e->prob->no_early ? 0 : decode_early(x[2 * e->d1], nag);
     }
     return dear_sim_ws_iter(e->ws, &e->prob->cost, e->prob->sched, nrs, e->rs, nag, ag, ne);
 }
@@ -328,7 +328,7 @@ int dear_plan_gradssa_seeded(dear_plan_t *plan, const dear_plan_problem_t *prob,
         if (dims > e.d1) {
             nag = decode(gbest + e.d1, e.d1, n, e.ag);
             ag = e.ag;
-            ne = decode_early(gbest[2 * e.d1], nag);
+            ne = prob->no_early ? 0 : decode_early(gbest[2 * e.d1], nag);
         }
         rc = dear_plan_set(plan, n, nrs, e.rs, nag, ag, "gradssa");
         if (rc == DEAR_OK)

@@ -19,7 +19,7 @@
  *            plans; deterministic per seed; never worse than its seeds.
  *   auto     the lowest predicted of none, threshold, mgwfbp, dp and gradssa; for schedule dear
  *            per phase: the best pair of one planner's buckets and another's all-gather groups,
- *            with the best number of early groups.
+ *            with the best number of early groups (none where prob->no_early says so).
  * Pure C.
  */
 #ifndef DEAR_FUSION_PLANNERS_H
@@ -45,6 +45,9 @@ typedef struct {
     uint64_t seed;                  /* gradssa */
     int population;                 /* gradssa sparrows; 0: 100 */
     int rounds;                     /* gradssa rounds; 0: 100 */
+    int no_early;                   /* dear: no all-gather may run during backward (sharded updates
+                                     * send parameters only after the updates): every plan has
+                                     * ag_early 0 */
 } dear_plan_problem_t;
 
 /* Fill prob for a profile, schedule and cost model: linear lines from dear_cost_linear, the

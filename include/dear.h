@@ -93,6 +93,55 @@ DEAR_API int dear_register_layer(dear_ctx_t *ctx, int layer);
  */
 DEAR_API int dear_register_sparse(dear_ctx_t *ctx, int tensor, size_t row_elems);
 
+/* The parameters of tensor (its registration index): count elements of its dtype in the same kind
+ * of memory as its gradient, overlapping no registered gradient or parameters. Update callbacks
+ * then see them as dear_update_info_t.param; sharded updates need them for every tensor. Before
+ * dear_commit (DEAR_ERR_STATE afterwards). */
+DEAR_API int dear_set_param(dear_ctx_t *ctx, int tensor, void *param);
+
+/* Sharded updates (ZeRO's optimizer-state sharding inside DeAR's schedule): flags DEAR_SHARD_ON,
+ * optionally | DEAR_SHARD_HOLD; 0 off (the default, unless DEAR_SHARD=1). Before dear_commit,
+ * after dear_set_param for every tensor; every rank the same. Each tensor (each chunk of a cut
+ * tensor) is cut into P slices, rank r updating slice r, whatever the plan: after the
+ * reduce-scatters, dear_backward_end calls the update callback once per slice this rank owns
+ * (info->grad and info->param point at the slice, info->offset says where it lies in the tensor,
+ * info->shard_offset where in this rank's shard), and the all-gathers then carry the updated
+ * parameters into every rank's parameter buffers: during the next forward pass under `dear`
+ * (dear_forward_begin of a layer waits for its parameters), before dear_backward_end returns
+ * under `wfbp` and `sync` (which then reduce-scatter and gather instead of all-reducing). The
+ * bytes on the wire are the same; optimizer work and state are 1/P. The callback must update
+ * only its slice with an element-wise rule (SGD, momentum, Adam, AdamW: a slice's step is that
+ * slice of the tensor's step), keeping state for its slices only (dear_shard_slices). After
+ * dear_backward_end a rank's gradient buffers hold the averaged gradient on its own slices only
+ * (its own gradient or scratch elsewhere): the next backward pass writes them, it does not add
+ * to them. The slices never move: a plan switch, freezing and re-planning keep them.
+ * DEAR_SHARD_HOLD: the callbacks only note their slices; the program steps them after
+ * dear_backward_end returns and calls dear_shard_release (the next hook or dear_flush releases
+ * what is still held: un-stepped parameters are then sent as they are). Refused (with the
+ * reason): CUDA memory (DEAR_ERR_UNSUPPORTED); tensors declared sparse travel dense (the
+ * parameters are dense). For example:
+ *
+ *     dear_set_param(ctx, t, w + off[t]);                    // every tensor, then
+ *     dear_set_shard(ctx, DEAR_SHARD_ON);
+ *     dear_commit(ctx);
+ *     int n = dear_shard_slices(ctx, rank, NULL, 0);         // then allocate the state:
+ *     // state[info->shard_offset + i] belongs to info->param[i] in the update callback
+ */
+DEAR_API int dear_set_shard(dear_ctx_t *ctx, int flags);
+
+/* DEAR_SHARD_HOLD: this rank stepped its slices of the last dear_backward_end; their parameters
+ * start travelling. Under `wfbp` and `sync` it returns once every parameter is in place. A no-op
+ * when nothing is held. */
+DEAR_API int dear_shard_release(dear_ctx_t *ctx);
+
+/* The slices of the registered tensors that rank updates under sharded updates, in one fixed
+ * order (by tensor, then offset; frozen tensors included, so the list never changes during a
+ * run), each with its place in the rank's shard: slices[k].shard_offset is the sum of the counts
+ * before it. Fills at most max of them and returns how many there are (a rank may own none of a
+ * small tensor), or a negative error: DEAR_ERR_STATE before dear_commit or without sharded
+ * updates, DEAR_ERR_ARG for a rank outside the communicator. */
+DEAR_API int dear_shard_slices(const dear_ctx_t *ctx, int rank, dear_slice_t *slices, int max);
+
 /* Freeze the registry and build the communication plan. Collective: every rank must have
  * registered the same tensors (name, layer, count, type, order); otherwise every rank fails
  * within seconds with DEAR_ERR_MISMATCH and a message naming the first difference.
@@ -168,7 +217,8 @@ DEAR_API const char *dear_transport(const dear_ctx_t *ctx);
 /* After dear_backward_end: wait for the averaged gradients of layer and put them in its
  * registered buffers, without running its updates (they still run in its dear_forward_begin)
  * and without waiting for any other layer's, whose communication goes on. Returns at once
- * under wfbp and sync (already in place), and when the layer's data is already there:
+ * under wfbp and sync (already in place), and when the layer's data is already there;
+ * DEAR_ERR_STATE under sharded updates, where the average exists only as each rank's slices:
  *
  *     dear_backward_end(ctx);
  *     dear_wait_grad(ctx, l);   // grad of layer l now averaged, under every schedule

@@ -118,7 +118,30 @@ typedef struct dear_update_info {
                                  * dear_set_stream named), already ordered after the averaged
                                  * gradient; NULL there means the legacy default stream. Host
                                  * memory: NULL */
+    /* Sharded updates (read them where size covers them): */
+    void *param;                /* the parameters grad is for, elements [offset, offset + count) of the
+                                 * buffer dear_set_param gave; NULL when none was given */
+    size_t offset;              /* elements of the tensor before grad and param: 0 for a whole tensor;
+                                 * under sharded updates (dear_set_shard) the slice's first element */
+    size_t tensor_count;        /* elements of the whole tensor; count < tensor_count: a slice */
+    size_t shard_offset;        /* sharded updates: where the slice starts in this rank's shard, its
+                                 * slices of every tensor back to back in dear_shard_slices order (one
+                                 * array of optimizer state serves them all); 0 otherwise */
 } dear_update_info_t;
+
+/* Sharded updates (dear_set_shard, DEAR_SHARD): flags. */
+#define DEAR_SHARD_ON 1         /* each rank updates only its shard; the all-gathers carry parameters */
+#define DEAR_SHARD_HOLD 2       /* the parameters are sent at dear_shard_release (or the next hook),
+                                 * not when the update callbacks return: the program steps its
+                                 * slices itself after dear_backward_end */
+
+/* One slice of a tensor that a rank updates under sharded updates (dear_shard_slices). */
+typedef struct {
+    int tensor;                 /* registration index */
+    size_t offset;              /* first element of the slice in the tensor */
+    size_t count;               /* elements */
+    size_t shard_offset;        /* its first element in the rank's shard: the slices back to back */
+} dear_slice_t;
 
 /* Update callback: runs on the application thread exactly once per tensor per iteration, the
  * moment its averaged gradient is in place (dear_register says when). Return 0 on success;

@@ -213,6 +213,8 @@ int dear_commit(dear_ctx_t *ctx)
         DEAR_ERROR("api", "dear_commit: no tensor registered; call dear_register for each gradient first");
         return DEAR_ERR_STATE;
     }
+    /* Before clipping and the sparse settings, which sharded updates change. */
+    DEAR_CHECK(dear_shard_setup(ctx));
     DEAR_CHECK(dear_clip_setup(ctx));
     /* Rank 0's DEAR_FIND_UNUSED decides: its collective must be in every rank's plan. */
     ctx->unused.on = (int)dear_param_int(DEAR_P_FIND_UNUSED);

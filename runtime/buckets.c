@@ -21,6 +21,7 @@ static int units_build(dear_ctx_t *ctx)
     DEAR_ALLOC_GOTO(ctx->graph.units, calloc((size_t)(n ? n : 1), sizeof *ctx->graph.units),
                     sizeof *ctx->graph.units * (size_t)(n ? n : 1), rc, out);
     ctx->graph.nunits = n;
+    size_t pos = 0;
     for (int i = 0; i < n; i++) {
         dear_rt_unit_t *u = &ctx->graph.units[i];
         dear_tensor_t *tt = &ctx->reg.tensors[pu ? pu[i].tensor : i];
@@ -28,6 +29,10 @@ static int units_build(dear_ctx_t *ctx)
         u->tensor = pu ? pu[i].tensor : i;
         u->eoff = pu && pu[i].bytes > 0 ? pu[i].offset / esz : 0;
         u->count = pu && pu[i].bytes > 0 ? pu[i].bytes / esz : tt->count;
+        /* Sharded updates: by the unit alone, so no plan moves a slice (shard.c). */
+        dear_coll_shard(u->count, ctx->cm.size, ctx->cm.rank, &u->own_off, &u->own_len);
+        u->own_pos = pos;
+        pos += u->own_len;
         if (i == 0 || u->tensor != ctx->graph.units[i - 1].tensor)
             tt->u0 = i;
         tt->u1 = i + 1;
@@ -208,15 +213,19 @@ static int bucket_build(dear_ctx_t *ctx, int b, int u0, int u1)
     }
     bk->bytes = bk->count * esz;
     /* One rank communicates nothing: its buckets are never packed or unpacked, unless clipping
-     * scales the bucket's vector in place (clip.c). Staged memory always has its host copy. */
-    if ((contiguous || (ctx->cm.size == 1 && !ctx->clip.on)) && !ctx->mem.staged) {
+     * scales the bucket's vector in place (clip.c). Staged memory always has its host copy.
+     * Sharded updates cut every bucket into its units, each a block of its own (shard_pieces), so
+     * the collectives reach the gradients wherever they lie. */
+    if ((contiguous || (ctx->cm.size == 1 && !ctx->clip.on) || ctx->shard.on) && !ctx->mem.staged) {
         bk->buf = start;
     } else {
         DEAR_CHECK(ctx->mem.ops->alloc(bk->bytes ? bk->bytes : 1, ctx->mem.staged, &bk->buf));
         bk->fused = 1;
+        if (ctx->shard.on) /* and the host copy of its parameters, for the all-gathers */
+            DEAR_CHECK(ctx->mem.ops->alloc(bk->bytes ? bk->bytes : 1, ctx->mem.staged, &bk->pbuf));
     }
     dear_op_t *op = &bk->op;
-    op_init(ctx, op, ctx->cfg.sched_ops->bucket_op, b, bk->dtype);
+    op_init(ctx, op, ctx->shard.on ? DEAR_COLL_REDUCE_SCATTER : ctx->cfg.sched_ops->bucket_op, b, bk->dtype);
     op->bytes = bk->bytes;
     op_layers(ctx, op, bk->u0, bk->u1);
     op->args.scale = 1.0 / ctx->cm.size; /* averaging fused into the reduction */
@@ -241,6 +250,54 @@ out:
     return rc;
 }
 
+/* Where unit u's gradient (params 0) or parameters (params 1) lie for the collectives: in the
+ * bucket's host copy when it has one, else in place. */
+static char *unit_vec(const dear_ctx_t *ctx, int u, int params)
+{
+    const dear_rt_unit_t *un = &ctx->graph.units[u];
+    const dear_bucket_t *bk = &ctx->graph.buckets[un->bucket];
+    const dear_tensor_t *tt = &ctx->reg.tensors[un->tensor];
+    size_t esz = dear_dtype_size(tt->dtype);
+    if (bk->fused)
+        return (char *)(params ? bk->pbuf : bk->buf) + un->off * esz;
+    return (char *)(params ? tt->param : tt->grad) + un->eoff * esz;
+}
+
+/* Sharded updates: every unit of the group a block of its own, its parameters gathered whole from
+ * the slices of every rank (the slices' rule); units of frozen tensors gather nothing. Returns
+ * the number of blocks and adds their bytes to the operation's. */
+static int shard_group_blocks(dear_ctx_t *ctx, const dear_group_t *gr, dear_op_t *op)
+{
+    int n = 0;
+    for (int u = gr->u0; u < gr->u1; u++) {
+        size_t c = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
+        if (c == 0)
+            continue;
+        op->blocks[n++] = (dear_coll_block_t){ .buf = unit_vec(ctx, u, 1), .count = c, .lo = 0, .hi = c };
+        op->bytes += c * dear_dtype_size(unit_tensor(ctx, u)->dtype);
+    }
+    return n;
+}
+
+/* Sharded updates: every bucket's reduce-scatter is a block per unit, so that each rank's slice of
+ * a unit is the same under every plan. */
+static int shard_pieces(dear_ctx_t *ctx)
+{
+    for (int b = 0; b < ctx->graph.nbuckets; b++) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        size_t n = (size_t)(bk->u1 - bk->u0);
+        DEAR_ALLOC_CHECK(bk->sub, calloc(n, sizeof *bk->sub), sizeof *bk->sub * n);
+        for (int u = bk->u0; u < bk->u1; u++) {
+            size_t c = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
+            if (c > 0)
+                bk->sub[bk->nsub++] = (dear_coll_block_t){ .buf = unit_vec(ctx, u, 0), .count = c, .lo = 0, .hi = c };
+        }
+        bk->op.args.nblocks = bk->nsub;
+        bk->op.args.blocks = bk->sub;
+    }
+    return DEAR_OK;
+}
+
 /* Group g over units [u0, u1): its all-gather of the buckets' blocks, the piece of each bucket
  * it gathers (when buckets are sharded piece by piece), and what it waits for. */
 static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0, int clip, int live)
@@ -250,14 +307,19 @@ static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0, int
     gr->u1 = u1;
     dear_op_t *op = &gr->op;
     int b0 = ctx->graph.units[gr->u0].bucket, b1 = ctx->graph.units[gr->u1 - 1].bucket;
-    int nb = b1 - b0 + 1;
-    DEAR_ALLOC_CHECK(op->blocks, calloc((size_t)nb, sizeof *op->blocks), sizeof *op->blocks * (size_t)nb);
+    int nb = b1 - b0 + 1, nblk = ctx->shard.on ? u1 - u0 : nb;
+    DEAR_ALLOC_CHECK(op->blocks, calloc((size_t)nblk, sizeof *op->blocks), sizeof *op->blocks * (size_t)nblk);
     size_t nd = (size_t)(nb + clip + live);
     DEAR_ALLOC_CHECK(op->deps, calloc(nd, sizeof *op->deps), sizeof *op->deps * nd);
+    if (ctx->shard.on)
+        nblk = shard_group_blocks(ctx, gr, op);
     for (int b = b0; b <= b1; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         int lo_u = gr->u0 > bk->u0 ? gr->u0 : bk->u0;
         int hi_u = gr->u1 < bk->u1 ? gr->u1 : bk->u1;
+        op->deps[b - b0] = (dear_op_t *)&bk->op;
+        if (ctx->shard.on)
+            continue;
         dear_coll_block_t *blk = &op->blocks[b - b0];
         blk->buf = bk->buf;
         blk->count = bk->count;
@@ -266,7 +328,6 @@ static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0, int
         op->bytes += (blk->hi - blk->lo) * dear_dtype_size(bk->dtype);
         if (bk->sub != NULL)
             sub_add(bk, blk);
-        op->deps[b - b0] = (dear_op_t *)&bk->op;
     }
     op->ndeps = nb;
     if (clip)
@@ -279,7 +340,7 @@ static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0, int
     ctx->graph.ngroups_early += gr->early;
     op_init(ctx, op, DEAR_COLL_ALLGATHER, g, unit_tensor(ctx, gr->u0)->dtype);
     op_layers(ctx, op, gr->u0, gr->u1);
-    op->args.nblocks = nb;
+    op->args.nblocks = nblk;
     op->args.blocks = op->blocks;
     return DEAR_OK;
 }
@@ -292,15 +353,20 @@ static int groups_build(dear_ctx_t *ctx, int clip, int live)
 {
     int rc = DEAR_OK, *first = NULL, ng = 0;
     const dear_plan_t *pl = &ctx->graph.plan;
-    int early_u0 = pl->ag_early > 0 && !clip ? pl->ag.first[pl->ag.ngroups - pl->ag_early] : ctx->graph.nunits;
-    DEAR_CHECK_GOTO(split_groups(ctx, &pl->ag, 1, &first, &ng), rc, out);
+    /* Sharded updates: the parameters leave after the updates at backward_end, so no group runs
+     * during backward; wfbp's and sync's plans gather what each bucket reduced. */
+    int shard = ctx->shard.on, split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
+    const dear_partition_t *ag = split ? &pl->ag : &pl->rs;
+    int early_u0 = split && pl->ag_early > 0 && !clip && !shard ? pl->ag.first[pl->ag.ngroups - pl->ag_early]
+                                                                : ctx->graph.nunits;
+    DEAR_CHECK_GOTO(split_groups(ctx, ag, 1, &first, &ng), rc, out);
     DEAR_ALLOC_GOTO(ctx->graph.groups, calloc((size_t)ng, sizeof *ctx->graph.groups),
                     sizeof *ctx->graph.groups * (size_t)ng, rc, out);
     ctx->graph.ngroups = ng;
-    DEAR_CHECK_GOTO(sub_alloc(ctx, first, ng), rc, out);
+    DEAR_CHECK_GOTO(shard ? shard_pieces(ctx) : sub_alloc(ctx, first, ng), rc, out);
     for (int g = 0; g < ng && rc == DEAR_OK; g++)
         rc = group_build(ctx, g, first[g], first[g + 1], early_u0, clip, live);
-    for (int b = 0; b < ctx->graph.nbuckets; b++) {
+    for (int b = 0; b < ctx->graph.nbuckets && !shard; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         if (bk->nsub > 1) {
             bk->op.args.nblocks = bk->nsub;
@@ -373,8 +439,10 @@ int dear_graph_build(dear_ctx_t *ctx)
 {
     if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->cm.rank == 0)
         dear_plan_print(stderr, &ctx->graph.plan, NULL);
-    int split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
+    int split = dear_rt_split(ctx);
     int clip = ctx->clip.on && split, live = ctx->unused.on;
+    if (ctx->shard.on)
+        ctx->graph.plan.ag_early = 0; /* the parameters leave after the updates (shard.c) */
     ctx->graph.ngroups_early = 0;
     DEAR_CHECK(units_build(ctx));
     DEAR_CHECK(buckets_build(ctx));

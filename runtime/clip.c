@@ -35,10 +35,13 @@ int dear_clip_setup(dear_ctx_t *ctx)
     ctx->clip.norm = -1;
     ctx->clip.coef = 1;
     /* The norm from shards adds the buckets' squares in bucket order: it depends on the plan. */
-    if (ctx->clip.on && dear_param_int(DEAR_P_DETERMINISTIC) && (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT)) {
-        DEAR_ERROR("api", "dear_commit: clipping under DEAR_SCHEDULE=dear with DEAR_DETERMINISTIC=1: the norm taken "
-                          "from the shards depends on the plan; use DEAR_SCHEDULE=wfbp or sync (their norm is taken "
-                          "over whole tensors) or turn one of the two off");
+    if (ctx->clip.on && dear_param_int(DEAR_P_DETERMINISTIC) && dear_rt_split(ctx)) {
+        DEAR_ERROR("api", "dear_commit: clipping under %s with DEAR_DETERMINISTIC=1: the norm taken from the shards "
+                          "depends on the plan; %s or turn one of the two off",
+                   ctx->shard.on ? "sharded updates" : "DEAR_SCHEDULE=dear",
+                   ctx->shard.on ? "train unsharded under DEAR_SCHEDULE=wfbp or sync (their norm is taken over whole "
+                                   "tensors)"
+                                 : "use DEAR_SCHEDULE=wfbp or sync (their norm is taken over whole tensors)");
         return DEAR_ERR_UNSUPPORTED;
     }
     return DEAR_OK;
@@ -91,7 +94,8 @@ static void norm_before(dear_ctx_t *ctx, dear_op_t *op)
     ctx->clip.sum = s;
 }
 
-/* Every shard scaled on the buffers' queue, ahead of the all-gathers that read them. */
+/* Every shard scaled on the buffers' queue, ahead of the all-gathers that read them (sharded
+ * updates: ahead of the updates, the slices then put in the gradients). */
 static int norm_finish(dear_ctx_t *ctx, dear_op_t *op)
 {
     if (ctx->clip.failed) {
@@ -99,17 +103,17 @@ static int norm_finish(dear_ctx_t *ctx, dear_op_t *op)
         return DEAR_ERR_INTERNAL;
     }
     set_result(ctx, ctx->clip.sum, op->iter);
-    if (ctx->clip.coef == 1)
-        return DEAR_OK;
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
-        const dear_bucket_t *bk = &ctx->graph.buckets[b];
-        for (int k = 0; k < dear_bucket_parts(bk); k++) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        for (int k = 0; k < dear_bucket_parts(bk) && ctx->clip.coef != 1; k++) {
             size_t len;
             char *p = dear_bucket_own(&ctx->cm, bk, k, &len);
             if (len > 0)
                 DEAR_CHECK(mo->scale(dear_rt_work_queue(ctx), bk->dtype, p, p, len, ctx->clip.coef));
         }
+        if (ctx->shard.on)
+            DEAR_CHECK(dear_rt_shard_unpack(ctx, bk));
     }
     return DEAR_OK;
 }
@@ -130,7 +134,7 @@ int dear_clip_graph(dear_ctx_t *ctx, int pos)
     /* Host memory the gradients' row can write a square into from its queue (pinned for a GPU). */
     DEAR_CHECK_GOTO(ctx->mem.ops->alloc((np + 1) * sizeof(double), 1, (void **)&ctx->clip.part_sq), rc, out);
     DEAR_CHECK_GOTO(dear_rt_fence_new(ctx, &ctx->clip.sq_fence), rc, out);
-    if (!(dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT))
+    if (!dear_rt_split(ctx))
         goto out; /* wfbp, sync: the norm of the averaged gradients at backward_end */
     DEAR_ALLOC_GOTO(op->deps, calloc(nb, sizeof *op->deps), nb * sizeof *op->deps, rc, out);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {

@@ -571,9 +571,14 @@ void dear_engine_stop(dear_ctx_t *ctx)
 
 void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op)
 {
+    dear_engine_queue_at(ctx, op, ctx->it.iter);
+}
+
+void dear_engine_queue_at(dear_ctx_t *ctx, dear_op_t *op, long long iter)
+{
     if (ctx->cm.size == 1) {
         /* The reduction of one rank is its own data, averaged over one: already in place. */
-        op->iter = op->prep_iter = ctx->it.iter;
+        op->iter = op->prep_iter = iter;
         op->start_fence = NULL;
         int rc = op->prepare ? op->prepare(ctx, op) : DEAR_OK;
         /* What a collective would have waited for (the shards' squares), this thread waits for. */
@@ -593,7 +598,7 @@ void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op)
     }
     dear_lock(&ctx->eng.lock);
     op->state = DEAR_OP_QUEUED;
-    op->iter = ctx->it.iter;
+    op->iter = iter;
     op->t_queued = dear_now();
     op->stall_warned = 0;
     ctx->eng.nqueued++;

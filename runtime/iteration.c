@@ -95,7 +95,8 @@ static int hook_enter(dear_ctx_t *ctx, const char *call, int layer, int layer_ch
         DEAR_ERROR("api", "%s: communication stopped after an earlier error (%s)", call, dear_status_string(erc));
         return erc;
     }
-    return DEAR_OK;
+    /* Sharded updates held for the program's own step: any later call sends them as they are. */
+    return dear_shard_release_held(ctx, call);
 }
 
 static void span(dear_ctx_t *ctx, const char *what, int lidx, int lane, double t0, double t1)
@@ -117,15 +118,20 @@ const dear_sched_ops_t *dear_sched_ops(dear_sched_t s)
     return sched_ops[(unsigned)s < DEAR_SCHED_COUNT ? s : DEAR_SCHED_DEAR];
 }
 
-int dear_call_update(dear_ctx_t *ctx, int t, long long iteration)
+/* Tensor t's callback for elements [first, first + count) (all of it, or a slice at shard_offset
+ * in this rank's shard). */
+static int call_update(dear_ctx_t *ctx, int t, long long iteration, size_t first, size_t count, size_t shard_offset)
 {
     dear_tensor_t *tt = &ctx->reg.tensors[t];
     if (!tt->update)
         return DEAR_OK;
+    size_t at = first * dear_dtype_size(tt->dtype);
     dear_update_info_t info = {
-        .size = sizeof info, .grad = tt->grad, .count = tt->count, .dtype = tt->dtype, .mem = tt->mem,
+        .size = sizeof info, .grad = (char *)tt->grad + at, .count = count, .dtype = tt->dtype, .mem = tt->mem,
         .arg = tt->arg, .name = tt->name, .tensor = t, .layer = tt->layer, .iteration = iteration,
         .grad_norm = -1, .clip_coef = 1, .stream = tt->mem == DEAR_MEM_CUDA ? ctx->mem.stream : NULL,
+        .param = tt->param ? (char *)tt->param + at : NULL, .offset = first, .tensor_count = tt->count,
+        .shard_offset = shard_offset,
     };
     if (ctx->clip.on && ctx->clip.iter == iteration) {
         info.grad_norm = ctx->clip.norm;
@@ -133,15 +139,27 @@ int dear_call_update(dear_ctx_t *ctx, int t, long long iteration)
     }
     int r = tt->update(&info);
     if (r != 0) {
-        DEAR_ERROR("api", "update callback of tensor '%s' (layer %d, iteration %lld) returned %d", tt->name,
-                   tt->layer, iteration, r);
+        DEAR_ERROR("api", "update callback of tensor '%s' (layer %d, iteration %lld, elements %zu..%zu) returned %d",
+                   tt->name, tt->layer, iteration, first, first + count, r);
         return DEAR_ERR_CALLBACK;
     }
     return DEAR_OK;
 }
 
+int dear_call_update(dear_ctx_t *ctx, int t, long long iteration)
+{
+    return call_update(ctx, t, iteration, 0, ctx->reg.tensors[t].count, 0);
+}
+
+int dear_call_update_slice(dear_ctx_t *ctx, int u, long long iteration)
+{
+    const dear_rt_unit_t *un = &ctx->graph.units[u];
+    return call_update(ctx, un->tensor, iteration, un->eoff + un->own_off, un->own_len, un->own_pos);
+}
+
 int dear_sched_flush(dear_ctx_t *ctx, const char *call)
 {
+    DEAR_CHECK(dear_shard_release_held(ctx, call));
     int rc = ctx->cfg.sched_ops->flush ? ctx->cfg.sched_ops->flush(ctx, call) : DEAR_OK;
     /* The next iteration's time starts at its first hook, not here (evaluation, checkpoints). */
     ctx->it.t_iter_start = 0;
@@ -300,7 +318,7 @@ static int backward_done_one(dear_ctx_t *ctx, int layer)
  * collectives are drained first (dear: the all-gathers just queued are waited for and their
  * data put in place; the updates stay pending and still run in the next forward passes), so
  * the switch happens with nothing in flight. */
-static int switch_plan(dear_ctx_t *ctx, int verify)
+int dear_switch_plan(dear_ctx_t *ctx, int verify)
 {
     if (ctx->cfg.sched_ops->drain)
         DEAR_CHECK(ctx->cfg.sched_ops->drain(ctx));
@@ -327,6 +345,12 @@ static int backward_end_one(dear_ctx_t *ctx)
     rc = ctx->cfg.sched_ops->backward_end(ctx);
     ctx->it.in_backward = 0;
     ctx->it.iter++;
+    /* Sharded: the updates ran; their parameters travel now, unless the program steps first. */
+    if (ctx->shard.on && !ctx->shard.hold) {
+        int r = dear_shard_release_held(ctx, "dear_backward_end");
+        if (rc == DEAR_OK)
+            rc = r;
+    }
     double now = dear_now();
     if (ctx->it.t_iter_start > 0) {
         dear_samples_add(&ctx->it.iter_times, now - ctx->it.t_iter_start);
@@ -337,14 +361,15 @@ static int backward_end_one(dear_ctx_t *ctx)
         rc = dear_sparse_decide(ctx);
         now = dear_now();
     }
-    if (rc == DEAR_OK && ctx->check.at >= 0 && ctx->it.iter >= ctx->check.at) {
-        rc = switch_plan(ctx, 1);
+    /* Parameters held for the program's step: the switch follows their release. */
+    if (rc == DEAR_OK && ctx->check.at >= 0 && ctx->it.iter >= ctx->check.at && !dear_shard_defer_switch(ctx, 1)) {
+        rc = dear_switch_plan(ctx, 1);
         now = dear_now();
     }
     /* A re-plan due during auto's check waits for its end (planning.c sets the next one then). */
     if (rc == DEAR_OK && ctx->check.at < 0 && ctx->online.next_plan_iter >= 0 &&
-        ctx->it.iter >= ctx->online.next_plan_iter) {
-        rc = switch_plan(ctx, 0);
+        ctx->it.iter >= ctx->online.next_plan_iter && !dear_shard_defer_switch(ctx, 0)) {
+        rc = dear_switch_plan(ctx, 0);
         now = dear_now(); /* planning time is not the next forward pass's */
     }
     ctx->it.t_iter_start = now;
@@ -397,6 +422,13 @@ static int wait_grad_one(dear_ctx_t *ctx, int layer)
     if (ctx->it.in_backward) {
         DEAR_ERROR("api", "dear_wait_grad(layer %d): called during the backward pass; the averaged gradients of an "
                           "iteration exist only after its dear_backward_end",
+                   layer);
+        return DEAR_ERR_STATE;
+    }
+    if (ctx->shard.on) {
+        DEAR_ERROR("api", "dear_wait_grad(layer %d): under sharded updates the averaged gradient exists only as "
+                          "each rank's slices, which the update callbacks see; the parameters of a layer are in "
+                          "place after its dear_forward_begin (or dear_flush)",
                    layer);
         return DEAR_ERR_STATE;
     }
@@ -565,6 +597,17 @@ int dear_wait_grad(dear_ctx_t *ctx, int layer)
     if (rc != DEAR_OK)
         return rc;
     rc = wait_grad_one(ctx, layer);
+    hook_release(ctx);
+    return rc;
+}
+
+int dear_shard_release(dear_ctx_t *ctx)
+{
+    int rc = hook_claim(ctx, "dear_shard_release");
+    if (rc != DEAR_OK)
+        return rc;
+    if (ctx->committed && ctx->shard.held)
+        rc = hook_enter(ctx, "dear_shard_release", 0, 0, NULL); /* which releases them */
     hook_release(ctx);
     return rc;
 }

@@ -207,8 +207,83 @@ static int group_finish(dear_ctx_t *ctx, dear_op_t *op)
     return ctx->mem.ops->fence_record(gr->done, ctx->mem.comm);
 }
 
+/* ---- sharded updates: the reduce-scatters feed the updates, the all-gathers carry parameters ---- */
+
+int dear_rt_shard_unpack(const dear_ctx_t *ctx, dear_bucket_t *b)
+{
+    size_t esz = dear_dtype_size(b->dtype);
+    for (int u = b->u0; u < b->u1 && b->fused; u++) {
+        const dear_rt_unit_t *un = &ctx->graph.units[u];
+        if (un->own_len == 0 || dear_unit_ccount(&ctx->graph, &ctx->reg, u) == 0)
+            continue;
+        char *at = (char *)b->buf + (un->off + un->own_off) * esz;
+        char *grad = dear_unit_grad(&ctx->graph, &ctx->reg, u) + un->own_off * esz;
+        DEAR_CHECK(ctx->mem.ops->copy(ctx->mem.comm, grad, at, un->own_len * esz));
+    }
+    return ctx->mem.ops->fence_record(b->done, ctx->mem.comm);
+}
+
+/* Without clipping (whose norm scales the slices first, clip.c) the slices are final here. */
+static int shard_rs_finish(dear_ctx_t *ctx, dear_op_t *op)
+{
+    return dear_rt_shard_unpack(ctx, &ctx->graph.buckets[op->index]);
+}
+
+/* Where unit u's parameters lie, from element i on. */
+static char *unit_param(const dear_ctx_t *ctx, int u, size_t i)
+{
+    const dear_rt_unit_t *un = &ctx->graph.units[u];
+    const dear_tensor_t *tt = &ctx->reg.tensors[un->tensor];
+    return (char *)tt->param + (un->eoff + i) * dear_dtype_size(tt->dtype);
+}
+
+/* The all-gather sends what the updates wrote on the application's queue: the communication
+ * queue waits for them and copies this rank's slices into a staged copy. */
+static int shard_ag_prepare(dear_ctx_t *ctx, dear_op_t *op)
+{
+    dear_group_t *gr = &ctx->graph.groups[op->index];
+    const dear_mem_ops_t *mo = ctx->mem.ops;
+    int staged = 0;
+    if (ctx->mem.drop != DROP_READY)
+        DEAR_CHECK(mo->fence_wait(ctx->mem.comm, ctx->shard.updated));
+    for (int u = gr->u0; u < gr->u1; u++) {
+        const dear_rt_unit_t *un = &ctx->graph.units[u];
+        const dear_bucket_t *bk = &ctx->graph.buckets[un->bucket];
+        if (!bk->fused || un->own_len == 0 || dear_unit_ccount(&ctx->graph, &ctx->reg, u) == 0)
+            continue;
+        size_t esz = dear_dtype_size(bk->dtype);
+        staged = 1;
+        DEAR_CHECK(mo->copy(ctx->mem.comm, (char *)bk->pbuf + (un->off + un->own_off) * esz,
+                            unit_param(ctx, u, un->own_off), un->own_len * esz));
+    }
+    if (staged) {
+        DEAR_CHECK(mo->fence_record(gr->packed, ctx->mem.comm));
+        if (ctx->mem.net == NULL && ctx->mem.drop != DROP_PACKED)
+            op->start_fence = gr->packed;
+    } else if (ctx->mem.net == NULL && ctx->mem.drop != DROP_READY) {
+        op->start_fence = ctx->shard.updated; /* the host reads the parameters in place */
+    }
+    return DEAR_OK;
+}
+
+/* An all-gather of parameters ended: from a staged copy back to the parameters, then `done`. */
+static int shard_ag_finish(dear_ctx_t *ctx, dear_op_t *op)
+{
+    dear_group_t *gr = &ctx->graph.groups[op->index];
+    for (int u = gr->u0; u < gr->u1; u++) {
+        const dear_rt_unit_t *un = &ctx->graph.units[u];
+        const dear_bucket_t *bk = &ctx->graph.buckets[un->bucket];
+        size_t c = dear_unit_ccount(&ctx->graph, &ctx->reg, u), esz = dear_dtype_size(bk->dtype);
+        if (bk->fused && c > 0)
+            DEAR_CHECK(ctx->mem.ops->copy(ctx->mem.comm, unit_param(ctx, u, 0), (char *)bk->pbuf + un->off * esz,
+                                          c * esz));
+    }
+    return ctx->mem.ops->fence_record(gr->done, ctx->mem.comm);
+}
+
 int dear_rt_mem_graph(dear_ctx_t *ctx)
 {
+    int shard = ctx->shard.on;
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         DEAR_CHECK(dear_rt_fence_new(ctx, &bk->ready));
@@ -217,11 +292,20 @@ int dear_rt_mem_graph(dear_ctx_t *ctx)
         bk->op.prepare = bucket_prepare;
         if (bk->op.kind == DEAR_COLL_ALLREDUCE)
             bk->op.finish = bucket_finish;
+        else if (shard && !ctx->clip.on)
+            bk->op.finish = shard_rs_finish;
     }
     for (int g = 0; g < ctx->graph.ngroups; g++) {
-        DEAR_CHECK(dear_rt_fence_new(ctx, &ctx->graph.groups[g].done));
-        ctx->graph.groups[g].op.finish = group_finish;
+        dear_group_t *gr = &ctx->graph.groups[g];
+        DEAR_CHECK(dear_rt_fence_new(ctx, &gr->done));
+        gr->op.finish = shard ? shard_ag_finish : group_finish;
+        if (shard) {
+            DEAR_CHECK(dear_rt_fence_new(ctx, &gr->packed));
+            gr->op.prepare = shard_ag_prepare;
+        }
     }
+    if (shard)
+        DEAR_CHECK(dear_rt_fence_new(ctx, &ctx->shard.updated));
     return DEAR_OK;
 }
 
@@ -235,7 +319,13 @@ void dear_rt_mem_graph_free(dear_ctx_t *ctx)
         dear_rt_fence_free(ctx, bk->done);
         if (bk->fused)
             ctx->mem.ops->release(bk->buf, ctx->mem.staged);
+        if (bk->pbuf)
+            ctx->mem.ops->release(bk->pbuf, ctx->mem.staged);
     }
-    for (int g = 0; ctx->graph.groups && g < ctx->graph.ngroups; g++)
+    for (int g = 0; ctx->graph.groups && g < ctx->graph.ngroups; g++) {
         dear_rt_fence_free(ctx, ctx->graph.groups[g].done);
+        dear_rt_fence_free(ctx, ctx->graph.groups[g].packed);
+    }
+    dear_rt_fence_free(ctx, ctx->shard.updated);
+    ctx->shard.updated = NULL;
 }

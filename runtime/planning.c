@@ -255,6 +255,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t 
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
+        prob.no_early = ctx->shard.on; /* the parameters leave after the updates at backward_end */
         rc = dear_plan_by_id(plan, &prob, (dear_planner_t)dear_param_enum(DEAR_P_FUSION));
         if (rc == DEAR_OK)
             rc = dear_plan_set_units(plan, ctx->reg.ntensors, ctx->graph.plan.units);

@@ -22,49 +22,52 @@ static int name_taken(const dear_registry_t *reg, const char *name)
     return 0;
 }
 
-/* The registered tensor whose gradient shares a byte with [p, p + bytes), or NULL. */
-static const dear_tensor_t *overlapping(const dear_registry_t *reg, const void *p, size_t bytes)
+/* The registered tensor whose gradient (or, with params, whose parameters) shares a byte with
+ * [p, p + bytes), or NULL. */
+static const dear_tensor_t *overlapping(const dear_registry_t *reg, const void *p, size_t bytes, int params)
 {
     uintptr_t a0 = (uintptr_t)p, a1 = a0 + bytes;
     for (int i = 0; i < reg->ntensors; i++) {
         const dear_tensor_t *t = &reg->tensors[i];
-        uintptr_t b0 = (uintptr_t)t->grad, b1 = b0 + t->bytes;
-        if (a0 < b1 && b0 < a1)
+        uintptr_t b0 = (uintptr_t)(params ? t->param : t->grad), b1 = b0 + t->bytes;
+        if (b0 != 0 && a0 < b1 && b0 < a1)
             return t;
     }
     return NULL;
 }
 
-/* The gradient lies where mem says: a device pointer of the current device for DEAR_MEM_CUDA,
- * host memory for DEAR_MEM_HOST (a device pointer there would crash the host's copies). */
-static int check_memory(const char *name, const void *grad, size_t bytes, dear_mem_t mem)
+/* A gradient or parameters (call names the caller, what the buffer) lie where mem says: a device
+ * pointer of the current device for DEAR_MEM_CUDA, host memory for DEAR_MEM_HOST (a device
+ * pointer there would crash the host's copies). */
+static int check_memory(const char *call, const char *name, const char *what, const void *grad, size_t bytes,
+                        dear_mem_t mem)
 {
     int dev = -1, cur = -1, ndev = 0, rc = DEAR_ERR_UNSUPPORTED;
     /* A machine without a GPU is not asked about host pointers at all. */
     if (mem == DEAR_MEM_CUDA || (dear_cuda_built() && dear_cuda_device_count(&ndev) == DEAR_OK && ndev > 0))
         rc = dear_cuda_pointer_device(grad, bytes, &dev);
     if (mem == DEAR_MEM_HOST) {
-        DEAR_ARG_CHECK(rc != DEAR_OK || dev < 0, "dear_register('%s'): grad is memory of CUDA device %d, registered "
-                       "as DEAR_MEM_HOST; register it as DEAR_MEM_CUDA", name, dev);
+        DEAR_ARG_CHECK(rc != DEAR_OK || dev < 0, "%s('%s'): %s is memory of CUDA device %d, registered "
+                       "as DEAR_MEM_HOST; register it as DEAR_MEM_CUDA", call, name, what, dev);
         return DEAR_OK;
     }
     if (rc == DEAR_ERR_UNSUPPORTED) {
-        DEAR_ERROR("api", "dear_register('%s'): DEAR_MEM_CUDA, but this libdear was built without CUDA (configure "
-                          "--with-cuda)", name);
+        DEAR_ERROR("api", "%s('%s'): DEAR_MEM_CUDA, but this libdear was built without CUDA (configure "
+                          "--with-cuda)", call, name);
         return DEAR_ERR_UNSUPPORTED;
     }
     if (rc != DEAR_OK) {
-        DEAR_ERROR("api", "dear_register('%s'): DEAR_MEM_CUDA, but the CUDA runtime cannot say what grad is (no GPU or "
-                          "no driver?)", name);
+        DEAR_ERROR("api", "%s('%s'): DEAR_MEM_CUDA, but the CUDA runtime cannot say what %s is (no GPU or "
+                          "no driver?)", call, name, what);
         return DEAR_ERR_CUDA;
     }
-    DEAR_ARG_CHECK(dev >= 0, "dear_register('%s'): grad (%zu bytes) is host memory or not one device allocation, "
+    DEAR_ARG_CHECK(dev >= 0, "%s('%s'): %s (%zu bytes) is host memory or not one device allocation, "
                    "registered as DEAR_MEM_CUDA; register device memory of the current device, or DEAR_MEM_HOST",
-                   name, bytes);
+                   call, name, what, bytes);
     DEAR_CHECK(dear_cuda_current_device(&cur));
-    DEAR_ARG_CHECK(dev == cur, "dear_register('%s'): grad is memory of CUDA device %d, but this thread's current "
+    DEAR_ARG_CHECK(dev == cur, "%s('%s'): %s is memory of CUDA device %d, but this thread's current "
                    "device is %d; call cudaSetDevice(%d) first (every tensor of a context on one GPU)",
-                   name, dev, cur, dev);
+                   call, name, what, dev, cur, dev);
     return DEAR_OK;
 }
 
@@ -96,17 +99,21 @@ int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size
     DEAR_ARG_CHECK(count > 0, "dear_register('%s'): count is 0; register only tensors with elements", name);
     DEAR_ARG_CHECK(grad != NULL, "dear_register('%s'): grad is NULL", name);
     size_t esize = dear_dtype_size(dtype);
-    DEAR_CHECK(check_memory(name, grad, count * esize, mem));
+    DEAR_CHECK(check_memory("dear_register", name, "grad", grad, count * esize, mem));
     /* The byte count must fit a size_t and the buffer the address space: a wrapped product would
      * register a few bytes and fail only at the first backward. */
     DEAR_ARG_CHECK(count <= (SIZE_MAX - (uintptr_t)grad) / esize,
                    "dear_register('%s'): count %zu of %s is %s bytes, more than the address space holds", name, count,
                    dear_dtype_name(dtype), count <= SIZE_MAX / esize ? "that many" : "an overflowing number of");
-    const dear_tensor_t *o = overlapping(&ctx->reg, grad, count * esize);
+    const dear_tensor_t *o = overlapping(&ctx->reg, grad, count * esize, 0);
     DEAR_ARG_CHECK(o == NULL,
                    "dear_register('%s'): its gradient [%p, +%zu bytes) overlaps that of tensor '%s' [%p, +%zu bytes); "
                    "every tensor needs a buffer of its own (it would be reduced and updated twice)",
                    name, grad, count * esize, o ? o->name : "", o ? o->grad : NULL, o ? o->bytes : (size_t)0);
+    o = overlapping(&ctx->reg, grad, count * esize, 1);
+    DEAR_ARG_CHECK(o == NULL, "dear_register('%s'): its gradient [%p, +%zu bytes) overlaps the parameters of tensor "
+                   "'%s' (dear_set_param); gradients and parameters need buffers of their own",
+                   name, grad, count * esize, o ? o->name : "");
     if (ctx->reg.ntensors > 0 && layer < ctx->reg.tensors[ctx->reg.ntensors - 1].layer) {
         DEAR_ERROR("api", "dear_register('%s'): layer %d after layer %d; register tensors in forward "
                           "order with non-decreasing layer ids",
@@ -448,4 +455,39 @@ int dear_registry_check_layers(const dear_rt_comm_t *cm, const dear_registry_t *
 out:
     free(ids);
     return rc;
+}
+
+int dear_set_param(dear_ctx_t *ctx, int tensor, void *param)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "dear_set_param: ctx is NULL");
+    if (ctx->committed) {
+        DEAR_ERROR("api", "dear_set_param(tensor %d): the context is already committed; give the parameters before "
+                          "dear_commit",
+                   tensor);
+        return DEAR_ERR_STATE;
+    }
+    DEAR_ARG_CHECK(tensor >= 0 && tensor < ctx->reg.ntensors,
+                   "dear_set_param: tensor %d unknown; %d tensor(s) registered (indices from dear_tensor_index)", tensor,
+                   ctx->reg.ntensors);
+    dear_tensor_t *t = &ctx->reg.tensors[tensor];
+    DEAR_ARG_CHECK(param != NULL, "dear_set_param('%s'): param is NULL", t->name);
+    DEAR_CHECK(check_memory("dear_set_param", t->name, "param", param, t->bytes, t->mem));
+    DEAR_ARG_CHECK((uintptr_t)param <= UINTPTR_MAX - t->bytes,
+                   "dear_set_param('%s'): %zu bytes at %p run past the address space", t->name, t->bytes, param);
+    const dear_tensor_t *o = overlapping(&ctx->reg, param, t->bytes, 0);
+    DEAR_ARG_CHECK(o == NULL, "dear_set_param('%s'): the parameters [%p, +%zu bytes) overlap the gradient of tensor "
+                   "'%s'; gradients and parameters need buffers of their own",
+                   t->name, param, t->bytes, o ? o->name : "");
+    void *old = t->param;
+    t->param = NULL; /* a second call replaces the first */
+    o = overlapping(&ctx->reg, param, t->bytes, 1);
+    if (o != NULL) {
+        t->param = old;
+        DEAR_ERROR("api", "dear_set_param('%s'): the parameters [%p, +%zu bytes) overlap those of tensor '%s'; every "
+                          "tensor needs parameters of its own",
+                   t->name, param, t->bytes, o->name);
+        return DEAR_ERR_ARG;
+    }
+    t->param = param;
+    return DEAR_OK;
 }

@@ -39,6 +39,7 @@ typedef struct {
     int layer;              /* caller's layer id */
     int lidx;               /* index in ctx->reg.layers */
     void *grad;
+    void *param;            /* dear_set_param; NULL: none given */
     size_t count;
     dear_dtype_t dtype;
     size_t bytes;
@@ -69,6 +70,10 @@ typedef struct {
     size_t count;           /* elements */
     int bucket;             /* reduce-scatter / all-reduce bucket holding it */
     size_t off;             /* element offset inside the bucket's vector */
+    /* Sharded updates: this rank's slice of it, [own_off, own_off + own_len) of the unit (the
+     * shard rule over its count, whatever the plan), and where that slice starts in the rank's
+     * shard (the slices of every unit back to back). */
+    size_t own_off, own_len, own_pos;
 } dear_rt_unit_t;
 
 typedef struct {
@@ -145,6 +150,9 @@ typedef struct {
      * buckets and the other schedules run. */
     int nsub;
     dear_coll_block_t *sub;
+    /* Sharded updates on staged memory: the host copy of the parameters' vector (the all-gathers'
+     * blocks); NULL otherwise (they gather straight into the parameters). */
+    void *pbuf;
     dear_op_t op;           /* reduce-scatter (dear) or all-reduce (wfbp, sync) */
 } dear_bucket_t;
 
@@ -152,7 +160,8 @@ typedef struct {
     int u0, u1;             /* units [u0, u1), in forward order */
     int early;              /* runs during backward, behind the bucket holding u0 (plan.ag_early) */
     int unpacked;           /* data of the pending iteration copied to the gradients */
-    dear_fence_t *done;     /* its units are back in the gradients */
+    dear_fence_t *packed;   /* sharded updates, staged: this rank's parameters are in the buckets' pbuf */
+    dear_fence_t *done;     /* its units are back in the gradients (sharded updates: parameters) */
     dear_op_t op;           /* the all-gather */
 } dear_group_t;
 
@@ -276,6 +285,16 @@ typedef struct {
     long long iter;
 } dear_clip_t;
 
+/* Sharded updates (shard.c): fixed at commit, the application thread's. */
+typedef struct {
+    int on;                 /* each rank updates its slices; the all-gathers carry parameters */
+    int hold;               /* DEAR_SHARD_HOLD: they wait for dear_shard_release */
+    int flags;              /* dear_set_shard's, before commit */
+    int held;               /* the all-gathers of the last backward_end are not queued yet */
+    int switch_due;         /* a plan switch waits for them: 1 re-plan, 2 auto's check */
+    dear_fence_t *updated;  /* the application's queue ran the updates (the all-gathers wait) */
+} dear_shard_t;
+
 /* Sparse tensors (sparse.c): fixed at commit, the application thread's. */
 typedef struct {
     int mode;               /* DEAR_SPARSE of rank 0, fixed at commit */
@@ -346,6 +365,7 @@ struct dear_ctx {
     dear_unused_t unused;
     dear_clip_t clip;
     dear_sparse_ctl_t sparse;
+    dear_shard_t shard;
     dear_engine_t eng;
 };
 
@@ -422,6 +442,9 @@ void dear_rt_mem_free(dear_ctx_t *ctx);
 int dear_rt_mem_quiesce(const dear_ctx_t *ctx);
 /* dear_graph_build: the fences of buckets and groups and the operations' prepare and finish. */
 int dear_rt_mem_graph(dear_ctx_t *ctx);
+/* Sharded updates: this rank's reduced slices of bucket b back in the gradients (from a staged
+ * copy), then its `done` fence, on the communication queue. */
+int dear_rt_shard_unpack(const dear_ctx_t *ctx, dear_bucket_t *b);
 void dear_rt_mem_graph_free(dear_ctx_t *ctx);
 int dear_rt_fence_new(const dear_ctx_t *ctx, dear_fence_t **f);
 void dear_rt_fence_free(const dear_ctx_t *ctx, dear_fence_t *f);
@@ -446,6 +469,8 @@ int dear_engine_start(dear_ctx_t *ctx);
 void dear_engine_stop(dear_ctx_t *ctx);
 /* Queue op for iteration ctx->it.iter (application thread). */
 void dear_engine_queue(dear_ctx_t *ctx, dear_op_t *op);
+/* Queue op for iteration iter (the held all-gathers of sharded updates, after backward_end). */
+void dear_engine_queue_at(dear_ctx_t *ctx, dear_op_t *op, long long iter);
 /* Block until op's result for iteration iter is ordered by the memory's fences (its collective
  * done, or running on the communication queue ahead of its `done` fence); counts blocked time. */
 int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter);
@@ -512,6 +537,28 @@ const char *dear_sparse_phases(const dear_ctx_t *ctx, int rs, int ag, char *buf,
  * and keep the sparse form of each phase only where it sends fewer bytes. Collective. */
 int dear_sparse_decide(dear_ctx_t *ctx);
 
+/* sched_dear.c */
+/* Group g's data of the pending iteration (ctx->it.iter - 1) in place: its all-gather waited for,
+ * then its `done` fence on the application's queue; lidx names the layer in the timeline (-1). */
+int dear_group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx);
+
+/* shard.c */
+/* At commit, before the sparse settings: rank 0's DEAR_SHARD or dear_set_shard, checked on every
+ * rank (parameters given, host memory). Collective. */
+int dear_shard_setup(dear_ctx_t *ctx);
+void dear_shard_free(dear_ctx_t *ctx);
+/* The schedule is run as reduce-scatter, update, all-gather: DEAR_SCHED_F_SPLIT or sharded. */
+int dear_rt_split(const dear_ctx_t *ctx);
+/* backward_end of every schedule under sharded updates: the reduce-scatters waited for, each
+ * slice's update run, the all-gathers held (shard.held). */
+int dear_shard_backward_end(dear_ctx_t *ctx);
+/* Queue the held all-gathers (waiting for them under wfbp and sync), then any plan switch that
+ * waited for them. */
+int dear_shard_release_held(dear_ctx_t *ctx, const char *call);
+/* Under DEAR_SHARD_HOLD at backward_end: a plan switch due now waits for the release (1 re-plan,
+ * 2 auto's check); returns 1 if it was deferred. */
+int dear_shard_defer_switch(dear_ctx_t *ctx, int verify);
+
 /* iteration.c */
 /* The per-layer samples of the profile, for nlayers layers (commit), and their release. */
 int dear_iter_profile_alloc(dear_iter_t *it, int nlayers);
@@ -522,6 +569,10 @@ int dear_sched_flush(dear_ctx_t *ctx, const char *call);
 /* Tensor t's update callback for the gradient of `iteration`, its failure logged as
  * DEAR_ERR_CALLBACK. */
 int dear_call_update(dear_ctx_t *ctx, int t, long long iteration);
+/* Sharded updates: the update of this rank's slice of unit u (its averaged gradient in place). */
+int dear_call_update_slice(dear_ctx_t *ctx, int u, long long iteration);
+/* The plan switch of a backward_end (verify: auto's check), its collectives drained first. */
+int dear_switch_plan(dear_ctx_t *ctx, int verify);
 /* The per-layer profile of the iterations so far as the slowest rank ran them (each layer's
  * median forward and backward times, the maximum over the ranks: a plan must fit the slowest
  * worker) with the registered tensors, checked. Collective; rank 0 gets it in *prof (init'ed

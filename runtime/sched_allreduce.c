@@ -3,6 +3,8 @@
  * all-reduce as soon as backward completes it (Horovod, PyTorch DDP); sync queues them all after
  * backward (no overlap: the floor to beat). Both wait at backward_end for every bucket to be back
  * in the gradients and run every update in forward order, so nothing is pending between iterations.
+ * Under sharded updates both reduce-scatter, update this rank's slices and gather the parameters
+ * (shard.c), still before backward_end returns.
  */
 #include "base/check.h"
 #include "base/util.h"
@@ -39,6 +41,8 @@ static void wfbp_bucket_done(dear_ctx_t *ctx, dear_bucket_t *b)
 
 static int wfbp_backward_end(dear_ctx_t *ctx)
 {
+    if (ctx->shard.on)
+        return dear_shard_backward_end(ctx);
     if (ctx->unused.on)
         dear_engine_queue(ctx, &ctx->unused.op); /* the only operation not queued in backward */
     return reduce_and_update(ctx);
@@ -46,6 +50,8 @@ static int wfbp_backward_end(dear_ctx_t *ctx)
 
 static int sync_backward_end(dear_ctx_t *ctx)
 {
+    if (ctx->shard.on)
+        return dear_shard_backward_end(ctx);
     for (int i = 0; i < ctx->graph.nops; i++)
         dear_engine_queue(ctx, ctx->graph.ops[i]);
     return reduce_and_update(ctx);

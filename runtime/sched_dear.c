@@ -20,14 +20,14 @@ static int run_update(dear_ctx_t *ctx, int t)
         return DEAR_OK;
     ctx->reg.tensors[t].pending = 0;
     ctx->it.npending--;
-    /* The count of ranks with a gradient is in: group_ready waited for it. */
-    if (!dear_tensor_updates(&ctx->reg, &ctx->unused, t))
+    /* Sharded: its slices were updated at backward_end; only its parameters arrived. The count
+     * of ranks with a gradient is in: group_ready waited for it. */
+    if (ctx->shard.on || !dear_tensor_updates(&ctx->reg, &ctx->unused, t))
         return DEAR_OK;
     return dear_call_update(ctx, t, ctx->it.iter - 1); /* pending since the last backward_end */
 }
 
-/* Make group g's data of the pending iteration usable: wait for it to be in the gradients. */
-static int group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx)
+int dear_group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx)
 {
     dear_group_t *gr = &ctx->graph.groups[g];
     if (gr->unpacked)
@@ -57,7 +57,7 @@ static int dear_forward_layer(dear_ctx_t *ctx, int lidx)
     /* Every group holding a chunk of the layer's tensors, then each tensor's update once. */
     int g0 = dear_group_of(&ctx->graph, L->u0), g1 = dear_group_of(&ctx->graph, L->u1 - 1);
     for (int g = g0; g <= g1; g++)
-        DEAR_CHECK(group_ready(ctx, g, "dear_forward_begin", lidx));
+        DEAR_CHECK(dear_group_ready(ctx, g, "dear_forward_begin", lidx));
     for (int t = L->t0; t < L->t1; t++) {
         int r = run_update(ctx, t);
         if (r != DEAR_OK && rc == DEAR_OK)
@@ -74,7 +74,7 @@ static int dear_wait_layer(dear_ctx_t *ctx, int lidx)
         return DEAR_OK;
     int g0 = dear_group_of(&ctx->graph, L->u0), g1 = dear_group_of(&ctx->graph, L->u1 - 1);
     for (int g = g0; g <= g1; g++)
-        DEAR_CHECK(group_ready(ctx, g, "dear_wait_grad", lidx));
+        DEAR_CHECK(dear_group_ready(ctx, g, "dear_wait_grad", lidx));
     return DEAR_OK;
 }
 
@@ -91,6 +91,8 @@ static void dear_bucket_done(dear_ctx_t *ctx, dear_bucket_t *b)
 
 static int dear_backward_end_sched(dear_ctx_t *ctx)
 {
+    if (ctx->shard.on)
+        return dear_shard_backward_end(ctx);
     if (ctx->unused.on)
         dear_engine_queue(ctx, &ctx->unused.op);
     if (ctx->clip.on)
@@ -119,7 +121,7 @@ static int dear_flush_sched(dear_ctx_t *ctx, const char *call)
     if (ctx->it.npending == 0)
         return DEAR_OK;
     for (int g = 0; g < ctx->graph.ngroups; g++) {
-        DEAR_CHECK(group_ready(ctx, g, call, -1));
+        DEAR_CHECK(dear_group_ready(ctx, g, call, -1));
         for (int u = ctx->graph.groups[g].u0; u < ctx->graph.groups[g].u1; u++) {
             int t = ctx->graph.units[u].tensor;
             if (ctx->reg.tensors[t].u1 - 1 != u)
@@ -138,7 +140,7 @@ static int dear_drain(dear_ctx_t *ctx)
 {
     if (ctx->it.npending > 0)
         for (int g = 0; g < ctx->graph.ngroups; g++)
-            DEAR_CHECK(group_ready(ctx, g, "dear_backward_end", -1));
+            DEAR_CHECK(dear_group_ready(ctx, g, "dear_backward_end", -1));
     return DEAR_OK;
 }
 

@@ -68,6 +68,11 @@ int dear_sparse_setup(dear_ctx_t *ctx)
         DEAR_INFO("sparse", "DEAR_DETERMINISTIC=1: tensors declared sparse travel dense");
         ctx->sparse.mode = DEAR_SPARSE_OFF;
     }
+    if (ctx->shard.on && ctx->sparse.mode != DEAR_SPARSE_OFF) {
+        /* The all-gathers carry parameters, which are dense, and every unit is sharded on its own. */
+        DEAR_INFO("sparse", "sharded updates: tensors declared sparse travel dense");
+        ctx->sparse.mode = DEAR_SPARSE_OFF;
+    }
     ctx->sparse.measure_iters = cfg[1];
     ctx->sparse.decide_at = -1;
     /* DEAR_SPARSE_BLOCK replaces every sparse tensor's row as its block; the counts are alike on

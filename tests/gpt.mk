@@ -6,7 +6,8 @@
 #   gradient non-zero on exactly the rows of its distinct tokens, in float as the trainer runs.
 # gpt-args.sh: bad arguments, an indivisible batch and a missing data file fail cleanly.
 # gpt-equiv.sh: 2 ranks equal 1 rank with the same global batch, and the schedules dear, wfbp
-#   and sync give the same loss curve, to float tolerance.
+#   and sync give the same loss curve, to float tolerance; --shard too, with 1/P of AdamW's
+#   state per rank and, unclipped on 2 ranks, the unsharded parameters bit for bit.
 # gpt-words.sh: the word-level model with its embedding sent sparse (DEAR_SPARSE on, auto) ends
 #   with the parameters of dense runs, under every schedule on 2, 3 and 4 ranks, and really sent
 #   sparse messages.

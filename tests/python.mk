@@ -4,8 +4,10 @@
 #                           checkpoint and resume; unused and frozen parameters; the errors;
 #                           DDP's training loops unchanged (test_loops.py: clipping, p.grad,
 #                           no_sync, set_to_none, schedulers, state_dict, eval, GradScaler,
-#                           exceptions); one rank failing ends the job (abort_torch.py);
-#                           apps/torch/train.py learns in 60 iterations
+#                           exceptions); shard=True: DDP's parameters (the unsharded wrap's bit
+#                           for bit at np 1-2), 1/P of the optimizer state, state cut at wrap,
+#                           gradient reads refused; one rank failing ends the job
+#                           (abort_torch.py); apps/torch/train.py learns in 60 iterations
 TESTS += tests/python/torch.sh
 EXTRA_DIST += tests/python/torch.sh tests/python/test_torch.py tests/python/test_loops.py \
     tests/python/abort_torch.py apps/torch/train.py

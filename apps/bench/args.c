@@ -1,7 +1,7 @@
 /*
  * args.c: dear-bench's command line. Options come from getopt_long, a single configuration from
  * --schedule/--fusion/--threshold or the DEAR_* variables the runtime itself reads, several from
- * --configs "SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+part=SIZE];...". Every rank parses the same argv and checks it
+ * --configs "SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE];...". Every rank parses the same argv and checks it
  * completely before any collective call, so a bad argument ends all ranks with status 2 and one
  * message (rank 0's) instead of leaving some of them waiting. Each configuration also gets its
  * warm-up: the iterations its planner needs before its plan is in place.
@@ -48,11 +48,12 @@ static void usage(void)
         "\n"
         "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships six)\n"
         "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
-        "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+part=SIZE], e.g.\n"
+        "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE], e.g.\n"
         "                       \"%s\"\n"
         "                       (SCHEDULE dear|wfbp|sync; PLANNER none|threshold|mgwfbp|dp|gradssa|auto;\n"
         "                       THRESHOLD bytes with k/m/g = KiB/MiB/GiB, default 25m; +sparse: the\n"
         "                       profile's sparse tensors travel sparse, DEAR_SPARSE=auto, else off;\n"
+        "                       +shard: sharded updates (DEAR_SHARD=1), each rank steps its slices;\n"
         "                       +part=SIZE: tensors above SIZE bytes are cut into chunks the planner\n"
         "                       places like tensors, DEAR_PARTITION, 0 never. Without it wfbp and sync\n"
         "                       keep every tensor whole, as Horovod and PyTorch DDP do, and dear\n"
@@ -178,11 +179,12 @@ static int make_config(bench_config_t *c, const char *text, const char *sched, c
     return 0;
 }
 
-/* The '+' suffixes of a configuration (cut off buf): +sparse and +part=SIZE, each at most once. */
-static int parse_suffixes(char *buf, const char *tok, int *sparse, long long *partition)
+/* The '+' suffixes of a configuration (cut off buf): +sparse, +shard and +part=SIZE, each at most
+ * once. */
+static int parse_suffixes(char *buf, const char *tok, int *sparse, int *shard, long long *partition)
 {
     char *plus = strchr(buf, '+');
-    *sparse = 0;
+    *sparse = *shard = 0;
     *partition = -1;
     if (!plus)
         return 0;
@@ -193,13 +195,16 @@ static int parse_suffixes(char *buf, const char *tok, int *sparse, long long *pa
             *next++ = 0;
         if (strcmp(sfx, "sparse") == 0 && !*sparse) {
             *sparse = 1;
+        } else if (strcmp(sfx, "shard") == 0 && !*shard) {
+            *shard = 1;
         } else if (strncmp(sfx, "part=", 5) == 0 && *partition < 0) {
             char what[96];
             snprintf(what, sizeof what, "--configs '%s': +part", tok);
             if (parse_partition(sfx + 5, what, partition))
                 return 2;
         } else {
-            return usage_error("--configs: '%s': suffix '+%s' is not +sparse or +part=SIZE (each at most once)",
+            return usage_error("--configs: '%s': suffix '+%s' is not +sparse, +shard or +part=SIZE (each at most "
+                               "once)",
                                tok, sfx);
         }
     }
@@ -227,10 +232,10 @@ static int parse_configs(const char *list, bench_opts_t *o)
             break;
         }
         char buf[64], *f[4] = { 0 };
-        int nf = 0, sparse = 0;
+        int nf = 0, sparse = 0, shard = 0;
         long long partition = -1;
         snprintf(buf, sizeof buf, "%s", tok);
-        if ((rc = parse_suffixes(buf, tok, &sparse, &partition)) != 0)
+        if ((rc = parse_suffixes(buf, tok, &sparse, &shard, &partition)) != 0)
             break;
         for (char *p = buf, *q; nf < 4 && p; p = q) {
             q = strchr(p, ':');
@@ -246,8 +251,10 @@ static int parse_configs(const char *list, bench_opts_t *o)
             break;
         }
         rc = make_config(&o->configs[o->nconfigs], tok, f[0], f[1] ? f[1] : "threshold", thr, partition);
-        if (!rc)
+        if (!rc) {
+            o->configs[o->nconfigs].shard = shard;
             o->configs[o->nconfigs++].sparse = sparse;
+        }
     }
     free(dup);
     if (!rc && o->nconfigs == 0)

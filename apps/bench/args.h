@@ -17,6 +17,7 @@ typedef struct {
     size_t threshold;           /* bytes, before --size-scale */
     int warmup;                 /* iterations before measuring (per round) */
     int sparse;                 /* "+sparse": the profile's sparse tensors travel sparse (DEAR_SPARSE=auto) */
+    int shard;                  /* "+shard": sharded updates (DEAR_SHARD=1) */
     long long partition;        /* DEAR_PARTITION in bytes, before --size-scale ("+part=SIZE"); 0: whole */
 } bench_config_t;
 

@@ -99,7 +99,8 @@ static int set_env(const bench_config_t *c, const bench_opts_t *o)
     snprintf(part, sizeof part, "%zu", bench_scaled_partition(c, o));
     if (setenv("DEAR_SCHEDULE", c->sched, 1) || setenv("DEAR_FUSION_THRESHOLD", thr, 1) ||
         setenv("DEAR_FUSION", strcmp(c->fusion, "one") ? c->fusion : "threshold", 1) ||
-        setenv("DEAR_SPARSE", c->sparse ? "auto" : "off", 1) || setenv("DEAR_PARTITION", part, 1))
+        setenv("DEAR_SPARSE", c->sparse ? "auto" : "off", 1) || setenv("DEAR_PARTITION", part, 1) ||
+        setenv("DEAR_SHARD", c->shard ? "1" : "0", 1))
         return DEAR_ERR_NOMEM;
     return DEAR_OK;
 }
@@ -237,7 +238,7 @@ static int run_config(const bench_config_t *c, const bench_opts_t *o, int iters,
     if (rc != DEAR_OK)
         return rc;
     char why[96];
-    int ok = bench_check_params(m, total, why, sizeof why);
+    int ok = bench_check_params(m, total, c->shard, why, sizeof why);
     if (res->nrounds == 1 || (res->check_ok && !ok)) {
         res->check_ok = ok;
         snprintf(res->status, sizeof res->status, "%s", ok ? "ok" : why);
@@ -423,8 +424,8 @@ static const char *csv_header = "model,np,config,schedule,fusion,threshold_bytes
                                 "blocked_ms,speedup_sync,speedup_wfbp64,pred_ms,pred_err_pct,bound_ms,iter_over_bound,"
                                 "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early,partition_bytes,units";
 
-/* References measured in this invocation: ref[0] sync, ref[1] wfbp + threshold 64 MiB with every
- * tensor whole (Horovod); NAN when not run. */
+/* References measured in this invocation, unsharded and dense: ref[0] sync, ref[1] wfbp + threshold
+ * 64 MiB with every tensor whole (Horovod); NAN when not run. */
 static void reference_times(const bench_t *b, double ref[2])
 {
     ref[0] = ref[1] = NAN;
@@ -432,10 +433,10 @@ static void reference_times(const bench_t *b, double ref[2])
         const bench_config_t *c = &b->o.configs[i];
         if (!b->res[i].ok_run)
             continue;
-        if (!strcmp(c->sched, "sync") && !c->sparse)
+        if (!strcmp(c->sched, "sync") && !c->sparse && !c->shard)
             ref[0] = b->res[i].iter_s;
         if (!strcmp(c->sched, "wfbp") && !strcmp(c->fusion, "threshold") && c->threshold == REF64M && !c->sparse &&
-            c->partition == 0)
+            !c->shard && c->partition == 0)
             ref[1] = b->res[i].iter_s;
     }
 }

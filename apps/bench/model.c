@@ -109,11 +109,12 @@ static int update_sgd(const dear_update_info_t *info)
 {
     upd_arg_t *u = info->arg;
     const float *g = info->grad;
+    float *p = info->param;
     if (info->dtype != DEAR_FLOAT32)
         return 1;
     for (size_t i = 0; i < info->count; i++)
-        u->param[i] -= LR * g[i];
-    u->calls++;
+        p[i] -= LR * g[i];
+    u->elems += (long)info->count;
     return 0;
 }
 
@@ -247,8 +248,6 @@ int bench_model_build(const dear_profile_t *src, const bench_opts_t *o, bench_mo
                 bench_rank, m->nelem * 4.0 / 1048576);
         return DEAR_ERR_NOMEM;
     }
-    for (int t = 0; t < nt; t++)
-        m->upd[t].param = m->param + m->off[t];
     size_t most = 1;
     for (int t = 0; t < nt; t++) {
         if (!m->sp[t].rows)
@@ -295,7 +294,7 @@ void bench_model_reset(bench_model_t *m)
     for (size_t e = 0; e < m->nelem; e++)
         m->param[e] = param0(e);
     for (int t = 0; t < m->prof.ntensors; t++)
-        m->upd[t].calls = 0;
+        m->upd[t].elems = 0;
 }
 
 int bench_model_register(dear_ctx_t *ctx, bench_model_t *m)
@@ -304,6 +303,8 @@ int bench_model_register(dear_ctx_t *ctx, bench_model_t *m)
     for (int t = 0; rc == DEAR_OK && t < m->prof.ntensors; t++) {
         rc = dear_register(ctx, m->prof.tensors[t].name, m->prof.tensors[t].layer, m->grad + m->off[t], m->count[t],
                            DEAR_FLOAT32, DEAR_MEM_HOST, update_sgd, &m->upd[t]);
+        if (rc == DEAR_OK)
+            rc = dear_set_param(ctx, t, m->param + m->off[t]);
         if (rc == DEAR_OK && m->sp[t].rows)
             rc = dear_register_sparse(ctx, dear_tensor_index(ctx, m->prof.tensors[t].name), m->sp[t].row_elems);
     }
@@ -358,16 +359,21 @@ static uint64_t fnv1a(const void *p, size_t n)
     return h;
 }
 
-int bench_check_params(bench_model_t *m, long total_iters, char *why, size_t whylen)
+int bench_check_params(bench_model_t *m, long total_iters, int sharded, char *why, size_t whylen)
 {
+    /* Every element updated once per iteration: by every rank, or sharded by one. */
     int bad_calls = 0;
-    for (int t = 0; t < m->prof.ntensors; t++)
-        if (m->upd[t].calls != total_iters) {
+    for (int t = 0; t < m->prof.ntensors; t++) {
+        long n = m->upd[t].elems, want = (long)m->count[t] * total_iters;
+        if (sharded)
+            MPI_Allreduce(MPI_IN_PLACE, &n, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        if (n != want) {
             if (!bad_calls)
-                fprintf(stderr, "dear-bench: rank %d: tensor %s updated %ld times, expected %ld\n", bench_rank,
-                        m->prof.tensors[t].name, m->upd[t].calls, total_iters);
+                fprintf(stderr, "dear-bench: rank %d: tensor %s had %ld element updates%s, expected %ld\n",
+                        bench_rank, m->prof.tensors[t].name, n, sharded ? " over the ranks" : "", want);
             bad_calls++;
         }
+    }
     uint64_t h = fnv1a(m->param, m->nelem * sizeof(float)), h0 = h;
     MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     int differs = h != h0;

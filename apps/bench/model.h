@@ -14,10 +14,10 @@
 #include "include/dear.h"
 #include "apps/bench/args.h"
 
-/* One tensor's update: SGD on its parameters, counted so a missing or repeated call is caught. */
+/* One tensor's update: SGD on the parameters libdear hands over (the tensor, or a slice of it
+ * under +shard), its elements counted so a missing or repeated update is caught. */
 typedef struct {
-    float *param;
-    long calls;
+    long elems;
 } upd_arg_t;
 
 /* A sparse tensor's replay: each rank and iteration touches the rows of `tokens` draws from a
@@ -68,8 +68,8 @@ int bench_model_register(dear_ctx_t *ctx, bench_model_t *m);
 int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, double *compute_s);
 
 /* Every rank: same bytes as rank 0? Sampled elements equal to the float64 recomputation of
- * total_iters iterations? Each tensor updated exactly once per iteration? Returns 1 when all
- * hold on every rank, else 0 with the failed checks named in why. Collective. */
-int bench_check_params(bench_model_t *m, long total_iters, char *why, size_t whylen);
+ * total_iters iterations? Each element updated exactly once per iteration (sharded: by one rank)?
+ * Returns 1 when all hold on every rank, else 0 with the failed checks named in why. Collective. */
+int bench_check_params(bench_model_t *m, long total_iters, int sharded, char *why, size_t whylen);
 
 #endif /* DEAR_APPS_BENCH_MODEL_H */

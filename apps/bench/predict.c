@@ -192,6 +192,7 @@ int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const 
     if (rc != DEAR_OK)
         goto out;
     prob.threshold = bench_scaled_threshold(c, o);
+    prob.no_early = c->shard; /* sharded: the all-gathers follow the updates at backward_end */
     if (ran && ran->ntensors == m->prof.ntensors && s != DEAR_SCHED_SYNC)
         rc = dear_plan_copy(&plan, ran);
     else

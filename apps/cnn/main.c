@@ -10,7 +10,10 @@
  * layer's backward, dear_backward_end after the pass) and registers one update function per
  * tensor, SGD with momentum and weight decay, which the runtime calls the moment that tensor's
  * averaged gradient is in place. The same code runs under every schedule (--schedule
- * dear|wfbp|sync). The model itself is in model.c, the data loader in data.c.
+ * dear|wfbp|sync). With --shard each rank keeps the momentum of its slices of every tensor only
+ * (1/P of it) and updates those; libdear's all-gathers carry the parameters, and a checkpoint
+ * gathers the momentum on rank 0, so the file is the same as unsharded and resumes either way
+ * on any number of ranks. The model itself is in model.c, the data loader in data.c.
  *
  * Sections: options; the trainer (data, dear hooks, update); checkpoints; evaluation; main.
  *
@@ -60,6 +63,7 @@ typedef struct {
     long ckpt_every;
     const char *resume;
     int train_limit, test_limit;
+    int shard;                /* --shard: sharded updates (dear_set_shard) */
     int ckpt_test_crash;      /* hidden: _exit halfway through writing checkpoint number N */
 } options_t;
 
@@ -82,6 +86,8 @@ static void usage(FILE *f)
         "  --seed N           initialisation and shuffling seed; same seed, same run [1]\n"
         "  --log-every N      progress line every N iterations; 0: none [100]\n"
         "  --schedule S       dear, wfbp or sync (sets DEAR_SCHEDULE) [DEAR_SCHEDULE or dear]\n"
+        "  --shard            sharded updates: each rank keeps and steps the momentum of its 1/P\n"
+        "                     slice of every tensor; the all-gathers carry the parameters\n"
         "  --profile-out FILE write the measured per-layer profile (dear-plan's format)\n"
         "  --ckpt FILE        checkpoint file, written atomically by rank 0\n"
         "  --ckpt-every N     write a checkpoint every N iterations and after the last (needs --ckpt)\n"
@@ -130,6 +136,10 @@ static int parse_args(int argc, char **argv, options_t *o, char *err, size_t err
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             return 1;
+        if (!strcmp(a, "--shard")) {
+            o->shard = 1;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             snprintf(err, errlen, "unexpected argument '%s' (options start with --; see --help)", a);
             return -1;
@@ -229,7 +239,9 @@ struct trainer {
     int rank, size;
     MPI_Comm comm;            /* the trainer's own duplicate for losses, accuracy, checkpoints */
     cnn_model_t model;
-    float *momentum;          /* one allocation, the parameters' layout */
+    float *momentum;          /* one allocation, the parameters' layout; --shard: this rank's
+                               * slices back to back (dear_shard_slices) */
+    size_t nmomentum;
     cnn_dataset_t train, test;
     int local_batch;
     long iters_per_epoch;
@@ -305,11 +317,12 @@ static int sgd_update(const dear_update_info_t *u)
     slot_t *s = u->arg;
     trainer_t *t = s->t;
     size_t count = u->count;
-    if (u->dtype != DEAR_FLOAT32 || count != t->model.count[s->index])
+    if (u->dtype != DEAR_FLOAT32 || u->offset + count > t->model.count[s->index])
         return -1;
-    const size_t off = t->model.offset[s->index];
-    float *w = t->model.params + off;
-    float *v = t->momentum + off;
+    /* The whole tensor, or under --shard one slice of it with its momentum in the shard. */
+    float *w = u->param;
+    float *v = t->opt.shard ? t->momentum + u->shard_offset
+                            : t->momentum + t->model.offset[s->index] + u->offset;
     const float *g = u->grad;
     const float lr = (float)lr_at(t, (uint64_t)(t->iter0 + u->iteration));
     const float mu = (float)t->opt.momentum;
@@ -406,7 +419,7 @@ static void put(unsigned char **p, const void *v, size_t n)
     *p += n;
 }
 
-static unsigned char *ckpt_serialise(const trainer_t *t, size_t *len)
+static unsigned char *ckpt_serialise(const trainer_t *t, const float *momentum, size_t *len)
 {
     const size_t np = t->model.nparams;
     size_t n = ckpt_size(np);
@@ -427,7 +440,7 @@ static unsigned char *ckpt_serialise(const trainer_t *t, size_t *len)
     put(&p, &t->opt.momentum, 8);
     put(&p, &t->opt.wd, 8);
     put(&p, t->model.params, np * sizeof(float));
-    put(&p, t->momentum, np * sizeof(float));
+    put(&p, momentum, np * sizeof(float));
     uint32_t crc = (uint32_t)crc32(0L, buf, (uInt)(p - buf));
     put(&p, &crc, 4);
     *len = n;
@@ -467,14 +480,14 @@ static int ckpt_target_ok(const char *path)
 /* A fresh temporary file (mkstemp: an unpredictable name, created exclusively, so a link planted
  * next to the checkpoint is never followed), fsync, rename over the old checkpoint, fsync of the
  * folder: a crash at any point leaves either the old or the new checkpoint, never a torn one. */
-static int ckpt_write(trainer_t *t)
+static int ckpt_write(trainer_t *t, const float *momentum)
 {
     const char *path = t->opt.ckpt;
     char tmp[4096], dir[4096];
     size_t len;
     if (ckpt_target_ok(path) != 0)
         return -1;
-    unsigned char *buf = ckpt_serialise(t, &len);
+    unsigned char *buf = ckpt_serialise(t, momentum, &len);
     if (!buf) {
         fprintf(stderr, "dear-cnn: out of memory writing checkpoint %s\n", path);
         return -1;
@@ -645,6 +658,47 @@ static int ckpt_apply(trainer_t *t, const unsigned char *buf, const char *path)
     return 0;
 }
 
+/* --shard: every rank's slices of the momentum placed in full, the parameters' layout, on
+ * rank 0 (full: nparams floats there, NULL elsewhere). So a checkpoint is the unsharded one: it
+ * resumes sharded or not, on any number of ranks; the price is one whole momentum on rank 0
+ * while it writes. Collective; 0, or -1 when rank 0 ran out of memory. */
+static int gather_momentum(trainer_t *t, float *full)
+{
+    int n = t->size, *counts = calloc((size_t)n, sizeof *counts), *displs = calloc((size_t)n, sizeof *displs);
+    float *all = NULL;
+    int ok = counts && displs;
+    size_t total = t->model.nparams;
+    if (ok && t->rank == 0) {
+        all = malloc(total * sizeof *all);
+        ok = all != NULL;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, t->comm);
+    int mine = (int)t->nmomentum;
+    if (ok)
+        MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, t->comm);
+    for (int r = 1; ok && r < n; r++)
+        displs[r] = displs[r - 1] + counts[r - 1];
+    if (ok)
+        MPI_Gatherv(t->momentum, mine, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, t->comm);
+    for (int r = 0; ok && t->rank == 0 && r < n; r++) {
+        int ns = dear_shard_slices(t->dear, r, NULL, 0);
+        dear_slice_t *sl = ns > 0 ? calloc((size_t)ns, sizeof *sl) : NULL;
+        if (ns < 0 || (ns > 0 && (!sl || dear_shard_slices(t->dear, r, sl, ns) != ns))) {
+            fprintf(stderr, "dear-cnn: the slices of rank %d: %s\n", r,
+                    ns < 0 ? dear_status_string(ns) : "out of memory");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        for (int k = 0; k < ns; k++)
+            memcpy(full + t->model.offset[sl[k].tensor] + sl[k].offset, all + displs[r] + sl[k].shard_offset,
+                   sl[k].count * sizeof *full);
+        free(sl);
+    }
+    free(all);
+    free(counts);
+    free(displs);
+    return ok ? 0 : -1;
+}
+
 /* Collective: complete every pending update, then rank 0 writes; a failed write ends the job
  * (the run would otherwise go on without the checkpoints it was asked for). */
 static void checkpoint(trainer_t *t)
@@ -652,7 +706,18 @@ static void checkpoint(trainer_t *t)
     int rc = dear_flush(t->dear);
     if (rc != DEAR_OK)
         die_dear(t, "dear_flush", rc);
-    int ok = t->rank == 0 ? ckpt_write(t) == 0 : 1;
+    float *full = t->momentum;
+    int ok = 1;
+    if (t->opt.shard) {
+        full = t->rank == 0 ? malloc(t->model.nparams * sizeof *full) : NULL;
+        ok = (t->rank != 0 || full) && gather_momentum(t, full) == 0;
+        if (!ok && t->rank == 0)
+            fprintf(stderr, "dear-cnn: out of memory gathering the momentum for checkpoint %s\n", t->opt.ckpt);
+    }
+    if (ok && t->rank == 0)
+        ok = ckpt_write(t, full) == 0;
+    if (full != t->momentum)
+        free(full);
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, t->comm);
     if (!ok)
         end_together(t, 1);
@@ -758,6 +823,7 @@ static int load_data_and_model(trainer_t *t)
     }
     if (ok) {
         t->momentum = calloc(t->model.nparams, sizeof(float));
+        t->nmomentum = t->model.nparams;
         t->perm = malloc((size_t)t->train.n * sizeof(uint32_t));
         if (!t->momentum || !t->perm) {
             fprintf(stderr, "dear-cnn: rank %d: out of memory\n", t->rank);
@@ -794,6 +860,32 @@ static int init_params(trainer_t *t)
     return arc;
 }
 
+/* --shard, after commit: keep the momentum of this rank's slices only (zeros, or a checkpoint's,
+ * read whole), back to back as dear_shard_slices lists them. */
+static void shard_momentum(trainer_t *t)
+{
+    int ns = dear_shard_slices(t->dear, t->rank, NULL, 0);
+    dear_slice_t *sl = calloc((size_t)(ns > 0 ? ns : 1), sizeof *sl);
+    if (ns < 0 || !sl || dear_shard_slices(t->dear, t->rank, sl, ns) != ns)
+        die_dear(t, "dear_shard_slices", ns < 0 ? ns : DEAR_ERR_NOMEM);
+    size_t n = ns > 0 ? sl[ns - 1].shard_offset + sl[ns - 1].count : 0;
+    float *mine = calloc(n + 1, sizeof *mine);
+    if (!mine)
+        die_dear(t, "the momentum's shard", DEAR_ERR_NOMEM);
+    for (int k = 0; k < ns; k++)
+        memcpy(mine + sl[k].shard_offset, t->momentum + t->model.offset[sl[k].tensor] + sl[k].offset,
+               sl[k].count * sizeof *mine);
+    free(sl);
+    free(t->momentum);
+    t->momentum = mine;
+    t->nmomentum = n;
+    unsigned long long most = n;
+    MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, t->comm);
+    if (t->rank == 0)
+        printf("sharded updates: momentum of %llu floats on the largest rank (unsharded: %zu)\n", most,
+               t->model.nparams);
+}
+
 /* dear: the schedule comes from the environment, read once by dear_init; every tensor is
  * registered with its update, and the model's hooks tell dear where the model is. 0, or -1 when
  * dear_init fails (collective: on every rank alike, for bad DEAR_* values). */
@@ -809,12 +901,19 @@ static int start_dear(trainer_t *t)
             fprintf(stderr, "dear-cnn: dear_init failed: %s\n", dear_status_string(rc));
         return -1;
     }
-    for (int i = 0; i < CNN_NTENSORS && rc == DEAR_OK; i++)
+    for (int i = 0; i < CNN_NTENSORS && rc == DEAR_OK; i++) {
         rc = dear_register(t->dear, t->model.name[i], t->model.layer[i],
                            t->model.grads + t->model.offset[i], t->model.count[i], DEAR_FLOAT32,
                            DEAR_MEM_HOST, sgd_update, &t->slots[i]);
+        if (rc == DEAR_OK)
+            rc = dear_set_param(t->dear, i, t->model.params + t->model.offset[i]);
+    }
+    if (rc == DEAR_OK && t->opt.shard)
+        rc = dear_set_shard(t->dear, DEAR_SHARD_ON);
     check_everywhere(t, "dear_register", rc);
     check_everywhere(t, "dear_commit", dear_commit(t->dear));
+    if (t->opt.shard)
+        shard_momentum(t);
     t->iter0 = t->iter; /* dear counts the iterations it sees from 0 */
     t->model.hook = dear_hook;
     t->model.hook_arg = t;

@@ -14,6 +14,8 @@
  * word vocabulary); the model calls dear_forward_begin before each layer and
  * dear_backward_done after each layer's backward through its hooks, and AdamW runs in the
  * per-tensor update callback, the moment the averaged gradient of that tensor is in place.
+ * With --shard each rank runs AdamW on its slice of every tensor only and keeps the moments of
+ * those slices alone (1/P of them); libdear's all-gathers then carry the updated parameters.
  *
  * Reports training and validation loss in nats per token next to the unigram baseline
  * (entropy of the training text's token distribution: the best a model without context can
@@ -55,6 +57,7 @@ typedef struct {
     long iters, batch, seq, layers, heads, dim;
     long seed, sample, eval_every, print_every, val_chars, warmup;
     double lr, min_lr_frac, weight_decay, beta1, beta2, temperature, clip;
+    int shard;                  /* --shard: sharded updates (dear_set_shard) */
 } opts_t;
 
 static void usage(FILE *f)
@@ -88,6 +91,9 @@ static void usage(FILE *f)
         "                      shards under dear (dear_set_clip_norm)\n"
         "  --seed N            seed of initialisation, batches and sample (default 1)\n"
         "  --schedule S        dear|wfbp|sync (default: $DEAR_SCHEDULE, else dear)\n"
+        "  --shard             sharded updates: each rank runs AdamW on its 1/P slice of every\n"
+        "                      tensor and keeps only those moments; the all-gathers carry the\n"
+        "                      parameters (dear_set_shard; the embedding then travels dense)\n"
         "Output\n"
         "  --print-every N     progress line every N iterations (default 50; 0: none)\n"
         "  --eval-every N      validation loss every N iterations (default 200; 0: end only)\n"
@@ -143,7 +149,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
 {
     enum { O_DATA = 256, O_VALCH, O_LAYERS, O_HEADS, O_DIM, O_SEQ, O_ITERS, O_BATCH, O_LR,
            O_WARMUP, O_WD, O_SEED, O_SCHED, O_PRINT, O_EVAL, O_SAMPLE, O_TEMP, O_PROF, O_LOSS,
-           O_CLIP, O_VOCAB, O_VOCAB_SIZE, O_PARAMS, O_HELP };
+           O_CLIP, O_VOCAB, O_VOCAB_SIZE, O_PARAMS, O_SHARD, O_HELP };
     static const struct option longopts[] = {
         {"data", required_argument, 0, O_DATA}, {"val-chars", required_argument, 0, O_VALCH},
         {"layers", required_argument, 0, O_LAYERS}, {"heads", required_argument, 0, O_HEADS},
@@ -155,7 +161,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
         {"vocab", required_argument, 0, O_VOCAB},
         {"vocab-size", required_argument, 0, O_VOCAB_SIZE},
         {"params-out", required_argument, 0, O_PARAMS},
-        {"schedule", required_argument, 0, O_SCHED},
+        {"schedule", required_argument, 0, O_SCHED}, {"shard", no_argument, 0, O_SHARD},
         {"print-every", required_argument, 0, O_PRINT},
         {"eval-every", required_argument, 0, O_EVAL}, {"sample", required_argument, 0, O_SAMPLE},
         {"temperature", required_argument, 0, O_TEMP},
@@ -212,6 +218,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int verbose)
         case O_PROF: o->profile_out = optarg; break;
         case O_LOSS: o->loss_out = optarg; break;
         case O_PARAMS: o->params_out = optarg; break;
+        case O_SHARD: o->shard = 1; break;
         case O_HELP: rc = 1; break;
         case ':':
             if (verbose)
@@ -268,9 +275,15 @@ static double rng_uniform(uint64_t *s)
 /* ------------------------------------------------------------------------------------------ */
 /* AdamW, run by libdear in the update callback of each tensor */
 
+/* The moments of this rank's slices under --shard: its shard, the slices back to back. */
 typedef struct {
-    gpt_real *param;            /* the tensor's values */
-    float *m, *v;               /* its moments */
+    float *m, *v;
+    size_t n;
+} shard_state_t;
+
+typedef struct {
+    float *m, *v;               /* its moments (NULL under --shard: in the shard's) */
+    const shard_state_t *shard;
     int decay;                  /* weight decay applies (weight matrices only) */
     const opts_t *o;
 } adamw_slot_t;
@@ -302,6 +315,11 @@ static int adamw_update(const dear_update_info_t *u)
     const float *g = u->grad;
     const size_t count = u->count;
     const opts_t *o = s->o;
+    /* The parameters and moments of what dear hands over: the whole tensor, or under --shard
+     * one slice of it, whose moments lie at its place in this rank's shard. */
+    gpt_real *p = u->param;
+    float *mm = s->m ? s->m + u->offset : s->shard->m + u->shard_offset;
+    float *vv = s->v ? s->v + u->offset : s->shard->v + u->shard_offset;
     const long step = (long)u->iteration + 1;
     const float lr = (float)lr_at(o, step);
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = 1e-8f;
@@ -309,11 +327,11 @@ static int adamw_update(const dear_update_info_t *u)
     const float c2 = 1.0f / (1.0f - (float)pow(o->beta2, (double)step));
     const float wd = s->decay ? (float)o->weight_decay : 0.0f;
     for (size_t i = 0; i < count; i++) {
-        float m = b1 * s->m[i] + (1 - b1) * g[i];
-        float v = b2 * s->v[i] + (1 - b2) * g[i] * g[i];
-        s->m[i] = m;
-        s->v[i] = v;
-        s->param[i] -= lr * ((m * c1) / (sqrtf(v * c2) + eps) + wd * s->param[i]);
+        float m = b1 * mm[i] + (1 - b1) * g[i];
+        float v = b2 * vv[i] + (1 - b2) * g[i] * g[i];
+        mm[i] = m;
+        vv[i] = v;
+        p[i] -= lr * ((m * c1) / (sqrtf(v * c2) + eps) + wd * p[i]);
     }
     return 0;
 }
@@ -496,7 +514,9 @@ typedef struct {
     size_t val_windows;         /* windows of T tokens each validation evaluates */
     const char *unit;           /* what a token is: "char" or "token" */
     dear_ctx_t *ctx;
-    float *opt_state;           /* AdamW's two moments per parameter */
+    float *opt_state;           /* AdamW's two moments per parameter (--shard: per element of the shard) */
+    size_t opt_floats;          /* of them */
+    shard_state_t shard;
     adamw_slot_t *slots;
     int *inputs, *targets;
     double *losses;             /* training loss of every iteration, mean over the ranks */
@@ -632,7 +652,9 @@ static int build_model(run_t *r)
     }
     r->have_model = 1;
     init_head_bias(&r->model, &r->text);
-    r->opt_state = calloc(2 * r->model.num_params, sizeof *r->opt_state);
+    /* --shard: the moments come after dear_commit, which fixes the slices (start_dear). */
+    r->opt_floats = o->shard ? 0 : 2 * r->model.num_params;
+    r->opt_state = calloc(r->opt_floats + 1, sizeof *r->opt_state);
     r->slots = calloc((size_t)r->model.num_tensors, sizeof *r->slots);
     r->inputs = malloc((size_t)eval_B * T * sizeof *r->inputs);
     r->targets = malloc((size_t)eval_B * T * sizeof *r->targets);
@@ -652,23 +674,53 @@ static int build_model(run_t *r)
     return status;
 }
 
-/* Every tensor with its AdamW slot (the moments at the parameters' offsets in opt_state, two
- * arrays of num_params) as the update; model: its tensor table and arenas are read. */
+/* Every tensor with its parameters and its AdamW slot (the moments at the parameters' offsets
+ * in opt_state, two arrays of num_params; --shard: in the shard's, set after commit) as the
+ * update; model: its tensor table and arenas are read. */
 static int register_tensors(int rank, dear_ctx_t *ctx, const gpt_model_t model, float *opt_state,
-                            adamw_slot_t *slots, const opts_t *o)
+                            adamw_slot_t *slots, const shard_state_t *shard, const opts_t *o)
 {
     for (int i = 0; i < model.num_tensors; i++) {
         const gpt_tensor_t *t = &model.tensors[i];
-        slots[i] = (adamw_slot_t){.param = model.params_memory + t->offset,
-                                  .m = opt_state + t->offset,
-                                  .v = opt_state + model.num_params + t->offset,
-                                  .decay = t->is_matrix, .o = o};
+        slots[i] = (adamw_slot_t){.m = o->shard ? NULL : opt_state + t->offset,
+                                  .v = o->shard ? NULL : opt_state + model.num_params + t->offset,
+                                  .shard = shard, .decay = t->is_matrix, .o = o};
         DEAR_TRY(dear_register(ctx, t->name, t->layer, model.grads_memory + t->offset, t->count,
                                DEAR_FLOAT32, DEAR_MEM_HOST, adamw_update, &slots[i]));
+        DEAR_TRY(dear_set_param(ctx, i, model.params_memory + t->offset));
         /* A batch touches only the rows of the tokens in it: let DEAR_SPARSE send just those. */
         if (strcmp(t->name, "wte") == 0)
             DEAR_TRY(dear_register_sparse(ctx, i, (size_t)model.cfg.dim));
     }
+    return 0;
+}
+
+/* --shard: the moments of this rank's slices, as many as dear_shard_slices says it owns. */
+static int alloc_shard_state(run_t *r)
+{
+    const int rank = r->rank;
+    int n = dear_shard_slices(r->ctx, rank, NULL, 0);
+    if (n < 0)
+        DEAR_TRY(n);
+    dear_slice_t *sl = calloc((size_t)n + 1, sizeof *sl);
+    if (!sl) {
+        fprintf(stderr, "dear-gpt: rank %d: out of memory\n", rank);
+        return 1;
+    }
+    int got = dear_shard_slices(r->ctx, rank, sl, n);
+    r->shard.n = got > 0 ? sl[got - 1].shard_offset + sl[got - 1].count : 0;
+    free(sl);
+    if (got < 0)
+        DEAR_TRY(got);
+    free(r->opt_state);
+    r->opt_floats = 2 * r->shard.n;
+    r->opt_state = calloc(r->opt_floats + 1, sizeof *r->opt_state);
+    if (!r->opt_state) {
+        fprintf(stderr, "dear-gpt: rank %d: out of memory\n", rank);
+        return 1;
+    }
+    r->shard.m = r->opt_state;
+    r->shard.v = r->opt_state + r->shard.n;
     return 0;
 }
 
@@ -678,12 +730,14 @@ static int start_dear(run_t *r)
     dear_ctx_t *ctx = NULL;
     DEAR_TRY(dear_init(MPI_COMM_WORLD, &ctx));
     r->ctx = ctx;
-    if (register_tensors(rank, ctx, r->model, r->opt_state, r->slots, &r->o) != 0)
+    if (register_tensors(rank, ctx, r->model, r->opt_state, r->slots, &r->shard, &r->o) != 0)
         return 1;
     if (r->o.clip > 0)
         DEAR_TRY(dear_set_clip_norm(ctx, r->o.clip));
+    if (r->o.shard)
+        DEAR_TRY(dear_set_shard(ctx, DEAR_SHARD_ON));
     DEAR_TRY(dear_commit(ctx));
-    return 0;
+    return r->o.shard ? alloc_shard_state(r) : 0;
 }
 
 static void print_banner(const run_t *r)
@@ -710,6 +764,17 @@ static void print_banner(const run_t *r)
     printf("unigram baseline (entropy of the training %ss): %.4f nats/%s\n", r->unit,
            r->unigram, r->unit);
     fflush(stdout);
+}
+
+/* The largest AdamW state of any rank: 1/P of the unsharded one under --shard. Collective. */
+static void print_opt_state(const run_t *r)
+{
+    unsigned long long most = r->opt_floats;
+    MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (r->rank == 0)
+        printf("optimizer state: %llu floats (%.3f MB) on the largest rank, %s (unsharded: %zu)\n",
+               most, 4e-6 * (double)most, r->o.shard ? "sharded" : "whole",
+               2 * r->model.num_params);
 }
 
 /* The progress line of iteration it: mean over ranks of the per-rank means = mean over the
@@ -980,6 +1045,7 @@ int main(int argc, char **argv)
         status = start_dear(&r);
     if (status == 0) {
         print_banner(&r);
+        print_opt_state(&r);
         status = train(&r, &pg);
     }
     if (status == 0) {

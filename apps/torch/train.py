@@ -8,8 +8,9 @@ mean and deviation), global batch 64 split over the ranks, SGD with momentum 0.9
 decay 5e-4, peak learning rate 0.06 with a 200-iteration linear warm-up and cosine decay, as
 apps/cnn/dear-cnn; so it should reach dear-cnn's test accuracy (about 91% after 5 epochs).
 The learning rate is set per iteration by a LambdaLR scheduler; dear applies each gradient with
-the rate opt.step() saw, even where the step runs in the next forward. From the build tree:
-PYTHONPATH=python.
+the rate opt.step() saw, even where the step runs in the next forward. --shard: sharded
+updates (dear.wrap(shard=True)), each rank stepping and keeping the momentum of 1/P of every
+parameter. From the build tree: PYTHONPATH=python.
 """
 import argparse
 import gzip
@@ -73,6 +74,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--shard", action="store_true", help="sharded updates: 1/P of the optimizer's work and state")
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -84,7 +86,7 @@ def main():
     xte, yte = load(a.data, "t10k")
     model = CNN()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4)
-    model, opt = dear.wrap(model, opt)
+    model, opt = dear.wrap(model, opt, shard=a.shard)
     per_epoch = len(xtr) // a.batch
     total = a.iters or a.epochs * per_epoch
 
@@ -121,8 +123,9 @@ def main():
     correct = comm.allreduce(correct, op=MPI.SUM)
     dear.close(model)
     if rank == 0:
-        print("test accuracy %.2f%% after %d iterations (%d ranks, schedule %s), %.1f s of training"
-              % (100.0 * correct / len(xte), total, size, os.environ.get("DEAR_SCHEDULE", "dear"), train_s), flush=True)
+        print("test accuracy %.2f%% after %d iterations (%d ranks, schedule %s%s), %.1f s of training"
+              % (100.0 * correct / len(xte), total, size, os.environ.get("DEAR_SCHEDULE", "dear"),
+                 ", sharded" if a.shard else "", train_s), flush=True)
     return 0
 
 

@@ -68,6 +68,23 @@ terms of libdear's C API (include/dear.h):
   another stream moves it there), and the optimizer steps run on that stream, ordered after the
   averaged gradients by libdear's events: the hooks never wait for the GPU.
   ``DEAR_CUDA_TRANSPORT`` picks NCCL or host-staged collectives, as in C.
+* ``shard=True`` (sharded updates, libdear's dear_set_shard; ZeRO-1/2, FSDP's SHARD_GRAD_OP with
+  ``use_orig_params``): every parameter becomes a view of one flat parameter arena per dtype, and
+  the optimizer's parameter groups are given this rank's slices of them, a Parameter each, viewing
+  the arena, whose ``.grad`` views the averaged slice of the gradient arena: the optimizer's state
+  is that of 1/P of the model (state it already had when wrapped is cut to the slices). The slices
+  are averaged when backward returns; ``opt.step()`` steps them (with the hyper-parameters it has
+  then, a scheduler's included), and their parameters then travel to every rank, in the next
+  forward under ``dear``. A skipped ``opt.step()`` sends them unchanged. The optimizer must be
+  element-wise (SGD, momentum, Adam, AdamW: a slice's step is that slice of the tensor's step;
+  LAMB and LARS, whose steps use whole-tensor norms, are not). ``param.grad`` of the model holds
+  the average only on this rank's slices, so reading it from Python raises DearError:
+  ``clip_grad_norm_`` gives way to ``clip_norm=`` (libdear clips from the shards), and GradScaler,
+  whose inf check would differ between ranks, is not supported. A second backward pass through
+  one forward is refused. ``opt.state_dict()`` is this rank's slices: a checkpoint saves one per
+  rank and resumes on as many ranks with the same DEAR_PARTITION, or unsharded state is loaded
+  before ``wrap`` (it is cut to the slices). CUDA parameters are refused (libdear shards host
+  memory only).
 * Parameters are broadcast from rank 0 at ``wrap``; buffers are not synchronised (as DDP with
   ``broadcast_buffers=False``). The optimizer must keep per-parameter state only (SGD, Adam,
   AdamW, ... but not LBFGS: a closure is refused).
@@ -122,7 +139,16 @@ class _UpdateInfo(ctypes.Structure):
                 ("dtype", ctypes.c_int), ("mem", ctypes.c_int), ("arg", ctypes.c_void_p),
                 ("name", ctypes.c_char_p), ("tensor", ctypes.c_int), ("layer", ctypes.c_int),
                 ("iteration", ctypes.c_longlong), ("grad_norm", ctypes.c_double),
-                ("clip_coef", ctypes.c_double), ("stream", ctypes.c_void_p)]
+                ("clip_coef", ctypes.c_double), ("stream", ctypes.c_void_p), ("param", ctypes.c_void_p),
+                ("offset", ctypes.c_size_t), ("tensor_count", ctypes.c_size_t), ("shard_offset", ctypes.c_size_t)]
+
+
+class _Slice(ctypes.Structure):
+    _fields_ = [("tensor", ctypes.c_int), ("offset", ctypes.c_size_t), ("count", ctypes.c_size_t),
+                ("shard_offset", ctypes.c_size_t)]
+
+
+_SHARD_ON, _SHARD_HOLD = 1, 2
 
 
 _UPDATE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_UpdateInfo))
@@ -163,7 +189,9 @@ def _load():
                        ("dear_forward_begin", [vp, c_int]), ("dear_backward_done", [vp, c_int]),
                        ("dear_backward_end", [vp]), ("dear_flush", [vp]), ("dear_set_mode", [vp, c_int]),
                        ("dear_no_grad", [vp, c_int]), ("dear_wait_grad", [vp, c_int]), ("dear_finalize", [pvp]),
-                       ("dear_set_stream", [vp, vp])):
+                       ("dear_set_stream", [vp, vp]), ("dear_set_param", [vp, c_int, vp]),
+                       ("dear_set_shard", [vp, c_int]), ("dear_shard_release", [vp]),
+                       ("dear_shard_slices", [vp, c_int, ctypes.POINTER(_Slice), c_int])):
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
     lib.dear_schedule.argtypes, lib.dear_schedule.restype = [vp], ctypes.c_char_p
@@ -286,6 +314,22 @@ class _Grad(torch.Tensor):
             w.wait_layer(self._dear_l)
 
 
+class _ShardedGrad(torch.Tensor):
+    """param.grad under shard=True: the averaged gradient exists only as each rank's slices, which
+    the optimizer holds; any operation on this one from Python (clipping, norms) would read this
+    rank's own gradient and is refused."""
+
+    @classmethod
+    def __torch_function__(cls, func, types_, args=(), kwargs=None):
+        if func not in _META:
+            raise DearError("param.grad", -2, "under dear.wrap(shard=True) a parameter's gradient is averaged only "
+                            "on the slices each rank's optimizer steps, so reading it (clip_grad_norm_, a norm "
+                            "for logging, GradScaler) would see this rank's own gradient: clip with "
+                            "dear.wrap(clip_norm=...) and read dear.grad_norm(model), or train unsharded")
+        with _no_torch_function():
+            return func(*args, **(kwargs or {}))
+
+
 def _tensors_in(obj, depth=0):
     """The tensors of a forward's output (tensors, sequences, dicts, nested a little)."""
     if isinstance(obj, torch.Tensor):
@@ -309,9 +353,9 @@ def _fill_groups(groups, params, hyper):
 class _Wrapped:
     """The state behind a wrapped model (model._dear)."""
 
-    def __init__(self, model, opt, comm, env):
+    def __init__(self, model, opt, comm, env, shard=False):
         lib = _load()
-        self.lib, self.model, self.opt = lib, model, opt
+        self.lib, self.model, self.opt, self.shard = lib, model, opt, bool(shard)
         self.comm = comm if comm is not None else _MPI.COMM_WORLD
         handle = lib._comm_t.from_address(_MPI._addressof(self.comm)).value
         self.ctx = ctypes.c_void_p()
@@ -331,9 +375,12 @@ class _Wrapped:
             for p in self.params:   # every rank starts from rank 0's parameters, as DDP does
                 self._bcast(p)
             self.sched = lib.dear_schedule(self.ctx).decode()
-            # Only `dear` on several ranks leaves gradients travelling after backward returns.
-            self.deferred = self.sched == "dear" and self.comm.Get_size() > 1
+            # Only `dear` on several ranks leaves gradients travelling after backward returns;
+            # sharded, every rank's slices are averaged when backward returns.
+            self.deferred = self.sched == "dear" and self.comm.Get_size() > 1 and not self.shard
             self._make_arenas()
+            if self.shard:
+                self._make_param_arenas()
             self._update_fn = _UPDATE_FN(self._on_update)   # kept alive as long as the context
             for t, p in enumerate(self.params):
                 _check("dear_register", lib.dear_register(self.ctx, self.names[t].encode(), self.layer_of[t],
@@ -343,13 +390,21 @@ class _Wrapped:
             if self.cuda:   # the hooks order the gradients' communication against torch's stream
                 self.stream = torch.cuda.current_stream(self.device)
                 _check("dear_set_stream", lib.dear_set_stream(self.ctx, ctypes.c_void_p(self.stream.cuda_stream)))
+            if self.shard:   # the program steps the slices at opt.step(), then they travel
+                for t, p in enumerate(self.params):
+                    _check("dear_set_param", lib.dear_set_param(self.ctx, t, ctypes.c_void_p(p.data_ptr())))
+                _check("dear_set_shard", lib.dear_set_shard(self.ctx, _SHARD_ON | _SHARD_HOLD))
             _check("dear_commit", lib.dear_commit(self.ctx))
+            if self.shard:
+                self._shard_optimizer()
         except BaseException:
             self.ctx = ctypes.c_void_p()   # left open: finalize would wait for ranks that may not fail
             raise
         n, nl = len(self.params), len(self.layers)
         self.mode, self.no_sync_depth, self.in_backward, self.norm = _MODE_TRAIN, 0, False, None
         self.fired, self.ready, self.step_req, self.steps, self.stepped = [], [], None, 0, True
+        self.shard_fired = []                # shard=True: slices whose averaged gradient is in place
+        self.synced = False                  # a synchronised backward pass since the last forward
         self.zero_after = [0] * n            # 1: zero once stepped; 2: and leave p.grad None
         self.to_fire = [False] * nl          # schedule dear: the layer's updates still to come
         self.unsettled = [False] * nl        # ... and its averaged gradient not yet in place
@@ -442,12 +497,69 @@ class _Wrapped:
             if p.grad is not None:
                 view.copy_(p.grad)
             gview = view
-            if self.deferred:   # gradients travel after backward: reads must wait for them
+            if self.shard:   # averaged only on the optimizer's slices
+                gview = view.as_subclass(_ShardedGrad)
+            elif self.deferred:   # gradients travel after backward: reads must wait for them
                 gview = view.as_subclass(_Grad)
                 gview._dear_w, gview._dear_l = self, self.layer_of[t]
             p.grad = gview
             self.views.append(view)
             self.gviews.append(gview)
+
+    def _make_param_arenas(self):
+        """shard=True: every parameter a view of one flat arena per dtype (as FSDP's flat parameter), in
+        the gradients' layout, so that the all-gathers write the parameters where the model reads them
+        and the optimizer's slices are views of them."""
+        self.parenas, self.pplace = {}, []
+        for dt in self.arenas:
+            self.parenas[dt] = torch.empty_like(self.arenas[dt])
+        for t, p in enumerate(self.params):
+            arena, o, e = self.place[t]
+            pview = self.parenas[p.dtype][o:e]
+            with torch.no_grad():
+                pview.copy_(p.detach().reshape(-1))
+            p.data = pview.view_as(p)
+            self.pplace.append((self.parenas[p.dtype], o, e))
+
+    def _shard_optimizer(self):
+        """shard=True: the optimizer's parameter groups hold this rank's slices of their parameters,
+        each a Parameter viewing the parameter arena with its averaged gradient viewing the gradient
+        arena (as FSDP's use_orig_params), so the optimizer's state is that of 1/P of the model. State
+        the optimizer already has (loaded before wrap) is cut to the slices."""
+        lib, rank = self.lib, self.comm.Get_rank()
+        n = lib.dear_shard_slices(self.ctx, rank, None, 0)
+        if n < 0:
+            _check("dear_shard_slices", n)
+        buf = (_Slice * max(n, 1))()
+        if n > 0 and lib.dear_shard_slices(self.ctx, rank, buf, n) != n:
+            raise DearError("dear_shard_slices", -13, "the slices changed between two calls")
+        self.slices, self.slice_of, self.orig_groups = [], {}, [list(g["params"]) for g in self.opt.param_groups]
+        subsets = [[] for _ in self.opt.param_groups]
+        for k in range(n):
+            t, off, cnt = buf[k].tensor, buf[k].offset, buf[k].count
+            parena, o, _ = self.pplace[t]
+            sp = torch.nn.Parameter(parena[o + off:o + off + cnt])
+            sp.grad = self.arenas[self.params[t].dtype][o + off:o + off + cnt]
+            g = self.group_of.get(t)
+            self.slice_of[(t, off)] = len(self.slices)
+            self.slices.append((t, off, cnt, sp, g))
+            if g is not None:
+                subsets[g].append(sp)
+                self._cut_state(self.params[t], sp, off, cnt)
+        for p in self.params:
+            self.opt.state.pop(p, None)
+        _fill_groups(self.opt.param_groups, subsets, None)
+        self.group_sizes = [len(g["params"]) for g in self.opt.param_groups]
+
+    def _cut_state(self, p, sp, off, cnt):
+        """The optimizer's state of parameter p, cut to its slice [off, off + cnt) for sp: tensors of
+        p's shape sliced, the rest (a step count) shared."""
+        st = self.opt.state.get(p)
+        if not st:
+            return
+        self.opt.state[sp] = {k: (v.detach().reshape(-1)[off:off + cnt].clone()
+                                  if torch.is_tensor(v) and v.shape == p.shape else v)
+                              for k, v in st.items()}
 
     def _install_hooks(self):
         self.handles, self.accumulators = [], []
@@ -476,9 +588,12 @@ class _Wrapped:
 
     def _on_update(self, info_p):
         info = info_p.contents
-        self.fired.append(info.tensor)
         if info.grad_norm >= 0:
             self.norm = info.grad_norm
+        if self.shard:   # its step waits for opt.step(); the slice's parameters then travel
+            self.shard_fired.append(self.slice_of[(info.tensor, info.offset)])
+        else:
+            self.fired.append(info.tensor)
         return 0
 
     def _on_stream(self):
@@ -581,6 +696,9 @@ class _Wrapped:
             raise DearError("optimizer.step", -2, "no synchronised backward pass since the last step: each "
                             "averaged gradient is applied once (was the last backward inside no_sync()?)")
         self.stepped = True
+        if self.shard:
+            self._shard_step(kwargs)
+            return
         hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.opt.param_groups]
         if any(self.to_fire) and self.steps == 0:
             self._call("dear_flush")   # the first step at once: an optimizer that fails does so here
@@ -594,6 +712,28 @@ class _Wrapped:
         except BaseException:
             self.ready = now
             raise
+
+    def _shard_step(self, kwargs):
+        """shard=True: one step of the optimizer over this rank's slices averaged since the last step,
+        then their parameters travel (dear_shard_release)."""
+        fired, self.shard_fired = self.shard_fired, []
+        opt, groups = self.opt, self.opt.param_groups
+        subsets = [[] for _ in groups]
+        for k in fired:
+            t, _, _, sp, g = self.slices[k]
+            if g is not None:
+                subsets[g].append(sp)
+        try:
+            if any(subsets):
+                saved = [grp["params"] for grp in groups]
+                try:
+                    _fill_groups(groups, subsets, None)
+                    with self._on_stream():
+                        type(opt).step(opt, **(kwargs or {}))
+                finally:
+                    _fill_groups(groups, saved, None)
+        finally:
+            self._call("dear_shard_release")
 
     def zero_grad(self, ts, set_to_none):
         self._recover()
@@ -661,6 +801,7 @@ class _Wrapped:
             new = torch.cuda.current_stream(self.device)
             self._call("dear_set_stream", ctypes.c_void_p(new.cuda_stream))
             self.stream = new
+        self.synced = False
         # model.eval() alone is not evaluation: fine-tuning with frozen batch-norm statistics trains so.
         if not torch.is_grad_enabled():
             mode = _MODE_EVAL
@@ -705,6 +846,10 @@ class _Wrapped:
     def _backward_begin(self):
         if self.in_backward:
             return
+        if self.shard and self.synced:
+            raise DearError("backward", -2, "a second backward pass through one forward under dear.wrap(shard=True): "
+                            "it would add to gradients averaged only on this rank's slices; backward the sum of the "
+                            "losses once, or train unsharded")
         self.in_backward = True
         torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
         if any(self.to_fire):
@@ -746,8 +891,11 @@ class _Wrapped:
             if self.deferred:
                 self.to_fire = [bool(ts) for _, ts in self.layers]
                 self.unsettled = list(self.to_fire)
+        if self.mode == _MODE_TRAIN:
+            self.shard_fired = []
+            self.synced = True
         self._call("dear_backward_end")
-        if self.mode == _MODE_TRAIN and self.sched == "dear" and not self.deferred:
+        if self.mode == _MODE_TRAIN and self.sched == "dear" and not self.deferred and not self.shard:
             # One rank: the gradients are in place already, so the steps run at opt.step() in one
             # batch, which costs less than a batch per layer between the layers' kernels.
             self._call("dear_flush")
@@ -772,6 +920,10 @@ class _Wrapped:
             for t, p in enumerate(self.params):
                 if p.grad is self.gviews[t]:
                     p.grad = self.views[t]
+            if self.shard:   # the optimizer gets its parameters back; state kept per slice is dropped
+                for k in range(len(self.slices)):
+                    self.opt.state.pop(self.slices[k][3], None)
+                _fill_groups(self.opt.param_groups, self.orig_groups, None)
             _disarm(self)
             st = self.lib.dear_finalize(ctypes.byref(self.ctx))
             self.ctx = ctypes.c_void_p()
@@ -821,7 +973,7 @@ _MISSING = object()
 
 
 def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_mb=None, clip_norm=None,
-         find_unused=None):
+         find_unused=None, shard=False):
     """Register model's trainable parameters with libdear and hook optimizer's steps onto the
     arrival of the averaged gradients. Collective over comm (default MPI.COMM_WORLD): every rank
     wraps the same model. Returns (model, optimizer), the same objects, hooked.
@@ -831,13 +983,15 @@ def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_
     bucket size in MiB; DEAR_FUSION_THRESHOLD), clip_norm (clip the averaged gradient to this
     global L2 norm inside libdear, from the shards, keeping the all-gathers' overlap;
     DEAR_CLIP_NORM; dear.grad_norm tells the norm), find_unused (DDP's find_unused_parameters;
-    DEAR_FIND_UNUSED)."""
+    DEAR_FIND_UNUSED), shard (sharded updates, as ZeRO-1/2 or FSDP's SHARD_GRAD_OP: the optimizer
+    steps only this rank's 1/P slice of every parameter, its state 1/P of the model's, and the
+    all-gathers carry the parameters; an element-wise optimizer only, see the module's text)."""
     _load()
     if hasattr(model, "_dear"):
         raise DearError("dear.wrap", -2, "this model is already wrapped")
     env = _keyword_env({"schedule": schedule, "fusion": fusion, "bucket_cap_mb": bucket_cap_mb,
                         "clip_norm": clip_norm, "find_unused": find_unused})
-    w = _Wrapped(model, optimizer, comm, env)
+    w = _Wrapped(model, optimizer, comm, env, shard=shard)
     model._dear = w
     everything = range(len(w.params))
     mine = sorted(w.group_of)

@@ -2,7 +2,8 @@
 # dear-cnn checkpoints: a run stopped at a checkpoint and resumed ends bit for bit where the
 # uninterrupted run ends (same checkpoint bytes, same loss text); a process killed halfway
 # through writing a checkpoint leaves the previous one intact, and resuming from it again ends
-# bit for bit where the uninterrupted run does; a damaged checkpoint is refused.
+# bit for bit where the uninterrupted run does; a damaged checkpoint is refused. Sharded runs
+# (--shard) write the same checkpoints and resume from unsharded ones.
 . "${top_srcdir:-.}/tests/apps/cnn-lib.sh"
 S=${CNN_SCHEDULE:-dear}   # CNN_SCHEDULE / CNN_NP: try other schedules and rank counts by hand
 NP=${CNN_NP:-2}
@@ -44,7 +45,25 @@ cat "$WORK/e.log" "$WORK/f.log" >"$WORK/ef.log"
 count_iters "$WORK/ef.log" 30
 compare_losses "$WORK/d.log" "$WORK/ef.log" 0 "stopped + resumed vs uninterrupted"
 
-# 4. A damaged checkpoint is refused on every rank, with a reason, without hanging.
+# 4. Sharded updates (--shard): each rank keeps its slices of the momentum and rank 0 gathers
+#    them into the same checkpoint format, so on 2 ranks (two summands add alike in any order)
+#    the sharded run's checkpoints are the unsharded run's bit for bit, and a checkpoint of an
+#    unsharded run resumes sharded to the uninterrupted unsharded run's end.
+cnn_run $NP $SMALL --schedule $S --iters 30 --shard --ckpt "$WORK/s.ckpt" --ckpt-every 7 >"$WORK/s.log" 2>&1 ||
+    { cat "$WORK/s.log"; fail "sharded run"; }
+grep -q "^sharded updates: momentum of" "$WORK/s.log" || { cat "$WORK/s.log"; fail "no sharded momentum line"; }
+if [ "$NP" -eq 2 ]; then
+    cmp "$WORK/a.ckpt" "$WORK/s.ckpt" || fail "the sharded run's checkpoint differs from the unsharded one"
+fi
+cnn_run $NP $SMALL --schedule $S --lr-schedule const --iters 14 --ckpt "$WORK/t.ckpt" --ckpt-every 7 \
+    >"$WORK/t.log" 2>&1 || fail "stopped unsharded run"
+cnn_run $NP $SMALL --schedule $S --lr-schedule const --iters 30 --shard --ckpt "$WORK/t.ckpt" --ckpt-every 7 \
+    --resume "$WORK/t.ckpt" >"$WORK/u.log" 2>&1 || { cat "$WORK/u.log"; fail "sharded resume"; }
+if [ "$NP" -eq 2 ]; then
+    cmp "$WORK/d.ckpt" "$WORK/t.ckpt" || fail "resumed sharded differs from the uninterrupted unsharded run"
+fi
+
+# 5. A damaged checkpoint is refused on every rank, with a reason, without hanging.
 cp "$WORK/a.ckpt" "$WORK/bad.ckpt"
 printf 'X' | dd of="$WORK/bad.ckpt" bs=1 seek=100 conv=notrunc 2>/dev/null
 cnn_run $NP $SMALL --iters 30 --resume "$WORK/bad.ckpt" >"$WORK/g.log" 2>&1 && fail "damaged checkpoint accepted"

@@ -30,7 +30,7 @@ expect 0 "unknown or incomplete option" --profile "$TINY" --frobnicate
 expect 0 "--inject-fault 'x'" --profile "$TINY" --inject-fault x
 expect 0 "--jitter-ms '-1'" --profile "$TINY" --jitter-ms -1
 expect 0 "--jitter-seed 'x'" --profile "$TINY" --jitter-seed x
-expect 0 "suffix '+dense' is not +sparse or +part=SIZE" --profile "$TINY" --configs "dear:threshold+dense"
+expect 0 "suffix '+dense' is not +sparse, +shard or +part=SIZE" --profile "$TINY" --configs "dear:threshold+dense"
 expect 0 "suffix '+sparse' is not" --profile "$TINY" --configs "dear:threshold+sparse+sparse"
 expect 0 "+part: DEAR_PARTITION='1q' is not valid" --profile "$TINY" --configs "dear:auto+part=1q"
 expect 0 "declares no sparse tensor" --profile "$TINY" --configs "wfbp:none;dear:threshold+sparse"

@@ -1,9 +1,11 @@
 #!/bin/sh
 # dear-bench end to end on a tiny profile at np 2 and 3: every schedule (and the planners the
-# runtime offers) must pass the parameter check (all ranks identical and equal to the float64
-# reference), and the CSV must hold one well-formed row per configuration, in order.
+# runtime offers), also sharded (+shard: each element updated by one rank), must pass the
+# parameter check (all ranks identical and equal to the float64 reference), and the CSV must
+# hold one well-formed row per configuration, in order.
 . "${top_srcdir:-.}/tests/apps/dearbench-lib.sh"
 CONFIGS="sync;wfbp:threshold:64m;wfbp:none;wfbp:threshold:100k;dear:threshold:100k;dear:none;dear:auto"
+CONFIGS="$CONFIGS;sync+shard;wfbp:threshold:100k+shard;dear:auto+shard"
 for np in 2 3; do
     bench "$np" --profile "$TINY" --iters 6 --warmup 7 --configs "$CONFIGS" --csv "$TMPD/r$np.csv"
     [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "np $np: exit status $rc"; continue; }
@@ -100,10 +102,10 @@ PY
 # A sparse embedding (1000 rows of 16 floats, 5% of them per rank): the replay draws a new set
 # of Zipf rows each iteration on each rank, the check recomputes the same draws in float64, and
 # '+sparse' configurations make the runtime send the rows sparse; the dense configuration is the
-# speedup reference.
+# speedup reference. Sharded (+sparse+shard), the sparse tensor travels dense and still checks.
 { sed '/^end /d' "$TINY"; echo "tensor emb 4 64000"; echo "sparse emb 64 0.05 0.2"; echo "end 5 7"; } \
     >"$TMPD/sparse.prof"
-SCONF="wfbp:threshold:64m;wfbp:threshold:64m+sparse;dear:threshold:100k+sparse;dear:auto+sparse"
+SCONF="wfbp:threshold:64m;wfbp:threshold:64m+sparse;dear:threshold:100k+sparse;dear:auto+sparse;dear:auto+sparse+shard"
 for np in 2 3; do
     DEAR_LOG_LEVEL=info bench "$np" --profile "$TMPD/sparse.prof" --iters 4 --configs "$SCONF" --csv "$TMPD/sp$np.csv"
     [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "sparse np $np: exit status $rc"; continue; }
@@ -111,6 +113,8 @@ for np in 2 3; do
         "$TMPD/out" || { cat "$TMPD/out" >&2; fail "sparse np $np: the replay is not at 5% per rank"; }
     grep -q "tensor 'emb' (block 16).*reduce-scatter sparse" "$TMPD/out" ||
         { cat "$TMPD/out" >&2; fail "sparse np $np: the runtime did not send emb sparse"; }
+    grep -q "sharded updates: tensors declared sparse travel dense" "$TMPD/out" ||
+        { cat "$TMPD/out" >&2; fail "sparse np $np: sharded, emb was not sent dense"; }
     python3 - "$TMPD/sp$np.csv" "$SCONF" <<'PY' || fail "sparse np $np: CSV check"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))

@@ -4,8 +4,11 @@
 # curve of one rank, iteration by iteration, to float tolerance (the sums only associate
 # differently), and the same validation loss (evaluated after dear_flush every 10 iterations,
 # so flushing mid-run is exercised too). Also checks that the model learns, that --seed repeats
-# a run and that --profile-out writes a profile. The text is generated here, so the test
-# needs no data package.
+# a run and that --profile-out writes a profile. Sharded updates (--shard): AdamW's moments of
+# 1/P of every tensor per rank (the optimizer-state line says so), the same loss curve, and
+# without clipping on 2 ranks the unsharded parameters bit for bit (two summands add alike in
+# any order; AdamW is element-wise); with clipping on 4, to the tolerance of other sum orders.
+# The text is generated here, so the test needs no data package.
 . "${top_srcdir:-.}/tests/apps/gpt-lib.sh"
 # A text with structure to learn: sentences of 3 to 8 words from a list of 20, picked by a
 # small LCG (exact in awk's doubles, so every awk writes the same text).
@@ -72,5 +75,37 @@ for np in 2 4; do
         run "np$np-$s" $np "$s" && compare np1 "np$np-$s"
     done
 done
+# state_check NAME NP: the optimizer state of the largest rank is the whole model's split in NP,
+# give or take an element per tensor and moment.
+state_check() {
+    if awk -v np="$2" '/^model:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^tensors/) nt = $i }
+        /^optimizer state:/ { x = $3; y = $NF; sub(/\)/, "", y) }
+        END { exit !(nt > 0 && x * np <= y + 2 * np * nt && x * np >= y - 2 * np * nt) }' "$tmp/$1.out"
+    then
+        echo "ok: $1: $(grep '^optimizer state' "$tmp/$1.out")"
+    else
+        echo "FAIL: $1: optimizer state not 1/$2 of the model's:"; grep '^optimizer\|^model' "$tmp/$1.out"
+        fails=$((fails + 1))
+    fi
+}
+ARGS="$ARGS_SAVED --shard"
+for s in wfbp sync; do
+    run "np2-$s-shard" 2 "$s" && compare np1 "np2-$s-shard" && state_check "np2-$s-shard" 2
+done
+if run np4-dear-shard 4 dear; then
+    compare np1 np4-dear-shard
+    compare_params np4-dear np4-dear-shard
+    state_check np4-dear-shard 4
+fi
+ARGS="$ARGS_SAVED --clip 0"
+run np2-noclip 2 dear
+ARGS="$ARGS_SAVED --clip 0 --shard"
+if [ -s "$tmp/np2-noclip.params" ] && run np2-noclip-shard 2 dear; then
+    if cmp -s "$tmp/np2-noclip.params" "$tmp/np2-noclip-shard.params"; then
+        echo "ok: sharded on 2 ranks has the unsharded parameters bit for bit"
+    else
+        echo "FAIL: sharded on 2 ranks, without clipping, differs from unsharded"; fails=$((fails + 1))
+    fi
+fi
 [ $fails -eq 0 ] || { echo "gpt-equiv.sh: $fails check(s) failed"; exit 1; }
 echo "gpt-equiv.sh: all runs agree"

@@ -17,7 +17,8 @@
  *   - the emulator flagged nothing (no pageable async copy, no wait on an unrecorded event).
  * And: the hooks return in microseconds while the device is busy (the figure is printed); bad
  * input fails clearly (a host pointer as CUDA and the reverse, a pointer of another device,
- * mixed kinds, sparse CUDA tensors, NCCL broken or refused for ranks sharing a GPU).
+ * mixed kinds, sparse CUDA tensors, sharded updates of CUDA memory, NCCL broken or refused for
+ * ranks sharing a GPU).
  * The .mpi files choose DEAR_CUDA_TRANSPORT (GPU_TEST_TRANSPORT says which the context must
  * report) and CUEMU_DEVICES (one per rank for nccl, one for all for staged).
  */
@@ -384,6 +385,17 @@ START_TEST(test_bad_input)
     ck_assert_int_eq(dear_register_sparse(ctx, 0, 4), DEAR_OK);
     ck_assert_int_eq(dear_commit(ctx), DEAR_ERR_UNSUPPORTED);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    /* Sharded updates of CUDA memory: parameters must be the gradient's kind, and commit refuses. */
+    void *dparam = NULL;
+    CK_CUDA(cudaMalloc(&dparam, 64));
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_register(ctx, "d", 0, dev, 8, DEAR_FLOAT32, DEAR_MEM_CUDA, NULL, NULL), DEAR_OK);
+    ck_assert_int_eq(dear_set_param(ctx, 0, host), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_set_param(ctx, 0, dparam), DEAR_OK);
+    ck_assert_int_eq(dear_set_shard(ctx, DEAR_SHARD_ON), DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_ERR_UNSUPPORTED);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    CK_CUDA(cudaFree(dparam));
     CK_CUDA(cudaFree(dev));
 }
 END_TEST

@@ -23,6 +23,13 @@
  *   bf16     bfloat16 gradients whose float32 sums are exact: the update sees the float32 sum
  *            rounded once, bit for bit, at every rank count
  *   determ.  DEAR_DETERMINISTIC: two plans end on the same parameters bit for bit
+ *   shard    sharded updates (dear_set_shard): each rank steps the momenta of its slices only,
+ *            under every schedule and with the options above (float32), and the all-gathers
+ *            bring every rank the same parameters as the reference; DEAR_SHARD_HOLD, where the
+ *            program steps the slices after dear_backward_end; plan switches of online planning
+ *            and auto's check, which must not move a slice (its momentum would be lost); bitwise
+ *            the unsharded parameters under DEAR_DETERMINISTIC; the slices cover every element
+ *            once, about 1/P per rank; bad use refused
  */
 #include <check.h>
 #include <math.h>
@@ -34,6 +41,7 @@
 
 #include "collectives/reduce.h"
 #include "include/dear.h"
+#include "runtime/rt.h"
 #ifdef DEAR_TEST_MEM_DELAY
 #include "tests/mpi/mem_delay.h"
 #endif
@@ -48,7 +56,19 @@ static int rank, nranks;
 #define MU 0.9f
 
 typedef enum { OPT_NONE = 0, OPT_CLIP = 1, OPT_ACCUM = 2, OPT_FREEZE = 4, OPT_NOGRAD = 8, OPT_EVAL = 16,
-               OPT_BF16 = 32, OPT_FIND_UNUSED = 64, OPT_WAIT = 128, OPT_CLIP_ENV = 256 } opt_t;
+               OPT_BF16 = 32, OPT_FIND_UNUSED = 64, OPT_WAIT = 128, OPT_CLIP_ENV = 256, OPT_SHARD = 512,
+               OPT_HOLD = 1024, OPT_ONLINE = 2048 } opt_t;
+
+/* A slice an update callback noted under DEAR_SHARD_HOLD, stepped after dear_backward_end. */
+typedef struct {
+    int t;
+    size_t off, n, pos;
+    const float *g;
+    long long it;
+} note_t;
+
+#define MAX_NOTES 64
+#define MAX_SLICES 256
 
 typedef struct {
     int opts;
@@ -57,6 +77,11 @@ typedef struct {
     size_t off[NT + 1];         /* element offsets */
     double norm[ITERS];         /* the norm the updates were told, per iteration */
     long calls[NT];
+    long elems[NT];             /* OPT_SHARD: elements this rank updated */
+    float *vs;                  /* OPT_SHARD: the momenta of this rank's slices only */
+    size_t nshard;
+    note_t notes[MAX_NOTES];    /* OPT_HOLD */
+    int nnotes;
 } model_t;
 
 static const size_t counts[NT] = { 5, 301, 64, 1, 1200, 37 };
@@ -118,6 +143,37 @@ static void model_free(model_t *m)
     free(m->w);
     free(m->v);
     free(m->g);
+    free(m->vs);
+}
+
+/* OPT_SHARD: one step of elements [off, off + n) of tensor t, their momenta at pos in vs. */
+static void sgd_slice(model_t *m, int t, size_t off, size_t n, size_t pos, const float *g, long long it)
+{
+    float lr = lr_of(it);
+    for (size_t i = 0; i < n; i++) {
+        float *v = &m->vs[pos + i];
+        *v = MU * *v + g[i];
+        m->w[m->off[t] + off + i] -= lr * *v;
+    }
+    m->elems[t] += (long)n;
+}
+
+/* OPT_SHARD: the callback of a slice, which must point into the tensor's gradient and parameters. */
+static int update_slice(model_t *m, const dear_update_info_t *u)
+{
+    int t = u->tensor;
+    if (u->tensor_count != counts[t] || u->offset + u->count > counts[t] || u->shard_offset + u->count > m->nshard ||
+        u->param != m->w + m->off[t] + u->offset || u->grad != (float *)m->g + m->off[t] + u->offset)
+        return 1;
+    m->norm[u->iteration] = u->grad_norm;
+    if (m->opts & OPT_HOLD) {
+        if (m->nnotes == MAX_NOTES)
+            return 1;
+        m->notes[m->nnotes++] = (note_t){ t, u->offset, u->count, u->shard_offset, u->grad, u->iteration };
+        return 0;
+    }
+    sgd_slice(m, t, u->offset, u->count, u->shard_offset, u->grad, u->iteration);
+    return 0;
 }
 
 static void sgd(model_t *m, int t, const float *g, long long it)
@@ -186,7 +242,11 @@ static int update(const dear_update_info_t *u)
 {
     model_t *m = u->arg;
     int t = u->tensor;
-    if (u->size < sizeof *u || u->count != counts[t] || u->iteration < 0 || u->iteration >= ITERS)
+    if (u->size < sizeof *u || u->iteration < 0 || u->iteration >= ITERS)
+        return 1;
+    if (m->opts & OPT_SHARD)
+        return update_slice(m, u);
+    if (u->count != counts[t] || u->offset != 0 || u->param != NULL)
         return 1;
     float tmp[1200];
     const float *g = u->grad;
@@ -263,6 +323,17 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
         setenv("DEAR_FIND_UNUSED", "1", 1);
     if (m->opts & OPT_CLIP_ENV)
         setenv("DEAR_CLIP_NORM", "0.5", 1);
+    if (m->opts & OPT_ONLINE) {
+        /* Plans switch after 2 iterations, auto's check swaps back and forth, and it plans again
+         * every 4, over tensors cut into chunks of 1 KiB. */
+        setenv("DEAR_FUSION", "auto", 1);
+        setenv("DEAR_WARMUP_ITERS", "2", 1);
+        setenv("DEAR_VERIFY_ITERS", "2", 1);
+        setenv("DEAR_REPLAN_EVERY", "4", 1);
+        setenv("DEAR_CALIBRATE", "off", 1);
+        setenv("DEAR_COST_PRESET", "10gbe", 1);
+        setenv("DEAR_PARTITION", "1k", 1);
+    }
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
     check_transport(ctx);
     dear_dtype_t dt = m->opts & OPT_BF16 ? DEAR_BFLOAT16 : DEAR_FLOAT32;
@@ -279,7 +350,22 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
         ck_assert_int_eq(dear_set_clip_norm(ctx, max_norm(m)), DEAR_OK);
     if (m->opts & OPT_FREEZE)
         ck_assert_int_eq(dear_freeze(ctx, 1, 1), DEAR_OK);
+    if (m->opts & OPT_SHARD) {
+        for (int t = 0; t < NT; t++)
+            ck_assert_int_eq(dear_set_param(ctx, t, m->w + m->off[t]), DEAR_OK);
+        ck_assert_int_eq(dear_set_shard(ctx, DEAR_SHARD_ON | (m->opts & OPT_HOLD ? DEAR_SHARD_HOLD : 0)), DEAR_OK);
+    }
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    if (m->opts & OPT_SHARD) {
+        /* The momenta of this rank's slices, at the places dear_shard_slices gives. */
+        dear_slice_t sl[MAX_SLICES];
+        int n = dear_shard_slices(ctx, rank, sl, MAX_SLICES);
+        ck_assert_int_ge(n, 0);
+        ck_assert_int_le(n, MAX_SLICES);
+        m->nshard = n > 0 ? sl[n - 1].shard_offset + sl[n - 1].count : 0;
+        m->vs = calloc(m->nshard + 1, sizeof *m->vs);
+        ck_assert_ptr_nonnull(m->vs);
+    }
     if (plan != NULL) {
         MPI_Barrier(MPI_COMM_WORLD);
         if (rank == 0)
@@ -291,7 +377,24 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
     unsetenv("DEAR_FUSION_THRESHOLD");
     unsetenv("DEAR_FIND_UNUSED");
     unsetenv("DEAR_CLIP_NORM");
+    const char *online[] = { "DEAR_FUSION", "DEAR_WARMUP_ITERS", "DEAR_VERIFY_ITERS", "DEAR_REPLAN_EVERY",
+                             "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_PARTITION" };
+    for (size_t i = 0; (m->opts & OPT_ONLINE) && i < sizeof online / sizeof online[0]; i++)
+        unsetenv(online[i]);
     return ctx;
+}
+
+/* OPT_HOLD: the slices the callbacks noted, stepped now; then their parameters leave, at once
+ * (even iterations) or at the next hook. */
+static void step_held(dear_ctx_t *ctx, model_t *m, long long it)
+{
+    for (int k = 0; k < m->nnotes; k++) {
+        const note_t *n = &m->notes[k];
+        sgd_slice(m, n->t, n->off, n->n, n->pos, n->g, n->it);
+    }
+    m->nnotes = 0;
+    if (it % 2 == 0)
+        ck_assert_int_eq(dear_shard_release(ctx), DEAR_OK);
 }
 
 /* Train ITERS iterations through libdear; eval_us > 0: an evaluation forward after every
@@ -309,6 +412,8 @@ static void train(dear_ctx_t *ctx, model_t *m, int eval_us)
             forward(ctx, 0, mb < mbs - 1 ? 30000 : 0);
             backward(ctx, m, it, mb);
         }
+        if (m->opts & OPT_HOLD)
+            step_held(ctx, m, it);
         if (eval_us > 0) {
             ck_assert_int_eq(dear_set_mode(ctx, DEAR_MODE_EVAL), DEAR_OK);
             forward(ctx, 0, eval_us);
@@ -377,7 +482,15 @@ static void compare(int opts, int s, int eval_us)
              plan_of(s) ? " (buckets cut by the all-gather groups)" : "", nranks);
     /* bfloat16: the same float32 sum rounded once, so the same parameters bit for bit. */
     assert_close(m.w, ref.w, m.off[NT], opts & OPT_BF16 ? 0 : 2e-5, what);
-    for (int t = 0; t < NT; t++)
+    if (opts & OPT_SHARD) {
+        /* Every element updated once per update of the reference, by one rank. */
+        long all[NT];
+        MPI_Allreduce(m.elems, all, NT, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        for (int t = 0; t < NT; t++)
+            ck_assert_msg(all[t] == (long)counts[t] * ref.calls[t], "%s: tensor %d had %ld element updates over "
+                          "the ranks, the reference %ld", what, t, all[t], (long)counts[t] * ref.calls[t]);
+    }
+    for (int t = 0; t < NT && !(opts & OPT_SHARD); t++)
         ck_assert_msg(m.calls[t] == ref.calls[t], "%s: tensor %d updated %ld times, the reference %ld", what, t,
                       m.calls[t], ref.calls[t]);
     for (int k = 0; k < ITERS && max_norm(&m) > 0; k++)
@@ -416,18 +529,19 @@ END_TEST
 
 /* DEAR_DETERMINISTIC: the same training under two plans (2 KiB buckets of whole tensors; chunks of
  * 256 bytes, and for the cut schedule its hand plan) ends on the same parameters bit for bit,
- * though the gradients are not exact and the plans sum them in other pieces. */
-START_TEST(test_deterministic)
+ * though the gradients are not exact and the plans sum them in other pieces; the second run
+ * with options opts_b (sharded: the sums are in rank order either way, momentum element-wise). */
+static void determ_compare(int s, int opts_b, const char *what)
 {
     setenv("DEAR_DETERMINISTIC", "1", 1);
     model_t a, b;
     model_init(&a, OPT_NONE);
-    model_init(&b, OPT_NONE);
-    dear_ctx_t *ctx = setup(&a, scheds[_i], NULL);
+    model_init(&b, opts_b);
+    dear_ctx_t *ctx = setup(&a, scheds[s], NULL);
     train(ctx, &a, 0);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     setenv("DEAR_PARTITION", "256", 1);
-    ctx = setup(&b, scheds[_i], plan_of(_i));
+    ctx = setup(&b, scheds[s], plan_of(s));
     train(ctx, &b, 0);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     unsetenv("DEAR_PARTITION");
@@ -435,11 +549,13 @@ START_TEST(test_deterministic)
     size_t n = a.off[NT], differ = 0;
     for (size_t i = 0; i < n; i++)
         differ += memcmp(&a.w[i], &b.w[i], sizeof a.w[i]) != 0;
-    ck_assert_msg(differ == 0, "DEAR_DETERMINISTIC=1, schedule %s, np %d: %zu of %zu parameters differ between two "
-                  "plans", scheds[_i], nranks, differ, n);
+    ck_assert_msg(differ == 0, "DEAR_DETERMINISTIC=1, schedule %s, np %d: %zu of %zu parameters differ between %s",
+                  scheds[s], nranks, differ, n, what);
     model_free(&a);
     model_free(&b);
 }
+
+START_TEST(test_deterministic) { determ_compare(_i, OPT_NONE, "two plans"); }
 END_TEST
 
 /* Frozen tensors: unchanged, and their bytes do not travel. */
@@ -493,6 +609,133 @@ START_TEST(test_wait)
 }
 END_TEST
 
+/* Sharded updates under every schedule, with each of the loop's patterns (float32: the all-gathers
+ * carry the parameters in the gradients' type), and with the slices stepped by the program. */
+START_TEST(test_shard)
+{
+    const int opts[] = { OPT_NONE, OPT_CLIP, OPT_ACCUM, OPT_NOGRAD | OPT_FIND_UNUSED, OPT_FREEZE, OPT_HOLD,
+                         OPT_HOLD | OPT_CLIP | OPT_ACCUM };
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
+        compare(OPT_SHARD | opts[k], _i, 0);
+    compare(OPT_SHARD | OPT_EVAL, _i, 2000);
+}
+END_TEST
+
+START_TEST(test_shard_lr) { compare(OPT_SHARD, _i, 0); }
+END_TEST
+
+/* Plan switches (online planning, auto's check, re-planning) while sharded: the slices, and with
+ * them the momenta the program keeps, never move, so the parameters stay the reference's. */
+START_TEST(test_shard_online)
+{
+    if (nranks < 2)
+        return; /* one rank plans nothing */
+    for (int hold = 0; hold < 2; hold++) {
+        int opts = OPT_SHARD | OPT_ONLINE | (hold ? OPT_HOLD : 0);
+        model_t ref, m;
+        model_init(&ref, opts);
+        model_init(&m, opts);
+        reference(&ref);
+        dear_ctx_t *ctx = setup(&m, scheds[_i], NULL);
+        dear_slice_t before[MAX_SLICES], after[MAX_SLICES];
+        int n0 = dear_shard_slices(ctx, rank, before, MAX_SLICES);
+        train(ctx, &m, 0);
+        /* A new plan, then auto's check: old, then new or old again. */
+        ck_assert_msg(ctx->online.nplans >= 1 && (ctx->check.nreverts > 0 || !strstr(ctx->graph.plan.planner, "warm")),
+                      "%s: %d online plan(s), on plan %s", scheds[_i], ctx->online.nplans, ctx->graph.plan.planner);
+        ck_assert_int_eq(dear_shard_slices(ctx, rank, after, MAX_SLICES), n0);
+        for (int k = 0; k < n0; k++)
+            ck_assert_msg(before[k].tensor == after[k].tensor && before[k].offset == after[k].offset &&
+                          before[k].count == after[k].count && before[k].shard_offset == after[k].shard_offset,
+                          "slice %d moved", k);
+        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+        char what[96];
+        snprintf(what, sizeof what, "sharded%s, online planning, schedule %s, np %d", hold ? " (held)" : "",
+                 scheds[_i], nranks);
+        assert_close(m.w, ref.w, m.off[NT], 2e-5, what);
+        model_free(&ref);
+        model_free(&m);
+    }
+}
+END_TEST
+
+START_TEST(test_shard_determ) { determ_compare(_i, OPT_SHARD, "sharded and unsharded under two plans"); }
+END_TEST
+
+/* The slices of every rank cover each element once, about 1/P of the model each; bad use of the
+ * sharded calls is refused with the reason. */
+START_TEST(test_shard_slices)
+{
+    model_t m;
+    model_init(&m, OPT_SHARD);
+    setenv("DEAR_PARTITION", "256", 1);
+    dear_ctx_t *ctx = setup(&m, "dear", NULL);
+    unsetenv("DEAR_PARTITION");
+    size_t n = m.off[NT];
+    unsigned char *seen = calloc(n, 1);
+    dear_slice_t sl[MAX_SLICES];
+    for (int r = 0; r < nranks; r++) {
+        int k = dear_shard_slices(ctx, r, sl, MAX_SLICES);
+        ck_assert_int_gt(k, 0);
+        ck_assert_int_le(k, MAX_SLICES);
+        size_t pos = 0, most = 0;
+        for (int i = 0; i < k; i++) {
+            ck_assert_uint_eq(sl[i].shard_offset, pos);
+            ck_assert(sl[i].offset + sl[i].count <= counts[sl[i].tensor]);
+            for (size_t e = 0; e < sl[i].count; e++)
+                seen[m.off[sl[i].tensor] + sl[i].offset + e]++;
+            pos += sl[i].count;
+        }
+        /* Each chunk (at most 64 floats) is cut over the ranks: at most one more element each. */
+        for (int t = 0; t < NT; t++)
+            most += (counts[t] + 63) / 64 * ((64 + (size_t)nranks - 1) / (size_t)nranks);
+        ck_assert_msg(pos <= most, "rank %d holds %zu elements, more than %zu", r, pos, most);
+        if (r == rank)
+            ck_assert_uint_eq(pos, m.nshard);
+    }
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(seen[i] == 1, "element %zu is in %d slices", i, seen[i]);
+    free(seen);
+    ck_assert_int_eq(dear_shard_slices(ctx, nranks, sl, MAX_SLICES), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_shard_slices(ctx, 0, NULL, 4), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_shard_slices(ctx, 0, NULL, 0), dear_shard_slices(ctx, 0, sl, MAX_SLICES));
+    ck_assert_int_eq(dear_set_shard(ctx, DEAR_SHARD_ON), DEAR_ERR_STATE);
+    ck_assert_int_eq(dear_set_param(ctx, 0, m.w), DEAR_ERR_STATE);
+    forward(ctx, -1, 0);
+    backward(ctx, &m, 0, 0);
+    ck_assert_int_eq(dear_wait_grad(ctx, 0), DEAR_ERR_STATE);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+
+    float w[8], g[8], w2[8];
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_set_shard(ctx, DEAR_SHARD_HOLD), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_register(ctx, "a", 0, g, 4, DEAR_FLOAT32, DEAR_MEM_HOST, update, NULL), DEAR_OK);
+    ck_assert_int_eq(dear_register(ctx, "b", 1, g + 4, 4, DEAR_FLOAT32, DEAR_MEM_HOST, update, NULL), DEAR_OK);
+    ck_assert_int_eq(dear_set_param(ctx, 0, g + 2), DEAR_ERR_ARG);   /* a gradient */
+    ck_assert_int_eq(dear_set_param(ctx, 2, w), DEAR_ERR_ARG);       /* no such tensor */
+    ck_assert_int_eq(dear_set_param(ctx, 0, NULL), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_set_param(ctx, 0, w), DEAR_OK);
+    ck_assert_int_eq(dear_set_param(ctx, 1, w + 2), DEAR_ERR_ARG);   /* tensor a's parameters */
+    ck_assert_int_eq(dear_set_param(ctx, 0, w2), DEAR_OK);           /* replaces */
+    ck_assert_int_eq(dear_set_param(ctx, 1, w + 2), DEAR_OK);
+    ck_assert_int_eq(dear_shard_slices(ctx, 0, sl, 4), DEAR_ERR_STATE);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    /* DEAR_SHARD=1 for a program that gave no parameters (or only rank 0 did): refused on every
+     * rank at commit. */
+    setenv("DEAR_SHARD", "1", 1);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+        ck_assert_int_eq(dear_register(ctx, "a", 0, g, 4, DEAR_FLOAT32, DEAR_MEM_HOST, update, NULL), DEAR_OK);
+        if (k == 1 && rank == 0)
+            ck_assert_int_eq(dear_set_param(ctx, 0, w), DEAR_OK);
+        ck_assert_int_eq(dear_commit(ctx), k == 1 && nranks == 1 ? DEAR_OK : DEAR_ERR_ARG);
+        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    }
+    unsetenv("DEAR_SHARD");
+}
+END_TEST
+
 /* Parameter-less layers: their time reaches the profile; different declarations fail commit. */
 START_TEST(test_layers)
 {
@@ -538,11 +781,14 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 300);
     int only16 = argc > 1 && strcmp(argv[1], "--bf16-only") == 0;
     int only_lr = argc > 1 && strcmp(argv[1], "--lr-only") == 0;
+    int only_shard = argc > 1 && strcmp(argv[1], "--shard-lr-only") == 0;
     if (only_lr)
         tcase_add_loop_test(tc, test_lr, 0, NSCHED);
+    else if (only_shard)
+        tcase_add_loop_test(tc, test_shard_lr, 0, NSCHED);
     else
         tcase_add_loop_test(tc, test_bf16, 0, NSCHED);
-    if (!only16 && !only_lr) {
+    if (!only16 && !only_lr && !only_shard) {
         tcase_add_loop_test(tc, test_lr, 0, NSCHED);
         tcase_add_loop_test(tc, test_clip, 0, NSCHED);
         tcase_add_loop_test(tc, test_accum, 0, NSCHED);
@@ -552,6 +798,10 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, test_wait, 0, NSCHED);
         tcase_add_loop_test(tc, test_deterministic, 0, NSCHED);
         tcase_add_test(tc, test_layers);
+        tcase_add_loop_test(tc, test_shard, 0, NSCHED);
+        tcase_add_loop_test(tc, test_shard_online, 0, 2); /* sync plans once */
+        tcase_add_loop_test(tc, test_shard_determ, 0, NSCHED);
+        tcase_add_test(tc, test_shard_slices);
     }
     suite_add_tcase(s, tc);
     return mpi_suite_run(s, rank);

@@ -11,7 +11,9 @@ and optimizer mid-training, model.eval() evaluation mid-training, clip_norm= aga
 clip_grad_norm_, a backward pass that raises and is skipped, and two backward passes through one
 forward (against DDP's one of twice the loss: DDP refuses the second). Then the errors: an optimizer
 that raises (the original error, once, on every rank; the wrapper goes on), and the refusals (a
-closure, two steps for one backward, a parameter group added after wrap).
+closure, two steps for one backward, a parameter group added after wrap). Sharded (shard=True): the
+habits that do not read a parameter's gradient (it is averaged only on each rank's slices) give
+DDP's parameters, and a second backward pass through one forward is refused.
 
 With DEAR_TEST_DEVICE=cuda (tests/python/torch.sh sets it where torch sees a GPU) the loops run
 on each rank's GPU (rank modulo the GPUs), DDP's gradients over gloo, dear's over
@@ -188,12 +190,13 @@ def run_ddp(feat):
     return [p.detach().clone() for p in model.parameters()], rec
 
 
-def run_dear(feat, schedule):
+def run_dear(feat, schedule, shard=False):
     kind, opt_name = CASES[feat]
     model, opt = make(kind, opt_name)
     if feat == "sched_before":
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
-    model, opt = dear.wrap(model, opt, schedule=schedule, clip_norm=0.5 if feat == "clip_norm" else None)
+    model, opt = dear.wrap(model, opt, schedule=schedule, clip_norm=0.5 if feat == "clip_norm" else None,
+                           shard=shard)
     if feat != "sched_before":
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
     with warnings.catch_warnings(record=True) as caught:
@@ -236,6 +239,34 @@ def loops_against_ddp():
             if RANK == 0:
                 print("ok: %s: parameters %.2g, recorded values (%d) %.2g from DDP's" % (what, d, len(rec), r),
                       flush=True)
+
+
+def shard_loops():
+    """shard=True in the habits that keep to the optimizer (the state dict is per rank: only the
+    parameters compare); a second backward pass through one forward is refused."""
+    runs = [(f, "dear") for f in ("set_to_none", "sched_before", "accumulate", "eval", "clip_norm", "state_dict",
+                                  "backward_raises")] + [("accumulate", "wfbp"), ("clip_norm", "sync")]
+    refs = {}
+    for feat, schedule in runs:
+        if feat not in refs:
+            refs[feat] = run_ddp(feat)
+        ref, ref_rec = refs[feat]
+        got, rec = run_dear(feat, schedule, shard=True)
+        d = T.rel_diff(got, ref)
+        r = 0.0 if feat == "state_dict" else rec_diff(rec, ref_rec[-1:] if feat == "clip_norm" else ref_rec)
+        what = "sharded %s %s np %d" % (feat, schedule, SIZE)
+        check(d <= T.TOL and r <= T.TOL, "%s: differs from DDP by %.3g (parameters), %.3g (recorded)" % (what, d, r))
+        if RANK == 0:
+            print("ok: %s: parameters %.2g, recorded values %.2g from DDP's" % (what, d, r), flush=True)
+    model, opt = make("cnn", "sgd")
+    model, opt = dear.wrap(model, opt, shard=True)
+    x, y = T.batches("cnn", 1)[0]
+    loss = T.loss_of("cnn", model(x), y)
+    loss.backward(retain_graph=True)
+    T.expect_error("a second backward through one forward, sharded", "second backward pass through one forward",
+                   loss.backward)
+    opt.step()
+    dear.close(model)
 
 
 class Fragile(torch.optim.SGD):
@@ -338,4 +369,4 @@ def keywords():
 if __name__ == "__main__":
     if DEVICE.type == "cuda":
         sys.exit(T.run_tests(loops_against_ddp))
-    sys.exit(T.run_tests(loops_against_ddp, optimizer_raises, refusals, public_hook_path, keywords))
+    sys.exit(T.run_tests(loops_against_ddp, optimizer_raises, refusals, public_hook_path, keywords, shard_loops))

@@ -7,7 +7,10 @@ flush and resumed in a new wrap continues bitwise; an unused parameter and a fro
 behave as DDP's find_unused_parameters; bfloat16 and float16 parameters train as a float64-averaged
 reference does; and the errors (model changed after wrap, optimizer with
 a parameter the model does not train, models that differ across ranks) raise DearError with the
-library's message on every rank.
+library's message on every rank. Sharded (wrap(shard=True)): SGD with momentum and AdamW give DDP's
+parameters, on 1 and 2 ranks those of the unsharded wrap bit for bit, with optimizer state for
+1/P of the model on each rank; state loaded before wrap is cut to the slices and a resumed run
+continues as the unsharded one (checkpoint_resume); reading a parameter's gradient is refused.
 """
 import os
 import socket
@@ -129,15 +132,23 @@ def ddp_params(kind, opt_name, **kw):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def dear_params(kind, opt_name, schedule, **kw):
+def state_numel(opt):
+    """Elements of the optimizer's per-parameter state tensors (momenta, moments of the parameter's
+    shape; not step counts)."""
+    return sum(v.numel() for p, st in opt.state.items() for v in st.values() if torch.is_tensor(v) and v.shape == p.shape)
+
+
+def dear_params(kind, opt_name, schedule, shard=False, state=None, **kw):
     os.environ["DEAR_SCHEDULE"] = schedule
     model, opt = make(kind, opt_name, **kw)
-    model, opt = dear.wrap(model, opt, find_unused="unused" in kw)
+    model, opt = dear.wrap(model, opt, find_unused="unused" in kw, shard=shard)
     check(dear.schedule(model) == schedule, "dear.schedule says %s, not %s" % (dear.schedule(model), schedule))
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
     train(model, opt, kind, batches(kind, ITERS), sched)
     dear.flush(model)
     out = [p.detach().clone() for p in model.parameters()]
+    if state is not None:
+        state.append(state_numel(opt))
     dear.close(model)
     return out
 
@@ -167,8 +178,38 @@ def compare_with_ddp():
                     check(torch.equal(p0.detach(), p1), "%s moved (unused or frozen)" % n)
 
 
+def shard_against_ddp():
+    """shard=True: DDP's parameters, the unsharded wrap's bit for bit on 1 and 2 ranks (two summands add
+    alike in any order, and the optimizers are element-wise), 1/P of the state per rank."""
+    for kind, opt_name, kw in (("cnn", "sgd", {}), ("transformer", "adamw", {}),
+                               ("cnn", "adamw", {"unused": True, "frozen": True})):
+        ref = ddp_params(kind, opt_name, **kw)
+        whole = []
+        plain = dear_params(kind, opt_name, "dear", state=whole, **kw)
+        for schedule in ("dear", "wfbp", "sync"):
+            part = []
+            got = dear_params(kind, opt_name, schedule, shard=True, state=part, **kw)
+            d = rel_diff(got, ref)
+            what = "sharded %s %s %s %s np %d" % (kind, opt_name, schedule, kw or "", SIZE)
+            check(d <= TOL, "%s: parameters differ from DDP by %.3g relative" % (what, d))
+            same = all(torch.equal(a, b) for a, b in zip(got, plain))
+            check(same or SIZE > 2, "%s: differs from the unsharded wrap" % what)
+            # each slice at most one element over a P-th of its tensor (or chunk)
+            most = COMM.allreduce(part[0], op=MPI.MAX)
+            total = COMM.allreduce(part[0], op=MPI.SUM)
+            nt = len(plain)
+            check(total == whole[0] and most * SIZE <= whole[0] + 2 * SIZE * nt,
+                  "%s: optimizer state %d elements on the largest rank, %d over all, %d unsharded" %
+                  (what, most, total, whole[0]))
+            if RANK == 0:
+                print("ok: %s: %.2g from DDP%s; optimizer state %d of %d elements on the largest rank" %
+                      (what, d, ", bitwise the unsharded wrap's" if same else "", most, whole[0]), flush=True)
+
+
 def checkpoint_resume():
-    """4 + 4 iterations in one wrap equal 4, flush, state_dict, a new wrap, 4 more: bitwise."""
+    """4 + 4 iterations in one wrap equal 4, flush, state_dict, a new wrap, 4 more: bitwise. The same
+    state loaded before a sharded wrap (shard=True) is cut to the slices and ends there too (bitwise
+    on 1 and 2 ranks, within 1e-5 on more); a gradient read is refused there."""
     os.environ["DEAR_SCHEDULE"] = "dear"
     os.environ["DEAR_FUSION"] = "threshold"
     data = batches("cnn", 8)
@@ -185,18 +226,28 @@ def checkpoint_resume():
     dear.flush(model)
     state = ({k: v.clone() for k, v in model.state_dict().items()}, opt.state_dict())
     dear.close(model)
-    model, opt = make("cnn", "adamw")
-    model.load_state_dict(state[0])
-    opt.load_state_dict(state[1])
-    model, opt = dear.wrap(model, opt)
-    train(model, opt, "cnn", data[4:])
-    dear.flush(model)
-    resumed = [p.detach().clone() for p in model.parameters()]
-    dear.close(model)
+    for shard in (False, True):
+        model, opt = make("cnn", "adamw")
+        model.load_state_dict(state[0])
+        opt.load_state_dict(state[1])
+        model, opt = dear.wrap(model, opt, shard=shard)
+        train(model, opt, "cnn", data[4:])
+        dear.flush(model)
+        resumed = [p.detach().clone() for p in model.parameters()]
+        if shard:
+            x, y = data[0]
+            loss_of("cnn", model(x), y).backward()
+            expect_error("clip_grad_norm_ under shard=True", "averaged only on the slices",
+                         lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+            opt.step()
+        dear.close(model)
+        same = all(torch.equal(a, b) for a, b in zip(straight, resumed))
+        check(same or (shard and SIZE > 2 and rel_diff(resumed, straight) <= TOL),
+              "checkpoint + resume%s differs from straight" % (" sharded" if shard else ""))
+        if RANK == 0:
+            print("ok: checkpoint after flush and resume%s: %s np %d" % (" sharded" if shard else "",
+                  "bitwise equal" if same else "%.2g" % rel_diff(resumed, straight), SIZE), flush=True)
     del os.environ["DEAR_FUSION"]
-    check(all(torch.equal(a, b) for a, b in zip(straight, resumed)), "checkpoint + resume differs from straight")
-    if RANK == 0:
-        print("ok: checkpoint after flush and resume: bitwise equal np %d" % SIZE, flush=True)
 
 
 def expect_error(what, pattern, fn):
@@ -317,4 +368,4 @@ def run_tests(*tests):
 
 
 if __name__ == "__main__":
-    sys.exit(run_tests(compare_with_ddp, checkpoint_resume, errors, half_precision))
+    sys.exit(run_tests(compare_with_ddp, checkpoint_resume, errors, half_precision, shard_against_ddp))

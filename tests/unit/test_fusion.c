@@ -1115,15 +1115,22 @@ static double plan_T(const dear_plan_problem_t *prob, const char *name, dear_pla
     return t;
 }
 
+/* A shipped profile and the 10GbE preset for 64 ranks. */
+static void shipped_10gbe(const char *model, dear_profile_t *p, dear_cost_model_t *m)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/fusion/profiles/%s.prof", DEAR_SRCDIR, model);
+    *p = (dear_profile_t){ 0 };
+    ck_assert_int_eq(dear_prof_load(path, p), DEAR_OK);
+    ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, m), DEAR_OK);
+}
+
 START_TEST(gradssa_deterministic_and_never_worse)
 {
     /* A non-linear cost: two algorithms crossing, and a cap on bucket memory. */
-    char path[512];
-    snprintf(path, sizeof path, "%s/fusion/profiles/resnet50.prof", DEAR_SRCDIR);
-    dear_profile_t p = { 0 };
-    ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+    dear_profile_t p;
     dear_cost_model_t m;
-    ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, &m), DEAR_OK);
+    shipped_10gbe("resnet50", &p, &m);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
         dear_cost_line_t r = m.line[op][DEAR_ALGO_RING];
         m.line[op][DEAR_ALGO_RHD] = (dear_cost_line_t){ .valid = 1, .alpha = r.alpha / 8, .beta = r.beta * 3 };
@@ -1208,6 +1215,37 @@ START_TEST(gradssa_within_1pct_of_dp_on_shipped)
         ck_assert_msg(tssa >= tdp * (1 - 1e-9), "%s: gradssa %.9g beat the exact dp %.9g", models[i], tssa, tdp);
         dear_prof_free(&p);
     }
+}
+END_TEST
+
+/* prob.no_early (sharded updates): dp, gradssa and auto plan no early all-gather group, and each
+ * predicts no less than without the flag (it only removes choices); without it the shipped
+ * bert-base under 10GbE gets early groups from auto, so the flag is what removes them. */
+START_TEST(no_early_plans)
+{
+    dear_profile_t p;
+    dear_cost_model_t m;
+    shipped_10gbe("bert-base", &p, &m);
+    dear_sim_model_arg_t marg;
+    dear_plan_problem_t prob;
+    ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
+    prob.rounds = 20;
+    static const char *const names[] = { "dp", "gradssa", "auto" };
+    int early_free = 0;
+    for (int i = 0; i < 3; i++) {
+        dear_plan_t a = { 0 }, b = { 0 };
+        prob.no_early = 0;
+        double ta = plan_T(&prob, names[i], &a);
+        prob.no_early = 1;
+        double tb = plan_T(&prob, names[i], &b);
+        ck_assert_msg(b.ag_early == 0, "%s with no_early: %d early groups", names[i], b.ag_early);
+        ck_assert_msg(tb >= ta * (1 - 1e-9), "%s: %.9g without early groups beats %.9g with them", names[i], tb, ta);
+        early_free += a.ag_early > 0;
+        dear_plan_free(&a);
+        dear_plan_free(&b);
+    }
+    ck_assert_msg(early_free > 0, "no planner used early groups without the flag");
+    dear_prof_free(&p);
 }
 END_TEST
 
@@ -1690,6 +1728,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, dp_split_equals_brute_force);
     tcase_add_test(tc, gradssa_deterministic_and_never_worse);
     tcase_add_test(tc, gradssa_within_1pct_of_dp_on_shipped);
+    tcase_add_test(tc, no_early_plans);
     tcase_add_test(tc, planners_fast_on_2000_tensors);
     suite_add_tcase(s, tc);
     tc = tcase_create("units");

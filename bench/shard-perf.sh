@@ -1,0 +1,152 @@
+#!/bin/bash
+# shard-perf.sh: sharded updates (DEAR_SHARD, dear_set_shard, dear.wrap(shard=True)) against
+# unsharded ones, measured on the emulated cluster, into the generated "shard" section of
+# docs/PERFORMANCE.md.
+#
+# Brings up 4 emulated hosts (bench/emucluster, its own EMU_PREFIX) at --rate and runs, one rank
+# per host, everything taking turns in one job per part:
+#   1. dear-bench on shipped profiles scaled as the e2e matrix's balanced cases (communication
+#      about equal to compute at the link rate): dear:auto and wfbp (25 MiB buckets), each
+#      unsharded and sharded (+shard), --rounds rounds;
+#   2. dear-gpt with AdamW, unsharded and --shard alternating, --gpt-runs pairs: the median
+#      iteration time of the slowest rank over each run's second half;
+#   3. the Python binding on bench/torch-ddp.py's transformer encoder with AdamW: DDP, DDP with
+#      torch's ZeroRedundancyOptimizer, dear:auto and dear:auto with shard=True, in one job.
+# Then, without the cluster, each trainer's optimizer state per rank at 2 and 4 ranks. Tears the
+# cluster down, keeps bench/results/shard-*.csv and rewrites the section. Needs root,
+# python3-torch and python3-mpi4py. Run from the build directory.
+set -euo pipefail
+SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+EMU=$SRCDIR/bench/emucluster
+HOSTS=4 RATE=1gbit ROUNDS=3 ITERS=21 GPT_RUNS=4 TORCH_ROUNDS=3 TORCH_BATCH=16
+PROFILES="gpt2-small resnet50 bert-base"
+CONFIGS="dear:auto;dear:auto+shard;wfbp:threshold:25m;wfbp:threshold:25m+shard"
+GPT_ARGS="--iters 60 --batch 16 --seq 64 --dim 256 --heads 4 --layers 4 --print-every 0 --eval-every 0 --sample 0 --val-chars 2048"
+TORCH_CONFIGS="ddp;zero;dear:dear:auto;dear:dear:auto+shard"
+: "${EMU_PREFIX:=z}" "${EMU_SUBNET:=10.213.60}"
+export EMU_PREFIX EMU_SUBNET
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --rate) RATE=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
+        --iters) ITERS=$2; shift 2 ;;
+        --profiles) PROFILES=$2; shift 2 ;;
+        --gpt-runs) GPT_RUNS=$2; shift 2 ;;
+        --torch-rounds) TORCH_ROUNDS=$2; shift 2 ;;
+        --torch-batch) TORCH_BATCH=$2; shift 2 ;;
+        --help | -h) sed -n '2,17p' "$0"
+            echo "options: --rate RATE (tc, default $RATE) --rounds N --iters N (dear-bench) --profiles 'A B'"
+            echo "         --gpt-runs N (pairs of dear-gpt runs) --torch-rounds N --torch-batch N (per rank)"
+            echo "environment: EMU_PREFIX, EMU_SUBNET (default z, 10.213.60): the cluster's own names"
+            exit 0 ;;
+        *) echo "shard-perf.sh: unknown option '$1'" >&2; exit 2 ;;
+    esac
+done
+BENCH=$(pwd)/apps/bench/dear-bench GPT=$(pwd)/apps/gpt/dear-gpt LIB=$(pwd)/.libs/libdear.so.1
+for f in "$BENCH" "$GPT" "$LIB"; do
+    [[ -e $f ]] || { echo "shard-perf.sh: run from the build directory ($f not found)" >&2; exit 2; }
+done
+RES=$SRCDIR/bench/results
+mkdir -p "$RES"
+tmp=$(mktemp -d)
+cleanup() { "$EMU" down >/dev/null 2>&1 || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+hosts=$(seq -s, -f "${EMU_PREFIX}%g" 1 "$HOSTS")
+"$EMU" up "$HOSTS" "$RATE"
+
+# 1. dear-bench, the e2e matrix's balanced scaling
+for p in $PROFILES; do
+    read -r sscale tscale < <(python3 "$SRCDIR/bench/e2e-report.py" scale --profile "$SRCDIR/fusion/profiles/$p.prof" \
+        --rate "$RATE" --np "$HOSTS" --hosts "$HOSTS" --comm-ms 300 --ratio 1)
+    "$EMU" mpirun -np "$HOSTS" --host "$hosts" "$BENCH" --profile "$SRCDIR/fusion/profiles/$p.prof" \
+        --configs "$CONFIGS" --iters "$ITERS" --rounds "$ROUNDS" --size-scale "$sscale" --time-scale "$tscale" \
+        --csv "$RES/shard-bench-$p.csv"
+done
+
+# 2. dear-gpt with AdamW, the two alternating
+echo "pair,config,median_ms,state_floats,unsharded_floats" >"$RES/shard-gpt.csv"
+for ((i = 1; i <= GPT_RUNS; i++)); do
+    for s in "" --shard; do
+        # shellcheck disable=SC2086
+        "$EMU" mpirun -np "$HOSTS" --host "$hosts" "$GPT" $GPT_ARGS $s >"$tmp/gpt.out" 2>&1 ||
+            { cat "$tmp/gpt.out"; exit 1; }
+        awk -v pair="$i" -v cfg="${s:-unsharded}" '
+            /^iteration time: median/ { ms = $4 }
+            /^optimizer state:/ { st = $3; un = $NF; sub(/\)/, "", un) }
+            END { print pair "," (cfg == "--shard" ? "sharded" : cfg) "," ms "," st "," un }' \
+            "$tmp/gpt.out" >>"$RES/shard-gpt.csv"
+        tail -1 "$RES/shard-gpt.csv"
+    done
+done
+
+# 3. the binding against DDP and ZeroRedundancyOptimizer
+"$EMU" mpirun -np "$HOSTS" --host "$hosts" -x PYTHONPATH="$SRCDIR/python" -x DEAR_LIBRARY="$LIB" \
+    -x OMP_NUM_THREADS=1 /usr/bin/python3 "$SRCDIR/bench/torch-ddp.py" --model encoder --opt adamw \
+    --rounds "$TORCH_ROUNDS" --iters 6 --batch "$TORCH_BATCH" --configs "$TORCH_CONFIGS" --csv "$RES/shard-torch.csv"
+"$EMU" down
+
+# 4. optimizer state per rank at 2 and 4 ranks (no timing: the cluster is not needed)
+echo "trainer,np,config,state" >"$RES/shard-state.csv"
+for np in 2 4; do
+    for s in "" --shard; do
+        # shellcheck disable=SC2086
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np $np --bind-to none \
+            "$GPT" --iters 2 --batch 16 --seq 64 --dim 256 --heads 4 --layers 4 --print-every 0 --eval-every 0 \
+            --sample 0 --val-chars 256 $s >"$tmp/st.out" 2>&1 || { cat "$tmp/st.out"; exit 1; }
+        awk -v np=$np -v cfg="${s:-unsharded}" '/^optimizer state:/ { printf "dear-gpt AdamW,%d,%s,%s floats\n", np,
+            cfg == "--shard" ? "sharded" : cfg, $3 }' "$tmp/st.out" >>"$RES/shard-state.csv"
+    done
+done
+
+cmd="bench/shard-perf.sh --rate $RATE --rounds $ROUNDS --iters $ITERS --profiles '$PROFILES' --gpt-runs $GPT_RUNS --torch-rounds $TORCH_ROUNDS --torch-batch $TORCH_BATCH"
+python3 - "$SRCDIR/docs/PERFORMANCE.md" "$RES" "$cmd" "$HOSTS" "$RATE" "$GPT_ARGS" $PROFILES <<'PY'
+import csv, datetime, os, statistics, sys
+sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "..", "bench"))
+from docsection import replace_section
+doc, res, cmd, hosts, rate, gpt_args, profiles = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], \
+    sys.argv[6], sys.argv[7:]
+begin = "<!-- BEGIN shard: generated by bench/shard-perf.sh, edits here are overwritten -->"
+end = "<!-- END shard -->"
+L = [begin, "## Sharded updates", "",
+     "Generated by `%s` (as root, from the build directory); do not edit by hand. %s emulated hosts at %s each "
+     "way, one rank per host (2 shared cores for all). Each part's configurations take turns in one job."
+     % (cmd, hosts, rate), "", "- date: %s" % datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "",
+     "dear-bench, the e2e matrix's balanced scaling (communication about equal to compute), SGD; median "
+     "iteration of the slowest rank over the pooled rounds, and the ratio sharded / unsharded:", "",
+     "| profile | config | iter ms | q1-q3 ms | sharded / unsharded |", "|---|---|---|---|---|"]
+for p in profiles:
+    rows = {r["config"]: r for r in csv.DictReader(open(os.path.join(res, "shard-bench-%s.csv" % p)))}
+    for c, r in rows.items():
+        base = rows.get(c[:-len("+shard")]) if c.endswith("+shard") else None
+        ratio = "%.3f" % (float(r["iter_ms"]) / float(base["iter_ms"])) if base else ""
+        L.append("| %s | %s | %.1f | %.1f-%.1f | %s |" % (p, c, float(r["iter_ms"]), float(r["iter_q1_ms"]),
+                                                         float(r["iter_q3_ms"]), ratio))
+g = list(csv.DictReader(open(os.path.join(res, "shard-gpt.csv"))))
+pairs = {}
+for r in g:
+    pairs.setdefault(r["pair"], {})[r["config"]] = float(r["median_ms"])
+ratios = [v["sharded"] / v["unsharded"] for v in pairs.values() if "sharded" in v and "unsharded" in v]
+med = {c: statistics.median(float(r["median_ms"]) for r in g if r["config"] == c) for c in ("unsharded", "sharded")}
+st = {r["config"]: r for r in g}
+L += ["", "dear-gpt with AdamW (`%s`), unsharded and `--shard` alternating, %d pairs: each run's median iteration "
+      "of the slowest rank over its second half; the ratio is the median of the pairs' ratios." %
+      (gpt_args, len(ratios)), "",
+      "| config | median ms | sharded / unsharded (per pair: %s) | AdamW state, largest rank |" %
+      ", ".join("%.3f" % x for x in ratios), "|---|---|---|---|",
+      "| unsharded | %.1f | | %s floats |" % (med["unsharded"], st["unsharded"]["state_floats"]),
+      "| --shard | %.1f | %.3f | %s floats |" % (med["sharded"], statistics.median(ratios), st["sharded"]["state_floats"])]
+L += ["", "The binding against torch's DDP and ZeroRedundancyOptimizer (DDP with each rank stepping the parameters it "
+      "owns and broadcasting them after the step), bench/torch-ddp.py's transformer encoder with AdamW, one job:", "",
+      "| config | median ms | rounds min-max ms | speed-up over ddp | AdamW state MB, largest rank |",
+      "|---|---|---|---|---|"]
+for r in csv.DictReader(open(os.path.join(res, "shard-torch.csv"))):
+    L.append("| %s | %s | %s-%s | %sx | %s |" % (r["config"], r["median_ms"], r["min_ms"], r["max_ms"], r["speedup"],
+                                                 r["state_mb"]))
+L += ["", "Optimizer state per rank (dear-gpt's AdamW moments, the model above):", "",
+      "| trainer | ranks | config | largest rank |", "|---|---|---|---|"]
+for r in csv.DictReader(open(os.path.join(res, "shard-state.csv"))):
+    L.append("| %s | %s | %s | %s |" % (r["trainer"], r["np"], r["config"], r["state"]))
+L += ["", end]
+replace_section(doc, "\n".join(L) + "\n", begin, end)
+print("\n".join(L))
+PY

@@ -1,0 +1,219 @@
+/*
+ * Sharded updates: ZeRO's optimizer-state sharding inside DeAR's schedule. Every unit of the plan
+ * (a tensor, or a chunk of a cut one) is a vector of its own over every rank in the
+ * reduce-scatters and all-gathers (buckets.c), so rank r owns slice r of each unit by the shard
+ * rule whatever the plan, and optimizer state kept for a rank's slices stays valid across plan
+ * switches and freezing. At backward_end the reduce-scatters are waited for bucket by bucket (the
+ * updates of one run while later ones still travel), each of this rank's slices is updated on the
+ * application thread, and the all-gathers then carry the updated parameters into every rank's
+ * parameter buffers: during the next forward pass under `dear`, before backward_end returns under
+ * `wfbp` and `sync`. DEAR_SHARD_HOLD leaves them held until dear_shard_release (or the next hook),
+ * for a program that steps its slices itself after backward_end; a plan switch due at that
+ * backward_end waits for them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/check.h"
+#include "base/mpi_check.h"
+#include "base/params.h"
+#include "base/util.h"
+#include "runtime/rt.h"
+
+int dear_rt_split(const dear_ctx_t *ctx)
+{
+    return ctx->shard.on || (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
+}
+
+int dear_set_shard(dear_ctx_t *ctx, int flags)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "dear_set_shard: ctx is NULL");
+    DEAR_ARG_CHECK(flags == 0 || flags == DEAR_SHARD_ON || flags == (DEAR_SHARD_ON | DEAR_SHARD_HOLD),
+                   "dear_set_shard: flags %d; accepted: 0 (off), DEAR_SHARD_ON (%d), DEAR_SHARD_ON | DEAR_SHARD_HOLD "
+                   "(%d)",
+                   flags, DEAR_SHARD_ON, DEAR_SHARD_ON | DEAR_SHARD_HOLD);
+    if (ctx->committed) {
+        DEAR_ERROR("api", "dear_set_shard(%d): the context is already committed; choose sharded updates before "
+                          "dear_commit (the all-gathers' vectors are built there)",
+                   flags);
+        return DEAR_ERR_STATE;
+    }
+    ctx->shard.flags = flags;
+    return DEAR_OK;
+}
+
+/* This rank's reason to refuse sharded updates, logged, or DEAR_OK. */
+static int shard_refusal(const dear_ctx_t *ctx)
+{
+    for (int t = 0; t < ctx->reg.ntensors; t++) {
+        const dear_tensor_t *tt = &ctx->reg.tensors[t];
+        if (tt->mem == DEAR_MEM_CUDA) {
+            DEAR_ERROR("api", "dear_commit: sharded updates (DEAR_SHARD, dear_set_shard) of CUDA memory are not "
+                              "supported: tensor '%s' lies on a GPU; train unsharded there",
+                       tt->name);
+            return DEAR_ERR_UNSUPPORTED;
+        }
+        if (tt->param == NULL) {
+            DEAR_ERROR("api", "dear_commit: sharded updates (DEAR_SHARD, dear_set_shard) need every tensor's "
+                              "parameters, which the all-gathers carry, and tensor '%s' has none: call "
+                              "dear_set_param for each tensor (and update only the slice the callback is given: "
+                              "info->offset, info->count), or unset DEAR_SHARD",
+                       tt->name);
+            return DEAR_ERR_ARG;
+        }
+    }
+    return DEAR_OK;
+}
+
+int dear_shard_setup(dear_ctx_t *ctx)
+{
+    /* Rank 0's DEAR_SHARD holds; the program's flags must agree everywhere. */
+    int env = (int)dear_param_int(DEAR_P_SHARD), f[2] = { ctx->shard.flags, -ctx->shard.flags }, both[2];
+    DEAR_MPI_CHECK(MPI_Bcast(&env, 1, MPI_INT, 0, ctx->cm.comm));
+    DEAR_MPI_CHECK(MPI_Allreduce(f, both, 2, MPI_INT, MPI_MAX, ctx->cm.comm));
+    if (both[0] != -both[1]) {
+        DEAR_ERROR("api", "dear_commit: dear_set_shard(%d) on this rank, but not the same on every rank; sharded "
+                          "updates are collective",
+                   ctx->shard.flags);
+        return DEAR_ERR_MISMATCH;
+    }
+    ctx->shard.on = env || (ctx->shard.flags & DEAR_SHARD_ON);
+    ctx->shard.hold = ctx->shard.on && (ctx->shard.flags & DEAR_SHARD_HOLD);
+    ctx->shard.held = ctx->shard.switch_due = 0;
+    if (!ctx->shard.on)
+        return DEAR_OK;
+    /* Every rank leaves with the same verdict: a rank without parameters fails them all. */
+    int mine = shard_refusal(ctx), worst = 0;
+    DEAR_MPI_CHECK(MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MIN, ctx->cm.comm));
+    if (worst != DEAR_OK) {
+        if (mine == DEAR_OK)
+            DEAR_ERROR("api", "dear_commit: another rank refused sharded updates (%s); see its message",
+                       dear_status_string(worst));
+        ctx->shard.on = ctx->shard.hold = 0;
+        return mine != DEAR_OK ? mine : worst;
+    }
+    DEAR_INFO("api", "sharded updates: each rank updates its slice of every tensor, the all-gathers carry "
+                     "parameters%s",
+              ctx->shard.hold ? " (held for dear_shard_release)" : "");
+    return DEAR_OK;
+}
+
+int dear_shard_slices(const dear_ctx_t *ctx, int rank, dear_slice_t *slices, int max)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "dear_shard_slices: ctx is NULL");
+    if (!ctx->committed || !ctx->shard.on) {
+        DEAR_ERROR("api", "dear_shard_slices: %s", !ctx->committed ? "the context is not committed; the slices are "
+                                                                      "fixed by dear_commit"
+                                                                    : "sharded updates are off (dear_set_shard, "
+                                                                      "DEAR_SHARD)");
+        return DEAR_ERR_STATE;
+    }
+    DEAR_ARG_CHECK(rank >= 0 && rank < ctx->cm.size, "dear_shard_slices: rank %d; accepted: 0..%d", rank,
+                   ctx->cm.size - 1);
+    DEAR_ARG_CHECK(max >= 0 && (max == 0 || slices != NULL), "dear_shard_slices: %s",
+                   max < 0 ? "max is negative" : "slices is NULL with max > 0");
+    int n = 0;
+    size_t pos = 0;
+    for (int u = 0; u < ctx->graph.nunits; u++) {
+        const dear_rt_unit_t *un = &ctx->graph.units[u];
+        size_t off, len;
+        dear_coll_shard(un->count, ctx->cm.size, rank, &off, &len);
+        if (len == 0)
+            continue;
+        if (n < max)
+            slices[n] = (dear_slice_t){ .tensor = un->tensor, .offset = un->eoff + off, .count = len,
+                                        .shard_offset = pos };
+        n++;
+        pos += len;
+    }
+    return n;
+}
+
+/* Bucket b's reduce-scatter of this iteration is done and its slices are in the gradients: the
+ * updates of this rank's slices of its units. */
+static int bucket_updates(dear_ctx_t *ctx, const dear_bucket_t *b, long long iter)
+{
+    int rc = DEAR_OK;
+    DEAR_CHECK(dear_engine_wait(ctx, (dear_op_t *)&b->op, iter));
+    DEAR_CHECK(dear_rt_wait_done(ctx, b->done));
+    for (int u = b->u0; u < b->u1; u++) {
+        const dear_rt_unit_t *un = &ctx->graph.units[u];
+        if (un->own_len == 0 || dear_unit_ccount(&ctx->graph, &ctx->reg, u) == 0 ||
+            !dear_tensor_updates(&ctx->reg, &ctx->unused, un->tensor))
+            continue;
+        int r = dear_call_update_slice(ctx, u, iter);
+        if (r != DEAR_OK && rc == DEAR_OK)
+            rc = r;
+    }
+    return rc;
+}
+
+int dear_shard_backward_end(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK;
+    long long iter = ctx->it.iter;
+    if (ctx->cfg.sched == DEAR_SCHED_SYNC) /* no overlap: every reduce-scatter after backward */
+        for (int b = ctx->graph.nbuckets - 1; b >= 0; b--)
+            dear_engine_queue(ctx, &ctx->graph.buckets[b].op);
+    if (ctx->unused.on)
+        dear_engine_queue(ctx, &ctx->unused.op);
+    if (ctx->clip.on)
+        dear_engine_queue(ctx, &ctx->clip.op);
+    double t0 = dear_now();
+    /* The count of ranks with a gradient and the norm follow every reduce-scatter, and each
+     * update needs them; without them a bucket's updates run as soon as it is reduced, in the
+     * order backward completed the buckets. */
+    if (ctx->unused.on)
+        DEAR_CHECK(dear_engine_wait(ctx, &ctx->unused.op, iter));
+    if (ctx->clip.on)
+        DEAR_CHECK(dear_engine_wait(ctx, &ctx->clip.op, iter));
+    for (int b = ctx->graph.nbuckets - 1; b >= 0; b--) {
+        int r = bucket_updates(ctx, &ctx->graph.buckets[b], iter);
+        if (r == DEAR_ERR_CALLBACK && rc == DEAR_OK)
+            rc = r; /* the other ranks still gather: this one must too */
+        else if (r != DEAR_OK)
+            return r;
+    }
+    if (ctx->tl)
+        dear_timeline_span(ctx->tl, "sharded updates", "compute", DEAR_LANE_COMPUTE, t0, dear_now(), NULL);
+    /* The all-gathers send what the updates wrote on the application's queue. */
+    DEAR_CHECK(ctx->mem.ops->fence_record(ctx->shard.updated, ctx->mem.app));
+    ctx->shard.held = 1;
+    return rc;
+}
+
+int dear_shard_release_held(dear_ctx_t *ctx, const char *call)
+{
+    if (!ctx->shard.held)
+        return DEAR_OK;
+    ctx->shard.held = 0;
+    long long iter = ctx->it.iter - 1; /* the iteration whose gradients the updates used */
+    for (int g = 0; g < ctx->graph.ngroups; g++) {
+        ctx->graph.groups[g].unpacked = 0;
+        dear_engine_queue_at(ctx, &ctx->graph.groups[g].op, iter);
+    }
+    ctx->it.npending = 0;
+    for (int t = 0; t < ctx->reg.ntensors; t++) {
+        ctx->reg.tensors[t].pending = !ctx->reg.tensors[t].frozen;
+        ctx->it.npending += ctx->reg.tensors[t].pending;
+    }
+    if (!(dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT)) {
+        /* wfbp, sync: nothing is pending between iterations. */
+        for (int g = 0; g < ctx->graph.ngroups; g++)
+            DEAR_CHECK(dear_group_ready(ctx, g, call, -1));
+        for (int t = 0; t < ctx->reg.ntensors; t++)
+            ctx->reg.tensors[t].pending = 0;
+        ctx->it.npending = 0;
+    }
+    int due = ctx->shard.switch_due;
+    ctx->shard.switch_due = 0;
+    return due ? dear_switch_plan(ctx, due == 2) : DEAR_OK;
+}
+
+int dear_shard_defer_switch(dear_ctx_t *ctx, int verify)
+{
+    if (!ctx->shard.held)
+        return 0;
+    ctx->shard.switch_due = verify ? 2 : 1;
+    return 1;
+}
