@@ -47,10 +47,10 @@ double dear_estimate_comm_s(const dear_plan_problem_t *prob, const dear_profile_
 
 /* Plan prob->prof (an estimate at any scale: only the spread of its times counts) with planner
  * `which` (dp for auto and gradssa: a search refines a plan for the profile it is given, which
- * here is rough, and costs several times dp's time per point) at each ratio of range, and keep the candidate whose largest ratio of its predicted
- * iteration to the best candidate's at the same point is least (ties: the middle point's plan,
- * then the earlier). *regret (may be NULL): that largest ratio. The plan's name is "est:" and
- * its planner's. */
+ * here is rough, and costs several times dp's time per point) at each ratio of range, and keep
+ * the candidate whose largest ratio of its predicted iteration to the best candidate's at the
+ * same point is least (ties: the middle point's plan, then the earlier). *regret (may be NULL):
+ * that largest ratio. The plan's name is "est:" and its planner's. */
 int dear_plan_robust(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_planner_t which,
                      const dear_robust_range_t *range, double *regret);
 

@@ -7,11 +7,11 @@
  * schedule is not sync, no DEAR_PLAN_FILE is given and there are at least two ranks; commit then
  * gets the cost model (calibrate.c) and, with no profile yet, plans from the model's structure
  * (DEAR_FIRST_PLAN, fusion/estimate.h): across the unknown scale at commit and, for `first`,
- * again at the first backward_end with that iteration's measured totals. At the backward_end of iteration DEAR_WARMUP_ITERS (and
- * every DEAR_REPLAN_EVERY iterations after it) the caller has drained every collective of the
- * old plan; the progress thread is stopped, rank 0 plans from the measured profile (slowest
- * rank) and broadcasts, every rank rebuilds its buckets from the same plan and the progress
- * thread restarts with the new operation order. Because this happens on every rank at the same
+ * again at the first backward_end with that iteration's measured totals. At the backward_end of
+ * iteration DEAR_WARMUP_ITERS (and every DEAR_REPLAN_EVERY iterations after it) the caller has
+ * drained every collective of the old plan; the progress thread is stopped, rank 0 plans from
+ * the measured profile (slowest rank) and broadcasts, every rank rebuilds its buckets from the
+ * same plan and the progress thread restarts with the new operation order. Because this happens on every rank at the same
  * backward_end, the global order of collectives stays identical across ranks. auto then checks
  * its plan against the one it replaced by measurement (DEAR_VERIFY_ITERS, below).
  */
@@ -515,7 +515,8 @@ static int replan(dear_ctx_t *ctx, int rescale)
     if (rc == DEAR_ERR_MPI)
         goto out;
     if (ctx->cm.rank == 0 && rc == DEAR_OK)
-        rc = plan_rank0(ctx, &prof, &plan, pred, rescale ? "first plan, with the first iteration's times" : "online plan");
+        rc = plan_rank0(ctx, &prof, &plan, pred,
+                        rescale ? "first plan, with the first iteration's times" : "online plan");
     if (ctx->cm.rank == 0 && rc == DEAR_OK && rescale) {
         char name[sizeof plan.planner];
         snprintf(name, sizeof name, "est:%.27s", plan.planner); /* made from an estimate */
@@ -537,8 +538,9 @@ static int replan(dear_ctx_t *ctx, int rescale)
     if (rc == DEAR_ERR_MPI || rc == DEAR_ERR_NOMEM)
         goto out;
     if (rc != DEAR_OK) {
-        DEAR_WARN("plan", "%s at iteration %lld failed (%s); keeping plan %s", rescale ? "re-planning the first plan" : "online planning",
-                  ctx->it.iter, dear_status_string(rc), ctx->graph.plan.planner);
+        DEAR_WARN("plan", "%s at iteration %lld failed (%s); keeping plan %s",
+                  rescale ? "re-planning the first plan" : "online planning", ctx->it.iter, dear_status_string(rc),
+                  ctx->graph.plan.planner);
         rc = DEAR_OK;
         goto out;
     }

@@ -812,7 +812,8 @@ START_TEST(test_first_bad_hints)
                                        "dear_register_layer for it; register the layer first");
     setenv("DEAR_FUSION", "threshold", 1);
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
-    refused(ctx, 999, 1, DEAR_ERR_ARG, "dear_set_layer_cost(layer 999): unknown layer id; the registered layers have ids");
+    refused(ctx, 999, 1, DEAR_ERR_ARG,
+            "dear_set_layer_cost(layer 999): unknown layer id; the registered layers have ids");
     refused(ctx, 1000, -0.5, DEAR_ERR_ARG, finite);
     ck_assert_double_eq(ctx->reg.layers[dear_layer_index(&ctx->reg, 1000)].flops, 5e9);
     ck_assert_double_eq(ctx->reg.layers[dear_layer_index(&ctx->reg, 3)].flops, 0);
