@@ -8,8 +8,8 @@
 #   train  dear:auto started each way, every configuration a run of --run-iters iterations from
 #          dear_init, --rounds times in turn: the time to train the first --first-n iterations and
 #          the whole run (slowest rank, median over the rounds). threshold is the old start;
-#          range the plan made at commit from the structure; first that plan made again with the
-#          first iteration's times (the default). With the model's FLOPs hints (its .model
+#          range the plan made at commit from the structure (the default); first that plan made
+#          again with the first iteration's times. With the model's FLOPs hints (its .model
 #          file, as the PyTorch binding gives them from module shapes) and, +nohints, with
 #          parameter bytes only.
 #   close  how near the first plan is to the plan from the measured profile: dear:auto settled

@@ -130,7 +130,13 @@ int dear_plan_robust(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
         if (rc == DEAR_OK) {
             dear_plan_problem_t p = *prob;
             p.prof = &prof[i];
-            rc = dear_plan_by_id(&cand[i], &p, which);
+            /* Off the middle, dp without its search for the split of the all-gathers (all in the
+             * next forward): that search is most of dp's time on a large model, and these points
+             * only guard against a scale far from the middle. */
+            if (which == DEAR_PLANNER_DP && i != mid && prob->sched == DEAR_SCHED_DEAR)
+                rc = dear_plan_dp_split(&cand[i], &p, prof[i].ntensors);
+            else
+                rc = dear_plan_by_id(&cand[i], &p, which);
         }
     }
     for (int i = 0; i < n && rc == DEAR_OK; i++)

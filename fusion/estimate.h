@@ -36,10 +36,12 @@ typedef struct {
 } dear_robust_range_t;
 
 /* The compute-to-communication ratios the runtime plans for when it knows neither: the e2e
- * matrix's cases run from a third to three times, and overlap matters most around one. */
+ * matrix's cases run from a third to three times, and overlap matters most around one; three
+ * points lose at most 0.1% more than five on the shipped models and cost 3/5 of the time
+ * (docs/PERFORMANCE.md). */
 #define DEAR_ROBUST_LO 0.25
 #define DEAR_ROBUST_HI 4.0
-#define DEAR_ROBUST_POINTS 5
+#define DEAR_ROBUST_POINTS 3
 
 /* Seconds of communicating every gradient of prof once under prob's cost and schedule: a
  * reduce-scatter and an all-gather of all of it for split schedules, else an all-reduce. */
@@ -47,7 +49,8 @@ double dear_estimate_comm_s(const dear_plan_problem_t *prob, const dear_profile_
 
 /* Plan prob->prof (an estimate at any scale: only the spread of its times counts) with planner
  * `which` (dp for auto and gradssa: a search refines a plan for the profile it is given, which
- * here is rough, and costs several times dp's time per point) at each ratio of range, and keep
+ * here is rough, and costs several times dp's time per point; off the middle point dp without
+ * its split search, all all-gathers in the next forward) at each ratio of range, and keep
  * the candidate whose largest ratio of its predicted iteration to the best candidate's at the
  * same point is least (ties: the middle point's plan, then the earlier). *regret (may be NULL):
  * that largest ratio. The plan's name is "est:" and its planner's. */

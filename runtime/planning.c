@@ -214,10 +214,28 @@ static int plan_fits(dear_ctx_t *ctx, const dear_plan_t *plan)
     return rc;
 }
 
+/* MPI_Bcast of rank 0's verdict, which the other ranks wait for while rank 0 plans: they sleep
+ * between tests (50 us growing to 1 ms) rather than spin in MPI, whose polling on a host with
+ * more ranks than cores takes the core rank 0 plans on. */
+static int bcast_verdict(dear_ctx_t *ctx, int *rc)
+{
+    MPI_Request req;
+    int done = 0;
+    double nap = 50e-6;
+    DEAR_MPI_CHECK(MPI_Ibcast(rc, 1, MPI_INT, 0, ctx->cm.comm, &req));
+    for (;;) {
+        DEAR_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        if (done)
+            return DEAR_OK;
+        dear_sleep(nap);
+        nap = nap < 1e-3 ? 2 * nap : 1e-3;
+    }
+}
+
 int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
 {
     int rc = rc0;
-    DEAR_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, ctx->cm.comm));
+    DEAR_CHECK(bcast_verdict(ctx, &rc));
     if (rc != DEAR_OK) {
         if (ctx->cm.rank != 0 && rc == DEAR_ERR_MISMATCH)
             DEAR_ERROR("plan", "rank 0 could not make a plan: its DEAR_PLAN_FILE does not fit the registered "
@@ -504,20 +522,24 @@ static int replan(dear_ctx_t *ctx, int rescale)
      * is this thread's alone and the operations can be rebuilt. */
     dear_engine_stop(ctx);
     ctx->eng.stop = 0;
+    int keep = 0; /* rank 0: nothing measured to scale the estimate by */
     if (rescale) {
         double fwd_s = 0, bwd_s = 0;
         rc = dear_first_iteration_times(ctx, &fwd_s, &bwd_s);
-        if (rc == DEAR_OK && ctx->cm.rank == 0)
+        keep = !(fwd_s + bwd_s > 0);
+        if (rc == DEAR_OK && ctx->cm.rank == 0 && !keep)
             rc = first_times_profile(ctx, fwd_s, bwd_s, &prof);
     } else {
         rc = dear_profile_measured(ctx, "online", 1, &prof);
     }
     if (rc == DEAR_ERR_MPI)
         goto out;
-    if (ctx->cm.rank == 0 && rc == DEAR_OK)
+    if (ctx->cm.rank == 0 && rc == DEAR_OK && keep)
+        rc = dear_plan_copy(&plan, &ctx->graph.plan);
+    else if (ctx->cm.rank == 0 && rc == DEAR_OK)
         rc = plan_rank0(ctx, &prof, &plan, pred,
                         rescale ? "first plan, with the first iteration's times" : "online plan");
-    if (ctx->cm.rank == 0 && rc == DEAR_OK && rescale) {
+    if (ctx->cm.rank == 0 && rc == DEAR_OK && rescale && !keep) {
         char name[sizeof plan.planner];
         snprintf(name, sizeof name, "est:%.27s", plan.planner); /* made from an estimate */
         snprintf(plan.planner, sizeof plan.planner, "%s", name);

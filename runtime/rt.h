@@ -216,7 +216,7 @@ typedef struct {
 } dear_graph_t;
 
 /* DEAR_FIRST_PLAN: the table's order. */
-typedef enum { DEAR_FIRST_FIRST = 0, DEAR_FIRST_RANGE = 1, DEAR_FIRST_THRESHOLD = 2 } dear_first_plan_t;
+typedef enum { DEAR_FIRST_RANGE = 0, DEAR_FIRST_FIRST = 1, DEAR_FIRST_THRESHOLD = 2 } dear_first_plan_t;
 
 /* The cost model and online planning (calibrate.c, planning.c): the same on every rank, the
  * application thread's (plans switch with the progress thread stopped). */
