@@ -30,8 +30,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/params.h"
 #include "fusion/estimate.h"
 #include "fusion/planfile.h"
+#include "fusion/units.h"
 #include "include/dear.h"
 #include "base/log.h"
 #include "tests/mpi/synth.h"
@@ -708,13 +710,21 @@ static void reference_first(const dear_ctx_t *ctx, const model_t *m, dear_sched_
     char msg[256];
     ck_assert_int_eq(dear_prof_check(&st, msg, sizeof msg), DEAR_OK);
     ck_assert_int_eq(dear_prof_estimate(&st, 1.0, 2.0, &est), DEAR_OK);
+    /* Cut where the runtime cuts (DEAR_PARTITION: the -part runs cut these tensors). */
+    dear_profile_t cut = { 0 };
+    dear_unit_t *units = NULL;
+    int nunits = 0;
+    ck_assert_int_eq(dear_prof_cut(&est, (size_t)dear_param_int(DEAR_P_PARTITION), &units, &nunits, &cut), DEAR_OK);
     dear_cost_model_t cm;
     ck_assert_int_eq(dear_cost_preset("10gbe", nranks, ctx->cm.topo.max_local_size, &cm), DEAR_OK);
     dear_sim_model_arg_t marg;
     dear_plan_problem_t prob;
-    ck_assert_int_eq(dear_plan_problem_init(&prob, &est, sched, &cm, 0, &marg), DEAR_OK);
+    ck_assert_int_eq(dear_plan_problem_init(&prob, &cut, sched, &cm, 0, &marg), DEAR_OK);
     dear_robust_range_t rg = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
     ck_assert_int_eq(dear_plan_robust(ref, &prob, DEAR_PLANNER_AUTO, &rg, NULL), DEAR_OK);
+    ck_assert_int_eq(dear_plan_set_units(ref, NT, units), DEAR_OK);
+    free(units);
+    dear_prof_free(&cut);
     dear_prof_free(&st);
     dear_prof_free(&est);
 }
