@@ -70,10 +70,10 @@ terms of libdear's C API (include/dear.h):
   ``DEAR_CUDA_TRANSPORT`` picks NCCL or host-staged collectives, as in C.
 * The plan training starts on comes from the model's structure, before anything is timed
   (DEAR_FIRST_PLAN): the binding gives libdear each layer's forward FLOPs where it knows the
-  module (Linear, convolutions, embeddings, MultiheadAttention, normalisations), from parameter
-  shapes at ``wrap`` (per position: the batch and sequence are unknown) and from the input
-  shapes the first forward sees (exact), before the first backward ends, where libdear plans
-  again with that iteration's times (``dear_set_layer_cost``).
+  module (Linear, convolutions, embeddings, MultiheadAttention, normalisations;
+  ``dear_set_layer_cost``), at ``wrap`` from parameter shapes (per position: the batch and
+  sequence are unknown) or, with ``wrap(example=batch)``, from the shapes one forward of it
+  shows, and from the shapes of the first forward, which DEAR_FIRST_PLAN=first plans with.
 * Parameters are broadcast from rank 0 at ``wrap``; buffers are not synchronised (as DDP with
   ``broadcast_buffers=False``). The optimizer must keep per-parameter state only (SGD, Adam,
   AdamW, ... but not LBFGS: a closure is refused).
