@@ -102,7 +102,7 @@ report() {
     python3 "$SRCDIR/bench/first-plan-report.py" --results "$RES" --doc "$SRCDIR/docs/PERFORMANCE.md" \
         --command "bench/first-plan.sh $*"
 }
-args="--rate $RATE --comm-ms $COMM_MS --run-iters $RUN_ITERS --first-n $FIRST_N --iters $ITERS --rounds $ROUNDS"
+args="--rate $RATE --comm-ms $COMM_MS --run-iters $RUN_ITERS --first-n $FIRST_N --iters $ITERS --rounds $ROUNDS --profiles '$PROFILES' --layouts '$LAYOUTS'"
 if ((REPORT_ONLY)); then
     report "$args"
     exit 0
