@@ -97,14 +97,9 @@ fi
 PROF=$SRCDIR/fusion/profiles/$PROFILE.prof
 [[ -f $PROF ]] || die "no profile $PROF"
 
-if [[ -z $BUILDDIR ]]; then
-    for d in "$PWD" "$SRCDIR"; do
-        [[ -x $d/apps/bench/dear-bench ]] && { BUILDDIR=$d; break; }
-    done
-    [[ -n $BUILDDIR ]] || die "apps/bench/dear-bench not found in $PWD or $SRCDIR: build it or pass --builddir"
-fi
-BENCH=$(cd "$BUILDDIR" && pwd)/apps/bench/dear-bench
-[[ -x $BENCH ]] || die "$BENCH is not built"
+# shellcheck source=bench/bench-lib.sh
+. "$SRCDIR/bench/bench-lib.sh"
+BENCH=$(dear_bench_path "$BUILDDIR")
 
 tmp=$(mktemp -d)
 emu_up=0

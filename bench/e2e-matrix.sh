@@ -135,15 +135,9 @@ if ((REPORT_ONLY)); then
     exit 0
 fi
 
-if [[ -z $BUILDDIR ]]; then
-    for d in "$PWD" "$SRCDIR"; do
-        [[ -x $d/apps/bench/dear-bench ]] && { BUILDDIR=$d; break; }
-    done
-    [[ -n $BUILDDIR ]] || die "apps/bench/dear-bench not found in $PWD or $SRCDIR: build it or pass --builddir"
-fi
-BUILDDIR=$(cd "$BUILDDIR" && pwd)
-BENCH=$BUILDDIR/apps/bench/dear-bench
-[[ -x $BENCH ]] || die "$BENCH is not built (make apps/bench/dear-bench)"
+# shellcheck source=bench/bench-lib.sh
+. "$SRCDIR/bench/bench-lib.sh"
+BENCH=$(dear_bench_path "$BUILDDIR")
 [[ $EUID -eq 0 ]] || die "needs root to create network namespaces"
 
 # Cases: NAME LAYOUT PROFILE RATIO (compute / communication) SPARSE (1: sparse configurations too).

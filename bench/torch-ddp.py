@@ -144,6 +144,14 @@ def run(name, config, iters, warmup, b, opt_kind="sgd"):
     return slowest, spans, COMM.allreduce(cpu) / SIZE, state
 
 
+def write_csv(path, rows):
+    """rows (dicts with the same keys) as CSV with a header line."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=["resnet18", "encoder"], required=True)
@@ -204,10 +212,7 @@ def main():
             print("%-10s %-20s median %8.1f ms  cpu/rank %8.1f ms  %s" % (a.model, c, 1e3 * m, 1e3 * statistics.median(cpus[c]),
                                                        ("%.3fx %s" % (base / m, ref)) if base else ""), flush=True)
         if a.csv:
-            with open(a.csv, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
+            write_csv(a.csv, rows)
     return 0
 
 

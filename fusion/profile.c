@@ -13,6 +13,7 @@
 #include "base/log.h"
 
 #define PROF_MAGIC "dear-profile 1"
+#define MODEL_MAGIC "dear-model 1"
 
 void dear_prof_init(dear_profile_t *prof, const char *model)
 {
@@ -29,6 +30,29 @@ void dear_prof_free(dear_profile_t *prof)
     memset(prof, 0, sizeof *prof);
 }
 
+int dear_prof_copy(const dear_profile_t *src, dear_profile_t *out)
+{
+    dear_profile_t p = *src;
+    size_t lb = sizeof *p.layers * (size_t)(src->nlayers > 0 ? src->nlayers : 1);
+    size_t tb = sizeof *p.tensors * (size_t)(src->ntensors > 0 ? src->ntensors : 1);
+    p.layers = malloc(lb);
+    p.tensors = malloc(tb);
+    if (!p.layers || !p.tensors) {
+        free(p.layers);
+        free(p.tensors);
+        return DEAR_ERR_NOMEM;
+    }
+    if (src->nlayers > 0)
+        memcpy(p.layers, src->layers, sizeof *p.layers * (size_t)src->nlayers);
+    if (src->ntensors > 0)
+        memcpy(p.tensors, src->tensors, sizeof *p.tensors * (size_t)src->ntensors);
+    p.cap_layers = src->nlayers > 0 ? src->nlayers : 1;
+    p.cap_tensors = src->ntensors > 0 ? src->ntensors : 1;
+    dear_prof_free(out);
+    *out = p;
+    return DEAR_OK;
+}
+
 int dear_prof_add_layer(dear_profile_t *prof, int id, double fwd_s, double bwd_s)
 {
     if (prof->nlayers == prof->cap_layers) {
@@ -39,8 +63,13 @@ int dear_prof_add_layer(dear_profile_t *prof, int id, double fwd_s, double bwd_s
         prof->layers = l;
         prof->cap_layers = cap;
     }
-    prof->layers[prof->nlayers++] = (dear_prof_layer_t){ .id = id, .fwd_s = fwd_s, .bwd_s = bwd_s };
+    prof->layers[prof->nlayers++] = (dear_prof_layer_t){ .id = id, .fwd_s = fwd_s, .bwd_s = bwd_s, .flops = -1 };
     return DEAR_OK;
+}
+
+void dear_prof_set_flops(dear_profile_t *prof, double flops)
+{
+    prof->layers[prof->nlayers - 1].flops = flops;
 }
 
 int dear_prof_add_tensor(dear_profile_t *prof, const char *name, int layer, size_t bytes)
@@ -96,6 +125,11 @@ int dear_prof_check(dear_profile_t *prof, char *msg, size_t msglen)
                      L->fwd_s, L->bwd_s);
             return DEAR_ERR_FORMAT;
         }
+        if (!isfinite(L->flops)) {
+            snprintf(msg, msglen, "layer %d: compute hint %g must be finite (>= 0, or negative for none)", L->id,
+                     L->flops);
+            return DEAR_ERR_FORMAT;
+        }
     }
     int li = 0;
     for (int i = 0; i < prof->ntensors; i++) {
@@ -137,18 +171,28 @@ int dear_prof_check(dear_profile_t *prof, char *msg, size_t msglen)
 #define PROF_MAX_LINE 1024
 #define PROF_MAX_BYTES ((size_t)64 << 20)
 #define PROF_MAX_LAYER_S 3600.0
+#define PROF_MAX_FLOPS 1e30
 #define PROF_MAX_BYTES_TOTAL ((size_t)1 << 48)
 
 int dear_prof_write(const dear_profile_t *prof, FILE *out)
 {
-    fprintf(out, "%s\n", PROF_MAGIC);
-    fprintf(out, "# layer ID FORWARD_S BACKWARD_S   (forward order)\n"
+    fprintf(out, "%s\n", prof->no_times ? MODEL_MAGIC : PROF_MAGIC);
+    fprintf(out, "%s"
                  "# tensor NAME LAYER_ID BYTES      (forward order)\n"
-                 "# sparse NAME BLOCK_BYTES RS_DENSITY AG_DENSITY   (after its tensor line)\n");
+                 "# sparse NAME BLOCK_BYTES RS_DENSITY AG_DENSITY   (after its tensor line)\n",
+            prof->no_times ? "# layer ID [FLOPS]                (forward order; FLOPS: forward compute hint)\n"
+                           : "# layer ID FORWARD_S BACKWARD_S   (forward order)\n");
     if (prof->model[0])
         fprintf(out, "model %s\n", prof->model);
-    for (int l = 0; l < prof->nlayers; l++)
-        fprintf(out, "layer %d %.9g %.9g\n", prof->layers[l].id, prof->layers[l].fwd_s, prof->layers[l].bwd_s);
+    for (int l = 0; l < prof->nlayers; l++) {
+        const dear_prof_layer_t *L = &prof->layers[l];
+        if (!prof->no_times)
+            fprintf(out, "layer %d %.9g %.9g\n", L->id, L->fwd_s, L->bwd_s);
+        else if (L->flops >= 0)
+            fprintf(out, "layer %d %.9g\n", L->id, L->flops);
+        else
+            fprintf(out, "layer %d\n", L->id);
+    }
     for (int i = 0; i < prof->ntensors; i++) {
         const dear_prof_tensor_t *t = &prof->tensors[i];
         fprintf(out, "tensor %s %d %zu\n", t->name, t->layer, t->bytes);
@@ -211,13 +255,32 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
         if (seen_end)
             BAD("'%s' after the 'end' line", fld[0]);
         if (!seen_magic) {
-            if (nf != 2 || strcmp(fld[0], "dear-profile") != 0 || strcmp(fld[1], "1") != 0)
-                BAD("expected the header '%s' (is this a dear profile?)", PROF_MAGIC);
+            if (nf != 2 || (strcmp(fld[0], "dear-profile") != 0 && strcmp(fld[0], "dear-model") != 0) ||
+                strcmp(fld[1], "1") != 0)
+                BAD("expected the header '%s' or '%s' (is this a dear profile or model description?)", PROF_MAGIC,
+                    MODEL_MAGIC);
+            p.no_times = strcmp(fld[0], "dear-model") == 0;
             seen_magic = 1;
         } else if (strcmp(fld[0], "model") == 0) {
             if (nf != 2 || strlen(fld[1]) >= sizeof p.model)
                 BAD("expected 'model NAME' (one word, under %zu characters)", sizeof p.model);
             snprintf(p.model, sizeof p.model, "%s", fld[1]);
+        } else if (strcmp(fld[0], "layer") == 0 && p.no_times) {
+            int id;
+            double flops = -1;
+            if (nf < 2 || nf > 3 || dear_text_int(fld[1], &id) ||
+                (nf == 3 && dear_text_double(fld[2], 0, PROF_MAX_FLOPS, &flops)))
+                BAD("expected 'layer ID [FLOPS]' (a model description) with an integer id and a compute hint in "
+                    "[0, %g]", PROF_MAX_FLOPS);
+            if (p.ntensors > 0)
+                BAD("layer %d after the first tensor: all layer lines come first", id);
+            if (p.nlayers > 0 && id <= p.layers[p.nlayers - 1].id)
+                BAD("layer id %d does not increase (previous layer %d)", id, p.layers[p.nlayers - 1].id);
+            if (dear_prof_add_layer(&p, id, 0, 0) != DEAR_OK) {
+                rc = DEAR_ERR_NOMEM;
+                goto done;
+            }
+            dear_prof_set_flops(&p, flops);
         } else if (strcmp(fld[0], "layer") == 0) {
             int id;
             double fw, bw;
@@ -285,7 +348,7 @@ int dear_prof_load(const char *path, dear_profile_t *prof)
         goto done;
     }
     if (!seen_magic)
-        BAD("empty file: expected the header '%s'", PROF_MAGIC);
+        BAD("empty file: expected the header '%s' or '%s'", PROF_MAGIC, MODEL_MAGIC);
     if (!seen_end)
         BAD("truncated: the file ends without its 'end NLAYERS NTENSORS' line");
     if (p.ntensors == 0)

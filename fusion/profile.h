@@ -2,8 +2,9 @@
  * Profiles: what the simulator and planners know about a model. Per layer (forward order) the
  * forward and backward compute seconds; per gradient tensor (forward order) its name, layer and
  * bytes. The runtime fills one from hook timestamps (median over warm-up iterations) and writes
- * it with dear_profile_save; dear-plan reads it; fusion/profiles/ ships five. The text format is
- * in docs/FORMATS.md. A tensor may be sparse: its gradient travels in blocks, of which only the
+ * it with dear_profile_save; dear-plan reads it; fusion/profiles/ ships six. A model description
+ * is a profile without times: its layers may carry a compute hint (forward FLOPs) instead, from
+ * which fusion/estimate.h makes times. The text formats are in docs/FORMATS.md. A tensor may be sparse: its gradient travels in blocks, of which only the
  * non-zero ones are sent, and the profile then says how dense each phase is, so the planners
  * price what travels rather than the dense size. Pure C.
  */
@@ -22,6 +23,7 @@ typedef struct {
     int id;             /* caller's layer id, strictly increasing in forward order */
     double fwd_s;       /* forward compute seconds */
     double bwd_s;       /* backward compute seconds (all of the layer's gradients) */
+    double flops;       /* relative forward compute (FLOPs, any one unit for every layer); < 0: no hint */
 } dear_prof_layer_t;
 
 typedef struct {
@@ -39,27 +41,34 @@ typedef struct {
 typedef struct {
     char model[DEAR_PROF_NAME_MAX];
     int nlayers, ntensors;
+    int no_times;       /* a model description: times unknown (0), written as 'dear-model 1' */
     dear_prof_layer_t *layers;
     dear_prof_tensor_t *tensors;
     int cap_layers, cap_tensors;
 } dear_profile_t;
 
-/* Builder: init (empty, zeroed struct), then layers and tensors in forward order, then check. */
+/* Builder: init (empty, zeroed struct), then layers and tensors in forward order, then check. A
+ * layer is added without a compute hint; dear_prof_set_flops gives the last added one its hint. */
 void dear_prof_init(dear_profile_t *prof, const char *model);
 int dear_prof_add_layer(dear_profile_t *prof, int id, double fwd_s, double bwd_s);
+void dear_prof_set_flops(dear_profile_t *prof, double flops);
 int dear_prof_add_tensor(dear_profile_t *prof, const char *name, int layer, size_t bytes);
 /* Mark the last added tensor sparse: blocks of block_bytes, densities in [0, 1]. Checked by
  * dear_prof_check. */
 void dear_prof_set_sparse(dear_profile_t *prof, size_t block_bytes, double density_rs, double density_ag);
-/* Checks layer ids strictly increase, times are finite and >= 0, every tensor names a declared
+/* Checks layer ids strictly increase, times are finite and >= 0, hints finite, every tensor names a declared
  * layer, tensor layers are non-decreasing, names are non-empty without blanks, sizes > 0; fills
  * lidx; a sparse tensor's block divides its bytes and its densities lie in [0, 1].
  * DEAR_ERR_FORMAT with a message otherwise. */
 int dear_prof_check(dear_profile_t *prof, char *msg, size_t msglen);
 void dear_prof_free(dear_profile_t *prof);
+/* A copy of src, every field of every layer and tensor; *out is replaced only on success. */
+int dear_prof_copy(const dear_profile_t *src, dear_profile_t *out);
 
-/* Text format (docs/FORMATS.md). load: DEAR_ERR_IO if the file cannot be read, DEAR_ERR_FORMAT
- * for a bad or truncated file, with an error naming the file and line. */
+/* Text format (docs/FORMATS.md): 'dear-profile 1' (times), or 'dear-model 1' for a model
+ * description (no_times: layers with an optional hint instead of times). load reads either:
+ * DEAR_ERR_IO if the file cannot be read, DEAR_ERR_FORMAT for a bad or truncated file, with an
+ * error naming the file and line. */
 int dear_prof_write(const dear_profile_t *prof, FILE *out);
 int dear_prof_save(const dear_profile_t *prof, const char *path);
 int dear_prof_load(const char *path, dear_profile_t *prof);

@@ -147,8 +147,12 @@ int dear_prof_units(const dear_profile_t *prof, int nunits, const dear_unit_t *u
     dear_profile_t p;
     dear_prof_init(&p, prof->model);
     int rc = DEAR_OK;
-    for (int l = 0; l < prof->nlayers && rc == DEAR_OK; l++)
+    p.no_times = prof->no_times;
+    for (int l = 0; l < prof->nlayers && rc == DEAR_OK; l++) {
         rc = dear_prof_add_layer(&p, prof->layers[l].id, prof->layers[l].fwd_s, prof->layers[l].bwd_s);
+        if (rc == DEAR_OK)
+            dear_prof_set_flops(&p, prof->layers[l].flops);
+    }
     for (int i = 0; i < nunits && rc == DEAR_OK; i++) {
         int t = units ? units[i].tensor : i;
         if (t < 0 || t >= prof->ntensors) {

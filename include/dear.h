@@ -74,6 +74,24 @@ DEAR_API int dear_set_stream(dear_ctx_t *ctx, void *stream);
  * DEAR_ERR_STATE after dear_commit. */
 DEAR_API int dear_register_layer(dear_ctx_t *ctx, int layer);
 
+/* A hint of layer's compute for the plan made before any profile: its forward FLOPs, or any
+ * number proportional to them in one unit for every layer (only ratios between layers count),
+ * finite and >= 0. With a model-driven planner (DEAR_FUSION=mgwfbp|dp|gradssa|auto) on two or
+ * more ranks, training starts on a plan made from the model's structure and the cost model
+ * (DEAR_FIRST_PLAN): each layer's compute is its hint, or without one its dense parameter bytes
+ * at the hinted layers' FLOPs per byte (a layer of sparse tensors and one without parameters
+ * count nothing). The plan made from the measured profile replaces it after DEAR_WARMUP_ITERS.
+ * Call it after registering the layer (a tensor of it, or dear_register_layer) and before
+ * dear_commit, where the first plan is made; with DEAR_FIRST_PLAN=first also until the first
+ * dear_backward_end, where it is made again with the first iteration's times (the PyTorch
+ * binding sets hints there from the shapes its first forward saw); later calls change nothing.
+ * Rank 0's hints decide: it plans for every rank. Errors: DEAR_ERR_ARG for an unknown layer or
+ * a hint that is negative, infinite or NaN; DEAR_ERR_STATE during a backward pass.
+ *
+ *     dear_set_layer_cost(ctx, 3, 2.0 * in * out * tokens);    // a linear layer's forward
+ */
+DEAR_API int dear_set_layer_cost(dear_ctx_t *ctx, int layer, double flops);
+
 /* Declare tensor (its registration index, dear_tensor_index) sparse-capable: its gradient is
  * mostly zero rows, as a token embedding's, whose rows a batch barely touches. row_elems is the row
  * length, the block that travels or not as a whole; it must divide the tensor's count (otherwise
@@ -151,7 +169,9 @@ DEAR_API int dear_shard_slices(const dear_ctx_t *ctx, int rank, dear_slice_t *sl
  * all-reduce otherwise; 0.2-0.3 s on 4 ranks of one 2-core host, seconds across a slow
  * network) unless DEAR_CALIBRATION_FILE already holds them (a cache it fills gets every
  * collective, so that it serves every schedule: 0.5-1 s there); DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Training
- * then starts on the threshold plan; see dear_backward_end for the switch. DEAR_PLAN_FILE,
+ * then starts on a plan made from the model's structure without timing anything
+ * (DEAR_FIRST_PLAN, dear_set_layer_cost), or on the threshold plan with DEAR_FIRST_PLAN=threshold;
+ * see dear_backward_end for the switches. DEAR_PLAN_FILE,
  * DEAR_FUSION=none|threshold and DEAR_SCHEDULE=sync keep one fixed plan. */
 DEAR_API int dear_commit(dear_ctx_t *ctx);
 
@@ -168,7 +188,9 @@ DEAR_API int dear_backward_done(dear_ctx_t *ctx, int layer);
 
 /* After the whole backward pass: queues the all-gathers (dear) or waits for the all-reduces
  * and runs the updates (wfbp, sync). DEAR_ERR_STATE unless every layer reported backward_done.
- * Online planning happens here: at the backward_end of iteration DEAR_WARMUP_ITERS (and every
+ * Online planning happens here: with DEAR_FIRST_PLAN=first, at the first backward_end the plan
+ * from the model's structure is made again with the first iteration's measured forward and
+ * backward times (every rank drains as below); at the backward_end of iteration DEAR_WARMUP_ITERS (and every
  * DEAR_REPLAN_EVERY iterations after it) every rank waits for the collectives in flight (dear:
  * this iteration's all-gathers, so this one call blocks for them; the updates still run in the
  * next dear_forward_begin), rank 0 plans from the measured per-layer times and broadcasts, and

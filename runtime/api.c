@@ -64,6 +64,7 @@ static int ctx_free(dear_ctx_t *ctx)
     dear_rt_mem_free(ctx);
     free(ctx->reg.tensors);
     free(ctx->reg.declared);
+    free(ctx->reg.hints);
     free(ctx->unused.live);
     dear_iter_profile_free(&ctx->it, ctx->reg.nlayers);
     dear_registry_free_layers(&ctx->reg);

@@ -318,11 +318,13 @@ static int backward_done_one(dear_ctx_t *ctx, int layer)
  * collectives are drained first (dear: the all-gathers just queued are waited for and their
  * data put in place; the updates stay pending and still run in the next forward passes), so
  * the switch happens with nothing in flight. */
-int dear_switch_plan(dear_ctx_t *ctx, int verify)
+int dear_switch_plan(dear_ctx_t *ctx, dear_switch_t kind)
 {
     if (ctx->cfg.sched_ops->drain)
         DEAR_CHECK(ctx->cfg.sched_ops->drain(ctx));
-    return verify ? dear_planning_verify(ctx) : dear_planning_replan(ctx);
+    return kind == DEAR_SWITCH_VERIFY    ? dear_planning_verify(ctx)
+           : kind == DEAR_SWITCH_RESCALE ? dear_planning_rescale(ctx)
+                                         : dear_planning_replan(ctx);
 }
 
 static int backward_end_one(dear_ctx_t *ctx)
@@ -361,15 +363,22 @@ static int backward_end_one(dear_ctx_t *ctx)
         rc = dear_sparse_decide(ctx);
         now = dear_now();
     }
-    /* Parameters held for the program's step: the switch follows their release. */
-    if (rc == DEAR_OK && ctx->check.at >= 0 && ctx->it.iter >= ctx->check.at && !dear_shard_defer_switch(ctx, 1)) {
-        rc = dear_switch_plan(ctx, 1);
+    /* Parameters held for the program's step: a switch follows their release. */
+    if (rc == DEAR_OK && ctx->check.at >= 0 && ctx->it.iter >= ctx->check.at &&
+        !dear_shard_defer_switch(ctx, DEAR_SWITCH_VERIFY)) {
+        rc = dear_switch_plan(ctx, DEAR_SWITCH_VERIFY);
+        now = dear_now();
+    }
+    /* The first plan again, now that one iteration gave the scale of its estimate. */
+    if (rc == DEAR_OK && ctx->online.rescale_at >= 0 && ctx->it.iter >= ctx->online.rescale_at &&
+        ctx->it.iter < ctx->online.next_plan_iter && !dear_shard_defer_switch(ctx, DEAR_SWITCH_RESCALE)) {
+        rc = dear_switch_plan(ctx, DEAR_SWITCH_RESCALE);
         now = dear_now();
     }
     /* A re-plan due during auto's check waits for its end (planning.c sets the next one then). */
     if (rc == DEAR_OK && ctx->check.at < 0 && ctx->online.next_plan_iter >= 0 &&
-        ctx->it.iter >= ctx->online.next_plan_iter && !dear_shard_defer_switch(ctx, 0)) {
-        rc = dear_switch_plan(ctx, 0);
+        ctx->it.iter >= ctx->online.next_plan_iter && !dear_shard_defer_switch(ctx, DEAR_SWITCH_REPLAN)) {
+        rc = dear_switch_plan(ctx, DEAR_SWITCH_REPLAN);
         now = dear_now(); /* planning time is not the next forward pass's */
     }
     ctx->it.t_iter_start = now;
@@ -454,13 +463,54 @@ static int flush_one(dear_ctx_t *ctx)
 #define SPARSE_COUNTS 4
 
 /* A sparse tensor in a profile: its block and, per phase, the fraction of non-zero blocks
- * measured in warm-up (c: the densest rank's counts); a phase that runs dense, or was never
- * measured, is priced dense (density 1). */
+ * measured in warm-up (c: the densest rank's counts; NULL: nothing measured yet); a phase that
+ * runs dense, or was never measured, is priced dense (density 1). */
 static void set_density(dear_profile_t *prof, const dear_tensor_t *tt, size_t block, const uint64_t *c)
 {
-    double rs = tt->sparse_rs && c[1] > 0 ? (double)c[0] / (double)c[1] : 1.0;
-    double ag = tt->sparse_ag && c[3] > 0 ? (double)c[2] / (double)c[3] : 1.0;
+    double rs = c && tt->sparse_rs && c[1] > 0 ? (double)c[0] / (double)c[1] : 1.0;
+    double ag = c && tt->sparse_ag && c[3] > 0 ? (double)c[2] / (double)c[3] : 1.0;
     dear_prof_set_sparse(prof, block * dear_dtype_size(tt->dtype), rs, ag);
+}
+
+/* The registered tensors into prof, as planning prices them when communicated (a frozen tensor
+ * moves nothing: 1 byte keeps it a tensor of the profile), else as the model holds them; sparse
+ * ones with their block and densities (most: SPARSE_COUNTS per tensor, or NULL). Then checked. */
+static int add_tensors(const dear_ctx_t *ctx, dear_profile_t *prof, int communicated, const uint64_t *most)
+{
+    int rc = DEAR_OK;
+    for (int t = 0; t < ctx->reg.ntensors && rc == DEAR_OK; t++) {
+        char name[DEAR_NAME_MAX + 1];
+        snprintf(name, sizeof name, "%s", ctx->reg.tensors[t].name);
+        for (char *c = name; *c; c++) /* the text format has no blanks in names */
+            if (*c == ' ' || *c == '\t' || *c == '\n')
+                *c = '_';
+        size_t tb = communicated && ctx->reg.tensors[t].frozen ? 1 : ctx->reg.tensors[t].bytes;
+        rc = dear_prof_add_tensor(prof, name, ctx->reg.tensors[t].layer, tb);
+        size_t block = dear_tensor_block(&ctx->sparse, &ctx->reg, t);
+        if (rc == DEAR_OK && block > 0 && tb == ctx->reg.tensors[t].bytes)
+            set_density(prof, &ctx->reg.tensors[t], block, most ? &most[SPARSE_COUNTS * t] : NULL);
+    }
+    char msg[256];
+    if (rc == DEAR_OK && (rc = dear_prof_check(prof, msg, sizeof msg)) != DEAR_OK)
+        DEAR_ERROR("plan", "the profile is rejected: %s", msg);
+    return rc;
+}
+
+int dear_profile_structure(const dear_ctx_t *ctx, dear_profile_t *prof)
+{
+    int rc = DEAR_OK;
+    dear_prof_init(prof, "structure");
+    prof->no_times = 1;
+    for (int l = 0; l < ctx->reg.nlayers && rc == DEAR_OK; l++) {
+        rc = dear_prof_add_layer(prof, ctx->reg.layers[l].id, 0, 0);
+        if (rc == DEAR_OK)
+            dear_prof_set_flops(prof, ctx->reg.layers[l].flops);
+    }
+    if (rc == DEAR_OK)
+        rc = add_tensors(ctx, prof, 1, NULL);
+    if (rc != DEAR_OK)
+        dear_prof_free(prof);
+    return rc;
 }
 
 int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, dear_profile_t *prof)
@@ -503,29 +553,32 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
         goto out;
     for (int l = 0; l < nl && rc == DEAR_OK; l++)
         rc = dear_prof_add_layer(prof, ctx->reg.layers[l].id, all[2 * l], all[2 * l + 1]);
-    for (int t = 0; t < ctx->reg.ntensors && rc == DEAR_OK; t++) {
-        char name[DEAR_NAME_MAX + 1];
-        snprintf(name, sizeof name, "%s", ctx->reg.tensors[t].name);
-        for (char *c = name; *c; c++) /* the text format has no blanks in names */
-            if (*c == ' ' || *c == '\t' || *c == '\n')
-                *c = '_';
-        /* Planning prices what travels: a frozen tensor moves nothing (1 byte keeps it a tensor of
-         * the profile); a saved profile describes the model. */
-        size_t tb = communicated && ctx->reg.tensors[t].frozen ? 1 : ctx->reg.tensors[t].bytes;
-        rc = dear_prof_add_tensor(prof, name, ctx->reg.tensors[t].layer, tb);
-        size_t block = dear_tensor_block(&ctx->sparse, &ctx->reg, t);
-        if (rc == DEAR_OK && block > 0 && tb == ctx->reg.tensors[t].bytes)
-            set_density(prof, &ctx->reg.tensors[t], block, &most[SPARSE_COUNTS * t]);
-    }
-    char msg[256];
-    if (rc == DEAR_OK && (rc = dear_prof_check(prof, msg, sizeof msg)) != DEAR_OK)
-        DEAR_ERROR("plan", "the measured profile is rejected: %s", msg);
+    /* Planning prices what travels; a saved profile describes the model. */
+    if (rc == DEAR_OK)
+        rc = add_tensors(ctx, prof, communicated, most);
 out:
     free(med);
     free(all);
     free(cnt);
     free(most);
     return rc;
+}
+
+int dear_first_iteration_times(dear_ctx_t *ctx, double *fwd_s, double *bwd_s)
+{
+    /* This rank's first training iteration: every layer's first sample. */
+    double mine[2] = { 0, 0 }, most[2] = { 0, 0 };
+    for (int l = 0; l < ctx->reg.nlayers; l++) {
+        if (ctx->it.fwd_times[l].n > 0)
+            mine[0] += ctx->it.fwd_times[l].v[0];
+        if (ctx->it.bwd_times[l].n > 0)
+            mine[1] += ctx->it.bwd_times[l].v[0];
+    }
+    /* The slowest rank's, as a plan must fit it. */
+    DEAR_MPI_CHECK(MPI_Reduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm));
+    *fwd_s = most[0];
+    *bwd_s = most[1];
+    return DEAR_OK;
 }
 
 int dear_set_stream(dear_ctx_t *ctx, void *stream)

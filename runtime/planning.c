@@ -5,11 +5,13 @@
  *
  * Online planning runs when DEAR_FUSION names a model-driven planner (DEAR_PLANNER_F_MODEL), the
  * schedule is not sync, no DEAR_PLAN_FILE is given and there are at least two ranks; commit then
- * gets the cost model (calibrate.c). At the backward_end of iteration DEAR_WARMUP_ITERS (and
- * every DEAR_REPLAN_EVERY iterations after it) the caller has drained every collective of the
- * old plan; the progress thread is stopped, rank 0 plans from the measured profile (slowest
- * rank) and broadcasts, every rank rebuilds its buckets from the same plan and the progress
- * thread restarts with the new operation order. Because this happens on every rank at the same
+ * gets the cost model (calibrate.c) and, with no profile yet, plans from the model's structure
+ * (DEAR_FIRST_PLAN, fusion/estimate.h): across the unknown scale at commit and, for `first`,
+ * again at the first backward_end with that iteration's measured totals. At the backward_end of
+ * iteration DEAR_WARMUP_ITERS (and every DEAR_REPLAN_EVERY iterations after it) the caller has
+ * drained every collective of the old plan; the progress thread is stopped, rank 0 plans from
+ * the measured profile (slowest rank) and broadcasts, every rank rebuilds its buckets from the
+ * same plan and the progress thread restarts with the new operation order. Because this happens on every rank at the same
  * backward_end, the global order of collectives stays identical across ranks. auto then checks
  * its plan against the one it replaced by measurement (DEAR_VERIFY_ITERS, below).
  */
@@ -20,6 +22,7 @@
 #include <string.h>
 
 #include "fusion/cost.h"
+#include "fusion/estimate.h"
 #include "fusion/planfile.h"
 #include "fusion/planners.h"
 #include "fusion/profile.h"
@@ -31,6 +34,53 @@
 #include "base/util.h"
 
 /* ---- the plan at commit ---- */
+
+/* The structure of the registered model cut into the units, its compute spread by the layers'
+ * costs over the totals (fwd_s, bwd_s): what plans are made from before any profile. */
+static int estimated_units(const dear_ctx_t *ctx, int nunits, const dear_unit_t *units, double fwd_s,
+                           double bwd_s, dear_profile_t *out)
+{
+    dear_profile_t st = { 0 }, est = { 0 };
+    int rc = dear_profile_structure(ctx, &st);
+    if (rc == DEAR_OK)
+        rc = dear_prof_estimate(&st, fwd_s, bwd_s, &est);
+    if (rc == DEAR_OK)
+        rc = dear_prof_units(&est, nunits, units, out);
+    dear_prof_free(&st);
+    dear_prof_free(&est);
+    return rc;
+}
+
+/* Rank 0 at commit: the plan of the model-driven planner from the structure alone, the one that
+ * loses least across the compute-to-communication ratios (the scale is unknown). */
+static int estimate_plan(dear_ctx_t *ctx, int nunits, const dear_unit_t *units, dear_plan_t *plan)
+{
+    dear_profile_t prof = { 0 };
+    dear_plan_problem_t prob;
+    dear_sim_model_arg_t marg;
+    double t0 = dear_now(), regret = NAN;
+    int hinted = 0;
+    for (int l = 0; l < ctx->reg.nlayers; l++)
+        hinted += ctx->reg.layers[l].flops >= 0;
+    int rc = estimated_units(ctx, nunits, units, 1.0, 2.0, &prof);
+    if (rc == DEAR_OK)
+        rc = dear_plan_problem_init(&prob, &prof, ctx->cfg.sched, &ctx->online.cost, 0, &marg);
+    if (rc == DEAR_OK) {
+        prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
+        prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
+        dear_robust_range_t range = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
+        rc = dear_plan_robust(plan, &prob, (dear_planner_t)dear_param_enum(DEAR_P_FUSION), &range, &regret);
+    }
+    if (rc == DEAR_OK)
+        DEAR_INFO("plan", "first plan, from the model's structure (%d of %d layer(s) with a compute hint, the others "
+                          "by parameter bytes) and the cost model: %s with %d reduce-scatter bucket(s) and %d "
+                          "all-gather group(s), within %.1f%% of the best plan at every compute/communication ratio "
+                          "%g..%g; planned in %.1f ms",
+                  hinted, ctx->reg.nlayers, plan->planner, plan->rs.ngroups, plan->ag.ngroups, 100 * (regret - 1),
+                  DEAR_ROBUST_LO, DEAR_ROBUST_HI, 1e3 * (dear_now() - t0));
+    dear_prof_free(&prof);
+    return rc;
+}
 
 /* Rank 0's plan at commit, over the units DEAR_PARTITION cuts the tensors into (fusion/units.h),
  * or the DEAR_PLAN_FILE plan with the units it was made for. */
@@ -68,12 +118,17 @@ static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
     } else if (planner == DEAR_PLANNER_NONE) {
         rc = dear_plan_none(plan, nu, udesc);
     } else {
-        /* Model-driven planners need the measured profile: until the warm-up iterations have
-         * given one (planning.c), the threshold plan runs. On one rank a model-driven planner has
-         * nothing to plan: no communication at all. */
-        rc = dear_plan_threshold(plan, nu, udesc, (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD));
-        if (rc == DEAR_OK && ctx->online.enabled)
-            snprintf(plan->planner, sizeof plan->planner, "threshold(warm-up)");
+        /* Model-driven planners plan from the measured profile once the warm-up iterations have
+         * given one; until then the model's structure stands in for it (DEAR_FIRST_PLAN), or
+         * the threshold plan runs. On one rank a model-driven planner has nothing to plan: no
+         * communication at all. */
+        if (ctx->online.enabled && ctx->online.first_plan != DEAR_FIRST_THRESHOLD) {
+            rc = estimate_plan(ctx, nu, units, plan);
+        } else {
+            rc = dear_plan_threshold(plan, nu, udesc, (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD));
+            if (rc == DEAR_OK && ctx->online.enabled)
+                snprintf(plan->planner, sizeof plan->planner, "threshold(warm-up)");
+        }
     }
     if (rc == DEAR_OK)
         rc = dear_plan_set_units(plan, n, units);
@@ -159,10 +214,28 @@ static int plan_fits(dear_ctx_t *ctx, const dear_plan_t *plan)
     return rc;
 }
 
+/* MPI_Bcast of rank 0's verdict, which the other ranks wait for while rank 0 plans: they sleep
+ * between tests (50 us growing to 1 ms) rather than spin in MPI, whose polling on a host with
+ * more ranks than cores takes the core rank 0 plans on. */
+static int bcast_verdict(dear_ctx_t *ctx, int *rc)
+{
+    MPI_Request req;
+    int done = 0;
+    double nap = 50e-6;
+    DEAR_MPI_CHECK(MPI_Ibcast(rc, 1, MPI_INT, 0, ctx->cm.comm, &req));
+    for (;;) {
+        DEAR_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        if (done)
+            return DEAR_OK;
+        dear_sleep(nap);
+        nap = nap < 1e-3 ? 2 * nap : 1e-3;
+    }
+}
+
 int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
 {
     int rc = rc0;
-    DEAR_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, ctx->cm.comm));
+    DEAR_CHECK(bcast_verdict(ctx, &rc));
     if (rc != DEAR_OK) {
         if (ctx->cm.rank != 0 && rc == DEAR_ERR_MISMATCH)
             DEAR_ERROR("plan", "rank 0 could not make a plan: its DEAR_PLAN_FILE does not fit the registered "
@@ -197,7 +270,7 @@ int dear_planning_setup(dear_ctx_t *ctx)
     const char *fusion = dear_param_string(DEAR_P_FUSION);
     dear_planner_t planner = (dear_planner_t)dear_param_enum(DEAR_P_FUSION);
     const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
-    int cfg[5];
+    int cfg[6];
     cfg[0] = (dear_planner_flags(planner) & DEAR_PLANNER_F_MODEL) && ctx->cfg.sched != DEAR_SCHED_SYNC &&
              !(pfile && pfile[0]) && ctx->cm.size > 1;
     cfg[1] = (int)dear_param_int(DEAR_P_WARMUP_ITERS);
@@ -205,12 +278,17 @@ int dear_planning_setup(dear_ctx_t *ctx)
     cfg[3] = (int)dear_param_enum(DEAR_P_CALIBRATE); /* auto|off */
     /* Only auto promises the fastest plan it can find; a named planner's plan is kept. */
     cfg[4] = planner == DEAR_PLANNER_AUTO ? (int)dear_param_int(DEAR_P_VERIFY_ITERS) : 0;
+    cfg[5] = (int)dear_param_enum(DEAR_P_FIRST_PLAN);
     double margin = dear_param_double(DEAR_P_VERIFY_MARGIN);
-    DEAR_MPI_CHECK(MPI_Bcast(cfg, 5, MPI_INT, 0, ctx->cm.comm));
+    DEAR_MPI_CHECK(MPI_Bcast(cfg, 6, MPI_INT, 0, ctx->cm.comm));
     DEAR_MPI_CHECK(MPI_Bcast(&margin, 1, MPI_DOUBLE, 0, ctx->cm.comm));
+    ctx->online.min_gain = dear_param_double(DEAR_P_REPLAN_MIN_GAIN); /* rank 0's: it alone plans */
     ctx->online.enabled = cfg[0];
     ctx->online.replan_every = cfg[2];
     ctx->online.next_plan_iter = ctx->online.enabled ? cfg[1] : -1;
+    ctx->online.first_plan = cfg[5];
+    /* With one warm-up iteration the measured profile comes at the same backward_end. */
+    ctx->online.rescale_at = ctx->online.enabled && cfg[5] == DEAR_FIRST_FIRST && cfg[1] > 1 ? 1 : -1;
     ctx->check.iters = ctx->online.enabled ? cfg[4] : 0;
     ctx->check.margin = margin;
     ctx->check.at = -1;
@@ -236,10 +314,12 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
     return r.iter_s;
 }
 
-/* Rank 0: plan from the medians; logs the choice against the threshold plan. pred: the predicted
+/* Rank 0: plan from a profile of the tensors (the medians, or the first iteration's estimate);
+ * logs the choice (what: which plan this is) against the threshold plan. pred: the predicted
  * iteration time of the plan in force [0] and of the new one [1], for auto's check. The new plan
  * ranges over the units of the plan in force, so both are priced alike. */
-static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t *plan, double pred[2])
+static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t *plan, double pred[2],
+                      const char *what)
 {
     int rc;
     dear_plan_problem_t prob;
@@ -260,7 +340,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t 
         if (rc == DEAR_OK)
             rc = dear_plan_set_units(plan, ctx->reg.ntensors, ctx->graph.plan.units);
         if (rc != DEAR_OK)
-            DEAR_ERROR("plan", "online planning: planner %s failed for %d tensors in %d units: %s", fusion,
+            DEAR_ERROR("plan", "%s: planner %s failed for %d tensors in %d units: %s", what, fusion,
                        ctx->reg.ntensors, ctx->graph.plan.nunits, dear_status_string(rc));
     }
     if (rc == DEAR_OK) {
@@ -271,11 +351,11 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t 
         double tnew = pred[1], tcur = pred[0], tthr = INFINITY;
         if (dear_plan_by_id(&thr, &prob, DEAR_PLANNER_THRESHOLD) == DEAR_OK)
             tthr = predict(&prob, &thr);
-        DEAR_INFO("plan", "online plan at iteration %lld (%s, schedule %s): %s with %d reduce-scatter bucket(s) "
+        DEAR_INFO("plan", "%s at iteration %lld (%s, schedule %s): %s with %d reduce-scatter bucket(s) "
                           "and %d all-gather group(s); predicted iteration %.3f ms vs %.3f ms with threshold "
                           "(%zu B) and %.3f ms with the current plan (%s, %d bucket(s)); compute %.3f ms; planned "
                           "in %.1f ms",
-                  ctx->it.iter, fusion, dear_sched_name(ctx->cfg.sched), plan->planner, plan->rs.ngroups, plan->ag.ngroups,
+                  what, ctx->it.iter, fusion, dear_sched_name(ctx->cfg.sched), plan->planner, plan->rs.ngroups, plan->ag.ngroups,
                   1e3 * tnew, 1e3 * tthr, prob.threshold, 1e3 * tcur, ctx->graph.plan.planner, ctx->graph.plan.rs.ngroups,
                   1e3 * (dear_prof_fwd_total(prof) + dear_prof_bwd_total(prof)), 1e3 * (dear_now() - t0));
     }
@@ -418,39 +498,81 @@ static void check_begin(dear_ctx_t *ctx, dear_plan_t *old, const double pred[2])
     block_begin(ctx, 0);
 }
 
-int dear_planning_replan(dear_ctx_t *ctx)
+/* Rank 0: the registered model's structure with the compute of the first iteration (fwd_s, bwd_s)
+ * spread over its layers by their costs. */
+static int first_times_profile(const dear_ctx_t *ctx, double fwd_s, double bwd_s, dear_profile_t *prof)
+{
+    dear_profile_t st = { 0 };
+    int rc = dear_profile_structure(ctx, &st);
+    if (rc == DEAR_OK)
+        rc = dear_prof_estimate(&st, fwd_s, bwd_s, prof);
+    dear_prof_free(&st);
+    return rc;
+}
+
+/* A re-plan at a backward_end with nothing in flight: from the measured profile (followed by
+ * auto's check), or (rescale) from the structure with the first iteration's times. */
+static int replan(dear_ctx_t *ctx, int rescale)
 {
     dear_plan_t plan = { 0 };
     dear_profile_t prof = { 0 };
     double pred[2] = { 0, 0 };
+    int rc;
 
     /* The caller drained the old plan's collectives: with the thread stopped, the communicator
      * is this thread's alone and the operations can be rebuilt. */
     dear_engine_stop(ctx);
     ctx->eng.stop = 0;
-    int rc = dear_profile_measured(ctx, "online", 1, &prof);
+    int keep = 0; /* rank 0: nothing measured to scale the estimate by */
+    if (rescale) {
+        double fwd_s = 0, bwd_s = 0;
+        rc = dear_first_iteration_times(ctx, &fwd_s, &bwd_s);
+        keep = !(fwd_s + bwd_s > 0);
+        if (rc == DEAR_OK && ctx->cm.rank == 0 && !keep)
+            rc = first_times_profile(ctx, fwd_s, bwd_s, &prof);
+    } else {
+        rc = dear_profile_measured(ctx, "online", 1, &prof);
+    }
     if (rc == DEAR_ERR_MPI)
         goto out;
-    if (ctx->cm.rank == 0 && rc == DEAR_OK)
-        rc = plan_rank0(ctx, &prof, &plan, pred);
+    if (ctx->cm.rank == 0 && rc == DEAR_OK && keep)
+        rc = dear_plan_copy(&plan, &ctx->graph.plan);
+    else if (ctx->cm.rank == 0 && rc == DEAR_OK)
+        rc = plan_rank0(ctx, &prof, &plan, pred,
+                        rescale ? "first plan, with the first iteration's times" : "online plan");
+    if (ctx->cm.rank == 0 && rc == DEAR_OK && rescale && !keep) {
+        char name[sizeof plan.planner];
+        snprintf(name, sizeof name, "est:%.27s", plan.planner); /* made from an estimate */
+        snprintf(plan.planner, sizeof plan.planner, "%s", name);
+    } else if (ctx->cm.rank == 0 && rc == DEAR_OK && pred[1] > pred[0] * (1 - ctx->online.min_gain) &&
+               !dear_plan_equal(&plan, &ctx->graph.plan)) {
+        /* A switch drains the pipeline and sets off auto's check: a small gain does not repay them. */
+        DEAR_INFO("plan", "online plan at iteration %lld: keeping %s, predicted %.3f ms against %.3f ms for %s "
+                          "(a gain under %g%%, DEAR_REPLAN_MIN_GAIN, does not repay a switch)",
+                  ctx->it.iter, ctx->graph.plan.planner, 1e3 * pred[0], 1e3 * pred[1], plan.planner,
+                  100 * ctx->online.min_gain);
+        rc = dear_plan_copy(&plan, &ctx->graph.plan);
+    }
     /* Switch only after this; a planner failure keeps the plan that works (communication
      * errors stop the context as usual). */
-    ctx->online.next_plan_iter = ctx->online.replan_every > 0 ? ctx->it.iter + ctx->online.replan_every : -1;
+    if (!rescale)
+        ctx->online.next_plan_iter = ctx->online.replan_every > 0 ? ctx->it.iter + ctx->online.replan_every : -1;
     rc = dear_planning_bcast(ctx, &plan, rc);
     if (rc == DEAR_ERR_MPI || rc == DEAR_ERR_NOMEM)
         goto out;
     if (rc != DEAR_OK) {
-        DEAR_WARN("plan", "online planning at iteration %lld failed (%s); keeping plan %s", ctx->it.iter,
-                  dear_status_string(rc), ctx->graph.plan.planner);
+        DEAR_WARN("plan", "%s at iteration %lld failed (%s); keeping plan %s",
+                  rescale ? "re-planning the first plan" : "online planning", ctx->it.iter, dear_status_string(rc),
+                  ctx->graph.plan.planner);
         rc = DEAR_OK;
         goto out;
     }
     if (!dear_plan_equal(&plan, &ctx->graph.plan)) {
-        /* Keep the plan being replaced for auto's check. */
+        /* Keep the plan being replaced for auto's check, which judges the measured profile's plans. */
         dear_plan_t prev = { 0 };
         DEAR_CHECK_GOTO(dear_plan_copy(&prev, &ctx->graph.plan), rc, out);
         DEAR_CHECK_GOTO(dear_graph_rebuild(ctx, &plan), rc, out_prev);
-        if (ctx->check.iters > 0)
+        if (ctx->check.iters > 0 && !rescale)
             check_begin(ctx, &prev, pred);
 out_prev:
         dear_plan_free(&prev);
@@ -459,14 +581,27 @@ out_prev:
     } else {
         /* Same buckets: keep them, but record who confirmed them. */
         snprintf(ctx->graph.plan.planner, sizeof ctx->graph.plan.planner, "%s", plan.planner);
-        DEAR_INFO("plan", "online plan at iteration %lld: unchanged (%d bucket(s))", ctx->it.iter, ctx->graph.nbuckets);
+        DEAR_INFO("plan", "%s at iteration %lld: unchanged (%d bucket(s))", rescale ? "first plan" : "online plan",
+                  ctx->it.iter, ctx->graph.nbuckets);
     }
-    ctx->online.nplans++;
+    if (!rescale)
+        ctx->online.nplans++;
 out:
     rc = dear_planning_restart(ctx, rc);
     dear_plan_free(&plan);
     dear_prof_free(&prof);
     return rc;
+}
+
+int dear_planning_replan(dear_ctx_t *ctx)
+{
+    return replan(ctx, 0);
+}
+
+int dear_planning_rescale(dear_ctx_t *ctx)
+{
+    ctx->online.rescale_at = -1;
+    return replan(ctx, 1);
 }
 
 int dear_planning_verify(dear_ctx_t *ctx)

@@ -4,6 +4,7 @@
  * every rank), and the tensors as the fusion layer describes them.
  */
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,20 @@ static int check_memory(const char *call, const char *name, const char *what, co
     return DEAR_OK;
 }
 
+/* Room for one more element in a growing array (*arr of *cap, n used): doubled when full, from
+ * first. The array pointer is passed as void ** through its address. */
+static int room_for(void *arr, int n, int *cap, size_t elem, int first)
+{
+    if (n < *cap)
+        return DEAR_OK;
+    void **pa = arr, *p;
+    int c = *cap ? 2 * *cap : first;
+    DEAR_ALLOC_CHECK(p, realloc(*pa, elem * (size_t)c), elem * (size_t)c);
+    *pa = p;
+    *cap = c;
+    return DEAR_OK;
+}
+
 int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
                   dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg)
 {
@@ -120,13 +135,8 @@ int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size
                    name, layer, ctx->reg.tensors[ctx->reg.ntensors - 1].layer);
         return DEAR_ERR_ARG;
     }
-    if (ctx->reg.ntensors == ctx->reg.tensors_cap) {
-        int cap = ctx->reg.tensors_cap ? 2 * ctx->reg.tensors_cap : 64;
-        dear_tensor_t *t;
-        DEAR_ALLOC_GOTO(t, realloc(ctx->reg.tensors, sizeof *t * (size_t)cap), sizeof *t * (size_t)cap, rc, err);
-        ctx->reg.tensors = t;
-        ctx->reg.tensors_cap = cap;
-    }
+    DEAR_CHECK_GOTO(room_for(&ctx->reg.tensors, ctx->reg.ntensors, &ctx->reg.tensors_cap, sizeof *ctx->reg.tensors, 64),
+                    rc, err);
     dear_tensor_t *t = &ctx->reg.tensors[ctx->reg.ntensors];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -183,10 +193,24 @@ int dear_registry_build_layers(dear_registry_t *reg)
         dear_layer_t *L = &reg->layers[l];
         L->id = ids[l];
         L->bwd_iter = -1;
+        L->flops = -1;
         L->t0 = t;
         while (t < reg->ntensors && reg->tensors[t].layer == L->id)
             reg->tensors[t++].lidx = l;
         L->t1 = t;
+    }
+    /* The hints, in call order: a later one for the same layer replaces an earlier one. */
+    for (int h = 0; h < reg->nhints; h++) {
+        int lo = 0, hi = nl - 1;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (reg->layers[mid].id < reg->hints[h].layer)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (nl > 0 && reg->layers[lo].id == reg->hints[h].layer)
+            reg->layers[lo].flops = reg->hints[h].flops;
     }
 err:
     free(ids);
@@ -203,14 +227,56 @@ int dear_register_layer(dear_ctx_t *ctx, int layer)
                    layer);
         return DEAR_ERR_STATE;
     }
-    if (ctx->reg.ndeclared == ctx->reg.declared_cap) {
-        int c = ctx->reg.declared_cap ? 2 * ctx->reg.declared_cap : 16;
-        int *p;
-        DEAR_ALLOC_GOTO(p, realloc(ctx->reg.declared, sizeof *p * (size_t)c), sizeof *p * (size_t)c, rc, err);
-        ctx->reg.declared = p;
-        ctx->reg.declared_cap = c;
-    }
+    DEAR_CHECK_GOTO(room_for(&ctx->reg.declared, ctx->reg.ndeclared, &ctx->reg.declared_cap, sizeof *ctx->reg.declared,
+                             16),
+                    rc, err);
     ctx->reg.declared[ctx->reg.ndeclared++] = layer;
+    return DEAR_OK;
+err:
+    return rc;
+}
+
+/* Before commit: whether some tensor or dear_register_layer has named this layer id. */
+static int layer_known(const dear_registry_t *reg, int layer)
+{
+    for (int t = 0; t < reg->ntensors; t++)
+        if (reg->tensors[t].layer == layer)
+            return 1;
+    for (int i = 0; i < reg->ndeclared; i++)
+        if (reg->declared[i] == layer)
+            return 1;
+    return 0;
+}
+
+int dear_set_layer_cost(dear_ctx_t *ctx, int layer, double flops)
+{
+    int rc = DEAR_OK;
+    DEAR_ARG_CHECK(ctx != NULL, "dear_set_layer_cost: ctx is NULL");
+    DEAR_ARG_CHECK(isfinite(flops) && flops >= 0,
+                   "dear_set_layer_cost(layer %d, %g): the hint must be a finite number >= 0 (the layer's forward "
+                   "FLOPs, or any one unit proportional to them for every layer)",
+                   layer, flops);
+    if (ctx->committed) {
+        int l = dear_layer_index(&ctx->reg, layer);
+        DEAR_ARG_CHECK(l >= 0, "dear_set_layer_cost(layer %d): unknown layer id; the registered layers have ids "
+                               "%d..%d (%d layers)",
+                       layer, ctx->reg.layers[0].id, ctx->reg.layers[ctx->reg.nlayers - 1].id, ctx->reg.nlayers);
+        if (ctx->it.in_backward) {
+            DEAR_ERROR("api", "dear_set_layer_cost(layer %d): called during the backward pass of iteration %lld; "
+                              "call it between iterations",
+                       layer, ctx->it.iter);
+            return DEAR_ERR_STATE;
+        }
+        ctx->reg.layers[l].flops = flops;
+        return DEAR_OK;
+    }
+    DEAR_ARG_CHECK(layer_known(&ctx->reg, layer),
+                   "dear_set_layer_cost(layer %d): no tensor registered in this layer and no dear_register_layer "
+                   "for it; register the layer first",
+                   layer);
+    DEAR_CHECK_GOTO(room_for(&ctx->reg.hints, ctx->reg.nhints, &ctx->reg.hints_cap, sizeof *ctx->reg.hints, 16), rc,
+                    err);
+    ctx->reg.hints[ctx->reg.nhints++] = (dear_layer_hint_t){ layer, flops };
     return DEAR_OK;
 err:
     return rc;

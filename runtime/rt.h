@@ -81,7 +81,14 @@ typedef struct {
     int t0, t1;             /* tensors [t0, t1) */
     int u0, u1;             /* their units [u0, u1) (dear_graph_build) */
     long long bwd_iter;     /* iteration of the last backward_done, -1 before any */
+    double flops;           /* its compute hint (dear_set_layer_cost); < 0: none */
 } dear_layer_t;
+
+/* A compute hint given before commit, when the layers are not built yet. */
+typedef struct {
+    int layer;
+    double flops;
+} dear_layer_hint_t;
 
 typedef struct dear_op dear_op_t;
 struct dear_op {
@@ -200,6 +207,8 @@ typedef struct {
     int nlayers;
     int *declared;          /* dear_register_layer's ids: layers that may hold no tensor */
     int ndeclared, declared_cap;
+    dear_layer_hint_t *hints; /* dear_set_layer_cost before commit, in call order */
+    int nhints, hints_cap;
 } dear_registry_t;
 
 /* The plan in force and what it became: its units, buckets, all-gather groups, one iteration's
@@ -218,6 +227,9 @@ typedef struct {
     int nops;
 } dear_graph_t;
 
+/* DEAR_FIRST_PLAN: the table's order. */
+typedef enum { DEAR_FIRST_RANGE = 0, DEAR_FIRST_FIRST = 1, DEAR_FIRST_THRESHOLD = 2 } dear_first_plan_t;
+
 /* The cost model and online planning (calibrate.c, planning.c): the same on every rank, the
  * application thread's (plans switch with the progress thread stopped). */
 typedef struct {
@@ -225,6 +237,10 @@ typedef struct {
     int enabled;            /* a model-driven planner replaces the warm-up plan during training */
     int replan_every;       /* DEAR_REPLAN_EVERY of rank 0 */
     long long next_plan_iter; /* plan at the backward_end that completes this iteration; -1: never */
+    int first_plan;         /* DEAR_FIRST_PLAN of rank 0: DEAR_FIRST_* */
+    double min_gain;        /* DEAR_REPLAN_MIN_GAIN (rank 0 uses its own) */
+    long long rescale_at;   /* DEAR_FIRST_PLAN=first: re-plan the estimate at the backward_end completing this
+                             * iteration with its measured times; -1: not (again) */
     int calib_measured;     /* calibrations measured (not loaded from the cache): tests read it */
     int nplans;             /* online plans made */
 } dear_online_t;
@@ -291,7 +307,7 @@ typedef struct {
     int hold;               /* DEAR_SHARD_HOLD: they wait for dear_shard_release */
     int flags;              /* dear_set_shard's, before commit */
     int held;               /* the all-gathers of the last backward_end are not queued yet */
-    int switch_due;         /* a plan switch waits for them: 1 re-plan, 2 auto's check */
+    int switch_due;         /* a plan switch waits for them: its dear_switch_t + 1 (0: none) */
     dear_fence_t *updated;  /* the application's queue ran the updates (the all-gathers wait) */
 } dear_shard_t;
 
@@ -485,7 +501,8 @@ int dear_cost_setup(dear_ctx_t *ctx, int calibrate_on);
  * Collective. */
 int dear_planning_setup(dear_ctx_t *ctx);
 /* At commit: rank 0 makes the plan in force until online planning replaces it (DEAR_PLAN_FILE,
- * the one bucket of sync, none, or threshold) and every rank receives it. Collective. */
+ * the one bucket of sync, none, threshold, or the estimate of DEAR_FIRST_PLAN) and every rank
+ * receives it. Collective. */
 int dear_planning_initial(dear_ctx_t *ctx);
 /* Rank 0's status rc0 travels first; then, if it is DEAR_OK, rank 0's plan (set on the other
  * ranks, validated everywhere). Returns rc0 or the broadcast's own error. Collective. */
@@ -496,6 +513,9 @@ int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0);
 int dear_planning_restart(dear_ctx_t *ctx, int rc);
 /* At a backward_end with nothing in flight: plan from the profile and switch. Collective. */
 int dear_planning_replan(dear_ctx_t *ctx);
+/* At the first backward_end with nothing in flight (DEAR_FIRST_PLAN=first): plan the estimate
+ * again with the first iteration's measured times and switch, without auto's check. Collective. */
+int dear_planning_rescale(dear_ctx_t *ctx);
 /* At the backward_end of ctx->check.at, nothing in flight: switch to the other plan for
  * the next block of the check or, after the last, keep the plan the measurement (or, when it is
  * inconclusive, the model) says is faster. Collective. */
@@ -555,9 +575,12 @@ int dear_shard_backward_end(dear_ctx_t *ctx);
 /* Queue the held all-gathers (waiting for them under wfbp and sync), then any plan switch that
  * waited for them. */
 int dear_shard_release_held(dear_ctx_t *ctx, const char *call);
-/* Under DEAR_SHARD_HOLD at backward_end: a plan switch due now waits for the release (1 re-plan,
- * 2 auto's check); returns 1 if it was deferred. */
-int dear_shard_defer_switch(dear_ctx_t *ctx, int verify);
+/* The plan switches a backward_end may make: online re-planning, auto's check, the first plan
+ * again with the first iteration's scale. */
+typedef enum { DEAR_SWITCH_REPLAN, DEAR_SWITCH_VERIFY, DEAR_SWITCH_RESCALE } dear_switch_t;
+/* Under DEAR_SHARD_HOLD at backward_end: a plan switch due now waits for the release; returns 1
+ * if it was deferred. */
+int dear_shard_defer_switch(dear_ctx_t *ctx, dear_switch_t kind);
 
 /* iteration.c */
 /* The per-layer samples of the profile, for nlayers layers (commit), and their release. */
@@ -571,13 +594,20 @@ int dear_sched_flush(dear_ctx_t *ctx, const char *call);
 int dear_call_update(dear_ctx_t *ctx, int t, long long iteration);
 /* Sharded updates: the update of this rank's slice of unit u (its averaged gradient in place). */
 int dear_call_update_slice(dear_ctx_t *ctx, int u, long long iteration);
-/* The plan switch of a backward_end (verify: auto's check), its collectives drained first. */
-int dear_switch_plan(dear_ctx_t *ctx, int verify);
+/* A plan switch of a backward_end, its collectives drained first. */
+int dear_switch_plan(dear_ctx_t *ctx, dear_switch_t kind);
 /* The per-layer profile of the iterations so far as the slowest rank ran them (each layer's
  * median forward and backward times, the maximum over the ranks: a plan must fit the slowest
  * worker) with the registered tensors, checked. Collective; rank 0 gets it in *prof (init'ed
  * empty on the others; free it everywhere). DEAR_ERR_MPI or DEAR_ERR_NOMEM on every rank alike;
  * rank 0 alone may also return the profile's own errors (logged). */
 int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, dear_profile_t *prof);
+/* The registered model without times (a model description: layers with their hints, tensors as
+ * planning prices them, sparse ones dense but cut at their blocks); what planning without a
+ * profile starts from (fusion/estimate.h). Any rank; not collective. */
+int dear_profile_structure(const dear_ctx_t *ctx, dear_profile_t *prof);
+/* Collective: the first training iteration's forward and backward compute, summed over the
+ * layers, the slowest rank's (rank 0 gets them; others' are unset). */
+int dear_first_iteration_times(dear_ctx_t *ctx, double *fwd_s, double *bwd_s);
 
 #endif

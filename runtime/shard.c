@@ -207,13 +207,13 @@ int dear_shard_release_held(dear_ctx_t *ctx, const char *call)
     }
     int due = ctx->shard.switch_due;
     ctx->shard.switch_due = 0;
-    return due ? dear_switch_plan(ctx, due == 2) : DEAR_OK;
+    return due ? dear_switch_plan(ctx, (dear_switch_t)(due - 1)) : DEAR_OK;
 }
 
-int dear_shard_defer_switch(dear_ctx_t *ctx, int verify)
+int dear_shard_defer_switch(dear_ctx_t *ctx, dear_switch_t kind)
 {
     if (!ctx->shard.held)
         return 0;
-    ctx->shard.switch_due = verify ? 2 : 1;
+    ctx->shard.switch_due = (int)kind + 1;
     return 1;
 }

@@ -6,4 +6,5 @@ EXTRA_DIST += tests/apps/dearbench-args.sh tests/apps/dearbench-run.sh tests/app
 # The end-to-end matrix (needs root and the emulated cluster; not run by make check);
 # its report, the judge of the issue's targets, on made-up CSVs with known verdicts.
 TESTS += tests/apps/e2e-report.sh
-EXTRA_DIST += bench/e2e-matrix.sh bench/e2e-report.py tests/apps/e2e-report.sh
+EXTRA_DIST += bench/e2e-matrix.sh bench/e2e-report.py tests/apps/e2e-report.sh bench/first-plan.sh bench/bench-lib.sh \
+    bench/first-plan-report.py

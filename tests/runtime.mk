@@ -14,7 +14,10 @@
 #   tests/mpi/online-np{2,4}.mpi   test_online: plan switches mid-run under every model-driven
 #                                  planner x schedule stay bitwise equal to MPI_Allreduce, ranks
 #                                  end on one plan; calibration cache written, reused, corrupt
-#                                  cache re-measured; DEAR_CALIBRATE=off with each preset
+#                                  cache re-measured; DEAR_CALIBRATE=off with each preset; the
+#                                  first plan without a profile (DEAR_FIRST_PLAN) identical on
+#                                  every rank and equal to fusion/estimate.h's, bad hints refused
+#   tests/mpi/online-np3-first.mpi test_online's "first" case alone at np 3
 #   tests/mpi/loop-np{1..5}.mpi    test_loop: a training loop's patterns (LR schedule, clipping,
 #                                  accumulation, frozen and unused tensors, evaluation,
 #                                  parameter-less layers, dear_wait_grad, bfloat16 rounded once)
@@ -59,7 +62,8 @@ tests_mpi_test_runtime_delay_LDADD = $(tests_mpi_test_runtime_LDADD)
 endif
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi/test_runtime tests/mpi/test_online
-TESTS += tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi
+TESTS += tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi \
+    tests/mpi/online-np3-first.mpi
 tests_mpi_test_online_SOURCES = tests/mpi/test_online.c tests/mpi/synth.h tests/mpi/np_check.h tests/mpi/suite_run.h
 tests_mpi_test_online_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_online_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
@@ -73,7 +77,8 @@ endif
 EXTRA_DIST += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runtime-np3.mpi \
     tests/mpi/runtime-np4.mpi tests/mpi/runtime-thread-np1.mpi tests/mpi/runtime-timeline.sh \
     tests/mpi/runtime-valgrind.sh tests/mpi/helgrind-runtime.supp tests/mpi/runtime-stall-abort.sh \
-    tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi
+    tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi \
+    tests/mpi/online-np3-first.mpi
 
 SPARSE_MPI_TESTS = tests/mpi/sparse-np1.mpi tests/mpi/sparse-np2.mpi tests/mpi/sparse-np3.mpi \
     tests/mpi/sparse-np4.mpi tests/mpi/sparse-np5.mpi tests/mpi/sparse-np3-socket.mpi

@@ -48,7 +48,8 @@ static void usage(void)
         "\n"
         "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships six)\n"
         "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
-        "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE], e.g.\n"
+        "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE]\n"
+        "                       [+first=MODE][+hold][+nohints], e.g.\n"
         "                       \"%s\"\n"
         "                       (SCHEDULE dear|wfbp|sync; PLANNER none|threshold|mgwfbp|dp|gradssa|auto;\n"
         "                       THRESHOLD bytes with k/m/g = KiB/MiB/GiB, default 25m; +sparse: the\n"
@@ -57,7 +58,10 @@ static void usage(void)
         "                       +part=SIZE: tensors above SIZE bytes are cut into chunks the planner\n"
         "                       places like tensors, DEAR_PARTITION, 0 never. Without it wfbp and sync\n"
         "                       keep every tensor whole, as Horovod and PyTorch DDP do, and dear\n"
-        "                       runs DEAR_PARTITION (default %s). SIZE scales with --size-scale)\n"
+        "                       runs DEAR_PARTITION (default %s). SIZE scales with --size-scale;\n"
+        "                       +first=first|range|threshold: DEAR_FIRST_PLAN, the plan before\n"
+        "                       the measured profile; +hold: that plan all run long; +nohints:\n"
+        "                       without the --hints)\n"
         "  --schedule S, --fusion X, --threshold BYTES\n"
         "                       one configuration (default: DEAR_SCHEDULE, DEAR_FUSION,\n"
         "                       DEAR_FUSION_THRESHOLD, else dear, threshold, 25m); not with --configs\n"
@@ -93,6 +97,12 @@ static void usage(void)
         "                       the expected share of rows touched is the profile's RS_DENSITY)\n"
         "  --zipf S             exponent of that distribution: row k drawn with weight 1/k^S\n"
         "                       (default 1.0, as word frequencies)\n"
+        "  --hints FILE         a model description of the profile's model (fusion/profiles/*.model):\n"
+        "                       its layers' compute hints go to dear_set_layer_cost, those of layers\n"
+        "                       without tensors to the layer before them (where the runtime sees\n"
+        "                       their time)\n"
+        "  --first-n N          report the time to train the first N iterations of a run, from\n"
+        "                       dear_init, and of the whole run (default 30)\n"
         "  --csv FILE           also write the results as CSV (rank 0)\n"
         "  --svg-dir DIR        write the predicted Gantt chart of each configuration there\n"
         "  --quiet              only the result table\n"
@@ -179,13 +189,19 @@ static int make_config(bench_config_t *c, const char *text, const char *sched, c
     return 0;
 }
 
-/* The '+' suffixes of a configuration (cut off buf): +sparse, +shard and +part=SIZE, each at most
- * once. */
-static int parse_suffixes(char *buf, const char *tok, int *sparse, int *shard, long long *partition)
+/* What the '+' suffixes of a configuration set. */
+typedef struct {
+    int sparse, shard, hold, nohints;
+    long long partition;        /* -1: none given */
+    char first[12];
+} suffixes_t;
+
+/* The '+' suffixes of a configuration (cut off buf): +sparse, +shard, +part=SIZE, +first=MODE,
+ * +hold and +nohints, each at most once. */
+static int parse_suffixes(char *buf, const char *tok, suffixes_t *x)
 {
     char *plus = strchr(buf, '+');
-    *sparse = *shard = 0;
-    *partition = -1;
+    *x = (suffixes_t){ .partition = -1 };
     if (!plus)
         return 0;
     *plus++ = 0;
@@ -193,18 +209,26 @@ static int parse_suffixes(char *buf, const char *tok, int *sparse, int *shard, l
         next = strchr(sfx, '+');
         if (next)
             *next++ = 0;
-        if (strcmp(sfx, "sparse") == 0 && !*sparse) {
-            *sparse = 1;
-        } else if (strcmp(sfx, "shard") == 0 && !*shard) {
-            *shard = 1;
-        } else if (strncmp(sfx, "part=", 5) == 0 && *partition < 0) {
+        if (strcmp(sfx, "sparse") == 0 && !x->sparse) {
+            x->sparse = 1;
+        } else if (strcmp(sfx, "shard") == 0 && !x->shard) {
+            x->shard = 1;
+        } else if (strcmp(sfx, "hold") == 0 && !x->hold) {
+            x->hold = 1;
+        } else if (strcmp(sfx, "nohints") == 0 && !x->nohints) {
+            x->nohints = 1;
+        } else if (strncmp(sfx, "first=", 6) == 0 && !x->first[0]) {
+            if (strcmp(sfx + 6, "first") && strcmp(sfx + 6, "range") && strcmp(sfx + 6, "threshold"))
+                return usage_error("--configs: '%s': +first=%s is not one of first|range|threshold", tok, sfx + 6);
+            snprintf(x->first, sizeof x->first, "%s", sfx + 6);
+        } else if (strncmp(sfx, "part=", 5) == 0 && x->partition < 0) {
             char what[96];
             snprintf(what, sizeof what, "--configs '%s': +part", tok);
-            if (parse_partition(sfx + 5, what, partition))
+            if (parse_partition(sfx + 5, what, &x->partition))
                 return 2;
         } else {
-            return usage_error("--configs: '%s': suffix '+%s' is not +sparse, +shard or +part=SIZE (each at most "
-                               "once)",
+            return usage_error("--configs: '%s': suffix '+%s' is not +sparse, +shard, +part=SIZE, +first=MODE, "
+                               "+hold or +nohints (each at most once)",
                                tok, sfx);
         }
     }
@@ -232,10 +256,10 @@ static int parse_configs(const char *list, bench_opts_t *o)
             break;
         }
         char buf[64], *f[4] = { 0 };
-        int nf = 0, sparse = 0, shard = 0;
-        long long partition = -1;
+        int nf = 0;
+        suffixes_t x;
         snprintf(buf, sizeof buf, "%s", tok);
-        if ((rc = parse_suffixes(buf, tok, &sparse, &shard, &partition)) != 0)
+        if ((rc = parse_suffixes(buf, tok, &x)) != 0)
             break;
         for (char *p = buf, *q; nf < 4 && p; p = q) {
             q = strchr(p, ':');
@@ -250,10 +274,14 @@ static int parse_configs(const char *list, bench_opts_t *o)
                              tok);
             break;
         }
-        rc = make_config(&o->configs[o->nconfigs], tok, f[0], f[1] ? f[1] : "threshold", thr, partition);
+        rc = make_config(&o->configs[o->nconfigs], tok, f[0], f[1] ? f[1] : "threshold", thr, x.partition);
         if (!rc) {
-            o->configs[o->nconfigs].shard = shard;
-            o->configs[o->nconfigs++].sparse = sparse;
+            bench_config_t *c = &o->configs[o->nconfigs++];
+            c->sparse = x.sparse;
+            c->shard = x.shard;
+            c->hold = x.hold;
+            c->nohints = x.nohints;
+            snprintf(c->first, sizeof c->first, "%s", x.first);
         }
     }
     free(dup);
@@ -309,7 +337,8 @@ static int read_options(int argc, char **argv, bench_opts_t *o, raw_args_t *r)
         { "inject-fault", required_argument, 0, 'F' }, { "help", no_argument, 0, 'h' },
         { "rounds", required_argument, 0, 'R' },      { "jitter-ms", required_argument, 0, 'J' },
         { "jitter-seed", required_argument, 0, 'j' }, { "tokens", required_argument, 0, 'k' },
-        { "zipf", required_argument, 0, 'z' },
+        { "zipf", required_argument, 0, 'z' },        { "hints", required_argument, 0, 'H' },
+        { "first-n", required_argument, 0, 'N' },
         { 0, 0, 0, 0 }
     };
     int c;
@@ -318,6 +347,7 @@ static int read_options(int argc, char **argv, bench_opts_t *o, raw_args_t *r)
     o->rounds = 1;
     o->jitter_seed = 1;
     o->zipf = 1.0;
+    o->first_n = 30;
     o->time_scale = o->size_scale = 1.0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
@@ -362,6 +392,11 @@ static int read_options(int argc, char **argv, bench_opts_t *o, raw_args_t *r)
             o->tokens = n;
             break;
         }
+        case 'H': o->hints = optarg; break;
+        case 'N':
+            if (parse_int(optarg, 1, 1000000, &o->first_n))
+                return usage_error("--first-n '%s' is not an integer in [1, 1000000]", optarg);
+            break;
         case 'z':
             if (dear_text_double(optarg, 0, 10, &o->zipf))
                 return usage_error("--zipf '%s' is not an exponent in [0, 10]", optarg);
@@ -435,7 +470,7 @@ static void set_warmups(bench_opts_t *o, int rt_warm, int settled)
         bench_config_t *cf = &o->configs[i];
         int fixed = !strcmp(cf->fusion, "none") || !strcmp(cf->fusion, "threshold") || !strcmp(cf->fusion, "one");
         cf->warmup = o->warmup >= 0 ? o->warmup
-                     : fixed        ? 3
+                     : fixed || cf->hold ? 3
                      : !strcmp(cf->fusion, "auto") ? settled + 2
                                                    : rt_warm + 2;
     }

@@ -19,6 +19,9 @@ typedef struct {
     int sparse;                 /* "+sparse": the profile's sparse tensors travel sparse (DEAR_SPARSE=auto) */
     int shard;                  /* "+shard": sharded updates (DEAR_SHARD=1) */
     long long partition;        /* DEAR_PARTITION in bytes, before --size-scale ("+part=SIZE"); 0: whole */
+    char first[12];             /* "+first=MODE": DEAR_FIRST_PLAN for this configuration; "": the environment's */
+    int hold;                   /* "+hold": the first plan all run long (DEAR_WARMUP_ITERS beyond the run) */
+    int nohints;                /* "+nohints": --hints not given to the runtime (parameter bytes only) */
 } bench_config_t;
 
 typedef struct {
@@ -32,6 +35,8 @@ typedef struct {
     long tokens;                /* --tokens: rows drawn per rank and iteration of a sparse tensor; 0: from
                                  * the profile's density */
     double zipf;                /* --zipf: exponent of the token distribution */
+    const char *hints;          /* --hints: a model description whose layer hints go to dear_set_layer_cost */
+    int first_n;                /* --first-n: time to train this many iterations (from dear_init) */
     int nconfigs;
     bench_config_t configs[MAX_CONFIGS];
 } bench_opts_t;

@@ -43,6 +43,11 @@ typedef struct {
     int nsamples;
     double blocked_sum;         /* per-iteration blocked time, summed over rounds */
     int nrounds;
+    /* time to train, per round (slowest rank): dear_init to the end of commit, to the end of
+     * iteration --first-n (NAN when the run is shorter) and of the whole run */
+    double *startup, *first_n, *whole;
+    int run_iters;              /* iterations of one run (the last round's) */
+    double startup_s, first_n_s, whole_s; /* their medians over the rounds */
 } result_t;
 
 /* Everything one invocation holds, step by step through main. */
@@ -92,6 +97,30 @@ static double median(double *v, int n)
     return quantile(v, n, 0.5);
 }
 
+/* name=value, or the value it had when dear-bench started (saved at the first call; unset if
+ * none), so one configuration's setting does not leak into the next. */
+static int set_or_restore(const char *name, const char *value)
+{
+    static struct {
+        const char *name;
+        char *orig;
+        int saved;
+    } keep[] = { { "DEAR_FIRST_PLAN", NULL, 0 }, { "DEAR_WARMUP_ITERS", NULL, 0 } };
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        if (strcmp(keep[i].name, name) != 0)
+            continue;
+        if (!keep[i].saved) {
+            const char *v = getenv(name);
+            keep[i].orig = v ? strdup(v) : NULL;
+            keep[i].saved = 1;
+        }
+        if (value)
+            return setenv(name, value, 1);
+        return keep[i].orig ? setenv(name, keep[i].orig, 1) : unsetenv(name);
+    }
+    return -1;
+}
+
 static int set_env(const bench_config_t *c, const bench_opts_t *o)
 {
     char thr[32], part[32];
@@ -100,7 +129,9 @@ static int set_env(const bench_config_t *c, const bench_opts_t *o)
     if (setenv("DEAR_SCHEDULE", c->sched, 1) || setenv("DEAR_FUSION_THRESHOLD", thr, 1) ||
         setenv("DEAR_FUSION", strcmp(c->fusion, "one") ? c->fusion : "threshold", 1) ||
         setenv("DEAR_SPARSE", c->sparse ? "auto" : "off", 1) || setenv("DEAR_PARTITION", part, 1) ||
-        setenv("DEAR_SHARD", c->shard ? "1" : "0", 1))
+        setenv("DEAR_SHARD", c->shard ? "1" : "0", 1) ||
+        set_or_restore("DEAR_FIRST_PLAN", c->first[0] ? c->first : NULL) ||
+        set_or_restore("DEAR_WARMUP_ITERS", c->hold ? "1000000" : NULL))
         return DEAR_ERR_NOMEM;
     return DEAR_OK;
 }
@@ -185,6 +216,30 @@ static int pool_round(result_t *res, times_t *t, int warmup, int iters, double b
     return DEAR_OK;
 }
 
+/* Time to train, this round's: from dear_init to the end of iteration first_n and of the run,
+ * each rank's own sum, the slowest rank's kept. Collective. */
+static int time_to_train(result_t *res, const times_t *t, double startup, int total, int first_n)
+{
+    double mine[3] = { startup, startup, startup }, most[3];
+    for (int i = 0; i < total; i++) {
+        if (i < first_n)
+            mine[1] += t->it_s[i];
+        mine[2] += t->it_s[i];
+    }
+    MPI_Allreduce(mine, most, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    int r = res->nrounds - 1; /* pool_round counted this round */
+    double **v[3] = { &res->startup, &res->first_n, &res->whole };
+    for (int k = 0; k < 3; k++) {
+        double *p = realloc(*v[k], sizeof(double) * (size_t)(r + 1));
+        if (!p)
+            return DEAR_ERR_NOMEM;
+        *v[k] = p;
+        p[r] = k == 1 && total < first_n ? NAN : most[k];
+    }
+    res->run_iters = total;
+    return DEAR_OK;
+}
+
 /* Run one configuration from fresh parameters: init, register, commit, warm-up + measured
  * iterations (iters), flush, finalize, then the parameter check; the measured iterations are
  * added to res (zeroed by the caller before the first round). Collective. */
@@ -196,11 +251,13 @@ static int run_config(const bench_config_t *c, const bench_opts_t *o, int iters,
         return DEAR_ERR_NOMEM;
 
     dear_ctx_t *ctx = NULL;
+    double t_init = MPI_Wtime();
     int rc = dear_init(MPI_COMM_WORLD, &ctx);
     if (rc == DEAR_OK)
-        rc = bench_model_register(ctx, m);
+        rc = bench_model_register(ctx, m, !c->nohints);
     if (rc == DEAR_OK)
         rc = dear_commit(ctx);
+    double startup = MPI_Wtime() - t_init;
     if (rc != DEAR_OK) {
         /* Refusals (a planner not built, a bad DEAR_* value) are collective: every rank is here. */
         snprintf(res->status, sizeof res->status, "refused: %s", dear_status_string(rc));
@@ -234,6 +291,8 @@ static int run_config(const bench_config_t *c, const bench_opts_t *o, int iters,
     if (o->fault == 2 && bench_rank == bench_size - 1)
         m->param[m->nelem / 2] += 1e-3f;
     rc = pool_round(res, &tm, warmup, iters, (st1.blocked_s - st0.blocked_s) / iters);
+    if (rc == DEAR_OK)
+        rc = time_to_train(res, &tm, startup, total, o->first_n);
     times_free(&tm);
     if (rc != DEAR_OK)
         return rc;
@@ -264,6 +323,9 @@ static void result_finish(result_t *res)
     res->iter_q3_s = quantile(v, n, 0.75);
     res->compute_s = median(res->comp, n);
     res->blocked_s = res->blocked_sum / res->nrounds;
+    res->startup_s = median(res->startup, res->nrounds);
+    res->first_n_s = median(res->first_n, res->nrounds);
+    res->whole_s = median(res->whole, res->nrounds);
 }
 
 /* ---- the steps of main ---- */
@@ -422,7 +484,8 @@ static double it_q(double q_s, const result_t *r)
 static const char *csv_header = "model,np,config,schedule,fusion,threshold_bytes,iters,warmup,time_scale,size_scale,"
                                 "grad_bytes,compute_ms,compute_meas_ms,iter_ms,iter_min_ms,iter_max_ms,exposed_ms,"
                                 "blocked_ms,speedup_sync,speedup_wfbp64,pred_ms,pred_err_pct,bound_ms,iter_over_bound,"
-                                "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early,partition_bytes,units";
+                                "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early,partition_bytes,units,"
+                                "first_plan,startup_s,first_n,first_n_s,run_iters,run_s";
 
 /* References measured in this invocation, unsharded and dense: ref[0] sync, ref[1] wfbp + threshold
  * 64 MiB with every tensor whole (Horovod); NAN when not run. */
@@ -485,7 +548,7 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
             r->pred_s * 1e3, "-", "-", r->status);
     if (csv)
         fprintf(csv, "%s,%d,%s,%s,%s,%zu,%d,%d,%g,%g,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
-                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d\n",
+                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d,%s,%.4f,%d,%.4f,%d,%.4f\n",
                 p->model, bench_size, c->text, c->sched, c->fusion, bench_scaled_threshold(c, o), o->iters, c->warmup,
                 o->time_scale, o->size_scale, dear_prof_bytes_total(p),
                 (dear_prof_fwd_total(p) + dear_prof_bwd_total(p)) * 1e3, r->compute_s * 1e3, it * 1e3,
@@ -493,7 +556,8 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
                 ref[1] / it, r->pred_s * 1e3, err, b->bound * 1e3, it / b->bound, b->model.source,
                 r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
                 pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
-                bench_scaled_partition(c, o), pl->nunits);
+                bench_scaled_partition(c, o), pl->nunits, c->first[0] ? c->first : "default", r->startup_s,
+                o->first_n, r->first_n_s, r->run_iters, r->whole_s);
 }
 
 static void free_results(bench_t *b)
@@ -502,6 +566,9 @@ static void free_results(bench_t *b)
         dear_plan_free(&b->res[i].plan);
         free(b->res[i].samples);
         free(b->res[i].comp);
+        free(b->res[i].startup);
+        free(b->res[i].first_n);
+        free(b->res[i].whole);
     }
 }
 
@@ -516,6 +583,14 @@ static void report(bench_t *b)
     FILE *csv = open_csv(b, &csv_out);
     for (int i = 0; i < b->o.nconfigs; i++)
         report_config(b, i, ref, csv);
+    bench_say("\ntime to train, from dear_init (slowest rank, median over the rounds):\n%-28s %10s %14s %14s\n",
+              "config", "startup_s", "first", "whole run");
+    for (int i = 0; i < b->o.nconfigs; i++) {
+        const result_t *r = &b->res[i];
+        if (r->ok_run)
+            bench_say("%-28s %10.3f %5d it %7.3f %5d it %7.3f\n", b->o.configs[i].text, r->startup_s, b->o.first_n,
+                      r->first_n_s, r->run_iters, r->whole_s);
+    }
     free_results(b);
     if (csv && dear_file_out_commit(&csv_out) != DEAR_OK)
         b->broken = 1;

@@ -186,6 +186,50 @@ static int sparse_setup(bench_model_t *m, int t, double density, const bench_opt
     return DEAR_OK;
 }
 
+/* --hints: each layer's compute hint from a model description of the same layers; a layer
+ * without tensors has no hooks here, so the runtime sees its time in the layer before it (in
+ * forward order; the first with tensors when none comes before), which gets its hint too. */
+static int load_hints(const char *path, bench_model_t *m)
+{
+    dear_profile_t h = { 0 };
+    int nl = m->prof.nlayers;
+    if (dear_prof_load(path, &h) != DEAR_OK) {
+        if (bench_rank == 0)
+            fprintf(stderr, "dear-bench: cannot use --hints %s (see the error above)\n", path);
+        return DEAR_ERR_FORMAT;
+    }
+    int ok = h.nlayers == nl;
+    for (int l = 0; ok && l < nl; l++)
+        ok = h.layers[l].id == m->prof.layers[l].id;
+    if (!ok) {
+        if (bench_rank == 0)
+            fprintf(stderr, "dear-bench: --hints %s: its %d layers are not the profile's %d (the same ids in the "
+                            "same order)\n", path, h.nlayers, nl);
+        dear_prof_free(&h);
+        return DEAR_ERR_FORMAT;
+    }
+    m->flops = malloc(sizeof *m->flops * (size_t)(nl > 0 ? nl : 1));
+    if (!m->flops) {
+        dear_prof_free(&h);
+        return DEAR_ERR_NOMEM;
+    }
+    int to = -1;
+    for (int l = 0; l < nl; l++) {
+        m->flops[l] = -1;
+        if (to < 0 && m->lcount[l])
+            to = l; /* where the layers before the first with tensors go */
+    }
+    for (int l = 0, last = to; l < nl; l++) {
+        int dst = m->lcount[l] ? l : last;
+        if (m->lcount[l])
+            last = l;
+        if (h.layers[l].flops >= 0 && dst >= 0)
+            m->flops[dst] = (m->flops[dst] > 0 ? m->flops[dst] : 0) + h.layers[l].flops;
+    }
+    dear_prof_free(&h);
+    return DEAR_OK;
+}
+
 int bench_model_build(const dear_profile_t *src, const bench_opts_t *o, bench_model_t *m)
 {
     char msg[256];
@@ -258,7 +302,9 @@ int bench_model_build(const dear_profile_t *src, const bench_opts_t *o, bench_mo
         most = m->sp[t].rows > most ? m->sp[t].rows : most;
     }
     m->hit = malloc(most);
-    return m->hit ? DEAR_OK : DEAR_ERR_NOMEM;
+    if (!m->hit)
+        return DEAR_ERR_NOMEM;
+    return o->hints ? load_hints(o->hints, m) : DEAR_OK;
 }
 
 void bench_model_price_sparse(bench_model_t *m, int on)
@@ -286,6 +332,7 @@ void bench_model_free(bench_model_t *m)
         free(m->sp[t].cdf);
     free(m->sp);
     free(m->hit);
+    free(m->flops);
     dear_prof_free(&m->prof);
 }
 
@@ -297,7 +344,7 @@ void bench_model_reset(bench_model_t *m)
         m->upd[t].elems = 0;
 }
 
-int bench_model_register(dear_ctx_t *ctx, bench_model_t *m)
+int bench_model_register(dear_ctx_t *ctx, bench_model_t *m, int hints)
 {
     int rc = DEAR_OK;
     for (int t = 0; rc == DEAR_OK && t < m->prof.ntensors; t++) {
@@ -308,6 +355,9 @@ int bench_model_register(dear_ctx_t *ctx, bench_model_t *m)
         if (rc == DEAR_OK && m->sp[t].rows)
             rc = dear_register_sparse(ctx, dear_tensor_index(ctx, m->prof.tensors[t].name), m->sp[t].row_elems);
     }
+    for (int l = 0; rc == DEAR_OK && hints && m->flops && l < m->prof.nlayers; l++)
+        if (m->lcount[l] && m->flops[l] >= 0)
+            rc = dear_set_layer_cost(ctx, m->prof.layers[l].id, m->flops[l]);
     return rc;
 }
 

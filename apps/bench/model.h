@@ -40,6 +40,7 @@ typedef struct {
     sparse_t *sp;               /* per tensor */
     int nsparse;
     unsigned char *hit;         /* scratch: rows touched, as many as the largest sparse tensor */
+    double *flops;              /* --hints: per layer index, the hint dear_set_layer_cost gets (< 0: none) */
     double jitter_s;            /* --jitter-ms in seconds: the most injected noise per iteration */
     uint64_t jitter_seed;
 } bench_model_t;
@@ -57,10 +58,10 @@ void bench_model_price_sparse(bench_model_t *m, int on);
 /* Fresh parameters and update counts, for a run from the start. */
 void bench_model_reset(bench_model_t *m);
 
-/* Register every tensor with ctx, its update being SGD on its parameters, and the profile's
- * sparse tensors with their rows (dear_register_sparse); stops at the first failure and returns
- * its status. */
-int bench_model_register(dear_ctx_t *ctx, bench_model_t *m);
+/* Register every tensor with ctx, its update being SGD on its parameters, the profile's sparse
+ * tensors with their rows (dear_register_sparse) and, if hints, the --hints (dear_set_layer_cost); stops at
+ * the first failure and returns its status. */
+int bench_model_register(dear_ctx_t *ctx, bench_model_t *m, int hints);
 
 /* One iteration it through ctx, exactly a trainer's sequence of hooks, with this rank's
  * gradients (fault: perturbed) and the injected jitter; *compute_s: the emulated compute it

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "fusion/cost.h"
+#include "fusion/estimate.h"
 #include "fusion/planfile.h"
 #include "fusion/planners.h"
 #include "fusion/profile.h"
@@ -35,7 +36,21 @@ static void usage(FILE *out)
             "                 --workers P [options]\n"
             "Predict iteration times of the sync, wfbp and dear schedules under every planner.\n"
             "\n"
-            "  --profile FILE      model profile (docs/FORMATS.md; fusion/profiles/ ships six)\n"
+            "  --profile FILE      model profile, or model description ('dear-model 1': no times,\n"
+            "                      planned from its structure; docs/FORMATS.md; fusion/profiles/\n"
+            "                      ships six of each)\n"
+            "  --estimate HOW      plan from the structure, as the runtime does before it has a\n"
+            "                      profile: the layers' compute hints (FLOPs) or parameter bytes\n"
+            "                      spread the compute; HOW says its total: range (unknown: the plan\n"
+            "                      best across compute/communication %g..%g, DEAR_FIRST_PLAN=range),\n"
+            "                      first (the profile's own totals, as measured in a first\n"
+            "                      iteration, DEAR_FIRST_PLAN=first). With a timed profile every\n"
+            "                      plan is then predicted on its times, and vs_prof compares it\n"
+            "                      with the plan made from them. Implied (range) by a description\n"
+            "  --hints FILE        a model description whose layers' hints --estimate uses\n"
+            "  --compute-ms MS     forward + backward per iteration (split 1:2) for a model\n"
+            "                      description: predictions (and --estimate first) at this total;\n"
+            "                      without it they are shown at compute = communication\n"
             "  --preset NAME       cost preset: %s (published all-reduce fits, scaled to P)\n"
             "  --alpha A --beta B  all-reduce start-up (s) and per-byte time (s/B) at P workers;\n"
             "                      reduce-scatter and all-gather are taken as half each\n"
@@ -57,7 +72,8 @@ static void usage(FILE *out)
             "  --dense             price sparse tensors (profile 'sparse' records) as dense\n"
             "  --csv               print CSV instead of the table\n"
             "  --help              this text\n",
-            dear_cost_preset_names(), DEAR_PLANNER_CHOICES, dear_param_table[DEAR_P_PARTITION].defval);
+            DEAR_ROBUST_LO, DEAR_ROBUST_HI, dear_cost_preset_names(), DEAR_PLANNER_CHOICES,
+            dear_param_table[DEAR_P_PARTITION].defval);
 }
 
 __attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
@@ -125,6 +141,7 @@ typedef struct {
     dear_sched_t sched;
     const char *planner;
     double iter, exposed, plan_s;
+    double iter_prof;   /* --estimate on a timed profile: the plan made from its times, predicted */
     int nrs, nag, nearly;
     dear_plan_t plan;
 } row_t;
@@ -139,42 +156,54 @@ typedef struct {
     double t_sync, t_wthr, t_dthr;
 } table_t;
 
+enum { EST_OFF, EST_RANGE, EST_FIRST };
+
 typedef struct {
-    const char *profile, *svg, *plan_out, *scale, *plan_sel;
+    const char *profile, *svg, *plan_out, *scale, *plan_sel, *hints;
     cost_src_t src;
     long workers, seed, threshold, cap;
     long long partition;
-    int sched_sel, csv, dense;
+    int sched_sel, csv, dense, estimate;
+    double compute_ms;          /* 0: not given */
 } plan_opts_t;
 
 /* The model as loaded and as the plans see it: its tensors cut into units (fusion/units.h). */
 typedef struct {
     dear_profile_t tensors;     /* the profile */
-    dear_profile_t prof;        /* its units: what the planners and the simulator take */
+    dear_profile_t prof;        /* its units: what the simulator takes (and the planners, unless est) */
+    dear_profile_t est;         /* --estimate: its units with times from the structure, for the planners */
     dear_unit_t *units;         /* NULL: no tensor cut */
-    int nunits;
+    int nunits, timed;          /* timed: prof holds measured (profiled) times */
 } model_t;
 
 static void model_free(model_t *m)
 {
     dear_prof_free(&m->tensors);
     dear_prof_free(&m->prof);
+    dear_prof_free(&m->est);
     free(m->units);
 }
 
-/* The simulated iteration of planner pname under schedule s over prof's units, its plan in *plan
- * (given units of ntensors tensors). */
-static int plan_and_run(const dear_profile_t *prof, const dear_cost_model_t *model, const plan_opts_t *o,
-                        dear_sched_t s, const char *pname, dear_plan_t *plan, dear_sim_result_t *res)
+/* The simulated iteration over prof's units of planner pname under schedule s, planned from
+ * est (NULL: from prof; range: across the unknown scale), its plan in *plan. */
+static int plan_and_run(const dear_profile_t *prof, const dear_profile_t *est, int range,
+                        const dear_cost_model_t *model, const plan_opts_t *o, dear_sched_t s, const char *pname,
+                        dear_plan_t *plan, dear_sim_result_t *res)
 {
     dear_sim_model_arg_t marg;
     dear_plan_problem_t prob;
-    int rc = dear_plan_problem_init(&prob, prof, s, model, (size_t)o->cap, &marg);
+    int rc = dear_plan_problem_init(&prob, est ? est : prof, s, model, (size_t)o->cap, &marg);
     if (rc != DEAR_OK)
         return rc;
     prob.threshold = (size_t)o->threshold;
     prob.seed = (unsigned long)o->seed;
-    rc = dear_plan_by_name(plan, &prob, pname);
+    dear_planner_t which;
+    if (range && s != DEAR_SCHED_SYNC && dear_planner_parse(pname, &which) == 0) {
+        dear_robust_range_t rg = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
+        rc = dear_plan_robust(plan, &prob, which, &rg, NULL);
+    } else {
+        rc = dear_plan_by_name(plan, &prob, pname);
+    }
     if (rc == DEAR_OK)
         rc = dear_sim_run(prof, &prob.cost, s, plan, 0, res);
     return rc;
@@ -203,8 +232,18 @@ static int evaluate(const model_t *mu, const dear_cost_model_t *model, const pla
             dear_sim_result_t res = { 0 };
             /* CPU time of this thread: on a shared machine wall time mostly measures the neighbours. */
             double t0 = dear_thread_cpu();
-            int rc = plan_and_run(prof, model, o, (dear_sched_t)s, pname, &r.plan, &res);
+            const dear_profile_t *est = o->estimate ? &mu->est : NULL;
+            int rc = plan_and_run(prof, est, o->estimate == EST_RANGE, model, o, (dear_sched_t)s, pname, &r.plan,
+                                  &res);
             r.plan_s = dear_thread_cpu() - t0;
+            r.iter_prof = NAN;
+            if (rc == DEAR_OK && est && mu->timed) {
+                dear_plan_t pp = { 0 };
+                dear_sim_result_t pres = { 0 };
+                rc = plan_and_run(prof, NULL, 0, model, o, (dear_sched_t)s, pname, &pp, &pres);
+                r.iter_prof = pres.iter_s;
+                dear_plan_free(&pp);
+            }
             if (rc == DEAR_OK)
                 rc = dear_plan_set_units(&r.plan, mu->tensors.ntensors, mu->units);
             if (rc != DEAR_OK) {
@@ -226,7 +265,7 @@ static int evaluate(const model_t *mu, const dear_cost_model_t *model, const pla
                 /* The reference runs as Horovod and DDP do: every tensor whole. */
                 dear_plan_t whole = { 0 };
                 dear_sim_result_t wres = { 0 };
-                int r2 = plan_and_run(&mu->tensors, model, o, DEAR_SCHED_WFBP, pname, &whole, &wres);
+                int r2 = plan_and_run(&mu->tensors, NULL, 0, model, o, DEAR_SCHED_WFBP, pname, &whole, &wres);
                 dear_plan_free(&whole);
                 if (r2 != DEAR_OK) {
                     dear_plan_free(&r.plan);
@@ -263,7 +302,9 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         { "svg", required_argument, 0, 'g' },     { "plan-out", required_argument, 0, 'o' },
         { "scale", required_argument, 0, 'k' },   { "csv", no_argument, 0, 'C' },
         { "dense", no_argument, 0, 'D' },         { "partition", required_argument, 0, 'P' },
-        { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
+        { "estimate", required_argument, 0, 'E' }, { "hints", required_argument, 0, 'H' },
+        { "compute-ms", required_argument, 0, 'M' }, { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 }
     };
     *o = (plan_opts_t){ .src = { .rph = 1 }, .seed = 1, .threshold = 26214400, .sched_sel = -1 };
     char msg[256];
@@ -336,6 +377,16 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
             if (dear_param_parse_int(DEAR_P_PARTITION, optarg, &o->partition, msg, sizeof msg) != DEAR_OK)
                 return fail("--partition '%s' is not a size in bytes (0 or more; k/m/g suffix)", optarg);
             break;
+        case 'E':
+            if (strcmp(optarg, "range") && strcmp(optarg, "first"))
+                return fail("--estimate '%s' is not one of range|first", optarg);
+            o->estimate = strcmp(optarg, "range") == 0 ? EST_RANGE : EST_FIRST;
+            break;
+        case 'H': o->hints = optarg; break;
+        case 'M':
+            if (dear_text_double(optarg, 1e-6, 1e9, &o->compute_ms))
+                return fail("--compute-ms '%s' is not a time in milliseconds in [1e-6, 1e9]", optarg);
+            break;
         case 'h': usage(stdout); return -1;
         default:
             return fail("unknown or incomplete option '%s'", argv[optind - 1]);
@@ -352,19 +403,22 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         return fail("%s", "--alpha and --beta go together");
     if ((o->src.preset != NULL) + o->src.have_ab + (o->src.cost_file != NULL) != 1)
         return fail("%s", "give exactly one cost model: --preset NAME, --alpha A --beta B, or --cost FILE");
+    if (o->hints && !o->estimate)
+        return fail("%s", "--hints goes with --estimate");
     return 0;
 }
 
 static void print_csv(const model_t *mu, const plan_opts_t *o, int P, const table_t *tab)
 {
     printf("model,workers,schedule,planner,iter_ms,exposed_ms,speedup_sync,speedup_wfbp_threshold,rs_buckets,"
-           "ag_groups,plan_cpu_ms,over_cap,ag_early,partition_bytes,units\n");
+           "ag_groups,plan_cpu_ms,over_cap,ag_early,partition_bytes,units,estimate,profiled_plan_iter_ms\n");
     for (int i = 0; i < tab->nrows; i++) {
         const row_t *r = &tab->rows[i];
-        printf("%s,%d,%s,%s,%.4f,%.4f,%.4f,%.4f,%d,%d,%.3f,%d,%d,%lld,%d\n", mu->tensors.model, P,
+        printf("%s,%d,%s,%s,%.4f,%.4f,%.4f,%.4f,%d,%d,%.3f,%d,%d,%lld,%d,%s,%.4f\n", mu->tensors.model, P,
                dear_sched_name(r->sched), r->planner, r->iter * 1e3, r->exposed * 1e3, ratio(tab->t_sync, r->iter),
                ratio(tab->t_wthr, r->iter), r->nrs, r->nag, r->plan_s * 1e3, over_cap(r->iter), r->nearly,
-               o->partition, mu->nunits);
+               o->partition, mu->nunits, o->estimate == EST_RANGE ? "range" : o->estimate ? "first" : "off",
+               r->iter_prof * 1e3);
     }
 }
 
@@ -397,9 +451,15 @@ static void print_table(const char *profile, const model_t *mu, const plan_opts_
                    dear_prof_wire_bytes(pt, DEAR_COLL_ALLGATHER) / 1048576.0);
     }
     dear_cost_print(stdout, model);
+    if (o->estimate)
+        printf("\nplanned from the structure (--estimate %s%s), predicted on %s\n",
+               o->estimate == EST_RANGE ? "range" : "first", o->hints ? ", --hints" : "",
+               mu->timed ? "the profile's times; vs_prof: over the plan made from them"
+               : o->compute_ms > 0 ? "the estimate at --compute-ms" : "the estimate at compute = communication");
     printf("\nvs_wfbp_th: over wfbp+threshold with every tensor whole (Horovod, PyTorch DDP)\n");
-    printf("%-8s %-10s %11s %12s %9s %10s %8s %8s %6s %12s\n", "schedule", "planner", "iter_ms", "exposed_ms",
-           "vs_sync", "vs_wfbp_th", "buckets", "ag_grps", "early", "plan_cpu_ms");
+    printf("%-8s %-10s %11s %12s %9s %10s %8s %8s %6s %12s%s\n", "schedule", "planner", "iter_ms", "exposed_ms",
+           "vs_sync", "vs_wfbp_th", "buckets", "ag_grps", "early", "plan_cpu_ms",
+           o->estimate && mu->timed ? "  vs_prof" : "");
     for (int i = 0; i < tab->nrows; i++) {
         const row_t *r = &tab->rows[i];
         if (over_cap(r->iter))
@@ -413,7 +473,10 @@ static void print_table(const char *profile, const model_t *mu, const plan_opts_
             printf("%8d %6d", r->nag, r->nearly);
         else
             printf("%8s %6s", "-", "-");
-        printf(" %12.3f\n", r->plan_s * 1e3);
+        printf(" %12.3f", r->plan_s * 1e3);
+        if (o->estimate && mu->timed && isfinite(r->iter_prof))
+            printf(" %+7.2f%%", 100 * (r->iter / r->iter_prof - 1));
+        printf("\n");
     }
 }
 
@@ -546,6 +609,86 @@ static int print_scaling(const plan_opts_t *o, const model_t *mu, const dear_cos
     return status;
 }
 
+/* --hints: the layers' compute hints from a model description, matched by layer id. 0, or 2. */
+static int apply_hints(const char *path, dear_profile_t *prof)
+{
+    dear_profile_t h = { 0 };
+    if (dear_prof_load(path, &h) != DEAR_OK) {
+        fprintf(stderr, "dear-plan: cannot use --hints %s (see the error above)\n", path);
+        return 2;
+    }
+    int status = 0;
+    for (int k = 0; k < h.nlayers && status == 0; k++) {
+        int l = 0;
+        while (l < prof->nlayers && prof->layers[l].id != h.layers[k].id)
+            l++;
+        if (l == prof->nlayers) {
+            fprintf(stderr, "dear-plan: --hints %s: layer %d is not a layer of the profile\n", path, h.layers[k].id);
+            status = 2;
+        } else if (h.layers[k].flops >= 0) {
+            prof->layers[l].flops = h.layers[k].flops;
+        }
+    }
+    dear_prof_free(&h);
+    return status;
+}
+
+/* The profile (or description) of --profile into mu: hints applied, the estimate made when
+ * asked (a description is always estimated, and its times are the estimate's), both cut into
+ * the same units. 0, or the exit status (said on stderr). */
+static int load_model(plan_opts_t *o, const dear_cost_model_t *model, model_t *mu)
+{
+    int rc;
+    if (dear_prof_load(o->profile, &mu->tensors) != DEAR_OK) {
+        fprintf(stderr, "dear-plan: cannot use profile %s (see the error above)\n", o->profile);
+        return 1;
+    }
+    for (int t = 0; o->dense && t < mu->tensors.ntensors; t++)
+        mu->tensors.tensors[t].block_bytes = 0;
+    mu->timed = !mu->tensors.no_times;
+    if (!mu->timed && !o->estimate)
+        o->estimate = EST_RANGE;
+    if (o->hints && apply_hints(o->hints, &mu->tensors) != 0)
+        return 2;
+    if (o->compute_ms > 0 && mu->timed)
+        fprintf(stderr, "dear-plan: note: --compute-ms is for a model description; the profile's times hold\n");
+    dear_profile_t est = { 0 };
+    if (o->estimate) {
+        /* The totals: the profile's, else --compute-ms, else compute = communication. */
+        double F = dear_prof_fwd_total(&mu->tensors), B = dear_prof_bwd_total(&mu->tensors);
+        if (!mu->timed) {
+            double T = o->compute_ms * 1e-3;
+            if (!(T > 0)) {
+                dear_sim_model_arg_t marg;
+                dear_plan_problem_t prob;
+                rc = dear_plan_problem_init(&prob, &mu->tensors, DEAR_SCHED_DEAR, model, 0, &marg);
+                T = rc == DEAR_OK ? dear_estimate_comm_s(&prob, &mu->tensors) : NAN;
+            }
+            F = T / 3, B = 2 * T / 3;
+        }
+        if ((rc = dear_prof_estimate(&mu->tensors, F, B, &est)) != DEAR_OK) {
+            fprintf(stderr, "dear-plan: cannot estimate the compute of %s: %s\n", o->profile, dear_status_string(rc));
+            return 1;
+        }
+        if (!mu->timed) {
+            dear_prof_free(&mu->tensors);
+            mu->tensors = est;
+            est = (dear_profile_t){ 0 };
+            rc = dear_prof_units(&mu->tensors, mu->tensors.ntensors, NULL, &est); /* a copy */
+        }
+    }
+    rc = dear_prof_cut(&mu->tensors, (size_t)o->partition, &mu->units, &mu->nunits, &mu->prof);
+    if (rc == DEAR_OK && o->estimate)
+        rc = dear_prof_units(&est, mu->nunits, mu->units, &mu->est);
+    dear_prof_free(&est);
+    if (rc != DEAR_OK) {
+        fprintf(stderr, "dear-plan: cannot cut the tensors at --partition %lld: %s\n", o->partition,
+                dear_status_string(rc));
+        return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     plan_opts_t o;
@@ -554,23 +697,14 @@ int main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     int P = (int)o.workers;
     model_t mu = { 0 };
-    if (dear_prof_load(o.profile, &mu.tensors) != DEAR_OK) {
-        fprintf(stderr, "dear-plan: cannot use profile %s (see the error above)\n", o.profile);
-        return 1;
-    }
-    for (int t = 0; o.dense && t < mu.tensors.ntensors; t++)
-        mu.tensors.tensors[t].block_bytes = 0;
-    if ((rc = dear_prof_cut(&mu.tensors, (size_t)o.partition, &mu.units, &mu.nunits, &mu.prof)) != DEAR_OK) {
-        fprintf(stderr, "dear-plan: cannot cut the tensors at --partition %lld: %s\n", o.partition,
-                dear_status_string(rc));
-        model_free(&mu);
-        return 2;
-    }
     dear_cost_model_t model;
     if ((rc = make_model(&o.src, P, P, &model)) != DEAR_OK) {
         fprintf(stderr, "dear-plan: no cost model: %s\n", dear_status_string(rc));
-        model_free(&mu);
         return 2;
+    }
+    if ((rc = load_model(&o, &model, &mu)) != 0) {
+        model_free(&mu);
+        return rc;
     }
     table_t tab;
     if ((rc = evaluate(&mu, &model, &o, o.sched_sel, &tab)) != DEAR_OK) {

@@ -85,6 +85,12 @@ terms of libdear's C API (include/dear.h):
   rank and resumes on as many ranks with the same DEAR_PARTITION, or unsharded state is loaded
   before ``wrap`` (it is cut to the slices). CUDA parameters are refused (libdear shards host
   memory only).
+* The plan training starts on comes from the model's structure, before anything is timed
+  (DEAR_FIRST_PLAN): the binding gives libdear each layer's forward FLOPs where it knows the
+  module (Linear, convolutions, embeddings, MultiheadAttention, normalisations;
+  ``dear_set_layer_cost``), at ``wrap`` from parameter shapes (per position: the batch and
+  sequence are unknown) or, with ``wrap(example=batch)``, from the shapes one forward of it
+  shows, and from the shapes of the first forward, which DEAR_FIRST_PLAN=first plans with.
 * Parameters are broadcast from rank 0 at ``wrap``; buffers are not synchronised (as DDP with
   ``broadcast_buffers=False``). The optimizer must keep per-parameter state only (SGD, Adam,
   AdamW, ... but not LBFGS: a closure is refused).
@@ -191,7 +197,8 @@ def _load():
                        ("dear_no_grad", [vp, c_int]), ("dear_wait_grad", [vp, c_int]), ("dear_finalize", [pvp]),
                        ("dear_set_stream", [vp, vp]), ("dear_set_param", [vp, c_int, vp]),
                        ("dear_set_shard", [vp, c_int]), ("dear_shard_release", [vp]),
-                       ("dear_shard_slices", [vp, c_int, ctypes.POINTER(_Slice), c_int])):
+                       ("dear_shard_slices", [vp, c_int, ctypes.POINTER(_Slice), c_int]),
+                       ("dear_set_layer_cost", [vp, c_int, ctypes.c_double])):
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
     lib.dear_schedule.argtypes, lib.dear_schedule.restype = [vp], ctypes.c_char_p
@@ -350,10 +357,69 @@ def _fill_groups(groups, params, hyper):
             grp.update(hyper[g])
 
 
+def _prod(xs):
+    n = 1
+    for x in xs:
+        n *= int(x)
+    return n
+
+
+def _conv_positions(mod, x):
+    """Output positions of convolution mod on input x over the whole batch, or None."""
+    k = mod.kernel_size
+    if x is None or x.dim() < len(k) + 1:
+        return None
+    spatial = x.shape[-len(k):]
+    batch = x.numel() // max(1, mod.in_channels * _prod(spatial))
+    if mod.transposed:   # a transposed convolution does its work per input position
+        return batch * _prod(spatial)
+    pad = mod.padding
+    if pad == "same":
+        out = [-(-n // s) for n, s in zip(spatial, mod.stride)]
+    else:
+        pad = (0,) * len(k) if pad == "valid" else pad
+        out = [(n + 2 * p - d * (kk - 1) - 1) // s + 1
+               for n, p, d, kk, s in zip(spatial, pad, mod.dilation, k, mod.stride)]
+    return batch * _prod(max(0, o) for o in out)
+
+
+def _layer_flops(mod, inputs=None):
+    """Forward FLOPs of a module the binding knows, as [(module, flops)] (a MultiheadAttention's
+    out_proj, whose parameters it uses without calling it, included); [] for any other module.
+    With the forward's inputs: for that batch; without: per output position (token, pixel),
+    which the parameter shapes alone give; 2 FLOPs per multiply-add."""
+    nn = torch.nn
+    x = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
+    if isinstance(mod, nn.Linear):
+        rows = x.numel() // mod.in_features if x is not None and x.numel() else 1
+        return [(mod, 2.0 * mod.in_features * mod.out_features * rows)]
+    if isinstance(mod, nn.modules.conv._ConvNd):
+        per = 2.0 * mod.in_channels // mod.groups * _prod(mod.kernel_size) * mod.out_channels
+        return [(mod, per * (_conv_positions(mod, x) or 1))]
+    if isinstance(mod, (nn.Embedding, nn.EmbeddingBag)):   # a lookup; backward adds rows up
+        return [(mod, 2.0 * mod.embedding_dim * (x.numel() if x is not None else 1))]
+    if isinstance(mod, nn.MultiheadAttention):
+        e, kd, vd = mod.embed_dim, mod.kdim, mod.vdim
+        key = inputs[1] if inputs and len(inputs) > 1 and isinstance(inputs[1], torch.Tensor) else None
+        if x is None or key is None or x.dim() != 3:
+            return [(mod, 2.0 * e * (e + kd + vd)), (mod.out_proj, 2.0 * e * e)]
+        n = x.shape[0] if mod.batch_first else x.shape[1]
+        lq, lk = x.numel() // (n * e), key.numel() // (n * kd)
+        proj = 2.0 * n * (lq * e * e + lk * e * (kd + vd))
+        return [(mod, proj + 4.0 * n * lq * lk * e), (mod.out_proj, 2.0 * n * lq * e * e)]
+    if isinstance(mod, (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase)):
+        if x is not None:
+            return [(mod, 8.0 * x.numel())]   # normalise, scale and shift each element
+        width = _prod(mod.normalized_shape) if isinstance(mod, nn.LayerNorm) else \
+            mod.num_channels if isinstance(mod, nn.GroupNorm) else mod.num_features
+        return [(mod, 8.0 * width)]
+    return []
+
+
 class _Wrapped:
     """The state behind a wrapped model (model._dear)."""
 
-    def __init__(self, model, opt, comm, env, shard=False):
+    def __init__(self, model, opt, comm, env, shard=False, example=None):
         lib = _load()
         self.lib, self.model, self.opt, self.shard = lib, model, opt, bool(shard)
         self.comm = comm if comm is not None else _MPI.COMM_WORLD
@@ -394,6 +460,9 @@ class _Wrapped:
                 for t, p in enumerate(self.params):
                     _check("dear_set_param", lib.dear_set_param(self.ctx, t, ctypes.c_void_p(p.data_ptr())))
                 _check("dear_set_shard", lib.dear_set_shard(self.ctx, _SHARD_ON | _SHARD_HOLD))
+            self.lid_of = {id(mod): lid for lid, (mod, _) in enumerate(self.layers)}
+            self._set_costs(self._traced(example) if example is not None else
+                            [f for mod, _ in self.layers for f in _layer_flops(mod)])
             _check("dear_commit", lib.dear_commit(self.ctx))
             if self.shard:
                 self._shard_optimizer()
@@ -401,6 +470,7 @@ class _Wrapped:
             self.ctx = ctypes.c_void_p()   # left open: finalize would wait for ranks that may not fail
             raise
         n, nl = len(self.params), len(self.layers)
+        self.shapes = []   # until the first forward with gradients ends: the FLOPs its inputs give
         self.mode, self.no_sync_depth, self.in_backward, self.norm = _MODE_TRAIN, 0, False, None
         self.fired, self.ready, self.step_req, self.steps, self.stepped = [], [], None, 0, True
         self.shard_fired = []                # shard=True: slices whose averaged gradient is in place
@@ -450,6 +520,43 @@ class _Wrapped:
         if self.cuda:   # libdear takes the calling thread's current device as the context's
             torch.cuda.set_device(self.device)
         self.walked = [(p, p is not None and p.requires_grad, p is not None and p.shape) for p in self._walk()]
+
+    def _traced(self, example):
+        """The FLOPs of the layers one forward of example shows, [(module, flops)], layers it
+        never called at 0. The forward runs under torch.no_grad() in the model's own mode (eval
+        mode would take fused paths that skip the modules' hooks), and leaves no trace: buffers
+        (batch-norm statistics) and the random generators are restored."""
+        seen, handles = [], []
+        buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        devices = [self.device] if self.cuda else []
+        try:
+            for mod, _ in self.layers:
+                handles.append(mod.register_forward_pre_hook(lambda m, i: seen.append((m, _layer_flops(m, i)))))
+            with torch.no_grad(), torch.random.fork_rng(devices=devices):
+                self.model(*(example if isinstance(example, tuple) else (example,)))
+        except Exception as e:   # the hints are a refinement: without them the plan is still made
+            _log("warn", "dear.wrap: the forward of example raised (%s: %s); the first plan takes each layer's "
+                 "FLOPs per position from its parameters" % (type(e).__name__, e))
+            return [f for mod, _ in self.layers for f in _layer_flops(mod)]
+        finally:
+            for h in handles:
+                h.remove()
+            with torch.no_grad():
+                for b, saved in buffers:
+                    b.copy_(saved)
+        called = {id(m) for m, _ in seen}
+        return [f for _, fl in seen for f in fl] + [(mod, 0.0) for mod, _ in self.layers if id(mod) not in called]
+
+    def _set_costs(self, flops):
+        """Each layer's compute hint (dear_set_layer_cost) from [(module, flops)]: the sum of its
+        module's entries, as a module called twice in a forward does its work twice."""
+        total = {}
+        for mod, f in flops:
+            lid = self.lid_of.get(id(mod))
+            if lid is not None:
+                total[lid] = total.get(lid, 0.0) + f
+        for lid, f in total.items():
+            _check("dear_set_layer_cost", self.lib.dear_set_layer_cost(self.ctx, lid, f))
 
     def _walk(self):
         """Every module's own parameters (None, frozen and shared ones too) in modules() order:
@@ -821,6 +928,8 @@ class _Wrapped:
             for lid in lids:
                 _check("dear_forward_begin", begin(ctx, lid))
                 begun[lid] = True
+            if self.shapes is not None:
+                self.shapes += _layer_flops(module, inputs)
             if self.fired:
                 self._settle()
         return hook
@@ -828,6 +937,10 @@ class _Wrapped:
     def _model_post(self, module, inputs, output):
         if self.mode == _MODE_EVAL:
             return
+        if self.shapes is not None:   # for the plan libdear makes again at the first backward's end
+            # A layer this forward never began computed nothing.
+            self._set_costs(self.shapes + [(m, 0.0) for lid, (m, _) in enumerate(self.layers) if not self.begun[lid]])
+            self.shapes = None
         # Layers the forward never called (an unused module) begin now, before backward: their
         # updates are then not left pending into the backward pass.
         for lid, done in enumerate(self.begun):
@@ -973,7 +1086,7 @@ _MISSING = object()
 
 
 def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_mb=None, clip_norm=None,
-         find_unused=None, shard=False):
+         find_unused=None, shard=False, example=None):
     """Register model's trainable parameters with libdear and hook optimizer's steps onto the
     arrival of the averaged gradients. Collective over comm (default MPI.COMM_WORLD): every rank
     wraps the same model. Returns (model, optimizer), the same objects, hooked.
@@ -985,13 +1098,17 @@ def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_
     DEAR_CLIP_NORM; dear.grad_norm tells the norm), find_unused (DDP's find_unused_parameters;
     DEAR_FIND_UNUSED), shard (sharded updates, as ZeRO-1/2 or FSDP's SHARD_GRAD_OP: the optimizer
     steps only this rank's 1/P slice of every parameter, its state 1/P of the model's, and the
-    all-gathers carry the parameters; an element-wise optimizer only, see the module's text)."""
+    all-gathers carry the parameters; an element-wise optimizer only, see the module's text),
+    example: an input of the model (a tensor, or a tuple of its forward's positional arguments),
+    which wrap runs once under torch.no_grad() (buffers and random generators restored after) so
+    that the first plan knows each layer's FLOPs from the shapes it sees rather than per position;
+    a model whose forward has other side effects should not be given one."""
     _load()
     if hasattr(model, "_dear"):
         raise DearError("dear.wrap", -2, "this model is already wrapped")
     env = _keyword_env({"schedule": schedule, "fusion": fusion, "bucket_cap_mb": bucket_cap_mb,
                         "clip_norm": clip_norm, "find_unused": find_unused})
-    w = _Wrapped(model, optimizer, comm, env, shard=shard)
+    w = _Wrapped(model, optimizer, comm, env, shard=shard, example=example)
     model._dear = w
     everything = range(len(w.params))
     mine = sorted(w.group_of)

@@ -99,6 +99,27 @@ for r in csv.DictReader(open(sys.argv[1])):
     # the median of max(U1, U2) * 20 ms is 14.1 ms; 12 samples put it well inside (5, 20 + slack)
     assert nominal + 5 < comp < nominal + 30, r
 PY
+# The first plan (DEAR_FIRST_PLAN) with hints from a model description (layer 2, without tensors,
+# hinted to the layer before it): held all run it is the estimate's; the time to train the
+# first 4 iterations and the 8 of a run, from dear_init; parameters check under each start.
+printf 'dear-model 1\nlayer 0 4\nlayer 1 6\nlayer 2 2\nlayer 3 6\nlayer 4 4\ntensor l0.weight 0 40000\nend 5 1\n' \
+    >"$TMPD/tiny.model"
+FCONF="dear:auto+first=threshold;dear:auto+first=range+hold;dear:auto+first=first+hold+nohints"
+DEAR_LOG_LEVEL=info bench 2 --profile "$TINY" --hints "$TMPD/tiny.model" --iters 8 --warmup 0 --first-n 4 \
+    --configs "$FCONF" --csv "$TMPD/f.csv"
+[ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "first plan run: exit status $rc"; }
+grep -q "first plan, from the model's structure (4 of 4 layer(s) with a compute hint" "$TMPD/out" ||
+    { cat "$TMPD/out" >&2; fail "first plan run: the hints did not reach the runtime"; }
+python3 - "$TMPD/f.csv" "$FCONF" <<'PY' || fail "first plan run: CSV check"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [r["config"] for r in rows] == sys.argv[2].split(";"), rows
+for r in rows:
+    assert r["check"] == "ok" and int(r["run_iters"]) == 8 and int(r["first_n"]) == 4, r
+    assert 0 < float(r["startup_s"]) < float(r["first_n_s"]) < float(r["run_s"]), r
+assert rows[1]["plan"].startswith("est:") and rows[2]["plan"].startswith("est:auto"), rows
+assert rows[1]["first_plan"] == "range" and rows[2]["first_plan"] == "first", rows
+PY
 # A sparse embedding (1000 rows of 16 floats, 5% of them per rank): the replay draws a new set
 # of Zipf rows each iteration on each rank, the check recomputes the same draws in float64, and
 # '+sparse' configurations make the runtime send the rows sparse; the dense configuration is the

@@ -15,6 +15,10 @@
  * and a penalty slept while one chosen plan is in force make that plan slower by a known
  * amount; a clear difference decides, a difference within the noise leaves the plan the model
  * predicts faster, every rank ends on the same plan, and a re-plan after a revert checks again.
+ * The first plan without a profile (DEAR_FIRST_PLAN; TCase "first", also run alone at np 3):
+ * identical on every rank, the same on a second commit, equal to the plan fusion/estimate.h
+ * makes from the model's arrays and hints; the re-plan with the first iteration's times; results
+ * still bitwise MPI_Allreduce's; bad hints refused naming what is accepted.
  */
 #include <check.h>
 #include <math.h>
@@ -26,7 +30,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/params.h"
+#include "fusion/estimate.h"
 #include "fusion/planfile.h"
+#include "fusion/units.h"
 #include "include/dear.h"
 #include "base/log.h"
 #include "tests/mpi/synth.h"
@@ -216,6 +223,8 @@ static uint64_t plan_hash(const dear_plan_t *p)
 static void set_common(void)
 {
     setenv("DEAR_FUSION_THRESHOLD", "1", 1); /* warm-up plan: one bucket per tensor */
+    setenv("DEAR_FIRST_PLAN", "threshold", 1); /* the plan from the structure: test_first */
+    setenv("DEAR_REPLAN_MIN_GAIN", "0", 1);    /* every predicted gain switches */
     setenv("DEAR_WARMUP_ITERS", "2", 1);
     setenv("DEAR_REPLAN_EVERY", "3", 1);
     setenv("DEAR_VERIFY_ITERS", "0", 1); /* auto's check has tests of its own (test_check) */
@@ -225,7 +234,8 @@ static void unset_all(void)
 {
     const char *vars[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_FUSION_THRESHOLD", "DEAR_WARMUP_ITERS",
                            "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_CALIBRATION_FILE",
-                           "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS", "DEAR_VERIFY_MARGIN" };
+                           "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS", "DEAR_VERIFY_MARGIN", "DEAR_FIRST_PLAN",
+                           "DEAR_REPLAN_MIN_GAIN" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -661,6 +671,174 @@ START_TEST(test_presets)
 }
 END_TEST
 
+/* ---- the first plan, without a profile (DEAR_FIRST_PLAN) ---- */
+
+/* Compute hints on every third layer (the others priced by their parameter bytes). */
+static double hint_of(int l)
+{
+    return l % 3 == 0 ? 1e6 * (double)(l + 1) : -1;
+}
+
+static dear_ctx_t *commit_first(model_t *m, const char *sched, const char *first, int hints)
+{
+    setenv("DEAR_SCHEDULE", sched, 1);
+    setenv("DEAR_FUSION", "auto", 1);
+    setenv("DEAR_FIRST_PLAN", first, 1);
+    setenv("DEAR_CALIBRATE", "off", 1);
+    setenv("DEAR_COST_PRESET", "10gbe", 1);
+    model_init(m);
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    check_transport(ctx);
+    register_model(ctx, m);
+    for (int l = 0; hints && l < m->nlayers; l++)
+        if (hint_of(l) >= 0)
+            ck_assert_int_eq(dear_set_layer_cost(ctx, m->layer_ids[l], hint_of(l)), DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    return ctx;
+}
+
+/* The plan at commit made another way: the profile from the model's own arrays, through
+ * fusion/estimate.h under the preset the runtime took. */
+static void reference_first(const dear_ctx_t *ctx, const model_t *m, dear_sched_t sched, dear_plan_t *ref)
+{
+    dear_profile_t st, est = { 0 };
+    dear_prof_init(&st, "ref");
+    st.no_times = 1;
+    for (int l = 0; l < m->nlayers; l++) {
+        ck_assert_int_eq(dear_prof_add_layer(&st, m->layer_ids[l], 0, 0), DEAR_OK);
+        dear_prof_set_flops(&st, hint_of(l));
+    }
+    for (int i = 0; i < NT; i++)
+        ck_assert_int_eq(dear_prof_add_tensor(&st, m->t[i].name, m->t[i].layer, m->t[i].count * esize(m->t[i].dtype)),
+                         DEAR_OK);
+    char msg[256];
+    ck_assert_int_eq(dear_prof_check(&st, msg, sizeof msg), DEAR_OK);
+    ck_assert_int_eq(dear_prof_estimate(&st, 1.0, 2.0, &est), DEAR_OK);
+    /* Cut where the runtime cuts (DEAR_PARTITION: the -part runs cut these tensors). */
+    dear_profile_t cut = { 0 };
+    dear_unit_t *units = NULL;
+    int nunits = 0;
+    ck_assert_int_eq(dear_prof_cut(&est, (size_t)dear_param_int(DEAR_P_PARTITION), &units, &nunits, &cut), DEAR_OK);
+    dear_cost_model_t cm;
+    ck_assert_int_eq(dear_cost_preset("10gbe", nranks, ctx->cm.topo.max_local_size, &cm), DEAR_OK);
+    dear_sim_model_arg_t marg;
+    dear_plan_problem_t prob;
+    ck_assert_int_eq(dear_plan_problem_init(&prob, &cut, sched, &cm, 0, &marg), DEAR_OK);
+    dear_robust_range_t rg = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
+    ck_assert_int_eq(dear_plan_robust(ref, &prob, DEAR_PLANNER_AUTO, &rg, NULL), DEAR_OK);
+    ck_assert_int_eq(dear_plan_set_units(ref, NT, units), DEAR_OK);
+    free(units);
+    dear_prof_free(&cut);
+    dear_prof_free(&st);
+    dear_prof_free(&est);
+}
+
+START_TEST(test_first_plan)
+{
+    const char *sched = _i == 0 ? "dear" : "wfbp";
+    set_common();
+    setenv("DEAR_WARMUP_ITERS", "100", 1); /* the first plan all along */
+    model_t m, m2;
+    dear_ctx_t *ctx = commit_first(&m, sched, "range", 1);
+    ck_assert_msg(strncmp(ctx->graph.plan.planner, "est:", 4) == 0, "plan %s at commit", ctx->graph.plan.planner);
+    ck_assert_msg(same_everywhere(plan_hash(&ctx->graph.plan)), "ranks committed different first plans");
+    dear_plan_t ref = { 0 };
+    reference_first(ctx, &m, _i == 0 ? DEAR_SCHED_DEAR : DEAR_SCHED_WFBP, &ref);
+    ck_assert_msg(dear_plan_equal(&ref, &ctx->graph.plan) && ref.ag_early == ctx->graph.plan.ag_early,
+                  "%s: the first plan (%s, %d buckets) is not the estimate's (%s, %d buckets)", sched,
+                  ctx->graph.plan.planner, ctx->graph.plan.rs.ngroups, ref.planner, ref.rs.ngroups);
+    /* Deterministic: a second commit of the same model plans the same. */
+    dear_ctx_t *ctx2 = commit_first(&m2, sched, "range", 1);
+    ck_assert_int_eq(plan_hash(&ctx2->graph.plan), plan_hash(&ctx->graph.plan));
+    ck_assert_int_eq(dear_finalize(&ctx2), DEAR_OK);
+    model_free(&m2);
+    train(ctx, &m, sched, 3);
+    ck_assert_int_eq(ctx->online.nplans, 0);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    compare(&m, 3, sched);
+    dear_plan_free(&ref);
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
+/* DEAR_FIRST_PLAN=first: the plan is made again after the first iteration, with hints given
+ * after commit, before the online plan of iteration 3. */
+static void hint_after_first(dear_ctx_t *ctx)
+{
+    if (ctx->it.iter == 1)
+        ck_assert_msg(strncmp(ctx->graph.plan.planner, "est:auto", 8) == 0 &&
+                          same_everywhere(plan_hash(&ctx->graph.plan)),
+                      "after the first iteration: plan %s", ctx->graph.plan.planner);
+}
+
+START_TEST(test_first_rescale)
+{
+    set_common();
+    setenv("DEAR_WARMUP_ITERS", "3", 1);
+    setenv("DEAR_REPLAN_EVERY", "0", 1);
+    model_t m;
+    dear_ctx_t *ctx = commit_first(&m, "dear", "first", 0);
+    ck_assert_int_eq(ctx->online.rescale_at, 1);
+    for (int l = 0; l < m.nlayers; l++) /* accepted after commit: the re-plan reads them */
+        ck_assert_int_eq(dear_set_layer_cost(ctx, m.layer_ids[l], 1e3 * (l + 1)), DEAR_OK);
+    ck_assert_double_eq(ctx->reg.layers[dear_layer_index(&ctx->reg, m.layer_ids[2])].flops, 3e3);
+    after_backward_end = hint_after_first;
+    train(ctx, &m, "dear", 5);
+    after_backward_end = NULL;
+    ck_assert_int_eq(ctx->online.rescale_at, -1);
+    ck_assert_int_eq(ctx->online.nplans, 1);
+    ck_assert_msg(same_everywhere(plan_hash(&ctx->graph.plan)), "ranks ended on different plans");
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    compare(&m, 5, "first");
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
+/* A hint must name a registered layer and be finite and >= 0; the error says so. */
+static void refused(dear_ctx_t *ctx, int layer, double flops, int want, const char *says)
+{
+    capture_start();
+    int rc = dear_set_layer_cost(ctx, layer, flops);
+    capture_stop();
+    ck_assert_int_eq(rc, want);
+    ck_assert_msg(strstr(logbuf, says) != NULL, "layer %d, hint %g: message '%s' lacks '%s'", layer, flops, logbuf,
+                  says);
+}
+
+START_TEST(test_first_bad_hints)
+{
+    model_t m;
+    model_init(&m);
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_set_layer_cost(NULL, 3, 1), DEAR_ERR_ARG);
+    register_model(ctx, &m);
+    ck_assert_int_eq(dear_register_layer(ctx, 1000), DEAR_OK);
+    ck_assert_int_eq(dear_set_layer_cost(ctx, 1000, 5e9), DEAR_OK); /* a layer without tensors */
+    ck_assert_int_eq(dear_set_layer_cost(ctx, 3, 0), DEAR_OK);
+    const char *finite = "the hint must be a finite number >= 0 (the layer's forward FLOPs";
+    refused(ctx, 3, -1, DEAR_ERR_ARG, finite);
+    refused(ctx, 3, NAN, DEAR_ERR_ARG, finite);
+    refused(ctx, 3, INFINITY, DEAR_ERR_ARG, finite);
+    refused(ctx, 999, 1, DEAR_ERR_ARG, "dear_set_layer_cost(layer 999): no tensor registered in this layer and no "
+                                       "dear_register_layer for it; register the layer first");
+    setenv("DEAR_FUSION", "threshold", 1);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    refused(ctx, 999, 1, DEAR_ERR_ARG,
+            "dear_set_layer_cost(layer 999): unknown layer id; the registered layers have ids");
+    refused(ctx, 1000, -0.5, DEAR_ERR_ARG, finite);
+    ck_assert_double_eq(ctx->reg.layers[dear_layer_index(&ctx->reg, 1000)].flops, 5e9);
+    ck_assert_double_eq(ctx->reg.layers[dear_layer_index(&ctx->reg, 3)].flops, 0);
+    ck_assert(ctx->reg.layers[dear_layer_index(&ctx->reg, 4)].flops < 0);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("online");
@@ -671,6 +849,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_recheck);
     tcase_add_test(tc, test_calibration);
     tcase_add_test(tc, test_presets);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("first");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_first_plan, 0, 2);
+    tcase_add_test(tc, test_first_rescale);
+    tcase_add_test(tc, test_first_bad_hints);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -11,6 +11,9 @@ library's message on every rank. Sharded (wrap(shard=True)): SGD with momentum a
 parameters, on 1 and 2 ranks those of the unsharded wrap bit for bit, with optimizer state for
 1/P of the model on each rank; state loaded before wrap is cut to the slices and a resumed run
 continues as the unsharded one (checkpoint_resume); reading a parameter's gradient is refused.
+The compute hints the binding gives libdear for its first plan
+(dear_set_layer_cost): per position from parameter shapes at wrap, then the first forward's FLOPs,
+each equal to what the layer's output (or, for attention, its matrix products) says it computed.
 """
 import os
 import socket
@@ -348,6 +351,84 @@ def half_precision():
                 print("ok: %s: %.2g from the float64-averaged reference" % (what, d), flush=True)
 
 
+def layer_costs():
+    """_layer_flops against the work each module's output shows, and the hints the binding gives
+    libdear: at wrap, then from the first forward, before its backward ends."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 4, 14, 14, generator=g)
+    for conv in (nn.Conv2d(4, 8, 3, stride=2, padding=1), nn.Conv2d(4, 8, 3, padding="same", groups=2),
+                 nn.Conv2d(4, 6, (3, 5), dilation=(2, 1))):
+        out = conv(x)   # every output element: one multiply-add per input in its window
+        want = 2.0 * out.numel() * conv.in_channels // conv.groups * conv.kernel_size[0] * conv.kernel_size[1]
+        (got,) = dear._layer_flops(conv, (x,))
+        check(got == (conv, want), "conv %s: %s FLOPs, its output says %s" % (conv, got[1], want))
+    lin, h = nn.Linear(16, 32), torch.randn(2, 8, 16, generator=g)
+    check(dear._layer_flops(lin, (h,)) == [(lin, 2.0 * lin(h).numel() * 16)], "linear")
+    check(dear._layer_flops(lin) == [(lin, 2.0 * 16 * 32)], "linear per position")
+    ln = nn.LayerNorm(16)
+    check(dear._layer_flops(ln, (h,)) == [(ln, 8.0 * h.numel())], "layer norm")
+    mha, k = nn.MultiheadAttention(16, 2, batch_first=True), torch.randn(2, 5, 16, generator=g)
+    # Q, K, V and output projections as matrix products, then QK^T and AV per head.
+    proj = 2.0 * (2 * 8 * 16 * 16 + 2 * 2 * 5 * 16 * 16)
+    scores = 2 * (2.0 * 2 * 2 * 8 * 5 * 8)   # batch 2, 2 heads of 8: (8x8)(8x5) and (8x5)(5x8)
+    got = dear._layer_flops(mha, (h, k, k))
+    check(got == [(mha, proj + scores), (mha.out_proj, 2.0 * 2 * 8 * 16 * 16)], "attention: %s" % (got,))
+    check(dear._layer_flops(nn.GELU(), (h,)) == [], "an unknown module has no hint")
+    # The hints libdear gets: every known layer's at wrap, every layer's after the first forward.
+    lib = dear._load()
+    calls, real = [], lib.dear_set_layer_cost
+
+    def spy(ctx, lid, flops):
+        calls.append((lid, flops))
+        return real(ctx, lid, flops)
+    lib.dear_set_layer_cost = spy
+    try:
+        os.environ["DEAR_SCHEDULE"] = "dear"
+        model, opt = make("transformer", "sgd")
+        model, opt = dear.wrap(model, opt)
+        at_wrap = dict(calls)
+        nlayers, root = len(model._dear.layers), model._dear.lid_of[id(model)]
+        # every layer but the model itself (its own parameter, pos, is no module the binding knows)
+        check(len(at_wrap) == nlayers - 1 and root not in at_wrap, "wrap: %d hints for %d layers" %
+              (len(at_wrap), nlayers))
+        (x1, y1), = batches("transformer", 1)
+        out = model(x1)
+        first = dict(calls[len(at_wrap):])
+        head = model._dear.lid_of[id(model.head)]
+        check(first.get(head) == 2.0 * out.numel() * 16, "the head's hint after the first forward: %s" %
+              first.get(head))
+        check(len(first) == nlayers - 1 and first[head] > at_wrap[head], "first forward: %d hints" % len(first))
+        loss_of("transformer", out, y1).backward()
+        opt.step()
+        check(len(calls) == len(at_wrap) + len(first), "hints after the first forward's end")
+        dear.close(model)
+        # wrap(example=): at wrap, the hints the first forward of that input gives.
+        (xc, yc), = batches("cnn", 1)
+        hints = []
+        for example in (None, xc):
+            del calls[:]
+            model, opt = make("cnn", "sgd")
+            model, opt = dear.wrap(model, opt, example=example)
+            if example is None:
+                loss_of("cnn", model(xc), yc).backward()
+            hints.append(dict(calls[-len(model._dear.layers):]))
+            check(model.training and torch.equal(model.conv1.weight, make("cnn", "sgd")[0].conv1.weight),
+                  "wrap's example changed the model")
+            dear.close(model)
+        check(hints[0] == hints[1], "example at wrap: %s, first forward: %s" % (hints[1], hints[0]))
+        # ... leaving batch-norm statistics and the random generator as they were
+        bn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.5))
+        rng = torch.get_rng_state()
+        bn, opt = dear.wrap(bn, torch.optim.SGD(bn.parameters(), lr=0.1), example=xc)
+        check(torch.equal(bn[1].running_mean, torch.zeros(4)) and int(bn[1].num_batches_tracked) == 0 and
+              torch.equal(torch.get_rng_state(), rng), "wrap's example left a trace")
+        dear.close(bn)
+    finally:
+        lib.dear_set_layer_cost = real
+    if RANK == 0:
+        print("ok: layer costs np %d" % SIZE, flush=True)
+
+
 def run_tests(*tests):
     """Each test in turn with torch.distributed (gloo) up for DDP; 0 when no rank saw a failure."""
     port = None
@@ -368,4 +449,5 @@ def run_tests(*tests):
 
 
 if __name__ == "__main__":
-    sys.exit(run_tests(compare_with_ddp, checkpoint_resume, errors, half_precision, shard_against_ddp))
+    sys.exit(run_tests(compare_with_ddp, checkpoint_resume, errors, half_precision, shard_against_ddp,
+                       layer_costs))

@@ -1,6 +1,7 @@
 #!/bin/sh
 # dear-plan's command line: help, a full run on a shipped profile (table, CSV, SVG, plan file,
-# scaling) and clear errors for bad arguments and bad profiles.
+# scaling), planning from a model description, and clear errors for bad arguments and bad
+# profiles.
 set -u
 : "${top_builddir:=.}" "${top_srcdir:=.}"
 exe=$top_builddir/apps/tools/dear-plan
@@ -56,6 +57,18 @@ awk -F, -v c="$cut" -v w="$whole" 'BEGIN { split(c, a, ","); split(w, b, ",");
     r = a[5] * a[8] - b[5] * b[8];
     exit !(a[5] < 0.97 * b[5] && a[8] > b[8] && r * r < 1e-6 * b[5] * b[5] && a[15] == 59 && b[15] == 32) }' ||
     fail "partitioned auto ($cut) not faster than whole ($whole) against the same reference"
+# A model description alone (no times): planned from its structure and hints, predicted on the
+# estimate at --compute-ms; and a profile planned from its description's hints with the profile's
+# totals (--estimate first) predicted within 1% of the plan made from its times (vs_prof).
+bm=$top_srcdir/fusion/profiles/bert-base.model
+out=$("$exe" --profile "$bm" --preset 10gbe --workers 4 --schedule dear --planner auto --compute-ms 300 \
+      --estimate first --plan-out "$tmp/bm.plan") || fail "model description run exited $?"
+echo "$out" | grep -q "forward 100.00 ms, backward 200.00 ms" || fail "description: totals not --compute-ms: $out"
+echo "$out" | grep -q "predicted on the estimate at --compute-ms" || fail "description: no estimate line"
+grep -q "^dear-plan 2" "$tmp/bm.plan" || fail "description: no plan written"
+vs=$("$exe" --profile "$top_srcdir/fusion/profiles/bert-base.prof" --hints "$bm" --estimate first --preset 10gbe \
+     --workers 4 --schedule dear --planner auto | awk '$1 == "dear" && $2 == "auto" { print $NF }')
+awk -v v="$vs" 'BEGIN { sub("%", "", v); exit !(v != "" && v + 0 < 1) }' || fail "estimate first vs_prof '$vs'"
 expect_err() {   # expected-status pattern args...
     want=$1; pat=$2; shift 2
     err=$("$exe" "$@" 2>&1 >/dev/null); rc=$?
@@ -76,4 +89,8 @@ expect_err 1 "bad.prof:.*BYTES" --profile "$tmp/bad.prof" --preset 10gbe --worke
 sed 's/^sparse wte.weight 3072 0.05/sparse wte.weight 3072 1.05/' "$gpt" > "$tmp/dens.prof"
 expect_err 1 "dens.prof:101:.*densities in \[0, 1\]" --profile "$tmp/dens.prof" --preset 10gbe --workers 4
 expect_err 1 "nope.prof" --profile "$tmp/nope.prof" --preset 10gbe --workers 4
+expect_err 2 "--estimate 'guess'" --profile "$prof" --preset 10gbe --workers 4 --estimate guess
+expect_err 2 "--hints goes with --estimate" --profile "$prof" --preset 10gbe --workers 4 --hints "$bm"
+expect_err 2 "layer 107 is not a layer of the profile" --profile "$prof" --preset 10gbe --workers 4 --estimate range \
+    --hints "$bm"
 echo "dear-plan tests passed"

@@ -5,7 +5,11 @@
  * whole and cut into chunks), GradSSA (deterministic, never worse than its seeds, within 1% of DP
  * on every shipped profile), the unit cut (partitioned tensors) and every planner over 1, 2 and
  * many chunks, and plan files (round trip with cuts, version 1, refusal of a plan or a cut that
- * does not fit). No MPI.
+ * does not fit), and planning without a profile (fusion/estimate.h): layer costs from hints and
+ * parameter bytes worked by hand, model descriptions (round trip, bad lines named, the shipped
+ * ones consistent with the shipped profiles' times), the plan across the unknown scale against a
+ * recomputation over separately scaled profiles, and the shipped models' estimate plans within 5%
+ * of the plans made from their profiles. No MPI.
  */
 #include <check.h>
 #include <math.h>
@@ -15,6 +19,7 @@
 #include <unistd.h>
 
 #include "fusion/cost.h"
+#include "fusion/estimate.h"
 #include "fusion/planfile.h"
 #include "fusion/planners.h"
 #include "fusion/profile.h"
@@ -1698,6 +1703,283 @@ START_TEST(planners_fast_on_2000_tensors)
 }
 END_TEST
 
+/* ---- planning without a profile ---- */
+
+/* Five layers (ids 10 * index): 0: 100 B; 1: 200 B, hint 1000; 2: a sparse 300 B tensor; 3: no
+ * tensor; 4: 50 B, hint 0. */
+static void five_layers(dear_profile_t *p, int hints)
+{
+    dear_prof_init(p, "five");
+    for (int l = 0; l < 5; l++) {
+        ck_assert_int_eq(dear_prof_add_layer(p, 10 * l, 0.001 * (l + 1), 0.002 * (l + 1)), DEAR_OK);
+        if (hints && l == 1)
+            dear_prof_set_flops(p, 1000);
+        if (hints && l == 4)
+            dear_prof_set_flops(p, 0);
+    }
+    ck_assert_int_eq(dear_prof_add_tensor(p, "a", 0, 100), DEAR_OK);
+    ck_assert_int_eq(dear_prof_add_tensor(p, "b", 10, 200), DEAR_OK);
+    ck_assert_int_eq(dear_prof_add_tensor(p, "emb", 20, 300), DEAR_OK);
+    dear_prof_set_sparse(p, 100, 0.5, 0.5);
+    ck_assert_int_eq(dear_prof_add_tensor(p, "d", 40, 50), DEAR_OK);
+    char msg[256];
+    ck_assert_int_eq(dear_prof_check(p, msg, sizeof msg), DEAR_OK);
+}
+
+START_TEST(estimate_costs_by_hand)
+{
+    dear_profile_t p;
+    double c[5];
+    /* No hint: dense parameter bytes; the sparse lookup and the tensorless layer cost nothing. */
+    five_layers(&p, 0);
+    ck_assert_int_eq(dear_estimate_costs(&p, c), DEAR_OK);
+    const double bytes_only[5] = { 100, 200, 0, 0, 50 };
+    for (int l = 0; l < 5; l++)
+        ck_assert_double_eq_tol(c[l], bytes_only[l], 1e-12);
+    dear_prof_free(&p);
+    /* Hints on layers 1 and 4 (1000 FLOPs over 250 dense bytes): the others at 4 per byte. */
+    five_layers(&p, 1);
+    ck_assert_int_eq(dear_estimate_costs(&p, c), DEAR_OK);
+    const double hinted[5] = { 400, 1000, 0, 0, 0 };
+    for (int l = 0; l < 5; l++)
+        ck_assert_double_eq_tol(c[l], hinted[l], 1e-9);
+    /* The estimate spreads the totals by cost; every tensor, block and density kept. */
+    dear_profile_t e = { 0 };
+    ck_assert_int_eq(dear_prof_estimate(&p, 0.3, 0.7, &e), DEAR_OK);
+    ck_assert_int_eq(e.nlayers, 5);
+    ck_assert_int_eq(e.ntensors, 4);
+    for (int l = 0; l < 5; l++) {
+        ck_assert_double_eq_tol(e.layers[l].fwd_s, 0.3 * hinted[l] / 1400, 1e-12);
+        ck_assert_double_eq_tol(e.layers[l].bwd_s, 0.7 * hinted[l] / 1400, 1e-12);
+    }
+    ck_assert_uint_eq(e.tensors[2].block_bytes, 100);
+    ck_assert_double_eq(e.tensors[2].density_ag, 0.5);
+    ck_assert_int_eq(e.tensors[2].lidx, 2);
+    /* Every hint 0 and no bytes left to price: the totals spread evenly. */
+    for (int l = 0; l < 5; l++)
+        p.layers[l].flops = 0;
+    ck_assert_int_eq(dear_prof_estimate(&p, 1.0, 2.0, &e), DEAR_OK);
+    for (int l = 0; l < 5; l++)
+        ck_assert_double_eq_tol(e.layers[l].bwd_s, 0.4, 1e-12);
+    ck_assert_int_eq(dear_prof_estimate(&p, -1.0, 2.0, &e), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_prof_estimate(&p, NAN, 2.0, &e), DEAR_ERR_ARG);
+    dear_prof_free(&e);
+    dear_prof_free(&p);
+}
+END_TEST
+
+START_TEST(estimate_model_descriptions)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmpfile_path("m.model"));
+    write_file(path, "dear-model 1\nmodel m\nlayer 0 1e9\nlayer 3\nlayer 5 0\ntensor w 0 400\n"
+                     "tensor e 3 800\nsparse e 80 1 1\ntensor v 5 4\nend 3 3\n");
+    dear_profile_t p = { 0 }, q = { 0 };
+    ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+    ck_assert_int_eq(p.no_times, 1);
+    ck_assert_double_eq(p.layers[0].flops, 1e9);
+    ck_assert(p.layers[1].flops < 0);
+    ck_assert_double_eq(p.layers[2].flops, 0);
+    ck_assert_double_eq(dear_prof_fwd_total(&p) + dear_prof_bwd_total(&p), 0);
+    /* Written back as a description, read again the same. */
+    ck_assert_int_eq(dear_prof_save(&p, tmpfile_path("again.model")), DEAR_OK);
+    ck_assert_int_eq(dear_prof_load(tmpfile_path("again.model"), &q), DEAR_OK);
+    ck_assert_int_eq(q.no_times, 1);
+    ck_assert_int_eq(q.nlayers, 3);
+    for (int l = 0; l < 3; l++)
+        ck_assert_double_eq(q.layers[l].flops, p.layers[l].flops);
+    ck_assert_uint_eq(q.tensors[1].block_bytes, 80);
+    dear_prof_free(&q);
+    /* Bad lines are named with what is accepted; a profile's layer line is not a description's. */
+    static const struct {
+        const char *text, *says;
+    } bad[] = {
+        { "dear-model 1\nlayer 0 -5\ntensor w 0 4\nend 1 1\n", ":2: expected 'layer ID [FLOPS]'" },
+        { "dear-model 1\nlayer 0 0.1 0.2\ntensor w 0 4\nend 1 1\n", ":2: expected 'layer ID [FLOPS]'" },
+        { "dear-model 1\nlayer 0 nan\ntensor w 0 4\nend 1 1\n", ":2: expected 'layer ID [FLOPS]'" },
+        { "dear-profile 1\nlayer 0 5\ntensor w 0 4\nend 1 1\n", ":2: expected 'layer ID FORWARD_S BACKWARD_S'" },
+        { "dear-modle 1\n", ":1: expected the header 'dear-profile 1' or 'dear-model 1'" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(path, bad[i].text);
+        capture();
+        ck_assert_int_eq(dear_prof_load(path, &q), DEAR_ERR_FORMAT);
+        uncapture();
+        ck_assert_msg(strstr(logbuf, bad[i].says) != NULL, "case %zu: %s", i, logbuf);
+    }
+    dear_prof_free(&p);
+}
+END_TEST
+
+/* The shipped descriptions are the shipped profiles without times: the same layers and tensors,
+ * and each layer's hint gives its profiled times (FLOPs x batch at the rate, plus the fixed cost
+ * per layer, backward twice the FLOPs: fusion/profiles/gen.py). */
+START_TEST(estimate_shipped_descriptions)
+{
+    static const char *models[] = { "resnet50", "vgg16", "densenet201", "bert-base", "gpt2-small",
+                                    "gpt2-small-untied" };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[512];
+        dear_profile_t p = { 0 }, m = { 0 };
+        snprintf(path, sizeof path, "%s/fusion/profiles/%s.prof", DEAR_SRCDIR, models[i]);
+        ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+        snprintf(path, sizeof path, "%s/fusion/profiles/%s.model", DEAR_SRCDIR, models[i]);
+        ck_assert_int_eq(dear_prof_load(path, &m), DEAR_OK);
+        ck_assert_int_eq(m.no_times, 1);
+        ck_assert_int_eq(m.nlayers, p.nlayers);
+        ck_assert_int_eq(m.ntensors, p.ntensors);
+        double per_flop = NAN; /* batch / rate: one number for the whole model */
+        for (int l = 0; l < p.nlayers; l++) {
+            ck_assert_int_eq(m.layers[l].id, p.layers[l].id);
+            ck_assert(m.layers[l].flops >= 0);
+            if (m.layers[l].flops > 1e6 && isnan(per_flop))
+                per_flop = (p.layers[l].fwd_s - 20e-6) / m.layers[l].flops;
+            double fw = m.layers[l].flops * (isnan(per_flop) ? 0 : per_flop) + 20e-6;
+            if (!isnan(per_flop)) {
+                ck_assert_double_eq_tol(p.layers[l].fwd_s, fw, 1e-9 + 1e-6 * fw);
+                ck_assert_double_eq_tol(p.layers[l].bwd_s, 2 * fw, 2e-9 + 1e-6 * fw);
+            }
+        }
+        ck_assert(per_flop > 0);
+        for (int t = 0; t < p.ntensors; t++) {
+            ck_assert_str_eq(m.tensors[t].name, p.tensors[t].name);
+            ck_assert_uint_eq(m.tensors[t].bytes, p.tensors[t].bytes);
+            ck_assert_uint_eq(m.tensors[t].block_bytes, p.tensors[t].block_bytes);
+        }
+        dear_prof_free(&p);
+        dear_prof_free(&m);
+    }
+}
+END_TEST
+
+/* Eight layers of uneven compute and sizes. */
+static void eight_layers(dear_profile_t *p, double scale)
+{
+    static const double fw[8] = { 4, 1, 3, 1, 2, 6, 1, 2 };
+    static const size_t by[8] = { 1000, 90000, 4000, 250000, 8000, 30000, 500, 400000 };
+    dear_prof_init(p, "eight");
+    for (int l = 0; l < 8; l++)
+        ck_assert_int_eq(dear_prof_add_layer(p, l, scale * fw[l], 2 * scale * fw[l]), DEAR_OK);
+    for (int l = 0; l < 8; l++) {
+        char name[8];
+        snprintf(name, sizeof name, "t%d", l);
+        ck_assert_int_eq(dear_prof_add_tensor(p, name, l, by[l]), DEAR_OK);
+    }
+    char msg[256];
+    ck_assert_int_eq(dear_prof_check(p, msg, sizeof msg), DEAR_OK);
+}
+
+/* The plan across the range is the candidate of least worst loss: recomputed here over profiles
+ * built at each ratio from the arrays, not by scaling the estimate. */
+START_TEST(estimate_robust_is_minimax)
+{
+    lin_arg_t l = lin(2e-3, 2e-8, 1e-3, 1e-8);
+    dear_sched_t scheds[] = { DEAR_SCHED_DEAR, DEAR_SCHED_WFBP };
+    for (int si = 0; si < 2; si++) {
+        dear_profile_t base;
+        eight_layers(&base, 1.0);
+        dear_plan_problem_t prob = { .prof = &base, .sched = scheds[si], .cost = { lin_cost, &l }, .threshold = 100000 };
+        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+            prob.alpha[op] = l.alpha[op], prob.beta[op] = l.beta[op];
+        double comm = dear_estimate_comm_s(&prob, &base);
+        ck_assert_double_eq_tol(comm, 2e-3 + 2e-8 * 783500, 1e-12); /* RS + AG, or the all-reduce */
+        dear_robust_range_t rg = { 0.25, 4, 3 };
+        double regret = 0;
+        dear_plan_t got = { 0 };
+        ck_assert_int_eq(dear_plan_robust(&got, &prob, DEAR_PLANNER_MGWFBP, &rg, &regret), DEAR_OK);
+        ck_assert(strncmp(got.planner, "est:", 4) == 0);
+        /* Candidates and times at ratios 1/4, 1, 4 (compute 60 units of scale s: s = r comm / 60). */
+        dear_profile_t at[3];
+        dear_plan_t cand[3] = { { 0 } };
+        double t[3][3], best[3] = { INFINITY, INFINITY, INFINITY };
+        for (int i = 0; i < 3; i++) {
+            eight_layers(&at[i], (0.25 * pow(4, i)) * comm / 60);
+            dear_plan_problem_t p = prob;
+            p.prof = &at[i];
+            ck_assert_int_eq(dear_plan_mgwfbp(&cand[i], &p), DEAR_OK);
+        }
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) {
+                dear_sim_result_t r = { 0 };
+                ck_assert_int_eq(dear_sim_run(&at[j], &prob.cost, prob.sched, &cand[i], 0, &r), DEAR_OK);
+                t[i][j] = r.iter_s;
+                best[j] = fmin(best[j], r.iter_s);
+            }
+        double least = INFINITY, got_worst = 0;
+        for (int i = 0; i < 3; i++) {
+            double w = 0;
+            for (int j = 0; j < 3; j++)
+                w = fmax(w, t[i][j] / best[j]);
+            least = fmin(least, w);
+        }
+        for (int j = 0; j < 3; j++) {
+            dear_sim_result_t r = { 0 };
+            ck_assert_int_eq(dear_sim_run(&at[j], &prob.cost, prob.sched, &got, 0, &r), DEAR_OK);
+            got_worst = fmax(got_worst, r.iter_s / best[j]);
+        }
+        ck_assert_double_eq_tol(regret, least, 1e-9);
+        ck_assert_double_eq_tol(got_worst, least, 1e-9);
+        ck_assert(least >= 1.0);
+        /* One point: the planner's plan at the range's geometric mean (ratio 1). */
+        dear_robust_range_t one = { 0.25, 4, 1 };
+        ck_assert_int_eq(dear_plan_robust(&got, &prob, DEAR_PLANNER_MGWFBP, &one, &regret), DEAR_OK);
+        ck_assert(dear_plan_equal(&got, &cand[1]));
+        ck_assert_double_eq(regret, 1.0);
+        /* A bad range is refused. */
+        dear_robust_range_t bad = { 0, 4, 3 };
+        ck_assert_int_eq(dear_plan_robust(&got, &prob, DEAR_PLANNER_MGWFBP, &bad, NULL), DEAR_ERR_ARG);
+        for (int i = 0; i < 3; i++) {
+            dear_plan_free(&cand[i]);
+            dear_prof_free(&at[i]);
+        }
+        dear_plan_free(&got);
+        dear_prof_free(&base);
+    }
+}
+END_TEST
+
+/* Every shipped model, planned from its description alone (hints, the scale from its profile's
+ * totals as a first iteration gives it, or across the range), predicted on its profile: within
+ * the goal of 5% of the plan made from the profile itself, under the 10gbe preset at P = 4. */
+START_TEST(estimate_shipped_close_to_profiled)
+{
+    static const char *models[] = { "resnet50", "vgg16", "densenet201", "bert-base", "gpt2-small" };
+    dear_cost_model_t cm;
+    ck_assert_int_eq(dear_cost_preset("10gbe", 4, 1, &cm), DEAR_OK);
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[512];
+        dear_profile_t p = { 0 }, m = { 0 }, e = { 0 };
+        snprintf(path, sizeof path, "%s/fusion/profiles/%s.prof", DEAR_SRCDIR, models[i]);
+        ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+        snprintf(path, sizeof path, "%s/fusion/profiles/%s.model", DEAR_SRCDIR, models[i]);
+        ck_assert_int_eq(dear_prof_load(path, &m), DEAR_OK);
+        ck_assert_int_eq(dear_prof_estimate(&m, dear_prof_fwd_total(&p), dear_prof_bwd_total(&p), &e), DEAR_OK);
+        dear_sim_model_arg_t ma, me;
+        dear_plan_problem_t pp, pe;
+        ck_assert_int_eq(dear_plan_problem_init(&pp, &p, DEAR_SCHED_DEAR, &cm, 0, &ma), DEAR_OK);
+        ck_assert_int_eq(dear_plan_problem_init(&pe, &e, DEAR_SCHED_DEAR, &cm, 0, &me), DEAR_OK);
+        dear_plan_t ref = { 0 }, first = { 0 }, range = { 0 };
+        ck_assert_int_eq(dear_plan_dp(&ref, &pp), DEAR_OK);
+        ck_assert_int_eq(dear_plan_dp(&first, &pe), DEAR_OK);
+        dear_robust_range_t rg = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, 3 };
+        ck_assert_int_eq(dear_plan_robust(&range, &pe, DEAR_PLANNER_DP, &rg, NULL), DEAR_OK);
+        dear_sim_result_t r[3] = { { 0 } };
+        ck_assert_int_eq(dear_sim_run(&p, &pp.cost, DEAR_SCHED_DEAR, &ref, 0, &r[0]), DEAR_OK);
+        ck_assert_int_eq(dear_sim_run(&p, &pp.cost, DEAR_SCHED_DEAR, &first, 0, &r[1]), DEAR_OK);
+        ck_assert_int_eq(dear_sim_run(&p, &pp.cost, DEAR_SCHED_DEAR, &range, 0, &r[2]), DEAR_OK);
+        double tr = r[0].iter_s, tf = r[1].iter_s, tg = r[2].iter_s;
+        ck_assert_msg(tf <= 1.05 * tr && tg <= 1.05 * tr, "%s: profiled %.3f ms, first %.3f ms, range %.3f ms",
+                      models[i], 1e3 * tr, 1e3 * tf, 1e3 * tg);
+        dear_plan_free(&ref);
+        dear_plan_free(&first);
+        dear_plan_free(&range);
+        dear_prof_free(&p);
+        dear_prof_free(&m);
+        dear_prof_free(&e);
+    }
+}
+END_TEST
+
 static Suite *fusion_suite(void)
 {
     Suite *s = suite_create("fusion");
@@ -1740,6 +2022,14 @@ static Suite *fusion_suite(void)
     tc = tcase_create("planfile");
     tcase_add_test(tc, planfile_round_trip_and_refusal);
     tcase_add_test(tc, planfile_cuts);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("estimate");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, estimate_costs_by_hand);
+    tcase_add_test(tc, estimate_model_descriptions);
+    tcase_add_test(tc, estimate_shipped_descriptions);
+    tcase_add_test(tc, estimate_robust_is_minimax);
+    tcase_add_test(tc, estimate_shipped_close_to_profiled);
     suite_add_tcase(s, tc);
     return s;
 }

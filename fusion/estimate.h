@@ -1,0 +1,60 @@
+/*
+ * Estimates: planning before anything is timed (SMSG's profiling-free modelling). What a plan
+ * needs from a profile is how compute is spread over the layers and how it compares with the
+ * communication; the model's structure gives the first, one number gives the second.
+ *
+ * Each layer gets a relative compute cost: its hint when it has one (dear_prof_layer_t.flops,
+ * from dear_set_layer_cost, the PyTorch binding or a model description), else its dense parameter
+ * bytes times the hinted layers' cost per dense byte (1 when no layer with parameters is hinted).
+ * A row-sparse tensor (a token embedding) counts no bytes: its layer looks rows up. The one
+ * unknown is the scale, seconds per unit of cost: given the forward and backward totals (the
+ * first iteration's), dear_prof_estimate spreads each over the layers by cost; without them,
+ * dear_plan_robust plans for a range of compute-to-communication ratios and keeps the plan whose
+ * worst loss against the best plan of each ratio is least. Backward is taken as twice the
+ * forward, as for a layer whose weight and input gradients each cost a forward. Pure C.
+ */
+#ifndef DEAR_FUSION_ESTIMATE_H
+#define DEAR_FUSION_ESTIMATE_H
+
+#include "fusion/planners.h"
+#include "fusion/profile.h"
+
+/* The cost of each layer of prof (nlayers entries into cost), as above. */
+int dear_estimate_costs(const dear_profile_t *prof, double *cost);
+
+/* out: prof's layers and tensors, each layer's forward fwd_s x its share of the cost and backward
+ * bwd_s x the same share (every layer alike when no layer has a cost); no hints, times set
+ * (no_times 0). *out is replaced only on success. */
+int dear_prof_estimate(const dear_profile_t *prof, double fwd_s, double bwd_s, dear_profile_t *out);
+
+/* The ratios dear_plan_robust plans for: compute (forward + backward) over the time of
+ * communicating every gradient once, from lo to hi in npoints geometric steps (one point: their
+ * geometric mean). */
+typedef struct {
+    double lo, hi;
+    int npoints;
+} dear_robust_range_t;
+
+/* The compute-to-communication ratios the runtime plans for when it knows neither: the e2e
+ * matrix's cases run from a third to three times, and overlap matters most around one; three
+ * points lose at most 0.1% more than five on the shipped models and cost 3/5 of the time
+ * (docs/PERFORMANCE.md). */
+#define DEAR_ROBUST_LO 0.25
+#define DEAR_ROBUST_HI 4.0
+#define DEAR_ROBUST_POINTS 3
+
+/* Seconds of communicating every gradient of prof once under prob's cost and schedule: a
+ * reduce-scatter and an all-gather of all of it for split schedules, else an all-reduce. */
+double dear_estimate_comm_s(const dear_plan_problem_t *prob, const dear_profile_t *prof);
+
+/* Plan prob->prof (an estimate at any scale: only the spread of its times counts) with planner
+ * `which` (dp for auto and gradssa: a search refines a plan for the profile it is given, which
+ * here is rough, and costs several times dp's time per point; off the middle point dp without
+ * its split search, all all-gathers in the next forward) at each ratio of range, and keep
+ * the candidate whose largest ratio of its predicted iteration to the best candidate's at the
+ * same point is least (ties: the middle point's plan, then the earlier). *regret (may be NULL):
+ * that largest ratio. The plan's name is "est:" and its planner's. */
+int dear_plan_robust(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_planner_t which,
+                     const dear_robust_range_t *range, double *regret);
+
+#endif
