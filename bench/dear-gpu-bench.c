@@ -84,6 +84,7 @@ static double max_over_ranks(double t)
 /* ---- coll ---- */
 
 typedef struct {
+    int nccl;                   /* every rank has a GPU of its own: the NCCL rows run */
     dear_cuda_t *nccl_side;     /* dear's device side under nccl */
     dear_net_t *nccl_ep;
     ncclComm_t raw;             /* NCCL's own communicator, for the peer row */
@@ -92,21 +93,41 @@ typedef struct {
     float *pinned;
 } coll_env_t;
 
+/* Whether every rank has a GPU of its own (NCCL refuses two ranks on one): no host holds more
+ * ranks than GPUs. */
+static int gpu_each(void)
+{
+    MPI_Comm host;
+    int local = 0, ndev = 0, crowded = 0, any = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &host);
+    MPI_Comm_size(host, &local);
+    MPI_Comm_free(&host);
+    CU(cudaGetDeviceCount(&ndev));
+    crowded = local > ndev;
+    MPI_Allreduce(&crowded, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return !any;
+}
+
 static void coll_env(coll_env_t *e, size_t maxb)
 {
+    *e = (coll_env_t){ .nccl = gpu_each() };
+    if (!e->nccl && g_rank == 0)
+        printf("ranks share a GPU, which NCCL refuses: the NCCL rows are left out (n/a)\n");
     setenv("DEAR_CUDA_TRANSPORT", "nccl", 1);
     if (dear_params_load() != DEAR_OK)
         DIE("bad DEAR_* parameters");
-    if (dear_cuda_open(MPI_COMM_WORLD, DEAR_CUDA_T_NCCL, 60, &e->nccl_side) != DEAR_OK)
-        DIE("dear's nccl transport could not set up (one GPU per rank?)");
-    if (dear_net_open(dear_cuda_transport(e->nccl_side), MPI_COMM_WORLD, &e->nccl_ep) != DEAR_OK)
-        DIE("dear_net_open");
-    ncclUniqueId id;
-    if (g_rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
-        DIE("ncclGetUniqueId");
-    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-    if (ncclCommInitRank(&e->raw, g_size, id, g_rank) != ncclSuccess)
-        DIE("ncclCommInitRank: %s", ncclGetLastError(NULL));
+    if (e->nccl) {
+        if (dear_cuda_open(MPI_COMM_WORLD, DEAR_CUDA_T_NCCL, 60, &e->nccl_side) != DEAR_OK)
+            DIE("dear's nccl transport could not set up");
+        if (dear_net_open(dear_cuda_transport(e->nccl_side), MPI_COMM_WORLD, &e->nccl_ep) != DEAR_OK)
+            DIE("dear_net_open");
+        ncclUniqueId id;
+        if (g_rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
+            DIE("ncclGetUniqueId");
+        MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+        if (ncclCommInitRank(&e->raw, g_size, id, g_rank) != ncclSuccess)
+            DIE("ncclCommInitRank: %s", ncclGetLastError(NULL));
+    }
     CU(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
     CU(cudaMalloc((void **)&e->dev, maxb));
     CU(cudaMemset(e->dev, 0, maxb));
@@ -118,9 +139,11 @@ static void coll_env_free(coll_env_t *e)
     cudaFree(e->dev);
     cudaFreeHost(e->pinned);
     cudaStreamDestroy(e->stream);
-    ncclCommDestroy(e->raw);
-    dear_net_close(e->nccl_ep);
-    dear_cuda_close(e->nccl_side);
+    if (e->nccl) {
+        ncclCommDestroy(e->raw);
+        dear_net_close(e->nccl_ep);
+        dear_cuda_close(e->nccl_side);
+    }
 }
 
 enum { W_NCCL, W_STAGED, W_RAW, W_BASE, W_COUNT };
@@ -184,6 +207,9 @@ static void run_coll(const opts_t *o, FILE *csv)
         size_t n = b / sizeof(float);
         double bw[W_COUNT];
         for (int w = 0; w < W_COUNT; w++) {
+            bw[w] = -1;
+            if (!e.nccl && (w == W_NCCL || w == W_RAW))
+                continue;
             allreduce_once(&e, w, n); /* warm */
             for (int i = 0; i < o->iters; i++) {
                 MPI_Barrier(MPI_COMM_WORLD);
@@ -199,7 +225,10 @@ static void run_coll(const opts_t *o, FILE *csv)
         if (g_rank == 0) {
             printf("%12zu", b);
             for (int w = 0; w < W_COUNT; w++)
-                printf(" %26.3f", bw[w]);
+                if (bw[w] < 0)
+                    printf(" %26s", "n/a");
+                else
+                    printf(" %26.3f", bw[w]);
             printf("\n");
         }
     }
@@ -245,7 +274,7 @@ static void run_overlap(const opts_t *o, FILE *csv)
     size_t n = o->overlap_bytes / sizeof(float);
     if (g_rank == 0 && csv)
         fprintf(csv, "way,bytes,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n");
-    for (int staged = 0; staged < 2; staged++) {
+    for (int staged = !e.nccl; staged < 2; staged++) {
         double tp[64], to[64], tc[64];
         int it = o->iters < 64 ? o->iters : 64;
         for (int i = 0; i < it; i++) {
@@ -385,7 +414,7 @@ static void run_train(const opts_t *o, FILE *csv)
 {
     if (o->profile == NULL)
         DIE("train needs --profile FILE");
-    dear_profile_t p;
+    dear_profile_t p = { 0 };
     if (dear_prof_load(o->profile, &p) != DEAR_OK)
         DIE("cannot load the profile %s", o->profile);
     if (g_rank == 0) {

@@ -113,6 +113,9 @@ if [ $MODE = emulate ]; then
     # The tests themselves run in make check; here only that the script's steps still work.
     "$BUILDDIR/tests/cuda/test_cuemu" >/dev/null
     mpi_run 300 2 CK_FORK=no CUEMU_DEVICES=2 DEAR_CUDA_TRANSPORT=nccl "$BUILDDIR/tests/cuda/test_gpu" --quick >/dev/null
+    # Two ranks on one GPU: the NCCL rows are left out, the others still measured.
+    mpi_run 300 2 CUEMU_DEVICES=1 CUEMU_DELAY_US=0 "$BENCH" coll --min 64k --max 64k --iters 1 |
+        grep -q "n/a" || { echo "$PROG: dear-gpu-bench coll on a shared GPU did not leave the NCCL rows out" >&2; exit 1; }
     say "the emulated tests pass"
 else
     BENCH="$BUILDDIR/bench/dear-gpu-bench"

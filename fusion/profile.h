@@ -68,7 +68,8 @@ int dear_prof_copy(const dear_profile_t *src, dear_profile_t *out);
 /* Text format (docs/FORMATS.md): 'dear-profile 1' (times), or 'dear-model 1' for a model
  * description (no_times: layers with an optional hint instead of times). load reads either:
  * DEAR_ERR_IO if the file cannot be read, DEAR_ERR_FORMAT for a bad or truncated file, with an
- * error naming the file and line. */
+ * error naming the file and line. load replaces *prof only on success, freeing what it held: it
+ * must be initialised (dear_prof_init, or zeroed). */
 int dear_prof_write(const dear_profile_t *prof, FILE *out);
 int dear_prof_save(const dear_profile_t *prof, const char *path);
 int dear_prof_load(const char *path, dear_profile_t *prof);
