@@ -81,6 +81,28 @@ DEF_KERNELS(i32, uint32_t, ID, ID, uint32_t)
 DEF_WIDE_KERNELS(bf16, bf16_to_f, f_to_bf16)
 DEF_WIDE_KERNELS(f16, half_to_f, f_to_half)
 
+/* The rounding error of a float32 to fewer significant bits is a float32 itself, so e is exact. */
+#define DEF_FEEDBACK(NAME, LOAD, STORE)                                                        \
+    static void feedback_##NAME(float *restrict v, float *restrict e, size_t n)               \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++) {                                                       \
+            float x = v[i] + e[i], q = LOAD(STORE(x)), d = x - q;                              \
+            e[i] = isfinite(d) ? d : 0.0f;                                                     \
+            v[i] = q;                                                                          \
+        }                                                                                      \
+    }
+
+DEF_FEEDBACK(bf16, bf16_to_f, f_to_bf16)
+DEF_FEEDBACK(f16, half_to_f, f_to_half)
+
+void dear_reduce_feedback(dear_dtype_t dtype, float *v, float *e, size_t n)
+{
+    if (dtype == DEAR_BFLOAT16)
+        feedback_bf16(v, e, n);
+    else if (dtype == DEAR_FLOAT16)
+        feedback_f16(v, e, n);
+}
+
 void dear_reduce_widen(dear_dtype_t dtype, float *dst, const void *src, size_t n)
 {
     if (dtype == DEAR_BFLOAT16)

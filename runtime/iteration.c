@@ -485,6 +485,8 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
         if (rc == DEAR_OK && block > 0 && tb == ctx->reg.tensors[t].bytes)
             set_density(prof, &ctx->reg.tensors[t], block, &most[SPARSE_COUNTS * t]);
     }
+    if (rc == DEAR_OK && communicated)
+        dear_compress_profile(ctx, prof); /* planning prices the bytes that travel */
     char msg[256];
     if (rc == DEAR_OK && (rc = dear_prof_check(prof, msg, sizeof msg)) != DEAR_OK)
         DEAR_ERROR("plan", "the measured profile is rejected: %s", msg);
