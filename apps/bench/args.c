@@ -1,7 +1,8 @@
 /*
  * args.c: dear-bench's command line. Options come from getopt_long, a single configuration from
  * --schedule/--fusion/--threshold or the DEAR_* variables the runtime itself reads, several from
- * --configs "SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+part=SIZE];...". Every rank parses the same argv and checks it
+ * --configs "SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+part=SIZE][+bf16|+fp16|+compress=RS/AG][+ef];...". Every
+ * rank parses the same argv and checks it
  * completely before any collective call, so a bad argument ends all ranks with status 2 and one
  * message (rank 0's) instead of leaving some of them waiting. Each configuration also gets its
  * warm-up: the iterations its planner needs before its plan is in place.
@@ -19,6 +20,7 @@
 #include "base/planner_table.h"
 #include "base/sched_table.h"
 #include "base/textio.h"
+#include "base/util.h"
 #include "include/dear.h"
 #include "apps/bench/args.h"
 #include "apps/bench/bench.h"
@@ -48,7 +50,8 @@ static void usage(void)
         "\n"
         "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships six)\n"
         "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
-        "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+part=SIZE], e.g.\n"
+        "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+part=SIZE][+bf16|+fp16|\n"
+        "                       +compress=RS/AG][+ef], e.g.\n"
         "                       \"%s\"\n"
         "                       (SCHEDULE dear|wfbp|sync; PLANNER none|threshold|mgwfbp|dp|gradssa|auto;\n"
         "                       THRESHOLD bytes with k/m/g = KiB/MiB/GiB, default 25m; +sparse: the\n"
@@ -56,7 +59,11 @@ static void usage(void)
         "                       +part=SIZE: tensors above SIZE bytes are cut into chunks the planner\n"
         "                       places like tensors, DEAR_PARTITION, 0 never. Without it wfbp and sync\n"
         "                       keep every tensor whole, as Horovod and PyTorch DDP do, and dear\n"
-        "                       runs DEAR_PARTITION (default %s). SIZE scales with --size-scale)\n"
+        "                       runs DEAR_PARTITION (default %s). SIZE scales with --size-scale;\n"
+        "                       +bf16, +fp16: float32 gradients travel in that 16-bit format in both\n"
+        "                       phases (DEAR_COMPRESS), +compress=RS/AG each phase's (none|bf16|fp16),\n"
+        "                       +ef: with error feedback (DEAR_COMPRESS_EF); the prediction and the\n"
+        "                       lower bound price the bytes that travel)\n"
         "  --schedule S, --fusion X, --threshold BYTES\n"
         "                       one configuration (default: DEAR_SCHEDULE, DEAR_FUSION,\n"
         "                       DEAR_FUSION_THRESHOLD, else dear, threshold, 25m); not with --configs\n"
@@ -178,10 +185,26 @@ static int make_config(bench_config_t *c, const char *text, const char *sched, c
     return 0;
 }
 
-/* The '+' suffixes of a configuration (cut off buf): +sparse and +part=SIZE, each at most once. */
-static int parse_suffixes(char *buf, const char *tok, int *sparse, long long *partition)
+/* "+compress=RS/AG" (or one format for both) into c's formats; 0, or -1 when it is not that. */
+static int parse_compress(const char *spec, bench_config_t *c)
+{
+    char rs[16], ag[16];
+    const char *slash = strchr(spec, '/');
+    snprintf(rs, sizeof rs, "%.*s", slash ? (int)(slash - spec) : (int)strlen(spec), spec);
+    snprintf(ag, sizeof ag, "%s", slash ? slash + 1 : rs);
+    dear_compress_t a, b;
+    if (dear_compress_parse(rs, &a) || dear_compress_parse(ag, &b))
+        return -1;
+    c->comp_rs = (int)a, c->comp_ag = (int)b;
+    return 0;
+}
+
+/* The '+' suffixes of a configuration (cut off buf): +sparse, +part=SIZE, a compression
+ * (+bf16, +fp16, +compress=RS/AG) and +ef, each at most once. */
+static int parse_suffixes(char *buf, const char *tok, int *sparse, long long *partition, bench_config_t *comp)
 {
     char *plus = strchr(buf, '+');
+    int have_comp = 0;
     *sparse = 0;
     *partition = -1;
     if (!plus)
@@ -198,8 +221,16 @@ static int parse_suffixes(char *buf, const char *tok, int *sparse, long long *pa
             snprintf(what, sizeof what, "--configs '%s': +part", tok);
             if (parse_partition(sfx + 5, what, partition))
                 return 2;
+        } else if (!have_comp && (!strcmp(sfx, "bf16") || !strcmp(sfx, "fp16") || !strncmp(sfx, "compress=", 9))) {
+            have_comp = 1;
+            if (parse_compress(strncmp(sfx, "compress=", 9) ? sfx : sfx + 9, comp))
+                return usage_error("--configs: '%s': '+%s': a format is one of %s (+compress=RS/AG for each "
+                                   "phase's)", tok, sfx, DEAR_COMPRESS_CHOICES);
+        } else if (!strcmp(sfx, "ef") && !comp->ef) {
+            comp->ef = 1;
         } else {
-            return usage_error("--configs: '%s': suffix '+%s' is not +sparse or +part=SIZE (each at most once)",
+            return usage_error("--configs: '%s': suffix '+%s' is not +sparse, +part=SIZE, +bf16, +fp16, "
+                               "+compress=RS/AG or +ef (each at most once)",
                                tok, sfx);
         }
     }
@@ -229,8 +260,9 @@ static int parse_configs(const char *list, bench_opts_t *o)
         char buf[64], *f[4] = { 0 };
         int nf = 0, sparse = 0;
         long long partition = -1;
+        bench_config_t comp = { .comp_rs = 0 };
         snprintf(buf, sizeof buf, "%s", tok);
-        if ((rc = parse_suffixes(buf, tok, &sparse, &partition)) != 0)
+        if ((rc = parse_suffixes(buf, tok, &sparse, &partition, &comp)) != 0)
             break;
         for (char *p = buf, *q; nf < 4 && p; p = q) {
             q = strchr(p, ':');
@@ -246,8 +278,11 @@ static int parse_configs(const char *list, bench_opts_t *o)
             break;
         }
         rc = make_config(&o->configs[o->nconfigs], tok, f[0], f[1] ? f[1] : "threshold", thr, partition);
-        if (!rc)
-            o->configs[o->nconfigs++].sparse = sparse;
+        if (!rc) {
+            bench_config_t *cf = &o->configs[o->nconfigs++];
+            cf->sparse = sparse;
+            cf->comp_rs = comp.comp_rs, cf->comp_ag = comp.comp_ag, cf->ef = comp.ef;
+        }
     }
     free(dup);
     if (!rc && o->nconfigs == 0)

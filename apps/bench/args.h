@@ -18,6 +18,9 @@ typedef struct {
     int warmup;                 /* iterations before measuring (per round) */
     int sparse;                 /* "+sparse": the profile's sparse tensors travel sparse (DEAR_SPARSE=auto) */
     long long partition;        /* DEAR_PARTITION in bytes, before --size-scale ("+part=SIZE"); 0: whole */
+    int comp_rs, comp_ag;       /* "+bf16", "+fp16", "+compress=RS[/AG]": DEAR_COMPRESS, DEAR_COMPRESS_AG
+                                 * (dear_compress_t values); 0, 0: uncompressed */
+    int ef;                     /* "+ef": DEAR_COMPRESS_EF */
 } bench_config_t;
 
 typedef struct {
