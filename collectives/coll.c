@@ -453,7 +453,8 @@ static int wire_setup(dear_coll_req_t *r, dear_compress_t c)
     case DEAR_COLL_REDUCE_SCATTER:
         coll_narrow(r, wt, w, (const float *)r->src, r->total, 1.0);
         r->src32 = (const float *)r->src;
-        r->out32 = (float *)r->out;
+        if (dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_WIRE32)
+            r->out32 = (float *)r->out;
         r->src = r->work = w;
         r->out = w + own * es;
         break;
@@ -466,6 +467,7 @@ static int wire_setup(dear_coll_req_t *r, dear_compress_t c)
     }
     default:
         coll_narrow(r, wt, w, (const float *)r->src, r->total, 1.0);
+        r->src32 = (const float *)r->src; /* the caller's float32 input stays as it is */
         r->src = r->buf = w;
         break;
     }
@@ -478,13 +480,15 @@ static int wire_setup(dear_coll_req_t *r, dear_compress_t c)
 
 /* The phase on the 16-bit copy ended: an all-gather's or all-reduce's vector widened into the
  * caller's (every shard, this rank's too, so that all ranks hold the same bits); a
- * reduce-scatter's algorithm wrote out32 itself. */
+ * reduce-scatter's result, unless its algorithm wrote it in float32 itself (out32). */
 static void wire_finish(dear_coll_req_t *r)
 {
     if (r->wire == NULL)
         return;
     if (r->op != DEAR_COLL_REDUCE_SCATTER)
         coll_widen(r, r->dtype, (float *)r->wsave.buf, r->wire, r->total);
+    else if (r->out32 == NULL)
+        coll_widen(r, r->dtype, (float *)r->wsave.out, r->out, r->counts[r->rank]);
     r->src = r->wsave.src;
     r->work = r->wsave.work;
     r->out = r->wsave.out;

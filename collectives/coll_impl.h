@@ -50,10 +50,12 @@ struct dear_coll_req {
     /* Compression (coll.h): the algorithm runs on a 16-bit copy of the vector (wire, from the
      * scratch cache), with dtype the 16-bit type, and wire16 set. */
     int wire16;                 /* partial sums travel in dtype, rounded at each hop, never widened */
-    const float *src32;         /* reduce-scatter: the float32 input, indexed as src (NULL: none);
-                                 * the own contributions are added from it, unrounded */
-    float *out32;               /* reduce-scatter: where the float32 result goes, indexed as out;
-                                 * set, the algorithm writes its result there and not to out */
+    const float *src32;         /* reduce-scatter, all-reduce: the float32 input, indexed as src
+                                 * (NULL: none); an algorithm may add the own share from it,
+                                 * unrounded */
+    float *out32;               /* reduce-scatter of an algorithm with DEAR_ALGO_F_WIRE32: where its
+                                 * float32 result goes, indexed as out; set, the algorithm writes its
+                                 * result there and not to out (NULL: to out, in dtype) */
     dear_compress_t comp_ag;    /* composed all-reduce: the all-gather half's format */
     char *wire;                 /* the 16-bit vector (total elements) while a phase runs on it */
     size_t wire_cap;
