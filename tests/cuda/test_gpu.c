@@ -59,6 +59,7 @@ typedef struct {
     int micro;                  /* micro-batches per iteration (accumulation) */
     int nograd;                 /* tensor 2 has no gradient on rank 0 in odd iterations */
     const char *partition;      /* DEAR_PARTITION, NULL: the default */
+    const char *compress;       /* DEAR_COMPRESS, NULL: none */
 } case_t;
 
 typedef struct {
@@ -172,6 +173,7 @@ static dear_ctx_t *setup(model_t *m)
         setenv("DEAR_PARTITION", c->partition, 1);
     else
         unsetenv("DEAR_PARTITION");
+    setenv("DEAR_COMPRESS", c->compress ? c->compress : "none", 1);
     dear_ctx_t *ctx = NULL;
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
     ck_assert_int_eq(dear_set_stream(ctx, (void *)g_stream), DEAR_OK);
@@ -239,11 +241,12 @@ static void run_case(const case_t *c)
     CK_CUDA(cudaMemcpy(cks, m.cks, ITERS * NT * sizeof *cks, cudaMemcpyDeviceToHost));
     reference(&m, ref_w, ref_sum);
     /* float32 gradients: every sum exact, the averaging and clipping rounded; 16-bit ones are
-     * averaged in their own precision by NCCL. */
-    double tol = c->dt == DEAR_FLOAT32 ? 1e-5 : 2e-2;
+     * averaged in their own precision by NCCL, compressed ones rounded to 16 bits on the wire. */
+    double tol = c->dt == DEAR_FLOAT32 && !c->compress ? 1e-5 : 2e-2;
     char what[160];
-    snprintf(what, sizeof what, "%s/%s %s clip %g micro %d nograd %d part %s, np %d on %s", c->sched, c->fusion,
-             c->dt == DEAR_FLOAT32 ? "float32" : "bfloat16", c->clip, c->micro, c->nograd,
+    snprintf(what, sizeof what, "%s/%s %s%s%s clip %g micro %d nograd %d part %s, np %d on %s", c->sched, c->fusion,
+             c->dt == DEAR_FLOAT32 ? "float32" : "bfloat16", c->compress ? " compressed " : "",
+             c->compress ? c->compress : "", c->clip, c->micro, c->nograd,
              c->partition ? c->partition : "-", g_size, getenv("DEAR_CUDA_TRANSPORT") ? getenv("DEAR_CUDA_TRANSPORT") : "auto");
     int bad = 0;
     for (size_t i = 0; i < n; i++)
@@ -276,20 +279,20 @@ static void run_case(const case_t *c)
 }
 
 static const case_t cases[] = {
-    { "dear", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL },
-    { "dear", "none", DEAR_FLOAT32, 0, 1, 0, NULL },
-    { "dear", "dp", DEAR_FLOAT32, 0, 1, 0, NULL },
-    { "wfbp", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL },
-    { "wfbp", "none", DEAR_FLOAT32, 0, 1, 0, NULL },
-    { "sync", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL },
-    { "dear", "threshold", DEAR_BFLOAT16, 0, 1, 0, NULL },
-    { "wfbp", "threshold", DEAR_BFLOAT16, 0, 1, 0, NULL },
-    { "dear", "none", DEAR_FLOAT32, 1.5, 1, 0, NULL },
-    { "wfbp", "threshold", DEAR_FLOAT32, 1.5, 1, 0, NULL },
-    { "dear", "threshold", DEAR_FLOAT32, 0, 2, 0, NULL },
-    { "dear", "none", DEAR_FLOAT32, 0, 1, 1, NULL },
-    { "dear", "dp", DEAR_FLOAT32, 0, 1, 0, "1k" },
-    { "wfbp", "none", DEAR_FLOAT32, 0, 1, 0, "1k" },
+    { "dear", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL, NULL },
+    { "dear", "none", DEAR_FLOAT32, 0, 1, 0, NULL, NULL },
+    { "dear", "dp", DEAR_FLOAT32, 0, 1, 0, NULL, NULL },
+    { "wfbp", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL, NULL },
+    { "wfbp", "none", DEAR_FLOAT32, 0, 1, 0, NULL, NULL },
+    { "sync", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL, NULL },
+    { "dear", "threshold", DEAR_BFLOAT16, 0, 1, 0, NULL, NULL },
+    { "wfbp", "threshold", DEAR_BFLOAT16, 0, 1, 0, NULL, NULL },
+    { "dear", "none", DEAR_FLOAT32, 1.5, 1, 0, NULL, NULL },
+    { "wfbp", "threshold", DEAR_FLOAT32, 1.5, 1, 0, NULL, NULL },
+    { "dear", "threshold", DEAR_FLOAT32, 0, 2, 0, NULL, NULL },
+    { "dear", "none", DEAR_FLOAT32, 0, 1, 1, NULL, NULL },
+    { "dear", "dp", DEAR_FLOAT32, 0, 1, 0, "1k", NULL },
+    { "wfbp", "none", DEAR_FLOAT32, 0, 1, 0, "1k", NULL },
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -302,7 +305,7 @@ END_TEST
  * run on the host behind the copies, so there forward_begin waits for them (reported only). */
 START_TEST(test_hooks_async)
 {
-    static const case_t c = { "dear", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL };
+    static const case_t c = { "dear", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL, NULL };
     model_t m;
     model_init(&m, &c);
     dear_ctx_t *ctx = setup(&m);
@@ -388,6 +391,37 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/* Compressed gradients (DEAR_COMPRESS): staged, dear's collectives compress the host copies (the
+ * parameters within 16-bit rounding of the reference); DEAR_CUDA_TRANSPORT=nccl fails commit on
+ * every rank, naming the alternatives (NCCL's collectives are not compressed). */
+START_TEST(test_compressed)
+{
+    static const case_t cc[] = { { "dear", "threshold", DEAR_FLOAT32, 1.5, 1, 0, NULL, "bf16" },
+                                 { "wfbp", "none", DEAR_FLOAT32, 0, 1, 0, "1k", "fp16" } };
+    const char *tp = getenv("DEAR_CUDA_TRANSPORT");
+    if (tp == NULL || strcmp(tp, "nccl") != 0) {
+        for (int k = 0; k < 2; k++)
+            run_case(&cc[k]);
+        return;
+    }
+    if (g_size < 2)
+        return; /* one rank: nothing travels, nothing is compressed */
+    model_t m;
+    model_init(&m, &cc[0]);
+    setenv("DEAR_COMPRESS", "bf16", 1);
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_register(ctx, "w", 0, m.g, 8, DEAR_FLOAT32, DEAR_MEM_CUDA, NULL, NULL), DEAR_OK);
+    char err[2048];
+    ck_assert_int_eq(dear_commit(ctx), DEAR_ERR_UNSUPPORTED);
+    dear_last_error(err, sizeof err);
+    ck_assert_msg(strstr(err, "NCCL's collectives are not compressed") != NULL, "the error says: %s", err);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    setenv("DEAR_COMPRESS", "none", 1);
+    model_free(&m);
+}
+END_TEST
+
 /* DEAR_CUDA_TRANSPORT=nccl where it cannot run (GPU_TEST_EXPECT=shared: ranks share a GPU;
  * =broken: CUEMU_NCCL=broken) fails commit on every rank, naming why; auto runs staged. */
 START_TEST(test_nccl_refused)
@@ -395,7 +429,7 @@ START_TEST(test_nccl_refused)
     const char *why = getenv("GPU_TEST_EXPECT");
     if (why == NULL || g_size < 2)
         return;
-    static const case_t c = { "dear", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL };
+    static const case_t c = { "dear", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL, NULL };
     model_t m;
     model_init(&m, &c);
     setenv("DEAR_CUDA_TRANSPORT", "nccl", 1);
@@ -438,6 +472,7 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, test_train, 0, strcmp(only, "--quick") == 0 ? 3 : NCASES);
         tcase_add_test(tc, test_hooks_async);
         tcase_add_test(tc, test_bad_input);
+        tcase_add_test(tc, test_compressed);
     }
     suite_add_tcase(s, tc);
     int rc = mpi_suite_run(s, g_rank);
