@@ -90,7 +90,7 @@ int dear_compress_setup(dear_ctx_t *ctx)
 }
 
 /* Error feedback: a residual per element of every float32 tensor, zero at first, in the memory
- * of the buckets' buffers (host memory for staged CUDA gradients). */
+ * of the buckets' buffers (the device's under NCCL, host memory when staged). */
 int dear_compress_mem(dear_ctx_t *ctx)
 {
     dear_compress_ctl_t *c = &ctx->comp;
@@ -113,7 +113,7 @@ int dear_compress_mem(dear_ctx_t *ctx)
     }
     if (n == 0)
         return DEAR_OK;
-    DEAR_CHECK(mo->alloc(n * sizeof(float), 1, (void **)&c->resid));
+    DEAR_CHECK(mo->alloc(n * sizeof(float), 0, (void **)&c->resid));
     return mo->zero(dear_rt_work_queue(ctx), c->resid, n * sizeof(float));
 }
 
@@ -121,7 +121,7 @@ void dear_compress_free(dear_ctx_t *ctx)
 {
     dear_compress_ctl_t *c = &ctx->comp;
     if (c->resid != NULL)
-        dear_rt_work_ops(ctx)->release(c->resid, 1);
+        dear_rt_work_ops(ctx)->release(c->resid, 0);
     free(c->resid_off);
     c->resid = NULL;
     c->resid_off = NULL;

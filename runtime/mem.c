@@ -51,17 +51,6 @@ static int cuda_setup(dear_ctx_t *ctx)
         }
     int want = (int)dear_param_enum(DEAR_P_CUDA_TRANSPORT);
     DEAR_MPI_CHECK(MPI_Bcast(&want, 1, MPI_INT, 0, ctx->cm.comm));
-    if ((ctx->comp.rs != DEAR_COMPRESS_NONE || ctx->comp.ag != DEAR_COMPRESS_NONE) && want != DEAR_CUDA_T_STAGED) {
-        /* The same on every rank: the formats were agreed and want is rank 0's. */
-        if (want == DEAR_CUDA_T_NCCL) {
-            DEAR_ERROR("api", "dear_commit: compressed gradients (DEAR_COMPRESS) with DEAR_CUDA_TRANSPORT=nccl: "
-                              "NCCL's collectives are not compressed; set DEAR_CUDA_TRANSPORT=staged (or auto, "
-                              "which stages compressed gradients) or DEAR_COMPRESS=none");
-            return DEAR_ERR_UNSUPPORTED;
-        }
-        DEAR_INFO("cuda", "compressed gradients: CUDA gradients staged, compressed by dear's collectives");
-        want = DEAR_CUDA_T_STAGED;
-    }
     if (dear_param_int(DEAR_P_DETERMINISTIC) && want != DEAR_CUDA_T_STAGED) {
         /* NCCL's order of the sums follows its own algorithm and the plan's vectors. */
         DEAR_INFO("cuda", "DEAR_DETERMINISTIC=1: CUDA gradients staged, summed by dear's direct exchange");

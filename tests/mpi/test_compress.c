@@ -12,7 +12,10 @@
  *   - on two ranks the exact value of a ring, direct and sparse reduce-scatter: this rank's
  *     float32 input unrounded plus the peer's rounded once;
  *   - multi-block reduce-scatters and all-gathers, 16-bit user data (compress ignored: bitwise
- *     the uncompressed result), half the bytes on the wire, and an unknown format refused.
+ *     the uncompressed result), half the bytes on the wire, and an unknown format refused;
+ *   - error feedback's kernel, the host's (reduce.c) and the device's (cuda/kern_body.h) alike:
+ *     v + e unchanged exactly, v then exact in 16 bits, e within half its unit; infinities and
+ *     NaN leave e zero.
  * Arguments: --socket routes the communicator through the socket transport.
  */
 #include <check.h>
@@ -28,6 +31,7 @@
 #include "collectives/coll.h"
 #include "collectives/net.h"
 #include "collectives/reduce.h"
+#include "cuda/kern_body.h"
 #include "include/dear.h"
 #include "tests/mpi/coll_check.h"
 
@@ -338,6 +342,42 @@ START_TEST(test_other_types)
 }
 END_TEST
 
+START_TEST(test_feedback_kernel)
+{
+    enum { N = 4099 };
+    static float v[N], e[N], v2[N], e2[N];
+    for (int c = DEAR_COMPRESS_BF16; c <= DEAR_COMPRESS_FP16; c++) {
+        dear_dtype_t t = dear_compress_dtype((dear_compress_t)c);
+        for (size_t i = 0; i < N; i++) {
+            /* magnitudes from 2^-30 to 2^20: fp16's subnormals, flushes and overflows among them */
+            v[i] = v2[i] = (float)ldexp(rand_value(0, i), (int)(i % 51) - 30);
+            e[i] = e2[i] = (float)ldexp(rand_value(1, i), (int)(i % 51) - 40);
+        }
+        v[7] = v2[7] = INFINITY;
+        v[8] = v2[8] = NAN;
+        dear_reduce_feedback(t, v, e, N);
+        for (size_t i = 0; i < N; i++)
+            kern_feedback_at(t, v2, e2, i);
+        for (size_t i = 0; i < N; i++) {
+            float x = (float)ldexp(rand_value(0, i), (int)(i % 51) - 30) + (float)ldexp(rand_value(1, i), (int)(i % 51) - 40);
+            ck_assert_msg(memcmp(&v[i], &v2[i], 4) == 0 && memcmp(&e[i], &e2[i], 4) == 0,
+                          "%s element %zu: host %g %g, device body %g %g", dear_compress_name((dear_compress_t)c), i,
+                          v[i], e[i], v2[i], e2[i]);
+            if (i == 7 || i == 8) {
+                ck_assert(e[i] == 0);
+                continue;
+            }
+            if (isinf(v[i])) { /* fp16 overflow: the value travels as infinity, nothing is kept */
+                ck_assert(e[i] == 0);
+                continue;
+            }
+            ck_assert_msg(v[i] == r16((dear_compress_t)c, v[i]), "element %zu: %g is not exact in 16 bits", i, v[i]);
+            ck_assert_msg(v[i] + e[i] == x, "element %zu: %g + %g is not %g", i, v[i], e[i], x);
+        }
+    }
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     int socket = 0;
@@ -349,6 +389,7 @@ int main(int argc, char **argv)
     Suite *s = suite_create("compress");
     TCase *tc = tcase_create("compress");
     tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_feedback_kernel);
     tcase_add_test(tc, test_other_types);
     tcase_add_test(tc, test_flat);
     tcase_add_test(tc, test_blocks);
