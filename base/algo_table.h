@@ -43,9 +43,13 @@ typedef enum {
 /* A compressed reduce-scatter writes its float32 result itself (out32, coll_impl.h), never
  * rounded after the last addition. Without it the dispatcher widens the 16-bit result. */
 #define DEAR_ALGO_F_WIRE32 0x20
+/* A compressed reduce-scatter rounds what it sends of its own input itself (from src32): the
+ * dispatcher leaves the 16-bit copy unfilled (wire_lazy) instead of packing the whole vector. */
+#define DEAR_ALGO_F_PACKS16 0x40
 
 #define DEAR_COLL_ALGO_TABLE(X)                                                                \
-    X(RING, "ring", dear_coll_ring_ops, DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16 | DEAR_ALGO_F_WIRE32, \
+    X(RING, "ring", dear_coll_ring_ops,                                                        \
+      DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16 | DEAR_ALGO_F_WIRE32 | DEAR_ALGO_F_PACKS16, \
       "pipelined ring: bandwidth-optimal, reduction overlapped with transfer")                \
     X(RHD, "rhd", dear_coll_rhd_ops, DEAR_ALGO_F_WIRE32, "recursive halving/doubling: log2(P) rounds") \
     X(MPI, "mpi", dear_coll_mpi_ops, DEAR_ALGO_F_WIRE32, "the MPI library's own non-blocking collectives") \

@@ -451,7 +451,9 @@ static int wire_setup(dear_coll_req_t *r, dear_compress_t c)
     r->wsave.in_place = r->in_place;
     switch (r->op) {
     case DEAR_COLL_REDUCE_SCATTER:
-        coll_narrow(r, wt, w, (const float *)r->src, r->total, 1.0);
+        r->wire_lazy = (dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_PACKS16) != 0;
+        if (!r->wire_lazy)
+            coll_narrow(r, wt, w, (const float *)r->src, r->total, 1.0);
         r->src32 = (const float *)r->src;
         if (dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_WIRE32)
             r->out32 = (float *)r->out;
@@ -497,6 +499,7 @@ static void wire_finish(dear_coll_req_t *r)
     r->dtype = DEAR_FLOAT32;
     r->esize = sizeof(float);
     r->wire16 = 0;
+    r->wire_lazy = 0;
     r->src32 = NULL;
     r->out32 = NULL;
     dear_coll_scratch_put(r->wire, r->wire_cap);

@@ -17,6 +17,14 @@ void dear_coll_shard(size_t count, int nranks, int rank, size_t *offset, size_t 
 void coll_wire_add(const dear_coll_req_t *r, void *dst16, float *dst32, const void *a16, const float *a32,
                    const void *b16, size_t n, double s)
 {
+    if (a32 != NULL && r->mem->wire_add != NULL) {
+        (void)r->mem->wire_add(NULL, r->dtype, dst16, dst32, a32, b16, n, s);
+        return;
+    }
+    if (a32 == NULL && dst32 == NULL) { /* both 16-bit: the type's own sum, rounded once */
+        coll_sum(r, r->dtype, dst16, a16, b16, n, s);
+        return;
+    }
     float tmp[WIRE_CHUNK];
     size_t es = r->esize;
     for (size_t i = 0; i < n; i += WIRE_CHUNK) {

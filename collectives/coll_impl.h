@@ -56,6 +56,8 @@ struct dear_coll_req {
     float *out32;               /* reduce-scatter of an algorithm with DEAR_ALGO_F_WIRE32: where its
                                  * float32 result goes, indexed as out; set, the algorithm writes its
                                  * result there and not to out (NULL: to out, in dtype) */
+    int wire_lazy;              /* the 16-bit copy is unfilled: the algorithm rounds what it sends
+                                 * of src32 (DEAR_ALGO_F_PACKS16) */
     dear_compress_t comp_ag;    /* composed all-reduce: the all-gather half's format */
     char *wire;                 /* the 16-bit vector (total elements) while a phase runs on it */
     size_t wire_cap;

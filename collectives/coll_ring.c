@@ -132,6 +132,8 @@ static int post_send(dear_coll_req_t *r, ring_state_t *st)
     const char *p;
     if (r->op == DEAR_COLL_ALLGATHER)
         p = elem(r, r->buf, at);
+    else if (c->step == 0 && r->wire_lazy) /* compressed: the input rounded only where it travels */
+        coll_narrow(r, r->dtype, (char *)(p = elem(r, r->src, at)), r->src32 + at, n, 1.0);
     else if (c->step == 0)
         p = elem(r, r->src, at);
     else

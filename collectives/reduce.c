@@ -93,6 +93,43 @@ DEF_KERNELS(i32, uint32_t, ID, ID, uint32_t)
 DEF_WIDE_KERNELS(bf16, bf16_to_f, f_to_bf16)
 DEF_WIDE_KERNELS(f16, half_to_f, f_to_half)
 
+/* A compressed hop in one pass: the received 16-bit partial sum widened, the own float32 input
+ * added, scaled, rounded (or kept float32: in place on a, or into another vector). */
+#define DEF_HOP(NAME, LOAD, STORE)                                                             \
+    KERNEL static void hop_##NAME(uint16_t *restrict d, const float *restrict a, const uint16_t *restrict b, \
+                                  size_t n, float s)                                          \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = STORE((a[i] + LOAD(b[i])) * s);                                             \
+    }                                                                                          \
+    KERNEL static void hop32_##NAME(float *restrict d, const float *restrict a, const uint16_t *restrict b, \
+                                    size_t n, float s)                                        \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = (a[i] + LOAD(b[i])) * s;                                                    \
+    }                                                                                          \
+    KERNEL static void hop32i_##NAME(float *restrict d, const uint16_t *restrict b, size_t n, float s) \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = (d[i] + LOAD(b[i])) * s;                                                    \
+    }
+
+DEF_HOP(bf16, bf16_to_f, f_to_bf16)
+DEF_HOP(f16, half_to_f, f_to_half)
+
+void dear_reduce_wire_add(dear_dtype_t dtype, void *dst, float *dst32, const float *a, const void *b, size_t n,
+                          double scale)
+{
+    float s = (float)scale;
+    int bf = dtype == DEAR_BFLOAT16;
+    if (dst32 == NULL)
+        (bf ? hop_bf16 : hop_f16)(dst, a, b, n, s);
+    else if (dst32 == a)
+        (bf ? hop32i_bf16 : hop32i_f16)(dst32, b, n, s);
+    else
+        (bf ? hop32_bf16 : hop32_f16)(dst32, a, b, n, s);
+}
+
 /* The rounding error of a float32 to fewer significant bits is a float32 itself, so e is exact. */
 #define DEF_FEEDBACK(NAME, LOAD, STORE)                                                        \
     KERNEL static void feedback_##NAME(float *restrict v, float *restrict e, size_t n)               \
