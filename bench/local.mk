@@ -8,4 +8,5 @@ bench_emu_hello_SOURCES = bench/emu-hello.c
 bench_dear_overhead_SOURCES = bench/dear-overhead.c
 bench_dear_overhead_LDADD = libdear.la $(DEAR_DEP_LIBS)
 EXTRA_DIST += bench/emucluster bench/README.md bench/coll-perf.sh bench/perf-report.py bench/loop-overhead.py bench/docsection.py bench/torch-ddp.sh bench/torch-ddp.py bench/torch-overhead.py \
-    bench/auto-repeat.sh bench/sparse-perf.sh bench/sparse-report.py bench/gpt-sparse.sh
+    bench/auto-repeat.sh bench/sparse-perf.sh bench/sparse-report.py bench/gpt-sparse.sh bench/ab-builds.sh \
+    bench/ab-report.py bench/env-ab.sh

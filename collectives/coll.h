@@ -90,7 +90,10 @@ typedef struct {
  * NULL (and DEAR_OK) unless there are several hosts of the same number of ranks, at least two
  * each: the only layout the hierarchical algorithm serves. Free with dear_coll_topo_free. */
 int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **topo);
-void dear_coll_topo_free(dear_coll_topo_t *topo);
+/* keep_comms: the communicators are left allocated, not freed (a communicator that may hold
+ * unmatched messages must never be freed: MPI reuses its context id for a later communicator,
+ * where those messages would match). */
+void dear_coll_topo_free(dear_coll_topo_t *topo, int keep_comms);
 
 /* Route the topology's four communicators through tp (whose base communicator holds them all):
  * an endpoint each, opened in one fixed order on every rank. NULL topo or the MPI transport:

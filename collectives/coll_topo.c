@@ -12,7 +12,7 @@
 #include "base/mpi_check.h"
 #include "base/log.h"
 
-void dear_coll_topo_free(dear_coll_topo_t *t)
+void dear_coll_topo_free(dear_coll_topo_t *t, int keep_comms)
 {
     if (t == NULL)
         return;
@@ -22,7 +22,7 @@ void dear_coll_topo_free(dear_coll_topo_t *t)
     }
     int fin = 0;
     MPI_Finalized(&fin);
-    for (int i = 0; i < 2 && !fin; i++) {
+    for (int i = 0; i < 2 && !fin && !keep_comms; i++) {
         if (t->node[i] != MPI_COMM_NULL)
             MPI_Comm_free(&t->node[i]);
         if (t->cross[i] != MPI_COMM_NULL)
@@ -134,7 +134,7 @@ int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **out)
 out:
     if (node != MPI_COMM_NULL)
         MPI_Comm_free(&node);
-    dear_coll_topo_free(t);
+    dear_coll_topo_free(t, 0);
     free(all);
     return rc;
 }

@@ -971,8 +971,11 @@ io:
     return 0;
 }
 
-/* The oldest unauthenticated connection goes when strangers hold more than `most` (descriptors
- * or slots): 1 when one went. */
+/* When strangers hold more than `most` (descriptors or slots) one unauthenticated connection
+ * goes: 1 when one went. The oldest that has said nothing goes first, each candidate read once
+ * before it is judged: a rank's connection may wait behind a flood of silent ones, its hello
+ * already sent, and shedding it would leave that rank believing it is connected. Only when every
+ * stranger has spoken does the oldest go. */
 static int shed_oldest(setup_t *su, int most)
 {
     int strangers = 0, oldest = -1;
@@ -984,6 +987,23 @@ static int shed_oldest(setup_t *su, int most)
         }
     if (oldest < 0 || strangers <= most)
         return 0;
+    for (int i = oldest; i < su->nlinks; i++) {
+        link_t *k = &su->links[i];
+        if (k->step != A_HELLO)
+            continue;
+        step_acceptor(su, k);
+        if (k->step == L_GONE)
+            return 1; /* it spoke: turned away, or it was a rank and is connected now */
+        if (k->step == A_HELLO && k->off == 0) {
+            turn_away(su, k, "said nothing while %d newer connections came", strangers - 1);
+            return 1;
+        }
+    }
+    for (oldest = 0; oldest < su->nlinks; oldest++)
+        if (su->links[oldest].step >= A_HELLO && su->links[oldest].step != L_GONE)
+            break;
+    if (oldest == su->nlinks)
+        return 1; /* stepping them settled one */
     turn_away(su, &su->links[oldest], "waited while %d newer connections came", strangers - 1);
     return 1;
 }

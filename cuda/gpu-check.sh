@@ -92,7 +92,8 @@ if [ $MODE = gpu ]; then
         BUILDDIR=$SRCDIR
         cd "$SRCDIR"
         [ -x configure ] || ./autogen.sh
-        ./configure --with-cuda --with-nccl >/dev/null
+        # NCCL_HOME: an NCCL outside CUDA's directory (e.g. the nvidia-nccl wheel's, made linkable).
+        ./configure --with-cuda --with-nccl${NCCL_HOME:+=$NCCL_HOME} >/dev/null
         make -j"$(nproc)" >/dev/null
         make -j"$(nproc)" check TESTS= >/dev/null
     fi

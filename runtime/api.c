@@ -33,7 +33,7 @@ static int net_setup(dear_ctx_t *ctx)
 /* The endpoints before the transport, hier's before the communicators they name. */
 static void net_free(dear_ctx_t *ctx)
 {
-    dear_coll_topo_free(ctx->cm.coll_topo);
+    dear_coll_topo_free(ctx->cm.coll_topo, ctx->cm.keep);
     ctx->cm.coll_topo = NULL;
     dear_net_close(ctx->cm.net);
     ctx->cm.net = NULL;
@@ -73,7 +73,7 @@ static int ctx_free(dear_ctx_t *ctx)
     dear_plan_free(&ctx->check.alt_plan);
     dear_timeline_close(ctx->tl);
     net_free(ctx);
-    if (ctx->cm.comm != MPI_COMM_NULL) {
+    if (ctx->cm.comm != MPI_COMM_NULL && !ctx->cm.keep) {
         int fin = 0;
         MPI_Finalized(&fin);
         if (!fin && MPI_Comm_free(&ctx->cm.comm) != MPI_SUCCESS)
@@ -388,13 +388,17 @@ static void missing_ranks(const int *arrived, int n, int self, char *buf, size_t
  * its peers wait forever in a collective it will never join: past DEAR_STALL_ABORT_S the job is
  * aborted, naming the ranks that never came (DEAR_STALL_WARN_S warns first). Point to point, so
  * that the missing ranks can be named; runs after the engine stopped, on the private
- * communicator. */
+ * communicator. Each rank also says how many collectives it started and whether it abandoned
+ * any: unless all agree and none did, a peer's message may sit unmatched, and cm.keep keeps the
+ * communicators from being freed (MPI would hand their context ids to later ones). */
 static int finalize_together(dear_ctx_t *ctx)
 {
     int n = ctx->cm.size, rc = DEAR_OK;
     if (n < 2)
         return DEAR_OK;
-    long long mine = ctx->it.iter, *theirs = calloc((size_t)n, sizeof *theirs);
+    enum { ITER, STARTED, UNCLEAN, NSAY };
+    long long mine[NSAY] = { ctx->it.iter, ctx->eng.next_seq, ctx->eng.rc != DEAR_OK || ctx->eng.abandoned };
+    long long(*theirs)[NSAY] = calloc((size_t)n, sizeof *theirs);
     MPI_Request *req = malloc(sizeof *req * 2 * (size_t)n);
     int *arrived = calloc((size_t)n, sizeof *arrived), *idx = malloc(sizeof *idx * 2 * (size_t)n);
     if (!theirs || !req || !arrived || !idx) {
@@ -405,8 +409,8 @@ static int finalize_together(dear_ctx_t *ctx)
         req[p] = req[n + p] = MPI_REQUEST_NULL;
         if (p == ctx->cm.rank)
             continue;
-        DEAR_MPI_CHECK_GOTO(MPI_Irecv(&theirs[p], 1, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[p]), rc, out);
-        DEAR_MPI_CHECK_GOTO(MPI_Isend(&mine, 1, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[n + p]), rc, out);
+        DEAR_MPI_CHECK_GOTO(MPI_Irecv(theirs[p], NSAY, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[p]), rc, out);
+        DEAR_MPI_CHECK_GOTO(MPI_Isend(mine, NSAY, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[n + p]), rc, out);
     }
     double t0 = dear_now(), pause = 1e-4;
     int left = 2 * (n - 1), warned = 0;
@@ -427,7 +431,7 @@ static int finalize_together(dear_ctx_t *ctx)
             DEAR_ERROR("api", "dear_finalize: after %.1f s (DEAR_STALL_ABORT_S=%g), rank(s) %s have not reached "
                               "dear_finalize; they are still training (this rank stopped after iteration %lld) or "
                               "have stopped: aborting the job",
-                       age, ctx->cfg.stall_abort_s, who, mine);
+                       age, ctx->cfg.stall_abort_s, who, mine[ITER]);
             MPI_Abort(ctx->cm.comm, 1);
         }
         if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !warned) {
@@ -435,15 +439,25 @@ static int finalize_together(dear_ctx_t *ctx)
             missing_ranks(arrived, n, ctx->cm.rank, who, sizeof who);
             DEAR_WARN("api", "dear_finalize: waiting %.1f s for rank(s) %s, which have not reached dear_finalize "
                              "(this rank stopped after iteration %lld); every rank must run the same iterations",
-                      age, who, mine);
+                      age, who, mine[ITER]);
         }
         /* Finalize is rare and not timed: back off to 10 ms sleeps rather than spin a core. */
         dear_sleep(pause);
         pause = pause < 0.01 ? pause * 2 : 0.01;
     }
-    for (int p = 0; p < n; p++)
-        if (p != ctx->cm.rank && theirs[p] != mine)
-            DEAR_WARN("api", "dear_finalize: rank %d ran %lld iterations, this rank %lld", p, theirs[p], mine);
+    ctx->cm.keep = (int)mine[UNCLEAN];
+    for (int p = 0; p < n; p++) {
+        if (p == ctx->cm.rank)
+            continue;
+        if (theirs[p][ITER] != mine[ITER])
+            DEAR_WARN("api", "dear_finalize: rank %d ran %lld iterations, this rank %lld", p, theirs[p][ITER],
+                      mine[ITER]);
+        if (theirs[p][STARTED] != mine[STARTED] || theirs[p][UNCLEAN])
+            ctx->cm.keep = 1;
+    }
+    if (ctx->cm.keep)
+        DEAR_INFO("api", "dear_finalize: a collective was left unfinished; the context's communicators stay "
+                         "allocated, so that no later communicator can match its messages");
 out:
     free(theirs);
     free(req);

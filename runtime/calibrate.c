@@ -82,8 +82,10 @@ static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, doubl
             return rc;
         rc = dear_coll_wait(req);
         dear_coll_free(req);
-        if (rc != DEAR_OK)
+        if (rc != DEAR_OK) {
+            ctx->cm.keep = 1; /* a peer's messages of it may be left unmatched */
             return rc;
+        }
     }
     *seconds = (dear_now() - t0) / reps;
     return DEAR_OK;

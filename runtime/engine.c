@@ -525,6 +525,7 @@ static void *engine_main(void *arg)
     }
     /* On an error the collectives in flight are abandoned (their peers are in an unknown state);
      * their requests are freed so nothing leaks. */
+    ctx->eng.abandoned = ctx->eng.running != NULL;
     while (ctx->eng.running) {
         dear_run_t *r = ctx->eng.running;
         ctx->eng.running = r->next;

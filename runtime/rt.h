@@ -1,9 +1,10 @@
 /*
  * The runtime's private picture of one context: the tensor registry, layers, reduce-scatter
  * buckets (or all-reduce buckets), all-gather groups, the operations the progress thread runs
- * and the counters. Shared by api.c (init, register, commit, finalize), model.c (registry check
- * across ranks, plan, buckets, fusion buffers), engine.c (the progress thread) and hooks.c (the
- * schedules behind forward_begin / backward_done / backward_end / flush).
+ * and the counters. Shared by api.c (init, commit, finalize), registry.c (registration and its
+ * check across ranks), buckets.c (the graph from a plan), planning.c (profiles, online planning),
+ * mem.c (gradient data through the memory table), engine.c (the progress thread), iteration.c
+ * (the hooks) and the schedules behind them (sched_dear.c, sched_allreduce.c).
  *
  * Threads: the application thread owns everything except the fields marked "shared", which
  * both threads touch under ctx->eng.lock, and the fields marked "engine", which only the progress
@@ -166,6 +167,8 @@ typedef struct {
     dear_coll_topo_t *coll_topo; /* hosts of comm for hierarchical collectives; NULL: flat */
     dear_transport_t *tp;   /* what carries the collectives (DEAR_TRANSPORT) */
     dear_net_t *net;        /* comm on tp */
+    int keep;               /* some rank left a collective unfinished, so messages may be unmatched:
+                             * the communicators are never freed (dear_coll_topo_free) */
 } dear_rt_comm_t;
 
 /* Settings read at dear_init from the DEAR_* table (api.c); read-only afterwards. */
@@ -315,6 +318,7 @@ typedef struct {
     int fence_wait;         /* the next operation waits for its buffer to fill (polled) */
     dear_run_t *running;
     dear_run_t *spare;      /* runs ended, for reuse */
+    int abandoned;          /* collectives were in flight when the thread stopped (read after join) */
     int nrunning;
     int nhost;              /* of them, those on the host (DEAR_MAX_INFLIGHT counts these) */
     size_t inflight_bytes;  /* sum of bytes of the running collectives on the host */
@@ -362,7 +366,7 @@ typedef struct dear_sched_ops {
     dear_coll_op_t bucket_op;   /* what a bucket's operation is: reduce-scatter or all-reduce */
     /* dear_forward_begin of layer lidx, after the common checks: its updates, if pending */
     int (*forward_layer)(dear_ctx_t *ctx, int lidx);
-    /* backward completed bucket b (packed already) */
+    /* backward completed bucket b, its data marked ready for the progress thread (mem.c) */
     void (*bucket_done)(dear_ctx_t *ctx, dear_bucket_t *b);
     /* dear_backward_end, every layer reported */
     int (*backward_end)(dear_ctx_t *ctx);

@@ -935,7 +935,7 @@ int main(int argc, char **argv)
         run_normal(&o, csv);
     if (csv && dear_file_out_commit(&csv_out) != DEAR_OK)
         MPI_Abort(MPI_COMM_WORLD, 2);
-    dear_coll_topo_free(g_topo);
+    dear_coll_topo_free(g_topo, 0);
     dear_net_close(g_net);
     dear_transport_close(tp);
     MPI_Finalize();

@@ -746,7 +746,7 @@ START_TEST(test_hier)
             NALGOS = n_flat;
             g_topo = NULL;
             g_interleaved = 0;
-            dear_coll_topo_free(t);
+            dear_coll_topo_free(t, 0);
             grids++;
         }
     }

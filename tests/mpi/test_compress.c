@@ -211,7 +211,7 @@ START_TEST(test_hier)
         snprintf(what, sizeof what, "hier %d x %d", g_size / L, L);
         sweep(what);
         g_topo = NULL;
-        dear_coll_topo_free(t);
+        dear_coll_topo_free(t, 0);
         layouts++;
     }
     if (g_rank == 0)
