@@ -40,18 +40,26 @@ typedef enum {
 /* The transport's own collectives (NCCL on device memory): taken whenever the transport runs
  * collectives itself, never otherwise (forced elsewhere, ring runs). */
 #define DEAR_ALGO_F_NATIVE 0x10
+/* A compressed reduce-scatter writes its float32 result itself (out32, coll_impl.h), never
+ * rounded after the last addition. Without it the dispatcher widens the 16-bit result. */
+#define DEAR_ALGO_F_WIRE32 0x20
+/* A compressed reduce-scatter rounds what it sends of its own input itself (from src32): the
+ * dispatcher leaves the 16-bit copy unfilled (wire_lazy) instead of packing the whole vector. */
+#define DEAR_ALGO_F_PACKS16 0x40
 
 #define DEAR_COLL_ALGO_TABLE(X)                                                                \
-    X(RING, "ring", dear_coll_ring_ops, DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16,         \
+    X(RING, "ring", dear_coll_ring_ops,                                                        \
+      DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16 | DEAR_ALGO_F_WIRE32 | DEAR_ALGO_F_PACKS16, \
       "pipelined ring: bandwidth-optimal, reduction overlapped with transfer")                \
-    X(RHD, "rhd", dear_coll_rhd_ops, 0, "recursive halving/doubling: log2(P) rounds")          \
-    X(MPI, "mpi", dear_coll_mpi_ops, 0, "the MPI library's own non-blocking collectives")      \
-    X(DIRECT, "direct", dear_coll_direct_ops, DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16,   \
+    X(RHD, "rhd", dear_coll_rhd_ops, DEAR_ALGO_F_WIRE32, "recursive halving/doubling: log2(P) rounds") \
+    X(MPI, "mpi", dear_coll_mpi_ops, DEAR_ALGO_F_WIRE32, "the MPI library's own non-blocking collectives") \
+    X(DIRECT, "direct", dear_coll_direct_ops,                                                  \
+      DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16 | DEAR_ALGO_F_WIRE32,                      \
       "all-to-all exchange, one round per phase")                                             \
-    X(HIER, "hier", dear_coll_hier_ops, DEAR_ALGO_F_NEEDS_HOSTS,                               \
+    X(HIER, "hier", dear_coll_hier_ops, DEAR_ALGO_F_NEEDS_HOSTS | DEAR_ALGO_F_WIRE32,          \
       "two levels, pipelined in segments: inside each host over shared memory, across hosts") \
     X(SPARSE, "sparse", dear_coll_sparse_ops,                                                  \
-      DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16 | DEAR_ALGO_F_NEEDS_BLOCK,                 \
+      DEAR_ALGO_F_COMPOSED_AR | DEAR_ALGO_F_EXACT16 | DEAR_ALGO_F_NEEDS_BLOCK | DEAR_ALGO_F_WIRE32, \
       "block-sparse exchange: only non-zero blocks travel, dense per message when no smaller") \
     X(NATIVE, "native", dear_coll_native_ops, DEAR_ALGO_F_NATIVE,                              \
       "the transport's own collectives (NCCL on device memory), ordered on its stream")

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/planner_table.h"
 #include "base/transport_table.h"
+#include "base/util.h"
 #include "base/sched_table.h"
 #include "include/dear_types.h"
 

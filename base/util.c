@@ -45,6 +45,30 @@ int dear_dtype_parse(const char *name, dear_dtype_t *dtype)
     return -1;
 }
 
+static const char *const compress_names[DEAR_COMPRESS_COUNT] = {
+    [DEAR_COMPRESS_NONE] = "none", [DEAR_COMPRESS_BF16] = "bf16", [DEAR_COMPRESS_FP16] = "fp16",
+};
+
+const char *dear_compress_name(dear_compress_t c)
+{
+    return (unsigned)c < DEAR_COMPRESS_COUNT ? compress_names[c] : "unknown";
+}
+
+int dear_compress_parse(const char *name, dear_compress_t *c)
+{
+    for (int i = 0; i < DEAR_COMPRESS_COUNT; i++)
+        if (strcmp(name, compress_names[i]) == 0) {
+            *c = (dear_compress_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+dear_dtype_t dear_compress_dtype(dear_compress_t c)
+{
+    return c == DEAR_COMPRESS_BF16 ? DEAR_BFLOAT16 : c == DEAR_COMPRESS_FP16 ? DEAR_FLOAT16 : DEAR_FLOAT32;
+}
+
 void dear_sleep(double seconds)
 {
     if (seconds <= 0)

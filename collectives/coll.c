@@ -195,6 +195,9 @@ static int validate(const dear_coll_args_t *a, int *rank, int *nranks)
     DEAR_ARG_CHECK((unsigned)a->dtype < DEAR_DTYPE_COUNT,
                    "dear_coll_start: unknown dtype %d (accepted: float32, float64, bfloat16, float16, int32)",
                    (int)a->dtype);
+    DEAR_ARG_CHECK((unsigned)a->compress < DEAR_COMPRESS_COUNT && (unsigned)a->compress_ag < DEAR_COMPRESS_COUNT,
+                   "dear_coll_start: unknown compress %d or compress_ag %d (accepted: 0 none, 1 bf16, 2 fp16)",
+                   (int)a->compress, (int)a->compress_ag);
     DEAR_ARG_CHECK(!(dear_coll_algo_flags(a->algo) & DEAR_ALGO_F_NEEDS_BLOCK) || a->sparse_block > 0,
                    "dear_coll_start: algo %s with sparse_block 0 (accepted: elements per block > 0, e.g. a "
                    "tensor's row length)", dear_coll_algo_name(a->algo));
@@ -420,6 +423,89 @@ static void widen_finish(dear_coll_req_t *r)
     r->buf = r->saved_buf;
 }
 
+/* The format r's phase (r->op) travels in: compression applies to float32 on two or more ranks. */
+static dear_compress_t wire_format(const dear_coll_req_t *r, dear_compress_t c)
+{
+    return r->user_dtype == DEAR_FLOAT32 && r->nranks > 1 ? c : DEAR_COMPRESS_NONE;
+}
+
+/* Compression (coll.h): the phase about to run moves onto a 16-bit copy of the vector, made
+ * here in one pass (pack), which the algorithm runs on as that type with wire16 set. A
+ * reduce-scatter keeps the float32 input (src32) for the own contributions and its float32 output
+ * (out32); an all-gather rounds this rank's shard into the copy; an algorithm's own all-reduce
+ * gets the whole input rounded. wire_finish widens what came back (unpack). */
+static int wire_setup(dear_coll_req_t *r, dear_compress_t c)
+{
+    if (wire_format(r, c) == DEAR_COMPRESS_NONE)
+        return DEAR_OK;
+    dear_dtype_t wt = dear_compress_dtype(c);
+    size_t es = dear_dtype_size(wt), own = r->displs[r->rank], mine = r->counts[r->rank];
+    char *w = dear_coll_scratch_get(r->total * es, &r->wire_cap);
+    if (w == NULL)
+        return DEAR_ERR_NOMEM;
+    r->wire = w;
+    r->wsave.src = r->src;
+    r->wsave.work = r->work;
+    r->wsave.out = r->out;
+    r->wsave.buf = r->buf;
+    r->wsave.in_place = r->in_place;
+    switch (r->op) {
+    case DEAR_COLL_REDUCE_SCATTER:
+        r->wire_lazy = (dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_PACKS16) != 0;
+        if (!r->wire_lazy)
+            coll_narrow(r, wt, w, (const float *)r->src, r->total, 1.0);
+        r->src32 = (const float *)r->src;
+        if (dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_WIRE32)
+            r->out32 = (float *)r->out;
+        r->src = r->work = w;
+        r->out = w + own * es;
+        break;
+    case DEAR_COLL_ALLGATHER: {
+        const char *from = r->ag_send != NULL ? r->ag_send : r->buf + own * sizeof(float);
+        coll_narrow(r, wt, w + own * es, (const float *)from, mine, 1.0);
+        r->ag_send = NULL;
+        r->buf = w;
+        break;
+    }
+    default:
+        coll_narrow(r, wt, w, (const float *)r->src, r->total, 1.0);
+        r->src32 = (const float *)r->src; /* the caller's float32 input stays as it is */
+        r->src = r->buf = w;
+        break;
+    }
+    r->in_place = 1;
+    r->dtype = wt;
+    r->esize = es;
+    r->wire16 = 1;
+    return DEAR_OK;
+}
+
+/* The phase on the 16-bit copy ended: an all-gather's or all-reduce's vector widened into the
+ * caller's (every shard, this rank's too, so that all ranks hold the same bits); a
+ * reduce-scatter's result, unless its algorithm wrote it in float32 itself (out32). */
+static void wire_finish(dear_coll_req_t *r)
+{
+    if (r->wire == NULL)
+        return;
+    if (r->op != DEAR_COLL_REDUCE_SCATTER)
+        coll_widen(r, r->dtype, (float *)r->wsave.buf, r->wire, r->total);
+    else if (r->out32 == NULL)
+        coll_widen(r, r->dtype, (float *)r->wsave.out, r->out, r->counts[r->rank]);
+    r->src = r->wsave.src;
+    r->work = r->wsave.work;
+    r->out = r->wsave.out;
+    r->buf = r->wsave.buf;
+    r->in_place = r->wsave.in_place;
+    r->dtype = DEAR_FLOAT32;
+    r->esize = sizeof(float);
+    r->wire16 = 0;
+    r->wire_lazy = 0;
+    r->src32 = NULL;
+    r->out32 = NULL;
+    dear_coll_scratch_put(r->wire, r->wire_cap);
+    r->wire = NULL;
+}
+
 /* Hand a filled request to its algorithm (at start, or at the first progress call of an
  * all-gather whose own block is copied in then). */
 static int req_begin(dear_coll_req_t *r)
@@ -515,7 +601,9 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         }
     }
 
-    size_t bytes = r->total * r->esize;
+    /* The selection table sees the bytes that travel: half for a compressed vector. */
+    dear_compress_t wire = wire_format(r, args->compress);
+    size_t bytes = r->total * (wire != DEAR_COMPRESS_NONE ? dear_dtype_size(dear_compress_dtype(wire)) : r->esize);
     r->topo = args->topo;
     if (dear_coll_algo_flags(args->algo) & DEAR_ALGO_F_NATIVE) {
         DEAR_ERROR("coll", "dear_coll_start: algo native needs a transport that runs collectives itself (NCCL); "
@@ -537,7 +625,9 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
     r->block = args->sparse_block;
     r->ops = algo_table[r->algo];
     compose_setup(r);
+    r->comp_ag = args->compress_ag;
     DEAR_CHECK_GOTO(widen_setup(r), rc, err);
+    DEAR_CHECK_GOTO(wire_setup(r, args->compress), rc, err);
     DEAR_DEBUG("coll", "start %s %s %s count %zu tag %d", dear_coll_op_name(r->user_op),
                dear_coll_algo_name(r->algo), dear_dtype_name(r->dtype), r->total, r->tag);
     if (r->ag_send == NULL)
@@ -552,6 +642,15 @@ err:
 int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo, const dear_net_t *net,
                         int rank, int nranks, const size_t *counts, const size_t *displs, const char *src,
                         char *vec, char *out, double scale, dear_coll_req_t **sub)
+{
+    return dear_coll_sub_start32(parent, op, algo, net, rank, nranks, counts, displs, src, NULL, vec, out, NULL, scale,
+                                 sub);
+}
+
+int dear_coll_sub_start32(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo,
+                          const dear_net_t *net, int rank, int nranks, const size_t *counts, const size_t *displs,
+                          const char *src, const float *src32, char *vec, char *out, float *out32, double scale,
+                          dear_coll_req_t **sub)
 {
     int rc = DEAR_OK;
     dear_coll_req_t *r = NULL;
@@ -568,6 +667,9 @@ int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_c
     r->out = out;
     r->topo = parent->topo;
     r->sub = 1;
+    r->wire16 = parent->wire16;
+    r->src32 = src32;
+    r->out32 = out32;
     r->ops = algo_table[algo];
     DEAR_CHECK_GOTO(req_begin(r), rc, err);
     *sub = r;
@@ -605,11 +707,15 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
         }
         if (d && req->wide != NULL)
             widen_finish(req);
+        if (d)
+            wire_finish(req);
         if (d && req->composed && req->op == DEAR_COLL_REDUCE_SCATTER) {
-            /* The composed all-reduce's second half (compose_setup). */
+            /* The composed all-reduce's second half (compose_setup), in its own format. */
             req->ops->cleanup(req);
             req->op = DEAR_COLL_ALLGATHER;
-            rc = req_begin(req);
+            rc = wire_setup(req, req->comp_ag);
+            if (rc == DEAR_OK)
+                rc = req_begin(req);
             if (rc != DEAR_OK) {
                 req->failed = 1;
                 return rc;
@@ -699,6 +805,7 @@ void dear_coll_free(dear_coll_req_t *req)
         req->ops->cleanup(req);
     dear_coll_scratch_put(req->scratch, req->scratch_bytes);
     dear_coll_scratch_put(req->wide, req->wide_cap);
+    dear_coll_scratch_put(req->wire, req->wire_cap);
     free(req->staging);
     free(req->blocks);
     free(req->counts);

@@ -43,6 +43,19 @@
  * float32), so every rank gets round16(float32 sum * scale); integer-valued data stay exact.
  * `scale` multiplies every reduced element (1/P averages) and must be 1 for int32. Out-of-place
  * buffers must not overlap.
+ * Compression (args.compress, float32 vectors on two or more ranks): the messages carry 16-bit
+ *                   values, half the bytes. A reduce-scatter's partial sums are taken in float32
+ *                   and rounded to the 16-bit type only to travel; a rank adds its own float32
+ *                   input unrounded where the algorithm allows (ring, direct, sparse; the others
+ *                   add it rounded), and its result is float32 (sum * scale, never rounded after
+ *                   the last addition). An all-gather rounds each shard once and every rank, its
+ *                   owner included, receives the rounded values widened back to float32, so all
+ *                   ranks hold the same bits. Buffers, shards and results are float32 as above.
+ *                   An all-reduce runs compress's reduce-scatter and compress_ag's all-gather; an
+ *                   algorithm with an all-reduce of its own (rhd, mpi, hier) runs it all in
+ *                   compress's format, rounding its partial sums in 16 bits, and returns the sum
+ *                   rounded once more. Under DEAR_DETERMINISTIC every contribution is rounded once,
+ *                   so the sum does not depend on which rank owns an element.
  */
 #ifndef DEAR_COLL_H
 #define DEAR_COLL_H
@@ -113,6 +126,9 @@ typedef struct dear_coll_args {
                                  * tensor's row length); ignored by the dense algorithms */
     const dear_mem_ops_t *mem;  /* the memory row of the vectors (copies and reductions go through
                                  * it on the calling thread); NULL: host memory */
+    dear_compress_t compress;   /* float32 vectors: the 16-bit format they travel in (an all-reduce's
+                                 * reduce-scatter half); NONE, other types, one rank: as they are */
+    dear_compress_t compress_ag; /* an all-reduce's all-gather half; ignored by the other ops */
 } dear_coll_args_t;
 
 typedef struct dear_coll_req dear_coll_req_t;

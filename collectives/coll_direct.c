@@ -2,7 +2,8 @@
  * Algorithm `direct`: every rank exchanges with every other rank at once, in one round.
  * The reduce-scatter sends chunk p of the input straight to rank p and receives the P-1 pieces
  * of its own chunk, then adds them in rank order (deterministic, with the scale fused into the
- * last addition; 16-bit types in float32, rounded once); the all-gather sends this rank's shard to all others and receives theirs in
+ * last addition; 16-bit types in float32, rounded once; compressed float32 from this rank's own
+ * float32 input, into the float32 result); the all-gather sends this rank's shard to all others and receives theirs in
  * place (the dispatcher composes the all-reduce). Each rank sends and receives (P-1)/P of the
  * vector, as the ring does, but with one latency instead of P-1, which is what counts for small
  * vectors. It does not pipeline the reduction with the transfers and posts 2(P-1) messages at
@@ -63,6 +64,17 @@ static const char *piece_of_rank(const dear_coll_req_t *r, const direct_state_t 
     return i == 0 ? own : st->slots + (size_t)(i - 1) * r->counts[r->rank] * r->esize;
 }
 
+/* The float32 sum of this rank's chunk, scaled: into out32 when compressed, else rounded once into
+ * out. */
+static void acc_out(dear_coll_req_t *r, direct_state_t *st)
+{
+    size_t mine = r->counts[r->rank];
+    if (r->out32 != NULL)
+        coll_scale(r, DEAR_FLOAT32, r->out32, st->acc, mine, r->scale);
+    else
+        coll_narrow(r, r->dtype, r->out, st->acc, mine, r->scale);
+}
+
 /* DEAR_DETERMINISTIC: out = (((g_0 + g_1) + g_2) + ...) * scale, the ranks in order whoever owns
  * the chunk, so that a sum does not depend on where the plan put it. own is copied first when it
  * is out (in place), since out is written before own's turn comes. */
@@ -77,7 +89,7 @@ static void reduce_in_rank_order(dear_coll_req_t *r, direct_state_t *st, const c
         coll_widen(r, r->dtype, st->acc, piece_of_rank(r, st, 0, own), mine);
         for (int p = 1; p < r->nranks; p++)
             coll_widen_acc(r, r->dtype, st->acc, piece_of_rank(r, st, p, own), mine);
-        coll_narrow(r, r->dtype, r->out, st->acc, mine, r->scale);
+        acc_out(r, st);
         return;
     }
     for (int p = 1; p < r->nranks; p++)
@@ -96,10 +108,14 @@ static void reduce_pieces(dear_coll_req_t *r, direct_state_t *st)
         return;
     }
     if (st->acc != NULL) {
-        coll_widen(r, r->dtype, st->acc, own, mine);
+        /* Compressed: this rank's own share never travels, so it is added unrounded. */
+        if (r->src32 != NULL)
+            coll_copy(r, st->acc, r->src32 + r->displs[r->rank], mine * sizeof(float));
+        else
+            coll_widen(r, r->dtype, st->acc, own, mine);
         for (int i = 1; i < r->nranks; i++)
             coll_widen_acc(r, r->dtype, st->acc, st->slots + (size_t)(i - 1) * mine * r->esize, mine);
-        coll_narrow(r, r->dtype, r->out, st->acc, mine, r->scale);
+        acc_out(r, st);
         return;
     }
     for (int i = 1; i < r->nranks; i++) {
@@ -153,7 +169,7 @@ static int direct_start(dear_coll_req_t *r)
     }
     if (r->nranks == 1) {
         if (r->op == DEAR_COLL_REDUCE_SCATTER)
-            coll_scale(r, r->dtype, r->out, r->src, r->total, r->scale);
+            coll_rs_final(r, r->src, r->total);
         return DEAR_OK;  /* nothing to exchange */
     }
     if (r->op == DEAR_COLL_REDUCE_SCATTER) {

@@ -36,7 +36,9 @@
  * the step's pieces of the caller's vectors (no packing). Sums are taken in another order than a
  * flat algorithm's, once per element, and every rank gathers the owner's result: all ranks end
  * with identical data. 16-bit sums are left to the dispatcher, which widens them (partial sums
- * cross the hosts, so they would travel in float32 anyway).
+ * cross the hosts, so they would travel in float32 anyway). Compressed float32 (wire16) runs in
+ * its 16-bit type: the host's partial sums cross rounded, the first stage adds this rank's
+ * float32 input and the last writes the float32 result.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -153,8 +155,11 @@ static int start_unit(dear_coll_req_t *r, hier_state_t *st, int s)
         out = st->own + (st->displs[me] - r->displs[r->rank]) * r->esize;
     ln->next++;
     const dear_net_t *net = node ? t->node_net[ag] : t->cross_net[ag];
-    return dear_coll_sub_start(r, op, algo, net, me, n, st->counts, st->displs, s == ST_NRS ? st->src : st->vec,
-                               st->vec, out, s == ST_XRS ? r->scale : 1.0, &ln->sub);
+    /* Compressed: the first stage adds this rank's float32 input, the last writes the result. */
+    const float *src32 = s == ST_NRS ? r->src32 : NULL;
+    float *out32 = s == ST_XRS && r->out32 != NULL ? r->out32 + (size_t)(out - r->out) / r->esize : NULL;
+    return dear_coll_sub_start32(r, op, algo, net, me, n, st->counts, st->displs, s == ST_NRS ? st->src : st->vec,
+                                 src32, st->vec, out, out32, s == ST_XRS ? r->scale : 1.0, &ln->sub);
 }
 
 /* May the lane of stage s start its next unit? */
@@ -227,8 +232,13 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
         if (!ag) {
             size_t at, n;
             piece(r, st, r->rank, k, &at, &n);
-            coll_sum(r, r->dtype, st->own + (at - r->displs[r->rank]) * r->esize, st->vec + at * r->esize,
-                            st->slots + (size_t)w * st->slot_count * r->esize, n, r->scale);
+            size_t e = at - r->displs[r->rank];
+            const char *slot = st->slots + (size_t)w * st->slot_count * r->esize;
+            if (r->wire16)
+                coll_wire_add(r, st->own + e * r->esize, r->out32 ? r->out32 + e : NULL, st->vec + at * r->esize, NULL,
+                              slot, n, r->scale);
+            else
+                coll_sum(r, r->dtype, st->own + e * r->esize, st->vec + at * r->esize, slot, n, r->scale);
         }
         x->done++;
         *moved = 1;

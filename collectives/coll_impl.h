@@ -47,6 +47,25 @@ struct dear_coll_req {
     const float *narrow_from;
     size_t narrow_count;
     char *saved_buf;            /* buf while the copy runs */
+    /* Compression (coll.h): the algorithm runs on a 16-bit copy of the vector (wire, from the
+     * scratch cache), with dtype the 16-bit type, and wire16 set. */
+    int wire16;                 /* partial sums travel in dtype, rounded at each hop, never widened */
+    const float *src32;         /* reduce-scatter, all-reduce: the float32 input, indexed as src
+                                 * (NULL: none); an algorithm may add the own share from it,
+                                 * unrounded */
+    float *out32;               /* reduce-scatter of an algorithm with DEAR_ALGO_F_WIRE32: where its
+                                 * float32 result goes, indexed as out; set, the algorithm writes its
+                                 * result there and not to out (NULL: to out, in dtype) */
+    int wire_lazy;              /* the 16-bit copy is unfilled: the algorithm rounds what it sends
+                                 * of src32 (DEAR_ALGO_F_PACKS16) */
+    dear_compress_t comp_ag;    /* composed all-reduce: the all-gather half's format */
+    char *wire;                 /* the 16-bit vector (total elements) while a phase runs on it */
+    size_t wire_cap;
+    struct {                    /* the caller's float32 view, restored when the phase ends */
+        const char *src;
+        char *work, *out, *buf;
+        int in_place;
+    } wsave;
     dear_coll_algo_t algo;
     dear_dtype_t dtype;
     MPI_Comm comm;
@@ -104,6 +123,13 @@ DEAR_COLL_ALGO_TABLE(DEAR_ALGO_OPS_DECL_)
 int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo, const dear_net_t *net,
                         int rank, int nranks, const size_t *counts, const size_t *displs, const char *src,
                         char *vec, char *out, double scale, dear_coll_req_t **sub);
+/* The same for a compressed parent (wire16 inherited): a reduce-scatter step that adds the
+ * parent's own float32 input reads src32 (indexed as src; NULL: src), and the step that makes
+ * the parent's result writes it to out32 (indexed as out; NULL: into out, in dtype). */
+int dear_coll_sub_start32(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo,
+                          const dear_net_t *net, int rank, int nranks, const size_t *counts, const size_t *displs,
+                          const char *src, const float *src32, char *vec, char *out, float *out32, double scale,
+                          dear_coll_req_t **sub);
 
 /* The request's element operations, through its memory row on the calling thread (queue NULL,
  * which a row the host can access runs at once and without failing). */
@@ -134,8 +160,20 @@ static inline void coll_narrow(const dear_coll_req_t *r, dear_dtype_t t, void *d
     (void)r->mem->narrow(NULL, t, dst, src, n, s);
 }
 
+/* Compressed reduction (r->wire16), n elements: float32(b16) plus this rank's addend (a32 when
+ * given, its own float32 input; else float32(a16)), times s, into dst32 when given, else rounded
+ * into dst16. dst16 may be a16, dst32 a32 (the same elements). */
+void coll_wire_add(const dear_coll_req_t *r, void *dst16, float *dst32, const void *a16, const float *a32,
+                   const void *b16, size_t n, double s);
+/* A reduce-scatter's last step: sum (this rank's n result elements, in dtype) times the scale,
+ * into out, or when compressed into out32 (widened, then scaled in float32). sum may be out. */
+void coll_rs_final(const dear_coll_req_t *r, const void *sum, size_t n);
+
 /* MPI datatype that moves one element of dtype (16-bit types as MPI_UINT16_T). */
 MPI_Datatype dear_coll_mpi_type(dear_dtype_t dtype);
+/* MPI's sum of dtype: MPI_SUM, or for a 16-bit type an operation of our own that adds in float32
+ * and rounds once (created on first use; MPI_OP_NULL, logged, when that fails). */
+MPI_Op dear_coll_mpi_sum(dear_dtype_t dtype);
 
 /* Large scratch vectors (an out-of-place ring reduce-scatter's partial sums) come from a small
  * process-wide cache, so repeated calls do not pay page faults on fresh memory each time.

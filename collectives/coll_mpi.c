@@ -2,12 +2,15 @@
  * Algorithm `mpi`: Open MPI's own non-blocking collectives behind the dear_coll interface, for
  * comparison and as a fallback. MPI_Ireduce_scatter with the shard rule's uneven counts,
  * MPI_Iallgatherv in place, MPI_Iallreduce. bfloat16 and float16 are gathered as MPI_UINT16_T
- * and reduced on a float32 copy (the dispatcher's), so MPI's own sums never round them. The
+ * and reduced on a float32 copy (the dispatcher's), so MPI's own sums never round them; compressed
+ * float32 (wire16) is reduced in its 16-bit type by an MPI operation of ours that adds in float32
+ * and rounds each partial sum once (dear_coll_mpi_sum). The
  * scale is applied after completion, and an in-place reduce-scatter's result (which MPI leaves at the start of the
  * buffer) is moved to this rank's shard as coll.h specifies. Open MPI's counts are ints:
  * larger vectors fail with DEAR_ERR_UNSUPPORTED.
  */
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +23,40 @@ typedef struct {
     MPI_Request req;
     int *counts, *displs;
 } mpi_state_t;
+
+/* inout = round(float32(in) + float32(inout)), through the host row: MPI hands us its own host
+ * buffers. */
+static void sum16(dear_dtype_t t, void *in, void *inout, const int *len)
+{
+    (void)dear_mem_host_ops.sum(NULL, t, inout, inout, in, (size_t)*len, 1.0);
+}
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    sum16(DEAR_BFLOAT16, in, inout, len);
+}
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    sum16(DEAR_FLOAT16, in, inout, len);
+}
+
+static MPI_Op sum_ops[2] = { MPI_OP_NULL, MPI_OP_NULL };
+static pthread_once_t sum_once = PTHREAD_ONCE_INIT;
+
+static void sum_create(void)
+{
+    if (MPI_Op_create(sum_bf16, 1, &sum_ops[0]) != MPI_SUCCESS || MPI_Op_create(sum_f16, 1, &sum_ops[1]) != MPI_SUCCESS)
+        DEAR_ERROR("coll", "algo mpi: MPI_Op_create failed for the 16-bit sums");
+}
+
+MPI_Op dear_coll_mpi_sum(dear_dtype_t dtype)
+{
+    if (!dear_dtype_is16(dtype))
+        return MPI_SUM;
+    pthread_once(&sum_once, sum_create);
+    return sum_ops[dtype == DEAR_FLOAT16];
+}
 
 static int int_counts(dear_coll_req_t *r, mpi_state_t *s)
 {
@@ -47,8 +84,11 @@ static int mpi_start(dear_coll_req_t *r)
     DEAR_ALLOC_GOTO(s, calloc(1, sizeof *s), sizeof *s, rc, out);
     s->req = MPI_REQUEST_NULL;
     r->state = s;
-    /* 16-bit reductions reach this algorithm as float32 (coll.c's widen_setup). */
-    MPI_Op op = MPI_SUM;
+    /* 16-bit reductions reach this algorithm as float32 (coll.c's widen_setup), compressed ones
+     * as their 16-bit type. */
+    MPI_Op op = dear_coll_mpi_sum(r->dtype);
+    if (op == MPI_OP_NULL)
+        return DEAR_ERR_MPI;
     MPI_Datatype t = dear_coll_mpi_type(r->dtype);
     DEAR_CHECK(int_counts(r, s));
     switch (r->op) {
@@ -86,7 +126,7 @@ static int mpi_progress(dear_coll_req_t *r, int *done)
     case DEAR_COLL_REDUCE_SCATTER:
         if (r->in_place && own > 0)
             memmove(r->out, r->src, own * r->esize);
-        coll_scale(r, r->dtype, r->out, r->out, own, r->scale);
+        coll_rs_final(r, r->out, own);
         r->bytes_sent = rest * r->esize;  /* what a ring would send: an estimate */
         break;
     case DEAR_COLL_ALLGATHER:

@@ -17,6 +17,8 @@
  * The collective is compiled at start into a list of rounds (send, receive, then a local
  * action), which progress walks without blocking, as libnbc does. All ranks add the same pairs
  * in the same order (IEEE addition commutes), so every rank gets bit-identical results.
+ * Compressed float32 (wire16) runs as its 16-bit type: every partial sum rounded, the
+ * reduce-scatter's result widened into the float32 output before the scale.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -180,10 +182,8 @@ static void run_action(dear_coll_req_t *r, rhd_state_t *st, const round_t *rd)
         break;
     }
     case ACT_SCALE_ALL: coll_scale(r, r->dtype, st->vec, st->vec, r->total, r->scale); break;
-    case ACT_SCALE_OWN:
-        coll_scale(r, r->dtype, r->out, st->vec + r->displs[r->rank] * r->esize, own, r->scale);
-        break;
-    case ACT_SCALE_OUT: coll_scale(r, r->dtype, r->out, r->out, own, r->scale); break;
+    case ACT_SCALE_OWN: coll_rs_final(r, st->vec + r->displs[r->rank] * r->esize, own); break;
+    case ACT_SCALE_OUT: coll_rs_final(r, r->out, own); break;
     case ACT_NONE: break;
     }
 }

@@ -12,7 +12,9 @@
  *
  * 16-bit floating types keep their partial sums in float32 (a float32 work vector, float32
  * messages after the first step, which carries the input itself) and round once, at the last
- * step: the sum is the same whatever the rank count.
+ * step: the sum is the same whatever the rank count. Compressed float32 (wire16, coll.h) is the
+ * other way round: the partial sums travel in 16 bits, each rounded once per hop after a float32
+ * addition of this rank's float32 input, and the last step writes the float32 result.
  *
  * Buffers: the reduce-scatter reads the input, receives into RING_WINDOW segment slots and
  * writes partial sums into a work vector, which is the input itself when in place (zero copy)
@@ -130,6 +132,8 @@ static int post_send(dear_coll_req_t *r, ring_state_t *st)
     const char *p;
     if (r->op == DEAR_COLL_ALLGATHER)
         p = elem(r, r->buf, at);
+    else if (c->step == 0 && r->wire_lazy) /* compressed: the input rounded only where it travels */
+        coll_narrow(r, r->dtype, (char *)(p = elem(r, r->src, at)), r->src32 + at, n, 1.0);
     else if (c->step == 0)
         p = elem(r, r->src, at);
     else
@@ -184,9 +188,16 @@ static void reduce_recv(dear_coll_req_t *r, ring_state_t *st)
     int chunk = recv_chunk(r, st, c->step);
     size_t n = seg_len(r, st, chunk, c->k), at = r->displs[chunk] + c->k * st->seg;
     char *slot = st->slots + (st->recv_done % RING_WINDOW) * st->seg * st->slot_esize;
+    int last = c->step == r->nranks - 2;
+    const float *a32 = r->src32 != NULL ? r->src32 + at : NULL;
     if (st->wide)
         reduce_recv_wide(r, st, slot, n, at, c->k * st->seg);
-    else if (c->step == r->nranks - 2)
+    else if (r->wire16 && last)
+        coll_wire_add(r, elem(r, r->out, c->k * st->seg), r->out32 ? r->out32 + c->k * st->seg : NULL,
+                      elem(r, r->src, at), a32, slot, n, r->scale);
+    else if (r->wire16)
+        coll_wire_add(r, elem(r, r->work, at), NULL, elem(r, r->src, at), a32, slot, n, 1.0);
+    else if (last)
         coll_sum(r, r->dtype, elem(r, r->out, c->k * st->seg), elem(r, r->src, at), slot, n,
                         r->scale);
     else
@@ -269,11 +280,11 @@ static int ring_start(dear_coll_req_t *r)
     if (r->nranks == 1) {
         /* Nothing travels: a reduce-scatter's result is the input, scaled. */
         if (r->op == DEAR_COLL_REDUCE_SCATTER)
-            coll_scale(r, r->dtype, r->out, r->src, r->total, r->scale);
+            coll_rs_final(r, r->src, r->total);
         st->trivial = 1;
         return DEAR_OK;
     }
-    st->wide = r->op == DEAR_COLL_REDUCE_SCATTER && dear_dtype_is16(r->dtype);
+    st->wide = r->op == DEAR_COLL_REDUCE_SCATTER && dear_dtype_is16(r->dtype) && !r->wire16;
     st->slot_esize = st->wide ? sizeof(float) : r->esize;
     if (st->wide) {
         st->wide_work = dear_coll_scratch_get(r->total * sizeof(float), &st->wide_cap);

@@ -297,7 +297,9 @@ static void rs_finish(dear_coll_req_t *r, sparse_state_t *st)
         piece_of(r, &s, j, &lo, &n);
         dear_reduce_zero_sign(sum_type, sum + lo * sum_es, n);
     }
-    if (st->acc != NULL)
+    if (r->out32 != NULL)
+        coll_scale(r, DEAR_FLOAT32, r->out32, st->acc, s.len, r->scale);
+    else if (st->acc != NULL)
         coll_narrow(r, r->dtype, r->out, st->acc, s.len, r->scale);
     else
         coll_scale(r, r->dtype, r->out, r->out, s.len, r->scale);
@@ -312,7 +314,10 @@ static int rs_start(dear_coll_req_t *r, sparse_state_t *st)
     if (dear_dtype_is16(r->dtype)) {
         size_t ab = s.len * sizeof(float) + 1;
         DEAR_ALLOC_GOTO(st->acc, malloc(ab), ab, rc, out);
-        coll_widen(r, r->dtype, st->acc, own, s.len);
+        if (r->src32 != NULL) /* compressed: the own share never travels, added unrounded */
+            coll_copy(r, st->acc, r->src32 + s.off, s.len * sizeof(float));
+        else
+            coll_widen(r, r->dtype, st->acc, own, s.len);
     } else if (r->out != own) {
         coll_copy(r, r->out, own, s.len * r->esize);
     }
@@ -477,8 +482,9 @@ static int dense_start(dear_coll_req_t *r, sparse_state_t *st)
     if (algo == DEAR_ALGO_SPARSE || algo == DEAR_ALGO_MPI || !exact16)
         algo = DEAR_ALGO_RING;  /* one that runs here as it is: no block, no MPI collective, exact */
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
-    return dear_coll_sub_start(r, r->op, algo, r->net, r->rank, r->nranks, r->counts, r->displs,
-                               rs ? r->src : r->buf, rs ? r->work : r->buf, rs ? r->out : NULL, r->scale, &st->sub);
+    return dear_coll_sub_start32(r, r->op, algo, r->net, r->rank, r->nranks, r->counts, r->displs,
+                                 rs ? r->src : r->buf, rs ? r->src32 : NULL, rs ? r->work : r->buf,
+                                 rs ? r->out : NULL, rs ? r->out32 : NULL, r->scale, &st->sub);
 }
 
 static int form_progress(dear_coll_req_t *r, sparse_state_t *st)
@@ -532,7 +538,7 @@ static int sparse_start(dear_coll_req_t *r)
     r->state = st;
     if (r->nranks == 1) {
         if (r->op == DEAR_COLL_REDUCE_SCATTER)
-            coll_scale(r, r->dtype, r->out, r->src, r->total, r->scale);
+            coll_rs_final(r, r->src, r->total);
         return DEAR_OK;  /* nothing travels */
     }
     /* Each message is at most one shard and MPI counts are ints. */

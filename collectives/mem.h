@@ -70,6 +70,14 @@ typedef struct dear_mem_ops {
     /* *out (host memory) = the sum of the squares of src in float64, in index order, written by
      * the time a fence recorded on q after it is complete. */
     int (*sumsq)(dear_memq_t *q, dear_dtype_t t, const void *src, size_t n, double *out);
+    /* Optional (NULL: the collectives compose it of widen, sum and narrow). A compressed hop, t a
+     * 16-bit type: dst = round((a + float32(b)) * s) to t, or with dst32 set dst32 = (a + float32(b))
+     * * s instead; dst32 may be a. */
+    int (*wire_add)(dear_memq_t *q, dear_dtype_t t, void *dst, float *dst32, const float *a, const void *b, size_t n,
+                    double s);
+    /* Optional (NULL: the row has none). Error feedback of float32 v against the 16-bit type t:
+     * x = v + e; v = round(x) to t, as float32; e = x - v (0 where v is not finite). */
+    int (*feedback)(dear_memq_t *q, dear_dtype_t t, float *v, float *e, size_t n);
 } dear_mem_ops_t;
 
 /* Host memory, everything at once on the calling thread (collectives/reduce.c's kernels). */

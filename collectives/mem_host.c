@@ -98,6 +98,21 @@ static int host_sumsq(dear_memq_t *q, dear_dtype_t t, const void *src, size_t n,
     return DEAR_OK;
 }
 
+static int host_wire_add(dear_memq_t *q, dear_dtype_t t, void *dst, float *dst32, const float *a, const void *b,
+                         size_t n, double s)
+{
+    (void)q;
+    dear_reduce_wire_add(t, dst, dst32, a, b, n, s);
+    return DEAR_OK;
+}
+
+static int host_feedback(dear_memq_t *q, dear_dtype_t t, float *v, float *e, size_t n)
+{
+    (void)q;
+    dear_reduce_feedback(t, v, e, n);
+    return DEAR_OK;
+}
+
 const dear_mem_ops_t dear_mem_host_ops = {
     .name = "host",
     .flags = DEAR_MEM_F_HOST_ACCESS,
@@ -118,6 +133,8 @@ const dear_mem_ops_t dear_mem_host_ops = {
     .widen_acc = host_widen_acc,
     .narrow = host_narrow,
     .sumsq = host_sumsq,
+    .wire_add = host_wire_add,
+    .feedback = host_feedback,
 };
 
 int dear_fence_done(const dear_mem_ops_t *ops, dear_fence_t *f, int *done)

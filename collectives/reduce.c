@@ -12,6 +12,18 @@
 #include <stdint.h>
 #include <string.h>
 
+/* On x86-64 each kernel is also built for AVX2, picked at load time (an ifunc): twice the
+ * vector width for the 16-bit conversions, which the progress thread runs on every compressed
+ * byte; the same C, so the same results. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define KERNEL __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef KERNEL
+#define KERNEL
+#endif
+
 float dear_bf16_to_float(unsigned short h) { return bf16_to_f(h); }
 unsigned short dear_float_to_bf16(float f) { return f_to_bf16(f); }
 float dear_half_to_float(unsigned short h) { return half_to_f(h); }
@@ -20,33 +32,33 @@ unsigned short dear_float_to_half(float f) { return f_to_half(f); }
 /* dst = a + b (three distinct arrays) and dst += b (accumulate), per type, with and without
  * scale. Macros keep the eight loops identical in shape. */
 #define DEF_KERNELS(NAME, T, LOAD, STORE, ACC_T)                                                \
-    static void sum_##NAME(T *restrict d, const T *restrict a, const T *restrict b, size_t n) \
+    KERNEL static void sum_##NAME(T *restrict d, const T *restrict a, const T *restrict b, size_t n) \
     {                                                                                          \
         for (size_t i = 0; i < n; i++)                                                         \
             d[i] = STORE((ACC_T)LOAD(a[i]) + (ACC_T)LOAD(b[i]));                               \
     }                                                                                          \
-    static void acc_##NAME(T *restrict d, const T *restrict b, size_t n)                       \
+    KERNEL static void acc_##NAME(T *restrict d, const T *restrict b, size_t n)                       \
     {                                                                                          \
         for (size_t i = 0; i < n; i++)                                                         \
             d[i] = STORE((ACC_T)LOAD(d[i]) + (ACC_T)LOAD(b[i]));                               \
     }                                                                                          \
-    static void sums_##NAME(T *restrict d, const T *restrict a, const T *restrict b, size_t n, \
+    KERNEL static void sums_##NAME(T *restrict d, const T *restrict a, const T *restrict b, size_t n, \
                             ACC_T s)                                                           \
     {                                                                                          \
         for (size_t i = 0; i < n; i++)                                                         \
             d[i] = STORE(((ACC_T)LOAD(a[i]) + (ACC_T)LOAD(b[i])) * s);                         \
     }                                                                                          \
-    static void accs_##NAME(T *restrict d, const T *restrict b, size_t n, ACC_T s)             \
+    KERNEL static void accs_##NAME(T *restrict d, const T *restrict b, size_t n, ACC_T s)             \
     {                                                                                          \
         for (size_t i = 0; i < n; i++)                                                         \
             d[i] = STORE(((ACC_T)LOAD(d[i]) + (ACC_T)LOAD(b[i])) * s);                         \
     }                                                                                          \
-    static void scale_##NAME(T *restrict d, const T *restrict a, size_t n, ACC_T s)            \
+    KERNEL static void scale_##NAME(T *restrict d, const T *restrict a, size_t n, ACC_T s)            \
     {                                                                                          \
         for (size_t i = 0; i < n; i++)                                                         \
             d[i] = STORE((ACC_T)LOAD(a[i]) * s);                                               \
     }                                                                                          \
-    static void scalei_##NAME(T *restrict d, size_t n, ACC_T s)                                \
+    KERNEL static void scalei_##NAME(T *restrict d, size_t n, ACC_T s)                                \
     {                                                                                          \
         for (size_t i = 0; i < n; i++)                                                         \
             d[i] = STORE((ACC_T)LOAD(d[i]) * s);                                               \
@@ -62,17 +74,17 @@ DEF_KERNELS(i32, uint32_t, ID, ID, uint32_t)
 
 /* 16-bit types summed in float32 and rounded once: widen, accumulate widened, narrow. */
 #define DEF_WIDE_KERNELS(NAME, LOAD, STORE)                                                    \
-    static void widen_##NAME(float *restrict d, const uint16_t *restrict a, size_t n)         \
+    KERNEL static void widen_##NAME(float *restrict d, const uint16_t *restrict a, size_t n)         \
     {                                                                                          \
         for (size_t i = 0; i < n; i++)                                                         \
             d[i] = LOAD(a[i]);                                                                 \
     }                                                                                          \
-    static void wacc_##NAME(float *restrict d, const uint16_t *restrict a, size_t n)          \
+    KERNEL static void wacc_##NAME(float *restrict d, const uint16_t *restrict a, size_t n)          \
     {                                                                                          \
         for (size_t i = 0; i < n; i++)                                                         \
             d[i] += LOAD(a[i]);                                                                \
     }                                                                                          \
-    static void narrow_##NAME(uint16_t *restrict d, const float *restrict a, size_t n, float s) \
+    KERNEL static void narrow_##NAME(uint16_t *restrict d, const float *restrict a, size_t n, float s) \
     {                                                                                          \
         for (size_t i = 0; i < n; i++)                                                         \
             d[i] = STORE(a[i] * s);                                                            \
@@ -80,6 +92,65 @@ DEF_KERNELS(i32, uint32_t, ID, ID, uint32_t)
 
 DEF_WIDE_KERNELS(bf16, bf16_to_f, f_to_bf16)
 DEF_WIDE_KERNELS(f16, half_to_f, f_to_half)
+
+/* A compressed hop in one pass: the received 16-bit partial sum widened, the own float32 input
+ * added, scaled, rounded (or kept float32: in place on a, or into another vector). */
+#define DEF_HOP(NAME, LOAD, STORE)                                                             \
+    KERNEL static void hop_##NAME(uint16_t *restrict d, const float *restrict a, const uint16_t *restrict b, \
+                                  size_t n, float s)                                          \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = STORE((a[i] + LOAD(b[i])) * s);                                             \
+    }                                                                                          \
+    KERNEL static void hop32_##NAME(float *restrict d, const float *restrict a, const uint16_t *restrict b, \
+                                    size_t n, float s)                                        \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = (a[i] + LOAD(b[i])) * s;                                                    \
+    }                                                                                          \
+    KERNEL static void hop32i_##NAME(float *restrict d, const uint16_t *restrict b, size_t n, float s) \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = (d[i] + LOAD(b[i])) * s;                                                    \
+    }
+
+DEF_HOP(bf16, bf16_to_f, f_to_bf16)
+DEF_HOP(f16, half_to_f, f_to_half)
+
+void dear_reduce_wire_add(dear_dtype_t dtype, void *dst, float *dst32, const float *a, const void *b, size_t n,
+                          double scale)
+{
+    float s = (float)scale;
+    int bf = dtype == DEAR_BFLOAT16;
+    if (dst32 == NULL)
+        (bf ? hop_bf16 : hop_f16)(dst, a, b, n, s);
+    else if (dst32 == a)
+        (bf ? hop32i_bf16 : hop32i_f16)(dst32, b, n, s);
+    else
+        (bf ? hop32_bf16 : hop32_f16)(dst32, a, b, n, s);
+}
+
+/* The rounding error of a float32 to fewer significant bits is a float32 itself, so e is exact. */
+#define DEF_FEEDBACK(NAME, LOAD, STORE)                                                        \
+    KERNEL static void feedback_##NAME(float *restrict v, float *restrict e, size_t n)               \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++) {                                                       \
+            float x = v[i] + e[i], q = LOAD(STORE(x)), d = x - q;                              \
+            e[i] = isfinite(d) ? d : 0.0f;                                                     \
+            v[i] = q;                                                                          \
+        }                                                                                      \
+    }
+
+DEF_FEEDBACK(bf16, bf16_to_f, f_to_bf16)
+DEF_FEEDBACK(f16, half_to_f, f_to_half)
+
+void dear_reduce_feedback(dear_dtype_t dtype, float *v, float *e, size_t n)
+{
+    if (dtype == DEAR_BFLOAT16)
+        feedback_bf16(v, e, n);
+    else if (dtype == DEAR_FLOAT16)
+        feedback_f16(v, e, n);
+}
 
 void dear_reduce_widen(dear_dtype_t dtype, float *dst, const void *src, size_t n)
 {

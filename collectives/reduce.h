@@ -28,6 +28,13 @@ void dear_reduce_scale(dear_dtype_t dtype, void *dst, const void *src, size_t n,
 void dear_reduce_widen(dear_dtype_t dtype, float *dst, const void *src, size_t n);
 void dear_reduce_widen_acc(dear_dtype_t dtype, float *acc, const void *src, size_t n);
 void dear_reduce_narrow(dear_dtype_t dtype, void *dst, const float *src, size_t n, double scale);
+/* A compressed hop, dtype 16-bit: dst = round((a + float32(b)) * scale), or when dst32 is not NULL
+ * dst32 = (a + float32(b)) * scale (dst32 may be exactly a); the bits of widen, sum, narrow. */
+void dear_reduce_wire_add(dear_dtype_t dtype, void *dst, float *dst32, const float *a, const void *b, size_t n,
+                          double scale);
+/* Error feedback against the 16-bit type dtype: x = v + e, v = round(x) (as float32), e = x - v,
+ * exact in float32; e = 0 where v overflowed to an infinity (or x is not finite). */
+void dear_reduce_feedback(dear_dtype_t dtype, float *v, float *e, size_t n);
 /* 1 for the 16-bit floating types, whose partial sums must not be rounded on the way. */
 static inline int dear_dtype_is16(dear_dtype_t dtype) { return dtype == DEAR_BFLOAT16 || dtype == DEAR_FLOAT16; }
 

@@ -27,6 +27,7 @@ cudaError_t dear_kern_sum(cudaStream_t s, dear_dtype_t t, void *dst, const void 
 cudaError_t dear_kern_widen(cudaStream_t s, dear_dtype_t t, float *dst, const void *src, size_t n);
 cudaError_t dear_kern_widen_acc(cudaStream_t s, dear_dtype_t t, float *acc, const void *src, size_t n);
 cudaError_t dear_kern_narrow(cudaStream_t s, dear_dtype_t t, void *dst, const float *src, size_t n, double scale);
+cudaError_t dear_kern_feedback(cudaStream_t s, dear_dtype_t t, float *v, float *e, size_t n);
 /* *out (pinned host memory) = the sum of the squares of src: DEAR_KERN_SUMSQ_BLOCKS blocks of
  * DEAR_KERN_THREADS threads each add a stride of elements and reduce them in a fixed tree, then
  * the blocks' sums are added in block order into scratch[DEAR_KERN_SUMSQ_BLOCKS] and copied to

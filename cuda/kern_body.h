@@ -80,6 +80,17 @@ DEAR_ELEM_FN void kern_narrow_at(dear_dtype_t t, void *dst, const float *src, si
         kern_store16(t, dst, i, src[i] * (float)s);
 }
 
+/* Error feedback against the 16-bit type t (collectives/reduce.h's dear_reduce_feedback):
+ * x = v + e, v = x rounded to t, e = x - v (0 where that is not finite). */
+DEAR_ELEM_FN void kern_feedback_at(dear_dtype_t t, float *v, float *e, size_t i)
+{
+    float x = v[i] + e[i];
+    float q = t == DEAR_BFLOAT16 ? bf16_to_f(f_to_bf16(x)) : half_to_f(f_to_half(x));
+    float d = x - q;
+    e[i] = d - d == 0.0f ? d : 0.0f;
+    v[i] = q;
+}
+
 /* The square of element i, in float64 (the squared norm for clipping). */
 DEAR_ELEM_FN double kern_sq_at(dear_dtype_t t, const void *src, size_t i)
 {

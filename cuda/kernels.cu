@@ -41,6 +41,12 @@ __global__ void narrow_k(dear_dtype_t t, void *dst, const float *src, size_t n, 
         kern_narrow_at(t, dst, src, i, s);
 }
 
+__global__ void feedback_k(dear_dtype_t t, float *v, float *e, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        kern_feedback_at(t, v, e, i);
+}
+
 // Pass 1: block b adds the squares of its stride of elements and reduces them in a fixed tree.
 __global__ void sumsq_partial_k(dear_dtype_t t, const void *src, size_t n, double *partial)
 {
@@ -110,6 +116,14 @@ cudaError_t dear_kern_narrow(cudaStream_t s, dear_dtype_t t, void *dst, const fl
     if (n == 0)
         return cudaSuccess;
     narrow_k<<<blocks_for(n), kThreads, 0, s>>>(t, dst, src, n, scale);
+    return cudaGetLastError();
+}
+
+cudaError_t dear_kern_feedback(cudaStream_t s, dear_dtype_t t, float *v, float *e, size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    feedback_k<<<blocks_for(n), kThreads, 0, s>>>(t, v, e, n);
     return cudaGetLastError();
 }
 

@@ -236,6 +236,11 @@ static int c_narrow(dear_memq_t *q, dear_dtype_t t, void *dst, const float *src,
     return kern_done(q, dear_kern_narrow(stream_of(q), t, dst, src, n, s), "narrow");
 }
 
+static int c_feedback(dear_memq_t *q, dear_dtype_t t, float *v, float *e, size_t n)
+{
+    return kern_done(q, dear_kern_feedback(stream_of(q), t, v, e, n), "feedback");
+}
+
 /* out must be pinned host memory (alloc with host set): the result is copied there in stream
  * order. Queue NULL borrows a scratch of its own for the call. */
 static int c_sumsq(dear_memq_t *q, dear_dtype_t t, const void *src, size_t n, double *out)
@@ -258,7 +263,7 @@ static int c_sumsq(dear_memq_t *q, dear_dtype_t t, const void *src, size_t n, do
         .fence_create = c_fence_create, .fence_destroy = c_fence_destroy,                      \
         .fence_record = c_fence_record, .fence_wait = c_fence_wait, .fence_query = c_fence_query, \
         .copy = c_copy, .zero = c_zero, .scale = c_scale, .sum = c_sum, .widen = c_widen,      \
-        .widen_acc = c_widen_acc, .narrow = c_narrow, .sumsq = c_sumsq,                        \
+        .widen_acc = c_widen_acc, .narrow = c_narrow, .sumsq = c_sumsq, .feedback = c_feedback, \
     }
 
 const dear_mem_ops_t dear_cuda_mem_direct_ops = CUDA_ROW("cuda", 0);

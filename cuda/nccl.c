@@ -9,6 +9,10 @@
  * The shard rule (collectives/coll.h) allows counts that P does not divide: those, and the pieces
  * of multi-block collectives, run as one NCCL group of a reduce (broadcast) per owner, the
  * others as ncclReduceScatter / ncclAllGather in place. Averaging is ncclAvg.
+ * Compressed float32 (coll.h, args.compress): the vector is rounded into a 16-bit copy in device
+ * scratch by a kernel on the stream, NCCL runs the collective in that type (its own partial sums
+ * in 16 bits, hop by hop, the average rounded too) and a kernel widens what came back, all in
+ * stream order.
  */
 #include "config.h"
 
@@ -22,12 +26,15 @@
 #include "collectives/coll.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_impl.h"
+#include "cuda/kern.h"
 
 typedef struct {
     ncclComm_t comm;
     cudaStream_t stream;
     int rank, size;
     int broken;                 /* an asynchronous error was seen: abort, do not destroy */
+    char *wire;                 /* compression's 16-bit copies (device scratch, used in stream order) */
+    size_t wire_cap;
 } nccl_t;
 
 typedef struct {
@@ -91,13 +98,12 @@ static size_t piece(size_t count, size_t lo, size_t hi, int size, int r, size_t 
     return h > l ? h - l : 0;
 }
 
-/* One owner's share: reduced onto it (reduce-scatter) or sent from it to all (all-gather). */
-static int owner_step(nccl_t *n, dear_coll_op_t op, char *buf, size_t at, size_t cnt, size_t es, int root,
-                      ncclDataType_t type, ncclRedOp_t redop)
+/* One owner's share at p: reduced onto it (reduce-scatter) or sent from it to all (all-gather). */
+static int owner_step(nccl_t *n, dear_coll_op_t op, char *p, size_t cnt, int root, ncclDataType_t type,
+                      ncclRedOp_t redop)
 {
     if (cnt == 0)
         return DEAR_OK;
-    char *p = buf + at * es;
     if (op == DEAR_COLL_REDUCE_SCATTER)
         DEAR_NCCL_CHECK(ncclReduce(p, p, cnt, type, redop, root, n->comm, n->stream));
     else
@@ -113,7 +119,7 @@ static int enqueue(nccl_t *n, const dear_coll_args_t *a, ncclDataType_t type, nc
         for (int b = 0; b < a->nblocks; b++)
             for (int r = 0; r < n->size; r++) {
                 size_t at, cnt = piece(a->blocks[b].count, a->blocks[b].lo, a->blocks[b].hi, n->size, r, &at);
-                DEAR_CHECK(owner_step(n, a->op, a->blocks[b].buf, at, cnt, es, r, type, redop));
+                DEAR_CHECK(owner_step(n, a->op, (char *)a->blocks[b].buf + at * es, cnt, r, type, redop));
             }
         return DEAR_OK;
     }
@@ -155,9 +161,134 @@ static int enqueue(nccl_t *n, const dear_coll_args_t *a, ncclDataType_t type, nc
     }
     for (int r = 0; r < n->size; r++) {
         size_t at, cnt = piece(a->count, 0, a->count, n->size, r, &at);
-        DEAR_CHECK(owner_step(n, a->op, recv, at, cnt, es, r, type, redop));
+        DEAR_CHECK(owner_step(n, a->op, recv + at * es, cnt, r, type, redop));
     }
     return DEAR_OK;
+}
+
+/* The collective's calls in one NCCL group, enqueued (settled) on the stream. */
+static int run_group(nccl_t *n, const dear_coll_args_t *a, ncclDataType_t type, ncclRedOp_t redop)
+{
+    if (ncclGroupStart() != ncclSuccess)
+        return DEAR_ERR_CUDA;
+    int rc = enqueue(n, a, type, redop);
+    ncclResult_t end = ncclGroupEnd();
+    if (rc == DEAR_OK && end != ncclSuccess && end != ncclInProgress) {
+        DEAR_ERROR("nccl", "ncclGroupEnd failed: %s (%s)", ncclGetErrorString(end), ncclGetLastError(n->comm));
+        rc = DEAR_ERR_CUDA;
+    }
+    return rc == DEAR_OK ? settle(n) : rc;
+}
+
+/* ---- compression ---- */
+
+/* Room for bytes of 16-bit copies. Work enqueued earlier may still read the old buffer, so the
+ * stream is waited for before it goes: only when a larger collective than any before comes. */
+static int wire_room(nccl_t *n, size_t bytes)
+{
+    if (bytes <= n->wire_cap)
+        return DEAR_OK;
+    if (n->wire != NULL) {
+        DEAR_CUDA_CHECK(cudaStreamSynchronize(n->stream));
+        cudaFree(n->wire);
+        n->wire = NULL;
+        n->wire_cap = 0;
+    }
+    DEAR_CUDA_CHECK(cudaMalloc((void **)&n->wire, bytes));
+    n->wire_cap = bytes;
+    return DEAR_OK;
+}
+
+static int kern(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return DEAR_OK;
+    DEAR_ERROR("nccl", "the %s kernel of a compressed collective failed: %s", what, cudaGetErrorString(e));
+    return DEAR_ERR_CUDA;
+}
+
+/* Block b's range [lo, hi) lies at element off[b] of the 16-bit copy. Round into the copy what
+ * the collective reads (to_wire: all of each range for a reduce-scatter, this rank's pieces for
+ * an all-gather), or widen back what it wrote (this rank's pieces, every range). */
+static int wire_blocks(nccl_t *n, const dear_coll_args_t *a, dear_dtype_t wt, const size_t *off, int to_wire)
+{
+    int rs = a->op == DEAR_COLL_REDUCE_SCATTER;
+    for (int b = 0; b < a->nblocks; b++) {
+        const dear_coll_block_t *bl = &a->blocks[b];
+        size_t at = bl->lo, cnt = bl->hi - bl->lo;
+        if (to_wire != rs)
+            cnt = piece(bl->count, bl->lo, bl->hi, n->size, n->rank, &at);
+        if (cnt == 0)
+            continue;
+        float *f = (float *)bl->buf + at;
+        char *w = n->wire + (off[b] + at - bl->lo) * 2;
+        DEAR_CHECK(to_wire ? kern(dear_kern_narrow(n->stream, wt, w, f, cnt, 1.0), "round")
+                           : kern(dear_kern_widen(n->stream, wt, f, w, cnt), "widen"));
+    }
+    return DEAR_OK;
+}
+
+/* The collective of a on its 16-bit copy: rounded in, NCCL's collective in the 16-bit type, widened
+ * out (a reduce-scatter's own shard, an all-gather's or all-reduce's whole vector). */
+static int wire_enqueue(nccl_t *n, const dear_coll_args_t *a, dear_dtype_t wt, ncclRedOp_t redop)
+{
+    ncclDataType_t type;
+    DEAR_CHECK(nccl_type(wt, &type));
+    size_t total = a->count;
+    size_t *off = NULL;
+    if (a->nblocks > 0) {
+        off = malloc(sizeof *off * (size_t)a->nblocks);
+        if (off == NULL)
+            return DEAR_ERR_NOMEM;
+        total = 0;
+        for (int b = 0; b < a->nblocks; b++) {
+            off[b] = total;
+            total += a->blocks[b].hi - a->blocks[b].lo;
+        }
+    }
+    int rc = wire_room(n, total * 2 + 1);
+    if (rc == DEAR_OK && a->nblocks > 0) {
+        rc = wire_blocks(n, a, wt, off, 1);
+        if (rc == DEAR_OK)
+            rc = ncclGroupStart() == ncclSuccess ? DEAR_OK : DEAR_ERR_CUDA;
+        if (rc == DEAR_OK) {
+            for (int b = 0; b < a->nblocks && rc == DEAR_OK; b++)
+                for (int r = 0; r < n->size && rc == DEAR_OK; r++) {
+                    const dear_coll_block_t *bl = &a->blocks[b];
+                    size_t at, cnt = piece(bl->count, bl->lo, bl->hi, n->size, r, &at);
+                    rc = owner_step(n, a->op, n->wire + (off[b] + at - bl->lo) * 2, cnt, r, type, redop);
+                }
+            ncclResult_t end = ncclGroupEnd();
+            if (rc == DEAR_OK && end != ncclSuccess && end != ncclInProgress)
+                rc = DEAR_ERR_CUDA;
+        }
+        if (rc == DEAR_OK)
+            rc = settle(n);
+        if (rc == DEAR_OK)
+            rc = wire_blocks(n, a, wt, off, 0);
+        free(off);
+        return rc;
+    }
+    free(off);
+    if (rc != DEAR_OK)
+        return rc;
+    size_t o, len;
+    dear_coll_shard(a->count, n->size, n->rank, &o, &len);
+    const float *send = a->sendbuf && a->sendbuf != a->recvbuf ? a->sendbuf : NULL;
+    float *recv = a->recvbuf;
+    int ag = a->op == DEAR_COLL_ALLGATHER, rs = a->op == DEAR_COLL_REDUCE_SCATTER;
+    /* In: an all-gather's own shard, else the whole input. */
+    const float *in = ag ? (send ? send : recv + o) : (send ? send : recv);
+    DEAR_CHECK(kern(dear_kern_narrow(n->stream, wt, n->wire + (ag ? o * 2 : 0), in, ag ? len : a->count, 1.0),
+                    "round"));
+    dear_coll_args_t w = *a;
+    w.dtype = wt;
+    w.sendbuf = NULL;
+    w.recvbuf = n->wire;
+    DEAR_CHECK(run_group(n, &w, type, redop));
+    /* Out: a reduce-scatter's own shard (into recv when out of place), else the whole vector. */
+    float *out = rs ? (send ? recv : recv + o) : recv;
+    return kern(dear_kern_widen(n->stream, wt, out, n->wire + (rs ? o * 2 : 0), rs ? len : a->count), "widen");
 }
 
 static int nccl_coll_start(const dear_net_t *ep, const dear_coll_args_t *a, void **handle)
@@ -174,18 +305,12 @@ static int nccl_coll_start(const dear_net_t *ep, const dear_coll_args_t *a, void
     h->n = n;
     int rc = DEAR_OK;
     DEAR_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), rc, err);
-    if (ncclGroupStart() != ncclSuccess) {
-        rc = DEAR_ERR_CUDA;
-        goto err_ev;
-    }
-    rc = enqueue(n, a, type, redop);
-    ncclResult_t end = ncclGroupEnd();
-    if (rc == DEAR_OK && end != ncclSuccess && end != ncclInProgress) {
-        DEAR_ERROR("nccl", "ncclGroupEnd failed: %s (%s)", ncclGetErrorString(end), ncclGetLastError(n->comm));
-        rc = DEAR_ERR_CUDA;
-    }
-    if (rc == DEAR_OK)
-        rc = settle(n);
+    /* Compressed: an all-reduce runs in its reduce-scatter half's format, as the host's own
+     * all-reduces do. */
+    if (a->dtype == DEAR_FLOAT32 && a->compress != DEAR_COMPRESS_NONE && n->size > 1)
+        rc = wire_enqueue(n, a, dear_compress_dtype(a->compress), redop);
+    else
+        rc = run_group(n, a, type, redop);
     if (rc != DEAR_OK)
         goto err_ev;
     DEAR_CUDA_CHECK_GOTO(cudaEventRecord(h->done, n->stream), rc, err_ev);
@@ -234,6 +359,8 @@ static void nccl_destroy(dear_transport_t *tp)
         ncclCommAbort(n->comm); /* a failed communicator may never finish its work */
     else
         ncclCommDestroy(n->comm);
+    if (n->wire != NULL && !n->broken) /* a broken communicator's work may never end: left */
+        cudaFree(n->wire);
     free(n);
     free(tp);
 }

@@ -1,6 +1,8 @@
 /* Profiles: builder, checks and the text format of docs/FORMATS.md. A load error names the file
  * and line, and a file cut short is caught by its closing 'end NLAYERS NTENSORS' line. */
 #include "fusion/profile.h"
+
+#include "base/util.h"
 #include "base/fileio.h"
 #include "base/textio.h"
 
@@ -101,13 +103,23 @@ void dear_prof_set_sparse(dear_profile_t *prof, size_t block_bytes, double densi
     t->density_ag = density_ag;
 }
 
+void dear_prof_set_compress(dear_profile_t *prof, int t, dear_compress_t rs, dear_compress_t ag)
+{
+    for (int i = t < 0 ? 0 : t; i < (t < 0 ? prof->ntensors : t + 1); i++) {
+        prof->tensors[i].compress_rs = rs;
+        prof->tensors[i].compress_ag = ag;
+    }
+}
+
 double dear_prof_wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op)
 {
-    double dense = (double)t->bytes;
+    dear_compress_t c = op == DEAR_COLL_ALLGATHER ? t->compress_ag : t->compress_rs;
+    double f = (double)dear_dtype_size(dear_compress_dtype(c)) / sizeof(float);
+    double dense = (double)t->bytes * f;
     if (t->block_bytes == 0)
         return dense;
     double d = op == DEAR_COLL_ALLGATHER ? t->density_ag : t->density_rs;
-    double wire = d * dense * (1.0 + (double)DEAR_PROF_SPARSE_IDX_BYTES / (double)t->block_bytes);
+    double wire = d * (double)t->bytes * (f + (double)DEAR_PROF_SPARSE_IDX_BYTES / (double)t->block_bytes);
     return wire < dense ? wire : dense;
 }
 

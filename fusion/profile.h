@@ -16,6 +16,7 @@
 
 #include "base/algo_table.h"
 #include "fusion/plan.h"
+#include "include/dear_types.h"
 
 #define DEAR_PROF_NAME_MAX 64
 
@@ -36,6 +37,9 @@ typedef struct {
     double density_ag;  /* sparse: non-zero fraction of blocks of the reduced result (the union) */
     int chunk, nchunks; /* a profile of units (fusion/units.h): place among its tensor's chunks; nchunks
                          * 0 or 1: a whole tensor */
+    dear_compress_t compress_rs, compress_ag; /* the 16-bit format the float32 gradient travels in
+                         * per phase (an all-reduce: its two halves); NONE: as it is. Not in files:
+                         * a run's setting, applied by dear_prof_set_compress */
 } dear_prof_tensor_t;
 
 typedef struct {
@@ -74,12 +78,17 @@ int dear_prof_write(const dear_profile_t *prof, FILE *out);
 int dear_prof_save(const dear_profile_t *prof, const char *path);
 int dear_prof_load(const char *path, dear_profile_t *prof);
 
+/* Compression of tensor t (t < 0: of every tensor), taken as float32: its reduce-scatters (and
+ * all-reduces) travel in rs's format, its all-gathers in ag's. */
+void dear_prof_set_compress(dear_profile_t *prof, int t, dear_compress_t rs, dear_compress_t ag);
+
 /* Index bytes the sparse collectives send with each non-zero block. */
 #define DEAR_PROF_SPARSE_IDX_BYTES 4
-/* Bytes tensor t puts on the wire in one collective of op: all of them when dense; when sparse
- * its non-zero blocks with their indices, never more than dense (the collectives send a message
- * dense when sparse would be no smaller). All-reduce: the reduce-scatter's, the sparse all-reduce
- * being a reduce-scatter then an all-gather, which the simulator prices apart. */
+/* Bytes tensor t puts on the wire in one collective of op: all of them when dense, half when
+ * compressed (a float32 in 16 bits); when sparse its non-zero blocks, so compressed, with their
+ * indices (not compressed), never more than dense (the collectives send a message dense when
+ * sparse would be no smaller). All-reduce: the reduce-scatter's; one whose halves differ (sparse,
+ * or compressed apart) is priced by the simulator as a reduce-scatter then an all-gather. */
 double dear_prof_wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op);
 
 /* Totals, and the tensor list the plan functions take (bytes, layer, chunks, sparse row; caller

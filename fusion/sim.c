@@ -27,11 +27,13 @@ struct dear_sim_ws {
     double *bwd;        /* per layer */
     double *ready;      /* per tensor: seconds after backward start when its gradient is ready */
     size_t *prefix;     /* prefix[t] = bytes of tensors 0..t-1 (ntensors + 1) */
-    /* Sparse tensors (only when the profile has any): the wire bytes of each phase as prefix
-     * sums, each tensor's block and the end of its run of tensors with the same block. */
-    int sparse;
+    /* Sparse or compressed tensors (only when the profile has any): the wire bytes of each phase
+     * as prefix sums, each tensor's block, whether its all-reduce's halves travel alike, and the
+     * end of its run of tensors with the same block and formats (the runtime cuts buckets there). */
+    int wired;
     double *wire_rs, *wire_ag;
     size_t *block;
+    char *same_halves;
     int *run_end;
     int *first_tensor;  /* per layer: its first tensor, or -1 */
     int *last_tensor;   /* per layer: its last tensor, or -1 */
@@ -60,35 +62,44 @@ void dear_sim_ws_free(dear_sim_ws_t *ws)
     free(ws->wire_rs);
     free(ws->wire_ag);
     free(ws->block);
+    free(ws->same_halves);
     free(ws->run_end);
     free(ws->ops);
     free(ws);
 }
 
-/* The sparse tables, when the profile has a sparse tensor; dense profiles keep the one-call
- * group cost. */
-static int sparse_setup(dear_sim_ws_t *ws, const dear_profile_t *prof)
+/* The wire tables, when the profile has a sparse or a compressed tensor; other profiles keep
+ * the one-call group cost. */
+static int wire_setup(dear_sim_ws_t *ws, const dear_profile_t *prof)
 {
     int nt = prof->ntensors;
-    for (int t = 0; t < nt; t++)
-        ws->sparse |= prof->tensors[t].block_bytes > 0;
-    if (!ws->sparse)
+    for (int t = 0; t < nt; t++) {
+        const dear_prof_tensor_t *pt = &prof->tensors[t];
+        ws->wired |= pt->block_bytes > 0 || pt->compress_rs != DEAR_COMPRESS_NONE || pt->compress_ag != DEAR_COMPRESS_NONE;
+    }
+    if (!ws->wired)
         return DEAR_OK;
     ws->wire_rs = malloc(sizeof(double) * (size_t)(nt + 1));
     ws->wire_ag = malloc(sizeof(double) * (size_t)(nt + 1));
     ws->block = malloc(sizeof(size_t) * (size_t)nt);
+    ws->same_halves = malloc((size_t)nt);
     ws->run_end = malloc(sizeof(int) * (size_t)nt);
-    if (!ws->wire_rs || !ws->wire_ag || !ws->block || !ws->run_end)
+    if (!ws->wire_rs || !ws->wire_ag || !ws->block || !ws->same_halves || !ws->run_end)
         return DEAR_ERR_NOMEM;
     ws->wire_rs[0] = ws->wire_ag[0] = 0;
     for (int t = 0; t < nt; t++) {
         const dear_prof_tensor_t *pt = &prof->tensors[t];
         ws->block[t] = pt->block_bytes;
+        ws->same_halves[t] = pt->compress_rs == pt->compress_ag;
         ws->wire_rs[t + 1] = ws->wire_rs[t] + dear_prof_wire_bytes(pt, DEAR_COLL_REDUCE_SCATTER);
         ws->wire_ag[t + 1] = ws->wire_ag[t] + dear_prof_wire_bytes(pt, DEAR_COLL_ALLGATHER);
     }
-    for (int t = nt - 1; t >= 0; t--)
-        ws->run_end[t] = t + 1 < nt && ws->block[t + 1] == ws->block[t] ? ws->run_end[t + 1] : t + 1;
+    for (int t = nt - 1; t >= 0; t--) {
+        const dear_prof_tensor_t *pt = &prof->tensors[t], *nx = t + 1 < nt ? &prof->tensors[t + 1] : NULL;
+        int same = nx != NULL && nx->block_bytes == pt->block_bytes && nx->compress_rs == pt->compress_rs &&
+                   nx->compress_ag == pt->compress_ag;
+        ws->run_end[t] = same ? ws->run_end[t + 1] : t + 1;
+    }
     return DEAR_OK;
 }
 
@@ -151,7 +162,7 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
         ws->last_tensor[l] = t;
     }
     free(bwd_done);
-    int rc = sparse_setup(ws, prof);
+    int rc = wire_setup(ws, prof);
     if (rc != DEAR_OK) {
         dear_sim_ws_free(ws);
         return rc;
@@ -167,22 +178,20 @@ size_t dear_sim_ws_bytes(const dear_sim_ws_t *ws, int lo, int hi)
 
 double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi)
 {
-    if (!ws->sparse)
+    if (!ws->wired)
         return cost->fn(cost->arg, op, ws->prefix[hi] - ws->prefix[lo]);
-    /* The runtime cuts a bucket where the block changes: one collective per run. */
+    /* The runtime cuts a bucket where the block or the type changes: one collective per run. */
     double c = 0;
     for (int a = lo; a < hi;) {
         int b = ws->run_end[a] < hi ? ws->run_end[a] : hi;
-        if (ws->block[a] == 0)
-            c += cost->fn(cost->arg, op, ws->prefix[b] - ws->prefix[a]);
-        else {
-            size_t rs = (size_t)llround(ws->wire_rs[b] - ws->wire_rs[a]);
-            size_t ag = (size_t)llround(ws->wire_ag[b] - ws->wire_ag[a]);
-            if (op == DEAR_COLL_ALLREDUCE)
-                c += cost->fn(cost->arg, DEAR_COLL_REDUCE_SCATTER, rs) + cost->fn(cost->arg, DEAR_COLL_ALLGATHER, ag);
-            else
-                c += cost->fn(cost->arg, op, op == DEAR_COLL_ALLGATHER ? ag : rs);
-        }
+        size_t rs = (size_t)llround(ws->wire_rs[b] - ws->wire_rs[a]);
+        size_t ag = (size_t)llround(ws->wire_ag[b] - ws->wire_ag[a]);
+        if (op != DEAR_COLL_ALLREDUCE)
+            c += cost->fn(cost->arg, op, op == DEAR_COLL_ALLGATHER ? ag : rs);
+        else if (ws->block[a] == 0 && ws->same_halves[a])
+            c += cost->fn(cost->arg, op, rs);
+        else
+            c += cost->fn(cost->arg, DEAR_COLL_REDUCE_SCATTER, rs) + cost->fn(cost->arg, DEAR_COLL_ALLGATHER, ag);
         a = b;
     }
     return c;

@@ -20,8 +20,9 @@
  * Costs come through a function so planners can use anything the runtime can do: the cheapest
  * algorithm per size (dear_sim_cost_model) and a cap on bucket memory (buckets above the cap
  * cost a penalty that dominates any real time) or any other function (the tests' linear one).
- * Sparse tensors (profile.h) are priced by the bytes they put on the wire in each phase, and a
- * group is cut where the block changes, as the runtime cuts it (dear_sim_ws_group). The runtime
+ * Sparse and compressed tensors (profile.h) are priced by the bytes they put on the wire in each
+ * phase, and a group is cut where the block or the formats change, as the runtime cuts it where
+ * the block or the type does (dear_sim_ws_group). The runtime
  * also cuts a sparse all-gather group at bucket boundaries; that cut is not priced.
  * Pure C.
  */

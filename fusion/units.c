@@ -177,6 +177,8 @@ int dear_prof_units(const dear_profile_t *prof, int nunits, const dear_unit_t *u
         q->block_bytes = priced_down ? 0 : pt->block_bytes;
         q->density_rs = pt->density_rs;
         q->density_ag = pt->density_ag;
+        q->compress_rs = pt->compress_rs;
+        q->compress_ag = pt->compress_ag;
         chunk_place(units, nunits, i, &q->chunk, &q->nchunks);
     }
     char msg[256];

@@ -261,6 +261,21 @@ DEAR_API int dear_wait_grad(dear_ctx_t *ctx, int layer);
  */
 DEAR_API int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm);
 
+/* Send float32 gradients as 16-bit values, half the bytes: rs is the format of the reduce-scatters
+ * (the all-reduces under wfbp and sync), ag that of the all-gathers (the all-reduces' second
+ * half): DEAR_COMPRESS_NONE, DEAR_COMPRESS_BF16 or DEAR_COMPRESS_FP16. Every sum is still taken in
+ * float32, values are rounded only to cross the wire, and the averaged gradient arrives as float32
+ * in the registered buffer; tensors of other types travel as they are. error_feedback 1 keeps, on
+ * each rank, what rounding its own gradient dropped and adds it to the next iteration's gradient
+ * (one float32 per element; the registered gradient is rounded before its reduce-scatter). Call
+ * it before dear_commit (DEAR_ERR_STATE after); it replaces DEAR_COMPRESS, DEAR_COMPRESS_AG and
+ * DEAR_COMPRESS_EF. Every rank must pass the same (dear_commit fails with DEAR_ERR_MISMATCH
+ * otherwise). An unknown format is DEAR_ERR_ARG. When it pays and what it costs in accuracy:
+ * README, "Compression".
+ *
+ *     dear_set_compress(ctx, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16, 0);   // before dear_commit */
+DEAR_API int dear_set_compress(dear_ctx_t *ctx, dear_compress_t rs, dear_compress_t ag, int error_feedback);
+
 /* The registration index of the tensor named name (what dear_freeze and dear_no_grad take), or
  * DEAR_ERR_ARG when there is none. */
 DEAR_API int dear_tensor_index(const dear_ctx_t *ctx, const char *name);

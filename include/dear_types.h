@@ -75,6 +75,16 @@ typedef enum {
 } dear_dtype_t;
 #define DEAR_DTYPE_COUNT 5
 
+/* Wire formats of float32 gradients (dear_set_compress, DEAR_COMPRESS): the 16-bit type they
+ * travel in. Every sum is still taken in float32; values are rounded to the 16-bit type only to
+ * cross the wire, and the averaged gradient arrives as float32. Other types travel as they are. */
+typedef enum {
+    DEAR_COMPRESS_NONE = 0,     /* float32 on the wire */
+    DEAR_COMPRESS_BF16 = 1,     /* bfloat16: float32's range, 8 bits of mantissa */
+    DEAR_COMPRESS_FP16 = 2      /* IEEE binary16: 11 bits of mantissa, magnitudes up to 65504 */
+} dear_compress_t;
+#define DEAR_COMPRESS_COUNT 3
+
 /* Where a registered buffer lives. */
 typedef enum {
     DEAR_MEM_HOST = 0,

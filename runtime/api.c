@@ -61,6 +61,7 @@ static int ctx_free(dear_ctx_t *ctx)
     if (!ctx)
         return DEAR_OK;
     dear_graph_free(ctx);
+    dear_compress_free(ctx);
     dear_rt_mem_free(ctx);
     free(ctx->reg.tensors);
     free(ctx->reg.declared);
@@ -227,7 +228,11 @@ int dear_commit(dear_ctx_t *ctx)
     if (rc == DEAR_OK)
         rc = dear_registry_check_layers(&ctx->cm, &ctx->reg);
     if (rc == DEAR_OK)
+        rc = dear_compress_setup(ctx);
+    if (rc == DEAR_OK)
         rc = dear_rt_mem_setup(ctx);
+    if (rc == DEAR_OK)
+        rc = dear_compress_mem(ctx);
     if (rc == DEAR_OK)
         rc = dear_planning_setup(ctx);
     if (rc == DEAR_OK)
@@ -239,6 +244,7 @@ int dear_commit(dear_ctx_t *ctx)
     if (rc != DEAR_OK) {
         /* Back to the registered state, so a corrected environment can commit again. */
         dear_graph_free(ctx);
+        dear_compress_free(ctx);
         dear_rt_mem_free(ctx);
         dear_iter_profile_free(&ctx->it, ctx->reg.nlayers);
         dear_registry_free_layers(&ctx->reg);

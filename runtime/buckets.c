@@ -129,6 +129,8 @@ static void op_init(const dear_ctx_t *ctx, dear_op_t *op, dear_coll_op_t kind, i
     op->args.topo = ctx->cm.coll_topo;
     op->args.mem = gradients ? dear_rt_work_ops(ctx) : &dear_mem_host_ops;
     op->args.scale = 1.0;
+    if (gradients)
+        dear_compress_args(ctx, op);
 }
 
 void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count)
@@ -453,6 +455,7 @@ int dear_graph_build(dear_ctx_t *ctx)
     if (ctx->clip.on)
         DEAR_CHECK(dear_clip_graph(ctx, ctx->graph.nbuckets + live));
     dear_sparse_graph(ctx);
+    dear_compress_graph(ctx);
     DEAR_CHECK(dear_rt_mem_graph(ctx));
     DEAR_CHECK(ops_order(ctx, clip, live));
     graph_log(ctx);

@@ -484,12 +484,15 @@ static int add_tensors(const dear_ctx_t *ctx, dear_profile_t *prof, int communic
         for (char *c = name; *c; c++) /* the text format has no blanks in names */
             if (*c == ' ' || *c == '\t' || *c == '\n')
                 *c = '_';
+        /* A frozen tensor moves nothing (1 byte keeps it a tensor of the profile). */
         size_t tb = communicated && ctx->reg.tensors[t].frozen ? 1 : ctx->reg.tensors[t].bytes;
         rc = dear_prof_add_tensor(prof, name, ctx->reg.tensors[t].layer, tb);
         size_t block = dear_tensor_block(&ctx->sparse, &ctx->reg, t);
         if (rc == DEAR_OK && block > 0 && tb == ctx->reg.tensors[t].bytes)
             set_density(prof, &ctx->reg.tensors[t], block, most ? &most[SPARSE_COUNTS * t] : NULL);
     }
+    if (rc == DEAR_OK && communicated)
+        dear_compress_profile(ctx, prof); /* planning prices the bytes that travel */
     char msg[256];
     if (rc == DEAR_OK && (rc = dear_prof_check(prof, msg, sizeof msg)) != DEAR_OK)
         DEAR_ERROR("plan", "the profile is rejected: %s", msg);

@@ -318,6 +318,16 @@ typedef struct {
     long long decide_at;    /* auto: decide at the backward_end completing this iteration; -1: never */
 } dear_sparse_ctl_t;
 
+/* Compression of float32 gradients (compress.c): fixed at commit, the same on every rank. */
+typedef struct {
+    int set;                /* dear_set_compress was called: the environment is not read */
+    dear_compress_t rs, ag; /* the formats of the reduce-scatters (all-reduces) and the all-gathers */
+    int ef;                 /* error feedback */
+    float *resid;           /* error feedback: per element of the float32 tensors, what rounding this
+                             * rank's gradient dropped (the buckets' memory); the progress thread's */
+    size_t *resid_off;      /* per tensor: its first element in resid (SIZE_MAX: not float32) */
+} dear_compress_ctl_t;
+
 /* The progress thread (engine.c). Fields under "shared" are both threads', under the lock;
  * under "engine", the progress thread's alone while it runs. */
 typedef struct {
@@ -382,6 +392,7 @@ struct dear_ctx {
     dear_clip_t clip;
     dear_sparse_ctl_t sparse;
     dear_shard_t shard;
+    dear_compress_ctl_t comp;
     dear_engine_t eng;
 };
 
@@ -581,6 +592,19 @@ typedef enum { DEAR_SWITCH_REPLAN, DEAR_SWITCH_VERIFY, DEAR_SWITCH_RESCALE } dea
 /* Under DEAR_SHARD_HOLD at backward_end: a plan switch due now waits for the release; returns 1
  * if it was deferred. */
 int dear_shard_defer_switch(dear_ctx_t *ctx, dear_switch_t kind);
+/* compress.c */
+/* At commit, before the memory: the formats (dear_set_compress or the environment), checked
+ * the same on every rank. Collective. */
+int dear_compress_setup(dear_ctx_t *ctx);
+/* At commit, after the memory: error feedback's residuals. */
+int dear_compress_mem(dear_ctx_t *ctx);
+void dear_compress_free(dear_ctx_t *ctx);
+/* dear_graph_build: error feedback before each dense float32 bucket's collective. */
+void dear_compress_graph(dear_ctx_t *ctx);
+/* A float32 gradient operation's formats (buckets.c). */
+void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op);
+/* The formats of the float32 tensors, for planning on prof (one tensor per registered one). */
+void dear_compress_profile(const dear_ctx_t *ctx, dear_profile_t *prof);
 
 /* iteration.c */
 /* The per-layer samples of the profile, for nlayers layers (commit), and their release. */

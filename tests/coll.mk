@@ -18,6 +18,14 @@
 #   tests/mpi/coll-np4-socket.mpi the np4 sweeps (--quick) again with the communicator and hier's
 #                                 routed through the socket transport (collectives/sock.c),
 #                                 which must have carried messages.
+#   tests/mpi/compress-np{2,3,4,6}.mpi
+#                                 test_compress: compressed float32 (bf16, fp16 on the wire), every
+#                                 algorithm x op x in/out of place x counts against MPI_Allreduce in
+#                                 float64: exact on integer data, within P + 2 roundings on random
+#                                 data, the exact two-rank value (own input unrounded), half the
+#                                 bytes, multi-block, other types untouched; np4 and np6 also over
+#                                 every synthetic host layout (hier).
+#   tests/mpi/compress-np3-socket.mpi  the same over the socket transport.
 #   tests/mpi/net-np{2,3}.mpi     test_net: the socket transport alone: every pair and size,
 #                                 receives early and late (unexpected messages), matching by
 #                                 context and tag, truncation, abandon, sub-communicators, an
@@ -34,10 +42,12 @@
 COLL_MPI_TESTS = tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
     tests/mpi/coll-np4.mpi tests/mpi/coll-np5.mpi \
     tests/mpi/coll-np6-3x2.mpi tests/mpi/coll-np6-2x3.mpi tests/mpi/coll-np4-socket.mpi \
-    tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi tests/mpi/netguard-np3.mpi
+    tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi tests/mpi/netguard-np3.mpi \
+    tests/mpi/compress-np2.mpi tests/mpi/compress-np3.mpi tests/mpi/compress-np4.mpi tests/mpi/compress-np6.mpi \
+    tests/mpi/compress-np3-socket.mpi
 EXTRA_DIST += $(COLL_MPI_TESTS) tests/valgrind-ompi.supp
 if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_coll tests/mpi/test_net tests/mpi/test_sock_guard tests/unit/test_sock_auth
+check_PROGRAMS += tests/mpi/test_coll tests/mpi/test_compress tests/mpi/test_net tests/mpi/test_sock_guard tests/unit/test_sock_auth
 TESTS += $(COLL_MPI_TESTS) tests/unit/test_sock_auth
 tests_mpi_test_sock_guard_SOURCES = tests/mpi/test_sock_guard.c tests/mpi/np_check.h tests/mpi/suite_run.h
 tests_mpi_test_sock_guard_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
@@ -48,7 +58,10 @@ tests_unit_test_sock_auth_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIB
 tests_mpi_test_net_SOURCES = tests/mpi/test_net.c tests/mpi/np_check.h tests/mpi/suite_run.h
 tests_mpi_test_net_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_net_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-tests_mpi_test_coll_SOURCES = tests/mpi/test_coll.c tests/mpi/np_check.h
+tests_mpi_test_compress_SOURCES = tests/mpi/test_compress.c tests/mpi/coll_check.h tests/mpi/np_check.h
+tests_mpi_test_compress_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_mpi_test_compress_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
+tests_mpi_test_coll_SOURCES = tests/mpi/test_coll.c tests/mpi/coll_check.h tests/mpi/np_check.h
 tests_mpi_test_coll_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_coll_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) \
     $(DEAR_DEP_LIBS)

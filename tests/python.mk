@@ -1,7 +1,8 @@
 # tests/python.mk: the Python binding (python/dear).
 #   tests/python/torch.sh   dear.wrap against torch DDP (gloo) at np 1, 2, 4: CNN and transformer,
 #                           SGD with momentum and AdamW with a schedule, every DEAR_SCHEDULE;
-#                           checkpoint and resume; unused and frozen parameters; the errors;
+#                           compress="fp16"/"bf16" against DDP in float32 and against DDP's
+#                           fp16_compress_hook; checkpoint and resume; unused and frozen parameters; the errors;
 #                           DDP's training loops unchanged (test_loops.py: clipping, p.grad,
 #                           no_sync, set_to_none, schedulers, state_dict, eval, GradScaler,
 #                           exceptions); shard=True: DDP's parameters (the unsharded wrap's bit

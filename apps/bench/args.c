@@ -1,7 +1,8 @@
 /*
  * args.c: dear-bench's command line. Options come from getopt_long, a single configuration from
  * --schedule/--fusion/--threshold or the DEAR_* variables the runtime itself reads, several from
- * --configs "SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE];...". Every rank parses the same argv and checks it
+ * --configs "SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE][+first=MODE][+hold][+nohints]
+ * [+bf16|+fp16|+compress=RS/AG][+ef];...". Every rank parses the same argv and checks it
  * completely before any collective call, so a bad argument ends all ranks with status 2 and one
  * message (rank 0's) instead of leaving some of them waiting. Each configuration also gets its
  * warm-up: the iterations its planner needs before its plan is in place.
@@ -19,6 +20,7 @@
 #include "base/planner_table.h"
 #include "base/sched_table.h"
 #include "base/textio.h"
+#include "base/util.h"
 #include "include/dear.h"
 #include "apps/bench/args.h"
 #include "apps/bench/bench.h"
@@ -49,7 +51,7 @@ static void usage(void)
         "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships six)\n"
         "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
         "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE]\n"
-        "                       [+first=MODE][+hold][+nohints], e.g.\n"
+        "                       [+first=MODE][+hold][+nohints][+bf16|+fp16|+compress=RS/AG][+ef], e.g.\n"
         "                       \"%s\"\n"
         "                       (SCHEDULE dear|wfbp|sync; PLANNER none|threshold|mgwfbp|dp|gradssa|auto;\n"
         "                       THRESHOLD bytes with k/m/g = KiB/MiB/GiB, default 25m; +sparse: the\n"
@@ -62,6 +64,10 @@ static void usage(void)
         "                       +first=first|range|threshold: DEAR_FIRST_PLAN, the plan before\n"
         "                       the measured profile; +hold: that plan all run long; +nohints:\n"
         "                       without the --hints)\n"
+        "                       +bf16, +fp16: float32 gradients travel in that 16-bit format in both\n"
+        "                       phases (DEAR_COMPRESS), +compress=RS/AG each phase's (none|bf16|fp16),\n"
+        "                       +ef: with error feedback (DEAR_COMPRESS_EF); the prediction and the\n"
+        "                       lower bound price the bytes that travel)\n"
         "  --schedule S, --fusion X, --threshold BYTES\n"
         "                       one configuration (default: DEAR_SCHEDULE, DEAR_FUSION,\n"
         "                       DEAR_FUSION_THRESHOLD, else dear, threshold, 25m); not with --configs\n"
@@ -194,13 +200,30 @@ typedef struct {
     int sparse, shard, hold, nohints;
     long long partition;        /* -1: none given */
     char first[12];
+    bench_config_t comp;        /* comp_rs, comp_ag and ef */
 } suffixes_t;
 
+/* "+compress=RS/AG" (or one format for both) into c's formats; 0, or -1 when it is not that. */
+static int parse_compress(const char *spec, bench_config_t *c)
+{
+    char rs[16], ag[16];
+    const char *slash = strchr(spec, '/');
+    snprintf(rs, sizeof rs, "%.*s", slash ? (int)(slash - spec) : (int)strlen(spec), spec);
+    snprintf(ag, sizeof ag, "%s", slash ? slash + 1 : rs);
+    dear_compress_t a, b;
+    if (dear_compress_parse(rs, &a) || dear_compress_parse(ag, &b))
+        return -1;
+    c->comp_rs = (int)a, c->comp_ag = (int)b;
+    return 0;
+}
+
 /* The '+' suffixes of a configuration (cut off buf): +sparse, +shard, +part=SIZE, +first=MODE,
- * +hold and +nohints, each at most once. */
+ * +hold, +nohints, a compression (+bf16, +fp16, +compress=RS/AG) and +ef, each at most once. */
 static int parse_suffixes(char *buf, const char *tok, suffixes_t *x)
 {
     char *plus = strchr(buf, '+');
+    int have_comp = 0;
+    bench_config_t *comp = &x->comp;
     *x = (suffixes_t){ .partition = -1 };
     if (!plus)
         return 0;
@@ -226,9 +249,16 @@ static int parse_suffixes(char *buf, const char *tok, suffixes_t *x)
             snprintf(what, sizeof what, "--configs '%s': +part", tok);
             if (parse_partition(sfx + 5, what, &x->partition))
                 return 2;
+        } else if (!have_comp && (!strcmp(sfx, "bf16") || !strcmp(sfx, "fp16") || !strncmp(sfx, "compress=", 9))) {
+            have_comp = 1;
+            if (parse_compress(strncmp(sfx, "compress=", 9) ? sfx : sfx + 9, comp))
+                return usage_error("--configs: '%s': '+%s': a format is one of %s (+compress=RS/AG for each "
+                                   "phase's)", tok, sfx, DEAR_COMPRESS_CHOICES);
+        } else if (!strcmp(sfx, "ef") && !comp->ef) {
+            comp->ef = 1;
         } else {
             return usage_error("--configs: '%s': suffix '+%s' is not +sparse, +shard, +part=SIZE, +first=MODE, "
-                               "+hold or +nohints (each at most once)",
+                               "+hold, +nohints, +bf16, +fp16, +compress=RS/AG or +ef (each at most once)",
                                tok, sfx);
         }
     }
@@ -282,6 +312,7 @@ static int parse_configs(const char *list, bench_opts_t *o)
             c->hold = x.hold;
             c->nohints = x.nohints;
             snprintf(c->first, sizeof c->first, "%s", x.first);
+            c->comp_rs = x.comp.comp_rs, c->comp_ag = x.comp.comp_ag, c->ef = x.comp.ef;
         }
     }
     free(dup);

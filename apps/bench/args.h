@@ -22,6 +22,9 @@ typedef struct {
     char first[12];             /* "+first=MODE": DEAR_FIRST_PLAN for this configuration; "": the environment's */
     int hold;                   /* "+hold": the first plan all run long (DEAR_WARMUP_ITERS beyond the run) */
     int nohints;                /* "+nohints": --hints not given to the runtime (parameter bytes only) */
+    int comp_rs, comp_ag;       /* "+bf16", "+fp16", "+compress=RS[/AG]": DEAR_COMPRESS, DEAR_COMPRESS_AG
+                                 * (dear_compress_t values); 0, 0: uncompressed */
+    int ef;                     /* "+ef": DEAR_COMPRESS_EF */
 } bench_config_t;
 
 typedef struct {

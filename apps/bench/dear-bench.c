@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include "base/fileio.h"
+#include "base/util.h"
 #include "fusion/cost.h"
 #include "fusion/plan.h"
 #include "fusion/planfile.h"
@@ -58,7 +59,8 @@ typedef struct {
     char *calib;                /* rank 0: the runtime's calibration cache, NULL when not used */
     int calib_created, use_rt_calib;
     dear_cost_model_t model;    /* of the predictions */
-    double bound;
+    double bound;               /* the lower bound of the bytes of the dense float32 gradient */
+    double bounds[MAX_CONFIGS]; /* each configuration's, of the bytes its gradient puts on the wire */
     int failed_check, broken, refused;
 } bench_t;
 
@@ -124,6 +126,10 @@ static int set_or_restore(const char *name, const char *value)
 static int set_env(const bench_config_t *c, const bench_opts_t *o)
 {
     char thr[32], part[32];
+    if (setenv("DEAR_COMPRESS", dear_compress_name((dear_compress_t)c->comp_rs), 1) ||
+        setenv("DEAR_COMPRESS_AG", dear_compress_name((dear_compress_t)c->comp_ag), 1) ||
+        setenv("DEAR_COMPRESS_EF", c->ef ? "1" : "0", 1))
+        return DEAR_ERR_NOMEM;
     snprintf(thr, sizeof thr, "%zu", bench_scaled_threshold(c, o));
     snprintf(part, sizeof part, "%zu", bench_scaled_partition(c, o));
     if (setenv("DEAR_SCHEDULE", c->sched, 1) || setenv("DEAR_FUSION_THRESHOLD", thr, 1) ||
@@ -297,7 +303,7 @@ static int run_config(const bench_config_t *c, const bench_opts_t *o, int iters,
     if (rc != DEAR_OK)
         return rc;
     char why[96];
-    int ok = bench_check_params(m, total, c->shard, why, sizeof why);
+    int ok = bench_check_params(m, total, c->shard, (dear_compress_t)c->comp_ag, why, sizeof why);
     if (res->nrounds == 1 || (res->check_ok && !ok)) {
         res->check_ok = ok;
         snprintf(res->status, sizeof res->status, "%s", ok ? "ok" : why);
@@ -468,10 +474,14 @@ static void predict_configs(bench_t *b)
     }
     for (int i = 0; i < b->o.nconfigs; i++) {
         double p;
-        bench_model_price_sparse(&b->m, b->o.configs[i].sparse);
-        if (bench_predict(&b->m, &b->model, &b->o.configs[i], &b->o, &b->res[i].plan, &p) == DEAR_OK)
+        const bench_config_t *c = &b->o.configs[i];
+        bench_model_price_sparse(&b->m, c->sparse);
+        dear_prof_set_compress(&b->m.prof, -1, (dear_compress_t)c->comp_rs, (dear_compress_t)c->comp_ag);
+        b->bounds[i] = bench_lower_bound(&b->m, &b->model);
+        if (bench_predict(&b->m, &b->model, c, &b->o, &b->res[i].plan, &p) == DEAR_OK)
             b->res[i].pred_s = p;
     }
+    dear_prof_set_compress(&b->m.prof, -1, DEAR_COMPRESS_NONE, DEAR_COMPRESS_NONE);
 }
 
 /* ---- results ---- */
@@ -487,8 +497,8 @@ static const char *csv_header = "model,np,config,schedule,fusion,threshold_bytes
                                 "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early,partition_bytes,units,"
                                 "first_plan,startup_s,first_n,first_n_s,run_iters,run_s";
 
-/* References measured in this invocation, unsharded and dense: ref[0] sync, ref[1] wfbp + threshold
- * 64 MiB with every tensor whole (Horovod); NAN when not run. */
+/* References measured in this invocation: ref[0] sync, ref[1] wfbp + threshold 64 MiB with every
+ * tensor whole (Horovod), both unsharded, dense and uncompressed; NAN when not run. */
 static void reference_times(const bench_t *b, double ref[2])
 {
     ref[0] = ref[1] = NAN;
@@ -496,10 +506,11 @@ static void reference_times(const bench_t *b, double ref[2])
         const bench_config_t *c = &b->o.configs[i];
         if (!b->res[i].ok_run)
             continue;
-        if (!strcmp(c->sched, "sync") && !c->sparse && !c->shard)
+        int plain = !c->sparse && !c->shard && !c->comp_rs && !c->comp_ag;
+        if (!strcmp(c->sched, "sync") && plain)
             ref[0] = b->res[i].iter_s;
-        if (!strcmp(c->sched, "wfbp") && !strcmp(c->fusion, "threshold") && c->threshold == REF64M && !c->sparse &&
-            !c->shard && c->partition == 0)
+        if (!strcmp(c->sched, "wfbp") && !strcmp(c->fusion, "threshold") && c->threshold == REF64M && plain &&
+            c->partition == 0)
             ref[1] = b->res[i].iter_s;
     }
 }
@@ -542,7 +553,7 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
     if (r->ok_run)
         bench_say("%-24s %9.3f %9.3f %9.3f %9.3f %8s %8s %9.3f %+6.1f%% %8.3f %-5s %s\n", c->text, it * 1e3,
             r->compute_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, vs[0], vs[1], r->pred_s * 1e3, err,
-            it / b->bound, r->status, ran);
+            it / b->bounds[i], r->status, ran);
     else
         bench_say("%-24s %9s %9s %9s %9s %8s %8s %9.3f %7s %8s %s\n", c->text, "-", "-", "-", "-", "-", "-",
             r->pred_s * 1e3, "-", "-", r->status);
@@ -553,7 +564,7 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
                 o->time_scale, o->size_scale, dear_prof_bytes_total(p),
                 (dear_prof_fwd_total(p) + dear_prof_bwd_total(p)) * 1e3, r->compute_s * 1e3, it * 1e3,
                 r->iter_min_s * 1e3, r->iter_max_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, ref[0] / it,
-                ref[1] / it, r->pred_s * 1e3, err, b->bound * 1e3, it / b->bound, b->model.source,
+                ref[1] / it, r->pred_s * 1e3, err, b->bounds[i] * 1e3, it / b->bounds[i], b->model.source,
                 r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
                 pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
                 bench_scaled_partition(c, o), pl->nunits, c->first[0] ? c->first : "default", r->startup_s,

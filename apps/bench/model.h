@@ -71,6 +71,7 @@ int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, d
 /* Every rank: same bytes as rank 0? Sampled elements equal to the float64 recomputation of
  * total_iters iterations? Each element updated exactly once per iteration (sharded: by one rank)?
  * Returns 1 when all hold on every rank, else 0 with the failed checks named in why. Collective. */
-int bench_check_params(bench_model_t *m, long total_iters, int sharded, char *why, size_t whylen);
+int bench_check_params(bench_model_t *m, long total_iters, int sharded, dear_compress_t ag, char *why,
+                       size_t whylen);
 
 #endif /* DEAR_APPS_BENCH_MODEL_H */

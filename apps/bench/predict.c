@@ -230,18 +230,22 @@ out:
 
 /* The lower bound: max(compute, reduce-scatter + all-gather of every gradient) plus the
  * unavoidable tail: the last reduce-scatter (first layer's gradients, ready only when backward
- * ends) and the first all-gather (needed before the first forward layer). */
+ * ends) and the first all-gather (needed before the first forward layer). Each phase counts the
+ * bytes the profile's tensors put on the wire in it (compressed, sparse). */
 double bench_lower_bound(const bench_model_t *m, const dear_cost_model_t *model)
 {
     double comp = dear_prof_fwd_total(&m->prof) + dear_prof_bwd_total(&m->prof);
-    double all = (double)dear_prof_bytes_total(&m->prof);
-    double comm = dear_cost_eval(model, DEAR_COLL_REDUCE_SCATTER, all, NULL) +
-                  dear_cost_eval(model, DEAR_COLL_ALLGATHER, all, NULL);
-    size_t first = 0;
+    double all[2] = { 0, 0 }, first[2] = { 0, 0 };
     int l0 = m->prof.tensors[0].lidx;
-    for (int t = 0; t < m->prof.ntensors && m->prof.tensors[t].lidx == l0; t++)
-        first += m->prof.tensors[t].bytes;
-    double tail = dear_cost_eval(model, DEAR_COLL_REDUCE_SCATTER, (double)first, NULL) +
-                  dear_cost_eval(model, DEAR_COLL_ALLGATHER, (double)first, NULL);
+    for (int t = 0; t < m->prof.ntensors; t++)
+        for (int ph = 0; ph < 2; ph++) {
+            double w = dear_prof_wire_bytes(&m->prof.tensors[t], ph ? DEAR_COLL_ALLGATHER : DEAR_COLL_REDUCE_SCATTER);
+            all[ph] += w;
+            first[ph] += m->prof.tensors[t].lidx == l0 ? w : 0;
+        }
+    double comm = dear_cost_eval(model, DEAR_COLL_REDUCE_SCATTER, all[0], NULL) +
+                  dear_cost_eval(model, DEAR_COLL_ALLGATHER, all[1], NULL);
+    double tail = dear_cost_eval(model, DEAR_COLL_REDUCE_SCATTER, first[0], NULL) +
+                  dear_cost_eval(model, DEAR_COLL_ALLGATHER, first[1], NULL);
     return fmax(comp, comm) + tail;
 }

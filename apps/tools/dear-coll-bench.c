@@ -20,6 +20,13 @@
  * Open MPI's non-blocking call (ompi-nb) is measured the same way with nobody calling MPI
  * during the sleep, as an application without a progress thread would.
  *
+ * --compress LIST runs float32 vectors compressed to 16 bits on the wire (coll.h), each format
+ * beside the uncompressed rows; sizes and busbw stay those of the float32 vector (what the user
+ * moves). --accuracy measures instead the error of one compressed all-reduce (the average over
+ * the ranks) of random float32 data per algorithm against the float64 average, in units of the
+ * format's unit roundoff u times the element's mean |x| over the ranks. --convert times the
+ * conversions the progress thread runs (pack, unpack, one ring hop's add) per MiB of float32.
+ *
  * Times are the maximum over ranks of one iteration, median over --iters iterations; the
  * algorithms of one size take turns iteration by iteration (see time_algos). Data are
  * integer-valued (exact in every type), the calls out of place, so inputs never need resetting.
@@ -63,6 +70,8 @@ typedef struct {
     dear_dtype_t dtype;
     const char *csv;
     dear_transport_id_t transport; /* --transport */
+    int compress[DEAR_COMPRESS_COUNT]; /* --compress: the formats to run */
+    int accuracy, convert;
 } opts_t;
 
 static int g_rank, g_size;
@@ -93,6 +102,14 @@ static void usage(FILE *f)
             "  --overlap          measure OSU overlap%% of rs and ag instead (sleep as compute,\n"
             "                     our requests advanced by a helper thread); CSV header\n"
             "                     op,algo,dtype,bytes,count,nranks,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n"
+            "  --compress LIST    none,bf16,fp16: float32 vectors travel in each listed format, rows side by\n"
+            "                     side (default none); size and busbw count the float32 bytes\n"
+            "  --accuracy         instead: the error of one all-reduce (average) of random float32 data per\n"
+            "                     algorithm and --compress format (--max bytes per rank), against the float64\n"
+            "                     average; CSV header algo,compress,nranks,count,max_err_u,rms_err_u\n"
+            "  --convert          instead: the progress thread's conversions (pack float32 to 16 bits,\n"
+            "                     unpack, a ring hop's widen+add+round) per MiB of float32 (rank 0, --max\n"
+            "                     bytes); CSV header step,compress,bytes,us_per_MiB,GBps\n"
             "  --transport T      what carries the algorithms' messages, a row of the transport table:\n"
             "                     mpi (default): MPI_Isend/Irecv, polled; socket: libdear's socket transport\n"
             "                     (DEAR_SOCKET_IFNAME picks the interface), waiting in epoll. Open MPI's own\n"
@@ -148,8 +165,11 @@ static int parse_args(int argc, char **argv, opts_t *o)
         { "dtype", required_argument, 0, 't' }, { "csv", required_argument, 0, 'c' },
         { "overlap", no_argument, 0, 'v' }, { "help", no_argument, 0, 'h' },
         { "density", required_argument, 0, 'd' }, { "block", required_argument, 0, 'k' },
-        { "scan", no_argument, 0, 's' }, { "transport", required_argument, 0, 'T' }, { 0, 0, 0, 0 }
+        { "scan", no_argument, 0, 's' }, { "transport", required_argument, 0, 'T' },
+        { "compress", required_argument, 0, 'z' }, { "accuracy", no_argument, 0, 'A' },
+        { "convert", no_argument, 0, 'V' }, { 0, 0, 0, 0 }
     };
+    static const char *const comp_names[DEAR_COMPRESS_COUNT] = { "none", "bf16", "fp16" };
     *o = (opts_t){ .min_bytes = 1024, .max_bytes = 64u << 20, .iters = 20, .warmup = 3,
                    .dtype = DEAR_FLOAT32, .density = -1, .block = 256 };
     int algos_given = 0;
@@ -157,6 +177,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         o->ops[i] = 1;
     for (int i = 0; i < A_COUNT; i++)
         o->algos[i] = 1;
+    o->compress[DEAR_COMPRESS_NONE] = 1;
     int c, li = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
         int bad = 0;
@@ -181,6 +202,9 @@ static int parse_args(int argc, char **argv, opts_t *o)
         case 'T':
             bad = dear_transport_id_parse(optarg, &o->transport) != 0 || o->transport == DEAR_TRANSPORT_AUTO;
             break;
+        case 'z': bad = parse_list(optarg, comp_names, DEAR_COMPRESS_COUNT, o->compress, "compress format"); break;
+        case 'A': o->accuracy = 1; break;
+        case 'V': o->convert = 1; break;
         case 'h': if (g_rank == 0) usage(stdout); return 1;
         default: bad = 1; break;
         }
@@ -213,13 +237,19 @@ static double value(int r, size_t i) { return (double)((long)((i * 7 + (size_t)r
 static double g_density = -1;
 static size_t g_block = 256;
 
-static int block_on(int r, size_t b)
+/* A hash of (r, i) uniform in [0, 1): every rank can work out every other rank's draws. */
+static double uniform(int r, size_t i)
 {
-    uint64_t x = (uint64_t)b * 0x9E3779B97F4A7C15ull + (uint64_t)(r + 1) * 0xBF58476D1CE4E5B9ull;
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)(r + 1) * 0xBF58476D1CE4E5B9ull;
     x ^= x >> 31;
     x *= 0x94D049BB133111EBull;
     x ^= x >> 29;
-    return (double)(x >> 11) / 9007199254740992.0 < g_density;
+    return (double)(x >> 11) / 9007199254740992.0;
+}
+
+static int block_on(int r, size_t b)
+{
+    return uniform(r, b) < g_density;
 }
 
 static double input_value(int r, size_t i)
@@ -307,14 +337,31 @@ static MPI_Datatype mpi_type(dear_dtype_t t)
 
 /* ---- one call of each kind ---- */
 
-static int dear_start(bench_t *b, int algo, dear_coll_req_t **req)
+/* A row's algorithm: one of ours or Open MPI's, and for ours the wire format. */
+typedef struct {
+    int algo;
+    dear_compress_t comp;
+} entry_t;
+
+static const dear_coll_algo_t algo_map[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_DIRECT, DEAR_ALGO_AUTO,
+                                             DEAR_ALGO_MPI, DEAR_ALGO_HIER, DEAR_ALGO_SPARSE };
+
+static int dear_start(bench_t *b, entry_t e, double scale, dear_coll_req_t **req)
 {
-    static const dear_coll_algo_t map[] = { DEAR_ALGO_RING, DEAR_ALGO_RHD, DEAR_ALGO_DIRECT, DEAR_ALGO_AUTO,
-                                            DEAR_ALGO_MPI, DEAR_ALGO_HIER, DEAR_ALGO_SPARSE };
-    dear_coll_args_t a = { .op = b->op, .algo = map[algo], .dtype = b->t, .comm = b->comm, .net = g_net,
-                           .tag = 5, .scale = 1.0, .sendbuf = b->send, .recvbuf = b->recv,
-                           .count = b->count, .topo = g_topo, .sparse_block = g_block };
+    dear_coll_args_t a = { .op = b->op, .algo = algo_map[e.algo], .dtype = b->t, .comm = b->comm, .net = g_net,
+                           .tag = 5, .scale = scale, .sendbuf = b->send, .recvbuf = b->recv,
+                           .count = b->count, .topo = g_topo, .sparse_block = g_block, .compress = e.comp,
+                           .compress_ag = e.comp };
     return dear_coll_start(&a, req);
+}
+
+/* "ring", or "ring+bf16" for a compressed row. */
+static const char *entry_name(entry_t e, char *buf, size_t len)
+{
+    if (e.comp == DEAR_COMPRESS_NONE)
+        return algo_names[e.algo];
+    snprintf(buf, len, "%s+%s", algo_names[e.algo], dear_compress_name(e.comp));
+    return buf;
 }
 
 static int ompi_start(bench_t *b, MPI_Request *r)
@@ -343,8 +390,9 @@ static int ompi_blocking(bench_t *b)
     }
 }
 
-static int run_once(bench_t *b, int algo)
+static int run_once(bench_t *b, entry_t e)
 {
+    int algo = e.algo;
     if (algo == A_OMPI_BLOCKING)
         return ompi_blocking(b) == MPI_SUCCESS ? DEAR_OK : DEAR_ERR_MPI;
     if (algo == A_OMPI_NB) {
@@ -354,7 +402,7 @@ static int run_once(bench_t *b, int algo)
         return DEAR_OK;
     }
     dear_coll_req_t *req = NULL;
-    int rc = dear_start(b, algo, &req);
+    int rc = dear_start(b, e, 1.0, &req);
     if (rc == DEAR_OK)
         rc = dear_coll_wait(req);
     dear_coll_free(req);
@@ -383,7 +431,7 @@ static double median(double *v, int n)
  * iteration. t[k] gets the
  * median over iterations of the slowest rank's time of alg[k] (< 0 if any call failed) and
  * wrong[k] the elements that rank got wrong in the last iteration, checked right after it. */
-static void time_algos(bench_t *b, const int *alg, int n, const opts_t *o, double *t, long *wrong)
+static void time_algos(bench_t *b, const entry_t *alg, int n, const opts_t *o, double *t, long *wrong)
 {
     size_t es = dear_dtype_size(b->t);
     size_t rbytes = (b->op == DEAR_COLL_REDUCE_SCATTER ? b->len : b->count) * es;
@@ -424,7 +472,8 @@ static double time_algo(bench_t *b, int algo, const opts_t *o)
 {
     double t;
     long wrong;
-    time_algos(b, &algo, 1, o, &t, &wrong);
+    entry_t e = { algo, DEAR_COMPRESS_NONE };
+    time_algos(b, &e, 1, o, &t, &wrong);
     return t;
 }
 
@@ -494,7 +543,7 @@ static int overlap_once(bench_t *b, int algo, double t_pure, helper_t *h, double
             rc = DEAR_ERR_MPI;
     } else {
         dear_coll_req_t *req = NULL;
-        rc = dear_start(b, algo, &req);
+        rc = dear_start(b, (entry_t){ algo, DEAR_COMPRESS_NONE }, 1.0, &req);
         if (rc == DEAR_OK) {
             pthread_mutex_lock(&h->mu);
             h->job = req;
@@ -548,15 +597,21 @@ static void run_normal(const opts_t *o, FILE *csv)
                 continue;
             bench_t b;
             bench_setup(&b, (dear_coll_op_t)op, o->dtype, count, MPI_COMM_WORLD);
-            int alg[A_COUNT], n = 0;
+            entry_t alg[A_COUNT * DEAR_COMPRESS_COUNT];
+            int n = 0;
             for (int a = 0; a < A_COUNT; a++)
-                if (o->algos[a] && !(a >= A_OMPI_BLOCKING && mpi_type(o->dtype) == MPI_DATATYPE_NULL))
-                    alg[n++] = a;
-            double t[A_COUNT];
-            long wrong[A_COUNT];
+                for (int c = 0; c < DEAR_COMPRESS_COUNT; c++) {
+                    int ours = a < A_OMPI_BLOCKING, wire = c != DEAR_COMPRESS_NONE;
+                    if (o->algos[a] && o->compress[c] && !(!ours && mpi_type(o->dtype) == MPI_DATATYPE_NULL) &&
+                        !(wire && (!ours || o->dtype != DEAR_FLOAT32)))
+                        alg[n++] = (entry_t){ a, (dear_compress_t)c };
+                }
+            double t[A_COUNT * DEAR_COMPRESS_COUNT];
+            long wrong[A_COUNT * DEAR_COMPRESS_COUNT];
             time_algos(&b, alg, n, o, t, wrong);
             for (int k = 0; k < n; k++) {
-                int a = alg[k];
+                char nb[32];
+                const char *name = entry_name(alg[k], nb, sizeof nb);
                 long total_wrong = 0;
                 MPI_Reduce(&wrong[k], &total_wrong, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
                 if (g_rank != 0)
@@ -564,12 +619,12 @@ static void run_normal(const opts_t *o, FILE *csv)
                 size_t fb = count * es;
                 double algbw = t[k] > 0 ? fb / t[k] / 1e6 : 0, busbw = algbw * busbw_factor(b.op);
                 printf("%12zu %12zu %8s %6s %14s %12.1f %12.1f %12.1f %8ld\n", fb, count,
-                       dear_dtype_name(o->dtype), op_short[op], algo_names[a], t[k] * 1e6, algbw, busbw,
+                       dear_dtype_name(o->dtype), op_short[op], name, t[k] * 1e6, algbw, busbw,
                        total_wrong);
                 if (csv)
-                    fprintf(csv, "%s,%s,%s,%zu,%zu,%d,%.3f,%.3f,%.3f,%ld\n", op_short[op], algo_names[a],
-                            dear_dtype_name(o->dtype), fb, count, g_size, t[k] * 1e6, algbw, busbw,
-                            total_wrong);
+                    fprintf(csv, "%s,%s,%s,%zu,%zu,%d,%.3f,%.3f,%.3f,%ld,%s\n", op_short[op],
+                            algo_names[alg[k].algo], dear_dtype_name(o->dtype), fb, count, g_size, t[k] * 1e6, algbw,
+                            busbw, total_wrong, dear_compress_name(alg[k].comp));
                 fflush(stdout);
             }
             bench_free(&b);
@@ -614,6 +669,134 @@ static void run_scan(const opts_t *o, FILE *csv)
         free(v);
         free(t);
     }
+}
+
+/* Deterministic pseudo-random value in [-1, 1) from (r, i). */
+static double rand_value(int r, size_t i)
+{
+    return 2 * uniform(r, i) - 1;
+}
+
+/* The error of one all-reduce (the average) of random float32 data, per algorithm and format,
+ * against the float64 average: element i's error over u times its mean |x| over the ranks, the
+ * largest and the root mean square over the vector (--max bytes of float32 per rank). */
+static void run_accuracy(const opts_t *o, FILE *csv)
+{
+    size_t n = o->max_bytes / sizeof(float);
+    double *x = malloc(n * sizeof(double)), *ax = malloc(n * sizeof(double));
+    double *sum = malloc(n * sizeof(double)), *asum = malloc(n * sizeof(double));
+    if (!x || !ax || !sum || !asum) {
+        fprintf(stderr, "dear-coll-bench: out of memory for %zu elements\n", n);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    bench_t b;
+    bench_setup(&b, DEAR_COLL_ALLREDUCE, DEAR_FLOAT32, n, MPI_COMM_WORLD);
+    for (size_t i = 0; i < n; i++) {
+        ((float *)b.send)[i] = (float)rand_value(g_rank, i);
+        x[i] = ((float *)b.send)[i];
+        ax[i] = fabs(x[i]);
+    }
+    MPI_Allreduce(x, sum, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(ax, asum, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        printf("# dear-coll-bench --accuracy: %d ranks, one all-reduce (average) of %zu random float32 in [-1, 1) "
+               "per rank; error / (u x mean |x|), u = 2^-8 bf16, 2^-11 fp16, 2^-24 none\n", g_size, n);
+        printf("%14s %8s %12s %12s\n", "algo", "compress", "max_err_u", "rms_err_u");
+    }
+    for (int a = 0; a < A_OMPI_BLOCKING; a++)
+        for (int c = 0; c < DEAR_COMPRESS_COUNT; c++) {
+            if (!o->algos[a] || !o->compress[c])
+                continue;
+            dear_coll_req_t *req = NULL;
+            int rc = dear_start(&b, (entry_t){ a, (dear_compress_t)c }, 1.0 / g_size, &req);
+            if (rc == DEAR_OK)
+                rc = dear_coll_wait(req);
+            dear_coll_free(req);
+            double u = c == DEAR_COMPRESS_BF16 ? 0x1p-8 : c == DEAR_COMPRESS_FP16 ? 0x1p-11 : 0x1p-24;
+            double worst = 0, sq = 0;
+            for (size_t i = 0; i < n; i++) {
+                double e = fabs((double)((float *)b.recv)[i] - sum[i] / g_size) / (u * asum[i] / g_size + 1e-300);
+                worst = e > worst ? e : worst;
+                sq += e * e;
+            }
+            int any = rc != DEAR_OK;
+            MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+            MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            double rms = sqrt(sq / ((double)n * g_size));
+            if (g_rank != 0)
+                continue;
+            if (any) {
+                printf("%14s %8s %12s %12s\n", algo_names[a], dear_compress_name((dear_compress_t)c), "failed", "-");
+                continue;
+            }
+            printf("%14s %8s %12.3f %12.3f\n", algo_names[a], dear_compress_name((dear_compress_t)c), worst, rms);
+            if (csv)
+                fprintf(csv, "%s,%s,%d,%zu,%.4f,%.4f\n", algo_names[a], dear_compress_name((dear_compress_t)c), g_size,
+                        n, worst, rms);
+            fflush(stdout);
+        }
+    bench_free(&b);
+    free(x), free(ax), free(sum), free(asum);
+}
+
+/* The conversions a compressed collective runs on the progress thread, through the host row as
+ * the collectives do, per MiB of float32: pack (round the vector to 16 bits), unpack (widen it
+ * back), and a ring hop (widen the received segment, add the own float32 input, round), in
+ * 2048-element chunks as coll_wire_add runs it. Rank 0, --max bytes, median of --iters. */
+static void run_convert(const opts_t *o, FILE *csv)
+{
+    if (g_rank != 0)
+        return;
+    const dear_mem_ops_t *m = &dear_mem_host_ops;
+    size_t n = o->max_bytes / sizeof(float);
+    float *f = malloc(n * sizeof(float)), *own = malloc(n * sizeof(float)), tmp[2048];
+    uint16_t *h = malloc(n * sizeof(uint16_t)), *h2 = malloc(n * sizeof(uint16_t));
+    double *t = malloc(sizeof(double) * (size_t)o->iters);
+    if (!f || !own || !h || !h2 || !t) {
+        fprintf(stderr, "dear-coll-bench: out of memory for %zu elements\n", n);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    for (size_t i = 0; i < n; i++) {
+        f[i] = (float)rand_value(0, i);
+        own[i] = (float)rand_value(1, i);
+    }
+    printf("# dear-coll-bench --convert: %zu bytes of float32, host row, one thread, median of %d\n", n * 4,
+           o->iters);
+    printf("%10s %8s %12s %10s\n", "step", "compress", "us/MiB", "GB/s");
+    static const char *const steps[3] = { "pack", "unpack", "hop" };
+    int only_none = !o->compress[DEAR_COMPRESS_BF16] && !o->compress[DEAR_COMPRESS_FP16];
+    for (int c = DEAR_COMPRESS_BF16; c < DEAR_COMPRESS_COUNT; c++) {
+        if (!o->compress[c] && !only_none)
+            continue;
+        dear_dtype_t w = dear_compress_dtype((dear_compress_t)c);
+        m->narrow(NULL, w, h, own, n, 1.0);
+        for (int s = 0; s < 3; s++) {
+            for (int i = 0; i < o->warmup + o->iters; i++) {
+                double t0 = dear_now();
+                if (s == 0)
+                    m->narrow(NULL, w, h2, f, n, 1.0);
+                else if (s == 1)
+                    m->widen(NULL, w, f, h, n);
+                else
+                    for (size_t k = 0; k < n; k += 2048) {
+                        size_t len = n - k < 2048 ? n - k : 2048;
+                        m->widen(NULL, w, tmp, h + k, len);
+                        m->sum(NULL, DEAR_FLOAT32, tmp, tmp, own + k, len, 1.0);
+                        m->narrow(NULL, w, h2 + k, tmp, len, 1.0);
+                    }
+                if (i >= o->warmup)
+                    t[i - o->warmup] = dear_now() - t0;
+            }
+            double med = median(t, o->iters), mib = (double)(n * 4) / 1048576.0;
+            printf("%10s %8s %12.1f %10.2f\n", steps[s], dear_compress_name((dear_compress_t)c), med * 1e6 / mib,
+                   (double)(n * 4) / med / 1e9);
+            if (csv)
+                fprintf(csv, "%s,%s,%zu,%.3f,%.3f\n", steps[s], dear_compress_name((dear_compress_t)c), n * 4,
+                        med * 1e6 / mib, (double)(n * 4) / med / 1e9);
+        }
+    }
+    free(f), free(own), free(h), free(h2), free(t);
 }
 
 static void run_overlap(const opts_t *o, FILE *csv)
@@ -736,9 +919,15 @@ int main(int argc, char **argv)
         csv = csv_out.f;
         fprintf(csv, o.scan      ? "dtype,bytes,block,density,nonzero,time_us,GBps\n"
                      : o.overlap ? "op,algo,dtype,bytes,count,nranks,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n"
-                                 : "op,algo,dtype,bytes,count,nranks,time_us,algbw_MBps,busbw_MBps,wrong\n");
+                     : o.accuracy ? "algo,compress,nranks,count,max_err_u,rms_err_u\n"
+                     : o.convert ? "step,compress,bytes,us_per_MiB,GBps\n"
+                                 : "op,algo,dtype,bytes,count,nranks,time_us,algbw_MBps,busbw_MBps,wrong,compress\n");
     }
-    if (o.scan)
+    if (o.accuracy)
+        run_accuracy(&o, csv);
+    else if (o.convert)
+        run_convert(&o, csv);
+    else if (o.scan)
         run_scan(&o, csv);
     else if (o.overlap)
         run_overlap(&o, csv);

@@ -70,10 +70,14 @@ static void usage(FILE *out)
             "  --scale P1,P2,...   also print the best times when scaled to these worker counts\n"
             "                      (ring model: alpha ~ P-1, beta ~ 2(P-1)/P)\n"
             "  --dense             price sparse tensors (profile 'sparse' records) as dense\n"
+            "  --compress RS[/AG]  gradients travel compressed (DEAR_COMPRESS, DEAR_COMPRESS_AG): %s for\n"
+            "                      the reduce-scatters (all-reduces), and the all-gathers when AG is not\n"
+            "                      given; every tensor is taken as float32 and priced at the bytes that\n"
+            "                      travel, the wfbp+threshold reference too (default none)\n"
             "  --csv               print CSV instead of the table\n"
             "  --help              this text\n",
             DEAR_ROBUST_LO, DEAR_ROBUST_HI, dear_cost_preset_names(), DEAR_PLANNER_CHOICES,
-            dear_param_table[DEAR_P_PARTITION].defval);
+            dear_param_table[DEAR_P_PARTITION].defval, DEAR_COMPRESS_CHOICES);
 }
 
 __attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
@@ -165,6 +169,7 @@ typedef struct {
     long long partition;
     int sched_sel, csv, dense, estimate;
     double compute_ms;          /* 0: not given */
+    dear_compress_t comp_rs, comp_ag; /* --compress */
 } plan_opts_t;
 
 /* The model as loaded and as the plans see it: its tensors cut into units (fusion/units.h). */
@@ -303,8 +308,8 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         { "scale", required_argument, 0, 'k' },   { "csv", no_argument, 0, 'C' },
         { "dense", no_argument, 0, 'D' },         { "partition", required_argument, 0, 'P' },
         { "estimate", required_argument, 0, 'E' }, { "hints", required_argument, 0, 'H' },
-        { "compute-ms", required_argument, 0, 'M' }, { "help", no_argument, 0, 'h' },
-        { 0, 0, 0, 0 }
+        { "compute-ms", required_argument, 0, 'M' }, { "compress", required_argument, 0, 'z' },
+        { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
     };
     *o = (plan_opts_t){ .src = { .rph = 1 }, .seed = 1, .threshold = 26214400, .sched_sel = -1 };
     char msg[256];
@@ -373,6 +378,14 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         case 'k': o->scale = optarg; break;
         case 'C': o->csv = 1; break;
         case 'D': o->dense = 1; break;
+        case 'z': {
+            char rs[16];
+            const char *slash = strchr(optarg, '/');
+            snprintf(rs, sizeof rs, "%.*s", slash ? (int)(slash - optarg) : (int)strlen(optarg), optarg);
+            if (dear_compress_parse(rs, &o->comp_rs) || dear_compress_parse(slash ? slash + 1 : rs, &o->comp_ag))
+                return fail("--compress '%s' is not RS[/AG], each one of %s", optarg, DEAR_COMPRESS_CHOICES);
+            break;
+        }
         case 'P':
             if (dear_param_parse_int(DEAR_P_PARTITION, optarg, &o->partition, msg, sizeof msg) != DEAR_OK)
                 return fail("--partition '%s' is not a size in bytes (0 or more; k/m/g suffix)", optarg);
@@ -422,6 +435,15 @@ static void print_csv(const model_t *mu, const plan_opts_t *o, int P, const tabl
     }
 }
 
+/* Bytes all the tensors put on the wire in one collective of op each. */
+static double wire_total(const dear_profile_t *prof, dear_coll_op_t op)
+{
+    double w = 0;
+    for (int t = 0; t < prof->ntensors; t++)
+        w += dear_prof_wire_bytes(&prof->tensors[t], op);
+    return w;
+}
+
 static void print_table(const char *profile, const model_t *mu, const plan_opts_t *o, const dear_cost_model_t *model,
                         const table_t *tab)
 {
@@ -450,6 +472,10 @@ static void print_table(const char *profile, const model_t *mu, const plan_opts_
                    dear_prof_wire_bytes(pt, DEAR_COLL_REDUCE_SCATTER) / 1048576.0,
                    dear_prof_wire_bytes(pt, DEAR_COLL_ALLGATHER) / 1048576.0);
     }
+    if (o->comp_rs != DEAR_COMPRESS_NONE || o->comp_ag != DEAR_COMPRESS_NONE)
+        printf("compressed: reduce-scatters (all-reduces) %s, all-gathers %s; priced at %.1f and %.1f MiB on the "
+               "wire\n", dear_compress_name(o->comp_rs), dear_compress_name(o->comp_ag),
+               wire_total(prof, DEAR_COLL_REDUCE_SCATTER) / 1048576.0, wire_total(prof, DEAR_COLL_ALLGATHER) / 1048576.0);
     dear_cost_print(stdout, model);
     if (o->estimate)
         printf("\nplanned from the structure (--estimate %s%s), predicted on %s\n",
@@ -645,6 +671,7 @@ static int load_model(plan_opts_t *o, const dear_cost_model_t *model, model_t *m
     }
     for (int t = 0; o->dense && t < mu->tensors.ntensors; t++)
         mu->tensors.tensors[t].block_bytes = 0;
+    dear_prof_set_compress(&mu->tensors, -1, o->comp_rs, o->comp_ag);
     mu->timed = !mu->tensors.no_times;
     if (!mu->timed && !o->estimate)
         o->estimate = EST_RANGE;
@@ -677,6 +704,8 @@ static int load_model(plan_opts_t *o, const dear_cost_model_t *model, model_t *m
             rc = dear_prof_units(&mu->tensors, mu->tensors.ntensors, NULL, &est); /* a copy */
         }
     }
+    /* The estimate's profile too travels compressed. */
+    dear_prof_set_compress(&mu->tensors, -1, o->comp_rs, o->comp_ag);
     rc = dear_prof_cut(&mu->tensors, (size_t)o->partition, &mu->units, &mu->nunits, &mu->prof);
     if (rc == DEAR_OK && o->estimate)
         rc = dear_prof_units(&est, mu->nunits, mu->units, &mu->est);

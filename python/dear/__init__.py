@@ -119,7 +119,8 @@ _DTYPES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16:
 _MODE_TRAIN, _MODE_ACCUMULATE, _MODE_EVAL = 0, 1, 2
 # The keywords of wrap and the DEAR_* variable each sets.
 _KEYWORDS = {"schedule": "DEAR_SCHEDULE", "fusion": "DEAR_FUSION", "bucket_cap_mb": "DEAR_FUSION_THRESHOLD",
-             "clip_norm": "DEAR_CLIP_NORM", "find_unused": "DEAR_FIND_UNUSED"}
+             "clip_norm": "DEAR_CLIP_NORM", "find_unused": "DEAR_FIND_UNUSED", "compress": "DEAR_COMPRESS",
+             "compress_ag": "DEAR_COMPRESS_AG", "error_feedback": "DEAR_COMPRESS_EF"}
 _LEVELS = ("error", "warn", "info", "debug")
 # Subclass dispatch off, user modes on, where torch tells them apart (>= 2.0).
 _no_torch_function = getattr(torch._C, "DisableTorchFunctionSubclass", None) or torch._C.DisableTorchFunction
@@ -1050,7 +1051,7 @@ def _keyword_env(kw):
         if value is None:
             continue
         var = _KEYWORDS[key]
-        if key == "find_unused":
+        if key in ("find_unused", "error_feedback"):
             text = "1" if value else "0"
         elif key == "bucket_cap_mb":
             text = str(int(float(value) * 2 ** 20))
@@ -1086,7 +1087,7 @@ _MISSING = object()
 
 
 def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_mb=None, clip_norm=None,
-         find_unused=None, shard=False, example=None):
+         find_unused=None, shard=False, example=None, compress=None, compress_ag=None, error_feedback=None):
     """Register model's trainable parameters with libdear and hook optimizer's steps onto the
     arrival of the averaged gradients. Collective over comm (default MPI.COMM_WORLD): every rank
     wraps the same model. Returns (model, optimizer), the same objects, hooked.
@@ -1101,13 +1102,19 @@ def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_
     all-gathers carry the parameters; an element-wise optimizer only, see the module's text),
     example: an input of the model (a tensor, or a tuple of its forward's positional arguments),
     which wrap runs once under torch.no_grad() (buffers and random generators restored after) so
-    that the first plan knows each layer's FLOPs from the shapes it sees rather than per position;
-    a model whose forward has other side effects should not be given one."""
+    that the first plan knows each layer's FLOPs from the shapes it sees rather than per position
+    (a model whose forward has other side effects should not be given one), compress ('none',
+    'bf16', 'fp16': float32 gradients travel as 16-bit values, summed in float32, averaged into
+    float32 as DDP's bf16_compress_hook / fp16_compress_hook do but rounded only to cross the
+    wire; DEAR_COMPRESS), compress_ag (the all-gathers' own format, 'same' by default;
+    DEAR_COMPRESS_AG), error_feedback (keep what rounding dropped for the next iteration;
+    DEAR_COMPRESS_EF). libdear refuses an unknown value, naming the accepted ones."""
     _load()
     if hasattr(model, "_dear"):
         raise DearError("dear.wrap", -2, "this model is already wrapped")
     env = _keyword_env({"schedule": schedule, "fusion": fusion, "bucket_cap_mb": bucket_cap_mb,
-                        "clip_norm": clip_norm, "find_unused": find_unused})
+                        "clip_norm": clip_norm, "find_unused": find_unused, "compress": compress,
+                        "compress_ag": compress_ag, "error_feedback": error_feedback})
     w = _Wrapped(model, optimizer, comm, env, shard=shard, example=example)
     model._dear = w
     everything = range(len(w.params))

@@ -30,13 +30,15 @@ expect 0 "unknown or incomplete option" --profile "$TINY" --frobnicate
 expect 0 "--inject-fault 'x'" --profile "$TINY" --inject-fault x
 expect 0 "--jitter-ms '-1'" --profile "$TINY" --jitter-ms -1
 expect 0 "--jitter-seed 'x'" --profile "$TINY" --jitter-seed x
-expect 0 "suffix '+dense' is not +sparse, +shard, +part=SIZE, +first=MODE, +hold or +nohints" --profile "$TINY" \
+expect 0 "suffix '+dense' is not +sparse, +shard, +part=SIZE, +first=MODE, +hold, +nohints, +bf16" --profile "$TINY" \
     --configs "dear:threshold+dense"
 expect 0 "+first=soon is not one of first|range|threshold" --profile "$TINY" --configs "dear:auto+first=soon"
 expect 0 "--first-n '0'" --profile "$TINY" --first-n 0
 expect 2 "cannot use --hints" --profile "$TINY" --hints "$TMPD/none.model"
 printf 'dear-model 1\nlayer 0 5\nlayer 1 5\ntensor a 0 100\nend 2 1\n' >"$TMPD/other.model"
 expect 0 "layers are not the profile's" --profile "$TINY" --hints "$TMPD/other.model"
+expect 0 "'+compress=bf8': a format is one of none|bf16|fp16" --profile "$TINY" --configs "dear:auto+compress=bf8"
+expect 0 "suffix '+fp16' is not" --profile "$TINY" --configs "dear:auto+bf16+fp16"
 expect 0 "suffix '+sparse' is not" --profile "$TINY" --configs "dear:threshold+sparse+sparse"
 expect 0 "+part: DEAR_PARTITION='1q' is not valid" --profile "$TINY" --configs "dear:auto+part=1q"
 expect 0 "declares no sparse tensor" --profile "$TINY" --configs "wfbp:none;dear:threshold+sparse"

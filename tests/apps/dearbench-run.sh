@@ -1,11 +1,14 @@
 #!/bin/sh
 # dear-bench end to end on a tiny profile at np 2 and 3: every schedule (and the planners the
-# runtime offers), also sharded (+shard: each element updated by one rank), must pass the
-# parameter check (all ranks identical and equal to the float64 reference), and the CSV must
-# hold one well-formed row per configuration, in order.
+# runtime offers), also sharded (+shard: each element updated by one rank) and compressed, must
+# pass the parameter check (all ranks identical and equal to the float64 reference, within the
+# all-gather's rounding when compressed), and the CSV must hold one well-formed row per
+# configuration, in order; a compressed configuration's lower bound counts the bytes that travel
+# (never more).
 . "${top_srcdir:-.}/tests/apps/dearbench-lib.sh"
 CONFIGS="sync;wfbp:threshold:64m;wfbp:none;wfbp:threshold:100k;dear:threshold:100k;dear:none;dear:auto"
 CONFIGS="$CONFIGS;sync+shard;wfbp:threshold:100k+shard;dear:auto+shard"
+CONFIGS="$CONFIGS;wfbp:threshold:64m+bf16;dear:auto+compress=fp16/none+ef;dear:auto+shard+bf16"
 for np in 2 3; do
     bench "$np" --profile "$TINY" --iters 6 --warmup 7 --configs "$CONFIGS" --csv "$TMPD/r$np.csv"
     [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "np $np: exit status $rc"; continue; }
@@ -29,6 +32,7 @@ by = {r["config"]: r for r in rows}
 assert abs(float(by["sync"]["speedup_sync"]) - 1) < 1e-9
 assert abs(float(by["wfbp:threshold:64m"]["speedup_wfbp64"]) - 1) < 1e-9
 assert int(by["dear:threshold:100k"]["threshold_bytes"]) == 102400
+assert float(by["wfbp:threshold:64m+bf16"]["bound_ms"]) <= float(by["wfbp:threshold:64m"]["bound_ms"])
 PY
     grep -q "PARAMETER CHECK FAILED" "$TMPD/out" && fail "np $np: check failure reported"
 done

@@ -17,7 +17,7 @@ typedef struct {
     double s;
 } kargs_t;
 
-enum { K_SCALE, K_SUM, K_WIDEN, K_WIDEN_ACC, K_NARROW };
+enum { K_SCALE, K_SUM, K_WIDEN, K_WIDEN_ACC, K_NARROW, K_FEEDBACK };
 
 static void run(void *arg)
 {
@@ -33,6 +33,7 @@ static void run(void *arg)
         case K_WIDEN: kern_widen_at(k->t, dst, a, i); break;
         case K_WIDEN_ACC: kern_widen_acc_at(k->t, dst, a, i); break;
         case K_NARROW: kern_narrow_at(k->t, dst, a, i, k->s); break;
+        case K_FEEDBACK: kern_feedback_at(k->t, dst, (float *)a, i); break;
         }
     }
 }
@@ -68,6 +69,11 @@ cudaError_t dear_kern_widen_acc(cudaStream_t s, dear_dtype_t t, float *acc, cons
 cudaError_t dear_kern_narrow(cudaStream_t s, dear_dtype_t t, void *dst, const float *src, size_t n, double scale)
 {
     return launch(s, (kargs_t){ K_NARROW, t, dst, src, NULL, n, scale });
+}
+
+cudaError_t dear_kern_feedback(cudaStream_t s, dear_dtype_t t, float *v, float *e, size_t n)
+{
+    return launch(s, (kargs_t){ K_FEEDBACK, t, v, e, NULL, n, 1 });
 }
 
 typedef struct {

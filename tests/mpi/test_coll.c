@@ -36,13 +36,9 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "base/util.h"
-#include "tests/mpi/np_check.h"
+#include "tests/mpi/coll_check.h"
 
-static int g_rank, g_size, g_quick;
-static dear_transport_t *g_tp;  /* --socket: the transport g_comm and the hier layouts' go through */
-static dear_net_t *g_net;       /* g_comm on it (NULL: MPI) */
-static MPI_Comm g_comm;
-static char g_first_err[512];
+static int g_quick;
 
 #define GUARD 8                 /* elements past every receive buffer that must stay untouched */
 #define SENTINEL_BYTE 0x5A
@@ -81,16 +77,6 @@ static int g_interleaved;
 
 /* Element i of rank r's input: small integers, so every sum is exact in every type. */
 static double int_value(int r, size_t i) { return (double)((long)((i * 7 + (size_t)r * 13) % 17) - 8); }
-
-/* Deterministic pseudo-random value in [-1, 1) from (r, i). */
-static double rand_value(int r, size_t i)
-{
-    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)(r + 1) * 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 29;
-    return (double)(x >> 11) / 4503599627370496.0 - 1.0;
-}
 
 /* The value a correct collective stores for a reduced sum (exact in double) and a scale: the
  * library scales in the accumulation type and rounds once to the element type. */
@@ -131,35 +117,6 @@ static double tolerance(dear_dtype_t t)
     case DEAR_FLOAT16: return 2.0 * g_size * 0x1p-11;
     default: return 0;
     }
-}
-
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
-/* Combine a local failure flag over all ranks, then assert with the first local message. */
-static void assert_all_ok(int local_bad, const char *what)
-{
-    int any = 0;
-    MPI_Allreduce(&local_bad, &any, 1, MPI_INT, MPI_MAX, g_comm);
-    if (any && local_bad)
-        fprintf(stderr, "[rank %d] %s: %s\n", g_rank, what, g_first_err);
-    ck_assert_msg(!any, "%s failed on some rank (see stderr)", what);
-}
-
-static int note(int bad, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int note(int bad, const char *fmt, ...)
-{
-    if (bad && g_first_err[0] == '\0') {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(g_first_err, sizeof g_first_err, fmt, ap);
-        va_end(ap);
-    }
-    return bad;
 }
 
 static int guard_ok(const char *p) {
@@ -1173,14 +1130,7 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-    int provided, socket = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    np_check(argv[0]);
-    MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
-    MPI_Comm_rank(g_comm, &g_rank);
-    MPI_Comm_size(g_comm, &g_size);
-    dear_log_set_rank(g_rank);
-    algo_lists();
+    int socket = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             g_quick = 1;
@@ -1193,11 +1143,8 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--socket") == 0)
             socket = 1;
     }
-    if (dear_params_load() != DEAR_OK)
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    if (socket && (dear_transport_open(g_comm, DEAR_TRANSPORT_SOCKET, 1, &g_tp) != DEAR_OK ||
-                   dear_net_open(g_tp, g_comm, &g_net) != DEAR_OK))
-        MPI_Abort(MPI_COMM_WORLD, 2);
+    coll_test_init(&argc, &argv, socket);
+    algo_lists();
 
     Suite *s = suite_create("coll");
     TCase *tc = tcase_create("coll");
@@ -1221,26 +1168,5 @@ int main(int argc, char **argv)
     if (!g_sparse_only)
         tcase_add_test(tc, test_hier);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, g_rank == 0 ? CK_NORMAL : CK_SILENT);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (g_tp) {
-        /* The sweeps must really have gone over the sockets. */
-        uint64_t msgs = 0, timeouts = 0;
-        dear_transport_counters(g_tp, &msgs, &timeouts);
-        if (g_rank == 0)
-            fprintf(stderr, "socket transport: %llu messages, %llu waits that timed out\n",
-                    (unsigned long long)msgs, (unsigned long long)timeouts);
-        if (msgs == 0)
-            failed++;
-        dear_net_close(g_net);
-        dear_transport_close(g_tp);
-    }
-    int any = 0;
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Comm_free(&g_comm);
-    MPI_Finalize();
-    return any ? 1 : 0;
+    return coll_test_run(s);
 }

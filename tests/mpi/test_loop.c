@@ -22,7 +22,8 @@
  *   wait     update = NULL: dear_wait_grad gives the averaged gradient of one layer
  *   bf16     bfloat16 gradients whose float32 sums are exact: the update sees the float32 sum
  *            rounded once, bit for bit, at every rank count
- *   determ.  DEAR_DETERMINISTIC: two plans end on the same parameters bit for bit
+ *   determ.  DEAR_DETERMINISTIC: two plans end on the same parameters bit for bit, also with
+ *            compressed gradients
  *   shard    sharded updates (dear_set_shard): each rank steps the momenta of its slices only,
  *            under every schedule and with the options above (float32), and the all-gathers
  *            bring every rank the same parameters as the reference; DEAR_SHARD_HOLD, where the
@@ -30,6 +31,11 @@
  *            and auto's check, which must not move a slice (its momentum would be lost); bitwise
  *            the unsharded parameters under DEAR_DETERMINISTIC; the slices cover every element
  *            once, about 1/P per rank; bad use refused
+ *   wire16   float32 gradients compressed to float16 (DEAR_COMPRESS or dear_set_compress), whose
+ *            partial sums are exact in 16 bits: the update sees the float32 average rounded once,
+ *            bit for bit, and half the bytes travel; different settings on one rank fail commit
+ *   ef       error feedback (DEAR_COMPRESS_EF): gradients too small for float16 get through
+ *            over the iterations, and do not without it
  */
 #include <check.h>
 #include <math.h>
@@ -57,7 +63,7 @@ static int rank, nranks;
 
 typedef enum { OPT_NONE = 0, OPT_CLIP = 1, OPT_ACCUM = 2, OPT_FREEZE = 4, OPT_NOGRAD = 8, OPT_EVAL = 16,
                OPT_BF16 = 32, OPT_FIND_UNUSED = 64, OPT_WAIT = 128, OPT_CLIP_ENV = 256, OPT_SHARD = 512,
-               OPT_HOLD = 1024, OPT_ONLINE = 2048 } opt_t;
+               OPT_HOLD = 1024, OPT_ONLINE = 2048, OPT_WIRE16 = 4096, OPT_TINY = 8192 } opt_t;
 
 /* A slice an update callback noted under DEAR_SHARD_HOLD, stepped after dear_backward_end. */
 typedef struct {
@@ -82,18 +88,23 @@ typedef struct {
     size_t nshard;
     note_t notes[MAX_NOTES];    /* OPT_HOLD */
     int nnotes;
+    double *total;              /* OPT_TINY: the averaged gradients added up over the iterations */
 } model_t;
 
 static const size_t counts[NT] = { 5, 301, 64, 1, 1200, 37 };
 
 static float lr_of(long long it) { return 0.05f * (float)(it + 1) / (float)(it + 3); }
 
-/* A micro-batch's gradient of element i of tensor t on a rank. With OPT_BF16 the values are
- * multiples of 2^-10 under 2^7, exact in bfloat16 and summed exactly in float32. */
+/* A micro-batch's gradient of element i of tensor t on a rank. With OPT_BF16 (OPT_WIRE16) the
+ * values are multiples of 2^-10 under 2^-4, exact in bfloat16, summed exactly in float32 (and
+ * in float16: their partial sums over up to 5 ranks need 9 bits). OPT_TINY: 2^-26, which float16
+ * rounds to zero. */
 static float grad_value(const model_t *m, int t, size_t i, int r, long long it, int micro)
 {
     double d = sin(0.7 * (double)i + 1.3 * t + 0.37 * r + 0.11 * (double)it + 0.5 * micro);
-    if (m->opts & OPT_BF16)
+    if (m->opts & OPT_TINY)
+        return 0x1p-26f;
+    if (m->opts & (OPT_BF16 | OPT_WIRE16))
         return (float)ldexp(round(ldexp(d, 6)), -10);
     return (float)(0.2 * d + 0.05 * tanh((double)m->w[m->off[t] + i]));
 }
@@ -131,7 +142,8 @@ static void model_init(model_t *m, int opts)
     m->w = calloc(n, sizeof *m->w);
     m->v = calloc(n, sizeof *m->v);
     m->g = calloc(n, sizeof(float));
-    ck_assert(m->w && m->v && m->g);
+    m->total = calloc(n, sizeof(double));
+    ck_assert(m->w && m->v && m->g && m->total);
     for (size_t i = 0; i < n; i++)
         m->w[i] = (float)cos(0.3 * (double)i);
     for (int k = 0; k < ITERS; k++)
@@ -144,6 +156,7 @@ static void model_free(model_t *m)
     free(m->v);
     free(m->g);
     free(m->vs);
+    free(m->total);
 }
 
 /* OPT_SHARD: one step of elements [off, off + n) of tensor t, their momenta at pos in vs. */
@@ -200,13 +213,17 @@ static void reference(model_t *m)
             for (int t = 0; t < NT; t++)
                 for (size_t i = 0; i < counts[t] && has_grad(m, t, rank, it); i++)
                     g[m->off[t] + i] += grad_value(m, t, i, rank, it, mb);
-        if (m->opts & OPT_BF16) {
+        if (m->opts & (OPT_BF16 | OPT_WIRE16)) {
             /* Exact float32 sums (see grad_value), rounded once after the average. */
             for (size_t i = 0; i < n; i++)
                 wide[i] = g[i];
             MPI_Allreduce(MPI_IN_PLACE, wide, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-            for (size_t i = 0; i < n; i++)
-                g[i] = dear_bf16_to_float(dear_float_to_bf16((float)wide[i] * (float)(1.0 / nranks)));
+            for (size_t i = 0; i < n; i++) {
+                float avg = (float)wide[i] * (float)(1.0 / nranks);
+                g[i] = m->opts & OPT_BF16 ? dear_bf16_to_float(dear_float_to_bf16(avg))
+                       : nranks > 1       ? dear_half_to_float(dear_float_to_half(avg))
+                                          : avg; /* one rank sends nothing */
+            }
         } else {
             MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             for (size_t i = 0; i < n; i++)
@@ -256,6 +273,12 @@ static int update(const dear_update_info_t *u)
         g = tmp;
     }
     m->norm[u->iteration] = u->grad_norm;
+    if (m->opts & OPT_TINY) {
+        for (size_t i = 0; i < u->count; i++)
+            m->total[m->off[t] + i] += g[i];
+        m->calls[t]++;
+        return 0;
+    }
     sgd(m, t, g, u->iteration);
     m->calls[t]++;
     return 0;
@@ -334,8 +357,16 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
         setenv("DEAR_COST_PRESET", "10gbe", 1);
         setenv("DEAR_PARTITION", "1k", 1);
     }
+    /* Compressed to float16: through the environment under some schedules, the call under others. */
+    int by_env = sched[0] == 'w' || plan != NULL;
+    if ((m->opts & (OPT_WIRE16 | OPT_TINY)) && by_env)
+        setenv("DEAR_COMPRESS", "fp16", 1);
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
     check_transport(ctx);
+    if ((m->opts & (OPT_WIRE16 | OPT_TINY)) && !by_env)
+        ck_assert_int_eq(dear_set_compress(ctx, DEAR_COMPRESS_FP16, DEAR_COMPRESS_FP16,
+                                           getenv("DEAR_COMPRESS_EF") != NULL),
+                         DEAR_OK);
     dear_dtype_t dt = m->opts & OPT_BF16 ? DEAR_BFLOAT16 : DEAR_FLOAT32;
     size_t es = m->opts & OPT_BF16 ? 2 : 4;
     for (int t = 0; t < NT; t++) {
@@ -381,6 +412,7 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
                              "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_PARTITION" };
     for (size_t i = 0; (m->opts & OPT_ONLINE) && i < sizeof online / sizeof online[0]; i++)
         unsetenv(online[i]);
+    unsetenv("DEAR_COMPRESS");
     return ctx;
 }
 
@@ -480,8 +512,9 @@ static void compare(int opts, int s, int eval_us)
     char what[112];
     snprintf(what, sizeof what, "options 0x%x, schedule %s%s, np %d", opts, scheds[s],
              plan_of(s) ? " (buckets cut by the all-gather groups)" : "", nranks);
-    /* bfloat16: the same float32 sum rounded once, so the same parameters bit for bit. */
-    assert_close(m.w, ref.w, m.off[NT], opts & OPT_BF16 ? 0 : 2e-5, what);
+    /* bfloat16, float16 on the wire: the same float32 sum rounded once, so the same parameters
+     * bit for bit. */
+    assert_close(m.w, ref.w, m.off[NT], opts & (OPT_BF16 | OPT_WIRE16) ? 0 : 2e-5, what);
     if (opts & OPT_SHARD) {
         /* Every element updated once per update of the reference, by one rank. */
         long all[NT];
@@ -527,35 +560,115 @@ END_TEST
 START_TEST(test_bf16) { compare(OPT_BF16, _i, 0); }
 END_TEST
 
+/* The bytes this rank sent training with opts under schedule s. */
+static uint64_t bytes_sent(int opts, int s)
+{
+    model_t m;
+    model_init(&m, opts);
+    dear_ctx_t *ctx = setup(&m, scheds[s], plan_of(s));
+    train(ctx, &m, 0);
+    dear_stats_t st;
+    ck_assert_int_eq(dear_get_stats(ctx, &st), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+    return st.bytes_sent;
+}
+
+/* Compressed float32 on the wire: bit for bit the reference rounded once (see grad_value), with
+ * half the bytes of the uncompressed run; a rank that compresses otherwise fails commit everywhere. */
+START_TEST(test_wire16)
+{
+    compare(OPT_WIRE16, _i, 0);
+    if (nranks < 2)
+        return;
+    uint64_t sent[2] = { bytes_sent(OPT_NONE, _i), bytes_sent(OPT_WIRE16, _i) };
+    ck_assert_msg(2 * sent[1] == sent[0], "compressed: %llu bytes sent, %llu uncompressed", (unsigned long long)sent[1],
+                  (unsigned long long)sent[0]);
+    if (_i > 0)
+        return;
+    float x[4] = { 0 };
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_register(ctx, "x", 0, x, 4, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL), DEAR_OK);
+    ck_assert_int_eq(dear_set_compress(ctx, (dear_compress_t)3, DEAR_COMPRESS_NONE, 0), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_set_compress(ctx, DEAR_COMPRESS_BF16, DEAR_COMPRESS_NONE, 2), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_set_compress(ctx, DEAR_COMPRESS_BF16, rank == nranks - 1 ? DEAR_COMPRESS_FP16
+                                                                                  : DEAR_COMPRESS_BF16, 0),
+                     DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_ERR_MISMATCH);
+    ck_assert_int_eq(dear_set_compress(ctx, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16, 0), DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_set_compress(ctx, DEAR_COMPRESS_NONE, DEAR_COMPRESS_NONE, 0), DEAR_ERR_STATE);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+}
+END_TEST
+
+/* Error feedback: every rank's gradient is 2^-26, which float16 rounds to zero. Without it the
+ * updates see zeros (this rank's own share, added unrounded, is lost in the all-gather's
+ * rounding of the average); with it each rank's residual grows until it travels, and the
+ * averaged gradients add up to the true total within two float16 steps (2^-24 each). */
+START_TEST(test_ef)
+{
+    if (nranks < 2)
+        return;
+    for (int ef = 0; ef < 2; ef++) {
+        if (ef)
+            setenv("DEAR_COMPRESS_EF", "1", 1);
+        model_t m;
+        model_init(&m, OPT_TINY);
+        dear_ctx_t *ctx = setup(&m, scheds[_i], plan_of(_i));
+        train(ctx, &m, 0);
+        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+        unsetenv("DEAR_COMPRESS_EF");
+        double want = ef ? ITERS * 0x1p-26 : 0, tol = ef ? 2 * 0x1p-24 : 0;
+        for (size_t i = 0; i < m.off[NT]; i++)
+            ck_assert_msg(fabs(m.total[i] - want) <= tol, "error feedback %d, schedule %s: element %zu's gradients add "
+                          "up to %g, expected %g", ef, scheds[_i], i, m.total[i], want);
+        model_free(&m);
+    }
+}
+END_TEST
+
 /* DEAR_DETERMINISTIC: the same training under two plans (2 KiB buckets of whole tensors; chunks of
  * 256 bytes, and for the cut schedule its hand plan) ends on the same parameters bit for bit,
  * though the gradients are not exact and the plans sum them in other pieces; the second run
- * with options opts_b (sharded: the sums are in rank order either way, momentum element-wise). */
-static void determ_compare(int s, int opts_b, const char *what)
+ * with options opts_b (sharded: the sums are in rank order either way, momentum element-wise);
+ * compressed: float32 travels as bfloat16 in both (each contribution rounded once, wherever it
+ * is summed). */
+static void determ_compare(int s, int opts_b, int compressed, const char *what)
 {
     setenv("DEAR_DETERMINISTIC", "1", 1);
     model_t a, b;
     model_init(&a, OPT_NONE);
     model_init(&b, opts_b);
+    if (compressed)
+        setenv("DEAR_COMPRESS", "bf16", 1);
     dear_ctx_t *ctx = setup(&a, scheds[s], NULL);
     train(ctx, &a, 0);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     setenv("DEAR_PARTITION", "256", 1);
+    if (compressed)
+        setenv("DEAR_COMPRESS", "bf16", 1); /* setup unset it */
     ctx = setup(&b, scheds[s], plan_of(s));
     train(ctx, &b, 0);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     unsetenv("DEAR_PARTITION");
     unsetenv("DEAR_DETERMINISTIC");
+    unsetenv("DEAR_COMPRESS");
     size_t n = a.off[NT], differ = 0;
     for (size_t i = 0; i < n; i++)
         differ += memcmp(&a.w[i], &b.w[i], sizeof a.w[i]) != 0;
-    ck_assert_msg(differ == 0, "DEAR_DETERMINISTIC=1, schedule %s, np %d: %zu of %zu parameters differ between %s",
-                  scheds[s], nranks, differ, n, what);
+    ck_assert_msg(differ == 0, "DEAR_DETERMINISTIC=1%s, schedule %s, np %d: %zu of %zu parameters differ between %s",
+                  compressed ? " DEAR_COMPRESS=bf16" : "", scheds[s], nranks, differ, n, what);
     model_free(&a);
     model_free(&b);
 }
 
-START_TEST(test_deterministic) { determ_compare(_i, OPT_NONE, "two plans"); }
+START_TEST(test_deterministic)
+{
+    for (int c = 0; c < 2; c++)
+        determ_compare(_i, OPT_NONE, c, "two plans");
+}
 END_TEST
 
 /* Frozen tensors: unchanged, and their bytes do not travel. */
@@ -564,18 +677,7 @@ START_TEST(test_frozen)
     compare(OPT_FREEZE, _i, 0);
     if (nranks < 2)
         return;
-    uint64_t sent[2];
-    for (int k = 0; k < 2; k++) {
-        model_t m;
-        model_init(&m, k ? OPT_FREEZE : OPT_NONE);
-        dear_ctx_t *ctx = setup(&m, scheds[_i], plan_of(_i));
-        train(ctx, &m, 0);
-        dear_stats_t st;
-        ck_assert_int_eq(dear_get_stats(ctx, &st), DEAR_OK);
-        sent[k] = st.bytes_sent;
-        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
-        model_free(&m);
-    }
+    uint64_t sent[2] = { bytes_sent(OPT_NONE, _i), bytes_sent(OPT_FREEZE, _i) };
     ck_assert_msg(sent[1] < sent[0], "frozen: %llu bytes sent, %llu without freezing", (unsigned long long)sent[1],
                   (unsigned long long)sent[0]);
 }
@@ -659,7 +761,7 @@ START_TEST(test_shard_online)
 }
 END_TEST
 
-START_TEST(test_shard_determ) { determ_compare(_i, OPT_SHARD, "sharded and unsharded under two plans"); }
+START_TEST(test_shard_determ) { determ_compare(_i, OPT_SHARD, 0, "sharded and unsharded under two plans"); }
 END_TEST
 
 /* The slices of every rank cover each element once, about 1/P of the model each; bad use of the
@@ -797,6 +899,8 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, test_frozen, 0, NSCHED);
         tcase_add_loop_test(tc, test_wait, 0, NSCHED);
         tcase_add_loop_test(tc, test_deterministic, 0, NSCHED);
+        tcase_add_loop_test(tc, test_wire16, 0, NSCHED);
+        tcase_add_loop_test(tc, test_ef, 0, NSCHED);
         tcase_add_test(tc, test_layers);
         tcase_add_loop_test(tc, test_shard, 0, NSCHED);
         tcase_add_loop_test(tc, test_shard_online, 0, 2); /* sync plans once */

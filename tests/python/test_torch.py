@@ -126,10 +126,12 @@ def train(model, opt, kind, data, sched=None):
             sched.step()
 
 
-def ddp_params(kind, opt_name, **kw):
+def ddp_params(kind, opt_name, hook=None, **kw):
     model, opt = make(kind, opt_name, **kw)
     ddp = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False,
                                               find_unused_parameters="unused" in kw)
+    if hook is not None:
+        ddp.register_comm_hook(None, hook)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
     train(ddp, opt, kind, batches(kind, ITERS), sched)
     return [p.detach().clone() for p in model.parameters()]
@@ -141,10 +143,10 @@ def state_numel(opt):
     return sum(v.numel() for p, st in opt.state.items() for v in st.values() if torch.is_tensor(v) and v.shape == p.shape)
 
 
-def dear_params(kind, opt_name, schedule, shard=False, state=None, **kw):
+def dear_params(kind, opt_name, schedule, shard=False, state=None, compress=None, **kw):
     os.environ["DEAR_SCHEDULE"] = schedule
     model, opt = make(kind, opt_name, **kw)
-    model, opt = dear.wrap(model, opt, find_unused="unused" in kw, shard=shard)
+    model, opt = dear.wrap(model, opt, find_unused="unused" in kw, shard=shard, compress=compress)
     check(dear.schedule(model) == schedule, "dear.schedule says %s, not %s" % (dear.schedule(model), schedule))
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
     train(model, opt, kind, batches(kind, ITERS), sched)
@@ -207,6 +209,34 @@ def shard_against_ddp():
             if RANK == 0:
                 print("ok: %s: %.2g from DDP%s; optimizer state %d of %d elements on the largest rank" %
                       (what, d, ", bitwise the unsharded wrap's" if same else "", most, whole[0]), flush=True)
+def compressed():
+    """dear.wrap(compress=...) against DDP in float32, and DDP's own compression hooks against it:
+    the parameters after the run differ from float32's by no more than the hooks' do, give or take
+    a little (dear rounds only to cross the wire; the hooks round every gradient, then divide in 16
+    bits, then sum in 16 bits). fp16 over gloo only: gloo has no bfloat16 sum, so DDP's
+    bf16_compress_hook cannot run here."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    # AdamW divides by the root of its second moment, so a parameter whose gradients are tiny moves
+    # by about lr whatever their size: rounding them moves it visibly (bfloat16 has 8 bits).
+    for kind, opt_name, tols in (("cnn", "sgd", (2e-3, 1e-2)), ("transformer", "adamw", (2e-2, 0.2))):
+        ref = ddp_params(kind, opt_name)
+        hooked = ddp_params(kind, opt_name, hook=default_hooks.fp16_compress_hook)
+        d_hook = rel_diff(hooked, ref)
+        for fmt, tol in zip(("fp16", "bf16"), tols):
+            for schedule in ("dear", "wfbp"):
+                got = dear_params(kind, opt_name, schedule, compress=fmt)
+                d = rel_diff(got, ref)
+                what = "%s %s %s compress=%s np %d" % (kind, opt_name, schedule, fmt, SIZE)
+                check(d <= tol, "%s: parameters differ from DDP's float32 by %.3g relative" % (what, d))
+                if fmt == "fp16":
+                    check(d <= 2 * d_hook + 1e-6, "%s: %.3g from float32, DDP's fp16 hook %.3g" % (what, d, d_hook))
+                if RANK == 0:
+                    print("ok: %s: %.2g from DDP's float32 (DDP's fp16_compress_hook: %.2g)" % (what, d, d_hook),
+                          flush=True)
+    if SIZE > 1:
+        model, opt = make("cnn", "sgd")
+        expect_error("an unknown format", "DEAR_COMPRESS='fp8' is not valid: expected one of none|bf16|fp16",
+                     lambda: dear.wrap(model, opt, compress="fp8"))
 
 
 def checkpoint_resume():
@@ -449,5 +479,5 @@ def run_tests(*tests):
 
 
 if __name__ == "__main__":
-    sys.exit(run_tests(compare_with_ddp, checkpoint_resume, errors, half_precision, shard_against_ddp,
+    sys.exit(run_tests(compare_with_ddp, compressed, checkpoint_resume, errors, half_precision, shard_against_ddp,
                        layer_costs))

@@ -69,6 +69,20 @@ grep -q "^dear-plan 2" "$tmp/bm.plan" || fail "description: no plan written"
 vs=$("$exe" --profile "$top_srcdir/fusion/profiles/bert-base.prof" --hints "$bm" --estimate first --preset 10gbe \
      --workers 4 --schedule dear --planner auto | awk '$1 == "dear" && $2 == "auto" { print $NF }')
 awk -v v="$vs" 'BEGIN { sub("%", "", v); exit !(v != "" && v + 0 < 1) }' || fail "estimate first vs_prof '$vs'"
+# Compression: priced at the bytes that travel, so --compress bf16 predicts what the profile with
+# every tensor half the bytes predicts uncompressed (planners whose buckets follow the cost, not
+# a byte threshold; every tensor whole, since the cuts are by bytes).
+sed 's/^\(tensor [^ ]* [0-9]*\) \([0-9]*\)$/\1 HALF\2/' "$vgg" | awk '{ if ($4 ~ /^HALF/) { $4 = substr($4, 5) / 2 } print }' \
+    > "$tmp/half.prof"
+for planner in dp mgwfbp; do
+    c=$("$exe" --profile "$vgg" --alpha 2e-3 --beta 1.1e-9 --workers 4 --planner $planner --partition 0 --csv \
+        --compress bf16 | awk -F, 'NR > 1 { print $3, $5 }')
+    h=$("$exe" --profile "$tmp/half.prof" --alpha 2e-3 --beta 1.1e-9 --workers 4 --planner $planner --partition 0 \
+        --csv | awk -F, 'NR > 1 { print $3, $5 }')
+    [ -n "$c" ] && [ "$c" = "$h" ] || fail "--compress bf16 with $planner: '$c', the half-size profile: '$h'"
+done
+"$exe" --profile "$vgg" --preset 10gbe --workers 4 --compress bf16/none | grep -q "^compressed: reduce-scatters (all-reduces) bf16, all-gathers none; priced at 263.9 and 527.8 MiB on the wire" ||
+    fail "the table does not say what is compressed"
 expect_err() {   # expected-status pattern args...
     want=$1; pat=$2; shift 2
     err=$("$exe" "$@" 2>&1 >/dev/null); rc=$?
@@ -82,6 +96,8 @@ expect_err 2 "--planner 'greedy'" --profile "$prof" --preset 10gbe --workers 4 -
 expect_err 2 "unknown cost preset 'wifi'" --profile "$prof" --preset wifi --workers 4
 expect_err 2 "unknown or incomplete option" --profile "$prof" --preset 10gbe --workers 4 --bogus
 expect_err 2 "--partition 'big'" --profile "$prof" --preset 10gbe --workers 4 --partition big
+expect_err 2 "--compress 'bf16/fp8' is not RS\[/AG\], each one of none|bf16|fp16" --profile "$prof" --preset 10gbe \
+    --workers 4 --compress bf16/fp8
 head -n 40 "$prof" > "$tmp/cut.prof"
 expect_err 1 "cut.prof:40: truncated" --profile "$tmp/cut.prof" --preset 10gbe --workers 4
 sed 's/^tensor conv1.weight 0 37632/tensor conv1.weight 0 -5/' "$prof" > "$tmp/bad.prof"

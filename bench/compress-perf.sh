@@ -1,0 +1,197 @@
+#!/bin/bash
+# compress-perf.sh: the figures of gradient compression (DEAR_COMPRESS), from measurement to the
+# "Gradient compression" section of docs/PERFORMANCE.md. Parts, each writing
+# bench/results/compress-PART*.csv (and a .meta line), run in this order:
+#   accuracy  one all-reduce (average) of random float32 per algorithm and format against the
+#             float64 average, np 2..6 on this host (dear-coll-bench --accuracy), and hier over
+#             the emulated cluster's 2x2, 3x2 and 2x3 layouts
+#   convert   the progress thread's conversions per MiB (dear-coll-bench --convert)
+#   coll      busbw of auto's collectives on 4 emulated hosts at --rate, float32 against bf16 and
+#             fp16 on the wire, busbw counted on the float32 bytes (dear-coll-bench --compress)
+#   e2e       dear-bench on 4 emulated hosts: vgg16, gpt2-small, bert-base, resnet50, each
+#             communication-bound (float32 communication twice the compute) and balanced, under
+#             wfbp+64M and dear:auto, dense and +bf16; then the phases (which phase to compress)
+#             on the communication-bound vgg16 and gpt2-small
+#   train     dear-cnn (--epochs, np 4) and dear-gpt (1000 iterations, np 4) in float32, bf16,
+#             fp16, and both with error feedback, --seeds seeds each, on this host
+# then bench/compress-report.py writes the section. --parts picks some; --report-only redraws.
+# The emulated cluster is brought up under EMU_PREFIX / EMU_SUBNET (export your own).
+set -euo pipefail
+
+SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+EMU=$SRCDIR/bench/emucluster
+RES=$SRCDIR/bench/results
+PROG=compress-perf.sh
+PARTS="accuracy convert coll e2e train"
+RATE=1gbit
+ITERS=21
+ROUNDS=3
+EPOCHS=5
+SEEDS=2
+CASES="vgg16 gpt2-small bert-base resnet50"
+BUILDDIR=
+REPORT_ONLY=0
+: "${EMU_PREFIX:=z}" "${EMU_SUBNET:=10.213.60}"
+export EMU_PREFIX EMU_SUBNET
+
+usage() {
+    cat <<EOF
+usage: bench/compress-perf.sh [options]
+  --parts LIST      some of: $PARTS (default all, in that order)
+  --builddir DIR    where the programs were built (default: the current directory if it has
+                    them, else the source tree)
+  --rate RATE       emulated link rate, tc syntax (default $RATE)
+  --iters N         dear-bench measured iterations per configuration (default $ITERS)
+  --rounds R        dear-bench rounds (default $ROUNDS)
+  --cases "A B"     e2e profiles (default "$CASES")
+  --epochs N        dear-cnn epochs (default $EPOCHS)
+  --seeds N         seeds per training configuration (default $SEEDS)
+  --report-only     only bench/compress-report.py on the results there
+Environment: EMU_PREFIX, EMU_SUBNET (default z, 10.213.60). Needs root for coll, e2e and
+accuracy's hier rows. The whole takes about two hours on 2 cores.
+EOF
+}
+die() { echo "$PROG: $*" >&2; exit 1; }
+
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --parts) PARTS=${2:?}; shift 2 ;;
+        --builddir) BUILDDIR=${2:?}; shift 2 ;;
+        --rate) RATE=${2:?}; shift 2 ;;
+        --iters) ITERS=${2:?}; shift 2 ;;
+        --rounds) ROUNDS=${2:?}; shift 2 ;;
+        --cases) CASES=${2:?}; shift 2 ;;
+        --epochs) EPOCHS=${2:?}; shift 2 ;;
+        --seeds) SEEDS=${2:?}; shift 2 ;;
+        --report-only) REPORT_ONLY=1; shift ;;
+        --help | -h) usage; exit 0 ;;
+        *) usage >&2; die "unknown option '$1'" ;;
+    esac
+done
+for p in $PARTS; do
+    [[ " accuracy convert coll e2e train " == *" $p "* ]] || die "unknown part '$p' (accepted: accuracy convert coll e2e train)"
+done
+[[ $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ && $EPOCHS =~ ^[0-9]+$ && $SEEDS =~ ^[0-9]+$ ]] ||
+    die "--iters, --rounds, --epochs and --seeds take counts"
+
+report() { python3 "$SRCDIR/bench/compress-report.py" --results "$RES" --doc "$SRCDIR/docs/PERFORMANCE.md" --rate "$RATE"; }
+if ((REPORT_ONLY)); then
+    report
+    exit 0
+fi
+
+[[ -n $BUILDDIR ]] || { [[ -x apps/tools/dear-coll-bench ]] && BUILDDIR=$PWD || BUILDDIR=$SRCDIR; }
+[[ -x $BUILDDIR/apps/tools/dear-coll-bench ]] || die "no apps/tools/dear-coll-bench in $BUILDDIR: build it or pass --builddir"
+BUILDDIR=$(cd "$BUILDDIR" && pwd)
+COLL=$BUILDDIR/apps/tools/dear-coll-bench BENCH=$BUILDDIR/apps/bench/dear-bench
+CNN=$BUILDDIR/apps/cnn/dear-cnn GPT=$BUILDDIR/apps/gpt/dear-gpt
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+LOCAL=(mpirun --oversubscribe --bind-to none)
+mkdir -p "$RES"
+tmp=$(mktemp -d)
+up=0
+cleanup() { ((up)) && "$EMU" down >/dev/null 2>&1; rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+cluster() {
+    ((up)) && return
+    [[ $EUID -eq 0 ]] || die "the emulated cluster needs root"
+    "$EMU" up 4 "$RATE" >/dev/null
+    up=1
+}
+meta() { echo "$1: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown), load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores: $2" >"$RES/compress-$1.meta"; }
+merge() { # OUT IN...: the first file whole, the header of the others dropped
+    local out=$1; shift
+    { cat "$1"; shift; for f in "$@"; do tail -n +2 "$f"; done; } >"$out"
+}
+
+for part in $PARTS; do
+    echo "$PROG: $part"
+    case $part in
+    accuracy)
+        files=()
+        for np in 2 3 4 5 6; do
+            "${LOCAL[@]}" -np $np "$COLL" --accuracy --compress none,bf16,fp16 --algos ring,rhd,direct,mpi,sparse \
+                --max 4m --csv "$tmp/acc$np.csv" | tee -a "$tmp/acc.txt"
+            files+=("$tmp/acc$np.csv")
+        done
+        cluster
+        for l in 2x2 3x2 2x3; do
+            h=${l%x*} r=${l#*x}
+            "$EMU" mpirun -np $((h * r)) --host "$(seq -s, -f "${EMU_PREFIX}%g:$r" 1 "$h")" "$COLL" --accuracy \
+                --compress bf16,fp16 --algos hier --max 4m --csv "$tmp/acch$l.csv" | tee -a "$tmp/acc.txt"
+            sed -i "s/^hier,/hier-$l,/" "$tmp/acch$l.csv"
+            files+=("$tmp/acch$l.csv")
+        done
+        merge "$RES/compress-accuracy.csv" "${files[@]}"
+        meta accuracy "dear-coll-bench --accuracy --compress none,bf16,fp16 --max 4m at np 2..6 (local), hier on 2x2, 3x2, 2x3 emulated hosts"
+        ;;
+    convert)
+        "${LOCAL[@]}" -np 1 "$COLL" --convert --compress bf16,fp16 --max 16m --iters 15 --csv "$RES/compress-convert.csv"
+        meta convert "dear-coll-bench --convert --compress bf16,fp16 --max 16m --iters 15"
+        ;;
+    coll)
+        cluster
+        for l in 4x1 2x2; do
+            h=${l%x*} r=${l#*x}
+            "$EMU" mpirun -np 4 --host "$(seq -s, -f "${EMU_PREFIX}%g:$r" 1 "$h")" "$COLL" --min 64k --max 64m \
+                --ops rs,ag,ar --algos auto --compress none,bf16,fp16 --iters 7 --warmup 2 --transport socket \
+                --csv "$RES/compress-coll-$l.csv"
+        done
+        meta coll "dear-coll-bench --min 64k --max 64m --algos auto --compress none,bf16,fp16 --iters 7 --warmup 2 --transport socket, 4 ranks on 4x1 and 2x2 emulated hosts at $RATE"
+        ;;
+    e2e)
+        cluster
+        files=()
+        configs="wfbp:threshold:64m;wfbp:threshold:64m+bf16;dear:auto;dear:auto+bf16"
+        for prof in $CASES; do
+            for kind in comm balanced; do
+                if [[ $kind == comm ]]; then ratio=0.5 ms=600; else ratio=1 ms=300; fi
+                read -r ss ts < <(python3 "$SRCDIR/bench/e2e-report.py" scale --profile "$SRCDIR/fusion/profiles/$prof.prof" \
+                    --rate "$RATE" --np 4 --hosts 4 --comm-ms $ms --ratio $ratio)
+                "$EMU" mpirun -np 4 --host "$(seq -s, -f "${EMU_PREFIX}%g" 1 4)" "$BENCH" \
+                    --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "$configs" --iters "$ITERS" \
+                    --rounds "$ROUNDS" --size-scale "$ss" --time-scale "$ts" --quiet --csv "$tmp/e2e-$prof-$kind.csv" ||
+                    echo "$PROG: e2e $prof $kind: dear-bench failed" >&2
+                [[ -s $tmp/e2e-$prof-$kind.csv ]] && sed -i "1s/^/case,/; 2,\$s/^/$prof-$kind,/" "$tmp/e2e-$prof-$kind.csv" &&
+                    files+=("$tmp/e2e-$prof-$kind.csv")
+            done
+        done
+        merge "$RES/compress-e2e.csv" "${files[@]}"
+        files=()
+        pconf="dear:auto;dear:auto+compress=bf16/none;dear:auto+compress=none/bf16;dear:auto+bf16"
+        for prof in vgg16 gpt2-small; do
+            read -r ss ts < <(python3 "$SRCDIR/bench/e2e-report.py" scale --profile "$SRCDIR/fusion/profiles/$prof.prof" \
+                --rate "$RATE" --np 4 --hosts 4 --comm-ms 600 --ratio 0.5)
+            "$EMU" mpirun -np 4 --host "$(seq -s, -f "${EMU_PREFIX}%g" 1 4)" "$BENCH" \
+                --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "$pconf" --iters "$ITERS" --rounds "$ROUNDS" \
+                --size-scale "$ss" --time-scale "$ts" --quiet --csv "$tmp/ph-$prof.csv" ||
+                echo "$PROG: phases $prof: dear-bench failed" >&2
+            [[ -s $tmp/ph-$prof.csv ]] && sed -i "1s/^/case,/; 2,\$s/^/$prof-comm,/" "$tmp/ph-$prof.csv" && files+=("$tmp/ph-$prof.csv")
+        done
+        merge "$RES/compress-phases.csv" "${files[@]}"
+        meta e2e "dear-bench --iters $ITERS --rounds $ROUNDS on 4 emulated hosts at $RATE; comm: --comm-ms 600 --ratio 0.5, balanced: --comm-ms 300 --ratio 1 (bench/e2e-report.py scale)"
+        ;;
+    train)
+        echo "kind,compress,ef,seed,metric,value,seconds" >"$RES/compress-train.csv"
+        for seed in $(seq 1 "$SEEDS"); do
+            for c in none bf16 fp16 bf16+ef fp16+ef; do
+                fmt=${c%+ef} ef=0
+                [[ $c == *+ef ]] && ef=1
+                t0=$(date +%s)
+                "${LOCAL[@]}" -np 4 -x DEAR_COMPRESS=$fmt -x DEAR_COMPRESS_EF=$ef "$CNN" --epochs "$EPOCHS" --seed "$seed" \
+                    --log-every 0 >"$tmp/cnn.txt" 2>&1 || { cat "$tmp/cnn.txt" >&2; die "dear-cnn $c seed $seed failed"; }
+                acc=$(sed -n 's/^final iter [0-9]* test_acc \([0-9.]*\) .*/\1/p' "$tmp/cnn.txt")
+                echo "cnn,$fmt,$ef,$seed,test_acc,$acc,$(($(date +%s) - t0))" | tee -a "$RES/compress-train.csv"
+                t0=$(date +%s)
+                "${LOCAL[@]}" -np 4 -x DEAR_COMPRESS=$fmt -x DEAR_COMPRESS_EF=$ef "$GPT" --seed "$seed" --sample 0 \
+                    --print-every 0 >"$tmp/gpt.txt" 2>&1 || { cat "$tmp/gpt.txt" >&2; die "dear-gpt $c seed $seed failed"; }
+                val=$(sed -n 's/^final: .* validation \([0-9.]*\)  unigram.*/\1/p' "$tmp/gpt.txt")
+                echo "gpt,$fmt,$ef,$seed,val_loss,$val,$(($(date +%s) - t0))" | tee -a "$RES/compress-train.csv"
+            done
+        done
+        meta train "np 4 on this host: dear-cnn --epochs $EPOCHS --seed S; dear-gpt (1000 iterations, defaults) --seed S; DEAR_COMPRESS and DEAR_COMPRESS_EF per row"
+        ;;
+    esac
+done
+report

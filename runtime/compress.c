@@ -1,0 +1,184 @@
+/*
+ * Compression of float32 gradients (DEAR_COMPRESS, DEAR_COMPRESS_AG, DEAR_COMPRESS_EF,
+ * dear_set_compress): the 16-bit format each phase travels in, fixed at commit and the same on
+ * every rank. The collectives do the rest (collectives/coll.h, "Compression"): buckets.c sets
+ * the formats on the float32 buckets' and groups' collectives, and the planners price the bytes
+ * that travel (dear_compress_profile). Error feedback keeps, per rank and element, what rounding
+ * this rank's gradient to the reduce-scatter's format dropped, and adds it to the next
+ * iteration's gradient right before its reduce-scatter (the bucket's `before`, once its buffer
+ * is filled), so that the rounding error does not accumulate over iterations.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "base/check.h"
+#include "base/mpi_check.h"
+#include "base/params.h"
+#include "base/util.h"
+#include "runtime/rt.h"
+
+int dear_set_compress(dear_ctx_t *ctx, dear_compress_t rs, dear_compress_t ag, int error_feedback)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "dear_set_compress: ctx is NULL");
+    DEAR_ARG_CHECK((unsigned)rs < DEAR_COMPRESS_COUNT && (unsigned)ag < DEAR_COMPRESS_COUNT,
+                   "dear_set_compress: format %d for the reduce-scatters, %d for the all-gathers; accepted: "
+                   "DEAR_COMPRESS_NONE (0), DEAR_COMPRESS_BF16 (1), DEAR_COMPRESS_FP16 (2)",
+                   (int)rs, (int)ag);
+    DEAR_ARG_CHECK(error_feedback == 0 || error_feedback == 1,
+                   "dear_set_compress: error_feedback %d; accepted: 0 or 1", error_feedback);
+    if (ctx->committed) {
+        DEAR_ERROR("api", "dear_set_compress: the context is committed; set the formats before dear_commit (the "
+                          "plan is made for them)");
+        return DEAR_ERR_STATE;
+    }
+    ctx->comp.set = 1;
+    ctx->comp.rs = rs;
+    ctx->comp.ag = ag;
+    ctx->comp.ef = error_feedback;
+    return DEAR_OK;
+}
+
+/* The formats and error feedback must be the same on every rank: message sizes depend on them. */
+static int agree(dear_ctx_t *ctx)
+{
+    dear_compress_ctl_t *c = &ctx->comp;
+    int v[6] = { (int)c->rs, -(int)c->rs, (int)c->ag, -(int)c->ag, c->ef, -c->ef }, most[6];
+    DEAR_MPI_CHECK(MPI_Allreduce(v, most, 6, MPI_INT, MPI_MAX, ctx->cm.comm));
+    static const char *const what[3] = { "reduce-scatter format (DEAR_COMPRESS)", "all-gather format (DEAR_COMPRESS_AG)",
+                                         "error feedback (DEAR_COMPRESS_EF)" };
+    for (int i = 0; i < 3; i++)
+        if (most[2 * i] != -most[2 * i + 1]) {
+            DEAR_ERROR("api", "dear_commit: the %s differs between ranks (this rank: %s); set the same on every rank "
+                              "(mpirun -x DEAR_COMPRESS ...) or pass the same to dear_set_compress",
+                       what[i], i == 0 ? dear_compress_name(c->rs) : i == 1 ? dear_compress_name(c->ag) : c->ef ? "1" : "0");
+            return DEAR_ERR_MISMATCH;
+        }
+    return DEAR_OK;
+}
+
+int dear_compress_setup(dear_ctx_t *ctx)
+{
+    dear_compress_ctl_t *c = &ctx->comp;
+    if (!c->set) {
+        c->rs = (dear_compress_t)dear_param_enum(DEAR_P_COMPRESS);
+        long ag = dear_param_enum(DEAR_P_COMPRESS_AG); /* same|none|bf16|fp16 */
+        c->ag = ag == 0 ? c->rs : (dear_compress_t)(ag - 1);
+        c->ef = (int)dear_param_int(DEAR_P_COMPRESS_EF);
+    }
+    DEAR_CHECK(agree(ctx));
+    /* Sharded, the all-gathers carry parameters, not gradients: rounding them would round the
+     * model itself every iteration. */
+    if (ctx->shard.on && c->ag != DEAR_COMPRESS_NONE) {
+        if (ctx->cm.rank == 0)
+            DEAR_INFO("compress", "sharded updates: the all-gathers carry parameters, which travel uncompressed "
+                                  "(the all-gathers' %s is not used)",
+                      dear_compress_name(c->ag));
+        c->ag = DEAR_COMPRESS_NONE;
+    }
+    if (c->ef && c->rs == DEAR_COMPRESS_NONE) {
+        DEAR_INFO("compress", "error feedback is off: the reduce-scatters are not compressed");
+        c->ef = 0;
+    }
+    if (c->rs == DEAR_COMPRESS_NONE && c->ag == DEAR_COMPRESS_NONE)
+        return DEAR_OK;
+    int other = 0, first = -1;
+    for (int t = 0; t < ctx->reg.ntensors; t++)
+        if (ctx->reg.tensors[t].dtype != DEAR_FLOAT32) {
+            other++;
+            first = first < 0 ? t : first;
+        }
+    if (other > 0 && ctx->cm.rank == 0)
+        DEAR_INFO("compress", "%d tensor(s) not float32 travel as they are (compression applies to float32; the "
+                              "first, '%s', is %s)",
+                  other, ctx->reg.tensors[first].name, dear_dtype_name(ctx->reg.tensors[first].dtype));
+    if (ctx->cm.rank == 0)
+        DEAR_INFO("compress", "float32 gradients travel as %s in the reduce-scatters (all-reduces), %s in the "
+                              "all-gathers%s",
+                  dear_compress_name(c->rs), dear_compress_name(c->ag), c->ef ? ", with error feedback" : "");
+    return DEAR_OK;
+}
+
+/* Error feedback: a residual per element of every float32 tensor, zero at first, in the memory
+ * of the buckets' buffers (the device's under NCCL, host memory when staged). */
+int dear_compress_mem(dear_ctx_t *ctx)
+{
+    dear_compress_ctl_t *c = &ctx->comp;
+    if (!c->ef || ctx->cm.size < 2)
+        return DEAR_OK;
+    const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
+    if (mo->feedback == NULL) {
+        DEAR_ERROR("api", "dear_commit: error feedback (DEAR_COMPRESS_EF) on %s memory, whose row has no feedback "
+                          "kernel; turn it off or stage the gradients (DEAR_CUDA_TRANSPORT=staged)",
+                   mo->name);
+        return DEAR_ERR_UNSUPPORTED;
+    }
+    size_t n = 0;
+    DEAR_ALLOC_CHECK(c->resid_off, malloc(sizeof(size_t) * (size_t)ctx->reg.ntensors),
+                     sizeof(size_t) * (size_t)ctx->reg.ntensors);
+    for (int t = 0; t < ctx->reg.ntensors; t++) {
+        const dear_tensor_t *tt = &ctx->reg.tensors[t];
+        c->resid_off[t] = tt->dtype == DEAR_FLOAT32 ? n : SIZE_MAX;
+        n += tt->dtype == DEAR_FLOAT32 ? tt->count : 0;
+    }
+    if (n == 0)
+        return DEAR_OK;
+    DEAR_CHECK(mo->alloc(n * sizeof(float), 0, (void **)&c->resid));
+    return mo->zero(dear_rt_work_queue(ctx), c->resid, n * sizeof(float));
+}
+
+void dear_compress_free(dear_ctx_t *ctx)
+{
+    dear_compress_ctl_t *c = &ctx->comp;
+    if (c->resid != NULL)
+        dear_rt_work_ops(ctx)->release(c->resid, 0);
+    free(c->resid_off);
+    c->resid = NULL;
+    c->resid_off = NULL;
+}
+
+/* The bucket's buffer is filled: each unit's gradient gets its residual added and is rounded to
+ * the wire format here, so the collective's own rounding of it is exact; the residual keeps the
+ * difference. On the buffers' queue (the progress thread, for host buffers). */
+static void feedback_before(dear_ctx_t *ctx, dear_op_t *op)
+{
+    const dear_bucket_t *b = &ctx->graph.buckets[op->index];
+    const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
+    dear_dtype_t t = dear_compress_dtype(ctx->comp.rs);
+    for (int u = b->u0; u < b->u1; u++) {
+        size_t n = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
+        const dear_rt_unit_t *un = &ctx->graph.units[u];
+        if (n == 0)
+            continue;
+        float *v = (float *)b->buf + un->off, *e = ctx->comp.resid + ctx->comp.resid_off[un->tensor] + un->eoff;
+        if (mo->feedback(dear_rt_work_queue(ctx), t, v, e, n) != DEAR_OK)
+            DEAR_ERROR("compress", "error feedback on bucket %d failed (above); its gradients travel without it",
+                       op->index);
+    }
+}
+
+void dear_compress_graph(dear_ctx_t *ctx)
+{
+    if (ctx->comp.resid == NULL)
+        return;
+    for (int b = 0; b < ctx->graph.nbuckets; b++) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        /* Sparse buckets keep their zeros: a residual would make every touched row travel. */
+        if (bk->dtype == DEAR_FLOAT32 && bk->sparse_block == 0 && bk->op.before == NULL)
+            bk->op.before = feedback_before;
+    }
+}
+
+void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op)
+{
+    if (op->args.dtype != DEAR_FLOAT32)
+        return;
+    op->args.compress = op->kind == DEAR_COLL_ALLGATHER ? ctx->comp.ag : ctx->comp.rs;
+    op->args.compress_ag = ctx->comp.ag;
+}
+
+void dear_compress_profile(const dear_ctx_t *ctx, dear_profile_t *prof)
+{
+    for (int t = 0; t < ctx->reg.ntensors && t < prof->ntensors; t++)
+        if (ctx->reg.tensors[t].dtype == DEAR_FLOAT32)
+            dear_prof_set_compress(prof, t, ctx->comp.rs, ctx->comp.ag);
+}

@@ -1,0 +1,401 @@
+/*
+ * Compressed collectives (collectives/coll.h, "Compression") under mpirun (Check, CK_FORK=no):
+ * every algorithm of the table, and hier over synthetic hosts, x bfloat16 / float16 wire x
+ * reduce-scatter, all-gather, all-reduce x in / out of place x counts, against MPI_Allreduce of the
+ * same float32 data in float64:
+ *   - integer-valued data, whose partial sums are exact in 16 bits: a reduce-scatter's result is
+ *     the float32 sum times the scale, never rounded after it; an all-gather's is each value
+ *     rounded once; an all-reduce's the scaled sum rounded once by its all-gather half (float32
+ *     when that half is uncompressed, for the algorithms that compose it);
+ *   - random float32 data: within P + 2 roundings of the 16-bit type of the float64 sum (the
+ *     bound, in units of the sum of |x|), and every rank with the same bits after an all-reduce;
+ *   - on two ranks the exact value of a ring, direct and sparse reduce-scatter: this rank's
+ *     float32 input unrounded plus the peer's rounded once;
+ *   - multi-block reduce-scatters and all-gathers, 16-bit user data (compress ignored: bitwise
+ *     the uncompressed result), half the bytes on the wire, and an unknown format refused;
+ *   - error feedback's kernel, the host's (reduce.c) and the device's (cuda/kern_body.h) alike:
+ *     v + e unchanged exactly, v then exact in 16 bits, e within half its unit; infinities and
+ *     NaN leave e zero.
+ * Arguments: --socket routes the communicator through the socket transport.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/params.h"
+#include "base/util.h"
+#include "collectives/coll.h"
+#include "collectives/net.h"
+#include "collectives/reduce.h"
+#include "cuda/kern_body.h"
+#include "include/dear.h"
+#include "tests/mpi/coll_check.h"
+
+static const dear_coll_topo_t *g_topo;
+
+#define BLOCK 3 /* algo sparse: elements per block */
+
+/* Rank r's element i: small integers (every partial sum exact in 16 bits) or random in [-1, 1). */
+static float value(int random, int r, size_t i)
+{
+    return random ? (float)rand_value(r, i) : (float)((long)((i * 7 + (size_t)r * 13) % 17) - 8);
+}
+
+/* x rounded to the wire format and back. */
+static float r16(dear_compress_t c, float x)
+{
+    return c == DEAR_COMPRESS_BF16 ? dear_bf16_to_float(dear_float_to_bf16(x)) : dear_half_to_float(dear_float_to_half(x));
+}
+
+/* Unit roundoff of the wire format. */
+static double unit(dear_compress_t c) { return c == DEAR_COMPRESS_BF16 ? 0x1p-8 : 0x1p-11; }
+
+typedef struct {
+    dear_coll_op_t op;
+    dear_coll_algo_t algo;
+    dear_compress_t c, c_ag;
+    int in_place, random;
+    size_t count;
+    double scale;
+} case_t;
+
+/* The algorithm that runs, and whether it composes its all-reduce (then its all-gather half has
+ * its own format). */
+static int composed(const case_t *k)
+{
+    dear_coll_algo_t a = k->algo;
+    if (a == DEAR_ALGO_AUTO)
+        a = dear_coll_select(k->op, k->count * 2, g_size, g_topo);
+    return (dear_coll_algo_flags(a) & DEAR_ALGO_F_COMPOSED_AR) != 0;
+}
+
+static int run_case(const case_t *k, size_t *sent)
+{
+    size_t n = k->count, off, len;
+    dear_coll_shard(n, g_size, g_rank, &off, &len);
+    int rs = k->op == DEAR_COLL_REDUCE_SCATTER, ag = k->op == DEAR_COLL_ALLGATHER;
+    float *in = xmalloc(n * sizeof(float)), *recv = xmalloc(n * sizeof(float));
+    double *mine = xmalloc(n * sizeof(double)), *sum = xmalloc(n * sizeof(double));
+    double *mabs = xmalloc(n * sizeof(double)), *abssum = xmalloc(n * sizeof(double));
+    /* An all-gather's vector is one owner's per element: every rank contributes its shard. */
+    for (size_t i = 0; i < n; i++) {
+        in[i] = value(k->random, ag ? 5 : g_rank, i);
+        int counted = !ag || (i >= off && i < off + len);
+        mine[i] = counted ? in[i] : 0;
+        mabs[i] = fabs(mine[i]);
+    }
+    MPI_Allreduce(mine, sum, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
+    MPI_Allreduce(mabs, abssum, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
+    const void *send = NULL;
+    if (k->in_place)
+        memcpy(recv, in, n * sizeof(float));
+    else
+        send = ag ? (const void *)(in + off) : in;
+    dear_coll_args_t a = { .op = k->op, .algo = k->algo, .dtype = DEAR_FLOAT32, .comm = g_comm, .net = g_net,
+                           .tag = 3, .scale = k->scale, .sendbuf = send, .recvbuf = recv, .count = n,
+                           .topo = g_topo, .sparse_block = BLOCK, .compress = k->c, .compress_ag = k->c_ag };
+    dear_coll_req_t *req = NULL;
+    int rc = dear_coll_start(&a, &req), bad = 0;
+    if (rc == DEAR_OK)
+        rc = dear_coll_wait(req);
+    bad = note(rc != DEAR_OK, "%s %s %s: %s", dear_coll_op_name(k->op), dear_coll_algo_name(k->algo),
+               dear_compress_name(k->c), dear_status_string(rc));
+    dear_coll_info_t info = { 0 };
+    dear_coll_get_info(req, &info);
+    dear_coll_free(req);
+    if (sent != NULL)
+        *sent = info.bytes_sent;
+    size_t lo = rs ? off : 0, hi = rs ? off + len : n;
+    const float *res = rs && !k->in_place ? recv - off : recv;
+    int round_end = k->op == DEAR_COLL_ALLREDUCE && (k->c_ag != DEAR_COMPRESS_NONE || !composed(k));
+    double scale = ag ? 1.0 : k->scale;
+    /* Roundings on an element's path: at most P - 1 partial sums, the input, the result. */
+    double bound = (g_size + 2) * unit(k->c);
+    for (size_t i = lo; i < hi && !bad; i++) {
+        float got = res[i], want;
+        if (ag)
+            want = r16(k->c, in[i]);
+        else if (!k->random)
+            want = round_end ? r16(k->c, (float)sum[i] * (float)scale) : (float)sum[i] * (float)scale;
+        else
+            want = (float)(sum[i] * scale);
+        double tol = k->random && !ag ? bound * abssum[i] * scale + 1e-6 * fabs(want) : 0;
+        bad = note(!(fabs((double)got - (double)want) <= tol),
+                   "%s %s %s/%s %s count %zu %s: element %zu is %.9g, expected %.9g (within %.3g)",
+                   dear_coll_op_name(k->op), dear_coll_algo_name(k->algo), dear_compress_name(k->c),
+                   dear_compress_name(k->c_ag), k->in_place ? "in place" : "out of place", n,
+                   k->random ? "random" : "integers", i, got, want, tol);
+    }
+    /* Two ranks, ring, direct and sparse: own float32 input plus the peer's rounded once. */
+    if (!bad && rs && k->random && g_size == 2 && g_topo == NULL &&
+        (k->algo == DEAR_ALGO_RING || k->algo == DEAR_ALGO_DIRECT || k->algo == DEAR_ALGO_SPARSE))
+        for (size_t i = lo; i < hi && !bad; i++) {
+            float want = (float)((float)((double)in[i] + (double)r16(k->c, value(1, 1 - g_rank, i))) * (float)k->scale);
+            bad = note(res[i] != want, "reduce-scatter %s on 2 ranks: element %zu is %.9g, expected %.9g",
+                       dear_coll_algo_name(k->algo), i, res[i], want);
+        }
+    if (!bad && k->op == DEAR_COLL_ALLREDUCE && k->algo != DEAR_ALGO_MPI && n > 0) {
+        float *root = xmalloc(n * sizeof(float));
+        memcpy(root, recv, n * sizeof(float));
+        MPI_Bcast(root, (int)n, MPI_FLOAT, 0, g_comm);
+        bad = note(memcmp(root, recv, n * sizeof(float)) != 0, "allreduce %s %s: result differs from rank 0's",
+                   dear_coll_algo_name(k->algo), dear_compress_name(k->c));
+        free(root);
+    }
+    free(in), free(recv), free(mine), free(sum), free(mabs), free(abssum);
+    return bad;
+}
+
+/* The algorithms of the table that run on host memory; with hosts, hier and auto. */
+static int algo_list(dear_coll_algo_t *out)
+{
+    int n = 0;
+    for (int a = DEAR_ALGO_AUTO; a < DEAR_ALGO_COUNT; a++) {
+        unsigned f = dear_coll_algo_flags((dear_coll_algo_t)a);
+        if (f & DEAR_ALGO_F_NATIVE)
+            continue;
+        if (g_topo != NULL ? (a == DEAR_ALGO_AUTO || (f & DEAR_ALGO_F_NEEDS_HOSTS)) : !(f & DEAR_ALGO_F_NEEDS_HOSTS))
+            out[n++] = (dear_coll_algo_t)a;
+    }
+    return n;
+}
+
+static void sweep(const char *what)
+{
+    size_t P = (size_t)g_size;
+    const size_t counts[] = { 0, 1, P + 1, 1031, 40001 };
+    dear_coll_algo_t algos[DEAR_ALGO_COUNT];
+    int na = algo_list(algos), bad = 0, ncases = 0;
+    for (int a = 0; a < na; a++)
+        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+            for (int c = DEAR_COMPRESS_BF16; c <= DEAR_COMPRESS_FP16; c++)
+                for (int ip = 0; ip < 2; ip++)
+                    for (size_t ki = 0; ki < sizeof counts / sizeof counts[0]; ki++)
+                        for (int random = 0; random < 2; random++) {
+                            /* The all-gather half in float32: the all-reduces, in place, once. */
+                            for (int cag = 0; cag < (op == DEAR_COLL_ALLREDUCE && ip ? 2 : 1); cag++) {
+                                case_t k = { (dear_coll_op_t)op, algos[a], (dear_compress_t)c,
+                                             cag ? DEAR_COMPRESS_NONE : (dear_compress_t)c, ip, random, counts[ki],
+                                             1.0 / g_size };
+                                bad |= run_case(&k, NULL);
+                                ncases++;
+                            }
+                        }
+    assert_all_ok(bad, what);
+    if (g_rank == 0)
+        fprintf(stderr, "%s: %d cases on %d ranks\n", what, ncases, g_size);
+}
+
+START_TEST(test_flat)
+{
+    sweep("flat");
+}
+END_TEST
+
+/* hier over every layout of at least two hosts of at least two ranks (blocked). */
+START_TEST(test_hier)
+{
+    int layouts = 0;
+    for (int L = 2; L <= g_size / 2; L++) {
+        if (g_size % L)
+            continue;
+        dear_coll_topo_t *t = NULL;
+        ck_assert_int_eq(dear_coll_topo_create(g_comm, g_rank / L, &t), DEAR_OK);
+        ck_assert_ptr_nonnull(t);
+        g_topo = t;
+        char what[64];
+        snprintf(what, sizeof what, "hier %d x %d", g_size / L, L);
+        sweep(what);
+        g_topo = NULL;
+        dear_coll_topo_free(t, 0);
+        layouts++;
+    }
+    if (g_rank == 0)
+        fprintf(stderr, "hier: %d layout(s)\n", layouts);
+}
+END_TEST
+
+/* Half the bytes on the wire: every dense algorithm sends, compressed, half what it sends
+ * uncompressed (the same elements in 16 bits). */
+START_TEST(test_bytes)
+{
+    dear_coll_algo_t algos[DEAR_ALGO_COUNT];
+    int na = algo_list(algos), bad = 0;
+    for (int a = 0; a < na; a++)
+        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+            if (algos[a] == DEAR_ALGO_SPARSE)
+                continue; /* its messages carry indices too */
+            size_t sent[2];
+            for (int c = 0; c < 2; c++) {
+                case_t k = { (dear_coll_op_t)op, algos[a], c ? DEAR_COMPRESS_BF16 : DEAR_COMPRESS_NONE,
+                             c ? DEAR_COMPRESS_BF16 : DEAR_COMPRESS_NONE, 1, 1, 1031, 1.0 / g_size };
+                if (c)
+                    bad |= run_case(&k, &sent[c]);
+                else {
+                    /* uncompressed: only the byte count is of interest here */
+                    float *v = xmalloc(1031 * sizeof(float));
+                    for (size_t i = 0; i < 1031; i++)
+                        v[i] = value(1, g_rank, i);
+                    dear_coll_args_t ar = { .op = k.op, .algo = k.algo, .dtype = DEAR_FLOAT32, .comm = g_comm,
+                                            .net = g_net, .tag = 6, .scale = k.scale, .recvbuf = v, .count = 1031,
+                                            .sparse_block = BLOCK };
+                    dear_coll_req_t *req = NULL;
+                    int rc = dear_coll_start(&ar, &req);
+                    if (rc == DEAR_OK)
+                        rc = dear_coll_wait(req);
+                    bad |= note(rc != DEAR_OK, "uncompressed %s: %s", dear_coll_op_name(k.op), dear_status_string(rc));
+                    dear_coll_info_t info = { 0 };
+                    dear_coll_get_info(req, &info);
+                    sent[0] = info.bytes_sent;
+                    dear_coll_free(req);
+                    free(v);
+                }
+            }
+            bad |= note(2 * sent[1] != sent[0], "%s %s: %zu bytes sent compressed, %zu uncompressed",
+                        dear_coll_op_name((dear_coll_op_t)op), dear_coll_algo_name(algos[a]), sent[1], sent[0]);
+        }
+    assert_all_ok(bad, "bytes");
+}
+END_TEST
+
+/* Multi-block reduce-scatter and all-gather (the runtime's pieces and groups): each block's
+ * piece exact on integer data. */
+START_TEST(test_blocks)
+{
+    enum { NB = 3 };
+    const size_t cnt[NB] = { 17, 1000, 5 }, lo[NB] = { 2, 100, 0 }, hi[NB] = { 17, 731, 5 };
+    float *buf[NB];
+    dear_coll_block_t blk[NB];
+    int bad = 0;
+    for (int op = 0; op < 2; op++) {
+        int ag = op == DEAR_COLL_ALLGATHER;
+        for (int b = 0; b < NB; b++) {
+            buf[b] = xmalloc(cnt[b] * sizeof(float));
+            for (size_t i = 0; i < cnt[b]; i++)
+                buf[b][i] = value(0, ag ? 2 : g_rank, i + 31 * (size_t)b);
+            blk[b] = (dear_coll_block_t){ buf[b], cnt[b], lo[b], hi[b] };
+        }
+        dear_coll_args_t a = { .op = (dear_coll_op_t)op, .algo = DEAR_ALGO_AUTO, .dtype = DEAR_FLOAT32,
+                               .comm = g_comm, .net = g_net, .tag = 4, .scale = 1.0 / g_size, .nblocks = NB,
+                               .blocks = blk, .compress = DEAR_COMPRESS_BF16 };
+        dear_coll_req_t *req = NULL;
+        int rc = dear_coll_start(&a, &req);
+        if (rc == DEAR_OK)
+            rc = dear_coll_wait(req);
+        bad |= note(rc != DEAR_OK, "multi-block %s: %s", dear_coll_op_name(a.op), dear_status_string(rc));
+        dear_coll_free(req);
+        for (int b = 0; b < NB && !bad; b++) {
+            size_t off, len;
+            dear_coll_shard(cnt[b], g_size, g_rank, &off, &len);
+            for (size_t i = lo[b]; i < hi[b] && !bad; i++) {
+                if (!ag && (i < off || i >= off + len))
+                    continue;
+                double s = 0;
+                for (int r = 0; r < g_size; r++)
+                    s += value(0, r, i + 31 * (size_t)b);
+                float want = ag ? r16(DEAR_COMPRESS_BF16, value(0, 2, i + 31 * (size_t)b))
+                                : (float)s * (float)(1.0 / g_size);
+                bad = note(buf[b][i] != want, "multi-block %s: block %d element %zu is %g, expected %g",
+                           dear_coll_op_name(a.op), b, i, buf[b][i], want);
+            }
+        }
+        for (int b = 0; b < NB; b++)
+            free(buf[b]);
+    }
+    assert_all_ok(bad, "multi-block");
+}
+END_TEST
+
+/* Types other than float32 travel as they are: a bfloat16 all-reduce with compress set is
+ * bitwise the one without; and an unknown format is refused. */
+START_TEST(test_other_types)
+{
+    size_t n = 1003;
+    uint16_t *x = xmalloc(n * 2), *y = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+        x[i] = y[i] = dear_float_to_bf16(value(1, g_rank, i));
+    int bad = 0;
+    for (int c = 0; c < 2; c++) {
+        dear_coll_args_t a = { .op = DEAR_COLL_ALLREDUCE, .dtype = DEAR_BFLOAT16, .comm = g_comm, .net = g_net,
+                               .tag = 5, .scale = 1.0 / g_size, .recvbuf = c ? y : x, .count = n,
+                               .compress = c ? DEAR_COMPRESS_FP16 : DEAR_COMPRESS_NONE };
+        dear_coll_req_t *req = NULL;
+        int rc = dear_coll_start(&a, &req);
+        if (rc == DEAR_OK)
+            rc = dear_coll_wait(req);
+        bad |= note(rc != DEAR_OK, "bfloat16 all-reduce: %s", dear_status_string(rc));
+        dear_coll_free(req);
+    }
+    bad |= note(memcmp(x, y, n * 2) != 0, "a bfloat16 all-reduce with compress set differs from one without");
+    assert_all_ok(bad, "other types");
+    float v[4] = { 0 };
+    dear_coll_args_t a = { .op = DEAR_COLL_ALLREDUCE, .dtype = DEAR_FLOAT32, .comm = g_comm, .tag = 5,
+                           .scale = 1.0, .recvbuf = v, .count = 4, .compress = (dear_compress_t)7 };
+    dear_coll_req_t *req = NULL;
+    ck_assert_int_eq(dear_coll_start(&a, &req), DEAR_ERR_ARG);
+    ck_assert_ptr_null(req);
+    free(x), free(y);
+}
+END_TEST
+
+START_TEST(test_feedback_kernel)
+{
+    enum { N = 4099 };
+    static float v[N], e[N], v2[N], e2[N];
+    for (int c = DEAR_COMPRESS_BF16; c <= DEAR_COMPRESS_FP16; c++) {
+        dear_dtype_t t = dear_compress_dtype((dear_compress_t)c);
+        for (size_t i = 0; i < N; i++) {
+            /* magnitudes from 2^-30 to 2^20: fp16's subnormals, flushes and overflows among them */
+            v[i] = v2[i] = (float)ldexp(rand_value(0, i), (int)(i % 51) - 30);
+            e[i] = e2[i] = (float)ldexp(rand_value(1, i), (int)(i % 51) - 40);
+        }
+        v[7] = v2[7] = INFINITY;
+        v[8] = v2[8] = NAN;
+        dear_reduce_feedback(t, v, e, N);
+        for (size_t i = 0; i < N; i++)
+            kern_feedback_at(t, v2, e2, i);
+        for (size_t i = 0; i < N; i++) {
+            float x = (float)ldexp(rand_value(0, i), (int)(i % 51) - 30) + (float)ldexp(rand_value(1, i), (int)(i % 51) - 40);
+            ck_assert_msg(memcmp(&v[i], &v2[i], 4) == 0 && memcmp(&e[i], &e2[i], 4) == 0,
+                          "%s element %zu: host %g %g, device body %g %g", dear_compress_name((dear_compress_t)c), i,
+                          v[i], e[i], v2[i], e2[i]);
+            if (i == 7 || i == 8) {
+                ck_assert(e[i] == 0);
+                continue;
+            }
+            if (isinf(v[i])) { /* fp16 overflow: the value travels as infinity, nothing is kept */
+                ck_assert(e[i] == 0);
+                continue;
+            }
+            ck_assert_msg(v[i] == r16((dear_compress_t)c, v[i]), "element %zu: %g is not exact in 16 bits", i, v[i]);
+            ck_assert_msg(v[i] + e[i] == x, "element %zu: %g + %g is not %g", i, v[i], e[i], x);
+        }
+    }
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    int socket = 0;
+    for (int i = 1; i < argc; i++)
+        socket |= strcmp(argv[i], "--socket") == 0;
+    /* Small ring segments: the larger counts run as many segments per chunk. */
+    setenv("DEAR_COLL_SEGMENT", "4096", 1);
+    coll_test_init(&argc, &argv, socket);
+    Suite *s = suite_create("compress");
+    TCase *tc = tcase_create("compress");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_feedback_kernel);
+    tcase_add_test(tc, test_other_types);
+    tcase_add_test(tc, test_flat);
+    tcase_add_test(tc, test_blocks);
+    tcase_add_test(tc, test_bytes);
+    if (!socket)
+        tcase_add_test(tc, test_hier);
+    suite_add_tcase(s, tc);
+    return coll_test_run(s);
+}
