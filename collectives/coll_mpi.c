@@ -5,9 +5,11 @@
  * and reduced on a float32 copy (the dispatcher's), so MPI's own sums never round them; compressed
  * float32 (wire16) is reduced in its 16-bit type by an MPI operation of ours that adds in float32
  * and rounds each partial sum once (dear_coll_mpi_sum). The
- * scale is applied after completion, and an in-place reduce-scatter's result (which MPI leaves at the start of the
- * buffer) is moved to this rank's shard as coll.h specifies. Open MPI's counts are ints:
- * larger vectors fail with DEAR_ERR_UNSUPPORTED.
+ * scale is applied after completion. MPI works on a private copy of the vector (priv), copied
+ * back on completion: a non-blocking collective can be neither cancelled nor freed, so one
+ * abandoned after an error goes on writing when any later MPI call progresses it, and it must
+ * not write into buffers the runtime frees or the application reuses; it is leaked with its
+ * copy instead. Open MPI's counts are ints: larger vectors fail with DEAR_ERR_UNSUPPORTED.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -22,6 +24,8 @@
 typedef struct {
     MPI_Request req;
     int *counts, *displs;
+    char *priv;                 /* the vector MPI works on (total elements) */
+    size_t priv_cap;
 } mpi_state_t;
 
 /* inout = round(float32(in) + float32(inout)), through the host row: MPI hands us its own host
@@ -91,23 +95,27 @@ static int mpi_start(dear_coll_req_t *r)
         return DEAR_ERR_MPI;
     MPI_Datatype t = dear_coll_mpi_type(r->dtype);
     DEAR_CHECK(int_counts(r, s));
+    size_t bytes = r->total * r->esize;
+    DEAR_ALLOC_GOTO(s->priv, dear_coll_scratch_get(bytes ? bytes : 1, &s->priv_cap), bytes, rc, out);
     switch (r->op) {
-    case DEAR_COLL_REDUCE_SCATTER:
-        DEAR_MPI_CHECK(MPI_Ireduce_scatter(r->in_place ? MPI_IN_PLACE : r->src,
-                                           r->in_place ? (void *)r->src : r->out, s->counts, t, op,
-                                           r->comm, &s->req));
+    case DEAR_COLL_REDUCE_SCATTER: /* this rank's shard lands at the start of priv */
+        memcpy(s->priv, r->src, bytes);
+        DEAR_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, s->priv, s->counts, t, op, r->comm, &s->req));
         break;
-    case DEAR_COLL_ALLGATHER:
-        DEAR_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, t, r->buf, s->counts, s->displs, t, r->comm,
+    case DEAR_COLL_ALLGATHER: {
+        size_t at = r->displs[r->rank] * r->esize;
+        memcpy(s->priv + at, r->buf + at, r->counts[r->rank] * r->esize);
+        DEAR_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, t, s->priv, s->counts, s->displs, t, r->comm,
                                        &s->req));
         break;
+    }
     default:
         if (r->total > INT_MAX) {
             DEAR_ERROR("coll", "algo mpi: %zu elements exceed Open MPI's int counts", r->total);
             return DEAR_ERR_UNSUPPORTED;
         }
-        DEAR_MPI_CHECK(MPI_Iallreduce(r->src == r->buf ? MPI_IN_PLACE : r->src, r->buf,
-                                      (int)r->total, t, op, r->comm, &s->req));
+        memcpy(s->priv, r->src, bytes);
+        DEAR_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, s->priv, (int)r->total, t, op, r->comm, &s->req));
         break;
     }
 out:
@@ -124,16 +132,16 @@ static int mpi_progress(dear_coll_req_t *r, int *done)
     size_t own = r->counts[r->rank], rest = r->total - own;
     switch (r->op) {
     case DEAR_COLL_REDUCE_SCATTER:
-        if (r->in_place && own > 0)
-            memmove(r->out, r->src, own * r->esize);
+        memcpy(r->out, s->priv, own * r->esize);
         coll_rs_final(r, r->out, own);
         r->bytes_sent = rest * r->esize;  /* what a ring would send: an estimate */
         break;
     case DEAR_COLL_ALLGATHER:
+        memcpy(r->buf, s->priv, r->total * r->esize);
         r->bytes_sent = rest * r->esize;
         break;
     default:
-        coll_scale(r, r->dtype, r->buf, r->buf, r->total, r->scale);
+        coll_scale(r, r->dtype, r->buf, s->priv, r->total, r->scale);
         r->bytes_sent = 2 * rest * r->esize;
         break;
     }
@@ -148,9 +156,16 @@ static void mpi_cleanup(dear_coll_req_t *r)
     if (s == NULL)
         return;
     /* A collective request cannot be cancelled or freed while active; that only happens when
-     * the caller abandons a failed or unfinished request, and leaking it is the safe choice. */
-    if (s->req != MPI_REQUEST_NULL)
-        DEAR_WARN("coll", "algo mpi: request freed before completion; its MPI request is leaked");
+     * the caller abandons a failed or unfinished request: it is leaked with everything it may
+     * still read or write. */
+    if (s->req != MPI_REQUEST_NULL) {
+        DEAR_WARN("coll", "algo mpi: request freed before completion; its MPI request and its %zu-byte copy are "
+                          "leaked",
+                  s->priv_cap);
+        r->state = NULL;
+        return;
+    }
+    dear_coll_scratch_put(s->priv, s->priv_cap);
     free(s->counts);
     free(s->displs);
     free(s);
