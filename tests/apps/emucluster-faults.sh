@@ -55,8 +55,11 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # Run test_net --cut in the background (args: extra mpirun options), wait until it streams, run
 # the cut command, then wait for the job to end within $1 s. Sets t_cut, t_end, rc, t_fail
-# (seconds from the cut to the first failure a rank reports, empty if none).
+# (seconds from the cut to the first failure a rank reports, empty if none). With soft=1 a job
+# still running at the limit is killed and run_cut returns 1 (late=1) instead of failing.
+soft=0
 run_cut() {
+    late=0
     limit=$1
     shift
     cut_cmd=$1
@@ -80,7 +83,9 @@ run_cut() {
             kill "$job" 2>/dev/null
             wait "$job" 2>/dev/null
             cat "$out"
-            fail "$label: the job was still running ${limit} s after the cut"
+            [ "$soft" = 1 ] || fail "$label: the job was still running ${limit} s after the cut"
+            late=1
+            return 1
         fi
         sleep 0.1
     done
@@ -106,21 +111,36 @@ echo "emucluster-faults.sh: $label: first failure ${t_fail} s, job ended ${t_end
 
 # B: the host is cut off, daemons and all.
 label="B (host cut off)"
-# The data link back as new: forwarding on the bridge, and no neighbour entry that A's cut
-# left failed (a connect to it would be refused at once, and set-up does not retry refusals).
-ip link set "dd${id}k2" up || fail "cannot bring the data link of $h2 back"
-i=0
-until bridge link show dev "dd${id}k2" 2>/dev/null | grep -q 'state forwarding'; do
-    i=$((i + 1))
-    [ $i -le 50 ] || fail "the data link of $h2 does not forward again"
-    sleep 0.1
-done
-for h in "$h1" "$h2"; do
-    ip netns exec "$h" ip neigh flush dev dear0 || fail "cannot flush the neighbours of $h"
-done
+# h2's links back as new: forwarding on the bridge, and no neighbour entry that a cut left
+# failed (a connect to it would be refused at once, and set-up does not retry refusals).
+reconnect_h2() {
+    for l in "emu-$h2" "dd${id}k2"; do
+        ip link set "$l" up || fail "cannot bring $l of $h2 back"
+        i=0
+        until bridge link show dev "$l" 2>/dev/null | grep -q 'state forwarding'; do
+            i=$((i + 1))
+            [ $i -le 50 ] || fail "$l of $h2 does not forward again"
+            sleep 0.1
+        done
+    done
+    for h in "$h1" "$h2"; do
+        ip netns exec "$h" ip neigh flush all || fail "cannot flush the neighbours of $h"
+    done
+}
 # shellcheck disable=SC2317  # run by run_cut
 cut_host() { ip link set "emu-$h2" down && ip link set "dd${id}k2" down; }
-run_cut 20 cut_host -x DEAR_SOCKET_IFNAME=dear0
+# mpirun ends through its keepalive to the cut daemon, which applies only while nothing is queued
+# on that connection: a message in flight at the cut leaves TCP's retransmission timeout (minutes),
+# which no part of dear controls. One such attempt is said and tried once more.
+soft=1
+for attempt in 1 2; do
+    reconnect_h2
+    run_cut 20 cut_host -x DEAR_SOCKET_IFNAME=dear0
+    [ "$late" = 1 ] || break
+    echo "emucluster-faults.sh: $label: attempt $attempt: still running 20 s after the cut"
+done
+soft=0
+[ "$late" = 0 ] || fail "$label: the job was still running 20 s after the cut, twice"
 grep -v '^\[.*\] \*\*\*\|^ *$' "$out" | head -12
 [ "$rc" -ne 0 ] || fail "$label: the job ended with status 0"
 echo "emucluster-faults.sh: $label: job ended ${t_end} s after the cut (status $rc)"
