@@ -971,6 +971,9 @@ io:
     return 0;
 }
 
+/* An accepted connection not yet authenticated. */
+static int is_stranger(const link_t *k) { return k->step >= A_HELLO && k->step != L_GONE; }
+
 /* When strangers hold more than `most` (descriptors or slots) one unauthenticated connection
  * goes: 1 when one went. The oldest that has said nothing goes first, each candidate read once
  * before it is judged: a rank's connection may wait behind a flood of silent ones, its hello
@@ -980,7 +983,7 @@ static int shed_oldest(setup_t *su, int most)
 {
     int strangers = 0, oldest = -1;
     for (int i = 0; i < su->nlinks; i++)
-        if (su->links[i].step >= A_HELLO && su->links[i].step != L_GONE) {
+        if (is_stranger(&su->links[i])) {
             strangers++;
             if (oldest < 0)
                 oldest = i;
@@ -999,9 +1002,8 @@ static int shed_oldest(setup_t *su, int most)
             return 1;
         }
     }
-    for (oldest = 0; oldest < su->nlinks; oldest++)
-        if (su->links[oldest].step >= A_HELLO && su->links[oldest].step != L_GONE)
-            break;
+    for (oldest = 0; oldest < su->nlinks && !is_stranger(&su->links[oldest]); oldest++)
+        ;
     if (oldest == su->nlinks)
         return 1; /* stepping them settled one */
     turn_away(su, &su->links[oldest], "waited while %d newer connections came", strangers - 1);
