@@ -87,6 +87,12 @@ double dear_estimate_comm_s(const dear_plan_problem_t *prob, const dear_profile_
     return prob->cost.fn(prob->cost.arg, DEAR_COLL_ALLREDUCE, bytes);
 }
 
+dear_planner_t dear_estimate_planner(dear_planner_t which)
+{
+    /* A search refines a plan for the profile it is given; an estimate is not worth its time. */
+    return which == DEAR_PLANNER_AUTO || which == DEAR_PLANNER_GRADSSA ? DEAR_PLANNER_DP : which;
+}
+
 /* prof's times multiplied by f into *out (a copy). */
 static int scaled(const dear_profile_t *prof, double f, dear_profile_t *out)
 {
@@ -103,9 +109,7 @@ int dear_plan_robust(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
         DEAR_ERROR("plan", "planning across the unknown scale needs a range 0 < lo <= hi and at least one point");
         return DEAR_ERR_ARG;
     }
-    /* A search refines a plan for the profile it is given; an estimate is not worth its time. */
-    if (which == DEAR_PLANNER_AUTO || which == DEAR_PLANNER_GRADSSA)
-        which = DEAR_PLANNER_DP;
+    which = dear_estimate_planner(which);
     int n = range->npoints, mid = n / 2;
     double comm = dear_estimate_comm_s(prob, prob->prof), comp = dear_prof_fwd_total(prob->prof) +
                                                                  dear_prof_bwd_total(prob->prof);
@@ -157,6 +161,15 @@ int dear_plan_robust(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
         best[j] = INFINITY;
         for (int i = 0; i < n; i++)
             best[j] = fmin(best[j], t[i * n + j]);
+    }
+    for (int i = 0; i < n && rc == DEAR_OK && DEAR_LOG_ON(DEAR_LOG_DEBUG); i++) {
+        char row[256];
+        int len = 0;
+        for (int j = 0; j < n && len < (int)sizeof row - 32; j++)
+            len += snprintf(row + len, sizeof row - (size_t)len, " %.3f", t[i * n + j] / best[j]);
+        DEAR_DEBUG("plan", "planning across the scale: candidate %d (%s, %d bucket(s), %d group(s)), its iteration over "
+                           "the best at each ratio:%s",
+                   i, cand[i].planner, cand[i].rs.ngroups, cand[i].ag.ngroups, row);
     }
     /* The middle point's plan first: it wins ties. */
     int pick = -1;

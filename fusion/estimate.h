@@ -36,16 +36,22 @@ typedef struct {
 } dear_robust_range_t;
 
 /* The compute-to-communication ratios the runtime plans for when it knows neither: the e2e
- * matrix's cases run from a third to three times, and overlap matters most around one; three
- * points lose at most 0.1% more than five on the shipped models and cost 3/5 of the time
- * (docs/PERFORMANCE.md). */
+ * matrix's cases run from a third to three times, and overlap matters most around one. Five
+ * points rather than three: with only the ends and the middle to choose from, a model whose
+ * middle plan is poor at one end gets an end's plan, poor in the middle; the points between
+ * offer a plan fair everywhere, and off the middle a point costs one split-free dp. */
 #define DEAR_ROBUST_LO 0.25
 #define DEAR_ROBUST_HI 4.0
-#define DEAR_ROBUST_POINTS 3
+#define DEAR_ROBUST_POINTS 5
 
 /* Seconds of communicating every gradient of prof once under prob's cost and schedule: a
  * reduce-scatter and an all-gather of all of it for split schedules, else an all-reduce. */
 double dear_estimate_comm_s(const dear_plan_problem_t *prob, const dear_profile_t *prof);
+
+/* The planner an estimate is planned with, for a model-driven planner `which`: dp for auto and
+ * gradssa, whose searches refine a plan for the profile they are given (here a rough one) at
+ * several times dp's time; any other planner itself. */
+dear_planner_t dear_estimate_planner(dear_planner_t which);
 
 /* Plan prob->prof (an estimate at any scale: only the spread of its times counts) with planner
  * `which` (dp for auto and gradssa: a search refines a plan for the profile it is given, which

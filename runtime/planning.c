@@ -318,8 +318,8 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
  * logs the choice (what: which plan this is) against the threshold plan. pred: the predicted
  * iteration time of the plan in force [0] and of the new one [1], for auto's check. The new plan
  * ranges over the units of the plan in force, so both are priced alike. */
-static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t *plan, double pred[2],
-                      const char *what)
+static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner_t which, dear_plan_t *plan,
+                      double pred[2], const char *what)
 {
     int rc;
     dear_plan_problem_t prob;
@@ -336,7 +336,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_plan_t 
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
         prob.no_early = ctx->shard.on; /* the parameters leave after the updates at backward_end */
-        rc = dear_plan_by_id(plan, &prob, (dear_planner_t)dear_param_enum(DEAR_P_FUSION));
+        rc = dear_plan_by_id(plan, &prob, which);
         if (rc == DEAR_OK)
             rc = dear_plan_set_units(plan, ctx->reg.ntensors, ctx->graph.plan.units);
         if (rc != DEAR_OK)
@@ -535,22 +535,25 @@ static int replan(dear_ctx_t *ctx, int rescale)
     }
     if (rc == DEAR_ERR_MPI)
         goto out;
+    dear_planner_t which = (dear_planner_t)dear_param_enum(DEAR_P_FUSION);
     if (ctx->cm.rank == 0 && rc == DEAR_OK && keep)
         rc = dear_plan_copy(&plan, &ctx->graph.plan);
     else if (ctx->cm.rank == 0 && rc == DEAR_OK)
-        rc = plan_rank0(ctx, &prof, &plan, pred,
+        rc = plan_rank0(ctx, &prof, rescale ? dear_estimate_planner(which) : which, &plan, pred,
                         rescale ? "first plan, with the first iteration's times" : "online plan");
     if (ctx->cm.rank == 0 && rc == DEAR_OK && rescale && !keep) {
         char name[sizeof plan.planner];
         snprintf(name, sizeof name, "est:%.27s", plan.planner); /* made from an estimate */
         snprintf(plan.planner, sizeof plan.planner, "%s", name);
-    } else if (ctx->cm.rank == 0 && rc == DEAR_OK && pred[1] > pred[0] * (1 - ctx->online.min_gain) &&
-               !dear_plan_equal(&plan, &ctx->graph.plan)) {
-        /* A switch drains the pipeline and sets off auto's check: a small gain does not repay them. */
-        DEAR_INFO("plan", "online plan at iteration %lld: keeping %s, predicted %.3f ms against %.3f ms for %s "
+    }
+    if (ctx->cm.rank == 0 && rc == DEAR_OK && !keep && pred[1] > pred[0] * (1 - ctx->online.min_gain) &&
+        !dear_plan_equal(&plan, &ctx->graph.plan)) {
+        /* A switch drains the pipeline (and under auto sets off the check): a small gain does not
+         * repay it. */
+        DEAR_INFO("plan", "%s at iteration %lld: keeping %s, predicted %.3f ms against %.3f ms for %s "
                           "(a gain under %g%%, DEAR_REPLAN_MIN_GAIN, does not repay a switch)",
-                  ctx->it.iter, ctx->graph.plan.planner, 1e3 * pred[0], 1e3 * pred[1], plan.planner,
-                  100 * ctx->online.min_gain);
+                  rescale ? "first plan" : "online plan", ctx->it.iter, ctx->graph.plan.planner, 1e3 * pred[0],
+                  1e3 * pred[1], plan.planner, 100 * ctx->online.min_gain);
         rc = dear_plan_copy(&plan, &ctx->graph.plan);
     }
     /* Switch only after this; a planner failure keeps the plan that works (communication

@@ -121,7 +121,7 @@ assert [r["config"] for r in rows] == sys.argv[2].split(";"), rows
 for r in rows:
     assert r["check"] == "ok" and int(r["run_iters"]) == 8 and int(r["first_n"]) == 4, r
     assert 0 < float(r["startup_s"]) < float(r["first_n_s"]) < float(r["run_s"]), r
-assert rows[1]["plan"].startswith("est:") and rows[2]["plan"].startswith("est:auto"), rows
+assert rows[1]["plan"].startswith("est:") and rows[2]["plan"].startswith("est:dp"), rows
 assert rows[1]["first_plan"] == "range" and rows[2]["first_plan"] == "first", rows
 PY
 # A sparse embedding (1000 rows of 16 floats, 5% of them per rank): the replay draws a new set
