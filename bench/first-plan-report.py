@@ -136,7 +136,7 @@ def main():
          "dear-bench on the emulated cluster, each e2e-matrix model scaled as its balanced case (compute about "
          "equal to the communication of its gradients), `dear:auto` started on the threshold plan as before "
          "(`threshold`), on the plan made at commit from the model's structure and the calibrated cost model "
-         "across compute/communication 1/4..4 (`range`, the default), and on that plan made again with "
+         "across five compute/communication ratios 1/4..4 (`range`, the default), and on that plan made again with "
          "the first iteration's measured times (`first`); each with the model's FLOPs per layer "
          "(`fusion/profiles/*.model` through `dear_set_layer_cost`, what the PyTorch binding gives from module "
          "shapes) or with parameter bytes only (`bytes only`, no hint)." % a.command, ""] + meta + [""]
