@@ -120,8 +120,15 @@ def main():
     ap.add_argument("--results", required=True)
     ap.add_argument("--doc", help="replace the generated section of this file (docs/PERFORMANCE.md)")
     ap.add_argument("--command", default="bench/first-plan.sh")
-    ap.add_argument("--torch-command", default="bench/torch-first.sh")
+    ap.add_argument("--torch-command", help="the torch-first.sh command behind the binding's rows (default: "
+                    "the one bench/results/first-plan-torch.meta records, which torch-first.sh writes)")
     a = ap.parse_args()
+    if a.torch_command is None:
+        tm = os.path.join(a.results, "first-plan-torch.meta")
+        a.torch_command = "bench/torch-first.sh"
+        if os.path.exists(tm):
+            with open(tm) as f:
+                a.torch_command = f.readline().strip() or a.torch_command
     train, close = cases(a.results, "train"), cases(a.results, "close")
     torch_rows = torch_table(a.results)
     if not train and not close and not torch_rows:

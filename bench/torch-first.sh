@@ -38,5 +38,7 @@ for m in $MODELS; do
         --iters "$ITERS" --first-n "$FIRST_N" --batch "${BATCH[$m]}" --csv "$RES/first-plan-torch-$m.csv"
     "$EMU" down
 done
-python3 "$SRCDIR/bench/first-plan-report.py" --results "$RES" --doc "$SRCDIR/docs/PERFORMANCE.md" \
-    --torch-command "bench/torch-first.sh --rounds $ROUNDS --iters $ITERS --first-n $FIRST_N"
+# The command is kept beside the CSVs, so first-plan.sh's report names it too.
+echo "bench/torch-first.sh --rounds $ROUNDS --iters $ITERS --first-n $FIRST_N --models '$MODELS'" \
+    >"$RES/first-plan-torch.meta"
+python3 "$SRCDIR/bench/first-plan-report.py" --results "$RES" --doc "$SRCDIR/docs/PERFORMANCE.md"
