@@ -54,9 +54,8 @@ double dear_estimate_comm_s(const dear_plan_problem_t *prob, const dear_profile_
 dear_planner_t dear_estimate_planner(dear_planner_t which);
 
 /* Plan prob->prof (an estimate at any scale: only the spread of its times counts) with planner
- * `which` (dp for auto and gradssa: a search refines a plan for the profile it is given, which
- * here is rough, and costs several times dp's time per point; off the middle point dp without
- * its split search, all all-gathers in the next forward) at each ratio of range, and keep
+ * dear_estimate_planner(which) (off the middle point dp without its split search, all
+ * all-gathers in the next forward) at each ratio of range, and keep
  * the candidate whose largest ratio of its predicted iteration to the best candidate's at the
  * same point is least (ties: the middle point's plan, then the earlier). *regret (may be NULL):
  * that largest ratio. The plan's name is "est:" and its planner's. */

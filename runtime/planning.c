@@ -314,8 +314,8 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
     return r.iter_s;
 }
 
-/* Rank 0: plan from a profile of the tensors (the medians, or the first iteration's estimate);
- * logs the choice (what: which plan this is) against the threshold plan. pred: the predicted
+/* Rank 0: plan with planner `which` from a profile of the tensors (the medians, or the first
+ * iteration's estimate); logs the choice (what: which plan this is) against the threshold plan. pred: the predicted
  * iteration time of the plan in force [0] and of the new one [1], for auto's check. The new plan
  * ranges over the units of the plan in force, so both are priced alike. */
 static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner_t which, dear_plan_t *plan,
