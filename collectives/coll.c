@@ -797,6 +797,12 @@ void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info)
     info->msgs_dense = req->msgs_dense;
 }
 
+void dear_coll_each_req(dear_coll_req_t *req, dear_net_req_fn_t fn, void *arg)
+{
+    if (req != NULL && req->ops != NULL && req->ops->each_req != NULL && req->state != NULL)
+        req->ops->each_req(req, fn, arg);
+}
+
 void dear_coll_free(dear_coll_req_t *req)
 {
     if (req == NULL)

@@ -182,6 +182,12 @@ int dear_coll_queued(const dear_coll_req_t *req);
 /* Free a finished request (or one whose start or progress failed). NULL is accepted. */
 void dear_coll_free(dear_coll_req_t *req);
 
+/* fn on every message of req that may still be outstanding (sub-collectives' included), for
+ * error paths: a collective abandoned in flight has its receives cancelled and waited out
+ * (dear_net_cancel, dear_net_test) before dear_coll_free frees the buffers they point at.
+ * Inactive requests may be passed too; fn must ignore them. */
+void dear_coll_each_req(dear_coll_req_t *req, dear_net_req_fn_t fn, void *arg);
+
 /* The selection table: algorithm for op on nranks ranks and a vector of bytes, with the
  * communicator's hosts when known (NULL: flat). Honors DEAR_COLL_ALGO when it is not auto;
  * hier without a topology to serve falls back to ring. */

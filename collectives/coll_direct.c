@@ -190,14 +190,19 @@ out:
     return rc;
 }
 
+static void direct_each_req(dear_coll_req_t *r, dear_net_req_fn_t fn, void *arg)
+{
+    direct_state_t *st = r->state;
+    for (int i = 0; st->reqs != NULL && i < 2 * r->nranks; i++)
+        fn(&st->reqs[i], arg);
+}
+
 static void direct_cleanup(dear_coll_req_t *r)
 {
     direct_state_t *st = r->state;
     if (st == NULL)
         return;
-    if (st->reqs != NULL)
-        for (int i = 0; i < 2 * r->nranks; i++)
-            dear_net_abandon(&st->reqs[i]);
+    direct_each_req(r, dear_coll_abandon_one, NULL);
     free(st->reqs);
     free(st->slots);
     free(st->acc);
@@ -206,4 +211,5 @@ static void direct_cleanup(dear_coll_req_t *r)
     r->state = NULL;
 }
 
-const dear_coll_algo_ops_t dear_coll_direct_ops = { "direct", direct_start, direct_progress, direct_cleanup };
+const dear_coll_algo_ops_t dear_coll_direct_ops = { "direct", direct_start, direct_progress, direct_cleanup,
+                                                    direct_each_req };

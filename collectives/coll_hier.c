@@ -351,18 +351,26 @@ out:
     return rc;
 }
 
+static void hier_each_req(dear_coll_req_t *r, dear_net_req_fn_t fn, void *arg)
+{
+    hier_state_t *st = r->state;
+    for (int s = 0; s < ST_COUNT; s++)
+        dear_coll_each_req(st->lane[s].sub, fn, arg);
+    for (int a = 0; a < 2; a++)
+        for (int w = 0; w < HIER_WINDOW; w++) {
+            fn(&st->stream[a].sreq[w], arg);
+            fn(&st->stream[a].rreq[w], arg);
+        }
+}
+
 static void hier_cleanup(dear_coll_req_t *r)
 {
     hier_state_t *st = r->state;
     if (st == NULL)
         return;
+    hier_each_req(r, dear_coll_abandon_one, NULL);
     for (int s = 0; s < ST_COUNT; s++)
         dear_coll_free(st->lane[s].sub);
-    for (int a = 0; a < 2; a++)
-        for (int w = 0; w < HIER_WINDOW; w++) {
-            dear_net_abandon(&st->stream[a].sreq[w]);
-            dear_net_abandon(&st->stream[a].rreq[w]);
-        }
     free(st->slots);
     free(st->counts);
     free(st->displs);
@@ -370,4 +378,5 @@ static void hier_cleanup(dear_coll_req_t *r)
     r->state = NULL;
 }
 
-const dear_coll_algo_ops_t dear_coll_hier_ops = { "hier", hier_start, hier_progress, hier_cleanup };
+const dear_coll_algo_ops_t dear_coll_hier_ops = { "hier", hier_start, hier_progress, hier_cleanup,
+                                                  hier_each_req };

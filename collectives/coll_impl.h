@@ -30,9 +30,20 @@ typedef struct dear_coll_algo_ops {
     int (*start)(dear_coll_req_t *req);
     /* Bounded, non-blocking step; *done = 1 when the result is in place. */
     int (*progress)(dear_coll_req_t *req, int *done);
-    /* Free algorithm state (cancelling requests still outstanding). */
+    /* Free algorithm state (abandoning requests still outstanding). */
     void (*cleanup)(dear_coll_req_t *req);
+    /* Optional: fn on each of its messages, its sub-collectives' included (dear_coll_each_req).
+     * An algorithm whose messages are all its own copies (mpi) or run on a queue (native) has
+     * none. */
+    void (*each_req)(dear_coll_req_t *req, dear_net_req_fn_t fn, void *arg);
 } dear_coll_algo_ops_t;
+
+/* cleanup's first step: every message of req abandoned (each_req with this). */
+static inline void dear_coll_abandon_one(dear_net_req_t *q, void *arg)
+{
+    (void)arg;
+    dear_net_abandon(q);
+}
 
 struct dear_coll_req {
     dear_coll_op_t user_op;     /* what the caller asked for */

@@ -172,4 +172,4 @@ static void mpi_cleanup(dear_coll_req_t *r)
     r->state = NULL;
 }
 
-const dear_coll_algo_ops_t dear_coll_mpi_ops = { "mpi", mpi_start, mpi_progress, mpi_cleanup };
+const dear_coll_algo_ops_t dear_coll_mpi_ops = { "mpi", mpi_start, mpi_progress, mpi_cleanup, NULL };

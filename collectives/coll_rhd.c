@@ -265,16 +265,23 @@ static int rhd_progress_entry(dear_coll_req_t *r, int *done)
     return rhd_progress(r, done);
 }
 
+static void rhd_each_req(dear_coll_req_t *r, dear_net_req_fn_t fn, void *arg)
+{
+    rhd_state_t *st = r->state;
+    fn(&st->req[0], arg);
+    fn(&st->req[1], arg);
+}
+
 static void rhd_cleanup(dear_coll_req_t *r)
 {
     rhd_state_t *st = r->state;
     if (st == NULL)
         return;
-    dear_net_abandon(&st->req[0]);
-    dear_net_abandon(&st->req[1]);
+    rhd_each_req(r, dear_coll_abandon_one, NULL);
     dear_coll_scratch_put(st->tmp, st->tmp_cap);
     free(st);
     r->state = NULL;
 }
 
-const dear_coll_algo_ops_t dear_coll_rhd_ops = { "rhd", rhd_start, rhd_progress_entry, rhd_cleanup };
+const dear_coll_algo_ops_t dear_coll_rhd_ops = { "rhd", rhd_start, rhd_progress_entry, rhd_cleanup,
+                                                 rhd_each_req };

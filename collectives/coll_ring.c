@@ -318,15 +318,21 @@ static int ring_progress_entry(dear_coll_req_t *r, int *done)
     return ring_progress(r, done);
 }
 
+static void ring_each_req(dear_coll_req_t *r, dear_net_req_fn_t fn, void *arg)
+{
+    ring_state_t *st = r->state;
+    for (int i = 0; i < RING_WINDOW; i++) {
+        fn(&st->sreq[i], arg);
+        fn(&st->rreq[i], arg);
+    }
+}
+
 static void ring_cleanup(dear_coll_req_t *r)
 {
     ring_state_t *st = r->state;
     if (st == NULL)
         return;
-    for (int i = 0; i < RING_WINDOW; i++) {
-        dear_net_abandon(&st->sreq[i]);
-        dear_net_abandon(&st->rreq[i]);
-    }
+    ring_each_req(r, dear_coll_abandon_one, NULL);
     free(st->slots);
     free(st->recv_first);
     dear_coll_scratch_put(st->wide_work, st->wide_cap);
@@ -335,4 +341,4 @@ static void ring_cleanup(dear_coll_req_t *r)
 }
 
 const dear_coll_algo_ops_t dear_coll_ring_ops = { "ring", ring_start, ring_progress_entry,
-                                                  ring_cleanup };
+                                                  ring_cleanup, ring_each_req };

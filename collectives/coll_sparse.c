@@ -579,19 +579,26 @@ out:
     return rc;
 }
 
+static void sparse_each_req(dear_coll_req_t *r, dear_net_req_fn_t fn, void *arg)
+{
+    sparse_state_t *st = r->state;
+    for (int i = 0; i < st->npeers; i++) {
+        if (st->rreq != NULL)
+            fn(&st->rreq[i], arg);
+        if (st->sreq != NULL)
+            fn(&st->sreq[i], arg);
+    }
+    for (int i = 0; st->areq != NULL && i < 2 * st->npeers; i++)
+        fn(&st->areq[i], arg);
+    dear_coll_each_req(st->sub, fn, arg);
+}
+
 static void sparse_cleanup(dear_coll_req_t *r)
 {
     sparse_state_t *st = r->state;
     if (st == NULL)
         return;
-    for (int i = 0; i < st->npeers; i++) {
-        if (st->rreq != NULL)
-            dear_net_abandon(&st->rreq[i]);
-        if (st->sreq != NULL)
-            dear_net_abandon(&st->sreq[i]);
-    }
-    for (int i = 0; st->areq != NULL && i < 2 * st->npeers; i++)
-        dear_net_abandon(&st->areq[i]);
+    sparse_each_req(r, dear_coll_abandon_one, NULL);
     dear_coll_free(st->sub);
     dear_coll_scratch_put(st->pack, st->pack_cap);
     free(st->rreq);
@@ -624,4 +631,5 @@ size_t dear_coll_sparse_nonzero(dear_dtype_t dtype, const void *vec, size_t coun
     return k;
 }
 
-const dear_coll_algo_ops_t dear_coll_sparse_ops = { "sparse", sparse_start, sparse_progress, sparse_cleanup };
+const dear_coll_algo_ops_t dear_coll_sparse_ops = { "sparse", sparse_start, sparse_progress, sparse_cleanup,
+                                                    sparse_each_req };

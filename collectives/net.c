@@ -245,6 +245,16 @@ void dear_net_abandon(dear_net_req_t *req)
     *req = DEAR_NET_REQ_NULL;
 }
 
+void dear_net_cancel(dear_net_req_t *req)
+{
+    if (req->net == NULL || !dear_net_is_recv(req))
+        return;
+    if (req->net->tp->ops->cancel)
+        req->net->tp->ops->cancel(req);
+    else
+        dear_net_abandon(req);
+}
+
 int dear_transport_progress(dear_transport_t *tp)
 {
     return tp && tp->ops->progress ? tp->ops->progress(tp) : DEAR_OK;

@@ -37,6 +37,9 @@ typedef struct {
 
 #define DEAR_NET_REQ_NULL ((dear_net_req_t){ NULL, { .msg = NULL }, -1 })
 
+/* A visitor of requests (dear_coll_each_req). */
+typedef void (*dear_net_req_fn_t)(dear_net_req_t *req, void *arg);
+
 /* A transport's operations. Those marked optional may be NULL. */
 typedef struct dear_transport_ops {
     const char *name;
@@ -57,6 +60,12 @@ typedef struct dear_transport_ops {
     int (*test)(dear_net_req_t *req, int *flag, size_t *bytes);
     /* Error paths only: cancel where possible and free. */
     void (*abandon)(dear_net_req_t *req);
+    /* Optional, error paths: a receive stops matching new messages but stays active; test then
+     * completes it, cancelled or, when a message had already matched, once its data is in (the
+     * sender must progress). For rows that let the library write a receive's buffer after it was
+     * freed (MPI: a matched receive survives MPI_Cancel and MPI_Request_free); a row without it
+     * makes abandon safe at once. */
+    void (*cancel)(dear_net_req_t *req);
     /* Optional: move what can move now without waiting (a transport that moves only inside
      * test, as MPI, has none). */
     int (*progress)(dear_transport_t *tp);
@@ -145,8 +154,18 @@ int dear_net_testall(int n, dear_net_req_t *reqs, int *flag);
 /* 1 while req stands for a message not yet complete. */
 static inline int dear_net_active(const dear_net_req_t *req) { return req->net != NULL; }
 
-/* Cancel (where possible) and free a request still outstanding; error paths only. */
+/* Cancel (where possible) and free a request still outstanding; error paths only. The buffer of
+ * an MPI send or receive that had matched may still be read or written afterwards: the runtime
+ * settles (dear_net_cancel, then test) before it frees what its messages point at. */
 void dear_net_abandon(dear_net_req_t *req);
+
+/* Error paths: a receive stops matching (the transport's cancel; abandoned at once where the
+ * transport has none) and completes through test; a send is left to complete, since its
+ * receiver may already be taking it. Inactive requests are ignored. */
+void dear_net_cancel(dear_net_req_t *req);
+
+/* 1 for a receive (not yet complete), 0 for a send. */
+static inline int dear_net_is_recv(const dear_net_req_t *req) { return req->peer >= 0; }
 
 /* The transport's optional operations, harmless where it has none: progress and poke do
  * nothing, block returns at once with DEAR_OK, counters read 0; can_block says whether block

@@ -57,10 +57,18 @@ static void mpi_abandon(dear_net_req_t *req)
     MPI_Request_free(&req->u.mpi);
 }
 
+static void mpi_cancel(dear_net_req_t *req)
+{
+    /* Error path: a failure leaves the receive to complete with its message. */
+    if (req->u.mpi != MPI_REQUEST_NULL)
+        MPI_Cancel(&req->u.mpi);
+}
+
 const dear_transport_ops_t dear_net_mpi_ops = {
     .name = "mpi",
     .isend = mpi_isend,
     .irecv = mpi_irecv,
     .test = mpi_test,
     .abandon = mpi_abandon,
+    .cancel = mpi_cancel,
 };

@@ -60,9 +60,16 @@ static int ctx_free(dear_ctx_t *ctx)
     int rc = DEAR_OK;
     if (!ctx)
         return DEAR_OK;
-    dear_graph_free(ctx);
-    dear_compress_free(ctx);
-    dear_rt_mem_free(ctx);
+    /* Collectives abandoned and never settled (the ranks could not meet): what their messages
+     * may still use, theirs and the fusion buffers, is left allocated rather than freed. */
+    if (ctx->eng.parked) {
+        DEAR_WARN("api", "dear_finalize: collectives abandoned after an error could not be settled with the other "
+                         "ranks; their buffers are left allocated, since their messages may still use them");
+    } else {
+        dear_graph_free(ctx);
+        dear_compress_free(ctx);
+        dear_rt_mem_free(ctx);
+    }
     free(ctx->reg.tensors);
     free(ctx->reg.declared);
     free(ctx->reg.hints);
@@ -367,6 +374,7 @@ static void print_stats(dear_ctx_t *ctx)
 
 /* Above every collective's tag (the engine's run below 16384), within the MPI minimum of 32767. */
 #define FINALIZE_TAG 32000
+#define SETTLE_TAG 32001
 
 /* Names the ranks whose flag is 0 into buf ("1, 5, 7" or "1, 5 and 12 more"). */
 static void missing_ranks(const int *arrived, int n, int self, char *buf, size_t cap)
@@ -469,6 +477,87 @@ out:
     return rc;
 }
 
+/* settle_parked's visitor: tests each message still active; counts the receives still open. */
+static void settle_one(dear_net_req_t *q, void *arg)
+{
+    if (!dear_net_active(q))
+        return;
+    int recv = dear_net_is_recv(q), flag = 0;
+    if (dear_net_test(q, &flag) != DEAR_OK) {
+        dear_net_abandon(q); /* failed: the transport is done with it (the error is logged) */
+        return;
+    }
+    if (!flag && recv)
+        (*(int *)arg)++;
+}
+
+/* The collectives abandoned in flight (engine.c parks them, receives cancelled) are settled
+ * once every rank is in dear_finalize: each rank tests its messages until its receives are over
+ * (cancelled, or filled by a message that had matched, whose sender moves it in this same loop),
+ * then tells every other rank so and waits to hear the same from all; after that no receive can
+ * take a send's data any more, and every buffer may be freed. Point to point, not MPI_Ibarrier:
+ * algorithm mpi's abandoned collectives on the communicator would be matched with it. Runs on
+ * every rank when cm.keep is set (all agree on it). */
+static int settle_parked(dear_ctx_t *ctx)
+{
+    int rc = DEAR_OK, warned = 0, n = ctx->cm.size, said = 0, over = 1, *heard = NULL;
+    MPI_Request *req = NULL;
+    double t0 = dear_now(), pause = 1e-4;
+    DEAR_ALLOC_GOTO(req, malloc(sizeof *req * 2 * (size_t)n), sizeof *req * 2 * (size_t)n, rc, out);
+    DEAR_ALLOC_GOTO(heard, calloc((size_t)n, sizeof *heard), sizeof *heard * (size_t)n, rc, out);
+    for (int i = 0; i < 2 * n; i++)
+        req[i] = MPI_REQUEST_NULL;
+    for (int p = 0; p < n; p++)
+        if (p != ctx->cm.rank)
+            DEAR_MPI_CHECK_GOTO(MPI_Irecv(&heard[p], 1, MPI_INT, p, SETTLE_TAG, ctx->cm.comm, &req[p]), rc, out);
+    for (;;) {
+        int open = 0;
+        for (dear_run_t *r = ctx->eng.parked; r; r = r->next)
+            dear_coll_each_req(r->req, settle_one, &open);
+        if (open == 0 && !said) {
+            said = 1;
+            for (int p = 0; p < n; p++)
+                if (p != ctx->cm.rank)
+                    DEAR_MPI_CHECK_GOTO(MPI_Isend(&over, 1, MPI_INT, p, SETTLE_TAG, ctx->cm.comm, &req[n + p]), rc,
+                                        out);
+        }
+        if (said) {
+            int done = 0;
+            DEAR_MPI_CHECK_GOTO(MPI_Testall(2 * n, req, &done, MPI_STATUSES_IGNORE), rc, out);
+            if (done)
+                break;
+        }
+        double age = dear_now() - t0;
+        if (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) {
+            DEAR_ERROR("api", "dear_finalize: after %.1f s (DEAR_STALL_ABORT_S=%g), the messages of collectives "
+                              "abandoned after an error have not settled (%d receive(s) of this rank open): "
+                              "aborting the job",
+                       age, ctx->cfg.stall_abort_s, open);
+            MPI_Abort(ctx->cm.comm, 1);
+        }
+        if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !warned) {
+            warned = 1;
+            DEAR_WARN("api", "dear_finalize: waiting %.1f s for the messages of collectives abandoned after an "
+                             "error to settle (%d receive(s) of this rank open)",
+                      age, open);
+        }
+        dear_sleep(pause);
+        pause = pause < 0.01 ? pause * 2 : 0.01;
+    }
+    while (ctx->eng.parked) {
+        dear_run_t *r = ctx->eng.parked;
+        ctx->eng.parked = r->next;
+        dear_coll_free(r->req);
+        free(r);
+    }
+out:
+    if (rc == DEAR_OK || rc == DEAR_ERR_NOMEM) { /* after an MPI error, posted messages may still use them */
+        free(req);
+        free(heard);
+    }
+    return rc;
+}
+
 int dear_finalize(dear_ctx_t **handle)
 {
     int rc = DEAR_OK;
@@ -487,6 +576,8 @@ int dear_finalize(dear_ctx_t **handle)
         }
         dear_engine_stop(ctx);
         int rc3 = finalize_together(ctx);
+        if (rc3 == DEAR_OK && ctx->cm.keep)
+            rc3 = settle_parked(ctx);
         if (rc == DEAR_OK)
             rc = rc3;
         if (ctx->cfg.stats_print && ctx->cm.rank == 0)

@@ -469,6 +469,12 @@ static int idle_wait(dear_ctx_t *ctx, int *idle_rounds, double *sleep_s)
     return DEAR_OK;
 }
 
+static void cancel_one(dear_net_req_t *q, void *arg)
+{
+    (void)arg;
+    dear_net_cancel(q);
+}
+
 static void *engine_main(void *arg)
 {
     dear_ctx_t *ctx = arg;
@@ -523,16 +529,15 @@ static void *engine_main(void *arg)
         if (idle_wait(ctx, &idle_rounds, &sleep_s) != DEAR_OK)
             break;
     }
-    /* On an error the collectives in flight are abandoned (their peers are in an unknown state);
-     * their requests are freed so nothing leaks. */
+    /* On an error the collectives in flight are abandoned (their peers are in an unknown state):
+     * their receives are cancelled, and they are parked, not freed, since a message that had
+     * matched still reads or writes their buffers; dear_finalize settles them with the peers. */
     ctx->eng.abandoned = ctx->eng.running != NULL;
-    while (ctx->eng.running) {
-        dear_run_t *r = ctx->eng.running;
-        ctx->eng.running = r->next;
-        dear_coll_free(r->req);
-        free(r);
-        ctx->eng.nrunning--;
-    }
+    for (dear_run_t *r = ctx->eng.running; r; r = r->next)
+        dear_coll_each_req(r->req, cancel_one, NULL);
+    ctx->eng.parked = ctx->eng.running;
+    ctx->eng.running = NULL;
+    ctx->eng.nrunning = 0;
     while (ctx->eng.spare) {
         dear_run_t *r = ctx->eng.spare;
         ctx->eng.spare = r->next;

@@ -354,6 +354,8 @@ typedef struct {
     dear_run_t *running;
     dear_run_t *spare;      /* runs ended, for reuse */
     int abandoned;          /* collectives were in flight when the thread stopped (read after join) */
+    dear_run_t *parked;     /* those collectives, receives cancelled, until dear_finalize settles
+                             * them (the application thread's after join) */
     int nrunning;
     int nhost;              /* of them, those on the host (DEAR_MAX_INFLIGHT counts these) */
     size_t inflight_bytes;  /* sum of bytes of the running collectives on the host */

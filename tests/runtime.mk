@@ -69,7 +69,7 @@ tests_mpi_test_online_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_online_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 TESTS += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runtime-np3.mpi \
     tests/mpi/runtime-np4.mpi tests/mpi/runtime-thread-np1.mpi tests/mpi/runtime-timeline.sh \
-    tests/mpi/runtime-stall-abort.sh
+    tests/mpi/runtime-stall-abort.sh tests/mpi/runtime-abandon-np4.mpi tests/mpi/runtime-abandon-np3-socket.mpi
 tests_mpi_test_runtime_SOURCES = tests/mpi/test_runtime.c tests/mpi/synth.h tests/mpi/np_check.h
 tests_mpi_test_runtime_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_runtime_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
@@ -78,7 +78,7 @@ EXTRA_DIST += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runt
     tests/mpi/runtime-np4.mpi tests/mpi/runtime-thread-np1.mpi tests/mpi/runtime-timeline.sh \
     tests/mpi/runtime-valgrind.sh tests/mpi/helgrind-runtime.supp tests/mpi/runtime-stall-abort.sh \
     tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi \
-    tests/mpi/online-np3-first.mpi
+    tests/mpi/online-np3-first.mpi tests/mpi/runtime-abandon-np4.mpi tests/mpi/runtime-abandon-np3-socket.mpi
 
 SPARSE_MPI_TESTS = tests/mpi/sparse-np1.mpi tests/mpi/sparse-np2.mpi tests/mpi/sparse-np3.mpi \
     tests/mpi/sparse-np4.mpi tests/mpi/sparse-np5.mpi tests/mpi/sparse-np3-socket.mpi

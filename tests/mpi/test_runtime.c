@@ -7,13 +7,14 @@
  * average is exact and the parameters must match, bit for bit, a reference loop that uses plain
  * MPI_Allreduce. Also: update counts per schedule (exactly once per tensor per iteration, at
  * the documented hook), flush, registry mismatch on every rank with the message, bad
- * parameters, calls out of order, the stall warning, a plan file whose all-gather groups cut
- * across buckets, the profile file.
+ * parameters, calls out of order, collectives abandoned in flight after an error, the stall
+ * warning, a plan file whose all-gather groups cut across buckets, the profile file.
  *
  * Modes (argv[1]): none = the Check suite; "train" = a short training run with the
  * environment's DEAR_* settings (timeline test); "engine" = calls out of order, one training
  * run per schedule with the large tensors capped, and the stall warning (for valgrind);
- * "stall-abort" = DEAR_STALL_ABORT_S must abort the job (runtime-stall-abort.sh);
+ * "stall-abort" = DEAR_STALL_ABORT_S must abort the job (runtime-stall-abort.sh); "abandon" =
+ * the abandoned collectives alone (runtime-abandon-*.mpi, under conditions that make them last);
  * "thread-single" = dear_init under MPI_THREAD_SINGLE must fail with DEAR_ERR_UNSUPPORTED.
  */
 #include <check.h>
@@ -179,6 +180,17 @@ static void register_model(dear_ctx_t *ctx, model_t *m)
                                        update_cb, t),
                          DEAR_OK);
     }
+}
+
+/* A context with the model (its gradients in one arena) registered and committed. */
+static dear_ctx_t *model_committed(model_t *m)
+{
+    dear_ctx_t *ctx = NULL;
+    model_init(m, 1);
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    register_model(ctx, m);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    return ctx;
 }
 
 /* One training iteration through the hooks, checking when updates have run. */
@@ -543,6 +555,55 @@ START_TEST(test_order)
 }
 END_TEST
 
+/* ---- collectives abandoned after an error ---- */
+
+/* The engine stops on an error with all-gathers in flight (here: a backward without its forward,
+ * ranks reaching it at different moments). After dear_finalize returns, no message may still
+ * write the registered buffers (the program frees or reuses them at once), nor the library's
+ * own, freed by then (the heap's checks, or ASan, see those). */
+START_TEST(test_abandon)
+{
+    if (nranks < 2)
+        return;
+    for (int rep = 0; rep < 12; rep++) {
+        model_t m;
+        dear_ctx_t *ctx = model_committed(&m);
+        dear_iteration(ctx, &m, 0, dear_schedule(ctx));
+        if (strcmp(dear_schedule(ctx), "dear") != 0) {
+            ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+            model_free(&m);
+            return;
+        }
+        usleep((useconds_t)(((rank + rep) % nranks) * 700 * (rep % 3)));
+        capture_start();
+        int rc = dear_backward_done(ctx, m.layer_ids[m.nlayers - 1]);
+        capture_stop();
+        ck_assert_int_eq(rc, DEAR_ERR_STATE);
+        dear_finalize(&ctx);
+        ck_assert_ptr_null(ctx);
+        /* The program owns its buffers again: mark them, let MPI progress, and look. */
+        for (int i = 0; i < NT; i++)
+            memset(m.t[i].grad, 0x5a, m.t[i].count * esize(m.t[i].dtype));
+        for (int k = 0; k < 5; k++) {
+            int flag;
+            MPI_Barrier(MPI_COMM_WORLD);
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            usleep(2000);
+        }
+        for (int i = 0; i < NT; i++) {
+            const unsigned char *g = m.t[i].grad;
+            size_t bytes = m.t[i].count * esize(m.t[i].dtype), bad = bytes;
+            for (size_t b = 0; b < bytes && bad == bytes; b++)
+                if (g[b] != 0x5a)
+                    bad = b;
+            ck_assert_msg(bad == bytes, "rep %d: tensor %d written at byte %zu of %zu after dear_finalize", rep,
+                          i, bad, bytes);
+        }
+        model_free(&m);
+    }
+}
+END_TEST
+
 /* ---- stall warning ---- */
 
 START_TEST(test_stall)
@@ -551,11 +612,7 @@ START_TEST(test_stall)
         return;
     setenv("DEAR_STALL_WARN_S", "1", 1);
     model_t m;
-    model_init(&m, 1);
-    dear_ctx_t *ctx = NULL;
-    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
-    register_model(ctx, &m);
-    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    dear_ctx_t *ctx = model_committed(&m);
     capture_start();
     for (int l = 0; l < m.nlayers; l++)
         ck_assert_int_eq(dear_forward_begin(ctx, m.layer_ids[l]), DEAR_OK);
@@ -583,11 +640,7 @@ END_TEST
 START_TEST(test_profile)
 {
     model_t m;
-    model_init(&m, 1);
-    dear_ctx_t *ctx = NULL;
-    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
-    register_model(ctx, &m);
-    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    dear_ctx_t *ctx = model_committed(&m);
     for (int k = 0; k < 3; k++)
         dear_iteration(ctx, &m, k, "dear");
     char path[64] = "/tmp/dear-test-profile-XXXXXX";
@@ -678,6 +731,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_order);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_abandon);
     tcase_add_test(tc, test_params);
     tcase_add_test(tc, test_mismatch);
     tcase_add_loop_test(tc, test_train, 0, DEAR_SCHED_COUNT * 6);
@@ -705,12 +759,13 @@ START_TEST(test_train_env)
 }
 END_TEST
 
-static Suite *suite_train(void)
+/* A suite of one test, for the modes that run a test alone. */
+static Suite *suite_one(const char *name, const TTest *test, int timeout_s)
 {
-    Suite *s = suite_create("runtime-train");
-    TCase *tc = tcase_create("train");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_train_env);
+    Suite *s = suite_create(name);
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout_s);
+    tcase_add_test(tc, test);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -726,11 +781,7 @@ START_TEST(test_stall_abort)
     const char *fault = getenv("PEER_FAULT") ? getenv("PEER_FAULT") : "sleep";
     setenv("DEAR_STALL_ABORT_S", "1", 1);
     model_t m;
-    model_init(&m, 1);
-    dear_ctx_t *ctx = NULL;
-    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
-    register_model(ctx, &m);
-    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    dear_ctx_t *ctx = model_committed(&m);
     for (int it = 0; it < 3; it++) {
         if (it == 2 && strcmp(fault, "leave") == 0) {
             if (rank == 1) {
@@ -756,16 +807,6 @@ START_TEST(test_stall_abort)
     ck_abort_msg("rank %d: no abort although rank 1 was gone past DEAR_STALL_ABORT_S (%s)", rank, fault);
 }
 END_TEST
-
-static Suite *suite_stall_abort(void)
-{
-    Suite *s = suite_create("runtime-stall-abort");
-    TCase *tc = tcase_create("stall-abort");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_stall_abort);
-    suite_add_tcase(s, tc);
-    return s;
-}
 
 /* The engine under valgrind: calls out of order and one training run per schedule. */
 START_TEST(test_engine)
@@ -821,8 +862,10 @@ int main(int argc, char **argv)
     {
         const char *mode = argc > 1 ? argv[1] : "";
         small_model = strcmp(mode, "engine") == 0;
-        SRunner *sr = srunner_create(strcmp(mode, "train") == 0         ? suite_train()
-                                     : strcmp(mode, "stall-abort") == 0 ? suite_stall_abort()
+        SRunner *sr = srunner_create(strcmp(mode, "train") == 0 ? suite_one("runtime-train", test_train_env, 120)
+                                     : strcmp(mode, "stall-abort") == 0
+                                         ? suite_one("runtime-stall-abort", test_stall_abort, 60)
+                                     : strcmp(mode, "abandon") == 0 ? suite_one("runtime-abandon", test_abandon, 300)
                                      : small_model                       ? suite_engine()
                                                                          : suite());
         srunner_set_fork_status(sr, CK_NOFORK);
