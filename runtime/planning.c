@@ -319,7 +319,7 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
  * iteration time of the plan in force [0] and of the new one [1], for auto's check. The new plan
  * ranges over the units of the plan in force, so both are priced alike. */
 static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner_t which, dear_plan_t *plan,
-                      double pred[2], const char *what)
+                      double pred[3], dear_plan_t *thr_out, const char *what)
 {
     int rc;
     dear_plan_problem_t prob;
@@ -346,11 +346,23 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
     if (rc == DEAR_OK) {
         pred[0] = predict(&prob, &ctx->graph.plan);
         pred[1] = predict(&prob, plan);
+        pred[2] = INFINITY;
+    }
+    if (rc == DEAR_OK && (thr_out || DEAR_LOG_ON(DEAR_LOG_INFO))) {
+        int trc = dear_plan_by_id(&thr, &prob, DEAR_PLANNER_THRESHOLD);
+        if (trc == DEAR_OK)
+            trc = dear_plan_set_units(&thr, ctx->reg.ntensors, ctx->graph.plan.units);
+        if (trc == DEAR_OK)
+            pred[2] = predict(&prob, &thr);
+        if (thr_out && trc == DEAR_OK) {
+            snprintf(thr.planner, sizeof thr.planner, "threshold");
+            rc = dear_plan_copy(thr_out, &thr);
+        } else if (thr_out) {
+            rc = trc;
+        }
     }
     if (rc == DEAR_OK && DEAR_LOG_ON(DEAR_LOG_INFO)) {
-        double tnew = pred[1], tcur = pred[0], tthr = INFINITY;
-        if (dear_plan_by_id(&thr, &prob, DEAR_PLANNER_THRESHOLD) == DEAR_OK)
-            tthr = predict(&prob, &thr);
+        double tnew = pred[1], tcur = pred[0], tthr = pred[2];
         DEAR_INFO("plan", "%s at iteration %lld (%s, schedule %s): %s with %d reduce-scatter bucket(s) "
                           "and %d all-gather group(s); predicted iteration %.3f ms vs %.3f ms with threshold "
                           "(%zu B) and %.3f ms with the current plan (%s, %d bucket(s)); compute %.3f ms; planned "
@@ -514,10 +526,17 @@ static int first_times_profile(const dear_ctx_t *ctx, double fwd_s, double bwd_s
  * auto's check), or (rescale) from the structure with the first iteration's times. */
 static int replan(dear_ctx_t *ctx, int rescale)
 {
-    dear_plan_t plan = { 0 };
+    dear_plan_t plan = { 0 }, thr = { 0 };
     dear_profile_t prof = { 0 };
-    double pred[2] = { 0, 0 };
+    double pred[3] = { 0, 0, 0 };
     int rc;
+    /* The first online plan after a plan made without a profile: that plan was never measured,
+     * so auto's check measures the online plan (kept or new) against the threshold plan, as it
+     * does when training starts on the threshold plan. Why: the estimate rests on the cost model
+     * alone, and a cost model wrong for this machine must not leave a plan slower than the
+     * threshold plan in force unmeasured. Every rank derives the same flag. */
+    int guard = !rescale && ctx->check.iters > 0 && ctx->online.first_plan != DEAR_FIRST_THRESHOLD &&
+                ctx->online.nplans == 0;
 
     /* The caller drained the old plan's collectives: with the thread stopped, the communicator
      * is this thread's alone and the operations can be rebuilt. */
@@ -540,7 +559,7 @@ static int replan(dear_ctx_t *ctx, int rescale)
         rc = dear_plan_copy(&plan, &ctx->graph.plan);
     else if (ctx->cm.rank == 0 && rc == DEAR_OK)
         rc = plan_rank0(ctx, &prof, rescale ? dear_estimate_planner(which) : which, &plan, pred,
-                        rescale ? "first plan, with the first iteration's times" : "online plan");
+                        guard ? &thr : NULL, rescale ? "first plan, with the first iteration's times" : "online plan");
     if (ctx->cm.rank == 0 && rc == DEAR_OK && rescale && !keep) {
         char name[sizeof plan.planner];
         snprintf(name, sizeof name, "est:%.27s", plan.planner); /* made from an estimate */
@@ -561,6 +580,8 @@ static int replan(dear_ctx_t *ctx, int rescale)
     if (!rescale)
         ctx->online.next_plan_iter = ctx->online.replan_every > 0 ? ctx->it.iter + ctx->online.replan_every : -1;
     rc = dear_planning_bcast(ctx, &plan, rc);
+    if (guard && rc == DEAR_OK)
+        rc = dear_planning_bcast(ctx, &thr, rc);
     if (rc == DEAR_ERR_MPI || rc == DEAR_ERR_NOMEM)
         goto out;
     if (rc != DEAR_OK) {
@@ -570,7 +591,18 @@ static int replan(dear_ctx_t *ctx, int rescale)
         rc = DEAR_OK;
         goto out;
     }
-    if (!dear_plan_equal(&plan, &ctx->graph.plan)) {
+    if (guard && !dear_plan_equal(&plan, &thr)) {
+        /* The check's old plan is the threshold plan, whichever plan is in force now. */
+        if (!dear_plan_equal(&plan, &ctx->graph.plan))
+            DEAR_CHECK_GOTO(dear_graph_rebuild(ctx, &plan), rc, out);
+        else
+            snprintf(ctx->graph.plan.planner, sizeof ctx->graph.plan.planner, "%s", plan.planner);
+        pred[0] = pred[2];
+        DEAR_INFO("plan", "online plan at iteration %lld: %s measured against the threshold plan (%d bucket(s)): "
+                          "the plan before it was made without a profile",
+                  ctx->it.iter, ctx->graph.plan.planner, thr.rs.ngroups);
+        check_begin(ctx, &thr, pred);
+    } else if (!dear_plan_equal(&plan, &ctx->graph.plan)) {
         /* Keep the plan being replaced for auto's check, which judges the measured profile's plans. */
         dear_plan_t prev = { 0 };
         DEAR_CHECK_GOTO(dear_plan_copy(&prev, &ctx->graph.plan), rc, out);
@@ -592,6 +624,7 @@ out_prev:
 out:
     rc = dear_planning_restart(ctx, rc);
     dear_plan_free(&plan);
+    dear_plan_free(&thr);
     dear_prof_free(&prof);
     return rc;
 }

@@ -799,6 +799,54 @@ START_TEST(test_first_rescale)
 }
 END_TEST
 
+/* The first online plan after a first plan made without a profile is measured against the
+ * threshold plan (the one-bucket-per-tensor plan here), whichever plan the planner keeps: a
+ * penalty slept while the threshold plan is not in force (guard 0) must bring it back, one on
+ * the threshold plan (guard 1) must keep the planner's. */
+static int guard_scen;
+
+static void guard_noise(dear_ctx_t *ctx, int k)
+{
+    (void)k;
+    int on_thr = strcmp(ctx->graph.plan.planner, "threshold") == 0;
+    sleep_ms(on_thr == guard_scen ? CLEAR_MS : 0);
+}
+
+START_TEST(test_first_guard)
+{
+    guard_scen = _i;
+    set_common();
+    setenv("DEAR_FIRST_PLAN", "range", 1);
+    setenv("DEAR_REPLAN_EVERY", "0", 1);
+    setenv("DEAR_VERIFY_ITERS", "6", 1);
+    setenv("DEAR_LOG_LEVEL", "info", 1);
+    model_t m;
+    capture_start();
+    dear_ctx_t *ctx = commit_preset(&m, "dear", "auto", "shm");
+    ck_assert_msg(strncmp(ctx->graph.plan.planner, "est:", 4) == 0, "plan %s at commit", ctx->graph.plan.planner);
+    in_compute = guard_noise;
+    train(ctx, &m, "dear", CHECK_ITERS);
+    in_compute = NULL;
+    capture_stop();
+    ck_assert_int_eq(ctx->online.nplans, 1);
+    ck_assert_int_eq(ctx->check.at, -1);
+    ck_assert_msg(strstr(logbuf, "measured against the threshold plan") != NULL, "no guard line:\n%s", logbuf);
+    char planner[64];
+    plan_in_force(ctx, planner, sizeof planner);
+    if (guard_scen == 0)
+        ck_assert_msg(strcmp(planner, "threshold") == 0 && ctx->check.nreverts == 1,
+                      "slower than the threshold plan, yet %s stays (%d revert(s)):\n%s", planner,
+                      ctx->check.nreverts, logbuf);
+    else
+        ck_assert_msg(strcmp(planner, "threshold") != 0 && ctx->check.nreverts == 0,
+                      "the threshold plan is the slow one, yet %s stays:\n%s", planner, logbuf);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    compare(&m, CHECK_ITERS, guard_scen ? "guard: planner's plan kept" : "guard: threshold kept");
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
 /* A hint must name a registered layer and be finite and >= 0; the error says so. */
 static void refused(dear_ctx_t *ctx, int layer, double flops, int want, const char *says)
 {
@@ -856,6 +904,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_first_plan, 0, 2);
     tcase_add_test(tc, test_first_rescale);
+    tcase_add_loop_test(tc, test_first_guard, 0, 2);
     tcase_add_test(tc, test_first_bad_hints);
     suite_add_tcase(s, tc);
     return s;
