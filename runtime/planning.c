@@ -315,9 +315,10 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
 }
 
 /* Rank 0: plan with planner `which` from a profile of the tensors (the medians, or the first
- * iteration's estimate); logs the choice (what: which plan this is) against the threshold plan. pred: the predicted
- * iteration time of the plan in force [0] and of the new one [1], for auto's check. The new plan
- * ranges over the units of the plan in force, so both are priced alike. */
+ * iteration's estimate); logs the choice (what: which plan this is) against the threshold plan.
+ * pred: the predicted iteration time of the plan in force [0], the new one [1] and the threshold
+ * plan [2], for auto's check; thr_out (when not NULL) gets that threshold plan. All range over
+ * the units of the plan in force, so they are priced alike. */
 static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner_t which, dear_plan_t *plan,
                       double pred[3], dear_plan_t *thr_out, const char *what)
 {
