@@ -15,19 +15,79 @@
  * past `early` also pay their all-gather right behind it (an early group aligned with the bucket,
  * as the simulator runs it). Non-decreasing in the group's extent, which is all the DPs' pruning
  * needs. */
+/* Group costs already priced, per collective op, for every [lo, hi) with 0 <= lo < hi <= n, row
+ * lo holding hi = lo + 1..n in order (NAN: not yet). Why: the search for the split runs the DPs
+ * dozens of times over the same groups, and pricing a group through the cost model is most of a
+ * DP's time; the DPs walk one row at a time. A table over DP_MEMO_MAX_BYTES is not made: the
+ * groups are then priced each time. */
+#define DP_MEMO_MAX_BYTES ((size_t)64 << 20)
+typedef struct {
+    int n;
+    double *tab[DEAR_COLL_OP_COUNT];
+} dp_memo_t;
+
 typedef struct {
     const dear_sim_cost_t *fn;
     const dear_sim_ws_t *ws;
     dear_coll_op_t op;
     int early;
     const double *prefix;       /* prefix[t]: dense bytes of tensors 0..t-1, for the memory cap */
+    int n;
+    double *tab_op, *tab_ag;    /* dp_memo_t's tables for op and the all-gather; NULL: none */
 } dp_cost_t;
+
+static void dp_memo_free(dp_memo_t *m)
+{
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        free(m->tab[op]);
+    *m = (dp_memo_t){ 0 };
+}
+
+/* One op's table, made on first use; NULL (price each time) when too large or out of memory. */
+static double *dp_memo_tab(dp_memo_t *m, dear_coll_op_t op)
+{
+    if (!m || m->n <= 0)
+        return NULL;
+    if (!m->tab[op]) {
+        size_t cells = (size_t)m->n * ((size_t)m->n + 1) / 2;
+        if (cells > DP_MEMO_MAX_BYTES / sizeof(double) || !(m->tab[op] = malloc(cells * sizeof(double)))) {
+            m->n = 0;   /* not again */
+            return NULL;
+        }
+        for (size_t k = 0; k < cells; k++)
+            m->tab[op][k] = NAN;
+    }
+    return m->tab[op];
+}
+
+static dp_cost_t dp_cost(const dear_plan_problem_t *prob, const dear_sim_ws_t *ws, dear_coll_op_t op, int early,
+                         const double *prefix, dp_memo_t *memo)
+{
+    dp_cost_t c = { .fn = &prob->cost, .ws = ws, .op = op, .early = early, .prefix = prefix,
+                    .n = prob->prof->ntensors };
+    c.tab_op = dp_memo_tab(memo, op);
+    c.tab_ag = c.tab_op ? dp_memo_tab(memo, DEAR_COLL_ALLGATHER) : NULL;
+    if (!c.tab_ag)
+        c.tab_op = NULL;
+    return c;
+}
+
+static inline double dp_price(const dp_cost_t *c, double *tab, dear_coll_op_t op, int lo, int hi)
+{
+    if (!tab)
+        return dear_sim_ws_group(c->ws, c->fn, op, lo, hi);
+    size_t row = (size_t)lo * (size_t)c->n - (size_t)lo * ((size_t)lo - 1) / 2;
+    double *cell = &tab[row + (size_t)(hi - lo - 1)];
+    if (isnan(*cell))
+        *cell = dear_sim_ws_group(c->ws, c->fn, op, lo, hi);
+    return *cell;
+}
 
 static double dp_group(const dp_cost_t *c, int lo, int hi)
 {
-    double t = dear_sim_ws_group(c->ws, c->fn, c->op, lo, hi);
+    double t = dp_price(c, c->tab_op, c->op, lo, hi);
     if (hi > c->early)
-        t += dear_sim_ws_group(c->ws, c->fn, DEAR_COLL_ALLGATHER, lo > c->early ? lo : c->early, hi);
+        t += dp_price(c, c->tab_ag, DEAR_COLL_ALLGATHER, lo > c->early ? lo : c->early, hi);
     return t;
 }
 
@@ -145,17 +205,18 @@ static double *prefix_bytes(int n, const size_t *bytes)
 /* Schedule dear with the all-gathers of tensors [m, n) early: the bucket DP with each bucket's
  * early part gathered right behind it, and the group DP over [0, m) for the forward pass; the
  * early groups are the buckets cut at m. ag must hold n + 2 ints. Returns DEAR_OK or NOMEM. */
-static int dp_split(const dear_plan_problem_t *prob, const dear_sim_ws_t *ws, int m, const double *ready,
-                    const double *need, const double *S, int *rs, int *nrs, int *ag, int *nag, int *ne)
+static int dp_split(const dear_plan_problem_t *prob, const dear_sim_ws_t *ws, dp_memo_t *memo, int m,
+                    const double *ready, const double *need, const double *S, int *rs, int *nrs, int *ag, int *nag,
+                    int *ne)
 {
     int n = prob->prof->ntensors;
-    dp_cost_t c = { .fn = &prob->cost, .ws = ws, .op = DEAR_COLL_REDUCE_SCATTER, .early = m, .prefix = S };
+    dp_cost_t c = dp_cost(prob, ws, DEAR_COLL_REDUCE_SCATTER, m, S, memo);
     dp_rs_core(n, ready, &c, prob->cap_bytes, rs, nrs);
     if (*nrs < 0)
         return DEAR_ERR_NOMEM;
     int k = 0;
     if (m > 0) {
-        dp_cost_t ca = { .fn = &prob->cost, .ws = ws, .op = DEAR_COLL_ALLGATHER, .early = m, .prefix = S };
+        dp_cost_t ca = dp_cost(prob, ws, DEAR_COLL_ALLGATHER, m, S, memo);
         dp_ag_core(m, need, &ca, prob->cap_bytes, ag, &k);
         if (k < 0)
             return DEAR_ERR_NOMEM;
@@ -210,7 +271,7 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
     if (rc != DEAR_OK)
         goto out;
     if (prob->sched == DEAR_SCHED_WFBP) {
-        dp_cost_t c = { .fn = &prob->cost, .ws = ws, .op = DEAR_COLL_ALLREDUCE, .early = n, .prefix = S };
+        dp_cost_t c = dp_cost(prob, ws, DEAR_COLL_ALLREDUCE, n, S, NULL);
         dp_rs_core(n, ready, &c, prob->cap_bytes, brs, &bnrs);
         if (bnrs < 0) {
             rc = DEAR_ERR_NOMEM;
@@ -219,7 +280,7 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
         memcpy(bag, brs, sizeof(int) * (size_t)(bnrs + 1));
         bnag = bnrs;
     } else if (split >= 0) {
-        rc = dp_split(prob, ws, split, ready, need, S, brs, &bnrs, bag, &bnag, &bne);
+        rc = dp_split(prob, ws, NULL, split, ready, need, S, brs, &bnrs, bag, &bnag, &bne);
     } else {
         /* Each split between all-gathers run early (during backward) and in the next forward
          * pass is solved exactly per phase; the simulator, which couples the phases (the
@@ -231,6 +292,7 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
          * 400-tensor model around half a second. m = n (every all-gather in the forward pass)
          * is tried first, so ties keep it. */
         enum { SPLITS_ALL = 160 };
+        dp_memo_t memo = { .n = n };
         int *cand = malloc(sizeof(int) * (size_t)(n + 1)), nc = 0;
         if (!cand) {
             rc = DEAR_ERR_NOMEM;
@@ -250,7 +312,7 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
                 if ((stage == 0 && k % step && k != nc - 1) || (stage == 1 && k % step == 0))
                     continue;   /* stage 0: every step-th and the last; stage 1: the rest near bk */
                 int ne, m = cand[k];
-                rc = dp_split(prob, ws, m, ready, need, S, rs, &nrs, ag, &nag, &ne);
+                rc = dp_split(prob, ws, &memo, m, ready, need, S, rs, &nrs, ag, &nag, &ne);
                 if (rc != DEAR_OK)
                     break;
                 double t = dear_sim_ws_iter(ws, &prob->cost, prob->sched, nrs, rs, nag, ag, ne);
@@ -266,6 +328,7 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
             }
         }
         free(cand);
+        dp_memo_free(&memo);
     }
     if (rc == DEAR_OK)
         rc = dear_plan_set(plan, n, bnrs, brs, bnag, bag, "dp");

@@ -859,10 +859,11 @@ static double urand(void)
 
 static void random_instance(dear_profile_t *p, int n, lin_arg_t *l)
 {
-    double fw[40], bw[40];
-    int lay[20] = { 0 };
-    size_t by[20] = { 0 };
+    double fw[400], bw[400];
+    int lay[128] = { 0 };
+    size_t by[128] = { 0 };
     int nl = 0;
+    ck_assert(n <= 128);
     if (urand() < 0.3) {   /* a leading layer without tensors */
         fw[nl] = 0.1 + urand();
         bw[nl] = 0.1 + urand();
@@ -1149,6 +1150,47 @@ START_TEST(dp_split_equals_brute_force)
         dear_prof_free(&p);
     }
     ck_assert_msg(wins >= 5, "early all-gathers won only %d of 90 instances", wins);
+}
+END_TEST
+
+/* dp's search for the split reuses the groups it priced for one split at the others: on larger
+ * instances (sparse runs and chunks included) its plan is still the best of the splits each
+ * planned alone. */
+START_TEST(dp_search_equals_best_split)
+{
+    for (int inst = 0; inst < 12; inst++) {
+        int n = 30 + 7 * inst;
+        dear_profile_t p;
+        lin_arg_t l;
+        any_instance(&p, n, &l, inst, 6);
+        if (inst % 2)
+            for (int i = 0; i < p.nlayers; i++)
+                p.layers[i].bwd_s *= 3;
+        /* The all-gathers priced apart from the reduce-scatters, so a group priced for one op
+         * and read back for the other shows. */
+        l.alpha[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
+        l.beta[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
+        dear_sim_cost_t c = { lin_cost, &l };
+        dear_plan_problem_t prob;
+        problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
+        double best = INFINITY;
+        for (int m = 0; m <= n; m++) {
+            if (!(m == 0 || m == n || p.tensors[m].lidx != p.tensors[m - 1].lidx || p.tensors[m].chunk > 0))
+                continue;
+            dear_plan_t one = { 0 };
+            ck_assert_int_eq(dear_plan_dp_split(&one, &prob, m), DEAR_OK);
+            double t = sim_T(&p, &c, DEAR_SCHED_DEAR, &one);
+            best = t < best ? t : best;
+            dear_plan_free(&one);
+        }
+        dear_plan_t dp = { 0 };
+        ck_assert_int_eq(dear_plan_dp(&dp, &prob), DEAR_OK);
+        double tdp = sim_T(&p, &c, DEAR_SCHED_DEAR, &dp);
+        ck_assert_msg(fabs(tdp - best) <= 1e-9 * best, "instance %d (n=%d): dp %.12g, best split %.12g", inst, n,
+                      tdp, best);
+        dear_plan_free(&dp);
+        dear_prof_free(&p);
+    }
 }
 END_TEST
 
@@ -2072,6 +2114,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, sim_compress_by_hand);
     tcase_add_test(tc, profile_sparse_round_trip);
     tcase_add_test(tc, dp_split_equals_brute_force);
+    tcase_add_test(tc, dp_search_equals_best_split);
     tcase_add_test(tc, gradssa_deterministic_and_never_worse);
     tcase_add_test(tc, gradssa_within_1pct_of_dp_on_shipped);
     tcase_add_test(tc, no_early_plans);
