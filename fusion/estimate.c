@@ -1,7 +1,6 @@
 /* Estimated profiles from the model's structure, and planning across the unknown scale
  * (fusion/estimate.h). */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,6 +96,29 @@ dear_planner_t dear_estimate_planner(dear_planner_t which)
 static int scaled(const dear_profile_t *prof, double f, dear_profile_t *out)
 {
     return copy_prof(prof, NULL, 0, 0, f, out);
+}
+
+int dear_estimate_gain(const dear_plan_problem_t *prob, const dear_plan_t *a, const dear_plan_t *b, double ratio,
+                       double *gain)
+{
+    if (!prob || !prob->prof || !a || !b || !gain || !(ratio > 0) || !isfinite(ratio)) {
+        DEAR_ERROR("plan", "the gain of one plan over another needs a problem, two plans and a ratio > 0");
+        return DEAR_ERR_ARG;
+    }
+    double comm = dear_estimate_comm_s(prob, prob->prof),
+           comp = dear_prof_fwd_total(prob->prof) + dear_prof_bwd_total(prob->prof);
+    dear_profile_t at = { 0 };
+    int rc = comm > 0 && isfinite(comm) && comp > 0 ? scaled(prob->prof, ratio * comm / comp, &at)
+                                                   : dear_prof_copy(prob->prof, &at);
+    if (rc != DEAR_OK)
+        return rc;
+    dear_plan_problem_t p = *prob;
+    p.prof = &at;
+    double ta = dear_planner_predict(&p, a, &rc), tb = rc == DEAR_OK ? dear_planner_predict(&p, b, &rc) : NAN;
+    if (rc == DEAR_OK)
+        *gain = tb > 0 ? 1 - ta / tb : 0;
+    dear_prof_free(&at);
+    return rc;
 }
 
 int dear_plan_robust(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_planner_t which,

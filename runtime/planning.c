@@ -52,32 +52,55 @@ static int estimated_units(const dear_ctx_t *ctx, int nunits, const dear_unit_t 
 }
 
 /* Rank 0 at commit: the plan of the model-driven planner from the structure alone, the one that
- * loses least across the compute-to-communication ratios (the scale is unknown). */
-static int estimate_plan(dear_ctx_t *ctx, int nunits, const dear_unit_t *units, dear_plan_t *plan)
+ * loses least across the compute-to-communication ratios (the scale is unknown), or the threshold
+ * plan when that one is not predicted faster than it by DEAR_FIRST_MIN_GAIN at compute =
+ * communication. Why: the estimate guesses the spread of compute and prices collectives
+ * calibrated alone, so a smaller predicted gain lies within its error, and the threshold plan is
+ * what training started on before; the middle of the range is where the plan matters most (far
+ * from it compute or communication hides the other whatever the plan). */
+static int estimate_plan(dear_ctx_t *ctx, int nunits, const dear_unit_t *units, const dear_tensor_desc_t *udesc,
+                         dear_plan_t *plan)
 {
     dear_profile_t prof = { 0 };
     dear_plan_problem_t prob;
     dear_sim_model_arg_t marg;
-    double t0 = dear_now(), regret = NAN;
+    dear_plan_t thr = { 0 };
+    double t0 = dear_now(), regret = NAN, gain = NAN;
     int hinted = 0;
     for (int l = 0; l < ctx->reg.nlayers; l++)
         hinted += ctx->reg.layers[l].flops >= 0;
+    size_t thr_bytes = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
     int rc = estimated_units(ctx, nunits, units, 1.0, 2.0, &prof);
     if (rc == DEAR_OK)
         rc = dear_plan_problem_init(&prob, &prof, ctx->cfg.sched, &ctx->online.cost, 0, &marg);
     if (rc == DEAR_OK) {
-        prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
+        prob.threshold = thr_bytes;
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
         dear_robust_range_t range = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
         rc = dear_plan_robust(plan, &prob, (dear_planner_t)dear_param_enum(DEAR_P_FUSION), &range, &regret);
     }
     if (rc == DEAR_OK)
+        rc = dear_plan_threshold(&thr, nunits, udesc, thr_bytes);
+    if (rc == DEAR_OK)
+        rc = dear_estimate_gain(&prob, plan, &thr, 1.0, &gain);
+    if (rc == DEAR_OK)
         DEAR_INFO("plan", "first plan, from the model's structure (%d of %d layer(s) with a compute hint, the others "
                           "by parameter bytes) and the cost model: %s with %d reduce-scatter bucket(s) and %d "
                           "all-gather group(s), within %.1f%% of the best plan at every compute/communication ratio "
-                          "%g..%g; planned in %.1f ms",
+                          "%g..%g, predicted %.1f%% faster than the threshold plan at compute = communication; "
+                          "planned in %.1f ms",
                   hinted, ctx->reg.nlayers, plan->planner, plan->rs.ngroups, plan->ag.ngroups, 100 * (regret - 1),
-                  DEAR_ROBUST_LO, DEAR_ROBUST_HI, 1e3 * (dear_now() - t0));
+                  DEAR_ROBUST_LO, DEAR_ROBUST_HI, 100 * gain, 1e3 * (dear_now() - t0));
+    if (rc == DEAR_OK && !(gain >= ctx->online.first_min_gain)) {
+        DEAR_INFO("plan", "first plan: %s predicted %.1f%% faster than the threshold plan, under DEAR_FIRST_MIN_GAIN="
+                          "%g%%: training starts on the threshold plan (%zu B)",
+                  plan->planner, 100 * gain, 100 * ctx->online.first_min_gain, thr_bytes);
+        dear_plan_free(plan);
+        *plan = thr;
+        thr = (dear_plan_t){ 0 };
+        snprintf(plan->planner, sizeof plan->planner, "threshold(warm-up)");
+    }
+    dear_plan_free(&thr);
     dear_prof_free(&prof);
     return rc;
 }
@@ -123,7 +146,7 @@ static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
          * the threshold plan runs. On one rank a model-driven planner has nothing to plan: no
          * communication at all. */
         if (ctx->online.enabled && ctx->online.first_plan != DEAR_FIRST_THRESHOLD) {
-            rc = estimate_plan(ctx, nu, units, plan);
+            rc = estimate_plan(ctx, nu, units, udesc, plan);
         } else {
             rc = dear_plan_threshold(plan, nu, udesc, (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD));
             if (rc == DEAR_OK && ctx->online.enabled)
@@ -283,6 +306,7 @@ int dear_planning_setup(dear_ctx_t *ctx)
     DEAR_MPI_CHECK(MPI_Bcast(cfg, 6, MPI_INT, 0, ctx->cm.comm));
     DEAR_MPI_CHECK(MPI_Bcast(&margin, 1, MPI_DOUBLE, 0, ctx->cm.comm));
     ctx->online.min_gain = dear_param_double(DEAR_P_REPLAN_MIN_GAIN); /* rank 0's: it alone plans */
+    ctx->online.first_min_gain = dear_param_double(DEAR_P_FIRST_MIN_GAIN);
     ctx->online.enabled = cfg[0];
     ctx->online.replan_every = cfg[2];
     ctx->online.next_plan_iter = ctx->online.enabled ? cfg[1] : -1;
@@ -544,6 +568,7 @@ static int replan(dear_ctx_t *ctx, int rescale)
     dear_engine_stop(ctx);
     ctx->eng.stop = 0;
     int keep = 0; /* rank 0: nothing measured to scale the estimate by */
+    int margin_thr = 0; /* rank 0: DEAR_FIRST_MIN_GAIN sent the plan made again to the threshold plan */
     if (rescale) {
         double fwd_s = 0, bwd_s = 0;
         rc = dear_first_iteration_times(ctx, &fwd_s, &bwd_s);
@@ -560,13 +585,25 @@ static int replan(dear_ctx_t *ctx, int rescale)
         rc = dear_plan_copy(&plan, &ctx->graph.plan);
     else if (ctx->cm.rank == 0 && rc == DEAR_OK)
         rc = plan_rank0(ctx, &prof, rescale ? dear_estimate_planner(which) : which, &plan, pred,
-                        guard ? &thr : NULL, rescale ? "first plan, with the first iteration's times" : "online plan");
+                        guard || rescale ? &thr : NULL,
+                        rescale ? "first plan, with the first iteration's times" : "online plan");
     if (ctx->cm.rank == 0 && rc == DEAR_OK && rescale && !keep) {
         char name[sizeof plan.planner];
         snprintf(name, sizeof name, "est:%.27s", plan.planner); /* made from an estimate */
         snprintf(plan.planner, sizeof plan.planner, "%s", name);
+        /* Still an estimate (of the spread of compute): as at commit, DEAR_FIRST_MIN_GAIN over the
+         * threshold plan or the threshold plan, whatever the plan in force. */
+        if (!(pred[1] <= pred[2] * (1 - ctx->online.first_min_gain)) && !dear_plan_equal(&plan, &thr)) {
+            margin_thr = 1;
+            DEAR_INFO("plan", "first plan at iteration %lld: %s predicted %.3f ms against %.3f ms for the threshold "
+                              "plan, a gain under DEAR_FIRST_MIN_GAIN=%g%%: the threshold plan instead",
+                      ctx->it.iter, plan.planner, 1e3 * pred[1], 1e3 * pred[2], 100 * ctx->online.first_min_gain);
+            rc = dear_plan_copy(&plan, &thr);
+            pred[1] = pred[2];
+            snprintf(plan.planner, sizeof plan.planner, "threshold(warm-up)");
+        }
     }
-    if (ctx->cm.rank == 0 && rc == DEAR_OK && !keep && pred[1] > pred[0] * (1 - ctx->online.min_gain) &&
+    if (ctx->cm.rank == 0 && rc == DEAR_OK && !keep && !margin_thr && pred[1] > pred[0] * (1 - ctx->online.min_gain) &&
         !dear_plan_equal(&plan, &ctx->graph.plan)) {
         /* A switch drains the pipeline (and under auto sets off the check): a small gain does not
          * repay it. */
@@ -608,7 +645,9 @@ static int replan(dear_ctx_t *ctx, int rescale)
         dear_plan_t prev = { 0 };
         DEAR_CHECK_GOTO(dear_plan_copy(&prev, &ctx->graph.plan), rc, out);
         DEAR_CHECK_GOTO(dear_graph_rebuild(ctx, &plan), rc, out_prev);
-        if (ctx->check.iters > 0 && !rescale)
+        /* guard here: the online plan is the threshold plan, which a threshold start would have
+         * switched to unchecked. */
+        if (ctx->check.iters > 0 && !rescale && !guard)
             check_begin(ctx, &prev, pred);
 out_prev:
         dear_plan_free(&prev);

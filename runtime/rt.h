@@ -239,6 +239,7 @@ typedef struct {
     long long next_plan_iter; /* plan at the backward_end that completes this iteration; -1: never */
     int first_plan;         /* DEAR_FIRST_PLAN of rank 0: DEAR_FIRST_* */
     double min_gain;        /* DEAR_REPLAN_MIN_GAIN (rank 0 uses its own) */
+    double first_min_gain;  /* DEAR_FIRST_MIN_GAIN (rank 0 uses its own) */
     long long rescale_at;   /* DEAR_FIRST_PLAN=first: re-plan the estimate at the backward_end completing this
                              * iteration with its measured times; -1: not (again) */
     int calib_measured;     /* calibrations measured (not loaded from the cache): tests read it */

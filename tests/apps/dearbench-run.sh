@@ -106,10 +106,11 @@ PY
 # The first plan (DEAR_FIRST_PLAN) with hints from a model description (layer 2, without tensors,
 # hinted to the layer before it): held all run it is the estimate's; the time to train the
 # first 4 iterations and the 8 of a run, from dear_init; parameters check under each start.
+# DEAR_FIRST_MIN_GAIN=0: the estimate's plan runs whatever its predicted gain on this tiny model.
 printf 'dear-model 1\nlayer 0 4\nlayer 1 6\nlayer 2 2\nlayer 3 6\nlayer 4 4\ntensor l0.weight 0 40000\nend 5 1\n' \
     >"$TMPD/tiny.model"
 FCONF="dear:auto+first=threshold;dear:auto+first=range+hold;dear:auto+first=first+hold+nohints"
-DEAR_LOG_LEVEL=info bench 2 --profile "$TINY" --hints "$TMPD/tiny.model" --iters 8 --warmup 0 --first-n 4 \
+DEAR_LOG_LEVEL=info DEAR_FIRST_MIN_GAIN=0 bench 2 --profile "$TINY" --hints "$TMPD/tiny.model" --iters 8 --warmup 0 --first-n 4 \
     --configs "$FCONF" --csv "$TMPD/f.csv"
 [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "first plan run: exit status $rc"; }
 grep -q "first plan, from the model's structure (4 of 4 layer(s) with a compute hint" "$TMPD/out" ||

@@ -228,6 +228,7 @@ static void set_common(void)
     setenv("DEAR_WARMUP_ITERS", "2", 1);
     setenv("DEAR_REPLAN_EVERY", "3", 1);
     setenv("DEAR_VERIFY_ITERS", "0", 1); /* auto's check has tests of its own (test_check) */
+    setenv("DEAR_FIRST_MIN_GAIN", "0", 1); /* any predicted gain: the margin has test_first_margin */
 }
 
 static void unset_all(void)
@@ -235,7 +236,7 @@ static void unset_all(void)
     const char *vars[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_FUSION_THRESHOLD", "DEAR_WARMUP_ITERS",
                            "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_CALIBRATION_FILE",
                            "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS", "DEAR_VERIFY_MARGIN", "DEAR_FIRST_PLAN",
-                           "DEAR_REPLAN_MIN_GAIN" };
+                           "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -700,8 +701,10 @@ static dear_ctx_t *commit_first(model_t *m, const char *sched, const char *first
 }
 
 /* The plan at commit made another way: the profile from the model's own arrays, through
- * fusion/estimate.h under the preset the runtime took. */
-static void reference_first(const dear_ctx_t *ctx, const model_t *m, dear_sched_t sched, dear_plan_t *ref)
+ * fusion/estimate.h under the preset the runtime took. gain (when not NULL): that plan's
+ * predicted gain over the DEAR_FUSION_THRESHOLD plan at compute = communication, by hand. */
+static void reference_first(const dear_ctx_t *ctx, const model_t *m, dear_sched_t sched, dear_plan_t *ref,
+                            double *gain)
 {
     dear_profile_t st, est = { 0 };
     dear_prof_init(&st, "ref");
@@ -728,6 +731,24 @@ static void reference_first(const dear_ctx_t *ctx, const model_t *m, dear_sched_
     ck_assert_int_eq(dear_plan_problem_init(&prob, &cut, sched, &cm, 0, &marg), DEAR_OK);
     dear_robust_range_t rg = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
     ck_assert_int_eq(dear_plan_robust(ref, &prob, DEAR_PLANNER_AUTO, &rg, NULL), DEAR_OK);
+    if (gain) {
+        prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
+        dear_plan_t thr = { 0 };
+        ck_assert_int_eq(dear_plan_by_id(&thr, &prob, DEAR_PLANNER_THRESHOLD), DEAR_OK);
+        size_t bytes = 0;
+        for (int t = 0; t < cut.ntensors; t++)
+            bytes += cut.tensors[t].bytes;
+        double comm = sched == DEAR_SCHED_DEAR ? prob.cost.fn(prob.cost.arg, DEAR_COLL_REDUCE_SCATTER, bytes) +
+                                                     prob.cost.fn(prob.cost.arg, DEAR_COLL_ALLGATHER, bytes)
+                                               : prob.cost.fn(prob.cost.arg, DEAR_COLL_ALLREDUCE, bytes);
+        for (int l = 0; l < cut.nlayers; l++) /* the estimate's compute totals 1 + 2 */
+            cut.layers[l].fwd_s *= comm / 3, cut.layers[l].bwd_s *= comm / 3;
+        dear_sim_result_t ra = { 0 }, rb = { 0 };
+        ck_assert_int_eq(dear_sim_run(&cut, &prob.cost, sched, ref, 0, &ra), DEAR_OK);
+        ck_assert_int_eq(dear_sim_run(&cut, &prob.cost, sched, &thr, 0, &rb), DEAR_OK);
+        *gain = 1 - ra.iter_s / rb.iter_s;
+        dear_plan_free(&thr);
+    }
     ck_assert_int_eq(dear_plan_set_units(ref, NT, units), DEAR_OK);
     free(units);
     dear_prof_free(&cut);
@@ -745,7 +766,7 @@ START_TEST(test_first_plan)
     ck_assert_msg(strncmp(ctx->graph.plan.planner, "est:", 4) == 0, "plan %s at commit", ctx->graph.plan.planner);
     ck_assert_msg(same_everywhere(plan_hash(&ctx->graph.plan)), "ranks committed different first plans");
     dear_plan_t ref = { 0 };
-    reference_first(ctx, &m, _i == 0 ? DEAR_SCHED_DEAR : DEAR_SCHED_WFBP, &ref);
+    reference_first(ctx, &m, _i == 0 ? DEAR_SCHED_DEAR : DEAR_SCHED_WFBP, &ref, NULL);
     ck_assert_msg(dear_plan_equal(&ref, &ctx->graph.plan) && ref.ag_early == ctx->graph.plan.ag_early,
                   "%s: the first plan (%s, %d buckets) is not the estimate's (%s, %d buckets)", sched,
                   ctx->graph.plan.planner, ctx->graph.plan.rs.ngroups, ref.planner, ref.rs.ngroups);
@@ -764,25 +785,74 @@ START_TEST(test_first_plan)
 }
 END_TEST
 
+/* DEAR_FIRST_MIN_GAIN: the first plan runs when predicted faster than the threshold plan by at
+ * least the margin at compute = communication, else the threshold plan does; the gain made by
+ * hand (reference_first) decides the same way just below and just above it. */
+START_TEST(test_first_margin)
+{
+    set_common();
+    setenv("DEAR_WARMUP_ITERS", "100", 1);
+    setenv("DEAR_LOG_LEVEL", "info", 1);
+    model_t m;
+    dear_ctx_t *ctx = commit_first(&m, "dear", "range", 1);
+    dear_plan_t ref = { 0 };
+    double gain = NAN;
+    reference_first(ctx, &m, DEAR_SCHED_DEAR, &ref, &gain);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+    ck_assert_msg(gain > 0.02, "the test model's first plan gains only %g over the threshold plan", gain);
+    char margin[32];
+    snprintf(margin, sizeof margin, "%.17g", _i == 0 ? gain - 0.01 : gain + 0.01);
+    setenv("DEAR_FIRST_MIN_GAIN", margin, 1);
+    capture_start();
+    ctx = commit_first(&m, "dear", "range", 1);
+    capture_stop();
+    ck_assert_msg(same_everywhere(plan_hash(&ctx->graph.plan)), "ranks committed different first plans");
+    if (_i == 0) {
+        ck_assert_msg(dear_plan_equal(&ref, &ctx->graph.plan), "margin %s under the gain %g, yet plan %s", margin,
+                      gain, ctx->graph.plan.planner);
+    } else {
+        ck_assert_str_eq(ctx->graph.plan.planner, "threshold(warm-up)");
+        ck_assert_int_eq(ctx->graph.plan.rs.ngroups, ctx->graph.plan.nunits); /* DEAR_FUSION_THRESHOLD=1 */
+        if (rank == 0)
+            ck_assert_msg(strstr(logbuf, "under DEAR_FIRST_MIN_GAIN=") &&
+                              strstr(logbuf, "training starts on the threshold plan"),
+                          "no line for the margin:\n%s", logbuf);
+    }
+    train(ctx, &m, "dear", 3);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    compare(&m, 3, _i == 0 ? "margin: first plan" : "margin: threshold plan");
+    dear_plan_free(&ref);
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
 /* DEAR_FIRST_PLAN=first: the plan is made again after the first iteration, with hints given
  * after commit, before the online plan of iteration 3; by dp, which stands for auto's search on
  * an estimate. */
+static const char *rescaled_to; /* the plan after the first iteration: est:dp, or the threshold plan */
 static void hint_after_first(dear_ctx_t *ctx)
 {
     if (ctx->it.iter == 1)
-        ck_assert_msg(strncmp(ctx->graph.plan.planner, "est:dp", 6) == 0 &&
+        ck_assert_msg(strncmp(ctx->graph.plan.planner, rescaled_to, strlen(rescaled_to)) == 0 &&
                           same_everywhere(plan_hash(&ctx->graph.plan)),
-                      "after the first iteration: plan %s", ctx->graph.plan.planner);
+                      "after the first iteration: plan %s, want %s", ctx->graph.plan.planner, rescaled_to);
 }
 
+/* _i 1: a margin no estimate reaches sends the plan made again to the threshold plan. */
 START_TEST(test_first_rescale)
 {
     set_common();
+    rescaled_to = _i == 0 ? "est:dp" : "threshold(warm-up)";
     setenv("DEAR_WARMUP_ITERS", "3", 1);
     setenv("DEAR_REPLAN_EVERY", "0", 1);
     model_t m;
     dear_ctx_t *ctx = commit_first(&m, "dear", "first", 0);
     ck_assert_int_eq(ctx->online.rescale_at, 1);
+    ck_assert_msg(strncmp(ctx->graph.plan.planner, "est:", 4) == 0, "plan %s at commit", ctx->graph.plan.planner);
+    if (_i == 1)
+        ctx->online.first_min_gain = 1; /* DEAR_FIRST_MIN_GAIN=1 from here on: no estimate reaches it */
     for (int l = 0; l < m.nlayers; l++) /* accepted after commit: the re-plan reads them */
         ck_assert_int_eq(dear_set_layer_cost(ctx, m.layer_ids[l], 1e3 * (l + 1)), DEAR_OK);
     ck_assert_double_eq(ctx->reg.layers[dear_layer_index(&ctx->reg, m.layer_ids[2])].flops, 3e3);
@@ -903,7 +973,8 @@ static Suite *suite(void)
     tc = tcase_create("first");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_first_plan, 0, 2);
-    tcase_add_test(tc, test_first_rescale);
+    tcase_add_loop_test(tc, test_first_margin, 0, 2);
+    tcase_add_loop_test(tc, test_first_rescale, 0, 2);
     tcase_add_loop_test(tc, test_first_guard, 0, 2);
     tcase_add_test(tc, test_first_bad_hints);
     suite_add_tcase(s, tc);

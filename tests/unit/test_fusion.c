@@ -2085,6 +2085,64 @@ START_TEST(estimate_shipped_close_to_profiled)
 }
 END_TEST
 
+/* dear_estimate_gain against the same figure made by hand: the description's estimate with
+ * every layer's times scaled so compute is `ratio` x one reduce-scatter and one all-gather of
+ * every gradient, both plans simulated on it. */
+START_TEST(estimate_gain_by_hand)
+{
+    static const char *models[] = { "resnet50", "bert-base" };
+    dear_cost_model_t cm;
+    ck_assert_int_eq(dear_cost_preset("10gbe", 4, 1, &cm), DEAR_OK);
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[512];
+        dear_profile_t m = { 0 }, e = { 0 };
+        snprintf(path, sizeof path, "%s/fusion/profiles/%s.model", DEAR_SRCDIR, models[i]);
+        ck_assert_int_eq(dear_prof_load(path, &m), DEAR_OK);
+        ck_assert_int_eq(dear_prof_estimate(&m, 1.0, 2.0, &e), DEAR_OK);
+        dear_sim_model_arg_t me;
+        dear_plan_problem_t pe;
+        ck_assert_int_eq(dear_plan_problem_init(&pe, &e, DEAR_SCHED_DEAR, &cm, 0, &me), DEAR_OK);
+        pe.threshold = 25u << 20;
+        dear_plan_t range = { 0 }, thr = { 0 };
+        dear_robust_range_t rg = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
+        ck_assert_int_eq(dear_plan_robust(&range, &pe, DEAR_PLANNER_DP, &rg, NULL), DEAR_OK);
+        ck_assert_int_eq(dear_plan_by_id(&thr, &pe, DEAR_PLANNER_THRESHOLD), DEAR_OK);
+        size_t bytes = 0;
+        for (int t = 0; t < e.ntensors; t++)
+            bytes += e.tensors[t].bytes;
+        double comm = pe.cost.fn(pe.cost.arg, DEAR_COLL_REDUCE_SCATTER, bytes) +
+                      pe.cost.fn(pe.cost.arg, DEAR_COLL_ALLGATHER, bytes);
+        static const double ratios[] = { 0.25, 1.0, 3.0 };
+        for (int k = 0; k < 3; k++) {
+            dear_profile_t at = { 0 };
+            ck_assert_int_eq(dear_prof_copy(&e, &at), DEAR_OK);
+            double f = ratios[k] * comm / 3.0; /* the estimate's compute totals 1 + 2 */
+            for (int l = 0; l < at.nlayers; l++)
+                at.layers[l].fwd_s *= f, at.layers[l].bwd_s *= f;
+            dear_sim_result_t ra = { 0 }, rb = { 0 };
+            ck_assert_int_eq(dear_sim_run(&at, &pe.cost, DEAR_SCHED_DEAR, &range, 0, &ra), DEAR_OK);
+            ck_assert_int_eq(dear_sim_run(&at, &pe.cost, DEAR_SCHED_DEAR, &thr, 0, &rb), DEAR_OK);
+            double gain = NAN, self = NAN;
+            ck_assert_int_eq(dear_estimate_gain(&pe, &range, &thr, ratios[k], &gain), DEAR_OK);
+            ck_assert_msg(fabs(gain - (1 - ra.iter_s / rb.iter_s)) < 1e-12, "%s at %g: gain %.15g, by hand %.15g",
+                          models[i], ratios[k], gain, 1 - ra.iter_s / rb.iter_s);
+            ck_assert_int_eq(dear_estimate_gain(&pe, &thr, &thr, ratios[k], &self), DEAR_OK);
+            ck_assert_double_eq(self, 0);
+            dear_prof_free(&at);
+        }
+        double g = 7;
+        ck_assert_int_eq(dear_estimate_gain(&pe, &range, &thr, 0, &g), DEAR_ERR_ARG);
+        ck_assert_int_eq(dear_estimate_gain(&pe, &range, &thr, NAN, &g), DEAR_ERR_ARG);
+        ck_assert_int_eq(dear_estimate_gain(&pe, &range, NULL, 1, &g), DEAR_ERR_ARG);
+        ck_assert_double_eq(g, 7); /* untouched on error */
+        dear_plan_free(&range);
+        dear_plan_free(&thr);
+        dear_prof_free(&m);
+        dear_prof_free(&e);
+    }
+}
+END_TEST
+
 static Suite *fusion_suite(void)
 {
     Suite *s = suite_create("fusion");
@@ -2137,6 +2195,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, estimate_shipped_descriptions);
     tcase_add_test(tc, estimate_robust_is_minimax);
     tcase_add_test(tc, estimate_shipped_close_to_profiled);
+    tcase_add_test(tc, estimate_gain_by_hand);
     suite_add_tcase(s, tc);
     return s;
 }
