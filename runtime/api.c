@@ -374,7 +374,6 @@ static void print_stats(dear_ctx_t *ctx)
 
 /* Above every collective's tag (the engine's run below 16384), within the MPI minimum of 32767. */
 #define FINALIZE_TAG 32000
-#define SETTLE_TAG 32001
 
 /* Names the ranks whose flag is 0 into buf ("1, 5, 7" or "1, 5 and 12 more"). */
 static void missing_ranks(const int *arrived, int n, int self, char *buf, size_t cap)
@@ -394,19 +393,37 @@ static void missing_ranks(const int *arrived, int n, int self, char *buf, size_t
         snprintf(buf + len, cap - len, " and %d more", more);
 }
 
+/* Tests each message of the parked collectives still active; counts the receives still open. */
+static void settle_one(dear_net_req_t *q, void *arg)
+{
+    if (!dear_net_active(q))
+        return;
+    int recv = dear_net_is_recv(q), flag = 0;
+    if (dear_net_test(q, &flag) != DEAR_OK) {
+        dear_net_abandon(q); /* failed: the transport is done with it (the error is logged) */
+        return;
+    }
+    if (!flag && recv)
+        (*(int *)arg)++;
+}
+
 /* Every rank tells every other one it is finalizing, with its iteration count, and waits for
  * all of them. A rank that left the training loop early would otherwise return at once while
  * its peers wait forever in a collective it will never join: past DEAR_STALL_ABORT_S the job is
  * aborted, naming the ranks that never came (DEAR_STALL_WARN_S warns first). Point to point, so
- * that the missing ranks can be named; runs after the engine stopped, on the private
- * communicator. Each rank also says how many collectives it started and whether it abandoned
- * any: unless all agree and none did, a peer's message may sit unmatched, and cm.keep keeps the
- * communicators from being freed (MPI would hand their context ids to later ones). */
+ * that the missing ranks can be named (and an MPI_Ibarrier would match algorithm mpi's abandoned
+ * collectives); runs after the engine stopped, on the private communicator.
+ * Each rank also says how many collectives it started and whether it abandoned any: unless all
+ * agree and none did, a peer's message may sit unmatched, and cm.keep keeps the communicators
+ * from being freed (MPI would hand their context ids to later ones).
+ * A rank with collectives abandoned in flight (engine.c parks them, receives cancelled) says it
+ * only once it has tested their messages until its receives are over (cancelled, or filled by a
+ * message that had matched, whose sender moves it in this same loop). Hearing from every rank
+ * then proves that no receive anywhere can take a send's data any more, and the parked
+ * collectives' buffers may be freed. */
 static int finalize_together(dear_ctx_t *ctx)
 {
     int n = ctx->cm.size, rc = DEAR_OK;
-    if (n < 2)
-        return DEAR_OK;
     enum { ITER, STARTED, UNCLEAN, NSAY };
     long long mine[NSAY] = { ctx->it.iter, ctx->eng.next_seq, ctx->eng.rc != DEAR_OK || ctx->eng.abandoned };
     long long(*theirs)[NSAY] = calloc((size_t)n, sizeof *theirs);
@@ -418,14 +435,23 @@ static int finalize_together(dear_ctx_t *ctx)
     }
     for (int p = 0; p < n; p++) {
         req[p] = req[n + p] = MPI_REQUEST_NULL;
-        if (p == ctx->cm.rank)
-            continue;
-        DEAR_MPI_CHECK_GOTO(MPI_Irecv(theirs[p], NSAY, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[p]), rc, out);
-        DEAR_MPI_CHECK_GOTO(MPI_Isend(mine, NSAY, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[n + p]), rc, out);
+        if (p != ctx->cm.rank)
+            DEAR_MPI_CHECK_GOTO(MPI_Irecv(theirs[p], NSAY, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[p]), rc,
+                                out);
     }
     double t0 = dear_now(), pause = 1e-4;
-    int left = 2 * (n - 1), warned = 0;
-    while (left > 0) {
+    int left = 2 * (n - 1), warned = 0, said = 0, open = 0;
+    for (;;) {
+        if (!said) {
+            open = 0;
+            for (dear_run_t *r = ctx->eng.parked; r; r = r->next)
+                dear_coll_each_req(r->req, settle_one, &open);
+            for (int p = 0; open == 0 && p < n; p++)
+                if (p != ctx->cm.rank)
+                    DEAR_MPI_CHECK_GOTO(MPI_Isend(mine, NSAY, MPI_LONG_LONG, p, FINALIZE_TAG, ctx->cm.comm, &req[n + p]),
+                                        rc, out);
+            said = open == 0;
+        }
         int got = 0;
         DEAR_MPI_CHECK_GOTO(MPI_Testsome(2 * n, req, &got, idx, MPI_STATUSES_IGNORE), rc, out);
         for (int i = 0; got != MPI_UNDEFINED && i < got; i++) {
@@ -433,28 +459,35 @@ static int finalize_together(dear_ctx_t *ctx)
                 arrived[idx[i]] = 1;
             left--;
         }
-        if (left == 0)
+        if (said && left == 0)
             break;
         double age = dear_now() - t0;
-        char who[256];
+        char who[256], why[400];
+        missing_ranks(arrived, n, ctx->cm.rank, who, sizeof who);
+        if (said)
+            snprintf(why, sizeof why, "rank(s) %s have not reached dear_finalize; they are still training (this rank "
+                                      "stopped after iteration %lld) or have stopped", who, mine[ITER]);
+        else
+            snprintf(why, sizeof why, "the messages of this rank's collectives abandoned after an error have not "
+                                      "settled (%d receive(s) open)%s%s", open, who[0] ? "; not yet heard from rank(s) " : "", who);
         if (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) {
-            missing_ranks(arrived, n, ctx->cm.rank, who, sizeof who);
-            DEAR_ERROR("api", "dear_finalize: after %.1f s (DEAR_STALL_ABORT_S=%g), rank(s) %s have not reached "
-                              "dear_finalize; they are still training (this rank stopped after iteration %lld) or "
-                              "have stopped: aborting the job",
-                       age, ctx->cfg.stall_abort_s, who, mine[ITER]);
+            DEAR_ERROR("api", "dear_finalize: after %.1f s (DEAR_STALL_ABORT_S=%g), %s: aborting the job", age,
+                       ctx->cfg.stall_abort_s, why);
             MPI_Abort(ctx->cm.comm, 1);
         }
         if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !warned) {
             warned = 1;
-            missing_ranks(arrived, n, ctx->cm.rank, who, sizeof who);
-            DEAR_WARN("api", "dear_finalize: waiting %.1f s for rank(s) %s, which have not reached dear_finalize "
-                             "(this rank stopped after iteration %lld); every rank must run the same iterations",
-                      age, who, mine[ITER]);
+            DEAR_WARN("api", "dear_finalize: waiting %.1f s: %s; every rank must run the same iterations", age, why);
         }
         /* Finalize is rare and not timed: back off to 10 ms sleeps rather than spin a core. */
         dear_sleep(pause);
         pause = pause < 0.01 ? pause * 2 : 0.01;
+    }
+    while (ctx->eng.parked) {
+        dear_run_t *r = ctx->eng.parked;
+        ctx->eng.parked = r->next;
+        dear_coll_free(r->req);
+        free(r);
     }
     ctx->cm.keep = (int)mine[UNCLEAN];
     for (int p = 0; p < n; p++) {
@@ -470,91 +503,12 @@ static int finalize_together(dear_ctx_t *ctx)
         DEAR_INFO("api", "dear_finalize: a collective was left unfinished; the context's communicators stay "
                          "allocated, so that no later communicator can match its messages");
 out:
-    free(theirs);
-    free(req);
+    if (rc == DEAR_OK || rc == DEAR_ERR_NOMEM) { /* after an MPI error, posted messages may still use them */
+        free(theirs);
+        free(req);
+    }
     free(arrived);
     free(idx);
-    return rc;
-}
-
-/* settle_parked's visitor: tests each message still active; counts the receives still open. */
-static void settle_one(dear_net_req_t *q, void *arg)
-{
-    if (!dear_net_active(q))
-        return;
-    int recv = dear_net_is_recv(q), flag = 0;
-    if (dear_net_test(q, &flag) != DEAR_OK) {
-        dear_net_abandon(q); /* failed: the transport is done with it (the error is logged) */
-        return;
-    }
-    if (!flag && recv)
-        (*(int *)arg)++;
-}
-
-/* The collectives abandoned in flight (engine.c parks them, receives cancelled) are settled
- * once every rank is in dear_finalize: each rank tests its messages until its receives are over
- * (cancelled, or filled by a message that had matched, whose sender moves it in this same loop),
- * then tells every other rank so and waits to hear the same from all; after that no receive can
- * take a send's data any more, and every buffer may be freed. Point to point, not MPI_Ibarrier:
- * algorithm mpi's abandoned collectives on the communicator would be matched with it. Runs on
- * every rank when cm.keep is set (all agree on it). */
-static int settle_parked(dear_ctx_t *ctx)
-{
-    int rc = DEAR_OK, warned = 0, n = ctx->cm.size, said = 0, over = 1, *heard = NULL;
-    MPI_Request *req = NULL;
-    double t0 = dear_now(), pause = 1e-4;
-    DEAR_ALLOC_GOTO(req, malloc(sizeof *req * 2 * (size_t)n), sizeof *req * 2 * (size_t)n, rc, out);
-    DEAR_ALLOC_GOTO(heard, calloc((size_t)n, sizeof *heard), sizeof *heard * (size_t)n, rc, out);
-    for (int i = 0; i < 2 * n; i++)
-        req[i] = MPI_REQUEST_NULL;
-    for (int p = 0; p < n; p++)
-        if (p != ctx->cm.rank)
-            DEAR_MPI_CHECK_GOTO(MPI_Irecv(&heard[p], 1, MPI_INT, p, SETTLE_TAG, ctx->cm.comm, &req[p]), rc, out);
-    for (;;) {
-        int open = 0;
-        for (dear_run_t *r = ctx->eng.parked; r; r = r->next)
-            dear_coll_each_req(r->req, settle_one, &open);
-        if (open == 0 && !said) {
-            said = 1;
-            for (int p = 0; p < n; p++)
-                if (p != ctx->cm.rank)
-                    DEAR_MPI_CHECK_GOTO(MPI_Isend(&over, 1, MPI_INT, p, SETTLE_TAG, ctx->cm.comm, &req[n + p]), rc,
-                                        out);
-        }
-        if (said) {
-            int done = 0;
-            DEAR_MPI_CHECK_GOTO(MPI_Testall(2 * n, req, &done, MPI_STATUSES_IGNORE), rc, out);
-            if (done)
-                break;
-        }
-        double age = dear_now() - t0;
-        if (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) {
-            DEAR_ERROR("api", "dear_finalize: after %.1f s (DEAR_STALL_ABORT_S=%g), the messages of collectives "
-                              "abandoned after an error have not settled (%d receive(s) of this rank open): "
-                              "aborting the job",
-                       age, ctx->cfg.stall_abort_s, open);
-            MPI_Abort(ctx->cm.comm, 1);
-        }
-        if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !warned) {
-            warned = 1;
-            DEAR_WARN("api", "dear_finalize: waiting %.1f s for the messages of collectives abandoned after an "
-                             "error to settle (%d receive(s) of this rank open)",
-                      age, open);
-        }
-        dear_sleep(pause);
-        pause = pause < 0.01 ? pause * 2 : 0.01;
-    }
-    while (ctx->eng.parked) {
-        dear_run_t *r = ctx->eng.parked;
-        ctx->eng.parked = r->next;
-        dear_coll_free(r->req);
-        free(r);
-    }
-out:
-    if (rc == DEAR_OK || rc == DEAR_ERR_NOMEM) { /* after an MPI error, posted messages may still use them */
-        free(req);
-        free(heard);
-    }
     return rc;
 }
 
@@ -576,8 +530,6 @@ int dear_finalize(dear_ctx_t **handle)
         }
         dear_engine_stop(ctx);
         int rc3 = finalize_together(ctx);
-        if (rc3 == DEAR_OK && ctx->cm.keep)
-            rc3 = settle_parked(ctx);
         if (rc == DEAR_OK)
             rc = rc3;
         if (ctx->cfg.stats_print && ctx->cm.rank == 0)
