@@ -704,7 +704,7 @@ static dear_ctx_t *commit_first(model_t *m, const char *sched, const char *first
  * fusion/estimate.h under the preset the runtime took. gain (when not NULL): that plan's
  * predicted gain over the DEAR_FUSION_THRESHOLD plan at compute = communication, by hand. */
 static void reference_first(const dear_ctx_t *ctx, const model_t *m, dear_sched_t sched, dear_plan_t *ref,
-                            double *gain)
+                            double *gain, dear_plan_t *thr_out)
 {
     dear_profile_t st, est = { 0 };
     dear_prof_init(&st, "ref");
@@ -731,10 +731,10 @@ static void reference_first(const dear_ctx_t *ctx, const model_t *m, dear_sched_
     ck_assert_int_eq(dear_plan_problem_init(&prob, &cut, sched, &cm, 0, &marg), DEAR_OK);
     dear_robust_range_t rg = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
     ck_assert_int_eq(dear_plan_robust(ref, &prob, DEAR_PLANNER_AUTO, &rg, NULL), DEAR_OK);
+    prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
+    dear_plan_t thr = { 0 };
+    ck_assert_int_eq(dear_plan_by_id(&thr, &prob, DEAR_PLANNER_THRESHOLD), DEAR_OK);
     if (gain) {
-        prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
-        dear_plan_t thr = { 0 };
-        ck_assert_int_eq(dear_plan_by_id(&thr, &prob, DEAR_PLANNER_THRESHOLD), DEAR_OK);
         size_t bytes = 0;
         for (int t = 0; t < cut.ntensors; t++)
             bytes += cut.tensors[t].bytes;
@@ -747,9 +747,15 @@ static void reference_first(const dear_ctx_t *ctx, const model_t *m, dear_sched_
         ck_assert_int_eq(dear_sim_run(&cut, &prob.cost, sched, ref, 0, &ra), DEAR_OK);
         ck_assert_int_eq(dear_sim_run(&cut, &prob.cost, sched, &thr, 0, &rb), DEAR_OK);
         *gain = 1 - ra.iter_s / rb.iter_s;
-        dear_plan_free(&thr);
     }
     ck_assert_int_eq(dear_plan_set_units(ref, NT, units), DEAR_OK);
+    if (thr_out) {
+        ck_assert_int_eq(dear_plan_set_units(&thr, NT, units), DEAR_OK);
+        dear_plan_free(thr_out);
+        *thr_out = thr;
+    } else {
+        dear_plan_free(&thr);
+    }
     free(units);
     dear_prof_free(&cut);
     dear_prof_free(&st);
@@ -766,7 +772,7 @@ START_TEST(test_first_plan)
     ck_assert_msg(strncmp(ctx->graph.plan.planner, "est:", 4) == 0, "plan %s at commit", ctx->graph.plan.planner);
     ck_assert_msg(same_everywhere(plan_hash(&ctx->graph.plan)), "ranks committed different first plans");
     dear_plan_t ref = { 0 };
-    reference_first(ctx, &m, _i == 0 ? DEAR_SCHED_DEAR : DEAR_SCHED_WFBP, &ref, NULL);
+    reference_first(ctx, &m, _i == 0 ? DEAR_SCHED_DEAR : DEAR_SCHED_WFBP, &ref, NULL, NULL);
     ck_assert_msg(dear_plan_equal(&ref, &ctx->graph.plan) && ref.ag_early == ctx->graph.plan.ag_early,
                   "%s: the first plan (%s, %d buckets) is not the estimate's (%s, %d buckets)", sched,
                   ctx->graph.plan.planner, ctx->graph.plan.rs.ngroups, ref.planner, ref.rs.ngroups);
@@ -797,7 +803,7 @@ START_TEST(test_first_margin)
     dear_ctx_t *ctx = commit_first(&m, "dear", "range", 1);
     dear_plan_t ref = { 0 };
     double gain = NAN;
-    reference_first(ctx, &m, DEAR_SCHED_DEAR, &ref, &gain);
+    reference_first(ctx, &m, DEAR_SCHED_DEAR, &ref, &gain, NULL);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     model_free(&m);
     ck_assert_msg(gain > 0.02, "the test model's first plan gains only %g over the threshold plan", gain);
@@ -917,6 +923,72 @@ START_TEST(test_first_guard)
 }
 END_TEST
 
+/* The first online plan after an estimate that is the threshold plan itself runs unchecked, as
+ * it would after a threshold start. Under wfbp (no all-gathers to run early) the threshold plan
+ * is the fewest buckets (DEAR_FUSION_THRESHOLD above the model), which a cost model of 50 ms
+ * start-ups and 10 us per byte (a calibration cache, as if measured) makes best for the measured
+ * profile, whose compute is far below them; at commit the estimate, planned for compute of 1/4..4
+ * times the communication and hinted into one middle layer, overlaps. */
+START_TEST(test_first_guard_threshold)
+{
+    set_common();
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dear-test-slowcost-%d", (int)getpid());
+    if (rank == 0) {
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "dear-cost 1\n");
+        for (int op = 0; op < 3; op++)
+            fprintf(f, "%d %d %s auto 0.05 1e-5 0 0 2\n", nranks, nranks, op == 0 ? "rs" : op == 1 ? "ag" : "ar");
+        ck_assert_int_eq(fclose(f), 0);
+    }
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    setenv("DEAR_CALIBRATION_FILE", path, 1);
+    setenv("DEAR_FUSION_THRESHOLD", "1g", 1);
+    setenv("DEAR_REPLAN_EVERY", "0", 1);
+    setenv("DEAR_VERIFY_ITERS", "4", 1);
+    setenv("DEAR_LOG_LEVEL", "info", 1);
+    setenv("DEAR_SCHEDULE", "wfbp", 1); /* no all-gathers to run early */
+    setenv("DEAR_FUSION", "auto", 1);
+    setenv("DEAR_FIRST_PLAN", "range", 1);
+    model_t m;
+    model_init(&m);
+    capture_start();
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    register_model(ctx, &m);
+    /* Nearly all compute in a middle layer: the later layers' gradients can travel during its
+     * backward, if compute is large enough. */
+    for (int l = 0; l < m.nlayers; l++)
+        ck_assert_int_eq(dear_set_layer_cost(ctx, m.layer_ids[l], l == m.nlayers / 2 ? 1e9 : 1), DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    ck_assert_msg(ctx->online.calib_measured == 0, "the calibration cache was not used");
+    ck_assert_msg(strncmp(ctx->graph.plan.planner, "est:", 4) == 0, "plan %s at commit", ctx->graph.plan.planner);
+    dear_plan_t ref = { 0 }, thr = { 0 };
+    reference_first(ctx, &m, DEAR_SCHED_WFBP, &ref, NULL, &thr);
+    ck_assert_msg(!dear_plan_equal(&thr, &ctx->graph.plan), "the plan at commit is the threshold plan:\n%s", logbuf);
+    train(ctx, &m, "wfbp", CHECK_ITERS);
+    capture_stop();
+    ck_assert_int_eq(ctx->online.nplans, 1);
+    ck_assert_msg(dear_plan_equal(&thr, &ctx->graph.plan) && ctx->check.at == -1 && ctx->check.nreverts == 0,
+                  "online plan %s with %d bucket(s), %d group(s), %d early, %d unit(s) (the threshold plan %d, %d, "
+                  "%d, %d), check at %lld, %d revert(s):\n%s",
+                  ctx->graph.plan.planner, ctx->graph.plan.rs.ngroups, ctx->graph.plan.ag.ngroups,
+                  ctx->graph.plan.ag_early, ctx->graph.plan.nunits, thr.rs.ngroups, thr.ag.ngroups, thr.ag_early,
+                  thr.nunits, ctx->check.at, ctx->check.nreverts, logbuf);
+    ck_assert_msg(strstr(logbuf, "auto's check") == NULL && strstr(logbuf, "measured against") == NULL,
+                  "the threshold plan was checked:\n%s", logbuf);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    compare(&m, CHECK_ITERS, "guard: the threshold plan unchecked");
+    dear_plan_free(&ref);
+    dear_plan_free(&thr);
+    if (rank == 0)
+        unlink(path);
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
 /* A hint must name a registered layer and be finite and >= 0; the error says so. */
 static void refused(dear_ctx_t *ctx, int layer, double flops, int want, const char *says)
 {
@@ -976,6 +1048,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_first_margin, 0, 2);
     tcase_add_loop_test(tc, test_first_rescale, 0, 2);
     tcase_add_loop_test(tc, test_first_guard, 0, 2);
+    tcase_add_test(tc, test_first_guard_threshold);
     tcase_add_test(tc, test_first_bad_hints);
     suite_add_tcase(s, tc);
     return s;
