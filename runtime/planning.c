@@ -93,8 +93,8 @@ static int estimate_plan(dear_ctx_t *ctx, int nunits, const dear_unit_t *units, 
                   DEAR_ROBUST_LO, DEAR_ROBUST_HI, 100 * gain, 1e3 * (dear_now() - t0));
     if (rc == DEAR_OK && !(gain >= ctx->online.first_min_gain)) {
         DEAR_INFO("plan", "first plan: %s predicted %.1f%% faster than the threshold plan, under DEAR_FIRST_MIN_GAIN="
-                          "%g%%: training starts on the threshold plan (%zu B)",
-                  plan->planner, 100 * gain, 100 * ctx->online.first_min_gain, thr_bytes);
+                          "%g: training starts on the threshold plan (%zu B)",
+                  plan->planner, 100 * gain, ctx->online.first_min_gain, thr_bytes);
         dear_plan_free(plan);
         *plan = thr;
         thr = (dear_plan_t){ 0 };
@@ -596,8 +596,8 @@ static int replan(dear_ctx_t *ctx, int rescale)
         if (!(pred[1] <= pred[2] * (1 - ctx->online.first_min_gain)) && !dear_plan_equal(&plan, &thr)) {
             margin_thr = 1;
             DEAR_INFO("plan", "first plan at iteration %lld: %s predicted %.3f ms against %.3f ms for the threshold "
-                              "plan, a gain under DEAR_FIRST_MIN_GAIN=%g%%: the threshold plan instead",
-                      ctx->it.iter, plan.planner, 1e3 * pred[1], 1e3 * pred[2], 100 * ctx->online.first_min_gain);
+                              "plan, a gain under DEAR_FIRST_MIN_GAIN=%g: the threshold plan instead",
+                      ctx->it.iter, plan.planner, 1e3 * pred[1], 1e3 * pred[2], ctx->online.first_min_gain);
             rc = dear_plan_copy(&plan, &thr);
             pred[1] = pred[2];
             snprintf(plan.planner, sizeof plan.planner, "threshold(warm-up)");
