@@ -10,11 +10,6 @@
 #include "fusion/planner_impl.h"
 #include "include/dear_types.h"
 
-/* The cost of one group of tensors [lo, hi) (forward order) in a DP: the collective op on it, as
- * the simulator prices it (sparse runs included); with `early` < n the tensors of the group at or
- * past `early` also pay their all-gather right behind it (an early group aligned with the bucket,
- * as the simulator runs it). Non-decreasing in the group's extent, which is all the DPs' pruning
- * needs. */
 /* Group costs already priced, per collective op, for every [lo, hi) with 0 <= lo < hi <= n, row
  * lo holding hi = lo + 1..n in order (NAN: not yet). Why: the search for the split runs the DPs
  * dozens of times over the same groups, and pricing a group through the cost model is most of a
@@ -26,6 +21,11 @@ typedef struct {
     double *tab[DEAR_COLL_OP_COUNT];
 } dp_memo_t;
 
+/* The cost of one group of tensors [lo, hi) (forward order) in a DP: the collective op on it, as
+ * the simulator prices it (sparse runs included); with `early` < n the tensors of the group at or
+ * past `early` also pay their all-gather right behind it (an early group aligned with the bucket,
+ * as the simulator runs it). Non-decreasing in the group's extent, which is all the DPs' pruning
+ * needs. */
 typedef struct {
     const dear_sim_cost_t *fn;
     const dear_sim_ws_t *ws;

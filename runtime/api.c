@@ -462,20 +462,23 @@ static int finalize_together(dear_ctx_t *ctx)
         if (said && left == 0)
             break;
         double age = dear_now() - t0;
-        char who[256], why[400];
-        missing_ranks(arrived, n, ctx->cm.rank, who, sizeof who);
-        if (said)
-            snprintf(why, sizeof why, "rank(s) %s have not reached dear_finalize; they are still training (this rank "
-                                      "stopped after iteration %lld) or have stopped", who, mine[ITER]);
-        else
-            snprintf(why, sizeof why, "the messages of this rank's collectives abandoned after an error have not "
-                                      "settled (%d receive(s) open)%s%s", open, who[0] ? "; not yet heard from rank(s) " : "", who);
-        if (ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s) {
-            DEAR_ERROR("api", "dear_finalize: after %.1f s (DEAR_STALL_ABORT_S=%g), %s: aborting the job", age,
-                       ctx->cfg.stall_abort_s, why);
-            MPI_Abort(ctx->cm.comm, 1);
-        }
-        if (ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !warned) {
+        int abort_now = ctx->cfg.stall_abort_s > 0 && age > ctx->cfg.stall_abort_s,
+            warn_now = ctx->cfg.stall_warn_s > 0 && age > ctx->cfg.stall_warn_s && !warned;
+        if (abort_now || warn_now) {
+            char who[256], why[400];
+            missing_ranks(arrived, n, ctx->cm.rank, who, sizeof who);
+            if (said)
+                snprintf(why, sizeof why, "rank(s) %s have not reached dear_finalize; they are still training (this "
+                                          "rank stopped after iteration %lld) or have stopped", who, mine[ITER]);
+            else
+                snprintf(why, sizeof why, "the messages of this rank's collectives abandoned after an error have not "
+                                          "settled (%d receive(s) open)%s%s",
+                         open, who[0] ? "; not yet heard from rank(s) " : "", who);
+            if (abort_now) {
+                DEAR_ERROR("api", "dear_finalize: after %.1f s (DEAR_STALL_ABORT_S=%g), %s: aborting the job", age,
+                           ctx->cfg.stall_abort_s, why);
+                MPI_Abort(ctx->cm.comm, 1);
+            }
             warned = 1;
             DEAR_WARN("api", "dear_finalize: waiting %.1f s: %s; every rank must run the same iterations", age, why);
         }
