@@ -67,13 +67,12 @@ static int ctx_free(dear_ctx_t *ctx)
                          "ranks; their buffers are left allocated, since their messages may still use them");
     } else {
         dear_graph_free(ctx);
-        dear_compress_free(ctx);
+        dear_features_free(ctx);
         dear_rt_mem_free(ctx);
     }
     free(ctx->reg.tensors);
     free(ctx->reg.declared);
     free(ctx->reg.hints);
-    free(ctx->unused.live);
     dear_iter_profile_free(&ctx->it, ctx->reg.nlayers);
     dear_registry_free_layers(&ctx->reg);
     dear_samples_free(&ctx->it.iter_times);
@@ -222,24 +221,19 @@ int dear_commit(dear_ctx_t *ctx)
         DEAR_ERROR("api", "dear_commit: no tensor registered; call dear_register for each gradient first");
         return DEAR_ERR_STATE;
     }
-    /* Before clipping and the sparse settings, which sharded updates change. */
-    DEAR_CHECK(dear_shard_setup(ctx));
-    DEAR_CHECK(dear_clip_setup(ctx));
-    /* Rank 0's DEAR_FIND_UNUSED decides: its collective must be in every rank's plan. */
-    ctx->unused.on = (int)dear_param_int(DEAR_P_FIND_UNUSED);
-    DEAR_MPI_CHECK(MPI_Bcast(&ctx->unused.on, 1, MPI_INT, 0, ctx->cm.comm));
-    DEAR_CHECK(dear_sparse_setup(ctx));
     int rc = dear_registry_build_layers(&ctx->reg);
     if (rc == DEAR_OK)
         rc = dear_iter_profile_alloc(&ctx->it, ctx->reg.nlayers);
     if (rc == DEAR_OK)
         rc = dear_registry_check_layers(&ctx->cm, &ctx->reg);
+    /* The features (feature table): each decided, the pairs checked, each set up in the rows'
+     * order; then the memory, and what the features keep in it. */
     if (rc == DEAR_OK)
-        rc = dear_compress_setup(ctx);
+        rc = dear_features_commit(ctx);
     if (rc == DEAR_OK)
         rc = dear_rt_mem_setup(ctx);
     if (rc == DEAR_OK)
-        rc = dear_compress_mem(ctx);
+        rc = dear_features_mem(ctx);
     if (rc == DEAR_OK)
         rc = dear_planning_setup(ctx);
     if (rc == DEAR_OK)
@@ -251,7 +245,7 @@ int dear_commit(dear_ctx_t *ctx)
     if (rc != DEAR_OK) {
         /* Back to the registered state, so a corrected environment can commit again. */
         dear_graph_free(ctx);
-        dear_compress_free(ctx);
+        dear_features_free(ctx);
         dear_rt_mem_free(ctx);
         dear_iter_profile_free(&ctx->it, ctx->reg.nlayers);
         dear_registry_free_layers(&ctx->reg);
@@ -259,26 +253,6 @@ int dear_commit(dear_ctx_t *ctx)
     }
     ctx->committed = 1;
     ctx->it.t_commit = dear_now();
-    return DEAR_OK;
-}
-
-int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm)
-{
-    DEAR_ARG_CHECK(ctx != NULL, "dear_set_clip_norm: ctx is NULL");
-    DEAR_ARG_CHECK(max_norm >= 0 && !isnan(max_norm),
-                   "dear_set_clip_norm: max_norm %g; accepted: 0 (off), a positive norm, or INFINITY (report the "
-                   "norm, clip nothing)",
-                   max_norm);
-    if (ctx->committed && !ctx->clip.on && max_norm > 0) {
-        DEAR_ERROR("api", "dear_set_clip_norm(%g): clipping was off at dear_commit; turn it on before dear_commit "
-                          "(or with DEAR_CLIP_NORM), since its collective is part of the plan",
-                   max_norm);
-        return DEAR_ERR_STATE;
-    }
-    if (ctx->committed && max_norm == 0)
-        max_norm = INFINITY; /* the collective stays; nothing is clipped any more */
-    ctx->clip.on = max_norm > 0;
-    ctx->clip.max_norm = max_norm;
     return DEAR_OK;
 }
 
@@ -334,7 +308,7 @@ int dear_plan_save(dear_ctx_t *ctx, const char *path)
     }
     dear_tensor_desc_t *desc = NULL;
     const char **names = NULL;
-    DEAR_CHECK_GOTO(dear_tensor_table(&ctx->reg, &ctx->sparse, &desc, &names), rc, out);
+    DEAR_CHECK_GOTO(dear_tensor_table(ctx, &desc, &names), rc, out);
     rc = dear_planfile_save(path, &ctx->graph.plan, desc, names);
 out:
     free(desc);

@@ -90,8 +90,8 @@ static int split_groups(const dear_ctx_t *ctx, const dear_partition_t *in, int b
         for (int u = in->first[g]; u < in->first[g + 1]; u++) {
             int t = ctx->graph.units[u].tensor, tp = u > 0 ? ctx->graph.units[u - 1].tensor : t;
             if (u == in->first[g] || ctx->reg.tensors[t].dtype != ctx->reg.tensors[tp].dtype ||
-                dear_tensor_block(&ctx->sparse, &ctx->reg, t) != dear_tensor_block(&ctx->sparse, &ctx->reg, tp) ||
-                (by_bucket && dear_tensor_block(&ctx->sparse, &ctx->reg, t) > 0 &&
+                dear_tensor_block(ctx, t) != dear_tensor_block(ctx, tp) ||
+                (by_bucket && dear_tensor_block(ctx, t) > 0 &&
                  ctx->graph.units[u].bucket != ctx->graph.units[u - 1].bucket))
                 first[ng++] = u;
         }
@@ -193,7 +193,7 @@ static int bucket_build(dear_ctx_t *ctx, int b, int u0, int u1)
     bk->u0 = u0;
     bk->u1 = u1;
     bk->dtype = unit_tensor(ctx, bk->u0)->dtype;
-    bk->sparse_block = dear_tensor_block(&ctx->sparse, &ctx->reg, ctx->graph.units[bk->u0].tensor);
+    bk->sparse_block = dear_tensor_block(ctx, ctx->graph.units[bk->u0].tensor);
     /* The bucket's vector: its units whose tensor is not frozen, back to back. */
     int contiguous = 1;
     char *start = NULL, *end = NULL;
@@ -218,16 +218,17 @@ static int bucket_build(dear_ctx_t *ctx, int b, int u0, int u1)
      * scales the bucket's vector in place (clip.c). Staged memory always has its host copy.
      * Sharded updates cut every bucket into its units, each a block of its own (shard_pieces), so
      * the collectives reach the gradients wherever they lie. */
-    if ((contiguous || (ctx->cm.size == 1 && !ctx->clip.on) || ctx->shard.on) && !ctx->mem.staged) {
+    int shard = dear_shard_on(ctx);
+    if ((contiguous || (ctx->cm.size == 1 && !dear_clip_on(ctx)) || shard) && !ctx->mem.staged) {
         bk->buf = start;
     } else {
         DEAR_CHECK(ctx->mem.ops->alloc(bk->bytes ? bk->bytes : 1, ctx->mem.staged, &bk->buf));
         bk->fused = 1;
-        if (ctx->shard.on) /* and the host copy of its parameters, for the all-gathers */
+        if (shard) /* and the host copy of its parameters, for the all-gathers */
             DEAR_CHECK(ctx->mem.ops->alloc(bk->bytes ? bk->bytes : 1, ctx->mem.staged, &bk->pbuf));
     }
     dear_op_t *op = &bk->op;
-    op_init(ctx, op, ctx->shard.on ? DEAR_COLL_REDUCE_SCATTER : ctx->cfg.sched_ops->bucket_op, b, bk->dtype);
+    op_init(ctx, op, shard ? DEAR_COLL_REDUCE_SCATTER : ctx->cfg.sched_ops->bucket_op, b, bk->dtype);
     op->bytes = bk->bytes;
     op_layers(ctx, op, bk->u0, bk->u1);
     op->args.scale = 1.0 / ctx->cm.size; /* averaging fused into the reduction */
@@ -252,9 +253,7 @@ out:
     return rc;
 }
 
-/* Where unit u's gradient (params 0) or parameters (params 1) lie for the collectives: in the
- * bucket's host copy when it has one, else in place. */
-static char *unit_vec(const dear_ctx_t *ctx, int u, int params)
+char *dear_unit_vec(const dear_ctx_t *ctx, int u, int params)
 {
     const dear_rt_unit_t *un = &ctx->graph.units[u];
     const dear_bucket_t *bk = &ctx->graph.buckets[un->bucket];
@@ -275,7 +274,7 @@ static int shard_group_blocks(dear_ctx_t *ctx, const dear_group_t *gr, dear_op_t
         size_t c = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
         if (c == 0)
             continue;
-        op->blocks[n++] = (dear_coll_block_t){ .buf = unit_vec(ctx, u, 1), .count = c, .lo = 0, .hi = c };
+        op->blocks[n++] = (dear_coll_block_t){ .buf = dear_unit_vec(ctx, u, 1), .count = c, .lo = 0, .hi = c };
         op->bytes += c * dear_dtype_size(unit_tensor(ctx, u)->dtype);
     }
     return n;
@@ -292,7 +291,7 @@ static int shard_pieces(dear_ctx_t *ctx)
         for (int u = bk->u0; u < bk->u1; u++) {
             size_t c = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
             if (c > 0)
-                bk->sub[bk->nsub++] = (dear_coll_block_t){ .buf = unit_vec(ctx, u, 0), .count = c, .lo = 0, .hi = c };
+                bk->sub[bk->nsub++] = (dear_coll_block_t){ .buf = dear_unit_vec(ctx, u, 0), .count = c, .lo = 0, .hi = c };
         }
         bk->op.args.nblocks = bk->nsub;
         bk->op.args.blocks = bk->sub;
@@ -302,25 +301,26 @@ static int shard_pieces(dear_ctx_t *ctx)
 
 /* Group g over units [u0, u1): its all-gather of the buckets' blocks, the piece of each bucket
  * it gathers (when buckets are sharded piece by piece), and what it waits for. */
-static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0, int clip, int live)
+static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0)
 {
     dear_group_t *gr = &ctx->graph.groups[g];
     gr->u0 = u0;
     gr->u1 = u1;
     dear_op_t *op = &gr->op;
+    int shard = dear_shard_on(ctx);
     int b0 = ctx->graph.units[gr->u0].bucket, b1 = ctx->graph.units[gr->u1 - 1].bucket;
-    int nb = b1 - b0 + 1, nblk = ctx->shard.on ? u1 - u0 : nb;
+    int nb = b1 - b0 + 1, nblk = shard ? u1 - u0 : nb;
     DEAR_ALLOC_CHECK(op->blocks, calloc((size_t)nblk, sizeof *op->blocks), sizeof *op->blocks * (size_t)nblk);
-    size_t nd = (size_t)(nb + clip + live);
+    size_t nd = (size_t)(nb + DEAR_FEAT_COUNT); /* and room for the barriers (barrier_deps) */
     DEAR_ALLOC_CHECK(op->deps, calloc(nd, sizeof *op->deps), sizeof *op->deps * nd);
-    if (ctx->shard.on)
+    if (shard)
         nblk = shard_group_blocks(ctx, gr, op);
     for (int b = b0; b <= b1; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         int lo_u = gr->u0 > bk->u0 ? gr->u0 : bk->u0;
         int hi_u = gr->u1 < bk->u1 ? gr->u1 : bk->u1;
         op->deps[b - b0] = (dear_op_t *)&bk->op;
-        if (ctx->shard.on)
+        if (shard)
             continue;
         dear_coll_block_t *blk = &op->blocks[b - b0];
         blk->buf = bk->buf;
@@ -332,13 +332,7 @@ static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0, int
             sub_add(bk, blk);
     }
     op->ndeps = nb;
-    if (clip)
-        op->deps[op->ndeps++] = &ctx->clip.op;
     gr->early = gr->u0 >= early_u0;
-    /* An early group runs before the count of ranks with a gradient (which follows every
-     * bucket): it must not wait for it, its updates do (sched_dear.c). */
-    if (live && !gr->early)
-        op->deps[op->ndeps++] = &ctx->unused.op;
     ctx->graph.ngroups_early += gr->early;
     op_init(ctx, op, DEAR_COLL_ALLGATHER, g, unit_tensor(ctx, gr->u0)->dtype);
     op_layers(ctx, op, gr->u0, gr->u1);
@@ -351,13 +345,13 @@ static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0, int
  * early group's first unit on (cutting by type only splits groups); none while clipping (they
  * would gather unclipped shards). A bucket the groups cut becomes a multi-block reduce-scatter
  * over its pieces. */
-static int groups_build(dear_ctx_t *ctx, int clip, int live)
+static int groups_build(dear_ctx_t *ctx)
 {
-    int rc = DEAR_OK, *first = NULL, ng = 0;
+    int rc = DEAR_OK, *first = NULL, ng = 0, clip = dear_clip_on(ctx);
     const dear_plan_t *pl = &ctx->graph.plan;
     /* Sharded updates: the parameters leave after the updates at backward_end, so no group runs
      * during backward; wfbp's and sync's plans gather what each bucket reduced. */
-    int shard = ctx->shard.on, split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
+    int shard = dear_shard_on(ctx), split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
     const dear_partition_t *ag = split ? &pl->ag : &pl->rs;
     int early_u0 = split && pl->ag_early > 0 && !clip && !shard ? pl->ag.first[pl->ag.ngroups - pl->ag_early]
                                                                 : ctx->graph.nunits;
@@ -367,7 +361,7 @@ static int groups_build(dear_ctx_t *ctx, int clip, int live)
     ctx->graph.ngroups = ng;
     DEAR_CHECK_GOTO(shard ? shard_pieces(ctx) : sub_alloc(ctx, first, ng), rc, out);
     for (int g = 0; g < ng && rc == DEAR_OK; g++)
-        rc = group_build(ctx, g, first[g], first[g + 1], early_u0, clip, live);
+        rc = group_build(ctx, g, first[g], first[g + 1], early_u0);
     for (int b = 0; b < ctx->graph.nbuckets && !shard; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         if (bk->nsub > 1) {
@@ -385,9 +379,9 @@ out:
  * holding a group's first unit is the last of its dependencies to finish; groups last first),
  * then the count of ranks with a gradient and the norm, then the other all-gathers in forward
  * order. The simulator assumes exactly this order (fusion/sim.h). */
-static int ops_order(dear_ctx_t *ctx, int clip, int live)
+static int ops_order(dear_ctx_t *ctx)
 {
-    ctx->graph.nops = ctx->graph.nbuckets + live + clip + ctx->graph.ngroups;
+    ctx->graph.nops = ctx->graph.nbuckets + ctx->graph.nbarriers + ctx->graph.ngroups;
     size_t bytes = sizeof *ctx->graph.ops * (size_t)ctx->graph.nops;
     DEAR_ALLOC_CHECK(ctx->graph.ops, malloc(bytes), bytes);
     int pos = 0, ge = ctx->graph.ngroups - 1;
@@ -402,13 +396,9 @@ static int ops_order(dear_ctx_t *ctx, int clip, int live)
         }
         bk->early_lo = ge + 1; /* the bucket's early groups: early_lo..early_hi (none if lo > hi) */
     }
-    if (live) {
-        ctx->unused.op.pos = pos;
-        ctx->graph.ops[pos++] = &ctx->unused.op;
-    }
-    if (clip) {
-        ctx->clip.op.pos = pos;
-        ctx->graph.ops[pos++] = &ctx->clip.op;
+    for (int i = 0; i < ctx->graph.nbarriers; i++) {
+        ctx->graph.barrier[i]->pos = pos;
+        ctx->graph.ops[pos++] = ctx->graph.barrier[i];
     }
     for (int g = 0; g < ctx->graph.ngroups; g++)
         if (!ctx->graph.groups[g].early) {
@@ -432,32 +422,68 @@ static void graph_log(const dear_ctx_t *ctx)
               ctx->graph.ngroups, ctx->graph.ngroups_early, ctx->reg.ntensors, ctx->graph.nunits, ctx->reg.nlayers);
 }
 
+int dear_op_hook(dear_op_t *op, void (*before)(dear_ctx_t *, dear_op_t *), void (*after)(dear_ctx_t *, dear_op_t *))
+{
+    /* More hooks than features can put on one operation is a defect of the table's rows. */
+    if (op->nhooks == DEAR_OP_HOOKS) {
+        DEAR_ERROR("plan", "operation %d carries more than %d feature hooks; raise DEAR_OP_HOOKS", op->index,
+                   DEAR_OP_HOOKS);
+        return DEAR_ERR_INTERNAL;
+    }
+    op->hooks[op->nhooks++] = (dear_op_hook_t){ before, after };
+    return DEAR_OK;
+}
+
+void dear_graph_barrier(dear_ctx_t *ctx, dear_op_t *op)
+{
+    ctx->graph.barrier[ctx->graph.nbarriers++] = op;
+}
+
+void dear_graph_queue_barriers(dear_ctx_t *ctx)
+{
+    for (int i = 0; i < ctx->graph.nbarriers; i++)
+        dear_engine_queue(ctx, ctx->graph.barrier[i]);
+}
+
+int dear_graph_wait_barriers(dear_ctx_t *ctx, long long iter)
+{
+    for (int i = 0; i < ctx->graph.nbarriers; i++)
+        DEAR_CHECK(dear_engine_wait(ctx, ctx->graph.barrier[i], iter));
+    return DEAR_OK;
+}
+
+/* Every all-gather but the early ones waits for the barriers. An early group runs before them
+ * (they follow every bucket): its updates wait for them instead (sched_dear.c). */
+static void barrier_deps(dear_ctx_t *ctx)
+{
+    for (int g = 0; g < ctx->graph.ngroups; g++) {
+        dear_op_t *op = &ctx->graph.groups[g].op;
+        for (int i = 0; i < ctx->graph.nbarriers && !ctx->graph.groups[g].early; i++)
+            op->deps[op->ndeps++] = ctx->graph.barrier[i];
+    }
+}
+
 /* Buckets, groups, fusion buffers and the operation order of ctx->graph.plan, in steps: units,
- * buckets, the count of ranks with a gradient (DEAR_FIND_UNUSED, after the reduce-scatters),
- * the all-gather groups of a split schedule, the norm (clipping from shards: one scalar
- * all-reduce after every reduce-scatter, before every all-gather, once the shards are cut into
- * their parts), the sparse algorithms, the memory's fences, the order. */
+ * buckets, the all-gather groups of a split schedule (none early under clipping), the features'
+ * steps (feature table: their hooks, and their barriers between the reduce-scatters and the
+ * all-gathers, such as the count of ranks with a gradient and the norm), the memory's fences,
+ * the order. */
 int dear_graph_build(dear_ctx_t *ctx)
 {
     if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->cm.rank == 0)
         dear_plan_print(stderr, &ctx->graph.plan, NULL);
-    int split = dear_rt_split(ctx);
-    int clip = ctx->clip.on && split, live = ctx->unused.on;
-    if (ctx->shard.on)
+    if (dear_shard_on(ctx))
         ctx->graph.plan.ag_early = 0; /* the parameters leave after the updates (shard.c) */
     ctx->graph.ngroups_early = 0;
+    ctx->graph.nbarriers = 0;
     DEAR_CHECK(units_build(ctx));
     DEAR_CHECK(buckets_build(ctx));
-    if (live)
-        DEAR_CHECK(dear_unused_graph(ctx, ctx->graph.nbuckets));
-    if (split)
-        DEAR_CHECK(groups_build(ctx, clip, live));
-    if (ctx->clip.on)
-        DEAR_CHECK(dear_clip_graph(ctx, ctx->graph.nbuckets + live));
-    dear_sparse_graph(ctx);
-    dear_compress_graph(ctx);
+    if (dear_rt_split(ctx))
+        DEAR_CHECK(groups_build(ctx));
+    DEAR_CHECK(dear_features_graph(ctx));
+    barrier_deps(ctx);
     DEAR_CHECK(dear_rt_mem_graph(ctx));
-    DEAR_CHECK(ops_order(ctx, clip, live));
+    DEAR_CHECK(ops_order(ctx));
     graph_log(ctx);
     return DEAR_OK;
 }
@@ -499,9 +525,7 @@ static void ops_free(dear_ctx_t *ctx)
     free(ctx->graph.units);
     ctx->graph.units = NULL;
     ctx->graph.nunits = 0;
-    dear_clip_graph_free(ctx);
-    free(ctx->unused.live);
-    ctx->unused.live = NULL;
+    dear_features_graph_free(ctx);
     ctx->graph.buckets = NULL;
     ctx->graph.groups = NULL;
     ctx->graph.ops = NULL;

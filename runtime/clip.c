@@ -24,7 +24,39 @@
 /* As torch.nn.utils.clip_grad_norm_: a zero gradient is left as it is. */
 #define CLIP_EPS 1e-6
 
-int dear_clip_setup(dear_ctx_t *ctx)
+int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm)
+{
+    DEAR_ARG_CHECK(ctx != NULL, "dear_set_clip_norm: ctx is NULL");
+    DEAR_ARG_CHECK(max_norm >= 0 && !isnan(max_norm),
+                   "dear_set_clip_norm: max_norm %g; accepted: 0 (off), a positive norm, or INFINITY (report the "
+                   "norm, clip nothing)",
+                   max_norm);
+    if (ctx->committed && !ctx->clip.on && max_norm > 0) {
+        DEAR_ERROR("api", "dear_set_clip_norm(%g): clipping was off at dear_commit; turn it on before dear_commit "
+                          "(or with DEAR_CLIP_NORM), since its collective is part of the plan",
+                   max_norm);
+        return DEAR_ERR_STATE;
+    }
+    if (ctx->committed && max_norm == 0)
+        max_norm = INFINITY; /* the collective stays; nothing is clipped any more */
+    ctx->clip.on = max_norm > 0;
+    ctx->clip.max_norm = max_norm;
+    return DEAR_OK;
+}
+
+int dear_clip_on(const dear_ctx_t *ctx) { return ctx->clip.on; }
+
+int dear_clip_result(const dear_ctx_t *ctx, long long iteration, double *norm, double *coef)
+{
+    if (!ctx->clip.on || ctx->clip.iter != iteration)
+        return 0;
+    *norm = ctx->clip.norm;
+    *coef = ctx->clip.coef;
+    return 1;
+}
+
+/* DEAR_CLIP_NORM unless dear_set_clip_norm turned it on. */
+static int clip_decide(dear_ctx_t *ctx)
 {
     if (!ctx->clip.on) {
         double p = dear_param_double(DEAR_P_CLIP_NORM);
@@ -34,16 +66,6 @@ int dear_clip_setup(dear_ctx_t *ctx)
     ctx->clip.iter = -1;
     ctx->clip.norm = -1;
     ctx->clip.coef = 1;
-    /* The norm from shards adds the buckets' squares in bucket order: it depends on the plan. */
-    if (ctx->clip.on && dear_param_int(DEAR_P_DETERMINISTIC) && dear_rt_split(ctx)) {
-        DEAR_ERROR("api", "dear_commit: clipping under %s with DEAR_DETERMINISTIC=1: the norm taken from the shards "
-                          "depends on the plan; %s or turn one of the two off",
-                   ctx->shard.on ? "sharded updates" : "DEAR_SCHEDULE=dear",
-                   ctx->shard.on ? "train unsharded under DEAR_SCHEDULE=wfbp or sync (their norm is taken over whole "
-                                   "tensors)"
-                                 : "use DEAR_SCHEDULE=wfbp or sync (their norm is taken over whole tensors)");
-        return DEAR_ERR_UNSUPPORTED;
-    }
     return DEAR_OK;
 }
 
@@ -112,13 +134,15 @@ static int norm_finish(dear_ctx_t *ctx, dear_op_t *op)
             if (len > 0)
                 DEAR_CHECK(mo->scale(dear_rt_work_queue(ctx), bk->dtype, p, p, len, ctx->clip.coef));
         }
-        if (ctx->shard.on)
+        if (dear_shard_on(ctx))
             DEAR_CHECK(dear_rt_shard_unpack(ctx, bk));
     }
     return DEAR_OK;
 }
 
-int dear_clip_graph(dear_ctx_t *ctx, int pos)
+/* The squares' room and fence; under a split schedule the norm's collective, a barrier of the
+ * graph after every reduce-scatter, and the squares taken after each. */
+static int clip_graph(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
     dear_op_t *op = &ctx->clip.op; /* its deps, parts and fence were freed with the last graph */
@@ -139,18 +163,19 @@ int dear_clip_graph(dear_ctx_t *ctx, int pos)
     DEAR_ALLOC_GOTO(op->deps, calloc(nb, sizeof *op->deps), nb * sizeof *op->deps, rc, out);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         op->deps[b] = &ctx->graph.buckets[b].op;
-        ctx->graph.buckets[b].op.after = shard_sq;
+        DEAR_CHECK_GOTO(dear_op_hook(&ctx->graph.buckets[b].op, NULL, shard_sq), rc, out);
     }
     op->ndeps = ctx->graph.nbuckets;
-    dear_op_sum(ctx, op, pos, -1, DEAR_FLOAT64, &ctx->clip.sum, 1);
+    dear_op_sum(ctx, op, 0, -1, DEAR_FLOAT64, &ctx->clip.sum, 1);
     op->prepare = norm_prepare;
-    op->before = norm_before;
+    DEAR_CHECK_GOTO(dear_op_hook(op, norm_before, NULL), rc, out);
     op->finish = norm_finish;
+    dear_graph_barrier(ctx, op);
 out:
     return rc;
 }
 
-void dear_clip_graph_free(dear_ctx_t *ctx)
+static void clip_graph_free(dear_ctx_t *ctx)
 {
     free(ctx->clip.op.deps);
     free(ctx->clip.part0);
@@ -187,3 +212,22 @@ int dear_clip_averaged(dear_ctx_t *ctx)
     }
     return DEAR_OK;
 }
+
+static int clip_is_on(const dear_ctx_t *ctx) { return ctx->clip.on; }
+
+/* The norm from shards adds the buckets' squares in bucket order: it depends on the plan. */
+static const dear_feature_rule_t clip_rules[] = {
+    { DEAR_RULE_REFUSES, DEAR_FEAT_DETERMINISTIC, DEAR_WHEN_SPLIT,
+      "the norm taken from the shards depends on the plan; train unsharded under DEAR_SCHEDULE=wfbp or sync (their "
+      "norm is taken over whole tensors), or turn one of the two off" },
+    { DEAR_RULE_END, 0, 0, NULL },
+};
+
+const dear_feature_t dear_feature_clip = {
+    .after = DEAR_FEAT_BIT(SHARD),
+    .rules = clip_rules,
+    .decide = clip_decide,
+    .on = clip_is_on,
+    .graph = clip_graph,
+    .graph_free = clip_graph_free,
+};

@@ -56,7 +56,8 @@ static int agree(dear_ctx_t *ctx)
     return DEAR_OK;
 }
 
-int dear_compress_setup(dear_ctx_t *ctx)
+/* The formats: dear_set_compress's, or the environment's; the same on every rank. */
+static int compress_decide(dear_ctx_t *ctx)
 {
     dear_compress_ctl_t *c = &ctx->comp;
     if (!c->set) {
@@ -65,16 +66,25 @@ int dear_compress_setup(dear_ctx_t *ctx)
         c->ag = ag == 0 ? c->rs : (dear_compress_t)(ag - 1);
         c->ef = (int)dear_param_int(DEAR_P_COMPRESS_EF);
     }
-    DEAR_CHECK(agree(ctx));
-    /* Sharded, the all-gathers carry parameters, not gradients: rounding them would round the
-     * model itself every iteration. */
-    if (ctx->shard.on && c->ag != DEAR_COMPRESS_NONE) {
-        if (ctx->cm.rank == 0)
-            DEAR_INFO("compress", "sharded updates: the all-gathers carry parameters, which travel uncompressed "
-                                  "(the all-gathers' %s is not used)",
-                      dear_compress_name(c->ag));
-        c->ag = DEAR_COMPRESS_NONE;
-    }
+    return agree(ctx);
+}
+
+static int compress_is_on(const dear_ctx_t *ctx)
+{
+    return ctx->comp.rs != DEAR_COMPRESS_NONE || ctx->comp.ag != DEAR_COMPRESS_NONE;
+}
+
+/* Sharded, the all-gathers carry parameters, not gradients: rounding them would round the model
+ * itself every iteration. */
+static void compress_yield(dear_ctx_t *ctx, dear_feat_t other)
+{
+    (void)other;
+    ctx->comp.ag = DEAR_COMPRESS_NONE;
+}
+
+static int compress_setup(dear_ctx_t *ctx)
+{
+    dear_compress_ctl_t *c = &ctx->comp;
     if (c->ef && c->rs == DEAR_COMPRESS_NONE) {
         DEAR_INFO("compress", "error feedback is off: the reduce-scatters are not compressed");
         c->ef = 0;
@@ -100,7 +110,7 @@ int dear_compress_setup(dear_ctx_t *ctx)
 
 /* Error feedback: a residual per element of every float32 tensor, zero at first, in the memory
  * of the buckets' buffers (the device's under NCCL, host memory when staged). */
-int dear_compress_mem(dear_ctx_t *ctx)
+static int compress_mem(dear_ctx_t *ctx)
 {
     dear_compress_ctl_t *c = &ctx->comp;
     if (!c->ef || ctx->cm.size < 2)
@@ -126,7 +136,7 @@ int dear_compress_mem(dear_ctx_t *ctx)
     return mo->zero(dear_rt_work_queue(ctx), c->resid, n * sizeof(float));
 }
 
-void dear_compress_free(dear_ctx_t *ctx)
+static void compress_free(dear_ctx_t *ctx)
 {
     dear_compress_ctl_t *c = &ctx->comp;
     if (c->resid != NULL)
@@ -149,23 +159,24 @@ static void feedback_before(dear_ctx_t *ctx, dear_op_t *op)
         const dear_rt_unit_t *un = &ctx->graph.units[u];
         if (n == 0)
             continue;
-        float *v = (float *)b->buf + un->off, *e = ctx->comp.resid + ctx->comp.resid_off[un->tensor] + un->eoff;
+        float *v = (float *)dear_unit_vec(ctx, u, 0), *e = ctx->comp.resid + ctx->comp.resid_off[un->tensor] + un->eoff;
         if (mo->feedback(dear_rt_work_queue(ctx), t, v, e, n) != DEAR_OK)
             DEAR_ERROR("compress", "error feedback on bucket %d failed (above); its gradients travel without it",
                        op->index);
     }
 }
 
-void dear_compress_graph(dear_ctx_t *ctx)
+static int compress_graph(dear_ctx_t *ctx)
 {
     if (ctx->comp.resid == NULL)
-        return;
+        return DEAR_OK;
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         /* Sparse buckets keep their zeros: a residual would make every touched row travel. */
-        if (bk->dtype == DEAR_FLOAT32 && bk->sparse_block == 0 && bk->op.before == NULL)
-            bk->op.before = feedback_before;
+        if (bk->dtype == DEAR_FLOAT32 && bk->sparse_block == 0)
+            DEAR_CHECK(dear_op_hook(&bk->op, feedback_before, NULL));
     }
+    return DEAR_OK;
 }
 
 void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op)
@@ -176,9 +187,28 @@ void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op)
     op->args.compress_ag = ctx->comp.ag;
 }
 
-void dear_compress_profile(const dear_ctx_t *ctx, dear_profile_t *prof)
+static void compress_profile(const dear_ctx_t *ctx, dear_profile_t *prof)
 {
     for (int t = 0; t < ctx->reg.ntensors && t < prof->ntensors; t++)
         if (ctx->reg.tensors[t].dtype == DEAR_FLOAT32)
             dear_prof_set_compress(prof, t, ctx->comp.rs, ctx->comp.ag);
 }
+
+static const dear_feature_rule_t compress_rules[] = {
+    { DEAR_RULE_YIELDS, DEAR_FEAT_SHARD, DEAR_WHEN_ALWAYS,
+      "the all-gathers carry parameters, which travel uncompressed (DEAR_COMPRESS_AG is not used)" },
+    { DEAR_RULE_END, 0, 0, NULL },
+};
+
+const dear_feature_t dear_feature_compress = {
+    .after = DEAR_FEAT_BIT(SHARD) | DEAR_FEAT_BIT(SPARSE),
+    .rules = compress_rules,
+    .decide = compress_decide,
+    .on = compress_is_on,
+    .yield = compress_yield,
+    .setup = compress_setup,
+    .mem = compress_mem,
+    .graph = compress_graph,
+    .profile = compress_profile,
+    .free = compress_free,
+};

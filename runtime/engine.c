@@ -252,11 +252,20 @@ static void op_done(dear_ctx_t *ctx, dear_op_t *op)
     dear_broadcast(&ctx->eng.done_cv);
 }
 
-/* The memory's side of an operation's end, after its `after` (lock not held). */
+/* The features' steps before an operation's collective, in the order they were added. */
+static void op_before(dear_ctx_t *ctx, dear_op_t *op)
+{
+    for (int h = 0; h < op->nhooks; h++)
+        if (op->hooks[h].before)
+            op->hooks[h].before(ctx, op);
+}
+
+/* The memory's side of an operation's end, after the features' `after` steps (lock not held). */
 static int op_finish(dear_ctx_t *ctx, dear_op_t *op)
 {
-    if (op->after)
-        op->after(ctx, op);
+    for (int h = 0; h < op->nhooks; h++)
+        if (op->hooks[h].after)
+            op->hooks[h].after(ctx, op);
     return op->finish ? op->finish(ctx, op) : DEAR_OK;
 }
 
@@ -311,8 +320,7 @@ static int start_ready(dear_ctx_t *ctx, int *progressed)
         ctx->eng.next_seq++;
         *progressed = 1;
         dear_unlock(&ctx->eng.lock);
-        if (op->before)
-            op->before(ctx, op);
+        op_before(ctx, op);
         if (op->bytes == 0) {
             /* Nothing to move (every tensor of it frozen), the same on every rank. */
             int rc = op_finish(ctx, op);
@@ -589,8 +597,7 @@ void dear_engine_queue_at(dear_ctx_t *ctx, dear_op_t *op, long long iter)
         /* What a collective would have waited for (the shards' squares), this thread waits for. */
         if (rc == DEAR_OK && op->start_fence)
             rc = ctx->mem.ops->fence_wait(NULL, op->start_fence);
-        if (op->before)
-            op->before(ctx, op);
+        op_before(ctx, op);
         if (rc == DEAR_OK)
             rc = op_finish(ctx, op);
         if (rc != DEAR_OK) {

@@ -133,10 +133,7 @@ static int call_update(dear_ctx_t *ctx, int t, long long iteration, size_t first
         .param = tt->param ? (char *)tt->param + at : NULL, .offset = first, .tensor_count = tt->count,
         .shard_offset = shard_offset,
     };
-    if (ctx->clip.on && ctx->clip.iter == iteration) {
-        info.grad_norm = ctx->clip.norm;
-        info.clip_coef = ctx->clip.coef;
-    }
+    dear_clip_result(ctx, iteration, &info.grad_norm, &info.clip_coef);
     int r = tt->update(&info);
     if (r != 0) {
         DEAR_ERROR("api", "update callback of tensor '%s' (layer %d, iteration %lld, elements %zu..%zu) returned %d",
@@ -348,7 +345,7 @@ static int backward_end_one(dear_ctx_t *ctx)
     ctx->it.in_backward = 0;
     ctx->it.iter++;
     /* Sharded: the updates ran; their parameters travel now, unless the program steps first. */
-    if (ctx->shard.on && !ctx->shard.hold) {
+    if (dear_shard_on(ctx) && !dear_shard_holds(ctx)) {
         int r = dear_shard_release_held(ctx, "dear_backward_end");
         if (rc == DEAR_OK)
             rc = r;
@@ -359,7 +356,7 @@ static int backward_end_one(dear_ctx_t *ctx)
         dear_planning_sample(ctx, now - ctx->it.t_iter_start);
     }
     /* Before a plan switch at the same backward_end: the new buckets take the decision. */
-    if (rc == DEAR_OK && ctx->sparse.decide_at >= 0 && ctx->it.iter >= ctx->sparse.decide_at) {
+    if (rc == DEAR_OK && dear_sparse_due(ctx)) {
         rc = dear_sparse_decide(ctx);
         now = dear_now();
     }
@@ -434,7 +431,7 @@ static int wait_grad_one(dear_ctx_t *ctx, int layer)
                    layer);
         return DEAR_ERR_STATE;
     }
-    if (ctx->shard.on) {
+    if (dear_shard_on(ctx)) {
         DEAR_ERROR("api", "dear_wait_grad(layer %d): under sharded updates the averaged gradient exists only as "
                           "each rank's slices, which the update callbacks see; the parameters of a layer are in "
                           "place after its dear_forward_begin (or dear_flush)",
@@ -487,12 +484,12 @@ static int add_tensors(const dear_ctx_t *ctx, dear_profile_t *prof, int communic
         /* A frozen tensor moves nothing (1 byte keeps it a tensor of the profile). */
         size_t tb = communicated && ctx->reg.tensors[t].frozen ? 1 : ctx->reg.tensors[t].bytes;
         rc = dear_prof_add_tensor(prof, name, ctx->reg.tensors[t].layer, tb);
-        size_t block = dear_tensor_block(&ctx->sparse, &ctx->reg, t);
+        size_t block = dear_tensor_block(ctx, t);
         if (rc == DEAR_OK && block > 0 && tb == ctx->reg.tensors[t].bytes)
             set_density(prof, &ctx->reg.tensors[t], block, most ? &most[SPARSE_COUNTS * t] : NULL);
     }
     if (rc == DEAR_OK && communicated)
-        dear_compress_profile(ctx, prof); /* planning prices the bytes that travel */
+        dear_features_profile(ctx, prof); /* planning prices the bytes that travel */
     char msg[256];
     if (rc == DEAR_OK && (rc = dear_prof_check(prof, msg, sizeof msg)) != DEAR_OK)
         DEAR_ERROR("plan", "the profile is rejected: %s", msg);
@@ -662,7 +659,7 @@ int dear_shard_release(dear_ctx_t *ctx)
     int rc = hook_claim(ctx, "dear_shard_release");
     if (rc != DEAR_OK)
         return rc;
-    if (ctx->committed && ctx->shard.held)
+    if (ctx->committed && dear_shard_held(ctx))
         rc = hook_enter(ctx, "dear_shard_release", 0, 0, NULL); /* which releases them */
     hook_release(ctx);
     return rc;

@@ -40,18 +40,9 @@ void dear_rt_mem_set_host_row(const dear_mem_ops_t *ops)
 static int cuda_setup(dear_ctx_t *ctx)
 {
     dear_rt_mem_t *m = &ctx->mem;
-    for (int t = 0; t < ctx->reg.ntensors; t++)
-        if (ctx->reg.tensors[t].sparse_block > 0 && ctx->sparse.mode != DEAR_SPARSE_OFF) {
-            /* The same on every rank: the registry check compared the blocks and the kinds. */
-            DEAR_ERROR("api", "dear_commit: tensor '%s' is declared sparse, but it lies in CUDA memory, which the "
-                              "block-sparse collectives cannot scan (they find the zero blocks on the host); set "
-                              "DEAR_SPARSE=off to send it dense, or do not declare it sparse",
-                       ctx->reg.tensors[t].name);
-            return DEAR_ERR_UNSUPPORTED;
-        }
     int want = (int)dear_param_enum(DEAR_P_CUDA_TRANSPORT);
     DEAR_MPI_CHECK(MPI_Bcast(&want, 1, MPI_INT, 0, ctx->cm.comm));
-    if (dear_param_int(DEAR_P_DETERMINISTIC) && want != DEAR_CUDA_T_STAGED) {
+    if (dear_determ_on(ctx) && want != DEAR_CUDA_T_STAGED) {
         /* NCCL's order of the sums follows its own algorithm and the plan's vectors. */
         DEAR_INFO("cuda", "DEAR_DETERMINISTIC=1: CUDA gradients staged, summed by dear's direct exchange");
         want = DEAR_CUDA_T_STAGED;
@@ -245,7 +236,7 @@ static int shard_ag_prepare(dear_ctx_t *ctx, dear_op_t *op)
     const dear_mem_ops_t *mo = ctx->mem.ops;
     int staged = 0;
     if (ctx->mem.drop != DROP_READY)
-        DEAR_CHECK(mo->fence_wait(ctx->mem.comm, ctx->shard.updated));
+        DEAR_CHECK(mo->fence_wait(ctx->mem.comm, dear_shard_updated(ctx)));
     for (int u = gr->u0; u < gr->u1; u++) {
         const dear_rt_unit_t *un = &ctx->graph.units[u];
         const dear_bucket_t *bk = &ctx->graph.buckets[un->bucket];
@@ -261,7 +252,7 @@ static int shard_ag_prepare(dear_ctx_t *ctx, dear_op_t *op)
         if (ctx->mem.net == NULL && ctx->mem.drop != DROP_PACKED)
             op->start_fence = gr->packed;
     } else if (ctx->mem.net == NULL && ctx->mem.drop != DROP_READY) {
-        op->start_fence = ctx->shard.updated; /* the host reads the parameters in place */
+        op->start_fence = dear_shard_updated(ctx); /* the host reads the parameters in place */
     }
     return DEAR_OK;
 }
@@ -283,7 +274,7 @@ static int shard_ag_finish(dear_ctx_t *ctx, dear_op_t *op)
 
 int dear_rt_mem_graph(dear_ctx_t *ctx)
 {
-    int shard = ctx->shard.on;
+    int shard = dear_shard_on(ctx);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         DEAR_CHECK(dear_rt_fence_new(ctx, &bk->ready));
@@ -292,7 +283,7 @@ int dear_rt_mem_graph(dear_ctx_t *ctx)
         bk->op.prepare = bucket_prepare;
         if (bk->op.kind == DEAR_COLL_ALLREDUCE)
             bk->op.finish = bucket_finish;
-        else if (shard && !ctx->clip.on)
+        else if (shard && !dear_clip_on(ctx))
             bk->op.finish = shard_rs_finish;
     }
     for (int g = 0; g < ctx->graph.ngroups; g++) {
@@ -304,8 +295,6 @@ int dear_rt_mem_graph(dear_ctx_t *ctx)
             gr->op.prepare = shard_ag_prepare;
         }
     }
-    if (shard)
-        DEAR_CHECK(dear_rt_fence_new(ctx, &ctx->shard.updated));
     return DEAR_OK;
 }
 
@@ -326,6 +315,15 @@ void dear_rt_mem_graph_free(dear_ctx_t *ctx)
         dear_rt_fence_free(ctx, ctx->graph.groups[g].done);
         dear_rt_fence_free(ctx, ctx->graph.groups[g].packed);
     }
-    dear_rt_fence_free(ctx, ctx->shard.updated);
-    ctx->shard.updated = NULL;
 }
+
+/* Gradients in CUDA memory: a row of the feature table for the pairs it refuses (the other rows
+ * say which); the memory itself is set up above, by its row of the memory table. */
+static int cuda_is_on(const dear_ctx_t *ctx)
+{
+    return ctx->reg.ntensors > 0 && ctx->reg.tensors[0].mem == DEAR_MEM_CUDA;
+}
+
+const dear_feature_t dear_feature_cuda = {
+    .on = cuda_is_on,
+};

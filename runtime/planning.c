@@ -113,7 +113,7 @@ static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
     dear_tensor_desc_t *desc = NULL, *udesc = NULL;
     dear_unit_t *units = NULL;
     const char **names = NULL;
-    DEAR_CHECK_GOTO(dear_tensor_table(&ctx->reg, &ctx->sparse, &desc, &names), rc, out);
+    DEAR_CHECK_GOTO(dear_tensor_table(ctx, &desc, &names), rc, out);
     const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
     if (pfile && pfile[0] && ctx->cfg.sched != DEAR_SCHED_SYNC) {
         /* A fixed plan (dear-plan's output), checked against the registered tensors. */
@@ -129,7 +129,7 @@ static int make_plan(dear_ctx_t *ctx, dear_plan_t *plan)
             snprintf(plan->planner, sizeof plan->planner, "file");
         goto out;
     }
-    size_t partition = (size_t)dear_param_int(DEAR_P_PARTITION);
+    size_t partition = dear_partition_bytes(ctx);
     DEAR_CHECK_GOTO(dear_units_cut(n, desc, partition, &units, &nu), rc, out);
     DEAR_CHECK_GOTO(dear_units_descs(n, desc, nu, units, &udesc), rc, out);
     const char *fusion = dear_param_string(DEAR_P_FUSION);
@@ -227,7 +227,7 @@ static int plan_fits(dear_ctx_t *ctx, const dear_plan_t *plan)
         DEAR_ERROR("plan", "the plan is malformed: %s", msg);
         return DEAR_ERR_INTERNAL;
     }
-    DEAR_CHECK(dear_tensor_table(&ctx->reg, &ctx->sparse, &desc, &names));
+    DEAR_CHECK(dear_tensor_table(ctx, &desc, &names));
     if (dear_units_check(ctx->reg.ntensors, desc, plan->nunits, plan->units, msg, sizeof msg) != DEAR_OK) {
         DEAR_ERROR("plan", "the plan's units do not fit the registered tensors: %s", msg);
         rc = DEAR_ERR_INTERNAL;
@@ -360,7 +360,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
-        prob.no_early = ctx->shard.on; /* the parameters leave after the updates at backward_end */
+        prob.no_early = dear_shard_on(ctx); /* the parameters leave after the updates at backward_end */
         rc = dear_plan_by_id(plan, &prob, which);
         if (rc == DEAR_OK)
             rc = dear_plan_set_units(plan, ctx->reg.ntensors, ctx->graph.plan.units);

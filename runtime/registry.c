@@ -456,8 +456,9 @@ out:
     return rc;
 }
 
-int dear_tensor_table(const dear_registry_t *reg, const dear_sparse_ctl_t *sp, dear_tensor_desc_t **desc, const char ***names)
+int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const char ***names)
 {
+    const dear_registry_t *reg = &ctx->reg;
     int rc = DEAR_OK, n = reg->ntensors;
     size_t nd = sizeof **desc * (size_t)(n ? n : 1), nn = sizeof **names * (size_t)(n ? n : 1);
     *desc = NULL;
@@ -468,7 +469,7 @@ int dear_tensor_table(const dear_registry_t *reg, const dear_sparse_ctl_t *sp, d
         const dear_tensor_t *t = &reg->tensors[i];
         size_t esz = dear_dtype_size(t->dtype);
         (*desc)[i] = (dear_tensor_desc_t){ .bytes = t->bytes, .layer = t->layer, .elem_bytes = esz,
-                                           .row_bytes = dear_tensor_block(sp, reg, i) * esz };
+                                           .row_bytes = dear_tensor_block(ctx, i) * esz };
         (*names)[i] = t->name;
     }
     return DEAR_OK;

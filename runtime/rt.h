@@ -27,6 +27,7 @@
 #include "include/dear.h"
 #include "base/sched_table.h"
 #include "base/stats.h"
+#include "runtime/features.h"
 #include "runtime/timeline.h"
 #include "runtime/topo.h"
 
@@ -91,6 +92,13 @@ typedef struct {
 } dear_layer_hint_t;
 
 typedef struct dear_op dear_op_t;
+/* What a feature does on the progress thread around one operation's collective; NULL: nothing. */
+typedef struct {
+    void (*before)(dear_ctx_t *ctx, dear_op_t *op);
+    void (*after)(dear_ctx_t *ctx, dear_op_t *op);
+} dear_op_hook_t;
+/* Hooks an operation can carry: more than the features that may hook one operation together. */
+#define DEAR_OP_HOOKS 4
 struct dear_op {
     dear_coll_op_t kind;
     int pos;                /* place in one iteration's fixed order of operations */
@@ -102,9 +110,10 @@ struct dear_op {
     int ndeps;
     dear_op_t **deps;       /* must be done (same iteration) before this starts */
     /* Run by the progress thread right before the collective starts, and right after it ends
-     * (before anything depending on it may start); NULL: nothing. */
-    void (*before)(dear_ctx_t *ctx, dear_op_t *op);
-    void (*after)(dear_ctx_t *ctx, dear_op_t *op);
+     * (before anything depending on it may start), in the order the features added them
+     * (dear_op_hook). */
+    dear_op_hook_t hooks[DEAR_OP_HOOKS];
+    int nhooks;
     /* The memory's part (mem.c), on the progress thread: prepare once the operation is queued,
      * in operation order (packing its bucket); finish after `after` (unpacking). NULL: nothing. */
     int (*prepare)(dear_ctx_t *ctx, dear_op_t *op);
@@ -225,6 +234,11 @@ typedef struct {
     int ngroups_early;      /* of them, run during backward */
     dear_op_t **ops;
     int nops;
+    /* The features' operations between the reduce-scatters and the all-gathers (the count of
+     * ranks with a gradient, the norm), in the order they were added (dear_graph_barrier): every
+     * all-gather but the early ones waits for them, and so does every update. */
+    dear_op_t *barrier[DEAR_FEAT_COUNT];
+    int nbarriers;
 } dear_graph_t;
 
 /* DEAR_FIRST_PLAN: the table's order. */
@@ -317,6 +331,7 @@ typedef struct {
     int mode;               /* DEAR_SPARSE of rank 0, fixed at commit */
     long long measure_iters; /* densities are measured in iterations below this (rank 0's warm-up) */
     long long decide_at;    /* auto: decide at the backward_end completing this iteration; -1: never */
+    size_t block;           /* DEAR_SPARSE_BLOCK of rank 0; 0: each tensor's row */
 } dear_sparse_ctl_t;
 
 /* Compression of float32 gradients (compress.c): fixed at commit, the same on every rank. */
@@ -328,6 +343,17 @@ typedef struct {
                              * rank's gradient dropped (the buckets' memory); the progress thread's */
     size_t *resid_off;      /* per tensor: its first element in resid (SIZE_MAX: not float32) */
 } dear_compress_ctl_t;
+
+/* The deterministic mode (determ.c): DEAR_DETERMINISTIC, agreed by every rank at dear_init. */
+typedef struct {
+    int on;
+} dear_determ_t;
+
+/* Partitions (partition.c): rank 0's DEAR_PARTITION, fixed at commit. */
+typedef struct {
+    size_t bytes;           /* the largest unit a tensor is cut into */
+    int on;                 /* some registered tensor is larger, so it is cut */
+} dear_partition_ctl_t;
 
 /* The progress thread (engine.c). Fields under "shared" are both threads', under the lock;
  * under "engine", the progress thread's alone while it runs. */
@@ -396,6 +422,8 @@ struct dear_ctx {
     dear_sparse_ctl_t sparse;
     dear_shard_t shard;
     dear_compress_ctl_t comp;
+    dear_determ_t determ;
+    dear_partition_ctl_t part;
     dear_engine_t eng;
 };
 
@@ -434,8 +462,7 @@ int dear_registry_check(const dear_rt_comm_t *cm, dear_registry_t *reg);
 /* The registered tensors as the fusion layer describes them, in registration order: desc[i]
  * (bytes, layer, element size, the row of a sparse one) and names[i] (pointing into ctx), both
  * allocated; free both. */
-int dear_tensor_table(const dear_registry_t *reg, const dear_sparse_ctl_t *sp, dear_tensor_desc_t **desc,
-                      const char ***names);
+int dear_tensor_table(const dear_ctx_t *ctx, dear_tensor_desc_t **desc, const char ***names);
 /* Index in ctx->reg.layers of the caller's layer id, or -1. */
 int dear_layer_index(const dear_registry_t *reg, int layer);
 
@@ -451,12 +478,25 @@ void dear_graph_free(dear_ctx_t *ctx);
  * place pos of the iteration; index names it in messages (< 0: not a bucket or group). */
 void dear_op_sum(dear_ctx_t *ctx, dear_op_t *op, int pos, int index, dear_dtype_t dtype, void *buf, size_t count);
 
+/* A feature's step around op's collective on the progress thread (dear_op_hook_t). */
+int dear_op_hook(dear_op_t *op, void (*before)(dear_ctx_t *, dear_op_t *), void (*after)(dear_ctx_t *, dear_op_t *));
+/* A feature's graph step: op runs after every reduce-scatter and before every all-gather that is
+ * not early; every update waits for it. */
+void dear_graph_barrier(dear_ctx_t *ctx, dear_op_t *op);
+/* Queue the barriers for this iteration (backward_end), or wait for them for iteration iter. */
+void dear_graph_queue_barriers(dear_ctx_t *ctx);
+int dear_graph_wait_barriers(dear_ctx_t *ctx, long long iter);
+
 /* This rank's reduce-scatter shard of bucket b comes in dear_bucket_parts(b) parts (one unless
  * the bucket is sharded piece by piece); part k's start, and its length in elements. */
 static inline int dear_bucket_parts(const dear_bucket_t *b) { return b->nsub > 0 ? b->nsub : 1; }
 char *dear_bucket_own(const dear_rt_comm_t *cm, const dear_bucket_t *b, int k, size_t *len);
 /* Elements unit u contributes to its bucket's vector (none when its tensor is frozen). */
 size_t dear_unit_ccount(const dear_graph_t *g, const dear_registry_t *reg, int u);
+/* Where unit u's gradient (params 0) or parameters (params 1) lie for the collectives: in its
+ * bucket's buffer when the bucket has one of its own (fused), else in place. The one rule for
+ * finding a unit's data in a bucket: a bucket's buf + off holds only for a fused bucket. */
+char *dear_unit_vec(const dear_ctx_t *ctx, int u, int params);
 /* Where unit u's data lies in the gradient of its tensor. */
 char *dear_unit_grad(const dear_graph_t *g, const dear_registry_t *reg, int u);
 /* The all-gather group holding unit u (schedule dear). */
@@ -537,38 +577,33 @@ int dear_planning_verify(dear_ctx_t *ctx);
 /* This rank's time of the iteration just completed, for the check when one runs. */
 void dear_planning_sample(dear_ctx_t *ctx, double iter_s);
 
+/* The features' narrow functions: what another file may ask of a feature (features.h). Each
+ * file's state is its own; nothing else reads its fields. */
+
 /* unused.c */
-/* DEAR_FIND_UNUSED: the collective counting, per tensor, the ranks that had a gradient, after the
- * reduce-scatters (buckets) and before every all-gather (dear_graph_build). */
-int dear_unused_graph(dear_ctx_t *ctx, int pos);
+int dear_unused_on(const dear_ctx_t *ctx);
 /* Whether tensor t's update runs for the last iteration: not frozen, and with a gradient on some
  * rank when DEAR_FIND_UNUSED is on. */
-int dear_tensor_updates(const dear_registry_t *reg, const dear_unused_t *unused, int t);
+int dear_tensor_updates(const dear_ctx_t *ctx, int t);
 
 /* clip.c */
-/* At commit, before the plan is made: DEAR_CLIP_NORM or dear_set_clip_norm. */
-int dear_clip_setup(dear_ctx_t *ctx);
-/* dear: the norm's collective after the plan's buckets (dear_graph_build; it needs the buckets
- * for its dependencies and the all-gathers depend on it). */
-int dear_clip_graph(dear_ctx_t *ctx, int pos);
-void dear_clip_graph_free(dear_ctx_t *ctx);
+int dear_clip_on(const dear_ctx_t *ctx);
+/* The norm and factor of iteration's gradient; 0 when clipping gave none for it. */
+int dear_clip_result(const dear_ctx_t *ctx, long long iteration, double *norm, double *coef);
 /* wfbp, sync: the norm of the averaged gradients in place, and the clipping. */
 int dear_clip_averaged(dear_ctx_t *ctx);
 
 /* sparse.c */
-/* The block a tensor travels with: its declared one unless DEAR_SPARSE is off. */
-size_t dear_tensor_block(const dear_sparse_ctl_t *sp, const dear_registry_t *reg, int t);
-/* At commit: rank 0's DEAR_SPARSE and warm-up, each sparse tensor's phases. Collective. */
-int dear_sparse_setup(dear_ctx_t *ctx);
-/* dear_graph_build: the algorithm of each bucket's and group's collective, and the density scans
- * of the warm-up iterations around them. */
-void dear_sparse_graph(dear_ctx_t *ctx);
+/* The block a tensor travels with: its declared one unless sparse tensors travel dense. */
+size_t dear_tensor_block(const dear_ctx_t *ctx, int t);
 /* Under the lock: a finished collective's sparse counters into its tensors. */
 void dear_sparse_record(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_info_t *info);
 /* "reduce-scatter sparse, all-gather dense" or "all-reduce sparse", in buf, for messages. */
 const char *dear_sparse_phases(const dear_ctx_t *ctx, int rs, int ag, char *buf, size_t len);
-/* DEAR_SPARSE=auto at the backward_end of ctx->sparse.decide_at: drain, agree on the densities
- * and keep the sparse form of each phase only where it sends fewer bytes. Collective. */
+/* Whether DEAR_SPARSE=auto decides at this backward_end. */
+int dear_sparse_due(const dear_ctx_t *ctx);
+/* DEAR_SPARSE=auto at the backward_end dear_sparse_due names: drain, agree on the densities and
+ * keep the sparse form of each phase only where it sends fewer bytes. Collective. */
 int dear_sparse_decide(dear_ctx_t *ctx);
 
 /* sched_dear.c */
@@ -577,14 +612,17 @@ int dear_sparse_decide(dear_ctx_t *ctx);
 int dear_group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx);
 
 /* shard.c */
-/* At commit, before the sparse settings: rank 0's DEAR_SHARD or dear_set_shard, checked on every
- * rank (parameters given, host memory). Collective. */
-int dear_shard_setup(dear_ctx_t *ctx);
-void dear_shard_free(dear_ctx_t *ctx);
+int dear_shard_on(const dear_ctx_t *ctx);
+/* DEAR_SHARD_HOLD: the program steps its slices and releases the all-gathers itself. */
+int dear_shard_holds(const dear_ctx_t *ctx);
+/* The all-gathers of the last backward_end wait for dear_shard_release. */
+int dear_shard_held(const dear_ctx_t *ctx);
+/* The application's queue ran this iteration's slice updates: the all-gathers wait for it. */
+dear_fence_t *dear_shard_updated(const dear_ctx_t *ctx);
 /* The schedule is run as reduce-scatter, update, all-gather: DEAR_SCHED_F_SPLIT or sharded. */
 int dear_rt_split(const dear_ctx_t *ctx);
 /* backward_end of every schedule under sharded updates: the reduce-scatters waited for, each
- * slice's update run, the all-gathers held (shard.held). */
+ * slice's update run, the all-gathers held. */
 int dear_shard_backward_end(dear_ctx_t *ctx);
 /* Queue the held all-gathers (waiting for them under wfbp and sync), then any plan switch that
  * waited for them. */
@@ -595,19 +633,17 @@ typedef enum { DEAR_SWITCH_REPLAN, DEAR_SWITCH_VERIFY, DEAR_SWITCH_RESCALE } dea
 /* Under DEAR_SHARD_HOLD at backward_end: a plan switch due now waits for the release; returns 1
  * if it was deferred. */
 int dear_shard_defer_switch(dear_ctx_t *ctx, dear_switch_t kind);
+
 /* compress.c */
-/* At commit, before the memory: the formats (dear_set_compress or the environment), checked
- * the same on every rank. Collective. */
-int dear_compress_setup(dear_ctx_t *ctx);
-/* At commit, after the memory: error feedback's residuals. */
-int dear_compress_mem(dear_ctx_t *ctx);
-void dear_compress_free(dear_ctx_t *ctx);
-/* dear_graph_build: error feedback before each dense float32 bucket's collective. */
-void dear_compress_graph(dear_ctx_t *ctx);
 /* A float32 gradient operation's formats (buckets.c). */
 void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op);
-/* The formats of the float32 tensors, for planning on prof (one tensor per registered one). */
-void dear_compress_profile(const dear_ctx_t *ctx, dear_profile_t *prof);
+
+/* determ.c */
+int dear_determ_on(const dear_ctx_t *ctx);
+
+/* partition.c */
+/* The largest unit the planners cut a tensor into (DEAR_PARTITION of rank 0). */
+size_t dear_partition_bytes(const dear_ctx_t *ctx);
 
 /* iteration.c */
 /* The per-layer samples of the profile, for nlayers layers (commit), and their release. */

@@ -22,10 +22,10 @@ static int reduce_and_update(dear_ctx_t *ctx)
         dear_timeline_span(ctx->tl, "wait dear_backward_end", "wait", DEAR_LANE_WAIT, t0, t1, NULL);
     for (int b = 0; b < ctx->graph.nbuckets; b++) /* unpacked by the progress thread (mem.c) */
         DEAR_CHECK(dear_rt_wait_done(ctx, ctx->graph.buckets[b].done));
-    if (ctx->clip.on)
+    if (dear_clip_on(ctx))
         DEAR_CHECK(dear_clip_averaged(ctx));
     for (int t = 0; t < ctx->reg.ntensors; t++) {
-        if (!dear_tensor_updates(&ctx->reg, &ctx->unused, t))
+        if (!dear_tensor_updates(ctx, t))
             continue;
         int r = dear_call_update(ctx, t, ctx->it.iter); /* before backward_end counts it */
         if (r != DEAR_OK && rc == DEAR_OK)
@@ -41,16 +41,15 @@ static void wfbp_bucket_done(dear_ctx_t *ctx, dear_bucket_t *b)
 
 static int wfbp_backward_end(dear_ctx_t *ctx)
 {
-    if (ctx->shard.on)
+    if (dear_shard_on(ctx))
         return dear_shard_backward_end(ctx);
-    if (ctx->unused.on)
-        dear_engine_queue(ctx, &ctx->unused.op); /* the only operation not queued in backward */
+    dear_graph_queue_barriers(ctx); /* the only operations not queued in backward */
     return reduce_and_update(ctx);
 }
 
 static int sync_backward_end(dear_ctx_t *ctx)
 {
-    if (ctx->shard.on)
+    if (dear_shard_on(ctx))
         return dear_shard_backward_end(ctx);
     for (int i = 0; i < ctx->graph.nops; i++)
         dear_engine_queue(ctx, ctx->graph.ops[i]);

@@ -22,7 +22,7 @@ static int run_update(dear_ctx_t *ctx, int t)
     ctx->it.npending--;
     /* Sharded: its slices were updated at backward_end; only its parameters arrived. The count
      * of ranks with a gradient is in: group_ready waited for it. */
-    if (ctx->shard.on || !dear_tensor_updates(&ctx->reg, &ctx->unused, t))
+    if (dear_shard_on(ctx) || !dear_tensor_updates(ctx, t))
         return DEAR_OK;
     return dear_call_update(ctx, t, ctx->it.iter - 1); /* pending since the last backward_end */
 }
@@ -34,8 +34,8 @@ int dear_group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx)
         return DEAR_OK;
     double t0 = dear_now();
     DEAR_CHECK(dear_engine_wait(ctx, &gr->op, ctx->it.iter - 1));
-    if (gr->early && ctx->unused.on) /* its updates need the count, which it did not wait for */
-        DEAR_CHECK(dear_engine_wait(ctx, &ctx->unused.op, ctx->it.iter - 1));
+    if (gr->early) /* its updates need the barriers (the count of ranks with a gradient); it ran before them */
+        DEAR_CHECK(dear_graph_wait_barriers(ctx, ctx->it.iter - 1));
     double t1 = dear_now();
     if (ctx->tl && t1 - t0 > 2e-6) {
         char name[80], args[96];
@@ -91,12 +91,9 @@ static void dear_bucket_done(dear_ctx_t *ctx, dear_bucket_t *b)
 
 static int dear_backward_end_sched(dear_ctx_t *ctx)
 {
-    if (ctx->shard.on)
+    if (dear_shard_on(ctx))
         return dear_shard_backward_end(ctx);
-    if (ctx->unused.on)
-        dear_engine_queue(ctx, &ctx->unused.op);
-    if (ctx->clip.on)
-        dear_engine_queue(ctx, &ctx->clip.op); /* the norm, between the reduce-scatters and all-gathers */
+    dear_graph_queue_barriers(ctx); /* between the reduce-scatters and all-gathers */
     /* Behind the reduce-scatters, in forward order: the first layers' groups arrive first (the
      * early ones were queued during backward). */
     for (int g = 0; g < ctx->graph.ngroups; g++) {

@@ -20,6 +20,14 @@
 #include "base/util.h"
 #include "runtime/rt.h"
 
+int dear_shard_on(const dear_ctx_t *ctx) { return ctx->shard.on; }
+
+int dear_shard_holds(const dear_ctx_t *ctx) { return ctx->shard.hold; }
+
+int dear_shard_held(const dear_ctx_t *ctx) { return ctx->shard.held; }
+
+dear_fence_t *dear_shard_updated(const dear_ctx_t *ctx) { return ctx->shard.updated; }
+
 int dear_rt_split(const dear_ctx_t *ctx)
 {
     return ctx->shard.on || (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
@@ -47,12 +55,6 @@ static int shard_refusal(const dear_ctx_t *ctx)
 {
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         const dear_tensor_t *tt = &ctx->reg.tensors[t];
-        if (tt->mem == DEAR_MEM_CUDA) {
-            DEAR_ERROR("api", "dear_commit: sharded updates (DEAR_SHARD, dear_set_shard) of CUDA memory are not "
-                              "supported: tensor '%s' lies on a GPU; train unsharded there",
-                       tt->name);
-            return DEAR_ERR_UNSUPPORTED;
-        }
         if (tt->param == NULL) {
             DEAR_ERROR("api", "dear_commit: sharded updates (DEAR_SHARD, dear_set_shard) need every tensor's "
                               "parameters, which the all-gathers carry, and tensor '%s' has none: call "
@@ -65,7 +67,8 @@ static int shard_refusal(const dear_ctx_t *ctx)
     return DEAR_OK;
 }
 
-int dear_shard_setup(dear_ctx_t *ctx)
+/* Rank 0's DEAR_SHARD, or the program's flags, the same on every rank; the parameters given. */
+static int shard_decide(dear_ctx_t *ctx)
 {
     /* Rank 0's DEAR_SHARD holds; the program's flags must agree everywhere. */
     int env = (int)dear_param_int(DEAR_P_SHARD), f[2] = { ctx->shard.flags, -ctx->shard.flags }, both[2];
@@ -139,7 +142,7 @@ static int bucket_updates(dear_ctx_t *ctx, const dear_bucket_t *b, long long ite
     for (int u = b->u0; u < b->u1; u++) {
         const dear_rt_unit_t *un = &ctx->graph.units[u];
         if (un->own_len == 0 || dear_unit_ccount(&ctx->graph, &ctx->reg, u) == 0 ||
-            !dear_tensor_updates(&ctx->reg, &ctx->unused, un->tensor))
+            !dear_tensor_updates(ctx, un->tensor))
             continue;
         int r = dear_call_update_slice(ctx, u, iter);
         if (r != DEAR_OK && rc == DEAR_OK)
@@ -155,18 +158,12 @@ int dear_shard_backward_end(dear_ctx_t *ctx)
     if (ctx->cfg.sched == DEAR_SCHED_SYNC) /* no overlap: every reduce-scatter after backward */
         for (int b = ctx->graph.nbuckets - 1; b >= 0; b--)
             dear_engine_queue(ctx, &ctx->graph.buckets[b].op);
-    if (ctx->unused.on)
-        dear_engine_queue(ctx, &ctx->unused.op);
-    if (ctx->clip.on)
-        dear_engine_queue(ctx, &ctx->clip.op);
+    dear_graph_queue_barriers(ctx);
     double t0 = dear_now();
-    /* The count of ranks with a gradient and the norm follow every reduce-scatter, and each
-     * update needs them; without them a bucket's updates run as soon as it is reduced, in the
-     * order backward completed the buckets. */
-    if (ctx->unused.on)
-        DEAR_CHECK(dear_engine_wait(ctx, &ctx->unused.op, iter));
-    if (ctx->clip.on)
-        DEAR_CHECK(dear_engine_wait(ctx, &ctx->clip.op, iter));
+    /* The barriers (the count of ranks with a gradient, the norm) follow every reduce-scatter, and
+     * each update needs them; without them a bucket's updates run as soon as it is reduced, in
+     * the order backward completed the buckets. */
+    DEAR_CHECK(dear_graph_wait_barriers(ctx, iter));
     for (int b = ctx->graph.nbuckets - 1; b >= 0; b--) {
         int r = bucket_updates(ctx, &ctx->graph.buckets[b], iter);
         if (r == DEAR_ERR_CALLBACK && rc == DEAR_OK)
@@ -217,3 +214,30 @@ int dear_shard_defer_switch(dear_ctx_t *ctx, dear_switch_t kind)
     ctx->shard.switch_due = (int)kind + 1;
     return 1;
 }
+
+/* The fence the all-gathers wait on for the updates (mem.c's prepare of each all-gather). */
+static int shard_graph(dear_ctx_t *ctx)
+{
+    return dear_rt_fence_new(ctx, &ctx->shard.updated);
+}
+
+static void shard_graph_free(dear_ctx_t *ctx)
+{
+    dear_rt_fence_free(ctx, ctx->shard.updated);
+    ctx->shard.updated = NULL;
+}
+
+static const dear_feature_rule_t shard_rules[] = {
+    { DEAR_RULE_REFUSES, DEAR_FEAT_CUDA, DEAR_WHEN_ALWAYS,
+      "the all-gathers of parameters run on host memory only; train unsharded on GPUs (unset DEAR_SHARD, no "
+      "dear_set_shard)" },
+    { DEAR_RULE_END, 0, 0, NULL },
+};
+
+const dear_feature_t dear_feature_shard = {
+    .rules = shard_rules,
+    .decide = shard_decide,
+    .on = dear_shard_on,
+    .graph = shard_graph,
+    .graph_free = shard_graph_free,
+};

@@ -51,33 +51,49 @@ int dear_register_sparse(dear_ctx_t *ctx, int tensor, size_t row_elems)
     return DEAR_OK;
 }
 
-size_t dear_tensor_block(const dear_sparse_ctl_t *sp, const dear_registry_t *reg, int t)
+size_t dear_tensor_block(const dear_ctx_t *ctx, int t)
 {
-    return sp->mode == DEAR_SPARSE_OFF ? 0 : reg->tensors[t].sparse_block;
+    return ctx->sparse.mode == DEAR_SPARSE_OFF ? 0 : ctx->reg.tensors[t].sparse_block;
 }
 
-int dear_sparse_setup(dear_ctx_t *ctx)
+int dear_sparse_due(const dear_ctx_t *ctx)
 {
-    /* Rank 0's setting holds: the algorithms must be the same on every rank. */
+    return ctx->sparse.decide_at >= 0 && ctx->it.iter >= ctx->sparse.decide_at;
+}
+
+/* Rank 0's setting holds: the algorithms must be the same on every rank. */
+static int sparse_decide(dear_ctx_t *ctx)
+{
     long long cfg[3] = { dear_param_enum(DEAR_P_SPARSE), dear_param_int(DEAR_P_WARMUP_ITERS),
                          dear_param_int(DEAR_P_SPARSE_BLOCK) };
     DEAR_MPI_CHECK(MPI_Bcast(cfg, 3, MPI_LONG_LONG, 0, ctx->cm.comm));
     ctx->sparse.mode = (int)cfg[0];
-    if (dear_param_int(DEAR_P_DETERMINISTIC) && ctx->sparse.mode != DEAR_SPARSE_OFF) {
-        /* The sparse exchange sums in its own order; the direct exchange in rank order. */
-        DEAR_INFO("sparse", "DEAR_DETERMINISTIC=1: tensors declared sparse travel dense");
-        ctx->sparse.mode = DEAR_SPARSE_OFF;
-    }
-    if (ctx->shard.on && ctx->sparse.mode != DEAR_SPARSE_OFF) {
-        /* The all-gathers carry parameters, which are dense, and every unit is sharded on its own. */
-        DEAR_INFO("sparse", "sharded updates: tensors declared sparse travel dense");
-        ctx->sparse.mode = DEAR_SPARSE_OFF;
-    }
     ctx->sparse.measure_iters = cfg[1];
+    ctx->sparse.block = (size_t)cfg[2];
     ctx->sparse.decide_at = -1;
+    return DEAR_OK;
+}
+
+static int sparse_is_on(const dear_ctx_t *ctx)
+{
+    for (int t = 0; t < ctx->reg.ntensors && ctx->sparse.mode != DEAR_SPARSE_OFF; t++)
+        if (ctx->reg.tensors[t].sparse_block > 0)
+            return 1;
+    return 0;
+}
+
+/* Giving way (to sharded updates, to the deterministic mode) sends the sparse tensors dense. */
+static void sparse_yield(dear_ctx_t *ctx, dear_feat_t other)
+{
+    (void)other;
+    ctx->sparse.mode = DEAR_SPARSE_OFF;
+}
+
+static int sparse_setup(dear_ctx_t *ctx)
+{
     /* DEAR_SPARSE_BLOCK replaces every sparse tensor's row as its block; the counts are alike on
      * all ranks (dear_registry_check), so all refuse the same tensor and none is left waiting. */
-    size_t block = (size_t)cfg[2];
+    size_t block = ctx->sparse.block;
     for (int t = 0; block && t < ctx->reg.ntensors; t++) {
         dear_tensor_t *tt = &ctx->reg.tensors[t];
         if (tt->sparse_block && tt->count % block) {
@@ -91,19 +107,13 @@ int dear_sparse_setup(dear_ctx_t *ctx)
         dear_tensor_t *tt = &ctx->reg.tensors[t];
         if (block && tt->sparse_block)
             tt->sparse_block = block;
-        tt->sparse_rs = tt->sparse_ag = dear_tensor_block(&ctx->sparse, &ctx->reg, t) > 0;
+        tt->sparse_rs = tt->sparse_ag = dear_tensor_block(ctx, t) > 0;
         if (tt->sparse_rs && ctx->sparse.mode == DEAR_SPARSE_AUTO)
-            ctx->sparse.decide_at = cfg[1];
+            ctx->sparse.decide_at = ctx->sparse.measure_iters;
     }
     return DEAR_OK;
 }
 
-/* Where unit u's data lies in bucket bk's vector. */
-static const char *unit_data(const dear_ctx_t *ctx, const dear_bucket_t *bk, int u)
-{
-    return bk->fused ? (const char *)bk->buf + ctx->graph.units[u].off * dear_dtype_size(bk->dtype)
-                     : dear_unit_grad(&ctx->graph, &ctx->reg, u);
-}
 
 /* Count the non-zero blocks of units [u0, u1) of bucket bk in a warm-up iteration, into their
  * tensors' counts (a cut tensor's chunks, cut on rows, add up to the whole tensor's). */
@@ -116,7 +126,7 @@ static void scan(dear_ctx_t *ctx, const dear_op_t *op, const dear_bucket_t *bk, 
         size_t count = dear_unit_ccount(&ctx->graph, &ctx->reg, u);
         if (count == 0)
             continue;
-        size_t nz = dear_coll_sparse_nonzero(tt->dtype, unit_data(ctx, bk, u), count, tt->sparse_block);
+        size_t nz = dear_coll_sparse_nonzero(tt->dtype, dear_unit_vec(ctx, u, 0), count, tt->sparse_block);
         dear_lock(&ctx->eng.lock);
         *(averaged ? &tt->nz_ag : &tt->nz_rs) += nz;
         *(averaged ? &tt->blocks_ag : &tt->blocks_rs) += count / tt->sparse_block;
@@ -159,7 +169,9 @@ static void set_algo(dear_op_t *op, size_t block, int sparse)
     op->args.sparse_block = block;
 }
 
-void dear_sparse_graph(dear_ctx_t *ctx)
+/* Each sparse bucket's and group's algorithm, from its tensors' phases; hooks 1: with the density
+ * scans of the warm-up around them (the graph step; a decision later changes the algorithms only). */
+static int sparse_ops(dear_ctx_t *ctx, int hooks)
 {
     int split = ctx->cfg.sched_ops->bucket_op == DEAR_COLL_REDUCE_SCATTER;
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
@@ -167,9 +179,8 @@ void dear_sparse_graph(dear_ctx_t *ctx)
         if (bk->sparse_block == 0)
             continue;
         set_algo(&bk->op, bk->sparse_block, all_sparse(ctx, bk->u0, bk->u1, 0));
-        bk->op.before = scan_own;
-        if (!split)
-            bk->op.after = scan_reduced; /* the all-reduce leaves the averaged vector */
+        if (hooks) /* an all-reduce leaves the averaged vector */
+            DEAR_CHECK(dear_op_hook(&bk->op, scan_own, split ? NULL : scan_reduced));
     }
     for (int g = 0; g < ctx->graph.ngroups; g++) {
         dear_group_t *gr = &ctx->graph.groups[g];
@@ -177,8 +188,15 @@ void dear_sparse_graph(dear_ctx_t *ctx)
         if (block == 0)
             continue;
         set_algo(&gr->op, block, all_sparse(ctx, gr->u0, gr->u1, 1));
-        gr->op.after = scan_gathered;
+        if (hooks)
+            DEAR_CHECK(dear_op_hook(&gr->op, NULL, scan_gathered));
     }
+    return DEAR_OK;
+}
+
+static int sparse_graph(dear_ctx_t *ctx)
+{
+    return sparse_ops(ctx, 1);
 }
 
 void dear_sparse_record(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_info_t *info)
@@ -226,7 +244,7 @@ int dear_sparse_decide(dear_ctx_t *ctx)
         DEAR_CHECK(ctx->cfg.sched_ops->drain(ctx));
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         dear_tensor_t *tt = &ctx->reg.tensors[t];
-        if (dear_tensor_block(&ctx->sparse, &ctx->reg, t) == 0)
+        if (dear_tensor_block(ctx, t) == 0)
             continue;
         dear_lock(&ctx->eng.lock);
         uint64_t mine[4] = { tt->nz_rs, tt->nz_ag, tt->blocks_rs, tt->blocks_ag }, most[4];
@@ -242,8 +260,7 @@ int dear_sparse_decide(dear_ctx_t *ctx)
                   ratio(most[1], most[3]), ctx->sparse.measure_iters,
                   dear_sparse_phases(ctx, tt->sparse_rs, tt->sparse_ag, phases, sizeof phases));
     }
-    dear_sparse_graph(ctx);
-    return DEAR_OK;
+    return sparse_ops(ctx, 0);
 }
 
 /* The first release of dear_sparse_stats_t ends with msgs_dense. */
@@ -262,7 +279,7 @@ int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stat
     DEAR_ARG_CHECK(tensor >= 0 && tensor < ctx->reg.ntensors,
                    "dear_get_sparse_stats: tensor %d unknown; %d tensor(s) registered", tensor, ctx->reg.ntensors);
     const dear_tensor_t *tt = &ctx->reg.tensors[tensor];
-    size_t block = dear_tensor_block(&ctx->sparse, &ctx->reg, tensor);
+    size_t block = dear_tensor_block(ctx, tensor);
     dear_sparse_stats_t s = { .size = stats->size, .block = tt->sparse_block };
     /* What runs, not what the tensor alone would pay for: a bucket is sparse only if all its
      * tensors are; a cut tensor runs a phase sparse when every collective carrying a chunk of it
@@ -285,3 +302,25 @@ int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stat
     memcpy(stats, &s, stats->size < sizeof s ? stats->size : sizeof s);
     return DEAR_OK;
 }
+
+static const dear_feature_rule_t sparse_rules[] = {
+    { DEAR_RULE_GIVES_WAY, DEAR_FEAT_SHARD, DEAR_WHEN_ALWAYS,
+      "tensors declared sparse travel dense (the all-gathers carry parameters, which are dense)" },
+    { DEAR_RULE_GIVES_WAY, DEAR_FEAT_DETERMINISTIC, DEAR_WHEN_ALWAYS,
+      "tensors declared sparse travel dense (the sparse exchange sums in its own order, the direct one in rank "
+      "order)" },
+    { DEAR_RULE_REFUSES, DEAR_FEAT_CUDA, DEAR_WHEN_ALWAYS,
+      "the block-sparse collectives find the zero blocks on the host and cannot scan CUDA memory; set "
+      "DEAR_SPARSE=off to send those tensors dense, or do not declare them sparse" },
+    { DEAR_RULE_END, 0, 0, NULL },
+};
+
+const dear_feature_t dear_feature_sparse = {
+    .after = DEAR_FEAT_BIT(SHARD) | DEAR_FEAT_BIT(DETERMINISTIC),
+    .rules = sparse_rules,
+    .decide = sparse_decide,
+    .on = sparse_is_on,
+    .yield = sparse_yield,
+    .setup = sparse_setup,
+    .graph = sparse_graph,
+};

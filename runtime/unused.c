@@ -50,10 +50,12 @@ int dear_no_grad(dear_ctx_t *ctx, int tensor)
     return DEAR_OK;
 }
 
-int dear_tensor_updates(const dear_registry_t *reg, const dear_unused_t *unused, int t)
+int dear_unused_on(const dear_ctx_t *ctx) { return ctx->unused.on; }
+
+int dear_tensor_updates(const dear_ctx_t *ctx, int t)
 {
-    const dear_tensor_t *tt = &reg->tensors[t];
-    return !tt->frozen && !(unused->on && tt->live_ranks == 0);
+    const dear_tensor_t *tt = &ctx->reg.tensors[t];
+    return !tt->frozen && !(ctx->unused.on && tt->live_ranks == 0);
 }
 
 /* ---- the count of ranks with a gradient ---- */
@@ -70,7 +72,8 @@ static void live_after(dear_ctx_t *ctx, dear_op_t *op)
         ctx->reg.tensors[t].live_ranks = ctx->unused.live[t];
 }
 
-int dear_unused_graph(dear_ctx_t *ctx, int pos)
+/* The count of ranks with a gradient: a barrier of the graph, after every reduce-scatter. */
+static int unused_graph(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK, n = ctx->reg.ntensors;
     dear_op_t *op = &ctx->unused.op;
@@ -78,12 +81,36 @@ int dear_unused_graph(dear_ctx_t *ctx, int pos)
     memset(op, 0, sizeof *op);
     DEAR_ALLOC_GOTO(ctx->unused.live, calloc((size_t)n, sizeof *ctx->unused.live), sizeof(int32_t) * (size_t)n, rc,
                     out);
-    dear_op_sum(ctx, op, pos, -2, DEAR_INT32, ctx->unused.live, (size_t)n);
-    op->before = live_before;
-    op->after = live_after;
+    dear_op_sum(ctx, op, 0, -2, DEAR_INT32, ctx->unused.live, (size_t)n);
+    DEAR_CHECK_GOTO(dear_op_hook(op, live_before, live_after), rc, out);
+    dear_graph_barrier(ctx, op);
 out:
     return rc;
 }
+
+static void unused_graph_free(dear_ctx_t *ctx)
+{
+    free(ctx->unused.live);
+    ctx->unused.live = NULL;
+}
+
+/* Rank 0's DEAR_FIND_UNUSED decides: its collective must be in every rank's plan. */
+static int unused_decide(dear_ctx_t *ctx)
+{
+    ctx->unused.on = (int)dear_param_int(DEAR_P_FIND_UNUSED);
+    DEAR_MPI_CHECK(MPI_Bcast(&ctx->unused.on, 1, MPI_INT, 0, ctx->cm.comm));
+    return DEAR_OK;
+}
+
+static int unused_is_on(const dear_ctx_t *ctx) { return ctx->unused.on; }
+
+const dear_feature_t dear_feature_unused = {
+    .decide = unused_decide,
+    .on = unused_is_on,
+    .graph = unused_graph,
+    .graph_free = unused_graph_free,
+    .free = unused_graph_free,
+};
 
 /* ---- freezing ---- */
 
