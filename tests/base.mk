@@ -7,14 +7,16 @@
 #                                  after every record and after a SIGKILL, with the events in them
 #   tests/unit/layers.sh           no layer includes a higher one, fusion/ and base/ include no
 #                                  MPI header, no library's LIBADD names a higher layer
+#   tests/unit/features.sh         the feature table's rule: no file of the library touches another
+#                                  feature's state, one file per row, each in the combination test
 #   tests/unit/params-doc.sh       docs/PARAMS.md equals what `dear-info --markdown` prints now
 #   tests/unit/dear-info.sh        dear-info runs alone, lists every parameter, reports bad values
 #   tests/unit/linkage.sh          libdear calls NCCL and the stream-ordered CUDA calls when built with
 #                                  them, and needs and references neither when built without
 #   tests/mpi/topo-np2.mpi         topology counts and progress-core choice on synthetic hwloc
 #                                  topologies, 2 ranks on one node
-TESTS += tests/unit/layers.sh tests/unit/params-doc.sh tests/unit/dear-info.sh tests/unit/linkage.sh
-EXTRA_DIST += tests/unit/layers.sh tests/unit/params-doc.sh tests/unit/dear-info.sh tests/unit/linkage.sh
+TESTS += tests/unit/layers.sh tests/unit/features.sh tests/unit/params-doc.sh tests/unit/dear-info.sh tests/unit/linkage.sh
+EXTRA_DIST += tests/unit/layers.sh tests/unit/features.sh tests/unit/params-doc.sh tests/unit/dear-info.sh tests/unit/linkage.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_params tests/unit/test_log tests/unit/test_timeline tests/unit/test_fileio tests/mpi/test_topo \
     tests/unit/test_stats

@@ -41,6 +41,26 @@ tests_mpi_test_loop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_loop_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 endif
 
+# Features together (tests/mpi/test_combo.c): a covering set of combinations of sharding,
+# compression, error feedback, clipping, sparse and unused tensors, partitions, the deterministic
+# mode, freezing and accumulation, under every schedule, planner, transport and np 1..4, against a
+# float64 MPI_Allreduce loop, with guard regions around every tensor:
+#   tests/mpi/combo-np{1..4}.mpi     host memory
+#   tests/mpi/combo-np{2,3}-delay.mpi  the delayed host row (tests/mpi/mem_delay.h)
+COMBO_MPI_TESTS = tests/mpi/combo-np1.mpi tests/mpi/combo-np2.mpi tests/mpi/combo-np3.mpi \
+    tests/mpi/combo-np4.mpi tests/mpi/combo-np2-delay.mpi tests/mpi/combo-np3-delay.mpi
+EXTRA_DIST += $(COMBO_MPI_TESTS)
+if HAVE_CHECK
+check_PROGRAMS += tests/mpi/test_combo tests/mpi/test_combo_delay
+TESTS += $(COMBO_MPI_TESTS)
+tests_mpi_test_combo_SOURCES = tests/mpi/test_combo.c tests/mpi/np_check.h tests/mpi/suite_run.h
+tests_mpi_test_combo_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_mpi_test_combo_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
+tests_mpi_test_combo_delay_SOURCES = $(tests_mpi_test_combo_SOURCES) tests/mpi/mem_delay.c tests/mpi/mem_delay.h
+tests_mpi_test_combo_delay_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
+tests_mpi_test_combo_delay_LDADD = $(tests_mpi_test_combo_LDADD)
+endif
+
 # The memory seam's fences (collectives/mem.h, runtime/mem.c): test_loop and test_runtime built
 # again with every context's gradients behind the delayed host row (tests/mpi/mem_delay.h), whose
 # queues run on worker threads with seeded random delays:
