@@ -139,7 +139,7 @@ for np in 2 3; do
         "$TMPD/out" || { cat "$TMPD/out" >&2; fail "sparse np $np: the replay is not at 5% per rank"; }
     grep -q "tensor 'emb' (block 16).*reduce-scatter sparse" "$TMPD/out" ||
         { cat "$TMPD/out" >&2; fail "sparse np $np: the runtime did not send emb sparse"; }
-    grep -q "sharded updates: tensors declared sparse travel dense" "$TMPD/out" ||
+    grep -q "with sharded updates (DEAR_SHARD, dear_set_shard): tensors declared sparse travel dense" "$TMPD/out" ||
         { cat "$TMPD/out" >&2; fail "sparse np $np: sharded, emb was not sent dense"; }
     python3 - "$TMPD/sp$np.csv" "$SCONF" <<'PY' || fail "sparse np $np: CSV check"
 import csv, sys
