@@ -213,8 +213,6 @@ int dear_clip_averaged(dear_ctx_t *ctx)
     return DEAR_OK;
 }
 
-static int clip_is_on(const dear_ctx_t *ctx) { return ctx->clip.on; }
-
 /* The norm from shards adds the buckets' squares in bucket order: it depends on the plan. */
 static const dear_feature_rule_t clip_rules[] = {
     { DEAR_RULE_REFUSES, DEAR_FEAT_DETERMINISTIC, DEAR_WHEN_SPLIT,
@@ -227,7 +225,7 @@ const dear_feature_t dear_feature_clip = {
     .after = DEAR_FEAT_BIT(SHARD),
     .rules = clip_rules,
     .decide = clip_decide,
-    .on = clip_is_on,
+    .on = dear_clip_on,
     .graph = clip_graph,
     .graph_free = clip_graph_free,
 };

@@ -15,20 +15,12 @@
 #define ROW_PTR_(ID, NAME, ROW, WHAT) &ROW,
 static const dear_feature_t *const rows[DEAR_FEAT_COUNT] = { DEAR_FEATURE_TABLE(ROW_PTR_) };
 #undef ROW_PTR_
-#define NAME_(ID, NAME, ROW, WHAT) NAME,
-static const char *const names[DEAR_FEAT_COUNT] = { DEAR_FEATURE_TABLE(NAME_) };
-#undef NAME_
 #define WHAT_(ID, NAME, ROW, WHAT) WHAT,
 static const char *const whats[DEAR_FEAT_COUNT] = { DEAR_FEATURE_TABLE(WHAT_) };
 #undef WHAT_
 
-const char *dear_feature_name(dear_feat_t f)
-{
-    return (unsigned)f < DEAR_FEAT_COUNT ? names[f] : "?";
-}
-
 /* The rows in an order where each comes after every row its `after` names, ties in table
- * order; 0 when the masks make a cycle (a defect of the table, which test_features catches). */
+ * order; 0 when the masks make a cycle (a defect of the table, which then fails every dear_commit). */
 static int order(dear_feat_t out[DEAR_FEAT_COUNT])
 {
     unsigned placed = 0;
@@ -49,31 +41,56 @@ static int rule_applies(const dear_feature_rule_t *r, unsigned on, int split)
     return (on >> r->other & 1) && (r->when == DEAR_WHEN_ALWAYS || split);
 }
 
-/* The features left on once those that give way to another have turned off. */
-static unsigned effective(unsigned on, int split)
+/* Row f's first rule of this kind that applies to the features in `on`; NULL when none does or f
+ * is not on itself. */
+static const dear_feature_rule_t *rule_of(int f, dear_rule_kind_t kind, unsigned on, int split)
 {
-    for (int f = 0; f < DEAR_FEAT_COUNT; f++)
-        for (const dear_feature_rule_t *r = rows[f]->rules; r && r->kind != DEAR_RULE_END && (on >> f & 1); r++)
-            if (r->kind == DEAR_RULE_GIVES_WAY && rule_applies(r, on, split))
-                on &= ~(1u << f);
+    for (const dear_feature_rule_t *r = rows[f]->rules; r && r->kind != DEAR_RULE_END && (on >> f & 1); r++)
+        if (r->kind == kind && rule_applies(r, on, split))
+            return r;
+    return NULL;
+}
+
+/* Row f meets r->other: it narrows itself or turns off, and rank 0 says so once. */
+static void yield(dear_ctx_t *ctx, int f, const dear_feature_rule_t *r)
+{
+    if (ctx->cm.rank == 0)
+        DEAR_INFO("api", "%s with %s: %s", whats[f], whats[r->other], r->why);
+    rows[f]->yield(ctx, r->other);
+}
+
+/* The features left on once those that give way to another have turned off, in table order (a
+ * feature that gave way no longer makes another give way); with a ctx, each one that gives way
+ * does so (yield). */
+static unsigned effective(dear_ctx_t *ctx, unsigned on, int split)
+{
+    for (int f = 0; f < DEAR_FEAT_COUNT; f++) {
+        const dear_feature_rule_t *r = rule_of(f, DEAR_RULE_GIVES_WAY, on, split);
+        if (r == NULL)
+            continue;
+        if (ctx)
+            yield(ctx, f, r);
+        on &= ~(1u << f);
+    }
     return on;
 }
 
 int dear_feature_refused(unsigned on, int split, char *msg, size_t len)
 {
-    on = effective(on, split);
-    for (int f = 0; f < DEAR_FEAT_COUNT; f++)
-        for (const dear_feature_rule_t *r = rows[f]->rules; r && r->kind != DEAR_RULE_END && (on >> f & 1); r++)
-            if (r->kind == DEAR_RULE_REFUSES && rule_applies(r, on, split)) {
-                snprintf(msg, len, "%s and %s do not go together%s: %s", whats[f], whats[r->other],
-                         r->when == DEAR_WHEN_SPLIT ? " with the phases apart (DEAR_SCHEDULE=dear, or sharded)" : "",
-                         r->why);
-                return 1;
-            }
+    on = effective(NULL, on, split);
+    for (int f = 0; f < DEAR_FEAT_COUNT; f++) {
+        const dear_feature_rule_t *r = rule_of(f, DEAR_RULE_REFUSES, on, split);
+        if (r) {
+            snprintf(msg, len, "%s and %s do not go together%s: %s", whats[f], whats[r->other],
+                     r->when == DEAR_WHEN_SPLIT ? " with the phases apart (DEAR_SCHEDULE=dear, or sharded)" : "",
+                     r->why);
+            return 1;
+        }
+    }
     return 0;
 }
 
-unsigned dear_features_on(const dear_ctx_t *ctx)
+static unsigned features_on(const dear_ctx_t *ctx)
 {
     unsigned on = 0;
     for (int f = 0; f < DEAR_FEAT_COUNT; f++)
@@ -82,33 +99,22 @@ unsigned dear_features_on(const dear_ctx_t *ctx)
     return on;
 }
 
-/* Features that give way turn off first, then the refusals, with the same verdict on every rank
- * (every row decided collectively); then each yield. Rank 0 says what each gave up, once. */
+/* The features that give way turn off, then the refusals, with the same verdict on every rank
+ * (every row decided collectively), then the yields of those left on. */
 static int check_pairs(dear_ctx_t *ctx)
 {
-    unsigned on = dear_features_on(ctx);
+    unsigned on = features_on(ctx);
     int split = dear_rt_split(ctx);
-    for (int f = 0; f < DEAR_FEAT_COUNT; f++)
-        for (const dear_feature_rule_t *r = rows[f]->rules; r && r->kind != DEAR_RULE_END && (on >> f & 1); r++)
-            if (r->kind == DEAR_RULE_GIVES_WAY && rule_applies(r, on, split)) {
-                if (ctx->cm.rank == 0)
-                    DEAR_INFO("api", "%s with %s: %s", whats[f], whats[r->other], r->why);
-                rows[f]->yield(ctx, r->other);
-                break;
-            }
+    unsigned left = effective(ctx, on, split);
     char msg[512];
     if (dear_feature_refused(on, split, msg, sizeof msg)) {
         DEAR_ERROR("api", "dear_commit: %s", msg);
         return DEAR_ERR_UNSUPPORTED;
     }
-    on = dear_features_on(ctx);
     for (int f = 0; f < DEAR_FEAT_COUNT; f++)
-        for (const dear_feature_rule_t *r = rows[f]->rules; r && r->kind != DEAR_RULE_END && (on >> f & 1); r++)
-            if (r->kind == DEAR_RULE_YIELDS && rule_applies(r, on, split)) {
-                if (ctx->cm.rank == 0)
-                    DEAR_INFO("api", "%s with %s: %s", whats[f], whats[r->other], r->why);
-                rows[f]->yield(ctx, r->other);
-            }
+        for (const dear_feature_rule_t *r = rows[f]->rules; r && r->kind != DEAR_RULE_END && (left >> f & 1); r++)
+            if (r->kind == DEAR_RULE_YIELDS && rule_applies(r, left, split))
+                yield(ctx, f, r);
     return DEAR_OK;
 }
 

@@ -82,8 +82,6 @@ typedef struct dear_feature {
 DEAR_FEATURE_TABLE(DEAR_FEAT_DECL_)
 #undef DEAR_FEAT_DECL_
 
-const char *dear_feature_name(dear_feat_t f);
-
 /* The first pair of the features in `on` that the rules refuse (split: dear_rt_split), its
  * message in msg; 0 when none is refused. Pure: the combination test asks it what to expect. */
 int dear_feature_refused(unsigned on, int split, char *msg, size_t len);
@@ -96,7 +94,5 @@ int dear_features_graph(dear_ctx_t *ctx);
 void dear_features_graph_free(dear_ctx_t *ctx);
 void dear_features_profile(const dear_ctx_t *ctx, dear_profile_t *prof);
 void dear_features_free(dear_ctx_t *ctx);
-/* The features on, as DEAR_FEAT_BIT()s (after dear_features_commit). */
-unsigned dear_features_on(const dear_ctx_t *ctx);
 
 #endif

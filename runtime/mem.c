@@ -34,6 +34,13 @@ void dear_rt_mem_set_host_row(const dear_mem_ops_t *ops)
     host_row = ops ? ops : &dear_mem_host_ops;
 }
 
+/* The gradients lie in CUDA memory (the registry holds one kind per context; dear_rt_mem_setup
+ * refuses a mix). */
+static int cuda_is_on(const dear_ctx_t *ctx)
+{
+    return ctx->reg.ntensors > 0 && ctx->reg.tensors[0].mem == DEAR_MEM_CUDA;
+}
+
 /* CUDA gradients: the device side (the GPU, the transport, the communication stream), the
  * application's stream as its queue and, under NCCL, the endpoint whose transport runs the
  * gradients' collectives. Collective. */
@@ -60,7 +67,7 @@ int dear_rt_mem_setup(dear_ctx_t *ctx)
 {
     dear_rt_mem_t *m = &ctx->mem;
     m->drop = (int)dear_param_enum(DEAR_P_DEBUG_DROP_WAIT);
-    if (ctx->reg.ntensors > 0 && ctx->reg.tensors[0].mem == DEAR_MEM_CUDA) {
+    if (cuda_is_on(ctx)) {
         for (int t = 1; t < ctx->reg.ntensors; t++)
             if (ctx->reg.tensors[t].mem != DEAR_MEM_CUDA) {
                 DEAR_ERROR("api", "dear_commit: tensor '%s' is host memory and '%s' CUDA memory: a context's tensors "
@@ -319,11 +326,6 @@ void dear_rt_mem_graph_free(dear_ctx_t *ctx)
 
 /* Gradients in CUDA memory: a row of the feature table for the pairs it refuses (the other rows
  * say which); the memory itself is set up above, by its row of the memory table. */
-static int cuda_is_on(const dear_ctx_t *ctx)
-{
-    return ctx->reg.ntensors > 0 && ctx->reg.tensors[0].mem == DEAR_MEM_CUDA;
-}
-
 const dear_feature_t dear_feature_cuda = {
     .on = cuda_is_on,
 };

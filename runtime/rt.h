@@ -331,7 +331,6 @@ typedef struct {
     int mode;               /* DEAR_SPARSE of rank 0, fixed at commit */
     long long measure_iters; /* densities are measured in iterations below this (rank 0's warm-up) */
     long long decide_at;    /* auto: decide at the backward_end completing this iteration; -1: never */
-    size_t block;           /* DEAR_SPARSE_BLOCK of rank 0; 0: each tensor's row */
 } dear_sparse_ctl_t;
 
 /* Compression of float32 gradients (compress.c): fixed at commit, the same on every rank. */
@@ -581,7 +580,6 @@ void dear_planning_sample(dear_ctx_t *ctx, double iter_s);
  * file's state is its own; nothing else reads its fields. */
 
 /* unused.c */
-int dear_unused_on(const dear_ctx_t *ctx);
 /* Whether tensor t's update runs for the last iteration: not frozen, and with a gradient on some
  * rank when DEAR_FIND_UNUSED is on. */
 int dear_tensor_updates(const dear_ctx_t *ctx, int t);

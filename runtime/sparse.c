@@ -61,7 +61,9 @@ int dear_sparse_due(const dear_ctx_t *ctx)
     return ctx->sparse.decide_at >= 0 && ctx->it.iter >= ctx->sparse.decide_at;
 }
 
-/* Rank 0's setting holds: the algorithms must be the same on every rank. */
+/* Rank 0's setting holds: the algorithms must be the same on every rank. DEAR_SPARSE_BLOCK
+ * replaces every sparse tensor's row as its block; the counts are alike on all ranks
+ * (dear_registry_check), so all refuse the same tensor and none is left waiting. */
 static int sparse_decide(dear_ctx_t *ctx)
 {
     long long cfg[3] = { dear_param_enum(DEAR_P_SPARSE), dear_param_int(DEAR_P_WARMUP_ITERS),
@@ -69,8 +71,20 @@ static int sparse_decide(dear_ctx_t *ctx)
     DEAR_MPI_CHECK(MPI_Bcast(cfg, 3, MPI_LONG_LONG, 0, ctx->cm.comm));
     ctx->sparse.mode = (int)cfg[0];
     ctx->sparse.measure_iters = cfg[1];
-    ctx->sparse.block = (size_t)cfg[2];
     ctx->sparse.decide_at = -1;
+    size_t block = (size_t)cfg[2];
+    for (int t = 0; block && t < ctx->reg.ntensors; t++) {
+        dear_tensor_t *tt = &ctx->reg.tensors[t];
+        if (tt->sparse_block && tt->count % block) {
+            DEAR_ERROR("params", "DEAR_SPARSE_BLOCK=%zu does not divide the %zu elements of sparse tensor '%s'; "
+                                 "give a divisor of every sparse tensor's count, or 0 for each tensor's row length",
+                       block, tt->count, tt->name);
+            return DEAR_ERR_PARAM;
+        }
+    }
+    for (int t = 0; block && t < ctx->reg.ntensors; t++)
+        if (ctx->reg.tensors[t].sparse_block)
+            ctx->reg.tensors[t].sparse_block = block;
     return DEAR_OK;
 }
 
@@ -89,31 +103,17 @@ static void sparse_yield(dear_ctx_t *ctx, dear_feat_t other)
     ctx->sparse.mode = DEAR_SPARSE_OFF;
 }
 
+/* Each sparse tensor's phases start sparse; auto decides after the warm-up. */
 static int sparse_setup(dear_ctx_t *ctx)
 {
-    /* DEAR_SPARSE_BLOCK replaces every sparse tensor's row as its block; the counts are alike on
-     * all ranks (dear_registry_check), so all refuse the same tensor and none is left waiting. */
-    size_t block = ctx->sparse.block;
-    for (int t = 0; block && t < ctx->reg.ntensors; t++) {
-        dear_tensor_t *tt = &ctx->reg.tensors[t];
-        if (tt->sparse_block && tt->count % block) {
-            DEAR_ERROR("params", "DEAR_SPARSE_BLOCK=%zu does not divide the %zu elements of sparse tensor '%s'; "
-                                 "give a divisor of every sparse tensor's count, or 0 for each tensor's row length",
-                       block, tt->count, tt->name);
-            return DEAR_ERR_PARAM;
-        }
-    }
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         dear_tensor_t *tt = &ctx->reg.tensors[t];
-        if (block && tt->sparse_block)
-            tt->sparse_block = block;
         tt->sparse_rs = tt->sparse_ag = dear_tensor_block(ctx, t) > 0;
         if (tt->sparse_rs && ctx->sparse.mode == DEAR_SPARSE_AUTO)
             ctx->sparse.decide_at = ctx->sparse.measure_iters;
     }
     return DEAR_OK;
 }
-
 
 /* Count the non-zero blocks of units [u0, u1) of bucket bk in a warm-up iteration, into their
  * tensors' counts (a cut tensor's chunks, cut on rows, add up to the whole tensor's). */

@@ -50,8 +50,6 @@ int dear_no_grad(dear_ctx_t *ctx, int tensor)
     return DEAR_OK;
 }
 
-int dear_unused_on(const dear_ctx_t *ctx) { return ctx->unused.on; }
-
 int dear_tensor_updates(const dear_ctx_t *ctx, int t)
 {
     const dear_tensor_t *tt = &ctx->reg.tensors[t];
