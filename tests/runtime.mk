@@ -56,7 +56,7 @@ TESTS += $(COMBO_MPI_TESTS)
 tests_mpi_test_combo_SOURCES = tests/mpi/test_combo.c tests/mpi/np_check.h tests/mpi/suite_run.h
 tests_mpi_test_combo_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_mpi_test_combo_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-tests_mpi_test_combo_delay_SOURCES = $(tests_mpi_test_combo_SOURCES) tests/mpi/mem_delay.c tests/mpi/mem_delay.h
+tests_mpi_test_combo_delay_SOURCES = $(tests_mpi_test_combo_SOURCES) $(MEM_DELAY_SOURCES)
 tests_mpi_test_combo_delay_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
 tests_mpi_test_combo_delay_LDADD = $(tests_mpi_test_combo_LDADD)
 endif

@@ -448,6 +448,9 @@ static void env_clear(void)
         unsetenv(env_names[i]);
 }
 
+/* The 16-bit format of a compressed case: bf16 and fp16 by turns. */
+static int is_fp16(const combo_t *c) { return (c->dim[0] + c->dim[1]) % 2; }
+
 /* The environment of case c; other_plan: the second plan of the deterministic comparison. */
 static void env_set(const combo_t *c, int other_plan)
 {
@@ -467,8 +470,8 @@ static void env_set(const combo_t *c, int other_plan)
         setenv("DEAR_PARTITION", "1k", 1);
     if (on(c->feat, F_DETERM))
         setenv("DEAR_DETERMINISTIC", "1", 1);
-    if (on(c->feat, F_COMPRESS)) /* bf16 and fp16 by turns */
-        setenv("DEAR_COMPRESS", (c->dim[0] + c->dim[1]) % 2 ? "fp16" : "bf16", 1);
+    if (on(c->feat, F_COMPRESS))
+        setenv("DEAR_COMPRESS", is_fp16(c) ? "fp16" : "bf16", 1);
     if (on(c->feat, F_EF))
         setenv("DEAR_COMPRESS_EF", "1", 1);
     if (on(c->feat, F_UNUSED))
@@ -559,7 +562,7 @@ static double tolerance(const combo_t *c)
 {
     double ulp = 0x1p-20;
     if (on(c->feat, F_COMPRESS) && nranks > 1)
-        ulp = (c->dim[0] + c->dim[1]) % 2 ? 0x1p-11 : 0x1p-8;
+        ulp = is_fp16(c) ? 0x1p-11 : 0x1p-8;
     return 2.0 * ITERS * STEP * ulp * 1.2 + 1e-6;
 }
 
