@@ -1,6 +1,7 @@
 /*
- * The NCCL transport: a row of the transport table that carries no point-to-point messages but
- * runs whole collectives itself on device memory (net.h coll_start), on the communication
+ * NCCL, a collective engine: a transport (net.h) that carries no point-to-point messages but runs
+ * whole collectives itself on device memory (coll_start), chosen by DEAR_CUDA_TRANSPORT and not
+ * listed in DEAR_TRANSPORT_TABLE, whose rows carry dear's own algorithms; on the communication
  * stream that the CUDA memory row also packs and unpacks on, so stream order alone puts a
  * bucket's packing before its reduce-scatter and its unpacking after its all-gather.
  *

@@ -129,7 +129,7 @@ static int call_update(dear_ctx_t *ctx, int t, long long iteration, size_t first
     dear_update_info_t info = {
         .size = sizeof info, .grad = (char *)tt->grad + at, .count = count, .dtype = tt->dtype, .mem = tt->mem,
         .arg = tt->arg, .name = tt->name, .tensor = t, .layer = tt->layer, .iteration = iteration,
-        .grad_norm = -1, .clip_coef = 1, .stream = tt->mem == DEAR_MEM_CUDA ? ctx->mem.stream : NULL,
+        .grad_norm = -1, .clip_coef = 1, .stream = dear_rt_mem_stream(ctx),
         .param = tt->param ? (char *)tt->param + at : NULL, .offset = first, .tensor_count = tt->count,
         .shard_offset = shard_offset,
     };

@@ -15,6 +15,7 @@
  * a device row (and the delayed host row of the tests) runs them asynchronously, and a missing
  * wait shows up as a wrong result.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/check.h"
@@ -34,17 +35,39 @@ void dear_rt_mem_set_host_row(const dear_mem_ops_t *ops)
     host_row = ops ? ops : &dear_mem_host_ops;
 }
 
-/* The gradients lie in CUDA memory (the registry holds one kind per context; dear_rt_mem_setup
- * refuses a mix). */
-static int cuda_is_on(const dear_ctx_t *ctx)
+/* Host gradients: written by the application's own thread; a queue of the host row (of the
+ * tests' delayed row) for the communication's copies. */
+static int host_open(dear_ctx_t *ctx)
 {
-    return ctx->reg.ntensors > 0 && ctx->reg.tensors[0].mem == DEAR_MEM_CUDA;
+    dear_rt_mem_t *m = &ctx->mem;
+    m->ops = host_row;
+    m->app = NULL;
+    return m->ops->queue_create(&m->comm);
+}
+
+static void host_close(dear_ctx_t *ctx)
+{
+    dear_rt_mem_t *m = &ctx->mem;
+    if (m->ops && m->comm)
+        m->ops->queue_destroy(m->comm);
+}
+
+/* A host pointer is never a device's: a machine without a GPU is not asked about it at all. */
+static int host_check(const char *call, const char *name, const char *what, const void *p, size_t bytes)
+{
+    int dev = -1, ndev = 0;
+    if (!dear_cuda_built() || dear_cuda_device_count(&ndev) != DEAR_OK || ndev == 0 ||
+        dear_cuda_pointer_device(p, bytes, &dev) != DEAR_OK)
+        return DEAR_OK;
+    DEAR_ARG_CHECK(dev < 0, "%s('%s'): %s is memory of CUDA device %d, registered as DEAR_MEM_HOST; register it as "
+                   "DEAR_MEM_CUDA", call, name, what, dev);
+    return DEAR_OK;
 }
 
 /* CUDA gradients: the device side (the GPU, the transport, the communication stream), the
  * application's stream as its queue and, under NCCL, the endpoint whose transport runs the
  * gradients' collectives. Collective. */
-static int cuda_setup(dear_ctx_t *ctx)
+static int cuda_open(dear_ctx_t *ctx)
 {
     dear_rt_mem_t *m = &ctx->mem;
     int want = (int)dear_param_enum(DEAR_P_CUDA_TRANSPORT);
@@ -56,39 +79,106 @@ static int cuda_setup(dear_ctx_t *ctx)
     }
     DEAR_CHECK(dear_cuda_open(ctx->cm.comm, want, dear_param_double(DEAR_P_CUDA_INIT_TIMEOUT_S), &m->cuda));
     m->ops = dear_cuda_mem(m->cuda);
-    m->comm = dear_cuda_comm_queue(m->cuda);
+    m->comm = dear_cuda_comm_queue(m->cuda); /* the device side's, closed with it */
     DEAR_CHECK(dear_cuda_queue_wrap(m->stream, &m->app));
     if (dear_cuda_transport(m->cuda))
         DEAR_CHECK(dear_net_open(dear_cuda_transport(m->cuda), ctx->cm.comm, &m->net));
     return DEAR_OK;
 }
 
+static void cuda_close(dear_ctx_t *ctx)
+{
+    dear_rt_mem_t *m = &ctx->mem;
+    if (m->cuda)
+        dear_cuda_queue_free(m->app);
+    dear_net_close(m->net);
+    dear_cuda_close(m->cuda);
+}
+
+/* A device pointer of the current device, one allocation. */
+static int cuda_check(const char *call, const char *name, const char *what, const void *p, size_t bytes)
+{
+    int dev = -1, cur = -1;
+    int rc = dear_cuda_pointer_device(p, bytes, &dev);
+    if (rc == DEAR_ERR_UNSUPPORTED) {
+        DEAR_ERROR("api", "%s('%s'): DEAR_MEM_CUDA, but this libdear was built without CUDA (configure "
+                          "--with-cuda)", call, name);
+        return DEAR_ERR_UNSUPPORTED;
+    }
+    if (rc != DEAR_OK) {
+        DEAR_ERROR("api", "%s('%s'): DEAR_MEM_CUDA, but the CUDA runtime cannot say what %s is (no GPU or "
+                          "no driver?)", call, name, what);
+        return DEAR_ERR_CUDA;
+    }
+    DEAR_ARG_CHECK(dev >= 0, "%s('%s'): %s (%zu bytes) is host memory or not one device allocation, "
+                   "registered as DEAR_MEM_CUDA; register device memory of the current device, or DEAR_MEM_HOST",
+                   call, name, what, bytes);
+    DEAR_CHECK(dear_cuda_current_device(&cur));
+    DEAR_ARG_CHECK(dev == cur, "%s('%s'): %s is memory of CUDA device %d, but this thread's current "
+                   "device is %d; call cudaSetDevice(%d) first (every tensor of a context on one GPU)",
+                   call, name, what, dev, cur, dev);
+    return DEAR_OK;
+}
+
+/* The kinds of memory a tensor can lie in, one row per dear_mem_t: what the registry checks of a
+ * pointer, and how a context opens (at commit) and closes the memory table's row and the queues
+ * that reach it. A kind is a row here and a row of the memory table (collectives/mem.h).
+ *   streams  the application's queue is its CUDA stream (dear_set_stream), handed to the updates */
+static const struct {
+    const char *name;
+    int streams;
+    int (*check)(const char *call, const char *name, const char *what, const void *p, size_t bytes);
+    int (*open)(dear_ctx_t *ctx);
+    void (*close)(dear_ctx_t *ctx);
+} kinds[] = {
+    [DEAR_MEM_HOST] = { "DEAR_MEM_HOST", 0, host_check, host_open, host_close },
+    [DEAR_MEM_CUDA] = { "DEAR_MEM_CUDA", 1, cuda_check, cuda_open, cuda_close },
+};
+#define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
+
+const char *dear_rt_mem_kind_name(dear_mem_t kind)
+{
+    return (unsigned)kind < (unsigned)NKINDS ? kinds[kind].name : "unknown";
+}
+
+int dear_rt_mem_kind_valid(const char *call, const char *name, dear_mem_t kind)
+{
+    if ((unsigned)kind < (unsigned)NKINDS)
+        return DEAR_OK;
+    char list[128] = "";
+    size_t n = 0;
+    for (int k = 0; k < NKINDS && n < sizeof list; k++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s (%d)", k ? ", " : "", kinds[k].name, k);
+    DEAR_ERROR("api", "%s('%s'): memory kind %d unknown; accepted: %s", call, name, (int)kind, list);
+    return DEAR_ERR_ARG;
+}
+
+int dear_rt_mem_check(const char *call, const char *name, const char *what, const void *p, size_t bytes,
+                      dear_mem_t kind)
+{
+    DEAR_CHECK(dear_rt_mem_kind_valid(call, name, kind));
+    return kinds[kind].check(call, name, what, p, bytes);
+}
+
+void *dear_rt_mem_stream(const dear_ctx_t *ctx)
+{
+    return kinds[ctx->mem.kind].streams ? ctx->mem.stream : NULL;
+}
+
 int dear_rt_mem_setup(dear_ctx_t *ctx)
 {
     dear_rt_mem_t *m = &ctx->mem;
     m->drop = (int)dear_param_enum(DEAR_P_DEBUG_DROP_WAIT);
-    if (cuda_is_on(ctx)) {
-        for (int t = 1; t < ctx->reg.ntensors; t++)
-            if (ctx->reg.tensors[t].mem != DEAR_MEM_CUDA) {
-                DEAR_ERROR("api", "dear_commit: tensor '%s' is host memory and '%s' CUDA memory: a context's tensors "
-                                  "all lie in one kind of memory (one context per kind)",
-                           ctx->reg.tensors[t].name, ctx->reg.tensors[0].name);
-                return DEAR_ERR_UNSUPPORTED;
-            }
-        DEAR_CHECK(cuda_setup(ctx));
-    } else {
-        for (int t = 1; t < ctx->reg.ntensors; t++)
-            if (ctx->reg.tensors[t].mem == DEAR_MEM_CUDA) {
-                DEAR_ERROR("api", "dear_commit: tensor '%s' is CUDA memory and '%s' host memory: a context's tensors "
-                                  "all lie in one kind of memory (one context per kind)",
-                           ctx->reg.tensors[t].name, ctx->reg.tensors[0].name);
-                return DEAR_ERR_UNSUPPORTED;
-            }
-        m->ops = host_row;
-        m->app = NULL; /* host gradients are written by the application's own thread */
-        DEAR_CHECK(m->ops->queue_create(&m->comm));
-        m->owns_comm = 1;
-    }
+    m->kind = ctx->reg.ntensors > 0 ? ctx->reg.tensors[0].mem : DEAR_MEM_HOST;
+    for (int t = 1; t < ctx->reg.ntensors; t++)
+        if (ctx->reg.tensors[t].mem != m->kind) {
+            DEAR_ERROR("api", "dear_commit: tensor '%s' is %s and '%s' %s: a context's tensors all lie in one kind of "
+                              "memory (one context per kind)",
+                       ctx->reg.tensors[t].name, kinds[ctx->reg.tensors[t].mem].name, ctx->reg.tensors[0].name,
+                       kinds[m->kind].name);
+            return DEAR_ERR_UNSUPPORTED;
+        }
+    DEAR_CHECK(kinds[m->kind].open(ctx));
     m->staged = (m->ops->flags & DEAR_MEM_F_STAGE) != 0;
     return m->ops->fence_create(&m->idle);
 }
@@ -109,13 +199,8 @@ void dear_rt_mem_free(dear_ctx_t *ctx)
     if (m->ops) {
         dear_rt_mem_quiesce(ctx);
         dear_rt_fence_free(ctx, m->idle);
-        if (m->owns_comm && m->comm)
-            m->ops->queue_destroy(m->comm);
     }
-    if (m->cuda)
-        dear_cuda_queue_free(m->app);
-    dear_net_close(m->net);
-    dear_cuda_close(m->cuda);
+    kinds[m->kind].close(ctx);
     void *stream = m->stream;
     *m = (dear_rt_mem_t){ .stream = stream };
 }
@@ -324,8 +409,14 @@ void dear_rt_mem_graph_free(dear_ctx_t *ctx)
     }
 }
 
+/* The gradients lie in CUDA memory (dear_rt_mem_setup refuses a mix of kinds). */
+static int cuda_is_on(const dear_ctx_t *ctx)
+{
+    return ctx->reg.ntensors > 0 && ctx->reg.tensors[0].mem == DEAR_MEM_CUDA;
+}
+
 /* Gradients in CUDA memory: a row of the feature table for the pairs it refuses (the other rows
- * say which); the memory itself is set up above, by its row of the memory table. */
+ * say which); the memory itself is opened above, by its row of the kinds. */
 const dear_feature_t dear_feature_cuda = {
     .on = cuda_is_on,
 };

@@ -12,7 +12,6 @@
 
 #include "base/mpi_check.h"
 #include "base/util.h"
-#include "cuda/cuda.h"
 #include "runtime/rt.h"
 
 static int name_taken(const dear_registry_t *reg, const char *name)
@@ -35,41 +34,6 @@ static const dear_tensor_t *overlapping(const dear_registry_t *reg, const void *
             return t;
     }
     return NULL;
-}
-
-/* A gradient or parameters (call names the caller, what the buffer) lie where mem says: a device
- * pointer of the current device for DEAR_MEM_CUDA, host memory for DEAR_MEM_HOST (a device
- * pointer there would crash the host's copies). */
-static int check_memory(const char *call, const char *name, const char *what, const void *grad, size_t bytes,
-                        dear_mem_t mem)
-{
-    int dev = -1, cur = -1, ndev = 0, rc = DEAR_ERR_UNSUPPORTED;
-    /* A machine without a GPU is not asked about host pointers at all. */
-    if (mem == DEAR_MEM_CUDA || (dear_cuda_built() && dear_cuda_device_count(&ndev) == DEAR_OK && ndev > 0))
-        rc = dear_cuda_pointer_device(grad, bytes, &dev);
-    if (mem == DEAR_MEM_HOST) {
-        DEAR_ARG_CHECK(rc != DEAR_OK || dev < 0, "%s('%s'): %s is memory of CUDA device %d, registered "
-                       "as DEAR_MEM_HOST; register it as DEAR_MEM_CUDA", call, name, what, dev);
-        return DEAR_OK;
-    }
-    if (rc == DEAR_ERR_UNSUPPORTED) {
-        DEAR_ERROR("api", "%s('%s'): DEAR_MEM_CUDA, but this libdear was built without CUDA (configure "
-                          "--with-cuda)", call, name);
-        return DEAR_ERR_UNSUPPORTED;
-    }
-    if (rc != DEAR_OK) {
-        DEAR_ERROR("api", "%s('%s'): DEAR_MEM_CUDA, but the CUDA runtime cannot say what %s is (no GPU or "
-                          "no driver?)", call, name, what);
-        return DEAR_ERR_CUDA;
-    }
-    DEAR_ARG_CHECK(dev >= 0, "%s('%s'): %s (%zu bytes) is host memory or not one device allocation, "
-                   "registered as DEAR_MEM_CUDA; register device memory of the current device, or DEAR_MEM_HOST",
-                   call, name, what, bytes);
-    DEAR_CHECK(dear_cuda_current_device(&cur));
-    DEAR_ARG_CHECK(dev == cur, "%s('%s'): %s is memory of CUDA device %d, but this thread's current "
-                   "device is %d; call cudaSetDevice(%d) first (every tensor of a context on one GPU)",
-                   call, name, what, dev, cur, dev);
-    return DEAR_OK;
 }
 
 /* Room for one more element in a growing array (*arr of *cap, n used): doubled when full, from
@@ -103,8 +67,7 @@ int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size
                    strlen(name), DEAR_NAME_MAX);
     DEAR_ARG_CHECK(!name_taken(&ctx->reg, name), "dear_register('%s'): a tensor of that name is already registered",
                    name);
-    DEAR_ARG_CHECK(mem == DEAR_MEM_HOST || mem == DEAR_MEM_CUDA, "dear_register('%s'): memory kind %d unknown; "
-                   "accepted: DEAR_MEM_HOST (0), DEAR_MEM_CUDA (1)", name, (int)mem);
+    DEAR_CHECK(dear_rt_mem_kind_valid("dear_register", name, mem));
     DEAR_ARG_CHECK((unsigned)dtype < DEAR_DTYPE_COUNT, "dear_register('%s'): dtype %d unknown; accepted: "
                    "DEAR_FLOAT32, DEAR_FLOAT64, DEAR_BFLOAT16, DEAR_FLOAT16", name, (int)dtype);
     DEAR_ARG_CHECK(dtype != DEAR_INT32, "dear_register('%s'): int32 gradients cannot be averaged; "
@@ -114,7 +77,7 @@ int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size
     DEAR_ARG_CHECK(count > 0, "dear_register('%s'): count is 0; register only tensors with elements", name);
     DEAR_ARG_CHECK(grad != NULL, "dear_register('%s'): grad is NULL", name);
     size_t esize = dear_dtype_size(dtype);
-    DEAR_CHECK(check_memory("dear_register", name, "grad", grad, count * esize, mem));
+    DEAR_CHECK(dear_rt_mem_check("dear_register", name, "grad", grad, count * esize, mem));
     /* The byte count must fit a size_t and the buffer the address space: a wrapped product would
      * register a few bytes and fail only at the first backward. */
     DEAR_ARG_CHECK(count <= (SIZE_MAX - (uintptr_t)grad) / esize,
@@ -355,8 +318,8 @@ static const char *wire_diff(const wire_tensor_t *a, const wire_tensor_t *b, cha
         return "frozen (dear_freeze)";
     }
     if (a->mem != b->mem) {
-        snprintf(va, len, "%s", a->mem == DEAR_MEM_CUDA ? "DEAR_MEM_CUDA" : "DEAR_MEM_HOST");
-        snprintf(vb, len, "%s", b->mem == DEAR_MEM_CUDA ? "DEAR_MEM_CUDA" : "DEAR_MEM_HOST");
+        snprintf(va, len, "%s", dear_rt_mem_kind_name(a->mem));
+        snprintf(vb, len, "%s", dear_rt_mem_kind_name(b->mem));
         return "memory kind";
     }
     if (a->sparse_block != b->sparse_block) {
@@ -538,7 +501,7 @@ int dear_set_param(dear_ctx_t *ctx, int tensor, void *param)
                    ctx->reg.ntensors);
     dear_tensor_t *t = &ctx->reg.tensors[tensor];
     DEAR_ARG_CHECK(param != NULL, "dear_set_param('%s'): param is NULL", t->name);
-    DEAR_CHECK(check_memory("dear_set_param", t->name, "param", param, t->bytes, t->mem));
+    DEAR_CHECK(dear_rt_mem_check("dear_set_param", t->name, "param", param, t->bytes, t->mem));
     DEAR_ARG_CHECK((uintptr_t)param <= UINTPTR_MAX - t->bytes,
                    "dear_set_param('%s'): %zu bytes at %p run past the address space", t->name, t->bytes, param);
     const dear_tensor_t *o = overlapping(&ctx->reg, param, t->bytes, 0);

@@ -394,7 +394,7 @@ typedef struct {
     int staged;                 /* the collectives run on host copies (ops has DEAR_MEM_F_STAGE) */
     dear_memq_t *app;           /* where the application writes and reads gradients (NULL: its thread) */
     dear_memq_t *comm;          /* communication's copies; only the progress thread enqueues on it */
-    int owns_comm;              /* comm is this context's to destroy (not the device side's) */
+    dear_mem_t kind;            /* the kind of memory the gradients lie in (its row in mem.c) */
     dear_fence_t *idle;         /* the communication queue's work so far, waited for before buffers go */
     int drop;                   /* DEAR_DEBUG_DROP_WAIT: the wait left out (tests of the fences) */
     void *stream;               /* dear_set_stream: the application's CUDA stream (NULL: legacy default) */
@@ -504,7 +504,18 @@ int dear_group_of(const dear_graph_t *g, int u);
 /* mem.c */
 /* Tests only: the row of host gradients (NULL: the host row), e.g. one that delays its queues. */
 void dear_rt_mem_set_host_row(const dear_mem_ops_t *ops);
-/* At commit: the gradients' row, its queues and DEAR_DEBUG_DROP_WAIT. */
+/* A kind of memory dear knows; otherwise an error naming call, the tensor and the accepted kinds. */
+int dear_rt_mem_kind_valid(const char *call, const char *name, dear_mem_t kind);
+/* The registry's check that p (bytes, what: "grad" or "param") lies where kind says, naming call
+ * and the tensor in its error. */
+int dear_rt_mem_check(const char *call, const char *name, const char *what, const void *p, size_t bytes,
+                      dear_mem_t kind);
+/* "DEAR_MEM_HOST", ...; "unknown" out of range. */
+const char *dear_rt_mem_kind_name(dear_mem_t kind);
+/* The CUDA stream the updates run on, where the gradients' kind has one (NULL otherwise). */
+void *dear_rt_mem_stream(const dear_ctx_t *ctx);
+/* At commit: the gradients' kind opened (its row of the memory table, its queues) and
+ * DEAR_DEBUG_DROP_WAIT. */
 int dear_rt_mem_setup(dear_ctx_t *ctx);
 void dear_rt_mem_free(dear_ctx_t *ctx);
 /* Wait (host) until nothing enqueued on the communication queue still runs. */
