@@ -62,7 +62,7 @@ static int ctx_free(dear_ctx_t *ctx)
         return DEAR_OK;
     /* Collectives abandoned and never settled (the ranks could not meet): what their messages
      * may still use, theirs and the fusion buffers, is left allocated rather than freed. */
-    if (ctx->eng.parked) {
+    if (ctx->eng.pt.parked) {
         DEAR_WARN("api", "dear_finalize: collectives abandoned after an error could not be settled with the other "
                          "ranks; their buffers are left allocated, since their messages may still use them");
     } else {
@@ -265,8 +265,8 @@ int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats)
     s.last_iter_s = ctx->it.iter_times.n ? ctx->it.iter_times.v[ctx->it.iter_times.n - 1] : 0;
     s.median_iter_s = ctx->it.iter_times.n >= 1 && ctx->it.iter >= 2 ? dear_samples_median(&ctx->it.iter_times) : 0;
     dear_lock(&ctx->eng.lock);
-    s.bytes_sent = ctx->eng.bytes_sent;
-    s.progress_cpu_s = ctx->eng.progress_cpu_s;
+    s.bytes_sent = ctx->eng.sh.bytes_sent;
+    s.progress_cpu_s = ctx->eng.sh.progress_cpu_s;
     dear_unlock(&ctx->eng.lock);
     *stats = s;
     return DEAR_OK;
@@ -323,7 +323,7 @@ static void print_stats(dear_ctx_t *ctx)
         return;
     double wall = dear_now() - ctx->it.t_commit;
     dear_lock(&ctx->eng.lock);
-    double busbytes = ctx->eng.busbytes, busy = ctx->eng.busy_s;
+    double busbytes = ctx->eng.sh.busbytes, busy = ctx->eng.sh.busy_s;
     dear_unlock(&ctx->eng.lock);
     fprintf(stderr,
             "[dear 0] stats: %llu iterations, median iteration %.3f ms, blocked %.3f s, %.3f MB sent by rank 0, "
@@ -399,7 +399,7 @@ static int finalize_together(dear_ctx_t *ctx)
 {
     int n = ctx->cm.size, rc = DEAR_OK;
     enum { ITER, STARTED, UNCLEAN, NSAY };
-    long long mine[NSAY] = { ctx->it.iter, ctx->eng.next_seq, ctx->eng.rc != DEAR_OK || ctx->eng.abandoned };
+    long long mine[NSAY] = { ctx->it.iter, ctx->eng.pt.next_seq, ctx->eng.sh.rc != DEAR_OK || ctx->eng.pt.abandoned };
     long long(*theirs)[NSAY] = calloc((size_t)n, sizeof *theirs);
     MPI_Request *req = malloc(sizeof *req * 2 * (size_t)n);
     int *arrived = calloc((size_t)n, sizeof *arrived), *idx = malloc(sizeof *idx * 2 * (size_t)n);
@@ -418,7 +418,7 @@ static int finalize_together(dear_ctx_t *ctx)
     for (;;) {
         if (!said) {
             open = 0;
-            for (dear_run_t *r = ctx->eng.parked; r; r = r->next)
+            for (dear_run_t *r = ctx->eng.pt.parked; r; r = r->next)
                 dear_coll_each_req(r->req, settle_one, &open);
             for (int p = 0; open == 0 && p < n; p++)
                 if (p != ctx->cm.rank)
@@ -460,9 +460,9 @@ static int finalize_together(dear_ctx_t *ctx)
         dear_sleep(pause);
         pause = pause < 0.01 ? pause * 2 : 0.01;
     }
-    while (ctx->eng.parked) {
-        dear_run_t *r = ctx->eng.parked;
-        ctx->eng.parked = r->next;
+    while (ctx->eng.pt.parked) {
+        dear_run_t *r = ctx->eng.pt.parked;
+        ctx->eng.pt.parked = r->next;
         dear_coll_free(r->req);
         free(r);
     }

@@ -119,8 +119,8 @@ static void op_init(const dear_ctx_t *ctx, dear_op_t *op, dear_coll_op_t kind, i
     int gradients = index >= 0;
     op->kind = kind;
     op->index = index;
-    op->done_iter = op->launch_iter = -1;
-    op->prep_iter = -1;
+    op->sh.done_iter = op->sh.launch_iter = -1;
+    op->pt.prep_iter = -1;
     op->args.op = kind;
     op->args.algo = DEAR_ALGO_AUTO;
     op->args.dtype = dtype;

@@ -100,7 +100,7 @@ static int norm_prepare(dear_ctx_t *ctx, dear_op_t *op)
 {
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
     DEAR_CHECK(mo->fence_record(ctx->clip.sq_fence, dear_rt_work_queue(ctx)));
-    op->start_fence = ctx->clip.sq_fence;
+    op->pt.start_fence = ctx->clip.sq_fence;
     return DEAR_OK;
 }
 
@@ -124,7 +124,7 @@ static int norm_finish(dear_ctx_t *ctx, dear_op_t *op)
         DEAR_ERROR("clip", "the squared norm of a shard could not be taken (above)");
         return DEAR_ERR_INTERNAL;
     }
-    set_result(ctx, ctx->clip.sum, op->iter);
+    set_result(ctx, ctx->clip.sum, op->sh.iter);
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];

@@ -61,7 +61,7 @@ static dear_transport_t *blocking_transport(const dear_ctx_t *ctx)
 {
     if (!dear_transport_can_block(ctx->cm.tp))
         return NULL;
-    for (const dear_run_t *r = ctx->eng.running; r; r = r->next)
+    for (const dear_run_t *r = ctx->eng.pt.running; r; r = r->next)
         if (dear_coll_transport(r->req) != ctx->cm.tp)
             return NULL;
     return ctx->cm.tp;
@@ -77,14 +77,14 @@ static int on_queue(const dear_op_t *op)
 /* Under the lock: the next operation to prepare (in seq order, as soon as it is queued). */
 static dear_op_t *preparable(dear_ctx_t *ctx)
 {
-    long long iter = ctx->eng.next_prep / ctx->graph.nops;
-    dear_op_t *op = ctx->graph.ops[ctx->eng.next_prep % ctx->graph.nops];
-    if (op->state != DEAR_OP_QUEUED || op->iter != iter)
+    long long iter = ctx->eng.pt.next_prep / ctx->graph.nops;
+    dear_op_t *op = ctx->graph.ops[ctx->eng.pt.next_prep % ctx->graph.nops];
+    if (op->sh.state != DEAR_OP_QUEUED || op->sh.iter != iter)
         return NULL;
     /* What prepares itself after its dependencies (the norm, behind the squares of every shard)
      * waits for them; the rest never holds back the packing of the buckets behind it. */
     for (int d = 0; op->prepare && d < op->ndeps; d++)
-        if (op->deps[d]->done_iter != iter)
+        if (op->deps[d]->sh.done_iter != iter)
             return NULL;
     return op;
 }
@@ -93,36 +93,36 @@ static dear_op_t *preparable(dear_ctx_t *ctx)
  * memory's queues still fill (its start fence) sets fence_wait: the thread then polls. */
 static dear_op_t *startable(dear_ctx_t *ctx)
 {
-    ctx->eng.fence_wait = 0;
-    long long iter = ctx->eng.next_seq / ctx->graph.nops;
-    dear_op_t *op = ctx->graph.ops[ctx->eng.next_seq % ctx->graph.nops];
-    if (op->state != DEAR_OP_QUEUED || op->iter != iter || op->prep_iter != iter)
+    ctx->eng.pt.fence_wait = 0;
+    long long iter = ctx->eng.pt.next_seq / ctx->graph.nops;
+    dear_op_t *op = ctx->graph.ops[ctx->eng.pt.next_seq % ctx->graph.nops];
+    if (op->sh.state != DEAR_OP_QUEUED || op->sh.iter != iter || op->pt.prep_iter != iter)
         return NULL;
     int q = on_queue(op);
-    if (!q && ctx->eng.nhost >= ctx->cfg.max_inflight)
+    if (!q && ctx->eng.pt.nhost >= ctx->cfg.max_inflight)
         return NULL;
     /* Large collectives go one at a time (DEAR_INFLIGHT_BYTES): sharing the links, they would
      * all finish late, the first one needed included, which is what the planner's simulator
      * (one collective at a time) and the schedule's priorities assume does not happen. On the
      * communication queue they run one at a time anyway. */
-    if (!q && ctx->eng.nhost > 0 && ctx->cfg.inflight_window > 0 &&
-        ctx->eng.inflight_bytes + op->bytes > ctx->cfg.inflight_window)
+    if (!q && ctx->eng.pt.nhost > 0 && ctx->cfg.inflight_window > 0 &&
+        ctx->eng.pt.inflight_bytes + op->bytes > ctx->cfg.inflight_window)
         return NULL;
     /* A dependency on the same queue only needs to be enqueued there before it. */
     for (int d = 0; d < op->ndeps; d++) {
         const dear_op_t *dep = op->deps[d];
-        if (dep->done_iter != iter && !(q && on_queue(dep) && dep->launch_iter == iter))
+        if (dep->sh.done_iter != iter && !(q && on_queue(dep) && dep->sh.launch_iter == iter))
             return NULL;
     }
-    if (op->start_fence) {
-        int done = 1, rc = dear_fence_done(ctx->mem.ops, op->start_fence, &done);
-        if (rc != DEAR_OK && ctx->eng.rc == DEAR_OK)
-            ctx->eng.rc = rc; /* the row logged it; the loop stops on it */
+    if (op->pt.start_fence) {
+        int done = 1, rc = dear_fence_done(ctx->mem.ops, op->pt.start_fence, &done);
+        if (rc != DEAR_OK && ctx->eng.sh.rc == DEAR_OK)
+            ctx->eng.sh.rc = rc; /* the row logged it; the loop stops on it */
         if (rc != DEAR_OK || !done) {
-            ctx->eng.fence_wait = rc == DEAR_OK;
+            ctx->eng.pt.fence_wait = rc == DEAR_OK;
             return NULL;
         }
-        op->start_fence = NULL;
+        op->pt.start_fence = NULL;
     }
     return op;
 }
@@ -191,12 +191,12 @@ static void stall_check(dear_ctx_t *ctx, double now)
     if (ctx->cfg.stall_warn_s <= 0 && ctx->cfg.stall_abort_s <= 0)
         return;
     /* Those in flight first: the oldest, and what the queued ones wait for. */
-    for (dear_run_t *r = ctx->eng.running; r; r = r->next)
+    for (dear_run_t *r = ctx->eng.pt.running; r; r = r->next)
         stall_one(ctx, r->op, r->iter, now - r->t_queued, 1, &r->stall_warned);
     for (int i = 0; i < ctx->graph.nops; i++) {
         dear_op_t *op = ctx->graph.ops[i];
-        if (op->state == DEAR_OP_QUEUED)
-            stall_one(ctx, op, op->iter, now - op->t_queued, 0, &op->stall_warned);
+        if (op->sh.state == DEAR_OP_QUEUED)
+            stall_one(ctx, op, op->sh.iter, now - op->sh.t_queued, 0, &op->pt.stall_warned);
     }
 }
 
@@ -226,8 +226,8 @@ static void record_counters(dear_ctx_t *ctx, const dear_op_t *op, const dear_col
     double factor = ctx->cm.size > 1 ? (p - 1) / p : 0;
     if (op->kind == DEAR_COLL_ALLREDUCE)
         factor *= 2;
-    ctx->eng.bytes_sent += info->bytes_sent;
-    ctx->eng.busbytes += factor * (double)op->bytes;
+    ctx->eng.sh.bytes_sent += info->bytes_sent;
+    ctx->eng.sh.busbytes += factor * (double)op->bytes;
     dear_sparse_record(ctx, op, info);
 }
 
@@ -236,10 +236,10 @@ static void fail(dear_ctx_t *ctx, dear_op_t *op, int rc, const char *what)
     DEAR_ERROR("engine", "%s of %s %d (layers %d..%d, iteration %lld) failed in %s: %s; communication on this "
                          "context stops",
                phase_name(op->kind), op->kind == DEAR_COLL_ALLGATHER ? "group" : "bucket", op->index, op->layer_lo,
-               op->layer_hi, op->iter, what, dear_status_string(rc));
+               op->layer_hi, op->sh.iter, what, dear_status_string(rc));
     dear_lock(&ctx->eng.lock);
-    if (ctx->eng.rc == DEAR_OK)
-        ctx->eng.rc = rc;
+    if (ctx->eng.sh.rc == DEAR_OK)
+        ctx->eng.sh.rc = rc;
     dear_broadcast(&ctx->eng.done_cv);
     dear_unlock(&ctx->eng.lock);
 }
@@ -247,8 +247,8 @@ static void fail(dear_ctx_t *ctx, dear_op_t *op, int rc, const char *what)
 /* Under the lock: an operation completed (its collective ended, or it had nothing to move). */
 static void op_done(dear_ctx_t *ctx, dear_op_t *op)
 {
-    op->state = DEAR_OP_DONE;
-    op->done_iter = op->launch_iter = op->iter;
+    op->sh.state = DEAR_OP_DONE;
+    op->sh.done_iter = op->sh.launch_iter = op->sh.iter;
     dear_broadcast(&ctx->eng.done_cv);
 }
 
@@ -275,9 +275,9 @@ static int prepare_queued(dear_ctx_t *ctx)
 {
     dear_op_t *op;
     while ((op = preparable(ctx)) != NULL) {
-        op->prep_iter = op->iter;
-        op->start_fence = NULL;
-        ctx->eng.next_prep++;
+        op->pt.prep_iter = op->sh.iter;
+        op->pt.start_fence = NULL;
+        ctx->eng.pt.next_prep++;
         if (op->prepare == NULL)
             continue;
         dear_unlock(&ctx->eng.lock);
@@ -298,12 +298,12 @@ static int prepare_queued(dear_ctx_t *ctx)
 /* Under the lock: a run record for op's collective of this iteration. */
 static dear_run_t *run_new(dear_ctx_t *ctx, dear_op_t *op, double now)
 {
-    dear_run_t *r = ctx->eng.spare;
+    dear_run_t *r = ctx->eng.pt.spare;
     if (r)
-        ctx->eng.spare = r->next;
+        ctx->eng.pt.spare = r->next;
     else if ((r = malloc(sizeof *r)) == NULL)
         return NULL;
-    *r = (dear_run_t){ .op = op, .iter = op->iter, .t_queued = op->t_queued, .t_start = now };
+    *r = (dear_run_t){ .op = op, .iter = op->sh.iter, .t_queued = op->sh.t_queued, .t_start = now };
     return r;
 }
 
@@ -314,10 +314,10 @@ static int start_ready(dear_ctx_t *ctx, int *progressed)
     dear_op_t *op;
     while ((op = startable(ctx)) != NULL) {
         double now = dear_now();
-        op->state = DEAR_OP_RUNNING;
-        ctx->eng.nqueued--;
-        op->args.tag = (int)(ctx->eng.next_seq % TAG_SPAN);
-        ctx->eng.next_seq++;
+        op->sh.state = DEAR_OP_RUNNING;
+        ctx->eng.sh.nqueued--;
+        op->args.tag = (int)(ctx->eng.pt.next_seq % TAG_SPAN);
+        ctx->eng.pt.next_seq++;
         *progressed = 1;
         dear_unlock(&ctx->eng.lock);
         op_before(ctx, op);
@@ -349,7 +349,7 @@ static int start_ready(dear_ctx_t *ctx, int *progressed)
         dear_run_t *r = rc == DEAR_OK ? run_new(ctx, op, now) : NULL;
         if (rc == DEAR_OK && r == NULL) {
             DEAR_ERROR("sys", "allocation of %zu bytes failed", sizeof *r);
-            rc = ctx->eng.rc = DEAR_ERR_NOMEM;
+            rc = ctx->eng.sh.rc = DEAR_ERR_NOMEM;
         }
         if (rc != DEAR_OK) {
             dear_coll_free(req);
@@ -358,20 +358,20 @@ static int start_ready(dear_ctx_t *ctx, int *progressed)
         r->req = req;
         r->on_queue = queued;
         if (queued) {
-            op->launch_iter = op->iter;
+            op->sh.launch_iter = op->sh.iter;
             dear_broadcast(&ctx->eng.done_cv);
         }
-        if (ctx->eng.nrunning == 0)
-            ctx->eng.busy_since = now;
+        if (ctx->eng.pt.nrunning == 0)
+            ctx->eng.pt.busy_since = now;
         if (!queued) {
-            ctx->eng.nhost++;
-            ctx->eng.inflight_bytes += op->bytes;
+            ctx->eng.pt.nhost++;
+            ctx->eng.pt.inflight_bytes += op->bytes;
         }
-        r->next = ctx->eng.running;
-        ctx->eng.running = r;
-        ctx->eng.nrunning++;
+        r->next = ctx->eng.pt.running;
+        ctx->eng.pt.running = r;
+        ctx->eng.pt.nrunning++;
     }
-    return ctx->eng.rc;
+    return ctx->eng.sh.rc;
 }
 
 /* A run ended: its records, its operation's after and finish (unless they ran at its start),
@@ -392,16 +392,16 @@ static int end_running(dear_ctx_t *ctx, dear_run_t *r)
     record_counters(ctx, op, &info);
     if (r->on_queue) {
         /* Its operation may be queued for a later iteration already: only the completion moves. */
-        if (op->done_iter < r->iter)
-            op->done_iter = r->iter;
+        if (op->sh.done_iter < r->iter)
+            op->sh.done_iter = r->iter;
         dear_broadcast(&ctx->eng.done_cv);
     } else {
         op_done(ctx, op);
     }
-    if (ctx->eng.nrunning == 0)
-        ctx->eng.busy_s += t_done - ctx->eng.busy_since;
-    r->next = ctx->eng.spare;
-    ctx->eng.spare = r;
+    if (ctx->eng.pt.nrunning == 0)
+        ctx->eng.sh.busy_s += t_done - ctx->eng.pt.busy_since;
+    r->next = ctx->eng.pt.spare;
+    ctx->eng.pt.spare = r;
     dear_unlock(&ctx->eng.lock);
     return rc;
 }
@@ -414,7 +414,7 @@ static int advance_running(dear_ctx_t *ctx, int *ndone, int *stepped)
 {
     uint64_t msgs0 = 0, msgs1 = 0;
     dear_transport_counters(ctx->cm.tp, &msgs0, NULL);
-    dear_run_t **link = &ctx->eng.running;
+    dear_run_t **link = &ctx->eng.pt.running;
     while (*link) {
         dear_run_t *r = *link;
         int done = 0, rc = dear_coll_progress(r->req, &done);
@@ -433,10 +433,10 @@ static int advance_running(dear_ctx_t *ctx, int *ndone, int *stepped)
             continue;
         }
         *link = r->next;
-        ctx->eng.nrunning--;
+        ctx->eng.pt.nrunning--;
         if (!r->on_queue) {
-            ctx->eng.nhost--;
-            ctx->eng.inflight_bytes -= r->op->bytes;
+            ctx->eng.pt.nhost--;
+            ctx->eng.pt.inflight_bytes -= r->op->bytes;
         }
         (*ndone)++;
         DEAR_CHECK(end_running(ctx, r));
@@ -451,16 +451,16 @@ static int advance_running(dear_ctx_t *ctx, int *ndone, int *stepped)
  * is about to answer), then sleep longer and longer so ranks sharing cores get them. */
 static int idle_wait(dear_ctx_t *ctx, int *idle_rounds, double *sleep_s)
 {
-    dear_transport_t *tp = ctx->eng.fence_wait ? NULL : blocking_transport(ctx);
+    dear_transport_t *tp = ctx->eng.pt.fence_wait ? NULL : blocking_transport(ctx);
     if (tp) {
         /* The timeout keeps the stall checks going. */
-        ctx->eng.in_net_wait = 1;
+        ctx->eng.sh.in_net_wait = 1;
         dear_unlock(&ctx->eng.lock);
         int rc = dear_transport_block(tp, STALL_POLL_S);
         if (rc != DEAR_OK)
-            fail(ctx, ctx->eng.running->op, rc, "the transport's block");
+            fail(ctx, ctx->eng.pt.running->op, rc, "the transport's block");
         dear_lock(&ctx->eng.lock);
-        ctx->eng.in_net_wait = 0;
+        ctx->eng.sh.in_net_wait = 0;
         return rc;
     }
     if ((*idle_rounds)++ < YIELDS_BEFORE_SLEEP) {
@@ -469,7 +469,7 @@ static int idle_wait(dear_ctx_t *ctx, int *idle_rounds, double *sleep_s)
         dear_lock(&ctx->eng.lock);
         return DEAR_OK;
     }
-    double cap = ctx->eng.nwaiters > 0 ? SLEEP_URGENT_MAX_S : SLEEP_MAX_S;
+    double cap = ctx->eng.sh.nwaiters > 0 ? SLEEP_URGENT_MAX_S : SLEEP_MAX_S;
     if (*sleep_s > cap)
         *sleep_s = cap;
     timed_wait(ctx, *sleep_s);
@@ -494,21 +494,21 @@ static void *engine_main(void *arg)
     if (ctx->mem.ops->bind && ctx->mem.ops->bind(ctx->mem.comm) != DEAR_OK)
         fail(ctx, ctx->graph.ops[0], DEAR_ERR_CUDA, "selecting the device");
     dear_lock(&ctx->eng.lock);
-    while (ctx->eng.rc == DEAR_OK) {
+    while (ctx->eng.sh.rc == DEAR_OK) {
         int progressed = 0;
         if (prepare_queued(ctx) != DEAR_OK || start_ready(ctx, &progressed) != DEAR_OK)
             break;
-        if (ctx->eng.nrunning == 0) {
+        if (ctx->eng.pt.nrunning == 0) {
             /* finalize flushed first; what is still queued now can never start (a partial
              * iteration), so it is dropped rather than waited for. */
-            if (ctx->eng.stop)
+            if (ctx->eng.sh.stop)
                 break;
-            ctx->eng.progress_cpu_s = dear_thread_cpu();
+            ctx->eng.sh.progress_cpu_s = dear_thread_cpu();
             idle_rounds = 0;
             sleep_s = SLEEP_MIN_S;
-            if (ctx->eng.fence_wait) {
+            if (ctx->eng.pt.fence_wait) {
                 timed_wait(ctx, SLEEP_MAX_S); /* a buffer still filling: poll its fence */
-            } else if (ctx->eng.nqueued > 0 && (ctx->cfg.stall_warn_s > 0 || ctx->cfg.stall_abort_s > 0)) {
+            } else if (ctx->eng.sh.nqueued > 0 && (ctx->cfg.stall_warn_s > 0 || ctx->cfg.stall_abort_s > 0)) {
                 stall_check(ctx, dear_now());
                 timed_wait(ctx, STALL_POLL_S);
             } else {
@@ -525,7 +525,7 @@ static void *engine_main(void *arg)
             progressed = 1;
         double now = dear_now();
         if (now - cpu_mark > 0.01) {
-            ctx->eng.progress_cpu_s = dear_thread_cpu();
+            ctx->eng.sh.progress_cpu_s = dear_thread_cpu();
             cpu_mark = now;
         }
         stall_check(ctx, now);
@@ -540,20 +540,20 @@ static void *engine_main(void *arg)
     /* On an error the collectives in flight are abandoned (their peers are in an unknown state):
      * their receives are cancelled, and they are parked, not freed, since a message that had
      * matched still reads or writes their buffers; dear_finalize settles them with the peers. */
-    ctx->eng.abandoned = ctx->eng.running != NULL;
-    for (dear_run_t *r = ctx->eng.running; r; r = r->next)
+    ctx->eng.pt.abandoned = ctx->eng.pt.running != NULL;
+    for (dear_run_t *r = ctx->eng.pt.running; r; r = r->next)
         dear_coll_each_req(r->req, cancel_one, NULL);
-    ctx->eng.parked = ctx->eng.running;
-    ctx->eng.running = NULL;
-    ctx->eng.nrunning = 0;
-    while (ctx->eng.spare) {
-        dear_run_t *r = ctx->eng.spare;
-        ctx->eng.spare = r->next;
+    ctx->eng.pt.parked = ctx->eng.pt.running;
+    ctx->eng.pt.running = NULL;
+    ctx->eng.pt.nrunning = 0;
+    while (ctx->eng.pt.spare) {
+        dear_run_t *r = ctx->eng.pt.spare;
+        ctx->eng.pt.spare = r->next;
         free(r);
     }
-    ctx->eng.nhost = 0;
-    ctx->eng.inflight_bytes = 0;
-    ctx->eng.progress_cpu_s = dear_thread_cpu();
+    ctx->eng.pt.nhost = 0;
+    ctx->eng.pt.inflight_bytes = 0;
+    ctx->eng.sh.progress_cpu_s = dear_thread_cpu();
     dear_broadcast(&ctx->eng.done_cv);
     dear_unlock(&ctx->eng.lock);
     return NULL;
@@ -573,9 +573,9 @@ void dear_engine_stop(dear_ctx_t *ctx)
     if (!ctx->eng.thread_started)
         return;
     dear_lock(&ctx->eng.lock);
-    ctx->eng.stop = 1;
+    ctx->eng.sh.stop = 1;
     dear_signal(&ctx->eng.work_cv);
-    if (ctx->eng.in_net_wait)
+    if (ctx->eng.sh.in_net_wait)
         dear_transport_poke(ctx->cm.tp);
     dear_unlock(&ctx->eng.lock);
     DEAR_PTHREAD_MUST(pthread_join(ctx->eng.thread, NULL));
@@ -591,12 +591,12 @@ void dear_engine_queue_at(dear_ctx_t *ctx, dear_op_t *op, long long iter)
 {
     if (ctx->cm.size == 1) {
         /* The reduction of one rank is its own data, averaged over one: already in place. */
-        op->iter = op->prep_iter = iter;
-        op->start_fence = NULL;
+        op->sh.iter = op->pt.prep_iter = iter;
+        op->pt.start_fence = NULL;
         int rc = op->prepare ? op->prepare(ctx, op) : DEAR_OK;
         /* What a collective would have waited for (the shards' squares), this thread waits for. */
-        if (rc == DEAR_OK && op->start_fence)
-            rc = ctx->mem.ops->fence_wait(NULL, op->start_fence);
+        if (rc == DEAR_OK && op->pt.start_fence)
+            rc = ctx->mem.ops->fence_wait(NULL, op->pt.start_fence);
         op_before(ctx, op);
         if (rc == DEAR_OK)
             rc = op_finish(ctx, op);
@@ -604,18 +604,18 @@ void dear_engine_queue_at(dear_ctx_t *ctx, dear_op_t *op, long long iter)
             fail(ctx, op, rc, "its memory operations");
             return;
         }
-        op->done_iter = op->launch_iter = op->iter;
-        op->state = DEAR_OP_DONE;
+        op->sh.done_iter = op->sh.launch_iter = op->sh.iter;
+        op->sh.state = DEAR_OP_DONE;
         return;
     }
     dear_lock(&ctx->eng.lock);
-    op->state = DEAR_OP_QUEUED;
-    op->iter = iter;
-    op->t_queued = dear_now();
-    op->stall_warned = 0;
-    ctx->eng.nqueued++;
+    op->sh.state = DEAR_OP_QUEUED;
+    op->sh.iter = iter;
+    op->sh.t_queued = dear_now();
+    op->pt.stall_warned = 0;
+    ctx->eng.sh.nqueued++;
     dear_signal(&ctx->eng.work_cv);
-    if (ctx->eng.in_net_wait)
+    if (ctx->eng.sh.in_net_wait)
         dear_transport_poke(ctx->cm.tp);
     dear_unlock(&ctx->eng.lock);
 }
@@ -624,26 +624,26 @@ int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter)
 {
     int rc = DEAR_OK;
     dear_lock(&ctx->eng.lock);
-    if (op->launch_iter != iter && ctx->eng.rc == DEAR_OK) {
+    if (op->sh.launch_iter != iter && ctx->eng.sh.rc == DEAR_OK) {
         double t0 = dear_now();
         /* A few yields first: a small collective is often about to finish, and a yield hands
          * the core to the progress thread without the cost of a sleep and wake-up. */
-        for (int y = 0; y < WAIT_YIELDS && op->launch_iter != iter && ctx->eng.rc == DEAR_OK; y++) {
+        for (int y = 0; y < WAIT_YIELDS && op->sh.launch_iter != iter && ctx->eng.sh.rc == DEAR_OK; y++) {
             if (y == 0)
                 dear_signal(&ctx->eng.work_cv);
             dear_unlock(&ctx->eng.lock);
             sched_yield();
             dear_lock(&ctx->eng.lock);
         }
-        ctx->eng.nwaiters++;
+        ctx->eng.sh.nwaiters++;
         dear_signal(&ctx->eng.work_cv); /* cut a long back-off sleep short */
-        while (op->launch_iter != iter && ctx->eng.rc == DEAR_OK)
+        while (op->sh.launch_iter != iter && ctx->eng.sh.rc == DEAR_OK)
             dear_wait(&ctx->eng.done_cv, &ctx->eng.lock);
-        ctx->eng.nwaiters--;
+        ctx->eng.sh.nwaiters--;
         ctx->it.blocked_s += dear_now() - t0;
     }
-    if (op->launch_iter != iter)
-        rc = ctx->eng.rc != DEAR_OK ? ctx->eng.rc : DEAR_ERR_INTERNAL;
+    if (op->sh.launch_iter != iter)
+        rc = ctx->eng.sh.rc != DEAR_OK ? ctx->eng.sh.rc : DEAR_ERR_INTERNAL;
     dear_unlock(&ctx->eng.lock);
     return rc;
 }

@@ -89,7 +89,7 @@ static int hook_enter(dear_ctx_t *ctx, const char *call, int layer, int layer_ch
         *lidx_out = l;
     }
     dear_lock(&ctx->eng.lock);
-    int erc = ctx->eng.rc;
+    int erc = ctx->eng.sh.rc;
     dear_unlock(&ctx->eng.lock);
     if (erc != DEAR_OK) {
         DEAR_ERROR("api", "%s: communication stopped after an earlier error (%s)", call, dear_status_string(erc));
@@ -240,8 +240,8 @@ static int pending_before_backward(dear_ctx_t *ctx, int lidx, const char *call)
                           "backward of their sum, or DEAR_SCHEDULE=wfbp); communication on this context stops",
                    call, L->id, ctx->it.iter - 1, L->id);
         dear_lock(&ctx->eng.lock);
-        if (ctx->eng.rc == DEAR_OK)
-            ctx->eng.rc = DEAR_ERR_STATE;
+        if (ctx->eng.sh.rc == DEAR_OK)
+            ctx->eng.sh.rc = DEAR_ERR_STATE;
         dear_broadcast(&ctx->eng.done_cv);
         dear_signal(&ctx->eng.work_cv);
         dear_unlock(&ctx->eng.lock);
@@ -534,7 +534,7 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
         for (int t = 0; t < nt; t++) {
             const dear_tensor_t *tt = &ctx->reg.tensors[t];
             uint64_t *c = &cnt[SPARSE_COUNTS * t];
-            c[0] = tt->nz_rs, c[1] = tt->blocks_rs, c[2] = tt->nz_ag, c[3] = tt->blocks_ag;
+            c[0] = tt->sh.nz_rs, c[1] = tt->sh.blocks_rs, c[2] = tt->sh.nz_ag, c[3] = tt->sh.blocks_ag;
         }
         dear_unlock(&ctx->eng.lock);
     }

@@ -266,7 +266,7 @@ static int bucket_prepare(dear_ctx_t *ctx, dear_op_t *op)
     /* A collective on the host reads the buffer: it starts once the copies have run. One the
      * transport runs on the communication queue itself follows them there. */
     if (ctx->mem.net == NULL && ctx->mem.drop != DROP_PACKED)
-        op->start_fence = b->packed;
+        op->pt.start_fence = b->packed;
     return DEAR_OK;
 }
 
@@ -342,9 +342,9 @@ static int shard_ag_prepare(dear_ctx_t *ctx, dear_op_t *op)
     if (staged) {
         DEAR_CHECK(mo->fence_record(gr->packed, ctx->mem.comm));
         if (ctx->mem.net == NULL && ctx->mem.drop != DROP_PACKED)
-            op->start_fence = gr->packed;
+            op->pt.start_fence = gr->packed;
     } else if (ctx->mem.net == NULL && ctx->mem.drop != DROP_READY) {
-        op->start_fence = dear_shard_updated(ctx); /* the host reads the parameters in place */
+        op->pt.start_fence = dear_shard_updated(ctx); /* the host reads the parameters in place */
     }
     return DEAR_OK;
 }

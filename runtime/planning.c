@@ -407,15 +407,15 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
 int dear_planning_restart(dear_ctx_t *ctx, int rc)
 {
     if (rc != DEAR_OK) {
-        ctx->eng.rc = rc;
+        ctx->eng.sh.rc = rc;
         ctx->online.next_plan_iter = -1;
         ctx->check.at = -1;
     }
     if (ctx->graph.nops > 0) {
-        ctx->eng.next_seq = ctx->eng.next_prep = ctx->it.iter * ctx->graph.nops;
+        ctx->eng.pt.next_seq = ctx->eng.pt.next_prep = ctx->it.iter * ctx->graph.nops;
         int src = dear_engine_start(ctx);
         if (src != DEAR_OK && rc == DEAR_OK)
-            rc = ctx->eng.rc = src;
+            rc = ctx->eng.sh.rc = src;
     }
     return rc;
 }
@@ -566,7 +566,7 @@ static int replan(dear_ctx_t *ctx, int rescale)
     /* The caller drained the old plan's collectives: with the thread stopped, the communicator
      * is this thread's alone and the operations can be rebuilt. */
     dear_engine_stop(ctx);
-    ctx->eng.stop = 0;
+    ctx->eng.sh.stop = 0;
     int keep = 0; /* rank 0: nothing measured to scale the estimate by */
     int margin_thr = 0; /* rank 0: DEAR_FIRST_MIN_GAIN sent the plan made again to the threshold plan */
     if (rescale) {
@@ -684,7 +684,7 @@ int dear_planning_verify(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
     dear_engine_stop(ctx);
-    ctx->eng.stop = 0;
+    ctx->eng.sh.stop = 0;
     int b = ctx->check.block + 1;
     if (b == 2 && block_len(ctx->check.iters, 2) == 0)
         b = 3; /* one iteration each: no second half of the new plan */

@@ -6,9 +6,9 @@
  * mem.c (gradient data through the memory table), engine.c (the progress thread), iteration.c
  * (the hooks) and the schedules behind them (sched_dear.c, sched_allreduce.c).
  *
- * Threads: the application thread owns everything except the fields marked "shared", which
- * both threads touch under ctx->eng.lock, and the fields marked "engine", which only the progress
- * thread touches after commit.
+ * Threads, in the types: the application thread owns every top-level field; a member struct `sh`
+ * is both threads', under ctx->eng.lock; a member struct `pt` is the progress thread's alone
+ * while it runs.
  */
 #ifndef DEAR_RT_H
 #define DEAR_RT_H
@@ -54,10 +54,13 @@ typedef struct {
     int live_ranks;         /* DEAR_FIND_UNUSED: ranks that had a gradient in the last iteration */
     size_t sparse_block;    /* dear_register_sparse: elements per block (a row); 0: dense */
     int sparse_rs, sparse_ag; /* the phases that run sparse (DEAR_SPARSE; auto decides after warm-up) */
-    /* shared: warm-up density (non-zero blocks of this rank's gradient and of the averaged one,
-     * out of the blocks scanned) and the counters of the sparse collectives carrying it */
-    uint64_t nz_rs, nz_ag, blocks_rs, blocks_ag;
-    uint64_t sp_sent, sp_msgs_sparse, sp_msgs_dense;
+    /* Both threads', under the engine's lock: warm-up density (non-zero blocks of this rank's
+     * gradient and of the averaged one, out of the blocks scanned) and the counters of the sparse
+     * collectives carrying it. */
+    struct {
+        uint64_t nz_rs, nz_ag, blocks_rs, blocks_ag;
+        uint64_t sp_sent, sp_msgs_sparse, sp_msgs_dense;
+    } sh;
 } dear_tensor_t;
 
 /* DEAR_SPARSE: the table's order. */
@@ -118,18 +121,22 @@ struct dear_op {
      * in operation order (packing its bucket); finish after `after` (unpacking). NULL: nothing. */
     int (*prepare)(dear_ctx_t *ctx, dear_op_t *op);
     int (*finish)(dear_ctx_t *ctx, dear_op_t *op);
-    /* shared */
-    dear_op_state_t state;  /* a run on the communication queue leaves it RUNNING at its start */
-    long long iter;         /* iteration it was queued for */
-    long long done_iter;    /* iteration of the last completion, -1 before any */
-    long long launch_iter;  /* iteration whose result the memory's fences already order (at the
-                             * completion, or at the start of a collective its transport runs on
-                             * the communication queue), -1 before any */
-    double t_queued;
-    /* engine */
-    long long prep_iter;    /* iteration of the last prepare, -1 before any */
-    dear_fence_t *start_fence; /* set by prepare: the collective starts once it is complete */
-    int stall_warned;
+    /* Both threads', under the engine's lock. */
+    struct {
+        dear_op_state_t state;  /* a run on the communication queue leaves it RUNNING at its start */
+        long long iter;         /* iteration it was queued for */
+        long long done_iter;    /* iteration of the last completion, -1 before any */
+        long long launch_iter;  /* iteration whose result the memory's fences already order (at the
+                                 * completion, or at the start of a collective its transport runs
+                                 * on the communication queue), -1 before any */
+        double t_queued;
+    } sh;
+    /* The progress thread's alone. */
+    struct {
+        long long prep_iter;    /* iteration of the last prepare, -1 before any */
+        dear_fence_t *start_fence; /* set by prepare: the collective starts once it is complete */
+        int stall_warned;
+    } pt;
 };
 
 /* A collective in flight (engine.c), the progress thread's: one operation of one iteration. One
@@ -207,8 +214,8 @@ typedef struct {
 } dear_rt_cfg_t;
 
 /* The registry: tensors in registration (forward) order, grouped into layers (registry.c).
- * Built by the application thread before commit; afterwards the tensors' fields marked
- * "shared" are the progress thread's too (under the engine's lock). */
+ * Built by the application thread before commit; afterwards the tensors' `sh` is the progress
+ * thread's too (under the engine's lock). */
 typedef struct {
     dear_tensor_t *tensors;
     int ntensors, tensors_cap;
@@ -354,8 +361,8 @@ typedef struct {
     int on;                 /* some registered tensor is larger, so it is cut */
 } dear_partition_ctl_t;
 
-/* The progress thread (engine.c). Fields under "shared" are both threads', under the lock;
- * under "engine", the progress thread's alone while it runs. */
+/* The progress thread (engine.c): its thread, lock and conditions (set up and torn down by the
+ * application thread), `sh` under the lock, `pt` its own. */
 typedef struct {
     pthread_t thread;
     int thread_started;
@@ -363,29 +370,33 @@ typedef struct {
     pthread_cond_t work_cv; /* wakes the progress thread */
     pthread_cond_t done_cv; /* wakes the application thread */
     int sync_ready;         /* the three above exist */
-    /* shared */
-    int stop;
-    int rc;                 /* first error the progress thread hit */
-    int nqueued;            /* queued and not yet started */
-    int nwaiters;           /* application thread blocked in dear_engine_wait (0 or 1) */
-    int in_net_wait;        /* the progress thread sleeps in the transport's block: poke to wake it */
-    uint64_t bytes_sent;
-    double busbytes;        /* bus bytes (nccl-tests convention) of finished collectives */
-    double busy_s;          /* time with at least one collective in flight */
-    double progress_cpu_s;
-    /* engine */
-    long long next_seq;     /* next operation to start: iteration * nops + pos */
-    long long next_prep;    /* next operation to prepare (never behind next_seq) */
-    int fence_wait;         /* the next operation waits for its buffer to fill (polled) */
-    dear_run_t *running;
-    dear_run_t *spare;      /* runs ended, for reuse */
-    int abandoned;          /* collectives were in flight when the thread stopped (read after join) */
-    dear_run_t *parked;     /* those collectives, receives cancelled, until dear_finalize settles
-                             * them (the application thread's after join) */
-    int nrunning;
-    int nhost;              /* of them, those on the host (DEAR_MAX_INFLIGHT counts these) */
-    size_t inflight_bytes;  /* sum of bytes of the running collectives on the host */
-    double busy_since;
+    /* Both threads', under lock. */
+    struct {
+        int stop;
+        int rc;                 /* first error the progress thread hit */
+        int nqueued;            /* queued and not yet started */
+        int nwaiters;           /* application thread blocked in dear_engine_wait (0 or 1) */
+        int in_net_wait;        /* the progress thread sleeps in the transport's block: poke to wake it */
+        uint64_t bytes_sent;
+        double busbytes;        /* bus bytes (nccl-tests convention) of finished collectives */
+        double busy_s;          /* time with at least one collective in flight */
+        double progress_cpu_s;
+    } sh;
+    /* The progress thread's alone while it runs (the application thread's after the join). */
+    struct {
+        long long next_seq;     /* next operation to start: iteration * nops + pos */
+        long long next_prep;    /* next operation to prepare (never behind next_seq) */
+        int fence_wait;         /* the next operation waits for its buffer to fill (polled) */
+        dear_run_t *running;
+        dear_run_t *spare;      /* runs ended, for reuse */
+        int abandoned;          /* collectives were in flight when the thread stopped (read after join) */
+        dear_run_t *parked;     /* those collectives, receives cancelled, until dear_finalize settles
+                                 * them (the application thread's after join) */
+        int nrunning;
+        int nhost;              /* of them, those on the host (DEAR_MAX_INFLIGHT counts these) */
+        size_t inflight_bytes;  /* sum of bytes of the running collectives on the host */
+        double busy_since;
+    } pt;
 } dear_engine_t;
 
 /* Where the gradients live and the queues that reach them (mem.c). */
@@ -403,7 +414,8 @@ typedef struct {
                                  * or NULL: the context's (cm.net), on host buffers */
 } dear_rt_mem_t;
 
-/* One context, split by concern; each part says which thread owns which field. */
+/* One context, split by concern. In every part the application thread owns the top-level fields;
+ * a member `sh` is both threads' under the engine's lock, a member `pt` the progress thread's. */
 struct dear_ctx {
     dear_rt_comm_t cm;
     dear_rt_cfg_t cfg;

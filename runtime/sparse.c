@@ -119,7 +119,7 @@ static int sparse_setup(dear_ctx_t *ctx)
  * tensors' counts (a cut tensor's chunks, cut on rows, add up to the whole tensor's). */
 static void scan(dear_ctx_t *ctx, const dear_op_t *op, const dear_bucket_t *bk, int u0, int u1, int averaged)
 {
-    if (op->iter >= ctx->sparse.measure_iters)
+    if (op->sh.iter >= ctx->sparse.measure_iters)
         return;
     for (int u = u0; u < u1; u++) {
         dear_tensor_t *tt = &ctx->reg.tensors[ctx->graph.units[u].tensor];
@@ -128,8 +128,8 @@ static void scan(dear_ctx_t *ctx, const dear_op_t *op, const dear_bucket_t *bk, 
             continue;
         size_t nz = dear_coll_sparse_nonzero(tt->dtype, dear_unit_vec(ctx, u, 0), count, tt->sparse_block);
         dear_lock(&ctx->eng.lock);
-        *(averaged ? &tt->nz_ag : &tt->nz_rs) += nz;
-        *(averaged ? &tt->blocks_ag : &tt->blocks_rs) += count / tt->sparse_block;
+        *(averaged ? &tt->sh.nz_ag : &tt->sh.nz_rs) += nz;
+        *(averaged ? &tt->sh.blocks_ag : &tt->sh.blocks_rs) += count / tt->sparse_block;
         dear_unlock(&ctx->eng.lock);
     }
 }
@@ -211,9 +211,9 @@ void dear_sparse_record(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_in
         if (u > u0 && ctx->graph.units[u].tensor == ctx->graph.units[u - 1].tensor)
             continue;
         dear_tensor_t *tt = &ctx->reg.tensors[ctx->graph.units[u].tensor];
-        tt->sp_sent += info->bytes_sent;
-        tt->sp_msgs_sparse += info->msgs_sparse;
-        tt->sp_msgs_dense += info->msgs_dense;
+        tt->sh.sp_sent += info->bytes_sent;
+        tt->sh.sp_msgs_sparse += info->msgs_sparse;
+        tt->sh.sp_msgs_dense += info->msgs_dense;
     }
 }
 
@@ -247,7 +247,7 @@ int dear_sparse_decide(dear_ctx_t *ctx)
         if (dear_tensor_block(ctx, t) == 0)
             continue;
         dear_lock(&ctx->eng.lock);
-        uint64_t mine[4] = { tt->nz_rs, tt->nz_ag, tt->blocks_rs, tt->blocks_ag }, most[4];
+        uint64_t mine[4] = { tt->sh.nz_rs, tt->sh.nz_ag, tt->sh.blocks_rs, tt->sh.blocks_ag }, most[4];
         dear_unlock(&ctx->eng.lock);
         DEAR_MPI_CHECK(MPI_Allreduce(mine, most, 4, MPI_UINT64_T, MPI_MAX, ctx->cm.comm));
         size_t row = tt->sparse_block * dear_dtype_size(tt->dtype);
@@ -293,11 +293,11 @@ int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stat
     if (ctx->graph.ngroups == 0)
         s.sparse_ag = 0;
     dear_lock(&ctx->eng.lock);
-    s.density = ratio(tt->nz_rs, tt->blocks_rs);
-    s.density_union = ratio(tt->nz_ag, tt->blocks_ag);
-    s.bytes_sent = tt->sp_sent;
-    s.msgs_sparse = tt->sp_msgs_sparse;
-    s.msgs_dense = tt->sp_msgs_dense;
+    s.density = ratio(tt->sh.nz_rs, tt->sh.blocks_rs);
+    s.density_union = ratio(tt->sh.nz_ag, tt->sh.blocks_ag);
+    s.bytes_sent = tt->sh.sp_sent;
+    s.msgs_sparse = tt->sh.sp_msgs_sparse;
+    s.msgs_dense = tt->sh.sp_msgs_dense;
     dear_unlock(&ctx->eng.lock);
     memcpy(stats, &s, stats->size < sizeof s ? stats->size : sizeof s);
     return DEAR_OK;

@@ -61,7 +61,7 @@ int dear_tensor_updates(const dear_ctx_t *ctx, int t)
 static void live_before(dear_ctx_t *ctx, dear_op_t *op)
 {
     for (int t = 0; t < ctx->reg.ntensors; t++)
-        ctx->unused.live[t] = ctx->reg.tensors[t].nograd_iter == op->iter ? 0 : 1;
+        ctx->unused.live[t] = ctx->reg.tensors[t].nograd_iter == op->sh.iter ? 0 : 1;
 }
 
 static void live_after(dear_ctx_t *ctx, dear_op_t *op)
@@ -144,7 +144,7 @@ int dear_freeze(dear_ctx_t *ctx, int tensor, int frozen)
     if (t->frozen == frozen)
         return DEAR_OK;
     dear_engine_stop(ctx);
-    ctx->eng.stop = 0;
+    ctx->eng.sh.stop = 0;
     t->frozen = frozen;
     dear_plan_t plan = { 0 };
     rc = dear_plan_copy(&plan, &ctx->graph.plan);
