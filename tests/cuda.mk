@@ -108,6 +108,17 @@ tests/cuda/gpu_kern.lo: $(top_srcdir)/tests/cuda/gpu_kern.cu $(top_srcdir)/tests
     $(top_srcdir)/collectives/elem.h
 	$(AM_V_GEN)$(SHELL) $(top_srcdir)/cuda/nvcc-lo.sh '$(NVCC)' $@ $(NVCC_FLAGS) $(top_srcdir)/tests/cuda/gpu_kern.cu
 CLEANFILES += tests/cuda/gpu_kern.lo tests/cuda/gpu_kern.o tests/cuda/.libs/gpu_kern.o
+# Features together on CUDA memory (tests/mpi/test_combo.c, -DDEAR_TEST_MEM_CUDA): the cases of
+# the combination test's covering design whose memory is cuda, each through NCCL or staged.
+COMBO_CUDA_TESTS = tests/cuda/combo-np2-cuda.mpi tests/cuda/combo-np3-cuda.mpi
+EXTRA_DIST += $(COMBO_CUDA_TESTS)
+check_PROGRAMS += tests/cuda/test_combo_cuda
+TESTS += $(COMBO_CUDA_TESTS)
+tests_cuda_test_combo_cuda_SOURCES = tests/mpi/test_combo.c tests/cuda/gpu_kern.h tests/cuda/gpu_kern_emu.c \
+    tests/cuda/cuda_check.h tests/mpi/suite_run.h
+tests_cuda_test_combo_cuda_CPPFLAGS = $(CUEMU_CPPFLAGS)
+tests_cuda_test_combo_cuda_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_CUDA
+tests_cuda_test_combo_cuda_LDADD = $(DEAR_EMU_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS) -lrt
 # The GPU measurements (cuda/gpu-check.sh): on the real libraries, and on the emulated ones for CI.
 noinst_PROGRAMS += bench/dear-gpu-bench
 bench_dear_gpu_bench_SOURCES = bench/dear-gpu-bench.c tests/cuda/gpu_kern.h

@@ -6,9 +6,12 @@
  * covering design: every pair of features appears together, every triple among sharding,
  * compression, error feedback, sparse tensors, partitions and the deterministic mode too, and
  * every feature meets every schedule, planner, transport, memory row, rank count and layout.
- * Each rank count runs its share of the cases (combo-np{1..4}.mpi, and combo-np{2,3}-delay.mpi
- * for the delayed host row, built as test_combo_delay). CUDA memory is not crossed here: its
- * pairs are refused by the table, and tests/cuda runs it with the features it takes.
+ * Each rank count runs its share of the cases (combo-np{1..4}.mpi; combo-np{2,3}-delay.mpi for
+ * the delayed host row, built as test_combo_delay; tests/cuda/combo-np{2,3}-cuda.mpi for CUDA
+ * memory on the emulated runtime and NCCL, built as test_combo_cuda, each case through NCCL or
+ * staged). Under CUDA the program's gradients and parameters, guards included, are device
+ * memory: it writes them from pinned host copies on its stream, its updates are kernels on the
+ * stream it is given, and it reads them back for every check.
  *
  * The model's tensors are malloc'ed one by one (layout "apart"), gradients and parameters each
  * between two guard regions, so that a bucket's tensors are never adjacent and a write past a
@@ -42,6 +45,16 @@
 #include "runtime/rt.h"
 #ifdef DEAR_TEST_MEM_DELAY
 #include "tests/mpi/mem_delay.h"
+#define MEM_KIND 1
+#elif defined DEAR_TEST_MEM_CUDA
+#include <cuda_runtime.h>
+
+#include "tests/cuda/cuda_check.h"
+#include "tests/cuda/gpu_kern.h"
+#define MEM_KIND 2
+static cudaStream_t stream; /* the program's compute stream (dear_set_stream) */
+#else
+#define MEM_KIND 0
 #endif
 #include "tests/mpi/suite_run.h"
 #include "tests/mpi/synth.h"
@@ -61,9 +74,10 @@ static const int triple_set[] = { F_SHARD, F_COMPRESS, F_EF, F_SPARSE, F_PART, F
 static const char *const scheds[] = { "dear", "wfbp", "sync" };
 static const char *const planners[] = { "threshold", "dp", "auto" };
 static const char *const transports[] = { "mpi", "socket" };
-static const char *const mems[] = { "host", "delay" };
+static const char *const mems[] = { "host", "delay", "cuda" };
 static const char *const layouts[] = { "apart", "arena" };
-enum { NSCHED = 3, NPLAN = 3, NTRANS = 2, NMEM = 2, NNP = 4, NLAYOUT = 2, NDIM = 6 };
+enum { NSCHED = 3, NPLAN = 3, NTRANS = 2, NMEM = 3, NNP = 4, NLAYOUT = 2, NDIM = 6 };
+enum { MEM_HOST, MEM_DELAY, MEM_CUDA };
 static const int dim_size[NDIM] = { NSCHED, NPLAN, NTRANS, NMEM, NNP, NLAYOUT };
 
 typedef struct {
@@ -133,6 +147,8 @@ static unsigned lib_features(const combo_t *c)
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (on(c->feat, map[i].test))
             f |= 1u << map[i].lib;
+    if (c->dim[3] == MEM_CUDA)
+        f |= 1u << DEAR_FEAT_CUDA;
     return f;
 }
 
@@ -169,7 +185,7 @@ static void make_cases(void)
             c.feat = normalise(c.feat);
             for (int d = 0; d < NDIM; d++)
                 c.dim[d] = (int)(lcg(&seed) % (uint64_t)dim_size[d]);
-            if (c.dim[3] == 1) /* the delayed row runs at np 2 and 3 (combo-np{2,3}-delay.mpi) */
+            if (c.dim[3] != MEM_HOST) /* the delayed row and CUDA run at np 2 and 3 */
                 c.dim[4] = 1 + c.dim[4] % 2;
             if (refused(&c, NULL, 0)) /* covers nothing: it never trains */
                 continue;
@@ -206,16 +222,21 @@ static void make_cases(void)
             }
 }
 
+/* CUDA memory: the collectives of case c run in NCCL or staged through host buffers, by turns. */
+static const char *cuda_transport(const combo_t *c) { return (c->dim[0] + c->dim[2]) % 2 ? "staged" : "nccl"; }
+
 static void describe(const combo_t *c, char *buf, size_t len)
 {
-    size_t n = (size_t)snprintf(buf, len, "np %d, %s, %s, %s, %s, %s:", c->dim[4] + 1, scheds[c->dim[0]],
-                                planners[c->dim[1]], transports[c->dim[2]], mems[c->dim[3]], layouts[c->dim[5]]);
+    size_t n = (size_t)snprintf(buf, len, "np %d, %s, %s, %s, %s%s%s, %s:", c->dim[4] + 1, scheds[c->dim[0]],
+                                planners[c->dim[1]], transports[c->dim[2]], mems[c->dim[3]],
+                                c->dim[3] == MEM_CUDA ? " " : "", c->dim[3] == MEM_CUDA ? cuda_transport(c) : "",
+                                layouts[c->dim[5]]);
     for (int f = 0; f < NF && n < len; f++)
         if (on(c->feat, f))
             n += (size_t)snprintf(buf + n, len - n, " %s", fname[f]);
 }
 
-/* ---- the model: tensors malloc'ed one by one between guard regions ---- */
+/* ---- the model: tensors malloc'ed one by one between guard regions (device memory under CUDA) ---- */
 
 #define NT 7
 #define ITERS 10
@@ -236,7 +257,10 @@ static const uint32_t canary = 0x7fa5a5a5u;
 typedef struct {
     unsigned feat;
     int arena;                  /* one allocation for the gradients, one for the parameters */
-    float *g[NT], *w[NT];       /* each GUARD floats past the start of its allocation (apart) */
+    float *g[NT], *w[NT];       /* each GUARD floats past the start of its allocation (apart); the
+                                 * library's: device memory under CUDA */
+    float *hg[NT], *hw[NT];     /* the program's view of them: g and w themselves on the host, pinned
+                                 * copies of the device's under CUDA (to_host, push_grad) */
     double *ref[NT];            /* the reference's parameters */
     float *fz[NT];              /* a frozen tensor's gradient as the program wrote it last */
     int *hits;                  /* [ITERS][elements]: updates of each element per iteration */
@@ -246,19 +270,57 @@ typedef struct {
 
 static float *guarded(size_t n)
 {
-    uint32_t *p = malloc((n + 2 * GUARD) * sizeof *p);
+    size_t bytes = (n + 2 * GUARD) * sizeof(uint32_t);
+    uint32_t *p = malloc(bytes);
     ck_assert_ptr_nonnull(p);
     for (size_t i = 0; i < n + 2 * GUARD; i++)
         p[i] = canary;
+#ifdef DEAR_TEST_MEM_CUDA
+    void *d = NULL;
+    CK_CUDA(cudaMalloc(&d, bytes));
+    CK_CUDA(cudaMemcpy(d, p, bytes, cudaMemcpyHostToDevice));
+    free(p);
+    return (float *)d + GUARD;
+#else
     return (float *)(p + GUARD);
+#endif
+}
+
+static void guarded_free(float *v)
+{
+#ifdef DEAR_TEST_MEM_CUDA
+    CK_CUDA(cudaFree(v - GUARD));
+#else
+    free((uint32_t *)v - GUARD);
+#endif
+}
+
+/* A host view of n floats: the library's own memory on the host, pinned memory under CUDA. */
+static float *host_view(float *lib, size_t n)
+{
+#ifdef DEAR_TEST_MEM_CUDA
+    void *h = NULL;
+    CK_CUDA(cudaMallocHost(&h, n * sizeof(float)));
+    return h;
+#else
+    (void)n;
+    return lib;
+#endif
 }
 
 static size_t guards_broken(const float *v, size_t n)
 {
-    const uint32_t *p = (const uint32_t *)v - GUARD;
+    uint32_t p[2 * GUARD];
+#ifdef DEAR_TEST_MEM_CUDA /* nothing writes the guards: no stream need be waited for */
+    CK_CUDA(cudaMemcpy(p, v - GUARD, GUARD * sizeof *p, cudaMemcpyDeviceToHost));
+    CK_CUDA(cudaMemcpy(p + GUARD, v + n, GUARD * sizeof *p, cudaMemcpyDeviceToHost));
+#else
+    memcpy(p, (const uint32_t *)v - GUARD, GUARD * sizeof *p);
+    memcpy(p + GUARD, v + n, GUARD * sizeof *p);
+#endif
     size_t bad = 0;
-    for (size_t i = 0; i < GUARD; i++)
-        bad += (p[i] != canary) + (p[GUARD + n + i] != canary);
+    for (size_t i = 0; i < 2 * GUARD; i++)
+        bad += p[i] != canary;
     return bad;
 }
 
@@ -270,18 +332,25 @@ static void model_init(model_t *m, unsigned feat, int arena)
     for (int t = 0; t < NT; t++)
         m->off[t + 1] = m->off[t] + counts[t];
     float *ga = arena ? guarded(m->off[NT]) : NULL, *wa = arena ? guarded(m->off[NT]) : NULL;
+    float *hga = arena ? host_view(ga, m->off[NT]) : NULL, *hwa = arena ? host_view(wa, m->off[NT]) : NULL;
     for (int t = 0; t < NT; t++) {
         m->g[t] = arena ? ga + m->off[t] : guarded(counts[t]);
         m->w[t] = arena ? wa + m->off[t] : guarded(counts[t]);
+        m->hg[t] = arena ? hga + m->off[t] : host_view(m->g[t], counts[t]);
+        m->hw[t] = arena ? hwa + m->off[t] : host_view(m->w[t], counts[t]);
         m->ref[t] = malloc(counts[t] * sizeof(double));
         m->fz[t] = malloc(counts[t] * sizeof(float));
         ck_assert_ptr_nonnull(m->ref[t]);
         ck_assert_ptr_nonnull(m->fz[t]);
         for (size_t i = 0; i < counts[t]; i++) {
-            m->w[t][i] = (float)cos(0.3 * (double)(m->off[t] + i));
-            m->ref[t][i] = m->w[t][i];
-            m->g[t][i] = 0;
+            m->hw[t][i] = (float)cos(0.3 * (double)(m->off[t] + i));
+            m->ref[t][i] = m->hw[t][i];
+            m->hg[t][i] = 0;
         }
+#ifdef DEAR_TEST_MEM_CUDA
+        CK_CUDA(cudaMemcpy(m->g[t], m->hg[t], counts[t] * sizeof(float), cudaMemcpyHostToDevice));
+        CK_CUDA(cudaMemcpy(m->w[t], m->hw[t], counts[t] * sizeof(float), cudaMemcpyHostToDevice));
+#endif
     }
     m->hits = calloc(ITERS * m->off[NT], sizeof *m->hits);
     ck_assert_ptr_nonnull(m->hits);
@@ -291,8 +360,12 @@ static void model_free(model_t *m)
 {
     for (int t = 0; t < NT; t++) {
         if (!m->arena || t == 0) {
-            free((uint32_t *)m->g[t] - GUARD);
-            free((uint32_t *)m->w[t] - GUARD);
+            guarded_free(m->g[t]);
+            guarded_free(m->w[t]);
+#ifdef DEAR_TEST_MEM_CUDA
+            CK_CUDA(cudaFreeHost(m->hg[t]));
+            CK_CUDA(cudaFreeHost(m->hw[t]));
+#endif
         }
         free(m->ref[t]);
         free(m->fz[t]);
@@ -368,6 +441,43 @@ static void reference(model_t *m)
 
 /* ---- the same loop through libdear ---- */
 
+/* The stream the updates are handed: the program's under CUDA, none on the host. */
+static void *prog_stream(void)
+{
+#ifdef DEAR_TEST_MEM_CUDA
+    return (void *)stream;
+#else
+    return NULL;
+#endif
+}
+
+/* Under CUDA: the host views made current, once the program's stream ran what it was given
+ * (forward_begin and backward_end make it wait for the library's results). */
+static void to_host(model_t *m)
+{
+#ifdef DEAR_TEST_MEM_CUDA
+    CK_CUDA(cudaStreamSynchronize(stream));
+    for (int t = 0; t < NT; t++) {
+        CK_CUDA(cudaMemcpy(m->hg[t], m->g[t], counts[t] * sizeof(float), cudaMemcpyDeviceToHost));
+        CK_CUDA(cudaMemcpy(m->hw[t], m->w[t], counts[t] * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+#else
+    (void)m;
+#endif
+}
+
+/* Under CUDA: tensor t's gradient, as the program wrote it in its host view, to the device on the
+ * program's stream (the view is not written again before to_host waits for the stream). */
+static void push_grad(const model_t *m, int t)
+{
+#ifdef DEAR_TEST_MEM_CUDA
+    CK_CUDA(cudaMemcpyAsync(m->g[t], m->hg[t], counts[t] * sizeof(float), cudaMemcpyHostToDevice, stream));
+#else
+    (void)m;
+    (void)t;
+#endif
+}
+
 static int update(const dear_update_info_t *u)
 {
     model_t *m = u->arg;
@@ -377,18 +487,26 @@ static int update(const dear_update_info_t *u)
     if (u->size < sizeof *u || t < 0 || t >= NT || u->iteration < 0 || u->iteration >= ITERS ||
         u->tensor_count != counts[t] || u->offset + u->count > counts[t] || u->dtype != DEAR_FLOAT32 ||
         u->grad != m->g[t] + u->offset || u->param != m->w[t] + u->offset ||
+        (MEM_KIND == MEM_CUDA) != (u->mem == DEAR_MEM_CUDA) || u->stream != prog_stream() ||
         (!on(m->feat, F_SHARD) && u->count != counts[t])) {
         snprintf(m->why, sizeof m->why, "tensor %d, iteration %lld: the callback's slice [%zu, +%zu) or its pointers "
                  "are wrong", t, u->iteration, u->offset, u->count);
         return 1;
     }
+    int *hits = m->hits + (size_t)u->iteration * m->off[NT] + m->off[t] + u->offset;
+    for (size_t i = 0; i < u->count; i++)
+        hits[i]++;
+#ifdef DEAR_TEST_MEM_CUDA
+    if (tk_sgd((cudaStream_t)u->stream, u->param, u->grad, DEAR_FLOAT32, u->count, (float)STEP) != cudaSuccess) {
+        snprintf(m->why, sizeof m->why, "tensor %d, iteration %lld: the update kernel failed", t, u->iteration);
+        return 1;
+    }
+#else
     const float *g = u->grad;
     float *w = u->param;
-    int *hits = m->hits + (size_t)u->iteration * m->off[NT] + m->off[t] + u->offset;
-    for (size_t i = 0; i < u->count; i++) {
+    for (size_t i = 0; i < u->count; i++)
         w[i] -= (float)STEP * g[i];
-        hits[i]++;
-    }
+#endif
     return 0;
 }
 
@@ -400,7 +518,7 @@ static void check_frozen(const model_t *m, const char *what, long long it)
             continue;
         size_t differ = 0;
         for (size_t i = 0; i < counts[t]; i++)
-            differ += memcmp(&m->g[t][i], &m->fz[t][i], sizeof(float)) != 0;
+            differ += memcmp(&m->hg[t][i], &m->fz[t][i], sizeof(float)) != 0;
         ck_assert_msg(differ == 0, "%s: before iteration %lld, %zu of the %zu gradient elements of frozen tensor %d "
                       "were changed by the library", what, it, differ, counts[t], t);
     }
@@ -408,6 +526,7 @@ static void check_frozen(const model_t *m, const char *what, long long it)
 
 static void backward(dear_ctx_t *ctx, model_t *m, long long it, int mb, const char *what)
 {
+    to_host(m);
     if (mb == 0 && it > 0)
         check_frozen(m, what, it);
     for (int l = 3; l >= 0; l--) {
@@ -419,8 +538,9 @@ static void backward(dear_ctx_t *ctx, model_t *m, long long it, int mb, const ch
                 continue;
             }
             for (size_t i = 0; i < counts[t]; i++)
-                m->g[t][i] = (float)((mb ? m->g[t][i] : 0.0f) + grad_value(t, i, rank, it, mb, m->w[t][i]));
-            memcpy(m->fz[t], m->g[t], counts[t] * sizeof(float));
+                m->hg[t][i] = (float)((mb ? m->hg[t][i] : 0.0f) + grad_value(t, i, rank, it, mb, m->hw[t][i]));
+            memcpy(m->fz[t], m->hg[t], counts[t] * sizeof(float));
+            push_grad(m, t);
         }
         ck_assert_int_eq(dear_backward_done(ctx, l), DEAR_OK);
     }
@@ -440,7 +560,8 @@ static void check_guards(const model_t *m, const char *what, long long it)
 static const char *const env_names[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_FUSION_THRESHOLD", "DEAR_PARTITION",
                                          "DEAR_DETERMINISTIC", "DEAR_TRANSPORT", "DEAR_COMPRESS", "DEAR_COMPRESS_EF",
                                          "DEAR_FIND_UNUSED", "DEAR_SPARSE", "DEAR_WARMUP_ITERS", "DEAR_VERIFY_ITERS",
-                                         "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_SHARD" };
+                                         "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_SHARD",
+                                         "DEAR_CUDA_TRANSPORT" };
 
 static void env_clear(void)
 {
@@ -478,6 +599,8 @@ static void env_set(const combo_t *c, int other_plan)
         setenv("DEAR_FIND_UNUSED", "1", 1);
     if (on(c->feat, F_SPARSE))
         setenv("DEAR_SPARSE", "on", 1);
+    if (c->dim[3] == MEM_CUDA)
+        setenv("DEAR_CUDA_TRANSPORT", cuda_transport(c), 1);
     if (other_plan) { /* one bucket of whole tensors, or chunks of 256 bytes */
         setenv("DEAR_FUSION", "threshold", 1);
         setenv("DEAR_FUSION_THRESHOLD", on(c->feat, F_PART) ? "64m" : "512", 1);
@@ -489,22 +612,23 @@ static void env_set(const combo_t *c, int other_plan)
 static int run(const combo_t *c, model_t *m, int other_plan, const char *what)
 {
     env_set(c, other_plan);
+    ck_assert_msg(c->dim[3] == MEM_KIND, "%s: %s memory needs another build of test_combo", what, mems[c->dim[3]]);
 #ifdef DEAR_TEST_MEM_DELAY
     dear_rt_mem_set_host_row(NULL);
-    if (c->dim[3] == 1)
-        mem_delay_install();
-#else
-    ck_assert_msg(c->dim[3] == 0, "%s: the delayed host row needs test_combo_delay", what);
+    mem_delay_install();
 #endif
     dear_ctx_t *ctx = NULL;
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+#ifdef DEAR_TEST_MEM_CUDA
+    ck_assert_int_eq(dear_set_stream(ctx, (void *)stream), DEAR_OK);
+#endif
     if (nranks > 1) /* one rank talks to nobody: no transport is set up */
         ck_assert_str_eq(dear_transport(ctx), transports[c->dim[2]]);
     for (int t = 0; t < NT; t++) {
         char name[16];
         snprintf(name, sizeof name, "w%d", t);
-        ck_assert_int_eq(dear_register(ctx, name, layer_of[t], m->g[t], counts[t], DEAR_FLOAT32, DEAR_MEM_HOST, update,
-                                       m),
+        ck_assert_int_eq(dear_register(ctx, name, layer_of[t], m->g[t], counts[t], DEAR_FLOAT32,
+                                       MEM_KIND == MEM_CUDA ? DEAR_MEM_CUDA : DEAR_MEM_HOST, update, m),
                          DEAR_OK);
         ck_assert_int_eq(dear_set_param(ctx, t, m->w[t]), DEAR_OK);
     }
@@ -545,6 +669,7 @@ static int run(const combo_t *c, model_t *m, int other_plan, const char *what)
         ck_assert_msg(m->why[0] == 0, "%s: %s", what, m->why);
     }
     ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
+    to_host(m);
     check_guards(m, what, ITERS);
     check_frozen(m, what, ITERS);
     ck_assert_msg(m->why[0] == 0, "%s: %s", what, m->why);
@@ -594,7 +719,7 @@ static void check_case(const combo_t *c, const char *what)
     size_t wi = 0;
     for (int t = 0; t < NT; t++)
         for (size_t i = 0; i < counts[t]; i++) {
-            double d = fabs(m.w[t][i] - m.ref[t][i]);
+            double d = fabs(m.hw[t][i] - m.ref[t][i]);
             if (!(d <= worst)) {
                 worst = d;
                 wt = t;
@@ -602,12 +727,12 @@ static void check_case(const combo_t *c, const char *what)
             }
         }
     ck_assert_msg(worst <= tol, "%s: tensor %d element %zu is %.9g, the float64 reference %.9g (tolerance %g)", what,
-                  wt, wi, m.w[wt][wi], m.ref[wt][wi], tol);
+                  wt, wi, m.hw[wt][wi], m.ref[wt][wi], tol);
     /* The same parameters on every rank, bit for bit. */
     uint32_t *bits = malloc(2 * n * sizeof *bits);
     ck_assert_ptr_nonnull(bits);
     for (int t = 0; t < NT; t++)
-        memcpy(bits + m.off[t], m.w[t], counts[t] * sizeof(float));
+        memcpy(bits + m.off[t], m.hw[t], counts[t] * sizeof(float));
     memcpy(bits + n, bits, n * sizeof *bits);
     MPI_Allreduce(MPI_IN_PLACE, bits, (int)n, MPI_UINT32_T, MPI_BAND, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, bits + n, (int)n, MPI_UINT32_T, MPI_BOR, MPI_COMM_WORLD);
@@ -624,7 +749,7 @@ static void check_case(const combo_t *c, const char *what)
         differ = 0;
         for (int t = 0; t < NT; t++)
             for (size_t i = 0; i < counts[t]; i++)
-                differ += memcmp(&m.w[t][i], &b.w[t][i], sizeof(float)) != 0;
+                differ += memcmp(&m.hw[t][i], &b.hw[t][i], sizeof(float)) != 0;
         ck_assert_msg(differ == 0, "%s: %zu of %zu parameters differ between two plans under DEAR_DETERMINISTIC", what,
                       differ, n);
         model_free(&b);
@@ -667,9 +792,14 @@ int main(int argc, char **argv)
     mpi_suite_init(&argc, &argv, &rank, &nranks);
     make_cases();
     const char *only = getenv("COMBO_CASE");
-    int mem_delay = 0;
-#ifdef DEAR_TEST_MEM_DELAY
-    mem_delay = 1;
+#ifdef DEAR_TEST_MEM_CUDA
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        fprintf(stderr, "test_combo_cuda: no CUDA device\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    cudaSetDevice(rank % ndev); /* a GPU per rank where there are enough */
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
 #endif
     for (int k = 0; k < ncases; k++) {
         if (getenv("COMBO_LIST") && rank == 0) {
@@ -677,7 +807,7 @@ int main(int argc, char **argv)
             describe(&cases[k], what, sizeof what);
             printf("%d: %s\n", k, what);
         }
-        if (only ? atoi(only) == k : cases[k].dim[4] + 1 == nranks && cases[k].dim[3] == mem_delay)
+        if (only ? atoi(only) == k : cases[k].dim[4] + 1 == nranks && cases[k].dim[3] == MEM_KIND)
             mine[nmine++] = k;
     }
     if (getenv("COMBO_LIST")) {
