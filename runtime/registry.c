@@ -77,12 +77,12 @@ int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size
     DEAR_ARG_CHECK(count > 0, "dear_register('%s'): count is 0; register only tensors with elements", name);
     DEAR_ARG_CHECK(grad != NULL, "dear_register('%s'): grad is NULL", name);
     size_t esize = dear_dtype_size(dtype);
-    DEAR_CHECK(dear_rt_mem_check("dear_register", name, "grad", grad, count * esize, mem));
-    /* The byte count must fit a size_t and the buffer the address space: a wrapped product would
-     * register a few bytes and fail only at the first backward. */
+    /* The byte count must fit a size_t and the buffer the address space, before anything uses it:
+     * a wrapped product would pass the memory check on a few bytes, or fail it naming them. */
     DEAR_ARG_CHECK(count <= (SIZE_MAX - (uintptr_t)grad) / esize,
                    "dear_register('%s'): count %zu of %s is %s bytes, more than the address space holds", name, count,
                    dear_dtype_name(dtype), count <= SIZE_MAX / esize ? "that many" : "an overflowing number of");
+    DEAR_CHECK(dear_rt_mem_check("dear_register", name, "grad", grad, count * esize, mem));
     const dear_tensor_t *o = overlapping(&ctx->reg, grad, count * esize, 0);
     DEAR_ARG_CHECK(o == NULL,
                    "dear_register('%s'): its gradient [%p, +%zu bytes) overlaps that of tensor '%s' [%p, +%zu bytes); "
@@ -501,9 +501,9 @@ int dear_set_param(dear_ctx_t *ctx, int tensor, void *param)
                    ctx->reg.ntensors);
     dear_tensor_t *t = &ctx->reg.tensors[tensor];
     DEAR_ARG_CHECK(param != NULL, "dear_set_param('%s'): param is NULL", t->name);
-    DEAR_CHECK(dear_rt_mem_check("dear_set_param", t->name, "param", param, t->bytes, t->mem));
     DEAR_ARG_CHECK((uintptr_t)param <= UINTPTR_MAX - t->bytes,
                    "dear_set_param('%s'): %zu bytes at %p run past the address space", t->name, t->bytes, param);
+    DEAR_CHECK(dear_rt_mem_check("dear_set_param", t->name, "param", param, t->bytes, t->mem));
     const dear_tensor_t *o = overlapping(&ctx->reg, param, t->bytes, 0);
     DEAR_ARG_CHECK(o == NULL, "dear_set_param('%s'): the parameters [%p, +%zu bytes) overlap the gradient of tensor "
                    "'%s'; gradients and parameters need buffers of their own",

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "include/dear.h"
 #include "tests/cuda/cuda_check.h"
 #include "tests/cuda/gpu_kern.h"
@@ -361,6 +362,23 @@ START_TEST(test_hooks_async)
 }
 END_TEST
 
+static char log_buf[4096];
+
+static void log_sink(const char *line, void *arg)
+{
+    (void)arg;
+    size_t n = strlen(log_buf);
+    snprintf(log_buf + n, sizeof log_buf - n, "%s", line);
+}
+
+static void log_capture_start(void)
+{
+    log_buf[0] = '\0';
+    dear_log_set_sink(log_sink, NULL);
+}
+
+static void log_capture_stop(void) { dear_log_set_sink(NULL, NULL); }
+
 /* Registration of the wrong kind of memory, and set-ups that cannot work, fail clearly. */
 START_TEST(test_bad_input)
 {
@@ -373,6 +391,14 @@ START_TEST(test_bad_input)
     ck_assert_int_eq(dear_register(ctx, "d", 0, dev, 8, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL), DEAR_ERR_ARG);
     /* The whole range must be one allocation: 17 floats from a 64-byte buffer is not. */
     ck_assert_int_eq(dear_register(ctx, "long", 0, dev, 17, DEAR_FLOAT32, DEAR_MEM_CUDA, NULL, NULL), DEAR_ERR_ARG);
+    /* A count whose byte count wraps (to 400) is refused for its size, before the device is asked
+     * about the wrapped range. */
+    log_capture_start();
+    int rc = dear_register(ctx, "wrap", 0, dev, SIZE_MAX / 4 + 1 + 100, DEAR_FLOAT32, DEAR_MEM_CUDA, NULL, NULL);
+    log_capture_stop();
+    ck_assert_int_eq(rc, DEAR_ERR_ARG);
+    ck_assert_msg(strstr(log_buf, "more than the address space holds") && !strstr(log_buf, "400 bytes"),
+                  "a wrapped byte count was not refused for its size: %s", log_buf);
     if (g_ndev > 1) {
         int cur;
         void *other = NULL;
