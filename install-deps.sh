@@ -5,7 +5,7 @@ set -e
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config
-      libopenmpi-dev openmpi-bin mpich libmpich-dev libhwloc-dev hwloc check libsubunit-dev zlib1g-dev
+      libopenmpi-dev openmpi-bin mpich libmpich-dev libhwloc-dev hwloc nettle-dev check libsubunit-dev zlib1g-dev
       libopenblas-dev
       dataset-fashion-mnist fortunes iproute2 python3 valgrind python3-torch python3-mpi4py"
 # MPICH comes for a second test build (.ci/check-mpich) and must not change the default MPI:

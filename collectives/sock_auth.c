@@ -9,7 +9,10 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "base/sha256.h"
+#include <nettle/hmac.h>
+#include <nettle/memops.h>
+
+_Static_assert(DEAR_SOCK_PROOF_BYTES == SHA256_DIGEST_SIZE, "a proof is one HMAC-SHA256 tag");
 
 static const unsigned char MAGIC[DEAR_SOCK_MAGIC_BYTES] = { 'd', 'e', 'a', 'r', 's', 'c', 'k', '2' };
 static const char *const LABEL[2] = { "dear-sock acceptor proof", "dear-sock connector proof" };
@@ -39,6 +42,22 @@ int dear_sock_random(void *buf, size_t n)
         n -= (size_t)r;
     }
     return 0;
+}
+
+void dear_hmac_sha256(const void *key, size_t key_len, int n, const void *const part[], const size_t len[],
+                      unsigned char out[DEAR_SOCK_PROOF_BYTES])
+{
+    struct hmac_sha256_ctx c;
+    hmac_sha256_set_key(&c, key_len, key);
+    for (int i = 0; i < n; i++)
+        hmac_sha256_update(&c, len[i], part[i]);
+    hmac_sha256_digest(&c, SHA256_DIGEST_SIZE, out);
+    explicit_bzero(&c, sizeof c); /* the keyed inner and outer states */
+}
+
+int dear_equal_ct(const void *a, const void *b, size_t n)
+{
+    return memeql_sec(a, b, n) != 0;
 }
 
 void dear_sock_hello_pack(const dear_sock_hello_t *h, unsigned char out[DEAR_SOCK_HELLO_BYTES])

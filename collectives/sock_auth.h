@@ -50,6 +50,14 @@ void dear_sock_proof(const unsigned char key[DEAR_SOCK_KEY_BYTES], dear_sock_sid
                      const unsigned char conn_nonce[DEAR_SOCK_NONCE_BYTES],
                      const unsigned char acc_nonce[DEAR_SOCK_NONCE_BYTES], unsigned char out[DEAR_SOCK_PROOF_BYTES]);
 
+/* HMAC-SHA256 (nettle's) over the concatenation of n parts (part[i], len[i]), so callers need not
+ * pack their fields into one buffer. */
+void dear_hmac_sha256(const void *key, size_t key_len, int n, const void *const part[], const size_t len[],
+                      unsigned char out[DEAR_SOCK_PROOF_BYTES]);
+
+/* 1 when the n bytes at a and b are equal, in a time that does not depend on where they differ. */
+int dear_equal_ct(const void *a, const void *b, size_t n);
+
 /* 1 when proof is the one by would make (constant time). */
 int dear_sock_proof_ok(const unsigned char key[DEAR_SOCK_KEY_BYTES], dear_sock_side_t by, int from, int to,
                        const unsigned char conn_nonce[DEAR_SOCK_NONCE_BYTES],

@@ -35,7 +35,7 @@
 #                                 wrong address, a rank proving itself twice, silent strays
 #                                 during set-up, a header announcing 8 GiB, a flood of
 #                                 messages without receives.
-#   tests/unit/test_sock_auth     SHA-256 and HMAC-SHA256 against FIPS 180-4 and RFC 4231, and
+#   tests/unit/test_sock_auth     the HMAC-SHA256 wrapper (nettle) against RFC 4231, and
 #                                 the handshake's records and proofs (replay, reflection).
 #   make check-valgrind-coll      one np=2 run under valgrind memcheck, zero errors required
 #                                 (Open MPI internals suppressed by tests/valgrind-ompi.supp).
