@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <ifaddrs.h>
 #include <limits.h>
 #include <net/if.h>
@@ -743,14 +744,20 @@ typedef struct {
     int rc;
     int twice;                  /* a rank that proved itself twice, or -1 */
     int strays;                 /* connections turned away */
-    double listen_after;        /* out of descriptors with no stranger to shed: accept again then */
+    double listen_after;        /* no room and no stranger to shed: accept again then */
+    int queue_held;             /* new connections wait in the listen queue until listen_after, or
+                                 * until fewer strangers than this are held (0: not held) */
+    int hold_said;              /* that was logged (once per set-up) */
 } setup_t;
 
 /* An accepted connection a set-up has not yet authenticated may wait this long for its records:
  * a rank sends them at once, and a stranger holding a slot costs one descriptor, no time. */
 #define HELLO_WAIT_S 5.0
-/* Unauthenticated connections held at once beyond the ranks' own; past it the oldest goes. */
+/* Unauthenticated connections held at once beyond the ranks' own (shed_one says which go). */
 #define MAX_STRANGERS 64
+/* A connection taken from the queue is not judged silent before this: a rank's hello follows its
+ * connection at once, but the rank's process may not have run yet. */
+#define SILENT_GRACE_S 0.25
 /* Strangers named one by one in the log; past this, only their count. */
 #define MAX_STRAY_LOG 8
 
@@ -974,46 +981,81 @@ io:
 /* An accepted connection not yet authenticated. */
 static int is_stranger(const link_t *k) { return k->step >= A_HELLO && k->step != L_GONE; }
 
-/* When strangers hold more than `most` (descriptors or slots) one unauthenticated connection
- * goes: 1 when one went. The oldest that has said nothing goes first, each candidate read once
- * before it is judged: a rank's connection may wait behind a flood of silent ones, its hello
- * already sent, and shedding it would leave that rank believing it is connected. Only when every
- * stranger has spoken does the oldest go. */
-static int shed_oldest(setup_t *su, int most)
+static int count_strangers(const setup_t *su)
 {
-    int strangers = 0, oldest = -1;
+    int n = 0;
     for (int i = 0; i < su->nlinks; i++)
-        if (is_stranger(&su->links[i])) {
-            strangers++;
-            if (oldest < 0)
-                oldest = i;
-        }
-    if (oldest < 0 || strangers <= most)
-        return 0;
-    for (int i = oldest; i < su->nlinks; i++) {
-        link_t *k = &su->links[i];
-        if (k->step != A_HELLO)
-            continue;
-        step_acceptor(su, k);
-        if (k->step == L_GONE)
-            return 1; /* it spoke: turned away, or it was a rank and is connected now */
-        if (k->step == A_HELLO && k->off == 0) {
-            turn_away(su, k, "said nothing while %d newer connections came", strangers - 1);
-            return 1;
-        }
-    }
-    for (oldest = 0; oldest < su->nlinks && !is_stranger(&su->links[oldest]); oldest++)
-        ;
-    if (oldest == su->nlinks)
-        return 1; /* stepping them settled one */
-    turn_away(su, &su->links[oldest], "waited while %d newer connections came", strangers - 1);
-    return 1;
+        n += is_stranger(&su->links[i]);
+    return n;
 }
 
-/* Room for one more link; when strangers hold too many, the oldest one goes. */
+/* Unauthenticated connections held at once: beyond them new ones wait in the listen queue. */
+static int stranger_room(const setup_t *su) { return MAX_STRANGERS + su->s->size - 1; }
+
+/* One unauthenticated connection goes to make room: 1 when one went. Only a connection that
+ * cannot be a rank in the middle of its handshake is a candidate, in this order: one that has
+ * said nothing for SILENT_GRACE_S since it was taken (each read once before it is judged), one
+ * whose hello has stayed incomplete as long, one past its hello whose claimed rank is connected
+ * already. A rank sends its hello the moment its connection is up, so the grace keeps a rank
+ * taken from the queue in the same burst as a flood. A connection whose hello claimed a rank not
+ * yet connected is never shed before its deadline: it may be that rank, whose connector counts
+ * itself connected as soon as its proof is sent, so shedding it would fail the set-up on every
+ * rank. With none to shed, *retry is when a young one comes of age (or never: +inf). */
+static int shed_one(setup_t *su, double now, double *retry)
+{
+    int partial = -1, dup = -1;
+    *retry = INFINITY;
+    for (int i = 0; i < su->nlinks; i++) {
+        link_t *k = &su->links[i];
+        if (k->step == A_HELLO) {
+            double of_age = k->deadline - HELLO_WAIT_S + SILENT_GRACE_S;
+            step_acceptor(su, k);
+            if (k->step == L_GONE)
+                return 1; /* it spoke, and was turned away */
+            if (k->step == A_HELLO && now < of_age) {
+                *retry = fmin(*retry, of_age);
+                continue;
+            }
+            if (k->step == A_HELLO && k->off == 0) {
+                turn_away(su, k, "said nothing while %d newer connections came", count_strangers(su) - 1);
+                return 1;
+            }
+            if (k->step == A_HELLO && partial < 0)
+                partial = i;
+        }
+        if (is_stranger(k) && k->step != A_HELLO && su->state[k->peer] == 1 && dup < 0)
+            dup = i;
+    }
+    if (partial >= 0)
+        turn_away(su, &su->links[partial], "sent part of a hello and no more while newer connections came");
+    else if (dup >= 0)
+        turn_away(su, &su->links[dup], "claimed rank %d, which is connected already", su->links[dup].peer);
+    return partial >= 0 || dup >= 0;
+}
+
+/* No slot to take a connection into and none to free now: new connections wait in the listen
+ * queue (the backlog holds them) until a held one comes of age or ends, at its deadline or
+ * sooner. */
+static void hold_queue(setup_t *su, double now, double retry)
+{
+    double until = fmin(retry, now + HELLO_WAIT_S);
+    int claims = 0;
+    for (int i = 0; i < su->nlinks; i++)
+        if (is_stranger(&su->links[i])) {
+            until = fmin(until, su->links[i].deadline);
+            claims += su->links[i].step != A_HELLO;
+        }
+    if (claims > 0 && !su->hold_said++)
+        DEAR_WARN("sock", "%d unauthenticated connections to %s claim ranks not yet connected; new connections wait "
+                          "for one of them to end (at most %g s)",
+                  claims, su->s->address, HELLO_WAIT_S);
+    su->queue_held = count_strangers(su);
+    su->listen_after = until;
+}
+
+/* Room in the array for one more link. */
 static int link_room(setup_t *su)
 {
-    shed_oldest(su, MAX_STRANGERS + su->s->size - 1);
     if (su->nlinks == su->cap) {
         int cap = su->cap * 2;
         link_t *l = realloc(su->links, sizeof *l * (size_t)cap);
@@ -1025,21 +1067,30 @@ static int link_room(setup_t *su)
     return DEAR_OK;
 }
 
-/* Take every connection waiting on the listening socket. */
+/* Take the connections waiting on the listening socket while there is room for them. */
 static void accept_new(setup_t *su, int lfd, double now)
 {
     dear_sock_t *s = su->s;
     for (;;) {
+        double retry;
+        if (count_strangers(su) >= stranger_room(su) && !shed_one(su, now, &retry)) {
+            hold_queue(su, now, retry);
+            return;
+        }
         struct sockaddr_in sa;
         socklen_t len = sizeof sa;
         int fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            /* Out of descriptors (strangers hold them): shed one and take the next, or, with
-             * none to shed, leave the queue a moment rather than spin on it. */
-            if ((errno == EMFILE || errno == ENFILE) && shed_oldest(su, 0))
-                continue;
+            /* Out of descriptors (strangers hold them): shed one and take the next, or leave
+             * the queue until one ends rather than spin on it. */
+            if (errno == EMFILE || errno == ENFILE) {
+                if (shed_one(su, now, &retry))
+                    continue;
+                hold_queue(su, now, retry);
+                return;
+            }
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 DEAR_WARN("sock", "accept on %s failed: %s", s->address, strerror(errno));
                 su->listen_after = now + 0.1;
@@ -1115,6 +1166,10 @@ static int connect_all(setup_t *su, int lfd, double timeout_s)
         su->nlinks = n;
         if (su->left == 0)
             break;
+        if (su->queue_held && count_strangers(su) < su->queue_held) {
+            su->queue_held = 0; /* one ended: its slot and descriptor are free, take the queue again */
+            su->listen_after = 0;
+        }
         if (now >= deadline) {
             char who[256] = "";
             size_t used = 0;

@@ -12,6 +12,9 @@
  *     connection or after it: the set-up fails on every rank, each naming the rank;
  *   - six silent connections to each accepting rank during set-up: it still takes under 3 s;
  *   - a hundred, with the accepting ranks 24 descriptors short of them: the same;
+ *   - 72 valid-magic hellos claiming rank 1, from the ranks' host, sent to rank 0 while rank 1's
+ *     own connection there waits for its proof: rank 0 runs out of room but never sheds a
+ *     connection that may be a rank mid-handshake, so set-up succeeds on every rank;
  *   - a header announcing 8 GiB: the receiver's connection fails at once with DEAR_ERR_NET naming
  *     the peer and the size, and its address space does not grow by it;
  *   - a flood of messages without receives past dear_sock_set_limits's bound fails the
@@ -520,6 +523,80 @@ START_TEST(test_descriptor_flood)
 }
 END_TEST
 
+/* ---- a flood of hellos while a rank's handshake is in flight ------------------------------ */
+
+/* More than rank 0 holds at once (64 strangers beyond the ranks' own). */
+#define HELLO_FLOOD 72
+
+typedef struct {
+    struct sockaddr_in rank0;
+    int fds[HELLO_FLOOD];
+    int answered;               /* flood connections rank 0 answered before rank 1's proof left */
+} hflood_t;
+
+static void hflood_before(void *arg, const dear_sock_setup_view_t *v)
+{
+    hflood_t *hf = arg;
+    hf->rank0 = v->addrs[0];
+}
+
+/* Rank 1, about to send rank 0 its proof (rank 0 has answered its hello and waits for it):
+ * valid-magic hellos claiming rank 1 itself, from this host's address, as any local user could
+ * send, each answered by rank 0 while rank 1's own connection waits for its proof. Which of
+ * them is rank 1 only a proof can tell. */
+static void hflood_tap(void *arg, int to, const void *rec, size_t len)
+{
+    hflood_t *hf = arg;
+    (void)rec;
+    if (g_rank != 1 || to != 0 || len != DEAR_SOCK_PROOF_BYTES)
+        return;
+    for (int i = 0; i < HELLO_FLOOD; i++) {
+        dear_sock_hello_t h = { .from = 1, .to = 0 };
+        unsigned char hello[DEAR_SOCK_HELLO_BYTES];
+        dear_sock_random(h.nonce, sizeof h.nonce);
+        dear_sock_hello_pack(&h, hello);
+        hf->fds[i] = raw_connect(&hf->rank0, NULL);
+        if (hf->fds[i] >= 0)
+            send(hf->fds[i], hello, sizeof hello, MSG_NOSIGNAL);
+    }
+    /* Rank 0 answers what it takes in; give it a moment for each, then let the proof go. */
+    double t0 = dear_now();
+    for (int i = 0; i < HELLO_FLOOD && dear_now() - t0 < 2; i++) {
+        unsigned char answer[DEAR_SOCK_ANSWER_BYTES];
+        if (hf->fds[i] >= 0 && read_within(hf->fds[i], answer, sizeof answer, 0.2) == (ssize_t)sizeof answer)
+            hf->answered++;
+    }
+}
+
+/* The flood makes rank 0 run out of room while rank 1's connection, answered, waits for its
+ * proof. Rank 1 counts itself connected once the proof is sent, so rank 0 must not shed that
+ * connection: set-up succeeds on every rank, and the ranks' messages arrive. */
+START_TEST(test_hello_flood_in_handshake)
+{
+    static hflood_t hf;
+    memset(&hf, 0, sizeof hf);
+    for (int i = 0; i < HELLO_FLOOD; i++)
+        hf.fds[i] = -1;
+    dear_sock_hooks_t h = { .before_connect = hflood_before, .tap = hflood_tap, .arg = &hf };
+    dear_sock_t *s = NULL;
+    double took;
+    log_reset();
+    int rc = create(&h, 15, &s, &took);
+    double t = slowest(took);
+    ck_assert_msg(all_ok(g_rank != 1 || hf.answered > 0), "rank 0 answered none of the flood's hellos");
+    ck_assert_msg(all_ok(rc == DEAR_OK), "set-up with a flood of hellos during rank 1's handshake: %d (in %.1f s)",
+                  rc, t);
+    ck_assert_msg(all_ok(g_rank != 0 || log_has("new connections wait")),
+                  "rank 0 did not say it held its queue for the connections that may be ranks'");
+    ck_assert_msg(t < 12, "set-up among the flood took %.1f s", t);
+    ck_assert_msg(all_ok(pairs_ok(s)), "among the flood: the ranks' messages went astray (see above)");
+    for (int i = 0; i < HELLO_FLOOD; i++)
+        if (hf.fds[i] >= 0)
+            close(hf.fds[i]);
+    dear_sock_destroy(s);
+}
+END_TEST
+
 /* ---- lengths a peer claims ---------------------------------------------------------------- */
 
 static size_t vm_size(void)
@@ -644,6 +721,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_rank_twice);
     tcase_add_test(tc, test_silent_strays);
     tcase_add_test(tc, test_descriptor_flood);
+    tcase_add_test(tc, test_hello_flood_in_handshake);
     tcase_add_test(tc, test_huge_header);
     tcase_add_test(tc, test_unexpected_flood);
     suite_add_tcase(s, tc);
