@@ -22,8 +22,12 @@
  *
  * All functions return DEAR_OK (0) or a negative dear_status_t; the first place inside the
  * library that sees an error logs it with context, so callers need only check the code.
- * Functions taking a context are not thread-safe with respect to each other: call them from one
- * application thread.
+ * A context's functions run one at a time. Calls from different threads one after another are
+ * fine (PyTorch runs backward hooks on its autograd threads); a call made while another runs on
+ * another thread, or from inside an update callback, fails at once with DEAR_ERR_STATE, says so,
+ * and changes nothing (dear_finalize then frees nothing). The getters of what dear_init and
+ * dear_commit fixed (dear_schedule, dear_transport, dear_tensor_index, dear_shard_slices) take no
+ * part in this and may be called from anywhere after commit.
  */
 #ifndef DEAR_H
 #define DEAR_H

@@ -204,7 +204,7 @@ err:
     return rc;
 }
 
-int dear_commit(dear_ctx_t *ctx)
+static int commit_claimed(dear_ctx_t *ctx)
 {
     DEAR_ARG_CHECK(ctx != NULL, "dear_commit: ctx is NULL");
     if (ctx->committed) {
@@ -256,7 +256,12 @@ int dear_commit(dear_ctx_t *ctx)
     return DEAR_OK;
 }
 
-int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats)
+int dear_commit(dear_ctx_t *ctx)
+{
+    DEAR_CLAIMED(ctx, "dear_commit", commit_claimed(ctx));
+}
+
+static int get_stats_claimed(dear_ctx_t *ctx, dear_stats_t *stats)
 {
     DEAR_ARG_CHECK(ctx != NULL && stats != NULL, "dear_get_stats: %s is NULL", ctx ? "stats" : "ctx");
     dear_stats_t s = { 0 };
@@ -272,10 +277,15 @@ int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats)
     return DEAR_OK;
 }
 
+int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats)
+{
+    DEAR_CLAIMED(ctx, "dear_get_stats", get_stats_claimed(ctx, stats));
+}
+
 /* Medians per layer, the slowest rank's (MAX all-reduce): a plan must fit the slowest worker.
  * The communicator is quiet here (flushed, nothing queued), so this one call outside the
  * progress thread cannot interleave with its collectives. */
-int dear_profile_save(dear_ctx_t *ctx, const char *path)
+static int profile_save_claimed(dear_ctx_t *ctx, const char *path)
 {
     dear_profile_t prof = { 0 };
     DEAR_ARG_CHECK(ctx != NULL && path != NULL && path[0], "dear_profile_save: %s is NULL or empty",
@@ -297,7 +307,12 @@ int dear_profile_save(dear_ctx_t *ctx, const char *path)
     return rc;
 }
 
-int dear_plan_save(dear_ctx_t *ctx, const char *path)
+int dear_profile_save(dear_ctx_t *ctx, const char *path)
+{
+    DEAR_CLAIMED(ctx, "dear_profile_save", profile_save_claimed(ctx, path));
+}
+
+static int plan_save_claimed(dear_ctx_t *ctx, const char *path)
 {
     int rc = DEAR_OK;
     DEAR_ARG_CHECK(ctx != NULL && path != NULL && path[0], "dear_plan_save: %s is NULL or empty",
@@ -314,6 +329,11 @@ out:
     free(desc);
     free(names);
     return rc;
+}
+
+int dear_plan_save(dear_ctx_t *ctx, const char *path)
+{
+    DEAR_CLAIMED(ctx, "dear_plan_save", plan_save_claimed(ctx, path));
 }
 
 static void print_stats(dear_ctx_t *ctx)
@@ -496,6 +516,8 @@ int dear_finalize(dear_ctx_t **handle)
     dear_ctx_t *ctx = *handle;
     if (!ctx)
         return DEAR_OK;
+    /* Claimed and never released: the context is gone when it returns. */
+    DEAR_CHECK(dear_rt_claim(ctx, "dear_finalize"));
     *handle = NULL;
     if (ctx->committed) {
         if (ctx->it.in_backward) {

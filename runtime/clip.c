@@ -24,7 +24,7 @@
 /* As torch.nn.utils.clip_grad_norm_: a zero gradient is left as it is. */
 #define CLIP_EPS 1e-6
 
-int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm)
+static int set_clip_norm_claimed(dear_ctx_t *ctx, double max_norm)
 {
     DEAR_ARG_CHECK(ctx != NULL, "dear_set_clip_norm: ctx is NULL");
     DEAR_ARG_CHECK(max_norm >= 0 && !isnan(max_norm),
@@ -42,6 +42,11 @@ int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm)
     ctx->clip.on = max_norm > 0;
     ctx->clip.max_norm = max_norm;
     return DEAR_OK;
+}
+
+int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm)
+{
+    DEAR_CLAIMED(ctx, "dear_set_clip_norm", set_clip_norm_claimed(ctx, max_norm));
 }
 
 int dear_clip_on(const dear_ctx_t *ctx) { return ctx->clip.on; }

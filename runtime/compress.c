@@ -17,7 +17,7 @@
 #include "base/util.h"
 #include "runtime/rt.h"
 
-int dear_set_compress(dear_ctx_t *ctx, dear_compress_t rs, dear_compress_t ag, int error_feedback)
+static int set_compress_claimed(dear_ctx_t *ctx, dear_compress_t rs, dear_compress_t ag, int error_feedback)
 {
     DEAR_ARG_CHECK(ctx != NULL, "dear_set_compress: ctx is NULL");
     DEAR_ARG_CHECK((unsigned)rs < DEAR_COMPRESS_COUNT && (unsigned)ag < DEAR_COMPRESS_COUNT,
@@ -36,6 +36,11 @@ int dear_set_compress(dear_ctx_t *ctx, dear_compress_t rs, dear_compress_t ag, i
     ctx->comp.ag = ag;
     ctx->comp.ef = error_feedback;
     return DEAR_OK;
+}
+
+int dear_set_compress(dear_ctx_t *ctx, dear_compress_t rs, dear_compress_t ag, int error_feedback)
+{
+    DEAR_CLAIMED(ctx, "dear_set_compress", set_compress_claimed(ctx, rs, ag, error_feedback));
 }
 
 /* The formats and error feedback must be the same on every rank: message sizes depend on them. */

@@ -56,23 +56,30 @@ int dear_layer_index(const dear_registry_t *reg, int layer)
     return -1;
 }
 
-/* The hooks of a context run one at a time: a call while another runs on another thread (two
- * threads on one context) fails at once, touching nothing, where it would corrupt the context.
- * Calls from different threads one after the other are fine (PyTorch runs backward hooks on its
- * autograd threads). One atomic exchange per call. */
-static int hook_claim(dear_ctx_t *ctx, const char *call)
+/* The calls on a context run one at a time: one made while another runs (two threads on one
+ * context, or a call from inside an update callback) fails at once, touching nothing, where it
+ * would corrupt the context. Calls from different threads one after the other are fine (PyTorch
+ * runs backward hooks on its autograd threads). One atomic exchange per call. */
+int dear_rt_claim(dear_ctx_t *ctx, const char *call)
 {
     DEAR_ARG_CHECK(ctx != NULL, "%s: ctx is NULL", call);
     if (atomic_exchange(&ctx->hook_busy, 1) != 0) {
-        DEAR_ERROR("api", "%s: called while another call on this context runs on another thread; a context's "
-                          "functions are called from one thread at a time",
-                   call);
+        /* The owner is read without the claim: only to word the message. */
+        if (pthread_equal(ctx->hook_owner, pthread_self()))
+            DEAR_ERROR("api", "%s: called from inside another call on this context (an update callback?); "
+                              "callbacks must not call dear_* functions on their context",
+                       call);
+        else
+            DEAR_ERROR("api", "%s: called while another call on this context runs on another thread; a "
+                              "context's functions are called from one thread at a time",
+                       call);
         return DEAR_ERR_STATE;
     }
+    ctx->hook_owner = pthread_self();
     return DEAR_OK;
 }
 
-static void hook_release(dear_ctx_t *ctx) { atomic_store(&ctx->hook_busy, 0); }
+void dear_rt_release(dear_ctx_t *ctx) { atomic_store(&ctx->hook_busy, 0); }
 
 /* Common checks of every hook; lidx_out gets the layer's index when layer_check is set. */
 static int hook_enter(dear_ctx_t *ctx, const char *call, int layer, int layer_check, int *lidx_out)
@@ -581,9 +588,8 @@ int dear_first_iteration_times(dear_ctx_t *ctx, double *fwd_s, double *bwd_s)
     return DEAR_OK;
 }
 
-int dear_set_stream(dear_ctx_t *ctx, void *stream)
+static int set_stream_claimed(dear_ctx_t *ctx, void *stream)
 {
-    DEAR_ARG_CHECK(ctx != NULL, "dear_set_stream: ctx is NULL");
     if (ctx->it.in_backward) {
         DEAR_ERROR("api", "dear_set_stream: called during the backward pass of iteration %lld; call it between "
                           "iterations",
@@ -602,75 +608,80 @@ int dear_set_stream(dear_ctx_t *ctx, void *stream)
     return DEAR_OK;
 }
 
-/* ---- the hooks, one call at a time ---- */
+/* ---- the hooks and the calls between them, one call at a time ---- */
+
+int dear_set_stream(dear_ctx_t *ctx, void *stream)
+{
+    DEAR_CLAIMED(ctx, "dear_set_stream", set_stream_claimed(ctx, stream));
+}
 
 int dear_forward_begin(dear_ctx_t *ctx, int layer)
 {
-    int rc = hook_claim(ctx, "dear_forward_begin");
+    int rc = dear_rt_claim(ctx, "dear_forward_begin");
     if (rc != DEAR_OK)
         return rc;
     rc = forward_begin_one(ctx, layer);
-    hook_release(ctx);
+    dear_rt_release(ctx);
     return rc;
 }
 
 int dear_backward_done(dear_ctx_t *ctx, int layer)
 {
-    int rc = hook_claim(ctx, "dear_backward_done");
+    int rc = dear_rt_claim(ctx, "dear_backward_done");
     if (rc != DEAR_OK)
         return rc;
     rc = backward_done_one(ctx, layer);
-    hook_release(ctx);
+    dear_rt_release(ctx);
     return rc;
 }
 
 int dear_backward_end(dear_ctx_t *ctx)
 {
-    int rc = hook_claim(ctx, "dear_backward_end");
+    int rc = dear_rt_claim(ctx, "dear_backward_end");
     if (rc != DEAR_OK)
         return rc;
     rc = backward_end_one(ctx);
-    hook_release(ctx);
+    dear_rt_release(ctx);
     return rc;
 }
 
 int dear_set_mode(dear_ctx_t *ctx, dear_mode_t mode)
 {
-    int rc = hook_claim(ctx, "dear_set_mode");
+    int rc = dear_rt_claim(ctx, "dear_set_mode");
     if (rc != DEAR_OK)
         return rc;
     rc = set_mode_one(ctx, mode);
-    hook_release(ctx);
+    dear_rt_release(ctx);
     return rc;
 }
 
 int dear_wait_grad(dear_ctx_t *ctx, int layer)
 {
-    int rc = hook_claim(ctx, "dear_wait_grad");
+    int rc = dear_rt_claim(ctx, "dear_wait_grad");
     if (rc != DEAR_OK)
         return rc;
     rc = wait_grad_one(ctx, layer);
-    hook_release(ctx);
+    dear_rt_release(ctx);
     return rc;
 }
 
 int dear_shard_release(dear_ctx_t *ctx)
 {
-    int rc = hook_claim(ctx, "dear_shard_release");
+    int rc = dear_rt_claim(ctx, "dear_shard_release");
     if (rc != DEAR_OK)
         return rc;
     if (ctx->committed && dear_shard_held(ctx))
         rc = hook_enter(ctx, "dear_shard_release", 0, 0, NULL); /* which releases them */
-    hook_release(ctx);
+    dear_rt_release(ctx);
     return rc;
 }
 
 int dear_flush(dear_ctx_t *ctx)
 {
-    int rc = hook_claim(ctx, "dear_flush");
+    int rc = dear_rt_claim(ctx, "dear_flush");
     if (rc != DEAR_OK)
         return rc;
     rc = flush_one(ctx);
-    hook_release(ctx);
+    dear_rt_release(ctx);
     return rc;
 }

@@ -50,8 +50,8 @@ static int room_for(void *arr, int n, int *cap, size_t elem, int first)
     return DEAR_OK;
 }
 
-int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
-                  dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg)
+static int register_claimed(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
+                            dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg)
 {
     int rc = DEAR_OK;
     DEAR_ARG_CHECK(ctx != NULL, "dear_register: ctx is NULL");
@@ -118,6 +118,12 @@ err:
     return rc;
 }
 
+int dear_register(dear_ctx_t *ctx, const char *name, int layer, void *grad, size_t count,
+                  dear_dtype_t dtype, dear_mem_t mem, dear_update_fn update, void *arg)
+{
+    DEAR_CLAIMED(ctx, "dear_register", register_claimed(ctx, name, layer, grad, count, dtype, mem, update, arg));
+}
+
 void dear_registry_free_layers(dear_registry_t *reg)
 {
     free(reg->layers);
@@ -180,7 +186,7 @@ err:
     return rc;
 }
 
-int dear_register_layer(dear_ctx_t *ctx, int layer)
+static int register_layer_claimed(dear_ctx_t *ctx, int layer)
 {
     int rc = DEAR_OK;
     DEAR_ARG_CHECK(ctx != NULL, "dear_register_layer: ctx is NULL");
@@ -199,6 +205,11 @@ err:
     return rc;
 }
 
+int dear_register_layer(dear_ctx_t *ctx, int layer)
+{
+    DEAR_CLAIMED(ctx, "dear_register_layer", register_layer_claimed(ctx, layer));
+}
+
 /* Before commit: whether some tensor or dear_register_layer has named this layer id. */
 static int layer_known(const dear_registry_t *reg, int layer)
 {
@@ -211,7 +222,7 @@ static int layer_known(const dear_registry_t *reg, int layer)
     return 0;
 }
 
-int dear_set_layer_cost(dear_ctx_t *ctx, int layer, double flops)
+static int set_layer_cost_claimed(dear_ctx_t *ctx, int layer, double flops)
 {
     int rc = DEAR_OK;
     DEAR_ARG_CHECK(ctx != NULL, "dear_set_layer_cost: ctx is NULL");
@@ -243,6 +254,11 @@ int dear_set_layer_cost(dear_ctx_t *ctx, int layer, double flops)
     return DEAR_OK;
 err:
     return rc;
+}
+
+int dear_set_layer_cost(dear_ctx_t *ctx, int layer, double flops)
+{
+    DEAR_CLAIMED(ctx, "dear_set_layer_cost", set_layer_cost_claimed(ctx, layer, flops));
 }
 
 /* ---- the same tensors on every rank ---- */
@@ -487,7 +503,7 @@ out:
     return rc;
 }
 
-int dear_set_param(dear_ctx_t *ctx, int tensor, void *param)
+static int set_param_claimed(dear_ctx_t *ctx, int tensor, void *param)
 {
     DEAR_ARG_CHECK(ctx != NULL, "dear_set_param: ctx is NULL");
     if (ctx->committed) {
@@ -520,4 +536,9 @@ int dear_set_param(dear_ctx_t *ctx, int tensor, void *param)
     }
     t->param = param;
     return DEAR_OK;
+}
+
+int dear_set_param(dear_ctx_t *ctx, int tensor, void *param)
+{
+    DEAR_CLAIMED(ctx, "dear_set_param", set_param_claimed(ctx, tensor, param));
 }

@@ -422,7 +422,8 @@ struct dear_ctx {
     dear_rt_mem_t mem;
     dear_timeline_t *tl;    /* its own lock: any thread */
     int committed;
-    atomic_int hook_busy;   /* a hook runs now (iteration.c): one at a time, whatever the thread */
+    atomic_int hook_busy;   /* a call runs now (dear_rt_claim): one at a time, whatever the thread */
+    pthread_t hook_owner;   /* the thread of the last call that claimed it (for messages) */
     dear_registry_t reg;
     dear_graph_t graph;
     dear_online_t online;
@@ -512,6 +513,22 @@ char *dear_unit_vec(const dear_ctx_t *ctx, int u, int params);
 char *dear_unit_grad(const dear_graph_t *g, const dear_registry_t *reg, int u);
 /* The all-gather group holding unit u (schedule dear). */
 int dear_group_of(const dear_graph_t *g, int u);
+
+/* iteration.c: every call that reads or changes a context after dear_init, bar the getters of
+ * what init fixed, claims it for its duration; one made while another runs fails at once with
+ * DEAR_ERR_STATE, naming why, and touches nothing. */
+int dear_rt_claim(dear_ctx_t *ctx, const char *call);
+void dear_rt_release(dear_ctx_t *ctx);
+/* The body of public call `call`: claim, return expr's status, release. */
+#define DEAR_CLAIMED(ctx, call, expr)                                                          \
+    do {                                                                                       \
+        int claim_rc_ = dear_rt_claim((ctx), (call));                                          \
+        if (claim_rc_ != DEAR_OK)                                                              \
+            return claim_rc_;                                                                  \
+        claim_rc_ = (expr);                                                                    \
+        dear_rt_release(ctx);                                                                  \
+        return claim_rc_;                                                                      \
+    } while (0)
 
 /* mem.c */
 /* Tests only: the row of host gradients (NULL: the host row), e.g. one that delays its queues. */

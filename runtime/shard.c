@@ -33,7 +33,7 @@ int dear_rt_split(const dear_ctx_t *ctx)
     return ctx->shard.on || (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
 }
 
-int dear_set_shard(dear_ctx_t *ctx, int flags)
+static int set_shard_claimed(dear_ctx_t *ctx, int flags)
 {
     DEAR_ARG_CHECK(ctx != NULL, "dear_set_shard: ctx is NULL");
     DEAR_ARG_CHECK(flags == 0 || flags == DEAR_SHARD_ON || flags == (DEAR_SHARD_ON | DEAR_SHARD_HOLD),
@@ -48,6 +48,11 @@ int dear_set_shard(dear_ctx_t *ctx, int flags)
     }
     ctx->shard.flags = flags;
     return DEAR_OK;
+}
+
+int dear_set_shard(dear_ctx_t *ctx, int flags)
+{
+    DEAR_CLAIMED(ctx, "dear_set_shard", set_shard_claimed(ctx, flags));
 }
 
 /* This rank's reason to refuse sharded updates, logged, or DEAR_OK. */

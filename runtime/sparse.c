@@ -29,7 +29,7 @@
 /* Bytes a sparse message adds per block: its uint32 index (coll_sparse.c). */
 #define SPARSE_IDX_BYTES 4
 
-int dear_register_sparse(dear_ctx_t *ctx, int tensor, size_t row_elems)
+static int register_sparse_claimed(dear_ctx_t *ctx, int tensor, size_t row_elems)
 {
     DEAR_ARG_CHECK(ctx != NULL, "dear_register_sparse: ctx is NULL");
     if (ctx->committed) {
@@ -49,6 +49,11 @@ int dear_register_sparse(dear_ctx_t *ctx, int tensor, size_t row_elems)
                    t->name, row_elems, t->count);
     t->sparse_block = row_elems;
     return DEAR_OK;
+}
+
+int dear_register_sparse(dear_ctx_t *ctx, int tensor, size_t row_elems)
+{
+    DEAR_CLAIMED(ctx, "dear_register_sparse", register_sparse_claimed(ctx, tensor, row_elems));
 }
 
 size_t dear_tensor_block(const dear_ctx_t *ctx, int t)
@@ -266,7 +271,7 @@ int dear_sparse_decide(dear_ctx_t *ctx)
 /* The first release of dear_sparse_stats_t ends with msgs_dense. */
 #define SPARSE_STATS_MIN_SIZE (offsetof(dear_sparse_stats_t, msgs_dense) + sizeof(uint64_t))
 
-int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats)
+static int get_sparse_stats_claimed(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats)
 {
     DEAR_ARG_CHECK(ctx != NULL && stats != NULL, "dear_get_sparse_stats: %s is NULL", ctx ? "stats" : "ctx");
     DEAR_ARG_CHECK(stats->size >= SPARSE_STATS_MIN_SIZE,
@@ -301,6 +306,11 @@ int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stat
     dear_unlock(&ctx->eng.lock);
     memcpy(stats, &s, stats->size < sizeof s ? stats->size : sizeof s);
     return DEAR_OK;
+}
+
+int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats)
+{
+    DEAR_CLAIMED(ctx, "dear_get_sparse_stats", get_sparse_stats_claimed(ctx, tensor, stats));
 }
 
 static const dear_feature_rule_t sparse_rules[] = {

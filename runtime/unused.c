@@ -34,7 +34,7 @@ static int tensor_arg(const dear_ctx_t *ctx, const char *call, int tensor)
     return DEAR_OK;
 }
 
-int dear_no_grad(dear_ctx_t *ctx, int tensor)
+static int no_grad_claimed(dear_ctx_t *ctx, int tensor)
 {
     DEAR_CHECK(tensor_arg(ctx, "dear_no_grad", tensor));
     dear_tensor_t *t = &ctx->reg.tensors[tensor];
@@ -48,6 +48,11 @@ int dear_no_grad(dear_ctx_t *ctx, int tensor)
     DEAR_CHECK(dear_rt_zero(ctx, t->grad, t->bytes)); /* what this rank contributes; +0.0 in every type */
     t->nograd_iter = ctx->it.iter;
     return DEAR_OK;
+}
+
+int dear_no_grad(dear_ctx_t *ctx, int tensor)
+{
+    DEAR_CLAIMED(ctx, "dear_no_grad", no_grad_claimed(ctx, tensor));
 }
 
 int dear_tensor_updates(const dear_ctx_t *ctx, int t)
@@ -112,7 +117,7 @@ const dear_feature_t dear_feature_unused = {
 
 /* ---- freezing ---- */
 
-int dear_freeze(dear_ctx_t *ctx, int tensor, int frozen)
+static int freeze_claimed(dear_ctx_t *ctx, int tensor, int frozen)
 {
     DEAR_CHECK(tensor_arg(ctx, "dear_freeze", tensor));
     dear_tensor_t *t = &ctx->reg.tensors[tensor];
@@ -152,4 +157,9 @@ int dear_freeze(dear_ctx_t *ctx, int tensor, int frozen)
         rc = dear_graph_rebuild(ctx, &plan);
     dear_plan_free(&plan);
     return dear_planning_restart(ctx, rc);
+}
+
+int dear_freeze(dear_ctx_t *ctx, int tensor, int frozen)
+{
+    DEAR_CLAIMED(ctx, "dear_freeze", freeze_claimed(ctx, tensor, frozen));
 }

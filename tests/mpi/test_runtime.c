@@ -23,6 +23,7 @@
 #include <mpi.h>
 #include <stdint.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -670,16 +671,28 @@ START_TEST(test_profile)
 }
 END_TEST
 
-/* Two threads on one context: a hook called while another runs on another thread fails at once
+/* Two threads on one context: a call made while another runs on another thread fails at once
  * (DEAR_ERR_STATE, naming the cause) and touches nothing; the first completes normally. Here the
- * first is a forward_begin whose update sleeps, the second a flush in that window. */
-static volatile int slow_update_ms;
+ * first is a forward_begin whose update holds it open until told, the others every call that
+ * changes or reads the context, made in that window. A call from inside the update callback
+ * fails the same way, naming the callback. */
+typedef struct {
+    dear_ctx_t *ctx;
+    int updates;
+    atomic_int gate_on, inside, go;
+    int inner_rc;               /* the callback's own call on its context */
+} threads_t;
 
 static int slow_update(const dear_update_info_t *u)
 {
-    if (slow_update_ms > 0)
-        usleep((useconds_t)slow_update_ms * 1000);
-    (*(int *)u->arg)++;
+    threads_t *st = u->arg;
+    if (atomic_load(&st->gate_on)) {
+        st->inner_rc = dear_flush(st->ctx);
+        atomic_store(&st->inside, 1);
+        while (!atomic_load(&st->go))
+            usleep(1000);
+    }
+    st->updates++;
     return 0;
 }
 
@@ -694,30 +707,52 @@ START_TEST(test_threads)
 {
     setenv("DEAR_SCHEDULE", "dear", 1);
     dear_params_load();
-    float g[4] = { 1, 2, 3, 4 };
-    int updates = 0;
+    float g[4] = { 1, 2, 3, 4 }, w[4] = { 0 };
+    static threads_t st;
+    memset(&st, 0, sizeof st);
     dear_ctx_t *ctx = NULL;
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
-    ck_assert_int_eq(dear_register(ctx, "g", 0, g, 4, DEAR_FLOAT32, DEAR_MEM_HOST, slow_update, &updates), DEAR_OK);
+    st.ctx = ctx;
+    ck_assert_int_eq(dear_register(ctx, "g", 0, g, 4, DEAR_FLOAT32, DEAR_MEM_HOST, slow_update, &st), DEAR_OK);
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
     ck_assert_int_eq(dear_forward_begin(ctx, 0), DEAR_OK);
     ck_assert_int_eq(dear_backward_done(ctx, 0), DEAR_OK);
     ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
-    slow_update_ms = 300; /* the next forward_begin runs the update: 300 ms inside the hook */
+    atomic_store(&st.gate_on, 1); /* the next forward_begin runs the update, and waits inside it */
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, forward_thread, ctx), 0);
-    usleep(100 * 1000);
+    while (!atomic_load(&st.inside))
+        usleep(1000);
+    dear_stats_t stats;
+    dear_sparse_stats_t sstats;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dear-threads-%d-%d.txt", (int)getpid(), rank);
     EXPECT(dear_flush(ctx), DEAR_ERR_STATE, "another thread");
+    EXPECT(dear_set_stream(ctx, NULL), DEAR_ERR_STATE, "another thread");
+    EXPECT(dear_freeze(ctx, 0, 1), DEAR_ERR_STATE, "another thread");
+    EXPECT(dear_no_grad(ctx, 0), DEAR_ERR_STATE, "another thread");
+    EXPECT(dear_profile_save(ctx, path), DEAR_ERR_STATE, "another thread");
+    EXPECT(dear_plan_save(ctx, path), DEAR_ERR_STATE, "another thread");
+    EXPECT(dear_get_stats(ctx, &stats), DEAR_ERR_STATE, "another thread");
+    EXPECT(dear_get_sparse_stats(ctx, 0, &sstats), DEAR_ERR_STATE, "another thread");
+    EXPECT(dear_set_clip_norm(ctx, 1.0), DEAR_ERR_STATE, "another thread");
+    EXPECT(dear_set_param(ctx, 0, w), DEAR_ERR_STATE, "another thread");
+    dear_ctx_t *alias = ctx;
+    EXPECT(dear_finalize(&alias), DEAR_ERR_STATE, "another thread");
+    ck_assert_ptr_eq(alias, ctx); /* not freed: the other thread still runs on it */
+    ck_assert_int_eq(access(path, F_OK), -1);
+    atomic_store(&st.go, 1);
     void *res = NULL;
     pthread_join(th, &res);
-    slow_update_ms = 0;
+    atomic_store(&st.gate_on, 0);
     ck_assert_int_eq(*(int *)res, DEAR_OK);
-    ck_assert_int_eq(updates, 1);
+    ck_assert_int_eq(st.inner_rc, DEAR_ERR_STATE); /* the callback's own dear_flush */
+    ck_assert_int_eq(st.updates, 1);
     /* The context is whole: the next iteration runs, from this thread. */
     ck_assert_int_eq(dear_backward_done(ctx, 0), DEAR_OK);
     ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
     ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
-    ck_assert_int_eq(updates, 2);
+    ck_assert_int_eq(st.updates, 2);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     unsetenv("DEAR_SCHEDULE");
     dear_params_load();
