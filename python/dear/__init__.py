@@ -45,14 +45,21 @@ terms of libdear's C API (include/dear.h):
   and ``dear.flush`` run the pending steps first; a read of the parameters by hand there needs
   ``dear.flush(model)``.
 * There, each ``param.grad`` is a torch.Tensor subclass view of the arena whose
-  ``__torch_function__`` first waits for its layer's averaged gradient (``dear_wait_grad``), so
-  any read or in-place write of it from Python (``clip_grad_norm_``, ``clip_grad_value_``,
-  ``torch._foreach_*``, ``.data``, ``.detach()``, norms for logging, GradScaler's ``unscale_``)
-  sees the averaged gradient, and what it writes is what the step later uses. Clipping that reads
-  every gradient gives up, for that iteration, the overlap of the all-gathers with the next
-  forward; ``clip_norm=`` clips inside libdear from the shards and keeps it. C and C++ code that
-  takes the tensor without Python's dispatch (an extension's kernel) sees it unwaited: call
-  ``dear.flush(model)`` first.
+  ``__torch_function__`` first waits for its layer's averaged gradient (``dear_wait_grad``). The
+  rule: any read of gradient memory after ``backward()`` returns sees the averaged gradient,
+  whatever Python object it goes through. A gradient is found wherever it sits in a call's
+  arguments (lists, dicts, keywords, at any depth: ``torch.cat(tensors=[...])``,
+  ``torch._foreach_*``, ``parameters_to_vector``), and every result that aliases it (``.data``,
+  ``.detach()``, ``.view()``, slices, ``split``) is such a view too, so a list of views made once
+  (as fused optimizers and gradient loggers keep) waits on every later read. Reads and in-place
+  writes (``clip_grad_norm_``, ``clip_grad_value_``, norms for logging, GradScaler's
+  ``unscale_``) see the averaged gradient, and what they write is what the step later uses.
+  ``.numpy()`` (and ``numpy.asarray``) gives a read-only copy, since an array is read without
+  Python's dispatch: a write to it raises instead of being lost. Clipping that reads every
+  gradient gives up, for that iteration, the overlap of the all-gathers with the next forward;
+  ``clip_norm=`` clips inside libdear from the shards and keeps it. Code that reads the storage
+  without Python's dispatch (a C++ extension's kernel, ``data_ptr()`` kept for later, DLPack)
+  cannot be waited for: call ``dear.flush(model)`` first, which completes every gradient.
 * ``model.no_sync()`` (DDP's gradient accumulation) makes the backward passes of the forwards it
   encloses local (DEAR_MODE_ACCUMULATE); the next forward outside it synchronises the sum.
   Evaluation enters no profile. ``find_unused=True`` leaves parameters that no rank used in an
@@ -111,6 +118,7 @@ import traceback
 import types
 
 import torch
+from torch.utils._pytree import tree_flatten as _tree_flatten, tree_map as _tree_map
 
 __all__ = ["DearError", "wrap", "flush", "close", "schedule", "grad_norm"]
 
@@ -295,31 +303,56 @@ _META = frozenset(getattr(torch.Tensor, n).__get__ for n in
                    "is_sparse", "is_cuda"))
 
 
+# Conversions whose result is memory Python's dispatch never sees again: a read-only copy.
+_TO_NUMPY = frozenset((torch.Tensor.numpy, torch.Tensor.__array__))
+
+
 class _Grad(torch.Tensor):
     """param.grad under schedule dear: a view of the arena that waits, before any operation from
-    Python, for its layer's averaged gradient (dear_wait_grad). Results are plain tensors."""
+    Python, for its layer's averaged gradient (dear_wait_grad). The rule it keeps: any read of
+    gradient memory after backward() returns sees the averaged gradient, whatever Python object
+    it goes through. So a _Grad is found wherever it sits in the arguments (nested lists, dicts,
+    keywords), and every result that aliases a _Grad's memory (.data, .detach(), views, slices,
+    split) is a _Grad of the same layer, so that a view kept across iterations waits too. NumPy
+    conversions return a read-only copy: an array aliasing the arena would be read later without
+    a wait, and a write to it fails loudly rather than being lost."""
 
     @classmethod
     def __torch_function__(cls, func, types_, args=(), kwargs=None):
-        if func not in _META:
-            for a in args:
-                if isinstance(a, _Grad):
-                    a._dear_wait()
-                elif isinstance(a, (list, tuple)):
-                    for b in a:
-                        if isinstance(b, _Grad):
-                            b._dear_wait()
-            if kwargs:
-                for a in kwargs.values():
-                    if isinstance(a, _Grad):
-                        a._dear_wait()
+        kwargs = kwargs or {}
+        if func in _META:
+            with _no_torch_function():
+                return func(*args, **kwargs)
+        grads = [a for a in _tree_flatten((args, kwargs))[0] if isinstance(a, _Grad)]
+        for g in grads:
+            g._dear_wait()
         with _no_torch_function():
-            return func(*args, **(kwargs or {}))
+            out = func(*args, **kwargs)
+            if func in _TO_NUMPY:
+                out = out.copy()
+                out.setflags(write=False)
+                return out
+            return _tree_map(lambda r: _as_grad(r, grads), out) if grads else out
 
     def _dear_wait(self):
         w = self._dear_w
         if w.unsettled[self._dear_l]:
             w.wait_layer(self._dear_l)
+
+
+def _as_grad(r, grads):
+    """r as a _Grad of the layer of the first of grads whose memory it aliases; r otherwise (a
+    plain result, or a _Grad already). Called with subclass dispatch off."""
+    if type(r) is not torch.Tensor or r.numel() == 0:
+        return r
+    p = r.data_ptr()
+    for g in grads:
+        lo = g.data_ptr()
+        if r.device == g.device and lo <= p < lo + g.numel() * g.element_size():
+            v = r.as_subclass(_Grad)
+            v._dear_w, v._dear_l = g._dear_w, g._dear_l
+            return v
+    return r
 
 
 class _ShardedGrad(torch.Tensor):

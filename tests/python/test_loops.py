@@ -5,7 +5,9 @@ every DEAR_SCHEDULE, on the same data and initial parameters; the parameters and
 records (clip_grad_norm_'s result, gradient norms for logging, evaluation outputs, a state_dict
 checksum) must agree within 1e-5 relative. Each case adds one habit: clip_grad_norm_ and
 clip_grad_value_ between backward and step, reading and scaling p.grad, torch._foreach_* on the
-gradients (an unscale as GradScaler's), GradScaler itself, no_sync() accumulation,
+gradients (an unscale as GradScaler's), views of the gradients made once (.data, .detach().view,
+slices, split) and read after every later backward, gradients inside containers as the first read
+after backward (a keyword's list, parameters_to_vector, numpy()), GradScaler itself, no_sync() accumulation,
 zero_grad(set_to_none=True), a scheduler made before wrap, state_dict()/load_state_dict() of model
 and optimizer mid-training, model.eval() evaluation mid-training, clip_norm= against
 clip_grad_norm_, a backward pass that raises and is skipped, and two backward passes through one
@@ -85,7 +87,7 @@ def make_scaler():
 
 def loop(net, module, opt, sched, kind, feat, data, is_ddp):
     """The loop of a DDP user; feat is the habit under test. Returns what it recorded."""
-    rec, snap = [], None
+    rec, snap, cached = [], None, None
     params = list(module.parameters())
     scaler = make_scaler() if feat == "scaler" else None
     xv = data[0][0]
@@ -136,6 +138,25 @@ def loop(net, module, opt, sched, kind, feat, data, is_ddp):
         elif feat == "foreach":
             torch._foreach_mul_([p.grad for p in params], 1.0 / SCALE)     # an unscale, as GradScaler's
             rec.append(torch.stack([torch.norm(p.grad) for p in params]).norm().item())
+        elif feat == "cached_views":   # made once and read after every later backward, as fused
+            if cached is None:         # optimizers and gradient loggers keep them
+                cached = ([p.grad.data for p in params], [p.grad.detach().view(-1) for p in params],
+                          [p.grad[:2] for p in params], list(params[0].grad.split(1)))
+            data, flat, heads, rows = cached
+            rec.append(torch.cat([v.reshape(-1) for v in data]).norm().item())
+            rec.append(sum(v.abs().sum().item() for v in flat))
+            rec.append(sum(h.abs().sum().item() for h in heads))
+            rec.append(sum(r.abs().sum().item() for r in rows))
+        elif feat == "nested_reads":   # gradients inside containers, as the first read after backward
+            rec.append(torch.cat(tensors=[p.grad for p in params if p.dim() == 1]).norm().item())
+            rec.append(torch.stack(tensors=[p.grad.norm() for p in params]).sum().item())
+            rec.append(torch.nn.utils.parameters_to_vector([p.grad for p in params]).norm().item())
+            if DEVICE.type == "cpu":
+                a = params[0].grad.numpy()
+                rec.append(float(abs(a).sum()))
+                if isinstance(params[0].grad, dear._Grad):   # gradients still travelling: a copy, not the
+                    check(not a.flags.writeable,             # arena, and a write to it fails loudly
+                          "nested_reads: p.grad.numpy() while its gradient travels can be written")
         if feat == "scaler":
             scaler.unscale_(opt)
             rec.append(clip_grad_norm_(module.parameters(), 0.5).item())
@@ -146,7 +167,9 @@ def loop(net, module, opt, sched, kind, feat, data, is_ddp):
             opt.step()
         else:
             opt.step()
-        if feat not in ("set_to_none", "sched_before"):
+        if feat in ("cached_views", "nested_reads"):
+            opt.zero_grad(set_to_none=False)   # the gradient tensors stay, as the cached views need
+        elif feat not in ("set_to_none", "sched_before"):
             opt.zero_grad()
         sched.step()
         if feat == "eval" and i % 3 == 1:
@@ -174,7 +197,7 @@ CASES = {"clip_grad_norm_": ("cnn", "sgd"), "clip_grad_value_": ("cnn", "sgd"), 
          "foreach": ("cnn", "sgd"), "scaler": ("cnn", "sgd"), "accumulate": ("cnn", "sgd"),
          "set_to_none": ("cnn", "adamw"), "sched_before": ("cnn", "adamw"), "state_dict": ("cnn", "adamw"),
          "eval": ("cnn", "adamw"), "clip_norm": ("transformer", "sgd"), "backward_raises": ("cnn", "adamw"),
-         "two_backward": ("cnn", "sgd")}
+         "two_backward": ("cnn", "sgd"), "cached_views": ("cnn", "sgd"), "nested_reads": ("cnn", "sgd")}
 
 
 def data_for(kind):
