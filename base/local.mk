@@ -6,6 +6,6 @@ noinst_LTLIBRARIES += base/libdearbase.la
 base_libdearbase_la_SOURCES = base/status.c base/log.c base/log.h base/check.h base/mpi_check.h \
     base/mpi_check.c base/util.c base/util.h base/params.c base/params.h base/stats.c base/stats.h \
     base/textio.c base/textio.h base/fileio.c base/fileio.h base/tables.c base/algo_table.h base/planner_table.h \
-    base/sched_table.h base/transport_table.h base/sync.h
+    base/sched_table.h base/transport_table.h base/sync.h base/xsum.c base/xsum.h
 base_libdearbase_la_CFLAGS = $(AM_CFLAGS) $(VIS_CFLAGS)
 EXTRA_DIST += base/params.def

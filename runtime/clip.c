@@ -11,6 +11,11 @@
  * pass; the plan's early all-gathers are given up (they would gather unclipped shards).
  * Schedules wfbp and sync hold the whole averaged gradient after backward_end: every rank adds
  * up its squares in the same order (the same value everywhere) and scales it.
+ *
+ * Under DEAR_DETERMINISTIC the squares are added exactly (base/xsum.h), on the host (the mode
+ * stages CUDA memory): how a plan cuts the gradient into buckets, units and shards, and whether
+ * it is sharded, then changes nothing in the norm, which is the exact sum rounded once. The norm's
+ * collective sums the exported words, exactly in any order.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +24,8 @@
 #include "base/check.h"
 #include "base/params.h"
 #include "base/util.h"
+#include "base/xsum.h"
+#include "collectives/elem.h"
 #include "runtime/rt.h"
 
 /* As torch.nn.utils.clip_grad_norm_: a zero gradient is left as it is. */
@@ -82,11 +89,32 @@ static void set_result(dear_ctx_t *ctx, double sumsq, long long iter)
     ctx->clip.iter = iter;
 }
 
+/* xs += the square of every element of v (n of type t, host memory), each square exact or, for
+ * float64, rounded once: a function of the element alone. */
+static void add_squares(dear_xsum_t *xs, dear_dtype_t t, const void *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double x = t == DEAR_FLOAT32    ? ((const float *)v)[i]
+                   : t == DEAR_FLOAT64  ? ((const double *)v)[i]
+                   : t == DEAR_BFLOAT16 ? bf16_to_f(((const uint16_t *)v)[i])
+                                        : half_to_f(((const uint16_t *)v)[i]);
+        dear_xsum_add(xs, x * x);
+    }
+}
+
 /* The squares of this rank's reduced shard of the bucket, part by part, on the buffers' queue;
- * the norm's collective waits for them (norm_prepare). */
+ * the norm's collective waits for them (norm_prepare). Deterministic: added exactly, here. */
 static void shard_sq(dear_ctx_t *ctx, dear_op_t *op)
 {
     const dear_bucket_t *bk = &ctx->graph.buckets[op->index];
+    if (ctx->clip.xs) {
+        for (int k = 0; k < dear_bucket_parts(bk); k++) {
+            size_t len;
+            const char *p = dear_bucket_own(&ctx->cm, bk, k, &len);
+            add_squares(ctx->clip.xs, bk->dtype, p, len);
+        }
+        return;
+    }
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
     int nparts = dear_bucket_parts(bk);
     double *sq = &ctx->clip.part_sq[ctx->clip.part0[op->index]];
@@ -111,6 +139,11 @@ static int norm_prepare(dear_ctx_t *ctx, dear_op_t *op)
 
 static void norm_before(dear_ctx_t *ctx, dear_op_t *op)
 {
+    if (ctx->clip.xs) { /* the words travel; the next iteration's squares start from zero */
+        dear_xsum_export(ctx->clip.xs, ctx->clip.words);
+        dear_xsum_init(ctx->clip.xs);
+        return;
+    }
     double s = 0;
     for (int b = 0; b < ctx->graph.nbuckets; b++) { /* bucket order: the same sum on every rank */
         double sb = 0;
@@ -129,7 +162,7 @@ static int norm_finish(dear_ctx_t *ctx, dear_op_t *op)
         DEAR_ERROR("clip", "the squared norm of a shard could not be taken (above)");
         return DEAR_ERR_INTERNAL;
     }
-    set_result(ctx, ctx->clip.sum, op->sh.iter);
+    set_result(ctx, ctx->clip.xs ? dear_xsum_value(ctx->clip.words) : ctx->clip.sum, op->sh.iter);
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
@@ -163,6 +196,17 @@ static int clip_graph(dear_ctx_t *ctx)
     /* Host memory the gradients' row can write a square into from its queue (pinned for a GPU). */
     DEAR_CHECK_GOTO(ctx->mem.ops->alloc((np + 1) * sizeof(double), 1, (void **)&ctx->clip.part_sq), rc, out);
     DEAR_CHECK_GOTO(dear_rt_fence_new(ctx, &ctx->clip.sq_fence), rc, out);
+    if (dear_determ_on(ctx)) {
+        /* The squares are read on the host: the mode runs every bucket on host memory. */
+        if (dear_rt_work_queue(ctx) != NULL || !(dear_rt_work_ops(ctx)->flags & DEAR_MEM_F_HOST_ACCESS)) {
+            DEAR_ERROR("clip", "DEAR_DETERMINISTIC=1: the buckets are not in host memory (%s)", ctx->mem.ops->name);
+            rc = DEAR_ERR_INTERNAL;
+            goto out;
+        }
+        DEAR_ALLOC_GOTO(ctx->clip.xs, calloc(1, sizeof *ctx->clip.xs), sizeof *ctx->clip.xs, rc, out);
+        DEAR_ALLOC_GOTO(ctx->clip.words, calloc(DEAR_XSUM_WORDS, sizeof(double)), DEAR_XSUM_WORDS * sizeof(double),
+                        rc, out);
+    }
     if (!dear_rt_split(ctx))
         goto out; /* wfbp, sync: the norm of the averaged gradients at backward_end */
     DEAR_ALLOC_GOTO(op->deps, calloc(nb, sizeof *op->deps), nb * sizeof *op->deps, rc, out);
@@ -171,7 +215,10 @@ static int clip_graph(dear_ctx_t *ctx)
         DEAR_CHECK_GOTO(dear_op_hook(&ctx->graph.buckets[b].op, NULL, shard_sq), rc, out);
     }
     op->ndeps = ctx->graph.nbuckets;
-    dear_op_sum(ctx, op, 0, -1, DEAR_FLOAT64, &ctx->clip.sum, 1);
+    if (ctx->clip.xs)
+        dear_op_sum(ctx, op, 0, -1, DEAR_FLOAT64, ctx->clip.words, DEAR_XSUM_WORDS);
+    else
+        dear_op_sum(ctx, op, 0, -1, DEAR_FLOAT64, &ctx->clip.sum, 1);
     op->prepare = norm_prepare;
     DEAR_CHECK_GOTO(dear_op_hook(op, norm_before, NULL), rc, out);
     op->finish = norm_finish;
@@ -184,6 +231,10 @@ static void clip_graph_free(dear_ctx_t *ctx)
 {
     free(ctx->clip.op.deps);
     free(ctx->clip.part0);
+    free(ctx->clip.xs);
+    free(ctx->clip.words);
+    ctx->clip.xs = NULL;
+    ctx->clip.words = NULL;
     if (ctx->clip.part_sq)
         ctx->mem.ops->release(ctx->clip.part_sq, 1);
     dear_rt_fence_free(ctx, ctx->clip.sq_fence);
@@ -197,6 +248,17 @@ int dear_clip_averaged(dear_ctx_t *ctx)
 {
     const dear_mem_ops_t *mo = ctx->mem.ops;
     double *sq = ctx->clip.part_sq;
+    if (ctx->clip.xs) {
+        /* The same exact sum as the shards', read where the collectives left the averages: the
+         * buckets' host buffers (staged memory) or the gradients themselves (host memory). */
+        for (int u = 0; u < ctx->graph.nunits; u++)
+            add_squares(ctx->clip.xs, ctx->reg.tensors[ctx->graph.units[u].tensor].dtype, dear_unit_vec(ctx, u, 0),
+                        dear_unit_ccount(&ctx->graph, &ctx->reg, u));
+        dear_xsum_export(ctx->clip.xs, ctx->clip.words);
+        dear_xsum_init(ctx->clip.xs);
+        set_result(ctx, dear_xsum_value(ctx->clip.words), ctx->it.iter);
+        goto scale;
+    }
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         const dear_tensor_t *tt = &ctx->reg.tensors[t];
         sq[t] = 0;
@@ -210,6 +272,7 @@ int dear_clip_averaged(dear_ctx_t *ctx)
     for (int t = 0; t < ctx->reg.ntensors; t++) /* tensor order: the same sum on every rank */
         s += sq[t];
     set_result(ctx, s, ctx->it.iter);
+scale:
     for (int t = 0; ctx->clip.coef != 1 && t < ctx->reg.ntensors; t++) {
         const dear_tensor_t *tt = &ctx->reg.tensors[t];
         if (!tt->frozen)
@@ -218,17 +281,8 @@ int dear_clip_averaged(dear_ctx_t *ctx)
     return DEAR_OK;
 }
 
-/* The norm from shards adds the buckets' squares in bucket order: it depends on the plan. */
-static const dear_feature_rule_t clip_rules[] = {
-    { DEAR_RULE_REFUSES, DEAR_FEAT_DETERMINISTIC, DEAR_WHEN_SPLIT,
-      "the norm taken from the shards depends on the plan; train unsharded under DEAR_SCHEDULE=wfbp or sync (their "
-      "norm is taken over whole tensors), or turn one of the two off" },
-    { DEAR_RULE_END, 0, 0, NULL },
-};
-
 const dear_feature_t dear_feature_clip = {
-    .after = DEAR_FEAT_BIT(SHARD),
-    .rules = clip_rules,
+    .after = DEAR_FEAT_BIT(SHARD) | DEAR_FEAT_BIT(DETERMINISTIC),
     .decide = clip_decide,
     .on = dear_clip_on,
     .graph = clip_graph,

@@ -318,6 +318,10 @@ typedef struct {
     dear_fence_t *sq_fence; /* the squares are written (the norm's collective waits for it) */
     int failed;             /* a square could not be taken (progress thread) */
     double sum;             /* the norm collective's vector: the squared norm, summed over ranks */
+    /* DEAR_DETERMINISTIC: the squares added exactly (base/xsum.h), so that the norm does not depend
+     * on how plan and ranks split the elements; the collective sums the exported words instead */
+    struct dear_xsum_s *xs;
+    double *words;
     dear_op_t op;           /* dear: that collective, between the reduce-scatters and all-gathers */
     double norm, coef;      /* of the gradient of iteration `iter` */
     long long iter;

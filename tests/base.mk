@@ -1,6 +1,7 @@
 # tests/base.mk: base services (params, log, timeline, topology) and the generated docs.
 #   tests/unit/test_params, test_log, test_timeline   Check suites, no MPI
 #   tests/unit/test_stats          medians and the judgement of auto's check against hand values
+#   tests/unit/test_xsum           the exact sum: known totals, any order or grouping the same bits
 #   tests/unit/test_fileio         files: non-regular paths and planted links refused, atomic
 #                                  writes, bounded readers, readers' value checks
 #   tests/unit/timeline-json.sh    the timeline files are valid JSON for Python's json module,
@@ -19,8 +20,9 @@ TESTS += tests/unit/layers.sh tests/unit/features.sh tests/unit/params-doc.sh te
 EXTRA_DIST += tests/unit/layers.sh tests/unit/features.sh tests/unit/params-doc.sh tests/unit/dear-info.sh tests/unit/linkage.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_params tests/unit/test_log tests/unit/test_timeline tests/unit/test_fileio tests/mpi/test_topo \
-    tests/unit/test_stats
+    tests/unit/test_stats tests/unit/test_xsum
 TESTS += tests/unit/test_params tests/unit/test_log tests/unit/test_timeline tests/unit/test_fileio tests/unit/test_stats \
+    tests/unit/test_xsum \
     tests/unit/timeline-json.sh \
     tests/mpi/topo-np2.mpi tests/mpi/topo-np3.mpi
 EXTRA_DIST += tests/unit/timeline-json.sh tests/mpi/topo-np2.mpi tests/mpi/topo-np3.mpi
@@ -41,6 +43,9 @@ tests_unit_test_fileio_SOURCES = tests/unit/test_fileio.c tests/unit/ck_run.h
 tests_unit_test_fileio_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_fileio_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 
+tests_unit_test_xsum_SOURCES = tests/unit/test_xsum.c tests/unit/ck_run.h
+tests_unit_test_xsum_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_xsum_LDADD = $(DEAR_BASE_LIBS) $(CHECK_LIBS) -lm
 tests_unit_test_stats_SOURCES = tests/unit/test_stats.c tests/unit/ck_run.h
 tests_unit_test_stats_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_stats_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)

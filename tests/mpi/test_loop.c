@@ -23,7 +23,7 @@
  *   bf16     bfloat16 gradients whose float32 sums are exact: the update sees the float32 sum
  *            rounded once, bit for bit, at every rank count
  *   determ.  DEAR_DETERMINISTIC: two plans end on the same parameters bit for bit, also with
- *            compressed gradients
+ *            compressed gradients, and with clipping by global norm (sharded or not)
  *   shard    sharded updates (dear_set_shard): each rank steps the momenta of its slices only,
  *            under every schedule and with the options above (float32), and the all-gathers
  *            bring every rank the same parameters as the reference; DEAR_SHARD_HOLD, where the
@@ -635,11 +635,11 @@ END_TEST
  * with options opts_b (sharded: the sums are in rank order either way, momentum element-wise);
  * compressed: float32 travels as bfloat16 in both (each contribution rounded once, wherever it
  * is summed). */
-static void determ_compare(int s, int opts_b, int compressed, const char *what)
+static void determ_compare(int s, int opts_a, int opts_b, int compressed, const char *what)
 {
     setenv("DEAR_DETERMINISTIC", "1", 1);
     model_t a, b;
-    model_init(&a, OPT_NONE);
+    model_init(&a, opts_a);
     model_init(&b, opts_b);
     if (compressed)
         setenv("DEAR_COMPRESS", "bf16", 1);
@@ -660,6 +660,12 @@ static void determ_compare(int s, int opts_b, int compressed, const char *what)
         differ += memcmp(&a.w[i], &b.w[i], sizeof a.w[i]) != 0;
     ck_assert_msg(differ == 0, "DEAR_DETERMINISTIC=1%s, schedule %s, np %d: %zu of %zu parameters differ between %s",
                   compressed ? " DEAR_COMPRESS=bf16" : "", scheds[s], nranks, differ, n, what);
+    /* Clipping: the norm itself, as each update was told it, bit for bit (a norm one rounding
+     * off rarely moves a float32 parameter, so the parameters alone would not show it). */
+    for (int it = 0; it < ITERS && (opts_a & OPT_CLIP); it++)
+        ck_assert_msg(memcmp(&a.norm[it], &b.norm[it], sizeof a.norm[it]) == 0,
+                      "DEAR_DETERMINISTIC=1, schedule %s, np %d: iteration %d's norm is %.17g and %.17g between %s",
+                      scheds[s], nranks, it, a.norm[it], b.norm[it], what);
     model_free(&a);
     model_free(&b);
 }
@@ -667,7 +673,7 @@ static void determ_compare(int s, int opts_b, int compressed, const char *what)
 START_TEST(test_deterministic)
 {
     for (int c = 0; c < 2; c++)
-        determ_compare(_i, OPT_NONE, c, "two plans");
+        determ_compare(_i, OPT_NONE, OPT_NONE, c, "two plans");
 }
 END_TEST
 
@@ -761,7 +767,17 @@ START_TEST(test_shard_online)
 }
 END_TEST
 
-START_TEST(test_shard_determ) { determ_compare(_i, OPT_SHARD, 0, "sharded and unsharded under two plans"); }
+START_TEST(test_shard_determ) { determ_compare(_i, OPT_NONE, OPT_SHARD, 0, "sharded and unsharded under two plans"); }
+
+/* Clipping by global norm under DEAR_DETERMINISTIC: the norm is the exact sum of the squares,
+ * whatever buckets, chunks and shards hold them, so two plans, and sharded against unsharded,
+ * clip by the same factor and end bit for bit the same. */
+START_TEST(test_clip_determ)
+{
+    determ_compare(_i, OPT_CLIP, OPT_CLIP, 0, "two plans with clipping");
+    determ_compare(_i, OPT_CLIP, OPT_CLIP | OPT_SHARD, 0, "sharded and unsharded with clipping under two plans");
+}
+END_TEST
 END_TEST
 
 /* The slices of every rank cover each element once, about 1/P of the model each; bad use of the
@@ -905,6 +921,7 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, test_shard, 0, NSCHED);
         tcase_add_loop_test(tc, test_shard_online, 0, 2); /* sync plans once */
         tcase_add_loop_test(tc, test_shard_determ, 0, NSCHED);
+        tcase_add_loop_test(tc, test_clip_determ, 0, NSCHED);
         tcase_add_test(tc, test_shard_slices);
     }
     suite_add_tcase(s, tc);
