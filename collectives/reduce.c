@@ -215,6 +215,40 @@ void dear_reduce_zero_sign(dear_dtype_t dtype, void *v, size_t n)
     }
 }
 
+size_t dear_reduce_nonfinite(dear_dtype_t dtype, const void *src, size_t n)
+{
+    size_t bad = 0;
+    switch (dtype) {
+    case DEAR_FLOAT32: {
+        const uint32_t *u = src;
+        for (size_t i = 0; i < n; i++)
+            bad += (u[i] & 0x7f800000u) == 0x7f800000u;
+        break;
+    }
+    case DEAR_FLOAT64: {
+        const uint64_t *u = src;
+        for (size_t i = 0; i < n; i++)
+            bad += (u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        break;
+    }
+    case DEAR_BFLOAT16: {
+        const uint16_t *u = src;
+        for (size_t i = 0; i < n; i++)
+            bad += (u[i] & 0x7f80u) == 0x7f80u;
+        break;
+    }
+    case DEAR_FLOAT16: {
+        const uint16_t *u = src;
+        for (size_t i = 0; i < n; i++)
+            bad += (u[i] & 0x7c00u) == 0x7c00u;
+        break;
+    }
+    default:
+        break; /* integers are always finite */
+    }
+    return bad;
+}
+
 double dear_reduce_sumsq(dear_dtype_t dtype, const void *src, size_t n)
 {
     double s = 0;

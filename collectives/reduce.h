@@ -49,6 +49,10 @@ void dear_reduce_zero_sign(dear_dtype_t dtype, void *v, size_t n);
 /* Sum of the squares of src[0..n), added in float64 in index order (global-norm clipping). */
 double dear_reduce_sumsq(dear_dtype_t dtype, const void *src, size_t n);
 
+/* Elements of src[0..n) that are NaN or infinite (DEAR_CHECK_FINITE), from their exponent bits:
+ * no arithmetic, so it runs at the speed of the reads. */
+size_t dear_reduce_nonfinite(dear_dtype_t dtype, const void *src, size_t n);
+
 /* Scalar conversions used by the kernels and by tests as the reference rounding. */
 float dear_bf16_to_float(unsigned short h);
 unsigned short dear_float_to_bf16(float f);

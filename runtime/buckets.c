@@ -513,6 +513,8 @@ void dear_graph_free(dear_ctx_t *ctx)
 static void ops_free(dear_ctx_t *ctx)
 {
     dear_rt_mem_graph_free(ctx);
+    /* The features' parts go while the buckets and units they name are still there. */
+    dear_features_graph_free(ctx);
     for (int b = 0; ctx->graph.buckets && b < ctx->graph.nbuckets; b++)
         free(ctx->graph.buckets[b].sub);
     for (int g = 0; ctx->graph.groups && g < ctx->graph.ngroups; g++) {
@@ -525,7 +527,6 @@ static void ops_free(dear_ctx_t *ctx)
     free(ctx->graph.units);
     ctx->graph.units = NULL;
     ctx->graph.nunits = 0;
-    dear_features_graph_free(ctx);
     ctx->graph.buckets = NULL;
     ctx->graph.groups = NULL;
     ctx->graph.ops = NULL;

@@ -2,8 +2,8 @@
  * The deterministic mode (DEAR_DETERMINISTIC): every sum is taken in rank order by the direct
  * exchange, so that results do not depend on the plan. dear_init agrees on the setting across the
  * ranks (the collectives read it from the parameter table); this row holds it for the runtime's
- * other features, which ask dear_determ_on, and for the pairs it meets (sparse tensors give way,
- * clipping from shards is refused).
+ * other features, which ask dear_determ_on, and for the pairs it meets (sparse tensors give way;
+ * clipping then adds its squares exactly).
  */
 #include "base/params.h"
 #include "runtime/rt.h"

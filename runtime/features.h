@@ -1,7 +1,7 @@
 /*
  * The feature table: every optional behaviour dear_commit sets up (sharded updates, compression
  * with its error feedback, clipping, sparse tensors, unused tensors, partitions, the
- * deterministic mode, gradients in CUDA memory) is one file of runtime/ and one row here, as schedules, planners and
+ * deterministic mode, the check for non-finite gradients, gradients in CUDA memory) is one file of runtime/ and one row here, as schedules, planners and
  * transports are rows of their tables. The core (api.c, buckets.c, the schedules) never calls a
  * feature by name for these steps: it loops over the rows in the order their `after` masks give,
  * and the pairs that cannot run together are refused by one function, from the rows' rules.
@@ -22,6 +22,7 @@
     X(CUDA, "cuda", dear_feature_cuda, "gradients in CUDA memory (DEAR_MEM_CUDA)")                                   \
     X(DETERMINISTIC, "deterministic", dear_feature_determ, "the deterministic mode (DEAR_DETERMINISTIC)")            \
     X(PARTITION, "partition", dear_feature_partition, "partitions (DEAR_PARTITION)")                                 \
+    X(FINITE, "finite", dear_feature_finite, "the check for NaN and Inf gradients (DEAR_CHECK_FINITE)")               \
     X(SHARD, "shard", dear_feature_shard, "sharded updates (DEAR_SHARD, dear_set_shard)")                            \
     X(UNUSED, "unused", dear_feature_unused, "unused tensors (DEAR_FIND_UNUSED)")                                    \
     X(CLIP, "clip", dear_feature_clip, "clipping by global norm (DEAR_CLIP_NORM, dear_set_clip_norm)")               \

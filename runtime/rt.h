@@ -359,6 +359,25 @@ typedef struct {
     int on;
 } dear_determ_t;
 
+/* The check for non-finite gradients (finite.c): rank 0's DEAR_CHECK_FINITE, fixed at commit.
+ * Built with the graph by the application thread; then the progress thread's (the hooks). */
+#define DEAR_FINITE_SLOTS 4
+typedef struct {
+    double *sq;                 /* per slot, per unit of the bucket: its squared norm (host memory of
+                                 * the row); device queues use the slots in turn */
+    dear_fence_t *fence[DEAR_FINITE_SLOTS]; /* device queues: the slot's squares are written */
+    long long iter[DEAR_FINITE_SLOTS];      /* device queues: the iteration whose squares wait in the
+                                             * slot, or -1 */
+} dear_finite_bucket_t;
+
+typedef struct {
+    int mode;                   /* DEAR_CHECK_FINITE: off, warn, abort */
+    int reports;                /* iterations reported (warn stops at a bound) */
+    long long unchecked;        /* device queues: reduce-scatters not checked, every slot still queued */
+    dear_finite_bucket_t *b;    /* per bucket */
+    int nb;
+} dear_finite_t;
+
 /* Partitions (partition.c): rank 0's DEAR_PARTITION, fixed at commit. */
 typedef struct {
     size_t bytes;           /* the largest unit a tensor is cut into */
@@ -440,6 +459,7 @@ struct dear_ctx {
     dear_compress_ctl_t comp;
     dear_determ_t determ;
     dear_partition_ctl_t part;
+    dear_finite_t finite;
     dear_engine_t eng;
 };
 
@@ -682,6 +702,9 @@ void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op);
 
 /* determ.c */
 int dear_determ_on(const dear_ctx_t *ctx);
+
+/* finite.c */
+int dear_finite_on(const dear_ctx_t *ctx);
 
 /* partition.c */
 /* The largest unit the planners cut a tensor into (DEAR_PARTITION of rank 0). */

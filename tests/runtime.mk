@@ -100,6 +100,24 @@ EXTRA_DIST += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runt
     tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi \
     tests/mpi/online-np3-first.mpi tests/mpi/runtime-abandon-np4.mpi tests/mpi/runtime-abandon-np3-socket.mpi
 
+# The check for non-finite gradients (tests/mpi/test_finite.c, runtime/finite.c):
+#   tests/mpi/finite-np3.mpi         warn names the rank, tensor, iteration and count, under every
+#                                    schedule, sharded or not; no false report; off reports nothing
+#   tests/mpi/finite-np3-delay.mpi   the same on the delayed host row
+#   tests/mpi/finite-abort.sh        abort ends the job with rank 1's message
+FINITE_TESTS = tests/mpi/finite-np3.mpi tests/mpi/finite-np3-delay.mpi tests/mpi/finite-abort.sh
+EXTRA_DIST += $(FINITE_TESTS)
+if HAVE_CHECK
+check_PROGRAMS += tests/mpi/test_finite tests/mpi/test_finite_delay
+TESTS += $(FINITE_TESTS)
+tests_mpi_test_finite_SOURCES = tests/mpi/test_finite.c tests/mpi/np_check.h tests/mpi/suite_run.h
+tests_mpi_test_finite_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_mpi_test_finite_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
+tests_mpi_test_finite_delay_SOURCES = $(tests_mpi_test_finite_SOURCES) $(MEM_DELAY_SOURCES)
+tests_mpi_test_finite_delay_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
+tests_mpi_test_finite_delay_LDADD = $(tests_mpi_test_finite_LDADD)
+endif
+
 SPARSE_MPI_TESTS = tests/mpi/sparse-np1.mpi tests/mpi/sparse-np2.mpi tests/mpi/sparse-np3.mpi \
     tests/mpi/sparse-np4.mpi tests/mpi/sparse-np5.mpi tests/mpi/sparse-np3-socket.mpi
 EXTRA_DIST += $(SPARSE_MPI_TESTS)

@@ -25,6 +25,7 @@
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -362,13 +363,16 @@ START_TEST(test_hooks_async)
 }
 END_TEST
 
-static char log_buf[4096];
+static char log_buf[8192];
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER; /* the progress thread logs too */
 
 static void log_sink(const char *line, void *arg)
 {
     (void)arg;
+    pthread_mutex_lock(&log_lock);
     size_t n = strlen(log_buf);
     snprintf(log_buf + n, sizeof log_buf - n, "%s", line);
+    pthread_mutex_unlock(&log_lock);
 }
 
 static void log_capture_start(void)
@@ -451,6 +455,49 @@ START_TEST(test_compressed)
 }
 END_TEST
 
+/* DEAR_CHECK_FINITE=warn on device tensors: the last rank writes a NaN into tensor 2's gradient on
+ * its stream in iteration 3; that rank, and no other, names the tensor and the iteration (under
+ * NCCL from the squares read once the stream has run them, staged at once with the count). */
+START_TEST(test_finite)
+{
+    static const case_t c = { "dear", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL, NULL };
+    model_t m;
+    model_init(&m, &c);
+    float *nan_h = NULL;
+    CK_CUDA(cudaMallocHost((void **)&nan_h, sizeof *nan_h));
+    *nan_h = NAN;
+    setenv("DEAR_CHECK_FINITE", "warn", 1);
+    dear_ctx_t *ctx = setup(&m);
+    log_capture_start();
+    for (long it = 0; it < ITERS; it++) {
+        for (int t = 0; t < NT; t++)
+            ck_assert_int_eq(dear_forward_begin(ctx, t), DEAR_OK);
+        for (int t = NT - 1; t >= 0; t--) {
+            float *g = (float *)m.g + m.off[t];
+            CK_CUDA(tk_grad(g_stream, DEAR_FLOAT32, g, counts[t], t, g_rank, it, 0, 0, 0));
+            if (t == 2 && it == 3 && g_rank == g_size - 1)
+                CK_CUDA(cudaMemcpyAsync(g + 5, nan_h, sizeof *nan_h, cudaMemcpyHostToDevice, g_stream));
+            ck_assert_int_eq(dear_backward_done(ctx, t), DEAR_OK);
+        }
+        ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
+    }
+    ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    log_capture_stop();
+    unsetenv("DEAR_CHECK_FINITE");
+    char want[96];
+    snprintf(want, sizeof want, "rank %d: the gradient of tensor 't2' (layer 2, elements 0..", g_rank);
+    const char *at = strstr(log_buf, want);
+    int mine = g_rank == g_size - 1;
+    ck_assert_msg(!!at == mine && (!at || strstr(at, "in iteration 3, before its reduce-scatter")),
+                  "rank %d (%s): %s", g_rank, mine ? "made the NaN" : "did not", log_buf);
+    ck_assert_msg(strstr(log_buf, "tensor 't0'") == NULL && strstr(log_buf, "tensor 't1'") == NULL,
+                  "a finite tensor was reported: %s", log_buf);
+    cudaFreeHost(nan_h);
+    model_free(&m);
+}
+END_TEST
+
 /* DEAR_CUDA_TRANSPORT=nccl where it cannot run (GPU_TEST_EXPECT=shared: ranks share a GPU;
  * =broken: CUEMU_NCCL=broken) fails commit on every rank, naming why; auto runs staged. */
 START_TEST(test_nccl_refused)
@@ -502,6 +549,7 @@ int main(int argc, char **argv)
         tcase_add_test(tc, test_hooks_async);
         tcase_add_test(tc, test_bad_input);
         tcase_add_test(tc, test_compressed);
+        tcase_add_test(tc, test_finite);
     }
     suite_add_tcase(s, tc);
     int rc = mpi_suite_run(s, g_rank);

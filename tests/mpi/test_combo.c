@@ -1,8 +1,9 @@
 /*
  * Features together (Check, CK_FORK=no, under mpirun -np 1..4): a covering set of combinations of
  * sharded updates, compression, error feedback, clipping, sparse tensors, unused tensors,
- * partitions, the deterministic mode, freezing and accumulation, each under one schedule, planner,
- * transport, memory row and rank count. The set is made here, the same on every rank, by a greedy
+ * partitions, the deterministic mode, the check for non-finite gradients (abort: any false
+ * report ends the job), freezing and accumulation, each under one schedule, planner, transport,
+ * memory row and rank count. The set is made here, the same on every rank, by a greedy
  * covering design: every pair of features appears together, every triple among sharding,
  * compression, error feedback, sparse tensors, partitions and the deterministic mode too, and
  * every feature meets every schedule, planner, transport, memory row, rank count and layout.
@@ -64,9 +65,10 @@ static int rank, nranks;
 /* ---- the combinations ---- */
 
 /* The features the test crosses, as the library's feature table names them where it has a row. */
-enum { F_SHARD, F_COMPRESS, F_EF, F_CLIP, F_SPARSE, F_UNUSED, F_PART, F_DETERM, F_FREEZE, F_ACCUM, NF };
+enum { F_SHARD, F_COMPRESS, F_EF, F_CLIP, F_SPARSE, F_UNUSED, F_PART, F_DETERM, F_FREEZE, F_ACCUM, F_FINITE, NF };
 static const char *const fname[NF] = { "shard",     "compress", "feedback", "clip",   "sparse",
-                                       "unused",    "partition", "deterministic", "freeze", "accumulate" };
+                                       "unused",    "partition", "deterministic", "freeze", "accumulate",
+                                       "finite" };
 /* Every triple among these appears together. */
 static const int triple_set[] = { F_SHARD, F_COMPRESS, F_EF, F_SPARSE, F_PART, F_DETERM };
 #define NTRIPLE_SET ((int)(sizeof triple_set / sizeof triple_set[0]))
@@ -143,7 +145,7 @@ static unsigned lib_features(const combo_t *c)
     static const struct { int test; int lib; } map[] = {
         { F_SHARD, DEAR_FEAT_SHARD }, { F_COMPRESS, DEAR_FEAT_COMPRESS }, { F_CLIP, DEAR_FEAT_CLIP },
         { F_SPARSE, DEAR_FEAT_SPARSE }, { F_UNUSED, DEAR_FEAT_UNUSED }, { F_PART, DEAR_FEAT_PARTITION },
-        { F_DETERM, DEAR_FEAT_DETERMINISTIC } };
+        { F_DETERM, DEAR_FEAT_DETERMINISTIC }, { F_FINITE, DEAR_FEAT_FINITE } };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (on(c->feat, map[i].test))
             f |= 1u << map[i].lib;
@@ -561,7 +563,7 @@ static const char *const env_names[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_F
                                          "DEAR_DETERMINISTIC", "DEAR_TRANSPORT", "DEAR_COMPRESS", "DEAR_COMPRESS_EF",
                                          "DEAR_FIND_UNUSED", "DEAR_SPARSE", "DEAR_WARMUP_ITERS", "DEAR_VERIFY_ITERS",
                                          "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_SHARD",
-                                         "DEAR_CUDA_TRANSPORT" };
+                                         "DEAR_CUDA_TRANSPORT", "DEAR_CHECK_FINITE" };
 
 static void env_clear(void)
 {
@@ -599,6 +601,8 @@ static void env_set(const combo_t *c, int other_plan)
         setenv("DEAR_FIND_UNUSED", "1", 1);
     if (on(c->feat, F_SPARSE))
         setenv("DEAR_SPARSE", "on", 1);
+    if (on(c->feat, F_FINITE)) /* the gradients are finite: nothing may be reported */
+        setenv("DEAR_CHECK_FINITE", "abort", 1);
     if (c->dim[3] == MEM_CUDA)
         setenv("DEAR_CUDA_TRANSPORT", cuda_transport(c), 1);
     if (other_plan) { /* one bucket of whole tensors, or chunks of 256 bytes */
