@@ -339,7 +339,7 @@ int dear_plan_save(dear_ctx_t *ctx, const char *path)
 static void print_stats(dear_ctx_t *ctx)
 {
     dear_stats_t s;
-    if (dear_get_stats(ctx, &s) != DEAR_OK)
+    if (get_stats_claimed(ctx, &s) != DEAR_OK) /* dear_finalize holds the claim */
         return;
     double wall = dear_now() - ctx->it.t_commit;
     dear_lock(&ctx->eng.lock);
@@ -354,7 +354,7 @@ static void print_stats(dear_ctx_t *ctx)
             wall > 0 ? 100.0 * s.progress_cpu_s / wall : 0.0, wall, dear_sched_name(ctx->cfg.sched), ctx->graph.nbuckets);
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         dear_sparse_stats_t sp = { .size = sizeof sp };
-        if (dear_get_sparse_stats(ctx, t, &sp) != DEAR_OK || sp.block == 0)
+        if (dear_sparse_stats_claimed(ctx, t, &sp) != DEAR_OK || sp.block == 0)
             continue;
         char phases[64];
         fprintf(stderr,

@@ -656,6 +656,8 @@ int dear_clip_result(const dear_ctx_t *ctx, long long iteration, double *norm, d
 int dear_clip_averaged(dear_ctx_t *ctx);
 
 /* sparse.c */
+/* dear_get_sparse_stats for a caller that holds the claim (dear_finalize's statistics). */
+int dear_sparse_stats_claimed(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats);
 /* The block a tensor travels with: its declared one unless sparse tensors travel dense. */
 size_t dear_tensor_block(const dear_ctx_t *ctx, int t);
 /* Under the lock: a finished collective's sparse counters into its tensors. */

@@ -271,7 +271,7 @@ int dear_sparse_decide(dear_ctx_t *ctx)
 /* The first release of dear_sparse_stats_t ends with msgs_dense. */
 #define SPARSE_STATS_MIN_SIZE (offsetof(dear_sparse_stats_t, msgs_dense) + sizeof(uint64_t))
 
-static int get_sparse_stats_claimed(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats)
+int dear_sparse_stats_claimed(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats)
 {
     DEAR_ARG_CHECK(ctx != NULL && stats != NULL, "dear_get_sparse_stats: %s is NULL", ctx ? "stats" : "ctx");
     DEAR_ARG_CHECK(stats->size >= SPARSE_STATS_MIN_SIZE,
@@ -310,7 +310,7 @@ static int get_sparse_stats_claimed(dear_ctx_t *ctx, int tensor, dear_sparse_sta
 
 int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats)
 {
-    DEAR_CLAIMED(ctx, "dear_get_sparse_stats", get_sparse_stats_claimed(ctx, tensor, stats));
+    DEAR_CLAIMED(ctx, "dear_get_sparse_stats", dear_sparse_stats_claimed(ctx, tensor, stats));
 }
 
 static const dear_feature_rule_t sparse_rules[] = {
