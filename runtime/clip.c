@@ -25,7 +25,7 @@
 #include "base/params.h"
 #include "base/util.h"
 #include "base/xsum.h"
-#include "collectives/elem.h"
+#include "collectives/reduce.h"
 #include "runtime/rt.h"
 
 /* As torch.nn.utils.clip_grad_norm_: a zero gradient is left as it is. */
@@ -94,10 +94,7 @@ static void set_result(dear_ctx_t *ctx, double sumsq, long long iter)
 static void add_squares(dear_xsum_t *xs, dear_dtype_t t, const void *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        double x = t == DEAR_FLOAT32    ? ((const float *)v)[i]
-                   : t == DEAR_FLOAT64  ? ((const double *)v)[i]
-                   : t == DEAR_BFLOAT16 ? bf16_to_f(((const uint16_t *)v)[i])
-                                        : half_to_f(((const uint16_t *)v)[i]);
+        double x = dear_elem_get(t, v, i);
         dear_xsum_add(xs, x * x);
     }
 }
