@@ -14,7 +14,9 @@ Configurations: plain (no communication), ddp, zero (DDP with torch's ZeroRedund
 each rank steps the parameters it owns and broadcasts them after the step), and
 dear:SCHEDULE[:FUSION][+shard] (the binding; +shard: wrap(shard=True), each rank steps its slice of
 every parameter and dear's all-gathers carry them). --opt picks SGD with momentum or AdamW; the
-CSV also gives the largest rank's optimizer state in MB.
+CSV also gives the largest rank's optimizer state in MB. --device cuda trains on the GPUs (each
+measured span then ends with the GPU's work done; cuda/gpu-check.sh runs it so), --backend nccl
+gives DDP NCCL's process group.
 
 Why not the median of each iteration's slowest rank: without a barrier, dear's ranks leave an
 iteration at times that jitter apart (their all-gathers run into the next forward pass), while
@@ -67,11 +69,19 @@ def make(name):
     return Encoder()
 
 
-def batch(name, b):
+def batch(name, b, device):
     g = torch.Generator().manual_seed(100 + RANK)
     if name == "resnet18":
-        return torch.randn(b, 3, 32, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
-    return torch.randint(0, 96, (b, 64), generator=g), torch.randint(0, 96, (b, 64), generator=g)
+        x, y = torch.randn(b, 3, 32, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
+    else:
+        x, y = torch.randint(0, 96, (b, 64), generator=g), torch.randint(0, 96, (b, 64), generator=g)
+    return x.to(device), y.to(device)
+
+
+def settle(device):
+    """The device's queued work done: a time stamp then covers the GPU's work, not only its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def loss_fn(name, out, y):
@@ -102,12 +112,12 @@ def state_bytes(opt):
                if torch.is_tensor(v) and v.dim() > 0)
 
 
-def run(name, config, iters, warmup, b, opt_kind="sgd"):
+def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu")):
     """One round of a configuration ('plain', 'ddp', 'zero' or 'dear:SCHEDULE[:FUSION][+shard]'): the
     slowest rank's mean iteration time (s), every rank's single iteration times, the CPU seconds
     (user + system, all threads of this process) per measured iteration, averaged over the ranks,
     and the largest rank's optimizer state in bytes."""
-    model = make(name)
+    model = make(name).to(device)
     opt = make_opt(opt_kind, model.parameters(), zero=config == "zero")
     if config == "plain":   # no communication at all: the binding's own cost at np 1
         net = model
@@ -119,7 +129,7 @@ def run(name, config, iters, warmup, b, opt_kind="sgd"):
         os.environ["DEAR_SCHEDULE"] = parts[1]
         os.environ["DEAR_FUSION"] = parts[2] if len(parts) > 2 else "auto"
         net, opt = dear.wrap(model, opt, shard=shard)
-    x, y = batch(name, b)
+    x, y = batch(name, b, device)
     # An iteration's time is the span from its start to the next one's on each rank, with no
     # barrier or MPI call in between: in a real loop nothing else shares the connections with
     # dear's all-gathers, which run into the next forward pass. The stamps go out after the run.
@@ -127,12 +137,14 @@ def run(name, config, iters, warmup, b, opt_kind="sgd"):
     COMM.Barrier()
     for it in range(warmup + iters):
         if it == warmup:
+            settle(device)
             cpu0 = cpu_seconds()
         if it >= warmup:
             stamps.append(time.perf_counter())
         loss_fn(name, net(x), y).backward()
         opt.step()
         opt.zero_grad()
+    settle(device)
     stamps.append(time.perf_counter())
     cpu = (cpu_seconds() - cpu0) / iters
     spans = [b - a for a, b in zip(stamps, stamps[1:])]
@@ -167,8 +179,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8, help="per rank")
     ap.add_argument("--csv", help="one row per configuration (rank 0)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the model trains (cuda: GPU rank modulo the GPUs; cuda/gpu-check.sh)")
+    ap.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="DDP's process group")
     a = ap.parse_args()
     torch.set_num_threads(1)
+    device = torch.device("cpu")
+    if a.device == "cuda":
+        device = torch.device("cuda", RANK % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     host = socket.gethostbyname(socket.gethostname())
     port = None
     if RANK == 0:
@@ -177,7 +196,7 @@ def main():
         port = s.getsockname()[1]
         s.close()
     host, port = COMM.bcast((host, port), root=0)
-    dist.init_process_group("gloo", init_method="tcp://%s:%d" % (host, port), rank=RANK, world_size=SIZE)
+    dist.init_process_group(a.backend, init_method="tcp://%s:%d" % (host, port), rank=RANK, world_size=SIZE)
     configs = a.configs.split(";")
     rounds = {c: [] for c in configs}
     spans = {c: [] for c in configs}
@@ -186,7 +205,7 @@ def main():
     for r in range(a.rounds):
         order = configs if r % 2 == 0 else configs[::-1]
         for c in order:
-            t, s, cpu, states[c] = run(a.model, c, a.iters, a.warmup, a.batch, a.opt)
+            t, s, cpu, states[c] = run(a.model, c, a.iters, a.warmup, a.batch, a.opt, device)
             rounds[c].append(t)
             spans[c] += s
             cpus[c].append(cpu)
@@ -208,7 +227,8 @@ def main():
                          "q1_ms": "%.2f" % (1e3 * q[0]), "q3_ms": "%.2f" % (1e3 * q[2]),
                          "baseline": ref or "", "speedup": "%.3f" % (base / m) if base else "",
                          "cpu_ms": "%.1f" % (1e3 * statistics.median(cpus[c])), "opt": a.opt,
-                         "state_mb": "%.2f" % (states[c] / 1e6)})
+                         "state_mb": "%.2f" % (states[c] / 1e6), "device": a.device,
+                         "backend": a.backend})
             print("%-10s %-20s median %8.1f ms  cpu/rank %8.1f ms  %s" % (a.model, c, 1e3 * m, 1e3 * statistics.median(cpus[c]),
                                                        ("%.3fx %s" % (base / m, ref)) if base else ""), flush=True)
         if a.csv:

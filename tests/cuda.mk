@@ -72,8 +72,9 @@ endif
 #   tests/cuda/gpu-mutation.sh          DEAR_DEBUG_DROP_WAIT=ready and =done, each leaving one wait
 #                                     of the backend out, make the results wrong
 #   tests/cuda/gpu-real-np{1,2}.mpi     test_gpu_real against libcudart and libnccl (skip without a GPU)
-#   tests/cuda/gpu-check-emu.sh         cuda/gpu-check.sh --emulate: the GPU command's steps, with
-#                                     bench/dear-gpu-bench built against the emulator
+#   tests/cuda/gpu-check-emu.sh         cuda/gpu-check.sh --emulate: the GPU check's six steps under
+#                                     its budget, against the emulator (the binding and the models
+#                                     on the CPU), then --publish into a scratch page
 # test_gpu links libdear's layers with the backend built from the same sources against the
 # emulator (tests/cuda/libdearcuda_emu.la: -DCUEMU_BUILD, kernels_emu.c for kernels.cu).
 GPU_MPI_TESTS = tests/cuda/gpu-nccl-np1.mpi tests/cuda/gpu-nccl-np2.mpi tests/cuda/gpu-nccl-np4.mpi \

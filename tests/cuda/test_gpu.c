@@ -542,16 +542,22 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 600);
     const char *only = argc > 1 ? argv[1] : "";
+    TCase *tcc = NULL;
     if (strcmp(only, "--refused") == 0) {
         tcase_add_test(tc, test_nccl_refused);
     } else {
         tcase_add_loop_test(tc, test_train, 0, strcmp(only, "--quick") == 0 ? 3 : NCASES);
         tcase_add_test(tc, test_hooks_async);
         tcase_add_test(tc, test_bad_input);
-        tcase_add_test(tc, test_compressed);
         tcase_add_test(tc, test_finite);
+        /* A case of its own, so that CK_RUN_CASE / CK_EXCLUDE_CASE can order it (cuda/gpu-check.sh). */
+        tcc = tcase_create("compressed");
+        tcase_set_timeout(tcc, 600);
+        tcase_add_test(tcc, test_compressed);
     }
     suite_add_tcase(s, tc);
+    if (tcc)
+        suite_add_tcase(s, tcc);
     int rc = mpi_suite_run(s, g_rank);
     cudaStreamDestroy(g_stream);
     return rc;

@@ -390,6 +390,19 @@ def keywords():
 
 
 if __name__ == "__main__":
-    if DEVICE.type == "cuda":
-        sys.exit(T.run_tests(loops_against_ddp))
-    sys.exit(T.run_tests(loops_against_ddp, optimizer_raises, refusals, public_hook_path, keywords, shard_loops))
+    # --cases A,B: only those loops (cuda/gpu-check.sh's cut-down list for a short GPU slot);
+    # --ddp-backend nccl: DDP over NCCL (one rank per GPU).
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", help="comma-separated: " + ",".join(CASES))
+    ap.add_argument("--ddp-backend", choices=["gloo", "nccl"], default="gloo")
+    a = ap.parse_args()
+    if a.cases:
+        unknown = [c for c in a.cases.split(",") if c not in CASES]
+        if unknown:
+            ap.error("unknown case(s) %s: expected some of %s" % (",".join(unknown), ",".join(CASES)))
+        CASES = {c: CASES[c] for c in a.cases.split(",")}
+    if DEVICE.type == "cuda" or a.cases:
+        sys.exit(T.run_tests(loops_against_ddp, backend=a.ddp_backend))
+    sys.exit(T.run_tests(loops_against_ddp, optimizer_raises, refusals, public_hook_path, keywords, shard_loops,
+                         backend=a.ddp_backend))

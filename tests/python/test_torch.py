@@ -459,8 +459,9 @@ def layer_costs():
         print("ok: layer costs np %d" % SIZE, flush=True)
 
 
-def run_tests(*tests):
-    """Each test in turn with torch.distributed (gloo) up for DDP; 0 when no rank saw a failure."""
+def run_tests(*tests, backend="gloo"):
+    """Each test in turn with torch.distributed (gloo, or the backend named) up for DDP; 0 when no
+    rank saw a failure."""
     port = None
     if RANK == 0:
         s = socket.socket()
@@ -468,7 +469,7 @@ def run_tests(*tests):
         port = s.getsockname()[1]
         s.close()
     port = COMM.bcast(port, root=0)
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=RANK, world_size=SIZE)
+    dist.init_process_group(backend, init_method="tcp://127.0.0.1:%d" % port, rank=RANK, world_size=SIZE)
     for test in tests:
         test()
     dist.destroy_process_group()
