@@ -47,7 +47,9 @@ static void usage(FILE *out)
             "                      iteration, DEAR_FIRST_PLAN=first). With a timed profile every\n"
             "                      plan is then predicted on its times, and vs_prof compares it\n"
             "                      with the plan made from them. Implied (range) by a description\n"
-            "  --hints FILE        a model description whose layers' hints --estimate uses\n"
+            "  --hints FILE        a model description whose layers' hints --estimate uses\n"            "  --first-min-gain G  --estimate's start: where a model-driven planner's plan is\n"
+            "                      predicted less than G faster than the threshold plan, training\n"
+            "                      starts on the threshold plan (DEAR_FIRST_MIN_GAIN; default %s)\n"
             "  --compute-ms MS     forward + backward per iteration (split 1:2) for a model\n"
             "                      description: predictions (and --estimate first) at this total;\n"
             "                      without it they are shown at compute = communication\n"
@@ -76,7 +78,8 @@ static void usage(FILE *out)
             "                      travel, the wfbp+threshold reference too (default none)\n"
             "  --csv               print CSV instead of the table\n"
             "  --help              this text\n",
-            DEAR_ROBUST_LO, DEAR_ROBUST_HI, dear_cost_preset_names(), DEAR_PLANNER_CHOICES,
+            DEAR_ROBUST_LO, DEAR_ROBUST_HI, dear_param_table[DEAR_P_FIRST_MIN_GAIN].defval, dear_cost_preset_names(),
+            DEAR_PLANNER_CHOICES,
             dear_param_table[DEAR_P_PARTITION].defval, DEAR_COMPRESS_CHOICES);
 }
 
@@ -146,6 +149,11 @@ typedef struct {
     const char *planner;
     double iter, exposed, plan_s;
     double iter_prof;   /* --estimate on a timed profile: the plan made from its times, predicted */
+    /* --estimate, model-driven planners: the plan training starts on (DEAR_FIRST_MIN_GAIN):
+     * its predicted gain over the threshold plan, whether the threshold plan runs instead, and
+     * the predicted iteration of the plan that runs. */
+    double first_gain, iter_start;
+    int start_thr;
     int nrs, nag, nearly;
     dear_plan_t plan;
 } row_t;
@@ -169,6 +177,7 @@ typedef struct {
     long long partition;
     int sched_sel, csv, dense, estimate;
     double compute_ms;          /* 0: not given */
+    double first_min_gain;      /* DEAR_FIRST_MIN_GAIN: what --estimate's start is judged by */
     dear_compress_t comp_rs, comp_ag; /* --compress */
 } plan_opts_t;
 
@@ -214,6 +223,42 @@ static int plan_and_run(const dear_profile_t *prof, const dear_profile_t *est, i
     return rc;
 }
 
+/* The start the runtime makes from an estimated plan (runtime/planning.c): the plan made from
+ * the structure runs only when predicted faster than the threshold plan by DEAR_FIRST_MIN_GAIN,
+ * at compute = communication (range) or at the estimate's own times (first); otherwise the
+ * threshold plan. Sets r's first_gain, start_thr and iter_start (on prof). */
+static int first_start(const dear_profile_t *prof, const dear_profile_t *est, const dear_cost_model_t *model,
+                       const plan_opts_t *o, row_t *r)
+{
+    dear_sim_model_arg_t marg;
+    dear_plan_problem_t prob;
+    dear_plan_t thr = { 0 };
+    dear_sim_result_t res = { 0 };
+    int rc = dear_plan_problem_init(&prob, est, r->sched, model, (size_t)o->cap, &marg);
+    if (rc != DEAR_OK)
+        return rc;
+    prob.threshold = (size_t)o->threshold;
+    prob.seed = (unsigned long)o->seed;
+    rc = dear_plan_by_name(&thr, &prob, "threshold");
+    if (rc == DEAR_OK && o->estimate == EST_RANGE) {
+        rc = dear_estimate_gain(&prob, &r->plan, &thr, 1.0, &r->first_gain);
+    } else if (rc == DEAR_OK) {
+        dear_sim_result_t ra = { 0 }, rb = { 0 };
+        rc = dear_sim_run(est, &prob.cost, r->sched, &r->plan, 0, &ra);
+        if (rc == DEAR_OK)
+            rc = dear_sim_run(est, &prob.cost, r->sched, &thr, 0, &rb);
+        r->first_gain = rb.iter_s > 0 ? 1 - ra.iter_s / rb.iter_s : 0;
+    }
+    if (rc == DEAR_OK) {
+        r->start_thr = !(r->first_gain >= o->first_min_gain) && !dear_plan_equal(&r->plan, &thr);
+        r->iter_start = r->iter;
+        if (r->start_thr && (rc = dear_sim_run(prof, &prob.cost, r->sched, &thr, 0, &res)) == DEAR_OK)
+            r->iter_start = res.iter_s;
+    }
+    dear_plan_free(&thr);
+    return rc;
+}
+
 /* Evaluate the rows of schedule sched_sel (-1: all) and the planner of o for one cost model. */
 static int evaluate(const model_t *mu, const dear_cost_model_t *model, const plan_opts_t *o, int sched_sel,
                     table_t *tab)
@@ -241,7 +286,12 @@ static int evaluate(const model_t *mu, const dear_cost_model_t *model, const pla
             int rc = plan_and_run(prof, est, o->estimate == EST_RANGE, model, o, (dear_sched_t)s, pname, &r.plan,
                                   &res);
             r.plan_s = dear_thread_cpu() - t0;
-            r.iter_prof = NAN;
+            r.iter_prof = r.first_gain = r.iter_start = NAN;
+            r.iter = res.iter_s;
+            /* The runtime starts from an estimate only with a model-driven planner. */
+            if (rc == DEAR_OK && est && s != DEAR_SCHED_SYNC &&
+                (dear_planner_flags((dear_planner_t)p) & DEAR_PLANNER_F_MODEL))
+                rc = first_start(prof, est, model, o, &r);
             if (rc == DEAR_OK && est && mu->timed) {
                 dear_plan_t pp = { 0 };
                 dear_sim_result_t pres = { 0 };
@@ -255,7 +305,6 @@ static int evaluate(const model_t *mu, const dear_cost_model_t *model, const pla
                 dear_plan_free(&r.plan);
                 return rc;
             }
-            r.iter = res.iter_s;
             r.exposed = res.exposed_s;
             r.nrs = s == DEAR_SCHED_SYNC ? 1 : r.plan.rs.ngroups;
             r.nag = s == DEAR_SCHED_DEAR ? r.plan.ag.ngroups : 0;
@@ -308,10 +357,13 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         { "scale", required_argument, 0, 'k' },   { "csv", no_argument, 0, 'C' },
         { "dense", no_argument, 0, 'D' },         { "partition", required_argument, 0, 'P' },
         { "estimate", required_argument, 0, 'E' }, { "hints", required_argument, 0, 'H' },
+        { "first-min-gain", required_argument, 0, 'G' },
         { "compute-ms", required_argument, 0, 'M' }, { "compress", required_argument, 0, 'z' },
         { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
     };
     *o = (plan_opts_t){ .src = { .rph = 1 }, .seed = 1, .threshold = 26214400, .sched_sel = -1 };
+    if (dear_text_double(dear_param_table[DEAR_P_FIRST_MIN_GAIN].defval, 0, 1, &o->first_min_gain))
+        return fail("%s", "the parameter table's DEAR_FIRST_MIN_GAIN default is not a share");
     char msg[256];
     if (dear_param_parse_int(DEAR_P_PARTITION, dear_param_table[DEAR_P_PARTITION].defval, &o->partition, msg,
                              sizeof msg) != DEAR_OK)
@@ -396,6 +448,10 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
             o->estimate = strcmp(optarg, "range") == 0 ? EST_RANGE : EST_FIRST;
             break;
         case 'H': o->hints = optarg; break;
+        case 'G':
+            if (dear_text_double(optarg, 0, 1, &o->first_min_gain))
+                return fail("--first-min-gain '%s' is not a share between 0 and 1", optarg);
+            break;
         case 'M':
             if (dear_text_double(optarg, 1e-6, 1e9, &o->compute_ms))
                 return fail("--compute-ms '%s' is not a time in milliseconds in [1e-6, 1e9]", optarg);
@@ -424,14 +480,16 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
 static void print_csv(const model_t *mu, const plan_opts_t *o, int P, const table_t *tab)
 {
     printf("model,workers,schedule,planner,iter_ms,exposed_ms,speedup_sync,speedup_wfbp_threshold,rs_buckets,"
-           "ag_groups,plan_cpu_ms,over_cap,ag_early,partition_bytes,units,estimate,profiled_plan_iter_ms\n");
+           "ag_groups,plan_cpu_ms,over_cap,ag_early,partition_bytes,units,estimate,profiled_plan_iter_ms,"
+           "first_gain,start,start_iter_ms\n");
     for (int i = 0; i < tab->nrows; i++) {
         const row_t *r = &tab->rows[i];
-        printf("%s,%d,%s,%s,%.4f,%.4f,%.4f,%.4f,%d,%d,%.3f,%d,%d,%lld,%d,%s,%.4f\n", mu->tensors.model, P,
-               dear_sched_name(r->sched), r->planner, r->iter * 1e3, r->exposed * 1e3, ratio(tab->t_sync, r->iter),
+        printf("%s,%d,%s,%s,%.4f,%.4f,%.4f,%.4f,%d,%d,%.3f,%d,%d,%lld,%d,%s,%.4f,%.4f,%s,%.4f\n", mu->tensors.model,
+               P, dear_sched_name(r->sched), r->planner, r->iter * 1e3, r->exposed * 1e3, ratio(tab->t_sync, r->iter),
                ratio(tab->t_wthr, r->iter), r->nrs, r->nag, r->plan_s * 1e3, over_cap(r->iter), r->nearly,
                o->partition, mu->nunits, o->estimate == EST_RANGE ? "range" : o->estimate ? "first" : "off",
-               r->iter_prof * 1e3);
+               r->iter_prof * 1e3, r->first_gain, isnan(r->first_gain) ? "" : r->start_thr ? "threshold" : "plan",
+               r->iter_start * 1e3);
     }
 }
 
@@ -482,6 +540,11 @@ static void print_table(const char *profile, const model_t *mu, const plan_opts_
                o->estimate == EST_RANGE ? "range" : "first", o->hints ? ", --hints" : "",
                mu->timed ? "the profile's times; vs_prof: over the plan made from them"
                : o->compute_ms > 0 ? "the estimate at --compute-ms" : "the estimate at compute = communication");
+    if (o->estimate)
+        printf("start: the plan training starts on (DEAR_FIRST_MIN_GAIN=%g): the row's plan, or the threshold plan "
+               "where the row's is predicted less than that much faster (gain: at %s); then its predicted "
+               "iteration\n",
+               o->first_min_gain, o->estimate == EST_RANGE ? "compute = communication" : "the estimate's times");
     printf("\nvs_wfbp_th: over wfbp+threshold with every tensor whole (Horovod, PyTorch DDP)\n");
     printf("%-8s %-10s %11s %12s %9s %10s %8s %8s %6s %12s%s\n", "schedule", "planner", "iter_ms", "exposed_ms",
            "vs_sync", "vs_wfbp_th", "buckets", "ag_grps", "early", "plan_cpu_ms",
@@ -502,6 +565,9 @@ static void print_table(const char *profile, const model_t *mu, const plan_opts_
         printf(" %12.3f", r->plan_s * 1e3);
         if (o->estimate && mu->timed && isfinite(r->iter_prof))
             printf(" %+7.2f%%", 100 * (r->iter / r->iter_prof - 1));
+        if (!isnan(r->first_gain))
+            printf("  start: %s (gain %+.1f%%), %.3f ms", r->start_thr ? "threshold" : "plan", 100 * r->first_gain,
+                   r->iter_start * 1e3);
         printf("\n");
     }
 }

@@ -83,6 +83,30 @@ for planner in dp mgwfbp; do
 done
 "$exe" --profile "$vgg" --preset 10gbe --workers 4 --compress bf16/none | grep -q "^compressed: reduce-scatters (all-reduces) bf16, all-gathers none; priced at 263.9 and 527.8 MiB on the wire" ||
     fail "the table does not say what is compressed"
+# --estimate shows the start the runtime makes (DEAR_FIRST_MIN_GAIN): a model-driven planner's row
+# starts on the threshold plan exactly where its predicted gain is under the share, and then
+# predicts the threshold row's iteration; at the default share every such row of resnet50 at 10GbE
+# and P=64 starts on the threshold plan (each predicted under 10% faster), at 0 the plans predicted
+# faster at all run.
+for g in 0.1 0.05 0; do
+    "$exe" --profile "$prof" --preset 10gbe --workers 64 --estimate range --schedule dear --first-min-gain $g --csv \
+        > "$tmp/start.csv" || fail "--estimate range --first-min-gain $g exited $?"
+    awk -F, -v g=$g 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $c["planner"] == "threshold" { thr = $c["iter_ms"] }
+        $c["planner"] != "none" && $c["planner"] != "threshold" {
+            n++; s = $c["start"]; gain = $c["first_gain"] + 0
+            if (s != (gain < g ? "threshold" : "plan")) { print "row " $c["planner"] ": start " s " at gain " gain; bad = 1 }
+            want = s == "threshold" ? thr : $c["iter_ms"]
+            if ($c["start_iter_ms"] != want) { print "row " $c["planner"] ": start_iter_ms " $c["start_iter_ms"] " != " want; bad = 1 }
+            if (g == 0 && s != (gain < 0 ? "threshold" : "plan")) bad = 1
+            nthr += s == "threshold" }
+        END { if (n < 4) { print n " model-driven rows"; bad = 1 }
+              if (g == 0.1 && nthr != n) { print "at 0.1 only " nthr " of " n " start on threshold"; bad = 1 }
+              if (g == 0 && nthr == n) { print "at 0 every row starts on threshold"; bad = 1 }
+              exit bad }' "$tmp/start.csv" || fail "--estimate's start column at --first-min-gain $g"
+done
+"$exe" --profile "$prof" --preset 10gbe --workers 64 --estimate range --schedule dear |
+    grep -q "^dear     auto .*start: threshold (gain +[0-9.]*%), [0-9.]* ms$" || fail "the table shows no start for auto"
 expect_err() {   # expected-status pattern args...
     want=$1; pat=$2; shift 2
     err=$("$exe" "$@" 2>&1 >/dev/null); rc=$?
@@ -106,6 +130,8 @@ sed 's/^sparse wte.weight 3072 0.05/sparse wte.weight 3072 1.05/' "$gpt" > "$tmp
 expect_err 1 "dens.prof:101:.*densities in \[0, 1\]" --profile "$tmp/dens.prof" --preset 10gbe --workers 4
 expect_err 1 "nope.prof" --profile "$tmp/nope.prof" --preset 10gbe --workers 4
 expect_err 2 "--estimate 'guess'" --profile "$prof" --preset 10gbe --workers 4 --estimate guess
+expect_err 2 "--first-min-gain '2' is not a share between 0 and 1" --profile "$prof" --preset 10gbe --workers 4 \
+    --first-min-gain 2
 expect_err 2 "--hints goes with --estimate" --profile "$prof" --preset 10gbe --workers 4 --hints "$bm"
 expect_err 2 "layer 107 is not a layer of the profile" --profile "$prof" --preset 10gbe --workers 4 --estimate range \
     --hints "$bm"
