@@ -4,22 +4,20 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "fusion/planner_impl.h"
 #include "include/dear_types.h"
 
-int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
+/* The candidates' plans (the planners of the table flagged DEAR_PLANNER_F_CANDIDATE, in its
+ * order: ties keep the earlier) into p[0..*nc). gradssa would make the others' plans again as its
+ * seeds, so it is made last, from them. */
+static int candidates(const dear_plan_problem_t *prob, dear_plan_t *p, int *nc)
 {
-    int rc = dear_planner_check(prob);
-    if (rc != DEAR_OK)
-        return rc;
-    /* The candidates: the planners of the table flagged DEAR_PLANNER_F_CANDIDATE, in its order
-     * (ties keep the earlier). gradssa would make the others' plans again as its seeds, so it is
-     * made last, from them. */
     dear_planner_t cand[DEAR_PLANNER_COUNT];
-    int NC = 0, ssa = -1, at[DEAR_PLANNER_COUNT];
+    int NC = 0, ssa = -1, at[DEAR_PLANNER_COUNT], rc = DEAR_OK;
     for (int k = 0; k < DEAR_PLANNER_COUNT; k++) {
         at[k] = -1;
         if (dear_planner_flags((dear_planner_t)k) & DEAR_PLANNER_F_CANDIDATE) {
@@ -27,9 +25,8 @@ int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
             cand[NC++] = (dear_planner_t)k;
         }
     }
+    *nc = NC;
     ssa = at[DEAR_PLANNER_GRADSSA];
-    dear_plan_t p[DEAR_PLANNER_COUNT];
-    memset(p, 0, sizeof p);
     for (int c = 0; c < NC && rc == DEAR_OK; c++)
         if (c != ssa)
             rc = dear_plan_by_id(&p[c], prob, cand[c]);
@@ -48,45 +45,154 @@ int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
         }
         dear_plan_free(&one);
     }
-    /* Schedule dear has two independent phases: every pair (reduce-scatter buckets of one
-     * planner, all-gather groups of another) is simulated. The others only have buckets. */
-    int nag = prob->sched == DEAR_SCHED_DEAR ? NC : 1, bi = 0, bj = 0, be = 0;
+    return rc;
+}
+
+/* The best all-gather side for the buckets of plan rs (schedule dear: any candidate's groups,
+ * with every number of early groups, 0 = all in the forward; the others have buckets only):
+ * the index of the candidate whose groups it takes in *bj, the early count in *be, the predicted
+ * iteration returned (INFINITY on failure, in *rc). */
+static double best_pairing(const dear_plan_problem_t *prob, const dear_plan_t *rs, const dear_plan_t *p, int nc,
+                           int self, int *bj, int *be, int *rc)
+{
+    int nag = prob->sched == DEAR_SCHED_DEAR ? nc : 1;
     double best = INFINITY;
-    for (int i = 0; i < NC && rc == DEAR_OK; i++)
-        for (int j = 0; j < nag && rc == DEAR_OK; j++) {
-            int k = nag > 1 ? j : i;
-            /* dear: also every number of early all-gather groups (0 = all in the forward). */
-            int emax = nag > 1 && !prob->no_early ? p[k].ag.ngroups : 0;
-            for (int ne = 0; ne <= emax && rc == DEAR_OK; ne++) {
-                dear_plan_t mix = { .nunits = p[i].nunits, .ntensors = p[i].ntensors, .rs = p[i].rs, .ag = p[k].ag, .ag_early = ne };
-                double t = dear_planner_predict(prob, &mix, &rc);
-                if (t < best) { /* ties keep the earlier, simpler choice */
-                    best = t;
-                    bi = i;
-                    bj = k;
-                    be = ne;
-                }
+    *bj = self;
+    *be = 0;
+    for (int j = 0; j < nag && *rc == DEAR_OK; j++) {
+        int k = nag > 1 ? j : self;
+        int emax = nag > 1 && !prob->no_early ? p[k].ag.ngroups : 0;
+        for (int ne = 0; ne <= emax && *rc == DEAR_OK; ne++) {
+            dear_plan_t mix = { .nunits = rs->nunits, .ntensors = rs->ntensors, .rs = rs->rs, .ag = p[k].ag,
+                                .ag_early = ne };
+            double t = dear_planner_predict(prob, &mix, rc);
+            if (t < best) { /* ties keep the earlier, simpler choice */
+                best = t;
+                *bj = k;
+                *be = ne;
             }
         }
-    dear_plan_t res = { 0 };
-    if (rc == DEAR_OK) {
-        res.nunits = res.ntensors = p[bi].nunits;
-        rc = dear_partition_set(&res.rs, res.nunits, p[bi].rs.ngroups, p[bi].rs.first);
     }
+    return best;
+}
+
+/* *out: rs's buckets with the all-gather groups of ag (early groups ne), named name. */
+static int compose(dear_plan_t *out, const dear_plan_t *rs, const dear_plan_t *ag, int ne, const char *name)
+{
+    dear_plan_t res = { 0 };
+    res.nunits = res.ntensors = rs->nunits;
+    int rc = dear_partition_set(&res.rs, res.nunits, rs->rs.ngroups, rs->rs.first);
     if (rc == DEAR_OK)
-        rc = dear_partition_set(&res.ag, res.nunits, p[bj].ag.ngroups, p[bj].ag.first);
+        rc = dear_partition_set(&res.ag, res.nunits, ag->ag.ngroups, ag->ag.first);
     if (rc == DEAR_OK) {
-        res.ag_early = be;
-        if (bi == bj)
-            snprintf(res.planner, sizeof res.planner, "auto:%.26s", p[bi].planner);
-        else
-            snprintf(res.planner, sizeof res.planner, "auto:%.12s+%.12s", p[bi].planner, p[bj].planner);
-        dear_plan_free(plan);
-        *plan = res;
+        res.ag_early = ne;
+        snprintf(res.planner, sizeof res.planner, "%s", name);
+        dear_plan_free(out);
+        *out = res;
     } else {
         dear_plan_free(&res);
     }
-    for (int c = 0; c < NC; c++)
+    return rc;
+}
+
+/* auto's plan, and (runners != NULL) up to max runners-up fastest predicted first, each with
+ * reduce-scatter buckets unlike the best plan's and each other's: the other candidates' buckets,
+ * and the best plan's with every two neighbouring buckets joined (half as many: where the cost
+ * model underprices a collective's start-up, a plan of many small buckets is the one it gets
+ * wrong). *nrun gets how many; pred[k] their predicted iterations. */
+static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_plan_t *runners, double *pred,
+                     int max, int *nrun)
+{
+    int rc = dear_planner_check(prob);
+    if (rc != DEAR_OK)
+        return rc;
+    /* One slot more than the candidates: the best plan's buckets halved. */
+    dear_plan_t p[DEAR_PLANNER_COUNT + 1];
+    memset(p, 0, sizeof p);
+    int NC = 0;
+    rc = candidates(prob, p, &NC);
+    /* Schedule dear has two independent phases: every pair (reduce-scatter buckets of one
+     * planner, all-gather groups of another) is simulated. The others only have buckets. */
+    double t[DEAR_PLANNER_COUNT + 1];
+    int bj[DEAR_PLANNER_COUNT + 1], be[DEAR_PLANNER_COUNT + 1], bi = 0;
+    for (int i = 0; i < NC && rc == DEAR_OK; i++) {
+        t[i] = best_pairing(prob, &p[i], p, NC, i, &bj[i], &be[i], &rc);
+        if (t[i] < t[bi])
+            bi = i;
+    }
+    char name[sizeof plan->planner];
+    if (rc == DEAR_OK) {
+        if (bi == bj[bi])
+            snprintf(name, sizeof name, "auto:%.26s", p[bi].planner);
+        else
+            snprintf(name, sizeof name, "auto:%.12s+%.12s", p[bi].planner, p[bj[bi]].planner);
+        rc = compose(plan, &p[bi], &p[bj[bi]], be[bi], name);
+    }
+    if (runners && nrun)
+        *nrun = 0;
+    if (max > DEAR_AUTO_MAX_RUNNERS)
+        max = DEAR_AUTO_MAX_RUNNERS;
+    if (runners && nrun && rc == DEAR_OK && max > 0) {
+        int n = NC, nb = p[bi].rs.ngroups;
+        if (nb > 1) {
+            int *first = malloc(sizeof(int) * (size_t)(nb / 2 + 2)), k = 0;
+            if (!first)
+                rc = DEAR_ERR_NOMEM;
+            for (int g = 0; rc == DEAR_OK && g < nb; g += 2)
+                first[k++] = p[bi].rs.first[g];
+            if (rc == DEAR_OK) {
+                first[k] = p[bi].rs.first[nb];
+                p[n] = (dear_plan_t){ .nunits = p[bi].nunits, .ntensors = p[bi].ntensors };
+                char who[sizeof p[bi].planner];
+                memcpy(who, p[bi].planner, sizeof who);
+                snprintf(p[n].planner, sizeof p[n].planner, "%.24s/2", who);
+                rc = dear_partition_set(&p[n].rs, p[n].nunits, k, first);
+                if (rc == DEAR_OK)
+                    rc = dear_partition_set(&p[n].ag, p[n].nunits, p[bi].ag.ngroups, p[bi].ag.first);
+                if (rc == DEAR_OK)
+                    t[n] = best_pairing(prob, &p[n], p, NC, bi, &bj[n], &be[n], &rc);
+                n++;
+            }
+            free(first);
+        }
+        /* The distinct bucketings, fastest first (selection: a handful of candidates). */
+        int used[DEAR_PLANNER_COUNT + 1] = { 0 };
+        used[bi] = 1;
+        while (rc == DEAR_OK && *nrun < max) {
+            int c = -1;
+            for (int i = 0; i < n; i++) {
+                int dup = used[i];
+                for (int j = 0; j < n && !dup; j++)
+                    dup = used[j] && p[j].rs.ngroups == p[i].rs.ngroups &&
+                          memcmp(p[j].rs.first, p[i].rs.first, sizeof(int) * (size_t)(p[i].rs.ngroups + 1)) == 0;
+                if (!dup && isfinite(t[i]) && (c < 0 || t[i] < t[c]))
+                    c = i;
+            }
+            if (c < 0)
+                break;
+            used[c] = 1;
+            snprintf(name, sizeof name, "auto-%c:%.24s", (char)('2' + *nrun), p[c].planner);
+            rc = compose(&runners[*nrun], &p[c], &p[bj[c]], be[c], name);
+            if (rc == DEAR_OK)
+                pred[(*nrun)++] = t[c];
+        }
+    }
+    for (int c = 0; c <= NC && c < DEAR_PLANNER_COUNT + 1; c++)
         dear_plan_free(&p[c]);
     return rc;
+}
+
+int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
+{
+    return plan_auto(plan, prob, NULL, NULL, 0, NULL);
+}
+
+int dear_plan_auto_runners(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_plan_t *runners, double *pred,
+                           int max, int *nrun)
+{
+    if (!runners || !pred || !nrun || max < 0) {
+        DEAR_ERROR("plan", "auto's runners-up need room for them, their predictions and their count");
+        return DEAR_ERR_ARG;
+    }
+    return plan_auto(plan, prob, runners, pred, max, nrun);
 }

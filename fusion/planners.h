@@ -67,6 +67,15 @@ int dear_plan_dp_split(dear_plan_t *plan, const dear_plan_problem_t *prob, int m
 /* A planner of the table by id, or by name (DEAR_PLANNER_CHOICES); the name "one" gives a single
  * bucket (sync). An unknown name is DEAR_ERR_ARG, logged with the accepted names. */
 int dear_plan_by_id(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_planner_t which);
+/* auto's plan, as dear_plan_auto, and up to max runners-up, fastest predicted first (pred[k]
+ * seconds), each with reduce-scatter buckets unlike the plan's and each other's: the other
+ * candidates' buckets, and the plan's own with every two neighbouring buckets joined; each with
+ * its best all-gather side. Named auto-K:WHO (K = 2, 3, ...). For auto's check, which measures
+ * them in turn when the plan loses to the one it replaced. *nrun gets the count (at most
+ * DEAR_AUTO_MAX_RUNNERS). */
+#define DEAR_AUTO_MAX_RUNNERS 8
+int dear_plan_auto_runners(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_plan_t *runners, double *pred,
+                           int max, int *nrun);
 int dear_plan_by_name(dear_plan_t *plan, const dear_plan_problem_t *prob, const char *name);
 
 #endif

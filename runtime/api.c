@@ -77,7 +77,7 @@ static int ctx_free(dear_ctx_t *ctx)
     dear_registry_free_layers(&ctx->reg);
     dear_samples_free(&ctx->it.iter_times);
     free(ctx->check.samples);
-    dear_plan_free(&ctx->check.alt_plan);
+    dear_planning_free(ctx);
     dear_timeline_close(ctx->tl);
     net_free(ctx);
     if (ctx->cm.comm != MPI_COMM_NULL && !ctx->cm.keep) {

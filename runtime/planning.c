@@ -293,7 +293,7 @@ int dear_planning_setup(dear_ctx_t *ctx)
     const char *fusion = dear_param_string(DEAR_P_FUSION);
     dear_planner_t planner = (dear_planner_t)dear_param_enum(DEAR_P_FUSION);
     const char *pfile = dear_param_string(DEAR_P_PLAN_FILE);
-    int cfg[6];
+    int cfg[7];
     cfg[0] = (dear_planner_flags(planner) & DEAR_PLANNER_F_MODEL) && ctx->cfg.sched != DEAR_SCHED_SYNC &&
              !(pfile && pfile[0]) && ctx->cm.size > 1;
     cfg[1] = (int)dear_param_int(DEAR_P_WARMUP_ITERS);
@@ -302,8 +302,9 @@ int dear_planning_setup(dear_ctx_t *ctx)
     /* Only auto promises the fastest plan it can find; a named planner's plan is kept. */
     cfg[4] = planner == DEAR_PLANNER_AUTO ? (int)dear_param_int(DEAR_P_VERIFY_ITERS) : 0;
     cfg[5] = (int)dear_param_enum(DEAR_P_FIRST_PLAN);
+    cfg[6] = (int)dear_param_int(DEAR_P_VERIFY_TRIES);
     double margin = dear_param_double(DEAR_P_VERIFY_MARGIN);
-    DEAR_MPI_CHECK(MPI_Bcast(cfg, 6, MPI_INT, 0, ctx->cm.comm));
+    DEAR_MPI_CHECK(MPI_Bcast(cfg, 7, MPI_INT, 0, ctx->cm.comm));
     DEAR_MPI_CHECK(MPI_Bcast(&margin, 1, MPI_DOUBLE, 0, ctx->cm.comm));
     ctx->online.min_gain = dear_param_double(DEAR_P_REPLAN_MIN_GAIN); /* rank 0's: it alone plans */
     ctx->online.first_min_gain = dear_param_double(DEAR_P_FIRST_MIN_GAIN);
@@ -315,6 +316,7 @@ int dear_planning_setup(dear_ctx_t *ctx)
     ctx->online.rescale_at = ctx->online.enabled && cfg[5] == DEAR_FIRST_FIRST && cfg[1] > 1 ? 1 : -1;
     ctx->check.iters = ctx->online.enabled ? cfg[4] : 0;
     ctx->check.margin = margin;
+    ctx->check.tries = cfg[6];
     ctx->check.at = -1;
     if (!ctx->online.enabled)
         return DEAR_OK;
@@ -343,6 +345,20 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
  * pred: the predicted iteration time of the plan in force [0], the new one [1] and the threshold
  * plan [2], for auto's check; thr_out (when not NULL) gets that threshold plan. All range over
  * the units of the plan in force, so they are priced alike. */
+/* Rank 0: auto's runners-up of the last re-plan dropped. */
+static void runners_free(dear_ctx_t *ctx)
+{
+    for (int k = 0; k < ctx->check.nrunners; k++)
+        dear_plan_free(&ctx->check.runners[k]);
+    ctx->check.nrunners = ctx->check.next_runner = 0;
+}
+
+void dear_planning_free(dear_ctx_t *ctx)
+{
+    runners_free(ctx);
+    dear_plan_free(&ctx->check.alt_plan);
+}
+
 static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner_t which, dear_plan_t *plan,
                       double pred[3], dear_plan_t *thr_out, const char *what)
 {
@@ -361,9 +377,17 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
         prob.no_early = dear_shard_on(ctx); /* the parameters leave after the updates at backward_end */
-        rc = dear_plan_by_id(plan, &prob, which);
+        runners_free(ctx);
+        /* auto's check may go on to the runners-up when the plan loses (DEAR_VERIFY_TRIES). */
+        if (which == DEAR_PLANNER_AUTO && ctx->check.iters > 0 && ctx->check.tries > 1)
+            rc = dear_plan_auto_runners(plan, &prob, ctx->check.runners, ctx->check.runner_pred,
+                                        ctx->check.tries - 1, &ctx->check.nrunners);
+        else
+            rc = dear_plan_by_id(plan, &prob, which);
         if (rc == DEAR_OK)
             rc = dear_plan_set_units(plan, ctx->reg.ntensors, ctx->graph.plan.units);
+        for (int k = 0; rc == DEAR_OK && k < ctx->check.nrunners; k++)
+            rc = dear_plan_set_units(&ctx->check.runners[k], ctx->reg.ntensors, ctx->graph.plan.units);
         if (rc != DEAR_OK)
             DEAR_ERROR("plan", "%s: planner %s failed for %d tensors in %d units: %s", what, fusion,
                        ctx->reg.ntensors, ctx->graph.plan.nunits, dear_status_string(rc));
@@ -532,6 +556,7 @@ static void check_begin(dear_ctx_t *ctx, dear_plan_t *old, const double pred[2])
     memset(ctx->check.samples, 0, sizeof(double) * 2 * (size_t)ctx->check.iters);
     ctx->check.pred_s[0] = pred[0];
     ctx->check.pred_s[1] = pred[1];
+    ctx->check.tried++;
     block_begin(ctx, 0);
 }
 
@@ -567,6 +592,8 @@ static int replan(dear_ctx_t *ctx, int rescale)
      * is this thread's alone and the operations can be rebuilt. */
     dear_engine_stop(ctx);
     ctx->eng.sh.stop = 0;
+    if (!rescale)
+        ctx->check.tried = 0;
     int keep = 0; /* rank 0: nothing measured to scale the estimate by */
     int margin_thr = 0; /* rank 0: DEAR_FIRST_MIN_GAIN sent the plan made again to the threshold plan */
     if (rescale) {
@@ -680,6 +707,47 @@ int dear_planning_rescale(dear_ctx_t *ctx)
     return replan(ctx, 1);
 }
 
+/* After a check the new plan lost (the plan it replaced in force again): rank 0's next runner-up
+ * unlike the plan in force, if any is left, is switched to and checked against it the same way.
+ * pred_old: the plan in force's predicted iteration (rank 0's). Why: the model mispriced the plan
+ * it ranked first, and the plan in force is often the threshold plan kept from the warm-up; the
+ * next plan in the ranking, or the same buckets halved, may still beat it (the log names each). */
+static int try_runner_up(dear_ctx_t *ctx, double pred_old)
+{
+    int rc = DEAR_OK, have = 0;
+    dear_plan_t next = { 0 }, old = { 0 };
+    double pred[2] = { pred_old, 0 };
+    while (ctx->cm.rank == 0 && !have && ctx->check.next_runner < ctx->check.nrunners) {
+        int k = ctx->check.next_runner++;
+        if (dear_plan_equal(&ctx->check.runners[k], &ctx->graph.plan))
+            continue;
+        rc = dear_plan_copy(&next, &ctx->check.runners[k]);
+        pred[1] = ctx->check.runner_pred[k];
+        have = rc == DEAR_OK;
+    }
+    if (ctx->cm.rank == 0 && rc != DEAR_OK) /* out of memory for a copy: the plan in force stays */
+        DEAR_WARN("plan", "auto's check: cannot take the next runner-up (%s)", dear_status_string(rc));
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&have, 1, MPI_INT, 0, ctx->cm.comm), rc, out);
+    rc = DEAR_OK;
+    if (!have) {
+        DEAR_INFO("plan", "auto's check: no runner-up left after %d plan(s) timed; keeping %s", ctx->check.tried,
+                  ctx->graph.plan.planner);
+        goto out;
+    }
+    DEAR_CHECK_GOTO(dear_planning_bcast(ctx, &next, DEAR_OK), rc, out);
+    DEAR_INFO("plan", "auto's check: trying runner-up %s (%d reduce-scatter bucket(s), %d all-gather group(s)) against "
+                      "%s, plan %d of at most %d (DEAR_VERIFY_TRIES); predicted %.3f ms against %.3f ms",
+              next.planner, next.rs.ngroups, next.ag.ngroups, ctx->graph.plan.planner, ctx->check.tried + 1,
+              ctx->check.tries, 1e3 * pred[1], 1e3 * pred[0]);
+    DEAR_CHECK_GOTO(dear_plan_copy(&old, &ctx->graph.plan), rc, out);
+    DEAR_CHECK_GOTO(dear_graph_rebuild(ctx, &next), rc, out);
+    check_begin(ctx, &old, pred);
+out:
+    dear_plan_free(&next);
+    dear_plan_free(&old);
+    return rc;
+}
+
 int dear_planning_verify(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK;
@@ -722,6 +790,10 @@ int dear_planning_verify(dear_ctx_t *ctx)
         DEAR_CHECK_GOTO(swap_plan(ctx), rc, out);
     if (!keep_new)
         ctx->check.nreverts++;
+    if (!keep_new && ctx->check.tried < ctx->check.tries)
+        DEAR_CHECK_GOTO(try_runner_up(ctx, v[6]), rc, out);
+    if (ctx->check.at < 0 && ctx->cm.rank == 0)
+        runners_free(ctx);
     /* A re-plan that fell due during the check comes a full period after it. */
     if (ctx->online.next_plan_iter >= 0 && ctx->online.next_plan_iter <= ctx->it.iter)
         ctx->online.next_plan_iter = ctx->it.iter + ctx->online.replan_every;

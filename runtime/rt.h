@@ -23,6 +23,7 @@
 #include "collectives/mem.h"
 #include "fusion/cost.h"
 #include "fusion/plan.h"
+#include "fusion/planners.h"
 #include "fusion/profile.h"
 #include "include/dear.h"
 #include "base/sched_table.h"
@@ -280,6 +281,13 @@ typedef struct {
     double *samples;        /* this rank's timed iterations: old plan [0, iters), new plan after */
     int n[2];               /* timed iterations so far of the old and the new plan */
     int nreverts;           /* plans dropped after timing: tests read it */
+    int tries;              /* DEAR_VERIFY_TRIES of rank 0: plans timed at most per re-plan */
+    int tried;              /* plans timed since the last re-plan (the current one counted) */
+    /* rank 0: auto's runners-up of the last re-plan, fastest predicted first, timed in turn
+     * while each plan loses to the plan in force */
+    dear_plan_t runners[DEAR_AUTO_MAX_RUNNERS];
+    double runner_pred[DEAR_AUTO_MAX_RUNNERS];
+    int nrunners, next_runner;
 } dear_check_t;
 
 /* Iteration state and the profile it gives (iteration.c): the application thread's. */
@@ -637,6 +645,8 @@ int dear_planning_rescale(dear_ctx_t *ctx);
  * the next block of the check or, after the last, keep the plan the measurement (or, when it is
  * inconclusive, the model) says is faster. Collective. */
 int dear_planning_verify(dear_ctx_t *ctx);
+/* The plans online planning and auto's check hold (the check's other plan, the runners-up). */
+void dear_planning_free(dear_ctx_t *ctx);
 /* This rank's time of the iteration just completed, for the check when one runs. */
 void dear_planning_sample(dear_ctx_t *ctx, double iter_s);
 

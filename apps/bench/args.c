@@ -77,9 +77,10 @@ static void usage(void)
         "                       of several configurations rather than one whole\n"
         "  --warmup N           iterations before measuring, in every run (default per planner:\n"
         "                       none/threshold/sync 3; mgwfbp/dp/gradssa DEAR_WARMUP_ITERS + 2;\n"
-        "                       auto also waits for its check, three blocks of DEAR_VERIFY_ITERS\n"
-        "                       iterations per plan each after one settling iteration:\n"
-        "                       DEAR_WARMUP_ITERS + 2 x DEAR_VERIFY_ITERS + 3 + 2 = 18)\n"
+        "                       auto also waits for its checks, three blocks of DEAR_VERIFY_ITERS\n"
+        "                       iterations per plan each after one settling iteration, for up\n"
+        "                       to DEAR_VERIFY_TRIES plans: DEAR_WARMUP_ITERS + 3 x (2 x\n"
+        "                       DEAR_VERIFY_ITERS + 3) + 2 = 40)\n"
         "  --time-scale X       multiply every profiled compute time by X (default 1)\n"
         "  --size-scale X       multiply every tensor size by X (default 1; thresholds scale too,\n"
         "                       so the bucketing matches the full-size model)\n"
@@ -482,16 +483,21 @@ static int check_cost_model(bench_opts_t *o, const raw_args_t *r)
 
 /* The runtime plans after DEAR_WARMUP_ITERS and (auto) checks the plan in three blocks (new,
  * old, new; runtime/planning.c), each one settling iteration and then its share of
- * DEAR_VERIFY_ITERS per plan; the measured iterations start after both. */
-static void runtime_warmup(int *rt_warm, int *rt_verify)
+ * DEAR_VERIFY_ITERS per plan, and where the plan loses, each runner-up likewise, up to
+ * DEAR_VERIFY_TRIES plans; the measured iterations start after all of them. */
+static void runtime_warmup(int *rt_warm, int *rt_verify, int *rt_tries)
 {
     *rt_warm = 5;
     *rt_verify = 4;
+    *rt_tries = 3;
     const char *env_w = getenv("DEAR_WARMUP_ITERS"), *env_v = getenv("DEAR_VERIFY_ITERS");
+    const char *env_t = getenv("DEAR_VERIFY_TRIES");
     if (env_w && parse_int(env_w, 1, 1000000, rt_warm))
         *rt_warm = 5; /* the runtime reports the bad value itself at dear_init */
     if (env_v && parse_int(env_v, 0, 1000000, rt_verify))
         *rt_verify = 4;
+    if (env_t && parse_int(env_t, 1, 9, rt_tries))
+        *rt_tries = 3;
 }
 
 /* Warm-up per configuration: what its plan needs before it is in place, unless --warmup. */
@@ -517,13 +523,14 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o)
         return usage_error("--profile FILE is required");
     if ((rc = check_cost_model(o, &r)) != 0)
         return rc;
-    int rt_warm, rt_verify;
-    runtime_warmup(&rt_warm, &rt_verify);
-    int settled = rt_warm + (rt_verify > 0 ? 2 * rt_verify + 2 + (rt_verify / 2 > 0) : 0);
+    int rt_warm, rt_verify, rt_tries;
+    runtime_warmup(&rt_warm, &rt_verify, &rt_tries);
+    int settled = rt_warm + (rt_verify > 0 ? rt_tries * (2 * rt_verify + 2 + (rt_verify / 2 > 0)) : 0);
     if (o->warmup >= 0 && o->warmup <= settled && !o->quiet)
-        bench_say("dear-bench: note: --warmup %d <= %d (DEAR_WARMUP_ITERS %d, then auto's check of DEAR_VERIFY_ITERS %d): "
-            "measured iterations of auto may include the runtime's own warm-up, planning and check\n",
-            o->warmup, settled, rt_warm, rt_verify);
+        bench_say("dear-bench: note: --warmup %d <= %d (DEAR_WARMUP_ITERS %d, then auto's check of DEAR_VERIFY_ITERS %d, "
+            "up to DEAR_VERIFY_TRIES %d plans): measured iterations of auto may include the runtime's own warm-up, "
+            "planning and check\n",
+            o->warmup, settled, rt_warm, rt_verify, rt_tries);
     if (o->rounds > o->iters)
         return usage_error("--rounds %d exceeds --iters %d: every round measures at least one iteration", o->rounds,
                            o->iters);

@@ -228,6 +228,7 @@ static void set_common(void)
     setenv("DEAR_WARMUP_ITERS", "2", 1);
     setenv("DEAR_REPLAN_EVERY", "3", 1);
     setenv("DEAR_VERIFY_ITERS", "0", 1); /* auto's check has tests of its own (test_check) */
+    setenv("DEAR_VERIFY_TRIES", "1", 1); /* and its runners-up (test_runner_up) */
     setenv("DEAR_FIRST_MIN_GAIN", "0", 1); /* any predicted gain: the margin has test_first_margin */
 }
 
@@ -236,7 +237,7 @@ static void unset_all(void)
     const char *vars[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_FUSION_THRESHOLD", "DEAR_WARMUP_ITERS",
                            "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_CALIBRATION_FILE",
                            "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS", "DEAR_VERIFY_MARGIN", "DEAR_FIRST_PLAN",
-                           "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN" };
+                           "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN", "DEAR_VERIFY_TRIES" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -393,6 +394,17 @@ static void plan_in_force(dear_ctx_t *ctx, char *planner, size_t len)
     dear_plan_free(&back);
 }
 
+/* auto under schedule sched with its check (DEAR_VERIFY_ITERS=verify, no periodic re-plan), the
+ * log captured from commit on (capture_stop after training). */
+static dear_ctx_t *commit_checked(model_t *m, const char *sched, const char *verify)
+{
+    setenv("DEAR_REPLAN_EVERY", "0", 1);
+    setenv("DEAR_VERIFY_ITERS", verify, 1);
+    setenv("DEAR_LOG_LEVEL", "info", 1);
+    capture_start();
+    return commit_preset(m, sched, "auto", "shm");
+}
+
 /* Planned after iteration 2; the check's blocks: 1 + 3 new, 1 + 6 old, 1 + 3 new: over at 17. */
 #define CHECK_ITERS 20
 
@@ -402,12 +414,8 @@ START_TEST(test_check)
     scen = &scenarios[_i % NSCEN];
     pen_checks = -1;
     set_common();
-    setenv("DEAR_REPLAN_EVERY", "0", 1);
-    setenv("DEAR_VERIFY_ITERS", "6", 1);
-    setenv("DEAR_LOG_LEVEL", "info", 1);
     model_t m;
-    capture_start();
-    dear_ctx_t *ctx = commit_preset(&m, sched, "auto", "shm");
+    dear_ctx_t *ctx = commit_checked(&m, sched, "6");
     ck_assert_int_eq(ctx->check.iters, 6);
     ck_assert(ctx->check.margin == 2);
     after_backward_end = fake_model;
@@ -477,6 +485,64 @@ START_TEST(test_recheck)
     ck_assert_msg(strncmp(planner, "auto", 4) == 0, "on %s after the second check", planner);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     compare(&m, RECHECK_ITERS, "recheck");
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
+/* DEAR_VERIFY_TRIES=3: when auto's plan loses its check, the runner-ups are timed in turn
+ * against the plan in force (the warm-up's threshold plan). Scenario 0: auto's first plan is
+ * clearly the slowest, the warm-up plan next (half the penalty), the runners-up fastest: the
+ * first runner-up wins its check and stays, after one revert. Scenario 1: every plan of auto's
+ * is clearly slower: each is timed and dropped, three plans in all (or fewer where auto has
+ * fewer runners-up, which the log then says), and the warm-up plan stays. The ranks agree
+ * throughout and the training matches the reference. */
+#define RUNNER_ITERS 34
+static int runner_scen;
+
+static void runner_noise(dear_ctx_t *ctx, int k)
+{
+    const char *pl = ctx->graph.plan.planner;
+    double ms = JITTER_MS * jitter01(ctx, k);
+    if (strncmp(pl, "auto:", 5) == 0 || (runner_scen == 1 && strncmp(pl, "auto-", 5) == 0))
+        ms += CLEAR_MS;
+    else if (runner_scen == 0 && strncmp(pl, "auto", 4) != 0)
+        ms += CLEAR_MS / 2;
+    sleep_ms(ms);
+}
+
+START_TEST(test_runner_up)
+{
+    runner_scen = _i;
+    set_common();
+    setenv("DEAR_VERIFY_TRIES", "3", 1);
+    model_t m;
+    dear_ctx_t *ctx = commit_checked(&m, "dear", "2");
+    ck_assert_int_eq(ctx->check.tries, 3);
+    in_compute = runner_noise;
+    /* planned at 2; each check 2 + 3 + 2 iterations (a settling one per block) */
+    train(ctx, &m, "dear", RUNNER_ITERS);
+    in_compute = NULL;
+    capture_stop();
+    ck_assert_int_eq(ctx->check.at, -1);
+    char planner[64];
+    plan_in_force(ctx, planner, sizeof planner);
+    ck_assert_msg(strstr(logbuf, "auto's check: trying runner-up auto-2:") != NULL, "no runner-up tried:\n%s",
+                  logbuf);
+    if (runner_scen == 0) {
+        ck_assert_msg(strncmp(planner, "auto-2:", 7) == 0 && ctx->check.nreverts == 1 && ctx->check.tried == 2,
+                      "on %s after %d plan(s) timed, %d revert(s):\n%s", planner, ctx->check.tried,
+                      ctx->check.nreverts, logbuf);
+    } else {
+        ck_assert_msg(strcmp(planner, "threshold(warm-up)") == 0 && ctx->check.nreverts == ctx->check.tried &&
+                          (ctx->check.tried == 3 || strstr(logbuf, "no runner-up left") != NULL),
+                      "on %s after %d plan(s) timed, %d revert(s):\n%s", planner, ctx->check.tried,
+                      ctx->check.nreverts, logbuf);
+    }
+    if (rank == 0)
+        printf("runner-up scenario %d: on %s after %d plan(s) timed\n", runner_scen, planner, ctx->check.tried);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    compare(&m, RUNNER_ITERS, runner_scen ? "runner-up: all lose" : "runner-up: the second plan stays");
     model_free(&m);
     unset_all();
 }
@@ -893,12 +959,8 @@ START_TEST(test_first_guard)
     guard_scen = _i;
     set_common();
     setenv("DEAR_FIRST_PLAN", "range", 1);
-    setenv("DEAR_REPLAN_EVERY", "0", 1);
-    setenv("DEAR_VERIFY_ITERS", "6", 1);
-    setenv("DEAR_LOG_LEVEL", "info", 1);
     model_t m;
-    capture_start();
-    dear_ctx_t *ctx = commit_preset(&m, "dear", "auto", "shm");
+    dear_ctx_t *ctx = commit_checked(&m, "dear", "6");
     ck_assert_msg(strncmp(ctx->graph.plan.planner, "est:", 4) == 0, "plan %s at commit", ctx->graph.plan.planner);
     in_compute = guard_noise;
     train(ctx, &m, "dear", CHECK_ITERS);
@@ -1039,6 +1101,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_switch, 0, 12);
     tcase_add_loop_test(tc, test_check, 0, 2 * NSCEN);
     tcase_add_test(tc, test_recheck);
+    tcase_add_loop_test(tc, test_runner_up, 0, 2);
     tcase_add_test(tc, test_calibration);
     tcase_add_test(tc, test_presets);
     suite_add_tcase(s, tc);

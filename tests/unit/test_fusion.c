@@ -1290,6 +1290,59 @@ START_TEST(gradssa_deterministic_and_never_worse)
 }
 END_TEST
 
+/* auto's runners-up: auto's own plan unchanged; each runner-up's buckets unlike the plan's and
+ * each other's, predicted as the simulator says, no faster than the plan and in order; the plan's
+ * buckets halved among them (wherever the plan has more than one bucket). */
+START_TEST(auto_runners_up)
+{
+    static const char *const models[] = { "resnet50", "bert-base", "gpt2-small" };
+    static const int scheds[2] = { DEAR_SCHED_WFBP, DEAR_SCHED_DEAR };
+    for (int mi = 0; mi < 3; mi++)
+        for (int si = 0; si < 2; si++) {
+            dear_profile_t p;
+            dear_cost_model_t m;
+            shipped_10gbe(models[mi], &p, &m);
+            dear_sim_model_arg_t marg;
+            dear_plan_problem_t prob;
+            ck_assert_int_eq(dear_plan_problem_init(&prob, &p, (dear_sched_t)scheds[si], &m, 0, &marg), DEAR_OK);
+            prob.rounds = 30;
+            dear_plan_t au = { 0 }, best = { 0 }, run[DEAR_AUTO_MAX_RUNNERS];
+            memset(run, 0, sizeof run);
+            double pred[DEAR_AUTO_MAX_RUNNERS];
+            int n = -1;
+            double tauto = plan_T(&prob, "auto", &au);
+            ck_assert_int_eq(dear_plan_auto_runners(&best, &prob, run, pred, 99, &n), DEAR_OK);
+            ck_assert(dear_plan_equal(&best, &au));
+            ck_assert_msg(n >= 2 && n <= DEAR_AUTO_MAX_RUNNERS, "%s: %d runner(s)-up", models[mi], n);
+            int halved = 0;
+            for (int k = 0; k < n; k++) {
+                char want[16];
+                snprintf(want, sizeof want, "auto-%d:", k + 2);
+                ck_assert_msg(strncmp(run[k].planner, want, strlen(want)) == 0, "runner %d named %s", k, run[k].planner);
+                halved += strstr(run[k].planner, "/2") != NULL && run[k].rs.ngroups == (au.rs.ngroups + 1) / 2;
+                double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &run[k]);
+                ck_assert_msg(fabs(t - pred[k]) <= 1e-12 * t, "runner %d predicted %.9g, simulated %.9g", k, pred[k], t);
+                ck_assert(pred[k] >= tauto * (1 - 1e-12));
+                ck_assert(k == 0 || pred[k] >= pred[k - 1]);
+                ck_assert_int_eq(dear_plan_validate(&run[k], p.ntensors, NULL, 0), DEAR_OK);
+                for (int j = -1; j < k; j++) {
+                    const dear_partition_t *a = j < 0 ? &au.rs : &run[j].rs, *b = &run[k].rs;
+                    ck_assert_msg(a->ngroups != b->ngroups ||
+                                      memcmp(a->first, b->first, sizeof(int) * (size_t)(a->ngroups + 1)) != 0,
+                                  "%s: runner %d has the buckets of %d", models[mi], k, j);
+                }
+            }
+            ck_assert_msg(halved == (au.rs.ngroups > 1), "%s/%s: the plan's %d buckets halved: %d", models[mi],
+                          dear_sched_name((dear_sched_t)scheds[si]), au.rs.ngroups, halved);
+            for (int k = 0; k < n; k++)
+                dear_plan_free(&run[k]);
+            dear_plan_free(&best);
+            dear_plan_free(&au);
+            dear_prof_free(&p);
+        }
+}
+END_TEST
+
 START_TEST(gradssa_within_1pct_of_dp_on_shipped)
 {
     static const char *const models[] = { "resnet50", "vgg16", "densenet201", "bert-base", "gpt2-small" };
@@ -2175,6 +2228,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, dp_search_equals_best_split);
     tcase_add_test(tc, gradssa_deterministic_and_never_worse);
     tcase_add_test(tc, gradssa_within_1pct_of_dp_on_shipped);
+    tcase_add_test(tc, auto_runners_up);
     tcase_add_test(tc, no_early_plans);
     tcase_add_test(tc, planners_fast_on_2000_tensors);
     suite_add_tcase(s, tc);
