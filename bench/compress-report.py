@@ -2,8 +2,8 @@
 """compress-report.py: the "Gradient compression" section of docs/PERFORMANCE.md from
 bench/results/compress-*.csv (bench/compress-perf.sh writes them), standard library only.
 
-Lower bound of a configuration: as bench/e2e-report.py's (max(compute, reduce-scatter +
-all-gather at the link rate) + the first layer's tail), each phase counting the bytes that
+Lower bound of a configuration: as bench/e2e-report.py's (max(compute + the first layer's
+tail, reduce-scatter + all-gather at the link rate)), each phase counting the bytes that
 travel: half for a phase compressed to 16 bits.
 """
 import argparse
@@ -139,7 +139,7 @@ def wire_bound(row, hosts, rate, comp_rs, comp_ag):
     first = sum(b for _, l, b in tb if l == tb[0][1])
     comm = per_phase(total * f[0]) + per_phase(total * f[1])
     tail = per_phase(first * f[0]) + per_phase(first * f[1])
-    return 1e3 * (max(float(row["compute_ms"]) / 1e3, comm) + tail)
+    return 1e3 * max(float(row["compute_ms"]) / 1e3 + tail, comm)
 
 
 def comp_of(config):

@@ -11,9 +11,10 @@
           timeline when the run drew one (e2e-gantt-CASE.svg, by the gantt command).
   gantt   draw that chart from rank 0's timeline (DEAR_TIMELINE, Chrome trace JSON).
 
-Lower bound: max(compute, reduce-scatter + all-gather of all gradients at the link
-rate) + the unavoidable tail (reduce-scatter of the first layer's gradients, ready only when
-backward ends, and their all-gather, needed before the first forward layer). At the link rate
+Lower bound: max(compute + the unavoidable tail, reduce-scatter + all-gather of all gradients
+at the link rate), the tail being the reduce-scatter of the first layer's gradients, ready only
+when backward ends, and their all-gather, needed before the first forward layer (its bytes are
+part of the second term: counted once, beside compute or within all the bytes). At the link rate
 each host must send (H-1)/H of the gradient bytes per phase over its own link (H hosts), which
 no algorithm can beat; the rate is the measured one-way TCP rate of bench/results/p2p-*.csv
 when present, else 95% of the nominal rate (TCP payload per frame).
@@ -150,7 +151,8 @@ def link_bound(row, hosts, rate, parts=False, sparse=False):
     comm = per_phase(sum(w[1] for w in wire)) + per_phase(sum(w[2] for w in wire))
     tail = sum(per_phase(w[1]) + per_phase(w[2]) for w in wire if w[0] == tb[0][1])
     comp = float(row["compute_ms"]) / 1e3
-    bound = 1e3 * (max(comp, comm) + tail)
+    # The tail's bytes are part of comm: counted once, either beside compute or within comm.
+    bound = 1e3 * max(comp + tail, comm)
     return (bound, 1e3 * tail, first / total) if parts else bound
 
 

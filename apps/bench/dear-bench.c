@@ -59,6 +59,7 @@ typedef struct {
     char *calib;                /* rank 0: the runtime's calibration cache, NULL when not used */
     int calib_created, use_rt_calib;
     dear_cost_model_t model;    /* of the predictions */
+    bench_links_t links;        /* of the lower bounds */
     double bound;               /* the lower bound of the bytes of the dense float32 gradient */
     double bounds[MAX_CONFIGS]; /* each configuration's, of the bytes its gradient puts on the wire */
     int failed_check, broken, refused;
@@ -465,19 +466,19 @@ static int load_prediction_model(bench_t *b)
 
 static void predict_configs(bench_t *b)
 {
-    b->bound = bench_lower_bound(&b->m, &b->model);
+    b->bound = bench_lower_bound(&b->m, &b->links);
     if (!b->o.quiet) {
         bench_say("\n");
         if (bench_rank == 0)
             dear_cost_print(stdout, &b->model);
-        bench_say("lower bound: %.3f ms\n", b->bound * 1e3);
+        bench_say("lower bound: %.3f ms (%d host(s), link %s)\n", b->bound * 1e3, b->links.hosts, b->links.source);
     }
     for (int i = 0; i < b->o.nconfigs; i++) {
         double p;
         const bench_config_t *c = &b->o.configs[i];
         bench_model_price_sparse(&b->m, c->sparse);
         dear_prof_set_compress(&b->m.prof, -1, (dear_compress_t)c->comp_rs, (dear_compress_t)c->comp_ag);
-        b->bounds[i] = bench_lower_bound(&b->m, &b->model);
+        b->bounds[i] = bench_lower_bound(&b->m, &b->links);
         if (bench_predict(&b->m, &b->model, c, &b->o, &b->res[i].plan, &p) == DEAR_OK)
             b->res[i].pred_s = p;
     }
@@ -550,6 +551,11 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
     if (pl->ntensors > 0)
         snprintf(ran, sizeof ran, "%s %d/%d/%d%s", pl->planner, pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
                  pl->nunits > pl->ntensors ? " cut" : "");
+    /* A run below its bound means the bound's link rate is too low: said, never hidden. */
+    if (r->ok_run && it < b->bounds[i] && bench_rank == 0)
+        fprintf(stderr, "dear-bench: warning: %s ran %.3f ms, below its lower bound %.3f ms (link %s): the link "
+                        "carried more than that rate\n",
+                c->text, it * 1e3, b->bounds[i] * 1e3, b->links.source);
     if (r->ok_run)
         bench_say("%-24s %9.3f %9.3f %9.3f %9.3f %8s %8s %9.3f %+6.1f%% %8.3f %-5s %s\n", c->text, it * 1e3,
             r->compute_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, vs[0], vs[1], r->pred_s * 1e3, err,
@@ -640,6 +646,12 @@ int main(int argc, char **argv)
         return status < 0 ? 0 : status;
     }
     say_intro(&b);
+    if (bench_measure_links(b.o.link_mbps, &b.links) != DEAR_OK) {
+        bench_say("dear-bench: cannot measure the link rate for the lower bound (give --link-rate)\n");
+        bench_model_free(&b.m);
+        MPI_Finalize();
+        return 2;
+    }
     open_runtime_calibration(&b);
     run_configs(&b);
     check_results(&b);

@@ -228,24 +228,95 @@ out:
     return rc;
 }
 
-/* The lower bound: max(compute, reduce-scatter + all-gather of every gradient) plus the
- * unavoidable tail: the last reduce-scatter (first layer's gradients, ready only when backward
- * ends) and the first all-gather (needed before the first forward layer). Each phase counts the
- * bytes the profile's tensors put on the wire in it (compressed, sparse). */
-double bench_lower_bound(const bench_model_t *m, const dear_cost_model_t *model)
+/* One stream of `bytes` from rank `from` to rank `to` in LINK_MSG messages, acknowledged by
+ * `to` with one byte: seconds on `from` (0 elsewhere). */
+#define LINK_MSG ((size_t)1 << 20)
+static double link_stream(int from, int to, char *buf, size_t bytes)
+{
+    char ack = 0;
+    double t = 0;
+    if (bench_rank == from) {
+        double t0 = MPI_Wtime();
+        for (size_t off = 0; off < bytes; off += LINK_MSG)
+            MPI_Send(buf, (int)LINK_MSG, MPI_BYTE, to, 71, MPI_COMM_WORLD);
+        MPI_Recv(&ack, 1, MPI_BYTE, to, 72, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        t = MPI_Wtime() - t0;
+    } else if (bench_rank == to) {
+        for (size_t off = 0; off < bytes; off += LINK_MSG)
+            MPI_Recv(buf, (int)LINK_MSG, MPI_BYTE, from, 71, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(&ack, 1, MPI_BYTE, from, 72, MPI_COMM_WORLD);
+    }
+    return t;
+}
+
+int bench_measure_links(double mbps, bench_links_t *links)
+{
+    MPI_Comm node;
+    int lrank = 0, hosts = 1, peer = -1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+        return DEAR_ERR_MPI;
+    MPI_Comm_rank(node, &lrank);
+    /* rank 0's host: the lowest world rank of each host names it */
+    int leader = lrank == 0 ? bench_rank : -1, first = 0;
+    MPI_Allreduce(&leader, &first, 1, MPI_INT, MPI_MAX, node);
+    int lead = lrank == 0;
+    MPI_Allreduce(&lead, &hosts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    /* the peer: the lowest rank on another host than rank 0's, else rank 1 */
+    int other = first != 0 ? bench_rank : bench_size;
+    MPI_Allreduce(&other, &peer, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (peer >= bench_size)
+        peer = bench_size > 1 ? 1 : -1;
+    MPI_Comm_free(&node);
+    *links = (bench_links_t){ .hosts = hosts };
+    if (mbps > 0) {
+        links->rate = mbps * 1e6;
+        snprintf(links->source, sizeof links->source, "--link-rate %g MB/s", mbps);
+        return DEAR_OK;
+    }
+    if (peer < 0) {
+        links->rate = INFINITY;
+        snprintf(links->source, sizeof links->source, "one rank: no link");
+        return DEAR_OK;
+    }
+    /* The fastest of three: a bound needs the most the link was seen to carry. */
+    size_t bytes = (size_t)16 << 20;
+    char *buf = (bench_rank == 0 || bench_rank == peer) ? calloc(1, LINK_MSG) : NULL;
+    int ok = buf != NULL || (bench_rank != 0 && bench_rank != peer), all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) {
+        free(buf);
+        return DEAR_ERR_NOMEM;
+    }
+    double best = INFINITY;
+    link_stream(0, peer, buf, LINK_MSG); /* untimed: the connection set up */
+    for (int k = 0; k < 3; k++) {
+        double t = link_stream(0, peer, buf, bytes);
+        if (bench_rank == 0 && t < best)
+            best = t;
+    }
+    free(buf);
+    double rate = bench_rank == 0 ? (double)bytes / best : 0;
+    MPI_Bcast(&rate, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    links->rate = rate;
+    snprintf(links->source, sizeof links->source, "measured rank 0 -> %d (%s host), %.1f MB/s", peer,
+             hosts > 1 ? "another" : "the same", rate / 1e6);
+    return DEAR_OK;
+}
+
+double bench_lower_bound(const bench_model_t *m, const bench_links_t *links)
 {
     double comp = dear_prof_fwd_total(&m->prof) + dear_prof_bwd_total(&m->prof);
-    double all[2] = { 0, 0 }, first[2] = { 0, 0 };
+    double all = 0, first = 0;
     int l0 = m->prof.tensors[0].lidx;
     for (int t = 0; t < m->prof.ntensors; t++)
         for (int ph = 0; ph < 2; ph++) {
             double w = dear_prof_wire_bytes(&m->prof.tensors[t], ph ? DEAR_COLL_ALLGATHER : DEAR_COLL_REDUCE_SCATTER);
-            all[ph] += w;
-            first[ph] += m->prof.tensors[t].lidx == l0 ? w : 0;
+            all += w;
+            first += m->prof.tensors[t].lidx == l0 ? w : 0;
         }
-    double comm = dear_cost_eval(model, DEAR_COLL_REDUCE_SCATTER, all[0], NULL) +
-                  dear_cost_eval(model, DEAR_COLL_ALLGATHER, all[1], NULL);
-    double tail = dear_cost_eval(model, DEAR_COLL_REDUCE_SCATTER, first[0], NULL) +
-                  dear_cost_eval(model, DEAR_COLL_ALLGATHER, first[1], NULL);
-    return fmax(comp, comm) + tail;
+    /* the share of each phase's bytes that must cross the bottleneck link */
+    int n = links->hosts > 1 ? links->hosts : bench_size;
+    double share = n > 1 ? (double)(n - 1) / n : 0;
+    double comm = share * all / links->rate, tail = share * first / links->rate;
+    return fmax(comp + tail, comm);
 }

@@ -25,7 +25,24 @@ int bench_load_model(const bench_opts_t *o, int use_runtime, const char *runtime
 int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const bench_config_t *c, const bench_opts_t *o,
             const dear_plan_t *ran, double *iter_s);
 
-/* The iteration time no schedule can beat under model. */
-double bench_lower_bound(const bench_model_t *m, const dear_cost_model_t *model);
+/* The links the lower bound counts: the one-way rate of the bottleneck link (bytes/s: between
+ * hosts where there are several, else between two ranks of the one host), the hosts, and where
+ * the rate comes from (for the report). */
+typedef struct {
+    double rate;
+    int hosts;
+    char source[96];
+} bench_links_t;
+
+/* The links of MPI_COMM_WORLD: hosts by shared memory; the rate given (mbps > 0, MB/s) or
+ * measured: the fastest of three streams of 16 MiB from rank 0 to the first rank on another host
+ * (on its own host when there is one). Collective. */
+int bench_measure_links(double mbps, bench_links_t *links);
+
+/* The iteration time no schedule can beat over these links: every phase must move, through the
+ * bottleneck link, at least (H-1)/H of the bytes its gradient puts on the wire (H hosts; with one
+ * host, (P-1)/P through each rank's), and the first layer's reduce-scatter and all-gather cannot
+ * overlap compute: max(compute + that tail, all phases). */
+double bench_lower_bound(const bench_model_t *m, const bench_links_t *links);
 
 #endif /* DEAR_APPS_BENCH_PREDICT_H */

@@ -12,6 +12,8 @@ CONFIGS="$CONFIGS;wfbp:threshold:64m+bf16;dear:auto+compress=fp16/none+ef;dear:a
 for np in 2 3; do
     bench "$np" --profile "$TINY" --iters 6 --warmup 7 --configs "$CONFIGS" --csv "$TMPD/r$np.csv"
     [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "np $np: exit status $rc"; continue; }
+    grep -q "^lower bound: [0-9.]* ms (1 host(s), link measured rank 0 -> 1 (the same host), [0-9.]* MB/s)$" \
+        "$TMPD/out" || fail "np $np: no measured link for the lower bound"
     python3 - "$TMPD/r$np.csv" "$np" "$CONFIGS" <<'PY' || fail "np $np: CSV check"
 import csv, sys
 path, np, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(";")
@@ -35,6 +37,19 @@ assert int(by["dear:threshold:100k"]["threshold_bytes"]) == 102400
 assert float(by["wfbp:threshold:64m+bf16"]["bound_ms"]) <= float(by["wfbp:threshold:64m"]["bound_ms"])
 PY
     grep -q "PARAMETER CHECK FAILED" "$TMPD/out" && fail "np $np: check failure reported"
+done
+# The lower bound over the links (--link-rate; measured when not given): np 2 on one host moves
+# half of each phase's 414404 bytes through a rank's link, and the first layer's 40400 bytes
+# cannot overlap the 3.1 ms of compute: max(3.1 + 0.404, 4.144) ms at 100 MB/s, max(3.1404,
+# 0.414) ms at 1000 MB/s. Below the rate shared memory carries (100 and 0.01 MB/s) the run beats
+# its "bound", and dear-bench says so; at 1000 MB/s compute sets the bound and nothing beats it.
+for lr in 100:4.1440 1000:3.1404 0.01:41440.4000; do
+    bench 2 --profile "$TINY" --iters 2 --warmup 3 --configs "wfbp:none" --link-rate "${lr%%:*}" --csv "$TMPD/lb.csv"
+    [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "--link-rate ${lr%%:*}: exit status $rc"; continue; }
+    got=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["bound_ms"] }' "$TMPD/lb.csv")
+    [ "$got" = "${lr#*:}" ] || fail "--link-rate ${lr%%:*}: bound_ms $got, want ${lr#*:}"
+    warned=$(grep -c "warning: wfbp:none ran [0-9.]* ms, below its lower bound [0-9.]* ms (link --link-rate ${lr%%:*} MB/s)" "$TMPD/out")
+    [ "$warned" -eq "$([ "${lr%%:*}" = 1000 ] && echo 0 || echo 1)" ] || fail "--link-rate ${lr%%:*}: warnings $warned"
 done
 # --rounds: the configurations run twice, 5 measured iterations split 3 + 2, pooled; the
 # default warm-up per planner (3 for a fixed plan).
