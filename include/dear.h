@@ -275,7 +275,7 @@ DEAR_API int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm);
  * it before dear_commit (DEAR_ERR_STATE after); it replaces DEAR_COMPRESS, DEAR_COMPRESS_AG and
  * DEAR_COMPRESS_EF. Every rank must pass the same (dear_commit fails with DEAR_ERR_MISMATCH
  * otherwise). An unknown format is DEAR_ERR_ARG. When it pays and what it costs in accuracy:
- * README, "Compression".
+ * docs/USAGE.md, "Compressed gradients".
  *
  *     dear_set_compress(ctx, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16, 0);   // before dear_commit */
 DEAR_API int dear_set_compress(dear_ctx_t *ctx, dear_compress_t rs, dear_compress_t ag, int error_feedback);
