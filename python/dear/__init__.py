@@ -120,7 +120,7 @@ import types
 import torch
 from torch.utils._pytree import tree_flatten as _tree_flatten, tree_map as _tree_map
 
-__all__ = ["DearError", "wrap", "flush", "close", "schedule", "grad_norm"]
+__all__ = ["DearError", "wrap", "flush", "close", "schedule", "grad_norm", "sparse_stats"]
 
 DEAR_OK = 0
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
@@ -128,7 +128,7 @@ _MODE_TRAIN, _MODE_ACCUMULATE, _MODE_EVAL = 0, 1, 2
 # The keywords of wrap and the DEAR_* variable each sets.
 _KEYWORDS = {"schedule": "DEAR_SCHEDULE", "fusion": "DEAR_FUSION", "bucket_cap_mb": "DEAR_FUSION_THRESHOLD",
              "clip_norm": "DEAR_CLIP_NORM", "find_unused": "DEAR_FIND_UNUSED", "compress": "DEAR_COMPRESS",
-             "compress_ag": "DEAR_COMPRESS_AG", "error_feedback": "DEAR_COMPRESS_EF"}
+             "compress_ag": "DEAR_COMPRESS_AG", "error_feedback": "DEAR_COMPRESS_EF", "sparse": "DEAR_SPARSE"}
 _LEVELS = ("error", "warn", "info", "debug")
 # Subclass dispatch off, user modes on, where torch tells them apart (>= 2.0).
 _no_torch_function = getattr(torch._C, "DisableTorchFunctionSubclass", None) or torch._C.DisableTorchFunction
@@ -164,6 +164,13 @@ class _Slice(ctypes.Structure):
 
 
 _SHARD_ON, _SHARD_HOLD = 1, 2
+
+
+class _SparseStats(ctypes.Structure):
+    """dear_sparse_stats_t (dear_types.h); size set by the caller."""
+    _fields_ = [("size", ctypes.c_size_t), ("block", ctypes.c_size_t), ("sparse_rs", ctypes.c_int),
+                ("sparse_ag", ctypes.c_int), ("density", ctypes.c_double), ("density_union", ctypes.c_double),
+                ("bytes_sent", ctypes.c_uint64), ("msgs_sparse", ctypes.c_uint64), ("msgs_dense", ctypes.c_uint64)]
 
 
 _UPDATE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_UpdateInfo))
@@ -207,7 +214,9 @@ def _load():
                        ("dear_set_stream", [vp, vp]), ("dear_set_param", [vp, c_int, vp]),
                        ("dear_set_shard", [vp, c_int]), ("dear_shard_release", [vp]),
                        ("dear_shard_slices", [vp, c_int, ctypes.POINTER(_Slice), c_int]),
-                       ("dear_set_layer_cost", [vp, c_int, ctypes.c_double])):
+                       ("dear_set_layer_cost", [vp, c_int, ctypes.c_double]),
+                       ("dear_register_sparse", [vp, c_int, ctypes.c_size_t]),
+                       ("dear_get_sparse_stats", [vp, c_int, ctypes.POINTER(_SparseStats)])):
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
     lib.dear_schedule.argtypes, lib.dear_schedule.restype = [vp], ctypes.c_char_p
@@ -487,6 +496,8 @@ class _Wrapped:
                                                           ctypes.c_void_p(self.views[t].data_ptr()), p.numel(),
                                                           _DTYPES[p.dtype], int(self.cuda), self._update_fn,
                                                           None))
+            for t, row in self._sparse_rows(model):
+                _check("dear_register_sparse", lib.dear_register_sparse(self.ctx, t, row))
             if self.cuda:   # the hooks order the gradients' communication against torch's stream
                 self.stream = torch.cuda.current_stream(self.device)
                 _check("dear_set_stream", lib.dear_set_stream(self.ctx, ctypes.c_void_p(self.stream.cuda_stream)))
@@ -554,6 +565,35 @@ class _Wrapped:
         if self.cuda:   # libdear takes the calling thread's current device as the context's
             torch.cuda.set_device(self.device)
         self.walked = [(p, p is not None and p.requires_grad, p is not None and p.shape) for p in self._walk()]
+
+    def _sparse_rows(self, model):
+        """[(tensor, row elements)] of the gradients declared row-sparse: the weight of each
+        nn.Embedding and nn.EmbeddingBag (its gradient is non-zero only in the rows of the batch's
+        tokens, sparse=True or not), unless another module uses it too (a tied output layer makes
+        the gradient dense) or it lives on a GPU (the zero-row scan runs on the host). DEAR_SPARSE
+        decides whether the sparse form runs (auto: where it sends fewer bytes)."""
+        if self.cuda:
+            return []
+        users = {}
+        for mod in model.modules():
+            for p in mod.parameters(recurse=False):
+                users[id(p)] = users.get(id(p), 0) + 1
+        rows = []
+        for mod in model.modules():
+            w = getattr(mod, "weight", None)
+            if isinstance(mod, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and id(w) in self.index and \
+                    users.get(id(w)) == 1 and w.dim() == 2:
+                rows.append((self.index[id(w)], w.shape[1]))
+        return rows
+
+    def sparse_stats(self):
+        """{name: dear_sparse_stats_t as a dict} of the gradients declared sparse."""
+        out = {}
+        for t, _ in self._sparse_rows(self.model):
+            st = _SparseStats(size=ctypes.sizeof(_SparseStats))
+            _check("dear_get_sparse_stats", self.lib.dear_get_sparse_stats(self.ctx, t, ctypes.byref(st)))
+            out[self.names[t]] = {k: getattr(st, k) for k, _ in _SparseStats._fields_ if k != "size"}
+        return out
 
     def _traced(self, example):
         """The FLOPs of the layers one forward of example shows, [(module, flops)], layers it
@@ -1120,7 +1160,8 @@ _MISSING = object()
 
 
 def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_mb=None, clip_norm=None,
-         find_unused=None, shard=False, example=None, compress=None, compress_ag=None, error_feedback=None):
+         find_unused=None, shard=False, example=None, compress=None, compress_ag=None, error_feedback=None,
+         sparse=None):
     """Register model's trainable parameters with libdear and hook optimizer's steps onto the
     arrival of the averaged gradients. Collective over comm (default MPI.COMM_WORLD): every rank
     wraps the same model. Returns (model, optimizer), the same objects, hooked.
@@ -1141,13 +1182,17 @@ def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_
     float32 as DDP's bf16_compress_hook / fp16_compress_hook do but rounded only to cross the
     wire; DEAR_COMPRESS), compress_ag (the all-gathers' own format, 'same' by default;
     DEAR_COMPRESS_AG), error_feedback (keep what rounding dropped for the next iteration;
-    DEAR_COMPRESS_EF). libdear refuses an unknown value, naming the accepted ones."""
+    DEAR_COMPRESS_EF), sparse ('auto', 'on', 'off'; DEAR_SPARSE): the weight of every nn.Embedding
+    and nn.EmbeddingBag used by no other module (not tied) is declared row-sparse, so that only
+    the rows a batch touched travel, where that sends fewer bytes (auto: measured over the
+    warm-up; dear.sparse_stats tells what ran); on a GPU, and sharded, they travel dense. libdear
+    refuses an unknown value, naming the accepted ones."""
     _load()
     if hasattr(model, "_dear"):
         raise DearError("dear.wrap", -2, "this model is already wrapped")
     env = _keyword_env({"schedule": schedule, "fusion": fusion, "bucket_cap_mb": bucket_cap_mb,
                         "clip_norm": clip_norm, "find_unused": find_unused, "compress": compress,
-                        "compress_ag": compress_ag, "error_feedback": error_feedback})
+                        "compress_ag": compress_ag, "error_feedback": error_feedback, "sparse": sparse})
     w = _Wrapped(model, optimizer, comm, env, shard=shard, example=example)
     model._dear = w
     everything = range(len(w.params))
@@ -1214,6 +1259,14 @@ def close(model):
 def schedule(model):
     """The schedule in force: 'dear', 'wfbp' or 'sync'."""
     return model._dear.sched
+
+
+def sparse_stats(model):
+    """What the sparse path did for each embedding weight the binding declared row-sparse
+    ({name: {block, sparse_rs, sparse_ag, density, density_union, bytes_sent, msgs_sparse,
+    msgs_dense}}; dear_get_sparse_stats): whether its reduce-scatters and all-gathers run sparse
+    now, the non-zero share of its rows measured over the warm-up, and what was sent."""
+    return model._dear.sparse_stats()
 
 
 def grad_norm(model):

@@ -479,6 +479,71 @@ def run_tests(*tests, backend="gloo"):
     return 1 if bad else 0
 
 
+class WordLM(nn.Module):
+    """A word-level language model in miniature: an embedding of VOCAB words (plain, with a
+    padding_idx, with max_norm, sparse=True, or tied to the output layer), a hidden layer and
+    an output layer over the vocabulary."""
+    VOCAB, DIM = 500, 16
+
+    def __init__(self, kind):
+        super().__init__()
+        kw = {"pad": {"padding_idx": 0}, "max_norm": {"max_norm": 1.0}, "sparse": {"sparse": True}}.get(kind, {})
+        self.emb = nn.Embedding(self.VOCAB, self.DIM, **kw)
+        self.hidden = nn.Linear(self.DIM, self.DIM)
+        self.out = nn.Linear(self.DIM, self.VOCAB, bias=False)
+        if kind == "tied":
+            self.out.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.hidden(self.emb(x))))
+
+
+def embeddings():
+    """The embedding's weight is declared row-sparse (untied, on the CPU) and travels sparse,
+    with the parameters DDP's (bitwise at 1 and 2 ranks, sparse=True within 1e-5): padding_idx, max_norm (renormed rows,
+    each rank its own as under DDP) and sparse=True gradients (plain SGD: torch's momentum takes
+    no sparse gradient) included; a tied embedding is not declared, its gradient being dense."""
+    def run(kind, net_of, n=12):
+        torch.manual_seed(3)
+        model = WordLM(kind)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5, **({} if kind == "sparse" else {"momentum": 0.9}))
+        net, opt = net_of(model, opt)
+        g = torch.Generator().manual_seed(10 + RANK)
+        for _ in range(n):
+            x, y = torch.randint(0, WordLM.VOCAB, (8, 12), generator=g), torch.randint(0, WordLM.VOCAB, (8, 12), generator=g)
+            F.cross_entropy(net(x).reshape(-1, WordLM.VOCAB), y.reshape(-1)).backward()
+            opt.step()
+            opt.zero_grad()
+        return model, net, opt
+
+    for kind in ("plain", "pad", "max_norm", "sparse", "tied"):
+        model, _, _ = run(kind, lambda m, o: (nn.parallel.DistributedDataParallel(m, broadcast_buffers=False), o))
+        ref = [p.detach().clone() for p in model.parameters()]
+        for schedule, mode in (("dear", "on"), ("wfbp", "on"), ("sync", "on"), ("dear", None)):
+            model, net, _ = run(kind, lambda m, o: dear.wrap(m, o, schedule=schedule, sparse=mode))
+            dear.flush(model)
+            got = [p.detach().clone() for p in model.parameters()]
+            st = dear.sparse_stats(model)
+            dear.close(model)
+            d = rel_diff(got, ref)
+            what = "embedding %s %s sparse=%s np %d" % (kind, schedule, mode or "default", SIZE)
+            # sparse=True: DDP sums a sparse gradient's repeated rows in another order than the
+            # dense gradient dear sends (1e-9 here), so within TOL, not bitwise
+            check(d <= TOL and (d == 0 or SIZE > 2 or kind == "sparse"),
+                  "%s: parameters differ from DDP by %.3g" % (what, d))
+            if kind == "tied":
+                check(st == {}, "%s: a tied embedding declared sparse: %s" % (what, st))
+                continue
+            e = st.get("emb.weight", {})
+            check(e.get("block") == WordLM.DIM, "%s: not declared row-sparse: %s" % (what, st))
+            # on: every phase sparse once it runs; the rows a rank's batches touch are a few
+            check(mode is None or SIZE == 1 or (e["sparse_rs"] and e["msgs_sparse"] > 0 and 0 < e["density"] < 0.5),
+                  "%s: did not travel sparse: %s" % (what, e))
+            if RANK == 0:
+                print("ok: %s: %.2g from DDP; %s" % (what, d, {k: e.get(k) for k in
+                      ("sparse_rs", "sparse_ag", "density", "msgs_sparse", "msgs_dense")} if e else "dense"), flush=True)
+
+
 if __name__ == "__main__":
     sys.exit(run_tests(compare_with_ddp, compressed, checkpoint_resume, errors, half_precision, shard_against_ddp,
-                       layer_costs))
+                       layer_costs, embeddings))
