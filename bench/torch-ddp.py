@@ -10,10 +10,13 @@ configuration: the median over the rounds, their range, the quartiles of all ran
 iterations, and the ratio to DDP's median. Run by bench/torch-ddp.sh on the emulated cluster;
 alone: mpirun -np 4 python3 bench/torch-ddp.py.
 
-Configurations: plain (no communication), ddp, zero (DDP with torch's ZeroRedundancyOptimizer:
-each rank steps the parameters it owns and broadcasts them after the step), and
-dear:SCHEDULE[:FUSION][+shard] (the binding; +shard: wrap(shard=True), each rank steps its slice of
-every parameter and dear's all-gathers carry them). --opt picks SGD with momentum or AdamW; the
+Configurations: plain (no communication), ddp, ddp+fp16 (DDP with its fp16_compress_hook), zero
+(DDP with torch's ZeroRedundancyOptimizer: each rank steps the parameters it owns and broadcasts
+them after the step), and dear:SCHEDULE[:FUSION][+shard][+dense][+bf16|+fp16] (the binding;
++shard: wrap(shard=True), each rank steps its slice of every parameter and dear's all-gathers
+carry them; +dense: wrap(sparse="off"), the embedding's gradient sent dense; +bf16, +fp16:
+wrap(compress=...)). Models: resnet18, a transformer encoder, and wordlm (an 18000-word LSTM
+language model whose embedding the binding sends row-sparse). --opt picks SGD with momentum or AdamW; the
 CSV also gives the largest rank's optimizer state in MB. --device cuda trains on the GPUs (each
 measured span then ends with the GPU's work done; cuda/gpu-check.sh runs it so), --backend nccl
 gives DDP NCCL's process group.
@@ -61,8 +64,25 @@ class Encoder(nn.Module):
         return self.head(self.blocks(self.embed(x) + self.pos))
 
 
+class WordLM(nn.Module):
+    """A word-level language model as PyTorch's examples have it: an embedding of 18000 words,
+    a two-layer LSTM of 256, an output layer over the words (untied): the two word matrices are
+    88% of the parameters, and a batch touches a few percent of the embedding's rows."""
+
+    def __init__(self, vocab=18000, dim=256):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.rnn = nn.LSTM(dim, dim, num_layers=2, batch_first=True)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, x):
+        return self.head(self.rnn(self.embed(x))[0])
+
+
 def make(name):
     torch.manual_seed(1)
+    if name == "wordlm":
+        return WordLM()
     if name == "resnet18":
         import torchvision
         return torchvision.models.resnet18(num_classes=10)
@@ -73,6 +93,10 @@ def batch(name, b, device):
     g = torch.Generator().manual_seed(100 + RANK)
     if name == "resnet18":
         x, y = torch.randn(b, 3, 32, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
+    elif name == "wordlm":   # 35-word windows of words drawn as text has them: Zipf(1) frequencies
+        zipf = 1.0 / torch.arange(1, 18001, dtype=torch.float64)
+        w = torch.multinomial(zipf, b * 36, replacement=True, generator=g).view(b, 36)
+        x, y = w[:, :35].contiguous(), w[:, 1:].contiguous()
     else:
         x, y = torch.randint(0, 96, (b, 64), generator=g), torch.randint(0, 96, (b, 64), generator=g)
     return x.to(device), y.to(device)
@@ -85,7 +109,7 @@ def settle(device):
 
 
 def loss_fn(name, out, y):
-    return F.cross_entropy(out if name == "resnet18" else out.reshape(-1, 96), y.reshape(-1))
+    return F.cross_entropy(out if name == "resnet18" else out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
 
 def cpu_seconds():
@@ -121,14 +145,22 @@ def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu
     opt = make_opt(opt_kind, model.parameters(), zero=config == "zero")
     if config == "plain":   # no communication at all: the binding's own cost at np 1
         net = model
-    elif config in ("ddp", "zero"):
+    elif config in ("ddp", "zero", "ddp+fp16"):
         net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+        if config == "ddp+fp16":   # DDP's own 16-bit compression
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            net.register_comm_hook(None, default_hooks.fp16_compress_hook)
     else:
-        shard = config.endswith("+shard")
-        parts = config[:-len("+shard")].split(":") if shard else config.split(":")
+        base, *suffixes = config.split("+")
+        unknown = [x for x in suffixes if x not in ("shard", "dense", "bf16", "fp16")]
+        if unknown:
+            raise SystemExit("torch-ddp.py: unknown suffix '+%s' in %s" % (unknown[0], config))
+        parts = base.split(":")
         os.environ["DEAR_SCHEDULE"] = parts[1]
         os.environ["DEAR_FUSION"] = parts[2] if len(parts) > 2 else "auto"
-        net, opt = dear.wrap(model, opt, shard=shard)
+        comp = "bf16" if "bf16" in suffixes else "fp16" if "fp16" in suffixes else None
+        net, opt = dear.wrap(model, opt, shard="shard" in suffixes, compress=comp,
+                             sparse="off" if "dense" in suffixes else None)
     x, y = batch(name, b, device)
     # An iteration's time is the span from its start to the next one's on each rank, with no
     # barrier or MPI call in between: in a real loop nothing else shares the connections with
@@ -166,7 +198,7 @@ def write_csv(path, rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=["resnet18", "encoder"], required=True)
+    ap.add_argument("--model", choices=["resnet18", "encoder", "wordlm"], required=True)
     ap.add_argument("--configs", default="ddp;dear:wfbp:threshold;dear:dear:threshold;dear:dear:auto",
                     help="';'-separated: ddp, zero (DDP + ZeroRedundancyOptimizer), dear:SCHEDULE[:FUSION][+shard] "
                          "(DEAR_SCHEDULE, DEAR_FUSION; FUSION defaults to auto; +shard: wrap(shard=True)), plain "
