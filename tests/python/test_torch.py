@@ -481,14 +481,15 @@ def run_tests(*tests, backend="gloo"):
 
 class WordLM(nn.Module):
     """A word-level language model in miniature: an embedding of VOCAB words (plain, with a
-    padding_idx, with max_norm, sparse=True, or tied to the output layer), a hidden layer and
-    an output layer over the vocabulary."""
+    padding_idx, with max_norm, sparse=True, tied to the output layer, or an EmbeddingBag that
+    sums each window into one vector), a hidden layer and an output layer over the vocabulary."""
     VOCAB, DIM = 500, 16
 
     def __init__(self, kind):
         super().__init__()
         kw = {"pad": {"padding_idx": 0}, "max_norm": {"max_norm": 1.0}, "sparse": {"sparse": True}}.get(kind, {})
-        self.emb = nn.Embedding(self.VOCAB, self.DIM, **kw)
+        self.emb = nn.EmbeddingBag(self.VOCAB, self.DIM, mode="sum") if kind == "bag" else \
+            nn.Embedding(self.VOCAB, self.DIM, **kw)
         self.hidden = nn.Linear(self.DIM, self.DIM)
         self.out = nn.Linear(self.DIM, self.VOCAB, bias=False)
         if kind == "tied":
@@ -502,7 +503,8 @@ def embeddings():
     """The embedding's weight is declared row-sparse (untied, on the CPU) and travels sparse,
     with the parameters DDP's (bitwise at 1 and 2 ranks, sparse=True within 1e-5): padding_idx, max_norm (renormed rows,
     each rank its own as under DDP) and sparse=True gradients (plain SGD: torch's momentum takes
-    no sparse gradient) included; a tied embedding is not declared, its gradient being dense."""
+    no sparse gradient) and an EmbeddingBag included; a tied embedding is not declared, its
+    gradient being dense."""
     def run(kind, net_of, n=12):
         torch.manual_seed(3)
         model = WordLM(kind)
@@ -511,12 +513,13 @@ def embeddings():
         g = torch.Generator().manual_seed(10 + RANK)
         for _ in range(n):
             x, y = torch.randint(0, WordLM.VOCAB, (8, 12), generator=g), torch.randint(0, WordLM.VOCAB, (8, 12), generator=g)
+            y = y[:, 0] if kind == "bag" else y   # a bag: one word predicted per window
             F.cross_entropy(net(x).reshape(-1, WordLM.VOCAB), y.reshape(-1)).backward()
             opt.step()
             opt.zero_grad()
         return model, net, opt
 
-    for kind in ("plain", "pad", "max_norm", "sparse", "tied"):
+    for kind in ("plain", "pad", "max_norm", "sparse", "bag", "tied"):
         model, _, _ = run(kind, lambda m, o: (nn.parallel.DistributedDataParallel(m, broadcast_buffers=False), o))
         ref = [p.detach().clone() for p in model.parameters()]
         for schedule, mode in (("dear", "on"), ("wfbp", "on"), ("sync", "on"), ("dear", None)):
