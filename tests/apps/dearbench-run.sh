@@ -41,15 +41,19 @@ done
 # The lower bound over the links (--link-rate; measured when not given): np 2 on one host moves
 # half of each phase's 414404 bytes through a rank's link, and the first layer's 40400 bytes
 # cannot overlap the 3.1 ms of compute: max(3.1 + 0.404, 4.144) ms at 100 MB/s, max(3.1404,
-# 0.414) ms at 1000 MB/s. Below the rate shared memory carries (100 and 0.01 MB/s) the run beats
-# its "bound", and dear-bench says so; at 1000 MB/s compute sets the bound and nothing beats it.
+# 0.414) ms at 1000 MB/s. Far below the rate shared memory carries (0.01 MB/s) the run beats its
+# "bound", and dear-bench says so; at 1000 MB/s compute sets the bound and nothing beats it; at
+# 100 MB/s either may happen, by the machine's load.
 for lr in 100:4.1440 1000:3.1404 0.01:41440.4000; do
     bench 2 --profile "$TINY" --iters 2 --warmup 3 --configs "wfbp:none" --link-rate "${lr%%:*}" --csv "$TMPD/lb.csv"
     [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "--link-rate ${lr%%:*}: exit status $rc"; continue; }
     got=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["bound_ms"] }' "$TMPD/lb.csv")
     [ "$got" = "${lr#*:}" ] || fail "--link-rate ${lr%%:*}: bound_ms $got, want ${lr#*:}"
     warned=$(grep -c "warning: wfbp:none ran [0-9.]* ms, below its lower bound [0-9.]* ms (link --link-rate ${lr%%:*} MB/s)" "$TMPD/out")
-    [ "$warned" -eq "$([ "${lr%%:*}" = 1000 ] && echo 0 || echo 1)" ] || fail "--link-rate ${lr%%:*}: warnings $warned"
+    case ${lr%%:*}:$warned in
+    1000:0 | 0.01:1 | 100:[01]) ;;
+    *) fail "--link-rate ${lr%%:*}: $warned warning(s)" ;;
+    esac
 done
 # --rounds: the configurations run twice, 5 measured iterations split 3 + 2, pooled; the
 # default warm-up per planner (3 for a fixed plan).
