@@ -151,7 +151,7 @@ int dear_plan_validate(const dear_plan_t *plan, int ntensors, char *msg, size_t 
     return rc;
 }
 
-static int partition_equal(const dear_partition_t *a, const dear_partition_t *b)
+int dear_partition_equal(const dear_partition_t *a, const dear_partition_t *b)
 {
     return a->ngroups == b->ngroups &&
            (a->ngroups == 0 || memcmp(a->first, b->first, sizeof(int) * (size_t)(a->ngroups + 1)) == 0);
@@ -172,7 +172,7 @@ int dear_plan_equal(const dear_plan_t *a, const dear_plan_t *b)
         if (x.tensor != y.tensor || x.offset != y.offset || x.bytes != y.bytes)
             return 0;
     }
-    return a->ag_early == b->ag_early && partition_equal(&a->rs, &b->rs) && partition_equal(&a->ag, &b->ag);
+    return a->ag_early == b->ag_early && dear_partition_equal(&a->rs, &b->rs) && dear_partition_equal(&a->ag, &b->ag);
 }
 
 static void partition_print(FILE *out, const char *what, const dear_partition_t *p, const dear_tensor_desc_t *t)

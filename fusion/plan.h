@@ -58,6 +58,8 @@ typedef struct {
 /* Set p from ngroups+1 boundaries (copied); checks they are strictly increasing from 0 to n. */
 int dear_partition_set(dear_partition_t *p, int nunits, int ngroups, const int *first);
 void dear_partition_free(dear_partition_t *p);
+/* 1 if both have the same groups (the same boundaries). */
+int dear_partition_equal(const dear_partition_t *a, const dear_partition_t *b);
 
 void dear_plan_free(dear_plan_t *plan);
 int dear_plan_copy(dear_plan_t *dst, const dear_plan_t *src);

@@ -146,9 +146,9 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
                 char who[sizeof p[bi].planner];
                 memcpy(who, p[bi].planner, sizeof who);
                 snprintf(p[n].planner, sizeof p[n].planner, "%.24s/2", who);
+                /* buckets only: best_pairing gives it its all-gather side (under wfbp and
+                 * sync the best plan's, self = bi) */
                 rc = dear_partition_set(&p[n].rs, p[n].nunits, k, first);
-                if (rc == DEAR_OK)
-                    rc = dear_partition_set(&p[n].ag, p[n].nunits, p[bi].ag.ngroups, p[bi].ag.first);
                 if (rc == DEAR_OK)
                     t[n] = best_pairing(prob, &p[n], p, NC, bi, &bj[n], &be[n], &rc);
                 n++;
@@ -163,8 +163,7 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
             for (int i = 0; i < n; i++) {
                 int dup = used[i];
                 for (int j = 0; j < n && !dup; j++)
-                    dup = used[j] && p[j].rs.ngroups == p[i].rs.ngroups &&
-                          memcmp(p[j].rs.first, p[i].rs.first, sizeof(int) * (size_t)(p[i].rs.ngroups + 1)) == 0;
+                    dup = used[j] && dear_partition_equal(&p[j].rs, &p[i].rs);
                 if (!dup && isfinite(t[i]) && (c < 0 || t[i] < t[c]))
                     c = i;
             }

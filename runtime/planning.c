@@ -340,11 +340,6 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
     return r.iter_s;
 }
 
-/* Rank 0: plan with planner `which` from a profile of the tensors (the medians, or the first
- * iteration's estimate); logs the choice (what: which plan this is) against the threshold plan.
- * pred: the predicted iteration time of the plan in force [0], the new one [1] and the threshold
- * plan [2], for auto's check; thr_out (when not NULL) gets that threshold plan. All range over
- * the units of the plan in force, so they are priced alike. */
 /* Rank 0: auto's runners-up of the last re-plan dropped. */
 static void runners_free(dear_ctx_t *ctx)
 {
@@ -359,6 +354,11 @@ void dear_planning_free(dear_ctx_t *ctx)
     dear_plan_free(&ctx->check.alt_plan);
 }
 
+/* Rank 0: plan with planner `which` from a profile of the tensors (the medians, or the first
+ * iteration's estimate); logs the choice (what: which plan this is) against the threshold plan.
+ * pred: the predicted iteration time of the plan in force [0], the new one [1] and the threshold
+ * plan [2], for auto's check; thr_out (when not NULL) gets that threshold plan. All range over
+ * the units of the plan in force, so they are priced alike. */
 static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner_t which, dear_plan_t *plan,
                       double pred[3], dear_plan_t *thr_out, const char *what)
 {

@@ -488,23 +488,28 @@ static int check_cost_model(bench_opts_t *o, const raw_args_t *r)
     return 0;
 }
 
+/* The runtime's value of an integer parameter as dear_init will read it: the environment's when
+ * valid (the runtime reports a bad value itself at dear_init), else the table's default. */
+static int runtime_param(dear_param_id_t id)
+{
+    char name[64], msg[256];
+    long long v = 0;
+    snprintf(name, sizeof name, "DEAR_%s", dear_param_table[id].name);
+    const char *env = getenv(name);
+    if (!env || dear_param_parse_int(id, env, &v, msg, sizeof msg) != DEAR_OK)
+        dear_param_parse_int(id, dear_param_table[id].defval, &v, msg, sizeof msg);
+    return (int)v;
+}
+
 /* The runtime plans after DEAR_WARMUP_ITERS and (auto) checks the plan in three blocks (new,
  * old, new; runtime/planning.c), each one settling iteration and then its share of
  * DEAR_VERIFY_ITERS per plan, and where the plan loses, each runner-up likewise, up to
  * DEAR_VERIFY_TRIES plans; the measured iterations start after all of them. */
 static void runtime_warmup(int *rt_warm, int *rt_verify, int *rt_tries)
 {
-    *rt_warm = 5;
-    *rt_verify = 4;
-    *rt_tries = 3;
-    const char *env_w = getenv("DEAR_WARMUP_ITERS"), *env_v = getenv("DEAR_VERIFY_ITERS");
-    const char *env_t = getenv("DEAR_VERIFY_TRIES");
-    if (env_w && parse_int(env_w, 1, 1000000, rt_warm))
-        *rt_warm = 5; /* the runtime reports the bad value itself at dear_init */
-    if (env_v && parse_int(env_v, 0, 1000000, rt_verify))
-        *rt_verify = 4;
-    if (env_t && parse_int(env_t, 1, 9, rt_tries))
-        *rt_tries = 3;
+    *rt_warm = runtime_param(DEAR_P_WARMUP_ITERS);
+    *rt_verify = runtime_param(DEAR_P_VERIFY_ITERS);
+    *rt_tries = runtime_param(DEAR_P_VERIFY_TRIES);
 }
 
 /* Warm-up per configuration: what its plan needs before it is in place, unless --warmup. */
