@@ -382,11 +382,8 @@ if [ -z "$PY" ] || ! "$PY" -c "import torch, mpi4py" >/dev/null 2>&1; then
     PY='' PY_WHY="no python3 with torch and mpi4py"
 else
     # mpi4py is built against one MPI; the library must be built against the same.
-    vendor=$("$PY" -c "from mpi4py import MPI; print(MPI.get_vendor()[0])" 2>/dev/null)
-    case "$vendor:${MPI_FLAVOUR:-unknown}" in
-    "Open MPI:openmpi" | "MPICH:mpich" | *:unknown) ;;
-    *) PY_WHY="mpi4py uses $vendor, libdear was built for $MPI_FLAVOUR" PY= ;;
-    esac
+    PY_WHY=$(mpi4py_mismatch "$PY")
+    [ -z "$PY_WHY" ] || PY=''
 fi
 export PY PY_WHY
 {

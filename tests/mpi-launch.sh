@@ -7,6 +7,9 @@
 #       PROGRAM on NP ranks of this node (more ranks than cores, unbound), each NAME=VALUE in
 #       every rank's environment; killed after SECONDS (status 124 or 137, as timeout(1)) times
 #       TEST_TIME_SCALE (default 1; make check-asan and check-tsan set it for their slowdown).
+#   mpi4py_mismatch PYTHON
+#       prints why PYTHON's mpi4py cannot share a process with libdear (it was built against another
+#       MPI than configure's MPI_FLAVOUR), nothing when it can.
 #   mpi_check_np NP FILE
 #       fails when a rank-count line that dear-cnn, dear-gpt or dear-bench printed into FILE
 #       says another count than NP.
@@ -58,4 +61,12 @@ mpi_check_np() {
             if (k != np) { printf "mpi_check_np: %s ran on %d rank(s), %d were asked for\n", $1, k, np; bad = 1 }
         }
         END { exit bad }' "$2" >&2
+}
+
+mpi4py_mismatch() {
+    vendor=$("$1" -c "from mpi4py import MPI; print(MPI.get_vendor()[0])" 2>/dev/null)
+    case "$vendor:${MPI_FLAVOUR:-unknown}" in
+    "Open MPI:openmpi" | "MPICH:mpich" | *:unknown) ;;
+    *) echo "mpi4py uses $vendor, libdear was built for $MPI_FLAVOUR" ;;
+    esac
 }

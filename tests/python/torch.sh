@@ -14,11 +14,8 @@ for cand in python3 /usr/bin/python3; do
 done
 [ -n "$py" ] || { echo "torch.sh: no python3 with torch and mpi4py (apt-get install python3-torch python3-mpi4py): skipped"; exit 77; }
 # mpi4py is built against one MPI (Debian's: Open MPI); libdear must be built against the same.
-vendor=$("$py" -c "from mpi4py import MPI; print(MPI.get_vendor()[0])" 2>/dev/null)
-case "$vendor:${MPI_FLAVOUR:-unknown}" in
-"Open MPI:openmpi" | "MPICH:mpich" | *:unknown) ;;
-*) echo "torch.sh: mpi4py uses $vendor, libdear was built for $MPI_FLAVOUR: skipped"; exit 77 ;;
-esac
+why=$(mpi4py_mismatch "$py")
+[ -z "$why" ] || { echo "torch.sh: $why: skipped"; exit 77; }
 src=$(cd "$top_srcdir" && pwd)
 libpath=$(cd "$(dirname "$lib")" && pwd)/libdear.so.1
 fails=0
