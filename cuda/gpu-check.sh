@@ -17,9 +17,11 @@
 #       CI, no GPU: the same steps against the emulated CUDA runtime and NCCL of a built tree, the
 #       binding and the models on the CPU, small sizes; then --publish into a scratch copy of
 #       docs/PERFORMANCE.md. So the script cannot rot between GPU runs.
-#   cuda/gpu-check.sh --publish D
+#   cuda/gpu-check.sh --publish D [--also D2]...
 #       Here, from the folder a GPU run returned: rewrites docs/PERFORMANCE.md's generated section
 #       "GPU check" (the GPU, driver, CUDA, NCCL, torch and Open MPI named, and the command).
+#       --also adds a later call's folder on the same machine (say, --steps '2' --binding-cases all):
+#       its steps follow the first call's, and its CSV rows follow, marked by a "call" column.
 #
 # The steps, most important first; a step starts only where the budget has the time it needs:
 #   1 tests      test_gpu_real at np 1 and 2 (all but its compressed case), test_cuda_device, and the
@@ -54,13 +56,14 @@ STEPS="1 2 3 4 5 6"
 MAXRANKS=2
 PROFILE=$SRCDIR/fusion/profiles/resnet50.prof
 BINDING_CASES=clip_grad_norm_,scaler,accumulate,state_dict,cached_views,nested_reads,clip_norm,two_backward
+ALSO=()
 
 usage() {
     cat <<EOF
 usage: cuda/gpu-check.sh --prepare DIR
        cuda/gpu-check.sh --carried DIR [--budget SECONDS] [--out DIR] [--steps '1 2 3 4 5 6']
        cuda/gpu-check.sh --emulate --builddir DIR [--budget SECONDS] [--out DIR]
-       cuda/gpu-check.sh --publish DIR
+       cuda/gpu-check.sh --publish DIR [--also DIR2]...
 options: --max-ranks N (step 6, default $MAXRANKS) --profile FILE (step 6)
          --binding-cases A,B|all (step 2, default $BINDING_CASES)
 EOF
@@ -81,6 +84,7 @@ while [ $# -gt 0 ]; do
     --max-ranks) need_arg "$@"; MAXRANKS=$2; shift ;;
     --profile) need_arg "$@"; PROFILE=$2; shift ;;
     --binding-cases) need_arg "$@"; BINDING_CASES=$2; shift ;;
+    --also) need_arg "$@"; ALSO+=("$2"); shift ;;
     --run-step) need_arg "$@"; MODE=run-step; DIR=$2; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "$PROG: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -95,24 +99,53 @@ for s in $STEPS; do
 done
 
 # --- publish: a returned results folder into docs/PERFORMANCE.md ------------------------------
-publish() { # RESULTS PAGE
-    /usr/bin/env python3 - "$1" "$2" "$SRCDIR/bench" <<'EOF'
-import csv, os, sys
-sys.path.insert(0, sys.argv[3])
+publish() { # PAGE RESULTS [LATER-RESULTS]...
+    /usr/bin/env python3 - "$SRCDIR/bench" "$@" <<'EOF'
+import csv, os, re, sys
+sys.path.insert(0, sys.argv[1])
 from docsection import replace_section
-res, page = sys.argv[1:3]
+page, calls = sys.argv[2], sys.argv[3:]
 def text(name):
-    p = os.path.join(res, name)
-    return open(p).read().rstrip() if os.path.exists(p) else ""
+    """The first call's file; steps.txt is every call's, each later one under its own heading."""
+    parts = []
+    for i, res in enumerate(calls if name == "steps.txt" else calls[:1]):
+        p = os.path.join(res, name)
+        if os.path.exists(p):
+            parts.append(("" if i == 0 else "--- call %d\n" % (i + 1)) + open(p).read().rstrip())
+    return "\n".join(parts)
 def table(name, cols):
-    """A CSV as a Markdown table, the columns named (those it has), or all of them."""
-    p = os.path.join(res, name)
-    rows = list(csv.DictReader(open(p))) if os.path.exists(p) else []
+    """Every call's CSV rows as one Markdown table, the columns named (those it has), or all of them;
+    a "call" column where more than one call measured it."""
+    rows = []
+    for i, res in enumerate(calls):
+        p = os.path.join(res, name)
+        if os.path.exists(p):
+            rows += [dict(r, call=str(i + 1)) for r in csv.DictReader(open(p))]
     if not rows:
         return "(%s: not measured; steps.txt says why)" % name
-    cols = [c for c in cols if c in rows[0]] or list(rows[0])
+    cols = [c for c in cols if c in rows[0]] or [c for c in rows[0] if c != "call"]
+    if len({r["call"] for r in rows}) > 1:
+        cols = ["call"] + cols
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     return "\n".join(out + ["| " + " | ".join(r.get(c) or "" for c in cols) + " |" for r in rows])
+def binding():
+    """test_loops.py's lines from every call's log: how many runs matched DDP and the largest
+    relative differences (parameters, recorded values), each with the run that had it."""
+    pat = re.compile(r"^ok: (.*?): parameters ([0-9.e+-]+), recorded values (?:\(\d+\) )?([0-9.e+-]+) from DDP's")
+    runs = []
+    for res in calls:
+        p = os.path.join(res, "log.txt")
+        if os.path.exists(p):
+            runs += [m.groups() for m in map(pat.match, open(p, errors="replace")) if m]
+    if not runs:
+        return "(the binding's loops: not run; steps.txt says why)"
+    cases = sorted({w.split()[0] for w, _, _ in runs})
+    dp = max(runs, key=lambda r: float(r[1]))
+    dr = max(runs, key=lambda r: float(r[2]))
+    return ("The binding's loops on CUDA against DDP over NCCL (tests/python/test_loops.py): %d runs of %d "
+            "cases (%s) matched DDP. Largest relative difference in the parameters: %s (%s); in the recorded "
+            "values (losses, norms, scales): %s (%s)." % (len(runs), len(cases), ", ".join(cases), dp[1], dp[0],
+                                                         dr[2], dr[0]))
 model_cols = ["model", "np", "config", "device", "backend", "median_ms", "q1_ms", "q3_ms", "speedup", "baseline",
               "cpu_ms"]
 section = """<!-- BEGIN gpu-check: generated by cuda/gpu-check.sh --publish, edits here are overwritten -->
@@ -132,6 +165,8 @@ Each step and sub-run, in the order run (a step skipped for the budget says so):
 %s
 ```
 
+%s
+
 A real model on the GPU (`bench/torch-ddp.py --device cuda`): median iteration (ms) over the
 rounds, each configuration's ratio to the baseline named in the same run, and the host CPU time
 per iteration (all threads; the binding's hooks and dear's progress thread included, and any
@@ -149,15 +184,16 @@ dear-gpu-bench (busbw GB/s, overlap, a profile's model):
 
 %s
 <!-- END gpu-check -->
-""" % (text("env.txt"), text("steps.txt"), table("model-np1.csv", model_cols), table("model-np2.csv", model_cols),
+""" % (text("env.txt"), text("steps.txt"), binding(), table("model-np1.csv", model_cols), table("model-np2.csv", model_cols),
        table("coll.csv", []), table("overlap.csv", []), table("train.csv", []))
 replace_section(page, section, "<!-- BEGIN gpu-check", "<!-- END gpu-check -->")
 EOF
 }
 if [ "$MODE" = publish ]; then
     [ -s "$DIR/steps.txt" ] || die "--publish $DIR: no steps.txt there (the folder a GPU run returned)"
-    publish "$DIR" "$SRCDIR/docs/PERFORMANCE.md" || exit 1
-    echo "$PROG: docs/PERFORMANCE.md's GPU check section rewritten from $DIR"
+    for d in "${ALSO[@]}"; do [ -s "$d/steps.txt" ] || die "--also $d: no steps.txt there"; done
+    publish "$SRCDIR/docs/PERFORMANCE.md" "$DIR" "${ALSO[@]}" || exit 1
+    echo "$PROG: docs/PERFORMANCE.md's GPU check section rewritten from $DIR${ALSO[*]:+ and ${ALSO[*]}}"
     exit 0
 fi
 
@@ -224,6 +260,8 @@ if [ "$MODE" = carried ]; then
         esac
     done
     export OPAL_PREFIX=$PREFIX/usr PMIX_INSTALL_PREFIX=$PREFIX/usr
+    # PMIx's plugins from the carried tree: a machine's own PMIx plugins lack the carried library's symbols.
+    export PMIX_MCA_mca_base_component_path=$PREFIX/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
     export PATH=$PREFIX/usr/bin:$PATH
     LDP=$DIR/lib:$PREFIX/need:$PREFIX/usr/lib/x86_64-linux-gnu/openmpi/lib
     PY=python3
@@ -438,8 +476,8 @@ if [ "$EMU" = 1 ]; then
     done
     page=$(mktemp /tmp/gpu-check-page.XXXXXX)
     printf '# scratch\n\n<!-- BEGIN gpu-check -->\n<!-- END gpu-check -->\n' >"$page"
-    if ! publish "$OUTDIR" "$page" ||
-        ! grep -q "^## GPU check" "$page"; then
+    if ! publish "$page" "$OUTDIR" "$OUTDIR" ||
+        ! grep -q "^## GPU check" "$page" || ! grep -q "^--- call 2" "$page"; then
         echo "$PROG: --publish could not write the section from the emulated run's results" >&2
         FAILS=$((FAILS + 1))
     fi
