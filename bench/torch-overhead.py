@@ -82,6 +82,11 @@ class Config:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         if name != "plain":
             self.model, self.opt = dear.wrap(self.model, self.opt, schedule=name.split(":")[1])
+            if name.endswith(":layers"):
+                # What schedule dear adds on several ranks: each layer's step in the next forward,
+                # one step() per layer. One rank has its gradients in place at backward's end and
+                # steps them in one batch; this takes the several-rank path instead.
+                self.model._dear.deferred = True
         g = torch.Generator().manual_seed(2)
         self.x = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
         self.y = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
@@ -100,8 +105,9 @@ class Config:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--configs", default="plain;dear:dear;dear:wfbp",
-                    help="';'-separated: plain, dear:SCHEDULE (the binding with that schedule)")
+    ap.add_argument("--configs", default="plain;dear:dear;dear:wfbp;dear:dear:layers",
+                    help="';'-separated: plain, dear:SCHEDULE (the binding with that schedule), dear:dear:layers "
+                         "(schedule dear stepping layer by layer in the next forward, as on several ranks)")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
@@ -117,6 +123,8 @@ def main():
     torch.set_num_threads(1)
     configs = [Config(c, a) for c in a.configs.split(";")]
     ntensors = len(list(configs[0].model.parameters()))
+    # The binding's layers: the modules that own parameters directly (one step() each under :layers).
+    nlayers = sum(1 for m in configs[0].model.modules() if any(True for _ in m.parameters(recurse=False)))
     for c in configs:
         c.iterations(a.warmup)
     for r in range(a.rounds):
@@ -171,9 +179,11 @@ def main():
         L += ["", "`dear:SCHEDULE` is the binding with that schedule. On one rank both step every tensor at "
               "opt.step(), in one step() of the optimizer, as plain PyTorch does; what remains is the hooks "
               "(one per module with parameters and one per tensor) and their calls into libdear. On several "
-              "ranks `dear` steps each layer in the next forward pass instead, one step() per layer, which "
-              "this figure does not include (it costs more: the optimizer's Python and kernels then run "
-              "between the layers' instead of in one loop).", "", DOC_END]
+              "ranks `dear` steps in the next forward pass instead, once per all-gather group, each step() "
+              "covering the layers whose gradients that group brought (of the %d layers here): "
+              "`dear:dear:layers` takes that path at one rank, so its difference from `dear:dear` is what "
+              "those steps cost beyond one step(), which the several-rank schedule adds." % nlayers,
+              "", DOC_END]
         replace_section(a.doc, "\n".join(L) + "\n", DOC_BEGIN, DOC_END, after="<!-- END torch -->")
     return 0
 

@@ -180,7 +180,8 @@ DEAR_API int dear_shard_slices(const dear_ctx_t *ctx, int rank, dear_slice_t *sl
 DEAR_API int dear_commit(dear_ctx_t *ctx);
 
 /* Before computing the forward pass of layer: waits until the layer's averaged gradients from
- * the previous iteration are in place and runs their updates (schedule `dear`). Call it for
+ * the previous iteration are in place and runs their updates (schedule `dear`), and the updates
+ * of the later layers whose gradients arrived in the same all-gather group. Call it for
  * every layer before the backward pass writes that layer's gradients; a repeated call (an
  * evaluation forward) has nothing left to do. An unknown layer id is DEAR_ERR_ARG; a call
  * between the first dear_backward_done and dear_backward_end is DEAR_ERR_STATE. */

@@ -5,7 +5,8 @@
  * completes its data), and every tensor's update becomes pending. The next iteration's
  * forward_begin of a layer waits only for the groups holding its units (a cut tensor's chunks
  * may lie in several) to be back in the gradients and runs the layer's updates, each tensor's once all its
- * chunks are in place; flush completes every pending group and update.
+ * chunks are in place, and those of the later layers whose gradients those groups hold too; flush
+ * completes every pending group and update.
  */
 #include <stdio.h>
 
@@ -58,10 +59,19 @@ static int dear_forward_layer(dear_ctx_t *ctx, int lidx)
     int g0 = dear_group_of(&ctx->graph, L->u0), g1 = dear_group_of(&ctx->graph, L->u1 - 1);
     for (int g = g0; g <= g1; g++)
         DEAR_CHECK(dear_group_ready(ctx, g, "dear_forward_begin", lidx));
-    for (int t = L->t0; t < L->t1; t++) {
-        int r = run_update(ctx, t);
-        if (r != DEAR_OK && rc == DEAR_OK)
-            rc = r;
+    /* The layer's updates, then those of the later layers whose units lie wholly in the groups
+     * now in place: a caller that steps whatever its callbacks reported (the Python binding)
+     * then runs one optimizer step per group instead of one per layer, at the same total work.
+     * Units are laid out in layer order, so the scan stops at the first layer reaching past g1. */
+    for (int k = lidx; k < ctx->reg.nlayers; k++) {
+        const dear_layer_t *K = &ctx->reg.layers[k];
+        if (k > lidx && K->t0 < K->t1 && dear_group_of(&ctx->graph, K->u1 - 1) > g1)
+            break;
+        for (int t = K->t0; t < K->t1; t++) {
+            int r = run_update(ctx, t);
+            if (r != DEAR_OK && rc == DEAR_OK)
+                rc = r;
+        }
     }
     return rc;
 }

@@ -36,8 +36,10 @@ terms of libdear's C API (include/dear.h):
   multi-tensor path), then zeroes them if ``zero_grad()`` was asked for. Under ``wfbp`` and
   ``sync``, and on one rank, that is all tensors, at ``opt.step()``. Under ``dear`` on several
   ranks the gradients are still travelling when backward returns: ``opt.step()`` records the
-  step with the hyper-parameters it has then (a scheduler may change them afterwards) and each
-  layer's step runs in the next forward, just before the layer, once its all-gather is in;
+  step with the hyper-parameters it has then (a scheduler may change them afterwards) and the
+  steps run in the next forward, once per all-gather group: before the group's first layer, for
+  every layer whose gradients that group brought (one ``step()`` per layer would cost the
+  optimizer's Python once per layer);
   ``zero_grad()`` after it is applied after that step. The very first ``opt.step()`` runs at
   once (it waits for every gradient), so that an optimizer that fails does so there. So between
   ``opt.step()`` and the next forward the parameters are the old ones: ``state_dict()``,
@@ -801,7 +803,7 @@ class _Wrapped:
             self.ready.extend(fired)   # as torch leaves a step that raised: the gradients stay
             if hasattr(e, "add_note"):
                 e.add_note("dear: raised by the optimizer step of the previous iteration, which schedule dear "
-                           "runs in this forward pass, layer by layer")
+                           "runs in this forward pass, one batch per all-gather group")
             raise
         self._zero([t for t in fired if self.zero_after[t]])
 
