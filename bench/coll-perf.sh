@@ -8,10 +8,9 @@
 # regenerates the layout's generated section of docs/PERFORMANCE.md with bench/perf-report.py
 # (tables, targets, an SVG plot). --report-only redoes the last step from the kept CSVs.
 set -euo pipefail
-
-SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-EMU=$SRCDIR/bench/emucluster
 PROG="coll-perf.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 HOSTS=4
 RANKS=1
@@ -63,8 +62,6 @@ Needs root (network namespaces); takes a few minutes at 1gbit.
 EOF
 }
 
-die() { echo "$PROG: $*" >&2; exit 1; }
-
 # Bytes from a count with an optional k/m/g suffix (1024-based, as dear-coll-bench reads them).
 to_bytes() {
     [[ ${1,,} =~ ^([0-9]+)([kmg]?)$ ]] || { echo "$1"; return 0; }
@@ -75,28 +72,14 @@ to_bytes() {
     echo "$n"
 }
 
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --builddir) BUILDDIR=${2:?--builddir needs a directory}; shift 2 ;;
-        --hosts) HOSTS=${2:?--hosts needs a number}; RANKS=1; shift 2 ;;
-        --layout)
-            [[ ${2:-} =~ ^([0-9]+)x([0-9]+)$ ]] || die "bad --layout '${2:-}': expected HOSTSxRANKS, e.g. 2x2"
-            HOSTS=${BASH_REMATCH[1]} RANKS=${BASH_REMATCH[2]}; shift 2 ;;
-        --rate) RATE=${2:?--rate needs a rate}; shift 2 ;;
-        --min) MIN=${2:?--min needs bytes}; shift 2 ;;
-        --max) MAX=${2:?--max needs bytes}; shift 2 ;;
-        --iters) ITERS=${2:?--iters needs a count}; shift 2 ;;
-        --small-iters) SMALL_ITERS=${2:?--small-iters needs a count}; shift 2 ;;
-        --warmup) WARMUP=${2:?--warmup needs a count}; shift 2 ;;
-        --repeat) REPEAT=${2:?--repeat needs a count}; shift 2 ;;
-        --overlap) OVERLAP_BYTES=${2:?--overlap needs bytes}; shift 2 ;;
-        --report-only) REPORT_ONLY=1; shift ;;
-        --p2p-only) P2P_ONLY=1; shift ;;
-        --help | -h) usage; exit 0 ;;
-        --) shift; EXTRA=("$@"); break ;;
-        *) usage >&2; die "unknown option '$1'" ;;
-    esac
-done
+hosts_opt() { HOSTS=$1 RANKS=1; }
+layout_opt() {
+    [[ $1 =~ ^([0-9]+)x([0-9]+)$ ]] || die "bad --layout '$1': expected HOSTSxRANKS, e.g. 2x2"
+    HOSTS=${BASH_REMATCH[1]} RANKS=${BASH_REMATCH[2]}
+}
+bench_options --builddir=BUILDDIR --hosts=@hosts_opt --layout=@layout_opt --rate=RATE --min=MIN --max=MAX \
+    --iters=ITERS --small-iters=SMALL_ITERS --warmup=WARMUP --repeat=REPEAT --overlap=OVERLAP_BYTES \
+    --report-only=REPORT_ONLY! --p2p-only=P2P_ONLY! --=EXTRA -- "$@"
 MIN=$(to_bytes "$MIN")
 MAX=$(to_bytes "$MAX")
 OVERLAP_BYTES=$(to_bytes "$OVERLAP_BYTES")
@@ -112,7 +95,6 @@ if ! [[ $ITERS =~ ^[0-9]+$ && $SMALL_ITERS =~ ^[0-9]+$ && $WARMUP =~ ^[0-9]+$ &&
     die "bad --iters/--small-iters/--warmup/--overlap/--repeat '$ITERS'/'$SMALL_ITERS'/'$WARMUP'/'$OVERLAP_BYTES'/'$REPEAT': expected counts (iters, repeat >= 1)"
 fi
 
-RES=$SRCDIR/bench/results
 NP=$((HOSTS * RANKS))
 LAYOUT=${HOSTS}x$RANKS
 if ((RANKS == 1)); then TAG=${HOSTS}x$RATE; else TAG=${HOSTS}x${RANKS}x$RATE; fi
@@ -121,7 +103,6 @@ COLL_CSV=$RES/coll-$TAG.csv
 OVL_CSV=$RES/overlap-$TAG.csv
 META=$RES/coll-$TAG.meta
 SVG=$RES/coll-$TAG.svg
-DOC=$SRCDIR/docs/PERFORMANCE.md
 
 report() {
     local coll=()
@@ -140,15 +121,9 @@ if ((REPORT_ONLY)); then
     exit 0
 fi
 
-if [[ -z $BUILDDIR ]]; then
-    want=apps/tools/dear-coll-bench
-    ((P2P_ONLY)) && want=bench/dear-p2p
-    for d in "$PWD" "$SRCDIR"; do
-        [[ -x $d/$want ]] && { BUILDDIR=$d; break; }
-    done
-    [[ -n $BUILDDIR ]] || die "$want not found in $PWD or $SRCDIR: build it (make apps/tools/dear-coll-bench bench/dear-p2p) or pass --builddir"
-fi
-BUILDDIR=$(cd "$BUILDDIR" && pwd)
+want=apps/tools/dear-coll-bench
+((P2P_ONLY)) && want=bench/dear-p2p
+BUILDDIR=$(bench_builddir "$BUILDDIR" "$want" "build it (make apps/tools/dear-coll-bench bench/dear-p2p)")
 BENCH=$BUILDDIR/apps/tools/dear-coll-bench
 P2P=$BUILDDIR/bench/dear-p2p
 ((P2P_ONLY)) || [[ -x $BENCH ]] || die "$BENCH is not built (make apps/tools/dear-coll-bench; or --p2p-only)"
@@ -156,14 +131,11 @@ P2P=$BUILDDIR/bench/dear-p2p
 [[ $EUID -eq 0 ]] || die "needs root to create network namespaces"
 
 mkdir -p "$RES"
-tmp=$(mktemp -d)
-cleanup() { "$EMU" down >/dev/null 2>&1 || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
+bench_start
 
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-hostlist=$(seq -s, -f "${EMU_PREFIX:-h}%g:$RANKS" 1 "$HOSTS")
-"$EMU" up "$HOSTS" "$RATE"
+load_before=$(meta_load)
+hostlist=$(emu_hosts "$HOSTS" "$RANKS")
+emu_up "$HOSTS" "$RATE"
 "$EMU" status
 
 echo "$PROG: point-to-point ${EMU_PREFIX:-h}1 <-> ${EMU_PREFIX:-h}2"
@@ -186,7 +158,7 @@ if ! ((P2P_ONLY)); then
             IFS=: read -r lo hi it <<<"$range"
             ((lo > 0 && hi >= lo)) || continue
             part=$((part + 1))
-            "$EMU" mpirun -np "$NP" --host "$hostlist" "$BENCH" --min "$lo" --max "$hi" \
+            emu_mpirun "$NP" "$hostlist" "$BENCH" --min "$lo" --max "$hi" \
                 --iters "$it" --warmup "$WARMUP" --csv "$tmp/coll$part.csv" "${EXTRA[@]}" | tee -a "$tmp/coll.txt"
             [[ -s $tmp/coll$part.csv ]] || die "dear-coll-bench ($lo..$hi bytes) wrote no CSV"
             if ((part == 1)); then cat "$tmp/coll1.csv"; else tail -n +2 "$tmp/coll$part.csv"; fi >>"$tmp/coll.csv"
@@ -195,7 +167,7 @@ if ! ((P2P_ONLY)); then
     [[ -s $tmp/coll.csv ]] || die "dear-coll-bench wrote no CSV"
     if ((OVERLAP_BYTES > 0)); then
         echo "$PROG: dear-coll-bench --overlap at $OVERLAP_BYTES bytes"
-        "$EMU" mpirun -np "$NP" --host "$hostlist" "$BENCH" --overlap --min "$OVERLAP_BYTES" \
+        emu_mpirun "$NP" "$hostlist" "$BENCH" --overlap --min "$OVERLAP_BYTES" \
             --max "$OVERLAP_BYTES" --iters "$ITERS" --warmup "$WARMUP" --csv "$tmp/overlap.csv" \
             "${EXTRA[@]}" | tee -a "$tmp/coll.txt"
         [[ -s $tmp/overlap.csv ]] || die "dear-coll-bench --overlap wrote no CSV"
@@ -204,11 +176,11 @@ if ! ((P2P_ONLY)); then
 fi
 
 {
-    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "date: $(meta_date)"
+    echo "commit: $(meta_commit)"
     echo "cluster: $HOSTS hosts, $RATE each way per host (tbf on both ends of each veth), $( ((RANKS == 1)) && echo 'one rank' || echo "$RANKS ranks") per host"
-    echo "load average: $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after (1, 5, 15 min)"
-    echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"
+    echo "load average: $load_before before, $(meta_load) after (1, 5, 15 min)"
+    echo "machine: $(meta_machine)"
     ((P2P_ONLY)) || echo "bench: dear-coll-bench --min $MIN --max $MAX ${EXTRA[*]}: --iters $SMALL_ITERS up to $SMALL_MAX bytes, --iters $ITERS above, --warmup $WARMUP$( ((REPEAT > 1)) && echo ", $REPEAT runs (each row the median of the runs)")$( ((OVERLAP_BYTES > 0)) && echo "; then --overlap at $OVERLAP_BYTES bytes") (${elapsed} s in all)"
 } >"$tmp/meta"
 cp "$tmp/p2p.csv" "$P2P_CSV"
@@ -219,7 +191,7 @@ if ! ((P2P_ONLY)); then
     if [[ -f $tmp/overlap.csv ]]; then cp "$tmp/overlap.csv" "$OVL_CSV"; fi
 fi
 cp "$tmp/meta" "$META"
-"$EMU" down
+emu_down
 report
 if ((P2P_ONLY)); then
     echo "$PROG: wrote $P2P_CSV, $META and $DOC (p2p only)"
