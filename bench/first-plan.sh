@@ -20,11 +20,9 @@
 # bench/first-plan-report.py writes the "First plan without a profile" section of
 # docs/PERFORMANCE.md. Needs root (network namespaces).
 set -euo pipefail
-
-SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-EMU=$SRCDIR/bench/emucluster
-PROG=first-plan.sh
-RES=$SRCDIR/bench/results
+PROG="first-plan.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 HOSTS=4
 RATE=1gbit
@@ -40,8 +38,7 @@ REPORT_ONLY=0
 BUILDDIR=
 TRAIN_CONFIGS="dear:auto+first=threshold;dear:auto+first=range;dear:auto+first=first;dear:auto+first=range+nohints;dear:auto+first=first+nohints"
 CLOSE_CONFIGS="dear:auto;dear:auto+first=range+hold;dear:auto+first=first+hold;dear:auto+first=range+hold+nohints;dear:auto+first=first+hold+nohints"
-: "${EMU_PREFIX:=fp}" "${EMU_SUBNET:=10.213.58}"
-export EMU_PREFIX EMU_SUBNET
+emu_names fp 10.213.58
 
 usage() {
     cat <<EOF
@@ -63,27 +60,9 @@ Environment: EMU_PREFIX (default fp), EMU_SUBNET (default 10.213.58).
 EOF
 }
 
-die() { echo "$PROG: $*" >&2; exit 1; }
-# shellcheck source=bench/bench-lib.sh
-. "$SRCDIR/bench/bench-lib.sh"
-
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --builddir) BUILDDIR=${2:?--builddir needs a directory}; shift 2 ;;
-        --rate) RATE=${2:?--rate needs a rate}; shift 2 ;;
-        --comm-ms) COMM_MS=${2:?--comm-ms needs milliseconds}; shift 2 ;;
-        --run-iters) RUN_ITERS=${2:?--run-iters needs a count}; shift 2 ;;
-        --first-n) FIRST_N=${2:?--first-n needs a count}; shift 2 ;;
-        --iters) ITERS=${2:?--iters needs a count}; shift 2 ;;
-        --rounds) ROUNDS=${2:?--rounds needs a count}; shift 2 ;;
-        --profiles) PROFILES=${2:?--profiles needs a list}; shift 2 ;;
-        --layouts) LAYOUTS=${2:?--layouts needs a list}; shift 2 ;;
-        --jobs) JOBS=${2:?--jobs needs a list}; shift 2 ;;
-        --report-only) REPORT_ONLY=1; shift ;;
-        --help | -h) usage; exit 0 ;;
-        *) usage >&2; die "unknown option '$1'" ;;
-    esac
-done
+bench_options --builddir=BUILDDIR --rate=RATE --comm-ms=COMM_MS --run-iters=RUN_ITERS --first-n=FIRST_N \
+    --iters=ITERS --rounds=ROUNDS --profiles=PROFILES --layouts=LAYOUTS --jobs=JOBS --report-only=REPORT_ONLY! \
+    -- "$@"
 for n in "$RUN_ITERS" "$FIRST_N" "$ITERS" "$ROUNDS"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] || die "bad count '$n'"
 done
@@ -99,7 +78,7 @@ for p in $PROFILES; do
 done
 
 report() {
-    python3 "$SRCDIR/bench/first-plan-report.py" --results "$RES" --doc "$SRCDIR/docs/PERFORMANCE.md" \
+    python3 "$SRCDIR/bench/first-plan-report.py" --results "$RES" --doc "$DOC" \
         --command "bench/first-plan.sh $*"
 }
 args="--rate $RATE --comm-ms $COMM_MS --run-iters $RUN_ITERS --first-n $FIRST_N --iters $ITERS --rounds $ROUNDS --profiles '$PROFILES' --layouts '$LAYOUTS'"
@@ -112,21 +91,17 @@ BENCH=$(dear_bench_path "$BUILDDIR")
 [[ $EUID -eq 0 ]] || die "needs root to create network namespaces"
 
 mkdir -p "$RES"
-cleanup() { "$EMU" down >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-"$EMU" up "$HOSTS" "$RATE"
+bench_start
+emu_up "$HOSTS" "$RATE"
 start=$(date +%s)
 status=0
 for layout in $LAYOUTS; do
     nh=${layout%x*} rph=${layout#*x}
     np=$((nh * rph))
-    hosts=$(seq -s, -f "${EMU_PREFIX}%g:$rph" 1 "$nh")
+    hosts=$(emu_hosts "$nh" "$rph")
     for prof in $PROFILES; do
         case=$prof-$layout
-        read -r sscale tscale < <(python3 "$SRCDIR/bench/e2e-report.py" scale \
-            --profile "$SRCDIR/fusion/profiles/$prof.prof" --rate "$RATE" --np "$np" --hosts "$nh" \
-            --comm-ms "$COMM_MS" --ratio 1)
+        read -r sscale tscale < <(e2e_scale "$SRCDIR/fusion/profiles/$prof.prof" "$RATE" "$np" "$nh" "$COMM_MS" 1)
         common=(--profile "$SRCDIR/fusion/profiles/$prof.prof" --hints "$SRCDIR/fusion/profiles/$prof.model"
                 --size-scale "$sscale" --time-scale "$tscale" --quiet)
         for job in $JOBS; do
@@ -138,19 +113,19 @@ for layout in $LAYOUTS; do
                 set -- --configs "$CLOSE_CONFIGS" --iters "$ITERS" --rounds "$ROUNDS"
             fi
             rc=0
-            "$EMU" mpirun -np "$np" --host "$hosts" "$BENCH" "${common[@]}" "$@" \
+            emu_mpirun "$np" "$hosts" "$BENCH" "${common[@]}" "$@" \
                 --csv "$RES/first-plan-$job-$case.csv" || rc=$?
             ((rc == 0)) || { echo "$PROG: $case $job: dear-bench exit status $rc" >&2; status=1; }
         done
     done
 done
 {
-    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet -- . ':!bench/results' ':!docs' 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "date: $(meta_date)"
+    echo "commit: $(meta_commit -- . ':!bench/results' ':!docs')"
     echo "cluster: $HOSTS emulated hosts (bench/emucluster), $RATE each way per host; layouts $LAYOUTS"
-    echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"
+    echo "machine: $(meta_machine)"
     echo "jobs: $JOBS; $(($(date +%s) - start)) s in all"
 } >"$RES/first-plan.meta"
-"$EMU" down
+emu_down
 report "$args"
 exit $status

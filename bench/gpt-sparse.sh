@@ -17,10 +17,9 @@
 # docs/PERFORMANCE.md; --report-only redoes that last step from the kept files, --no-report
 # (a smoke run) keeps and writes nothing. Needs root (network namespaces).
 set -euo pipefail
-
-SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-EMU=$SRCDIR/bench/emucluster
-PROG=gpt-sparse.sh
+PROG="gpt-sparse.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 HOSTS=4
 RATE=1gbit
 ROUNDS=3
@@ -29,10 +28,10 @@ MODES="off on auto"
 SCHEDULE=dear
 BUILDDIR=
 REPORT=1
+NO_REPORT=0
 REPORT_ONLY=0
 GPT_ARGS=(--vocab words --vocab-size 16384 --batch 32 --seq 64 --dim 96)
-: "${EMU_PREFIX:=gs}" "${EMU_SUBNET:=10.213.61}"
-export EMU_PREFIX EMU_SUBNET
+emu_names gs 10.213.61
 
 usage() {
     cat <<EOF
@@ -62,24 +61,9 @@ bench/gpt-sparse.sh --rounds 1 --iters 4 --no-report.
 EOF
 }
 
-die() { echo "$PROG: $*" >&2; exit 1; }
-
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --builddir) BUILDDIR=${2:?--builddir needs a directory}; shift 2 ;;
-        --hosts) HOSTS=${2:?--hosts needs a count}; shift 2 ;;
-        --rate) RATE=${2:?--rate needs a rate}; shift 2 ;;
-        --rounds) ROUNDS=${2:?--rounds needs a count}; shift 2 ;;
-        --iters) ITERS=${2:?--iters needs a count}; shift 2 ;;
-        --modes) MODES=${2:?--modes needs a list}; shift 2 ;;
-        --schedule) SCHEDULE=${2:?--schedule needs a schedule}; shift 2 ;;
-        --report-only) REPORT_ONLY=1; shift ;;
-        --no-report) REPORT=0; shift ;;
-        --help | -h) usage; exit 0 ;;
-        --) shift; GPT_ARGS=("$@"); break ;;
-        *) usage >&2; die "unknown option '$1'" ;;
-    esac
-done
+bench_options --builddir=BUILDDIR --hosts=HOSTS --rate=RATE --rounds=ROUNDS --iters=ITERS --modes=MODES \
+    --schedule=SCHEDULE --report-only=REPORT_ONLY! --no-report=NO_REPORT! --=GPT_ARGS -- "$@"
+((NO_REPORT)) && REPORT=0
 [[ $HOSTS =~ ^[0-9]+$ ]] && ((HOSTS >= 2 && HOSTS <= 16)) || die "--hosts '$HOSTS': expected 2 to 16"
 [[ $ROUNDS =~ ^[0-9]+$ ]] && ((ROUNDS >= 1)) || die "--rounds '$ROUNDS': expected a count >= 1"
 [[ $ITERS =~ ^[0-9]+$ ]] && ((ITERS >= 4)) || die "--iters '$ITERS': expected a count >= 4"
@@ -89,11 +73,9 @@ for m in $MODES; do
 done
 [[ -n $MODES ]] || die "--modes: empty"
 
-RES=$SRCDIR/bench/results
 TAG=${HOSTS}x$RATE
 RUNS_CSV=$RES/gpt-sparse-$TAG.csv
 META=$RES/gpt-sparse-$TAG.meta
-DOC=$SRCDIR/docs/PERFORMANCE.md
 
 # report CSV META [DOC]: each mode's median over its runs, the spread of the runs and the ratio
 # to the first mode, printed; with DOC also written into its "gpt-sparse" section.
@@ -158,23 +140,13 @@ if ((REPORT_ONLY)); then
     exit 0
 fi
 
-if [[ -z $BUILDDIR ]]; then
-    for d in "$PWD" "$SRCDIR"; do
-        [[ -x $d/apps/gpt/dear-gpt ]] && { BUILDDIR=$d; break; }
-    done
-    [[ -n $BUILDDIR ]] || die "apps/gpt/dear-gpt not found in $PWD or $SRCDIR: build it or pass --builddir"
-fi
-GPT=$(cd "$BUILDDIR" && pwd)/apps/gpt/dear-gpt
-[[ -x $GPT ]] || die "$GPT is not built (make apps/gpt/dear-gpt)"
+GPT=$(bench_prog "$BUILDDIR" apps/gpt/dear-gpt "build it (make apps/gpt/dear-gpt)")
 [[ $EUID -eq 0 ]] || die "needs root to create network namespaces"
 
-tmp=$(mktemp -d)
-cleanup() { "$EMU" down >/dev/null 2>&1 || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
+bench_start
 
-"$EMU" up "$HOSTS" "$RATE" >/dev/null
-hosts=$(seq -s, -f "${EMU_PREFIX}%g" 1 "$HOSTS")
+emu_up "$HOSTS" "$RATE" >/dev/null
+hosts=$(emu_hosts "$HOSTS")
 echo "$PROG: $HOSTS hosts at $RATE, one rank each; schedule $SCHEDULE; $ROUNDS round(s) of" \
      "DEAR_SPARSE in {$MODES}, $ITERS iterations each; dear-gpt ${GPT_ARGS[*]}"
 printf '%-5s %5s %10s %10s %8s %9s %9s %8s %7s %9s\n' mode round median_ms mean_ms blocked \
@@ -182,45 +154,47 @@ printf '%-5s %5s %10s %10s %8s %9s %9s %8s %7s %9s\n' mode round median_ms mean_
 runs=$tmp/runs.csv
 echo "mode,round,median_ms,mean_ms,blocked_pct,density,density_avg,msgs_sparse,msgs_dense,sparse_mb" >"$runs"
 start=$(date +%s)
-for ((r = 1; r <= ROUNDS; r++)); do
-    for m in $MODES; do
-        out=$tmp/$m-$r.out
-        "$EMU" mpirun -np "$HOSTS" --host "$hosts" -x DEAR_SPARSE="$m" \
-            -x DEAR_CALIBRATION_FILE="$tmp/calibration" "$GPT" "${GPT_ARGS[@]}" \
-            --iters "$ITERS" --schedule "$SCHEDULE" --print-every 0 --eval-every 0 --sample 0 \
-            --val-chars 1024 >"$out" 2>&1 || { cat "$out" >&2; die "dear-gpt failed (DEAR_SPARSE=$m, round $r)"; }
-        # the run's figures, from its summary lines (fields absent when not measured: -1)
-        row=$(awk -v m="$m" -v r="$r" '
-            /^iteration time: median/ { med = $4 }
-            /^throughput:/ { for (i = 1; i <= NF; i++) if ($i == "ms/iteration,") mean = $(i - 1)
-                             match($0, /communication [0-9.]+%/); blk = substr($0, RSTART + 14, RLENGTH - 15) }
-            /^sparse embedding wte/ {
-                d = da = -1
-                if (match($0, /density [0-9.]+ on rank 0, [0-9.]+ of the averaged/)) {
-                    split(substr($0, RSTART, RLENGTH), f, " "); d = f[2]; sub(/,/, "", f[6]); da = f[6] }
-                match($0, /[0-9]+ sparse and [0-9]+ dense messages, [0-9.]+ MB/)
-                split(substr($0, RSTART, RLENGTH), g, " "); s = g[1]; dn = g[4]; mb = g[7] }
-            END {
-                if (med == "" || s == "") exit 1
-                printf "%s,%d,%s,%s,%s,%s,%s,%s,%s,%s\n", m, r, med, mean, blk, d, da, s, dn, mb
-            }' "$out") || { cat "$out" >&2; die "no iteration time or sparse line in dear-gpt's output"; }
-        echo "$row" >>"$runs"
-        echo "$row" | awk -F, '{ printf "%-5s %5d %10.2f %10.2f %7.1f%% %9s %9s %8d %7d %9.3f\n",
-            $1, $2, $3, $4, $5, $6 < 0 ? "-" : sprintf("%.4f", $6), $7 < 0 ? "-" : sprintf("%.4f", $7),
-            $8, $9, $10 }'
-    done
-done
+# run ROUND MODE: one dear-gpt job under DEAR_SPARSE=MODE, its row added to $runs and printed.
+run() {
+    local r=$1 m=$2 out row
+    out=$tmp/$m-$r.out
+    emu_mpirun "$HOSTS" "$hosts" -x DEAR_SPARSE="$m" \
+        -x DEAR_CALIBRATION_FILE="$tmp/calibration" "$GPT" "${GPT_ARGS[@]}" \
+        --iters "$ITERS" --schedule "$SCHEDULE" --print-every 0 --eval-every 0 --sample 0 \
+        --val-chars 1024 >"$out" 2>&1 || { cat "$out" >&2; die "dear-gpt failed (DEAR_SPARSE=$m, round $r)"; }
+    # the run's figures, from its summary lines (fields absent when not measured: -1)
+    row=$(awk -v m="$m" -v r="$r" '
+        /^iteration time: median/ { med = $4 }
+        /^throughput:/ { for (i = 1; i <= NF; i++) if ($i == "ms/iteration,") mean = $(i - 1)
+                         match($0, /communication [0-9.]+%/); blk = substr($0, RSTART + 14, RLENGTH - 15) }
+        /^sparse embedding wte/ {
+            d = da = -1
+            if (match($0, /density [0-9.]+ on rank 0, [0-9.]+ of the averaged/)) {
+                split(substr($0, RSTART, RLENGTH), f, " "); d = f[2]; sub(/,/, "", f[6]); da = f[6] }
+            match($0, /[0-9]+ sparse and [0-9]+ dense messages, [0-9.]+ MB/)
+            split(substr($0, RSTART, RLENGTH), g, " "); s = g[1]; dn = g[4]; mb = g[7] }
+        END {
+            if (med == "" || s == "") exit 1
+            printf "%s,%d,%s,%s,%s,%s,%s,%s,%s,%s\n", m, r, med, mean, blk, d, da, s, dn, mb
+        }' "$out") || { cat "$out" >&2; die "no iteration time or sparse line in dear-gpt's output"; }
+    echo "$row" >>"$runs"
+    echo "$row" | awk -F, '{ printf "%-5s %5d %10.2f %10.2f %7.1f%% %9s %9s %8d %7d %9.3f\n",
+        $1, $2, $3, $4, $5, $6 < 0 ? "-" : sprintf("%.4f", $6), $7 < 0 ? "-" : sprintf("%.4f", $7),
+        $8, $9, $10 }'
+}
+# shellcheck disable=SC2086 # MODES is a list
+bench_rounds "$ROUNDS" run $MODES
 elapsed=$(($(date +%s) - start))
-"$EMU" down >/dev/null
+emu_down >/dev/null
 
 first=$tmp/${MODES%% *}-1.out
 {
-    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "commit: $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "date: $(meta_date)"
+    echo "commit: $(meta_commit)"
     echo "tag: $TAG"
     echo "command: bench/gpt-sparse.sh --hosts $HOSTS --rate $RATE --rounds $ROUNDS --iters $ITERS --modes '$MODES' --schedule $SCHEDULE -- ${GPT_ARGS[*]}"
     echo "cluster: $HOSTS emulated hosts at $RATE each way, one rank per host"
-    echo "machine: $(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1) (${elapsed} s in all)"
+    echo "machine: $(meta_machine) (${elapsed} s in all)"
     echo "gpt args: ${GPT_ARGS[*]} --iters $ITERS"
     echo "schedule: $SCHEDULE"
     echo "vocabulary: $(sed -n 's/^words: //p' "$first")"
