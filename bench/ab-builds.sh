@@ -10,10 +10,11 @@
 #
 #   bench/ab-builds.sh --a /work/base --b . [--rounds 3] [--cases "..."] [--no-coll]
 set -euo pipefail
-
-SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PROG=ab-builds.sh
-A= B= ROUNDS=3 NOCOLL=0 NOE2E=0 CMAX=16m
+PROG="ab-builds.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
+BENCH_USAGE_RC=2
+A='' B='' ROUNDS=3 NOCOLL=0 NOE2E=0 CMAX=16m
 CASES="resnet50-balanced-2x2 bert-base-balanced-2x2 gpt2-small-balanced-4x1"
 CONFIGS="wfbp:threshold:64m;dear:threshold:25m;dear:auto"
 ITERS=12
@@ -34,31 +35,15 @@ Needs root (bench/emucluster). Each round takes a few minutes per case.
 EOF
 }
 
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --a) A=${2:?}; shift 2 ;;
-        --b) B=${2:?}; shift 2 ;;
-        --rounds) ROUNDS=${2:?}; shift 2 ;;
-        --cases) CASES=${2:?}; shift 2 ;;
-        --configs) CONFIGS=${2:?}; shift 2 ;;
-        --iters) ITERS=${2:?}; shift 2 ;;
-        --no-coll) NOCOLL=1; shift ;;
-        --no-e2e) NOE2E=1; shift ;;
-        --coll-max) CMAX=${2:?}; shift 2 ;;
-        --out) OUT=${2:?}; shift 2 ;;
-        -h | --help) usage; exit 0 ;;
-        *) usage >&2; echo "$PROG: unknown option '$1'" >&2; exit 2 ;;
-    esac
-done
+bench_options --a=A --b=B --rounds=ROUNDS --cases=CASES --configs=CONFIGS --iters=ITERS --no-coll=NOCOLL! \
+    --no-e2e=NOE2E! --coll-max=CMAX --out=OUT -- "$@"
 [[ -n $A && -n $B ]] || { usage >&2; exit 2; }
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "$PROG: bad --rounds '$ROUNDS': expected a count >= 1" >&2; exit 2; }
-A=$(cd "$A" && pwd) B=$(cd "$B" && pwd)
-for d in "$A" "$B"; do
-    [[ -x $d/apps/bench/dear-bench ]] || { echo "$PROG: $d/apps/bench/dear-bench is not built" >&2; exit 1; }
-done
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || usage_error "bad --rounds '$ROUNDS': expected a count >= 1"
+A=$(bench_builddir "$A" apps/bench/dear-bench)
+B=$(bench_builddir "$B" apps/bench/dear-bench)
 
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+bench_start
+scratch=$tmp
 [[ -n $OUT ]] || OUT=$scratch/out
 mkdir -p "$OUT"
 # Every run from the same scripts: this tree's, copied (its results and docs stay untouched).
@@ -66,24 +51,24 @@ src=$scratch/src
 mkdir -p "$src"
 (cd "$SRCDIR" && tar -cf - bench/*.sh bench/*.py bench/emucluster fusion/profiles docs/PERFORMANCE.md) | tar -xf - -C "$src"
 
-for r in $(seq 1 "$ROUNDS"); do
-    for side in a b; do
-        dir=$A
-        [[ $side == b ]] && dir=$B
-        echo "$PROG: round $r, build $side ($dir)"
-        if ((!NOE2E)); then
-            "$src/bench/e2e-matrix.sh" --builddir "$dir" --cases "$CASES" --configs "$CONFIGS" --iters "$ITERS" \
-                --rounds 1 --sparse-profiles "" >"$OUT/e2e-$side-$r.log" 2>&1 ||
-                { tail -20 "$OUT/e2e-$side-$r.log"; echo "$PROG: e2e-matrix failed (build $side)" >&2; exit 1; }
-            mkdir -p "$OUT/e2e-$side-$r"
-            cp "$src"/bench/results/e2e-*.csv "$OUT/e2e-$side-$r/"
-        fi
-        if ((!NOCOLL)); then
-            "$src/bench/coll-perf.sh" --builddir "$dir" --max "$CMAX" --overlap 0 >"$OUT/coll-$side-$r.log" 2>&1 ||
-                { tail -20 "$OUT/coll-$side-$r.log"; echo "$PROG: coll-perf failed (build $side)" >&2; exit 1; }
-            mkdir -p "$OUT/coll-$side-$r"
-            cp "$src"/bench/results/coll-*.csv "$OUT/coll-$side-$r/"
-        fi
-    done
-done
+# run ROUND SIDE: both benchmarks against build SIDE (a or b), their CSVs kept under $OUT.
+run() {
+    local r=$1 side=$2 dir=$A
+    [[ $side == b ]] && dir=$B
+    echo "$PROG: round $r, build $side ($dir)"
+    if ((!NOE2E)); then
+        "$src/bench/e2e-matrix.sh" --builddir "$dir" --cases "$CASES" --configs "$CONFIGS" --iters "$ITERS" \
+            --rounds 1 --sparse-profiles "" >"$OUT/e2e-$side-$r.log" 2>&1 ||
+            { tail -20 "$OUT/e2e-$side-$r.log"; die "e2e-matrix failed (build $side)"; }
+        mkdir -p "$OUT/e2e-$side-$r"
+        cp "$src"/bench/results/e2e-*.csv "$OUT/e2e-$side-$r/"
+    fi
+    if ((!NOCOLL)); then
+        "$src/bench/coll-perf.sh" --builddir "$dir" --max "$CMAX" --overlap 0 >"$OUT/coll-$side-$r.log" 2>&1 ||
+            { tail -20 "$OUT/coll-$side-$r.log"; die "coll-perf failed (build $side)"; }
+        mkdir -p "$OUT/coll-$side-$r"
+        cp "$src"/bench/results/coll-*.csv "$OUT/coll-$side-$r/"
+    fi
+}
+bench_rounds "$ROUNDS" run a b
 python3 "$SRCDIR/bench/ab-report.py" "$OUT" "$ROUNDS"

@@ -14,10 +14,9 @@
 # --jitter-ms stands in for a network's noise); emu:HxR runs H emulated hosts of R ranks each
 # (bench/emucluster, root, --rate per link), the case scaled as bench/e2e-matrix.sh scales it.
 set -euo pipefail
-
-SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-EMU=$SRCDIR/bench/emucluster
-PROG=auto-repeat.sh
+PROG="auto-repeat.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 RUNS=5
 LAYOUT=local:4
@@ -33,8 +32,7 @@ COMM_MS=300
 CSV=
 CALIBRATE=shared
 BUILDDIR=
-: "${EMU_PREFIX:=ar}" "${EMU_SUBNET:=10.213.57}"
-export EMU_PREFIX EMU_SUBNET
+emu_names ar 10.213.57
 
 usage() {
     cat <<EOF
@@ -66,28 +64,9 @@ The machine is shared and noisy: read the per-run quartiles next to the medians.
 EOF
 }
 
-die() { echo "$PROG: $*" >&2; exit 1; }
-
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --runs) RUNS=${2:?--runs needs a count}; shift 2 ;;
-        --layout) LAYOUT=${2:?--layout needs local:NP or emu:HxR}; shift 2 ;;
-        --profile) PROFILE=${2:?--profile needs a name}; shift 2 ;;
-        --configs) CONFIGS=${2:?--configs needs a list}; shift 2 ;;
-        --iters) ITERS=${2:?--iters needs a count}; shift 2 ;;
-        --rounds) ROUNDS=${2:?--rounds needs a count}; shift 2 ;;
-        --jitter-ms) JITTER_MS=${2:?--jitter-ms needs milliseconds}; shift 2 ;;
-        --size-scale) SIZE_SCALE=${2:?--size-scale needs a number}; shift 2 ;;
-        --time-scale) TIME_SCALE=${2:?--time-scale needs a number}; shift 2 ;;
-        --rate) RATE=${2:?--rate needs a rate}; shift 2 ;;
-        --comm-ms) COMM_MS=${2:?--comm-ms needs milliseconds}; shift 2 ;;
-        --csv) CSV=${2:?--csv needs a file}; shift 2 ;;
-        --calibrate) CALIBRATE=${2:?--calibrate needs shared or fresh}; shift 2 ;;
-        --builddir) BUILDDIR=${2:?--builddir needs a directory}; shift 2 ;;
-        --help | -h) usage; exit 0 ;;
-        *) usage >&2; die "unknown option '$1'" ;;
-    esac
-done
+bench_options --runs=RUNS --layout=LAYOUT --profile=PROFILE --configs=CONFIGS --iters=ITERS --rounds=ROUNDS \
+    --jitter-ms=JITTER_MS --size-scale=SIZE_SCALE --time-scale=TIME_SCALE --rate=RATE --comm-ms=COMM_MS --csv=CSV \
+    --calibrate=CALIBRATE --builddir=BUILDDIR -- "$@"
 if ! [[ $RUNS =~ ^[0-9]+$ && $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ ]] ||
     ((RUNS < 1 || ROUNDS < 1 || ROUNDS > ITERS)); then
     die "bad --runs/--iters/--rounds '$RUNS'/'$ITERS'/'$ROUNDS': counts, 1 <= rounds <= iters"
@@ -97,15 +76,8 @@ fi
 PROF=$SRCDIR/fusion/profiles/$PROFILE.prof
 [[ -f $PROF ]] || die "no profile $PROF"
 
-# shellcheck source=bench/bench-lib.sh
-. "$SRCDIR/bench/bench-lib.sh"
 BENCH=$(dear_bench_path "$BUILDDIR")
-
-tmp=$(mktemp -d)
-emu_up=0
-cleanup() { ((emu_up)) && { "$EMU" down >/dev/null 2>&1 || true; }; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
+bench_start
 
 case $LAYOUT in
     local:[0-9]*)
@@ -118,16 +90,13 @@ case $LAYOUT in
             --mca mpi_yield_when_idle 1)
         ;;
     emu:[1-4]x[1-8])
-        [[ $EUID -eq 0 ]] || die "layout $LAYOUT needs root (network namespaces)"
         l=${LAYOUT#emu:} nh=${l%x*} rph=${l#*x}
         np=$((nh * rph))
         : "${JITTER_MS:=0}"
-        read -r ss ts < <(python3 "$SRCDIR/bench/e2e-report.py" scale --profile "$PROF" --rate "$RATE" \
-            --np "$np" --comm-ms "$COMM_MS" --ratio 1)
+        read -r ss ts < <(e2e_scale "$PROF" "$RATE" "$np" "" "$COMM_MS" 1)
         scales=(--size-scale "$ss" --time-scale "$ts")
-        "$EMU" up "$nh" "$RATE" >/dev/null
-        emu_up=1
-        launch=("$EMU" mpirun -np "$np" --host "$(seq -s, -f "${EMU_PREFIX}%g:$rph" 1 "$nh")")
+        emu_up "$nh" "$RATE" >/dev/null
+        launch=(emu_mpirun "$np" "$(emu_hosts "$nh" "$rph")")
         ;;
     *) die "bad --layout '$LAYOUT': expected local:NP or emu:HxR (hosts 1-4, ranks 1-8)" ;;
 esac
@@ -137,14 +106,14 @@ launch+=(-x DEAR_LOG_LEVEL=info)
 [[ $CALIBRATE == shared ]] && launch+=(-x "DEAR_CALIBRATION_FILE=$tmp/calibration")
 
 echo "$PROG: $PROFILE on $LAYOUT, ${scales[*]}, jitter up to $JITTER_MS ms, $RUNS run(s) of" \
-    "\"$CONFIGS\", $ITERS iterations each in $ROUNDS round(s), $CALIBRATE calibration; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    "\"$CONFIGS\", $ITERS iterations each in $ROUNDS round(s), $CALIBRATE calibration; $(nproc) cores, load $(meta_load)"
 for ((r = 1; r <= RUNS; r++)); do
     rc=0
     "${launch[@]}" "$BENCH" --profile "$PROF" --configs "$CONFIGS" --iters "$ITERS" --rounds "$ROUNDS" \
         "${scales[@]}" --jitter-ms "$JITTER_MS" --jitter-seed "$r" --quiet --csv "$tmp/run$r.csv" \
         >"$tmp/run$r.txt" 2>&1 || rc=$?
     ((rc == 0)) || { cat "$tmp/run$r.txt" >&2; die "run $r: dear-bench exit status $rc"; }
-    echo "$PROG: run $r done, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "$PROG: run $r done, load $(meta_load)"
     grep -a "^\[dear 0\] info plan: auto's check" "$tmp/run$r.txt" | sed 's/^.*iteration(s) per plan ([^)]*): /    check: /' || true
 done
 

@@ -129,9 +129,10 @@ bench_rounds() {
 # The .meta lines every run records: when, at which commit (git diff's PATHSPEC... decides what
 # counts as uncommitted), and on what machine.
 meta_date() { date -u '+%Y-%m-%d %H:%M UTC'; }
+meta_head() { git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown; }
 # shellcheck disable=SC2120 # PATHSPEC is optional
 meta_commit() {
-    echo "$(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$SRCDIR" diff --quiet "$@" 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "$(meta_head)$(git -C "$SRCDIR" diff --quiet "$@" 2>/dev/null || echo ' (with uncommitted changes)')"
 }
 meta_load() { cut -d' ' -f1-3 /proc/loadavg; }
 meta_machine() { echo "$(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"; }

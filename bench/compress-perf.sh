@@ -17,11 +17,9 @@
 # then bench/compress-report.py writes the section. --parts picks some; --report-only redraws.
 # The emulated cluster is brought up under EMU_PREFIX / EMU_SUBNET (export your own).
 set -euo pipefail
-
-SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-EMU=$SRCDIR/bench/emucluster
-RES=$SRCDIR/bench/results
-PROG=compress-perf.sh
+PROG="compress-perf.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 PARTS="accuracy convert coll e2e train"
 RATE=1gbit
 ITERS=21
@@ -31,8 +29,7 @@ SEEDS=2
 CASES="vgg16 gpt2-small bert-base resnet50"
 BUILDDIR=
 REPORT_ONLY=0
-: "${EMU_PREFIX:=z}" "${EMU_SUBNET:=10.213.60}"
-export EMU_PREFIX EMU_SUBNET
+emu_names z 10.213.60
 
 usage() {
     cat <<EOF
@@ -51,55 +48,33 @@ Environment: EMU_PREFIX, EMU_SUBNET (default z, 10.213.60). Needs root for coll,
 accuracy's hier rows. The whole takes about two hours on 2 cores.
 EOF
 }
-die() { echo "$PROG: $*" >&2; exit 1; }
-
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --parts) PARTS=${2:?}; shift 2 ;;
-        --builddir) BUILDDIR=${2:?}; shift 2 ;;
-        --rate) RATE=${2:?}; shift 2 ;;
-        --iters) ITERS=${2:?}; shift 2 ;;
-        --rounds) ROUNDS=${2:?}; shift 2 ;;
-        --cases) CASES=${2:?}; shift 2 ;;
-        --epochs) EPOCHS=${2:?}; shift 2 ;;
-        --seeds) SEEDS=${2:?}; shift 2 ;;
-        --report-only) REPORT_ONLY=1; shift ;;
-        --help | -h) usage; exit 0 ;;
-        *) usage >&2; die "unknown option '$1'" ;;
-    esac
-done
+bench_options --parts=PARTS --builddir=BUILDDIR --rate=RATE --iters=ITERS --rounds=ROUNDS --cases=CASES \
+    --epochs=EPOCHS --seeds=SEEDS --report-only=REPORT_ONLY! -- "$@"
 for p in $PARTS; do
     [[ " accuracy convert coll e2e train " == *" $p "* ]] || die "unknown part '$p' (accepted: accuracy convert coll e2e train)"
 done
 [[ $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ && $EPOCHS =~ ^[0-9]+$ && $SEEDS =~ ^[0-9]+$ ]] ||
     die "--iters, --rounds, --epochs and --seeds take counts"
 
-report() { python3 "$SRCDIR/bench/compress-report.py" --results "$RES" --doc "$SRCDIR/docs/PERFORMANCE.md" --rate "$RATE"; }
+report() { python3 "$SRCDIR/bench/compress-report.py" --results "$RES" --doc "$DOC" --rate "$RATE"; }
 if ((REPORT_ONLY)); then
     report
     exit 0
 fi
 
-[[ -n $BUILDDIR ]] || { [[ -x apps/tools/dear-coll-bench ]] && BUILDDIR=$PWD || BUILDDIR=$SRCDIR; }
-[[ -x $BUILDDIR/apps/tools/dear-coll-bench ]] || die "no apps/tools/dear-coll-bench in $BUILDDIR: build it or pass --builddir"
-BUILDDIR=$(cd "$BUILDDIR" && pwd)
+BUILDDIR=$(bench_builddir "$BUILDDIR" apps/tools/dear-coll-bench)
 COLL=$BUILDDIR/apps/tools/dear-coll-bench BENCH=$BUILDDIR/apps/bench/dear-bench
 CNN=$BUILDDIR/apps/cnn/dear-cnn GPT=$BUILDDIR/apps/gpt/dear-gpt
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 LOCAL=(mpirun --oversubscribe --bind-to none)
 mkdir -p "$RES"
-tmp=$(mktemp -d)
-up=0
-cleanup() { ((up)) && "$EMU" down >/dev/null 2>&1; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
+bench_start
+# The cluster comes up once, for the first part that needs it.
 cluster() {
-    ((up)) && return
-    [[ $EUID -eq 0 ]] || die "the emulated cluster needs root"
-    "$EMU" up 4 "$RATE" >/dev/null
-    up=1
+    ((BENCH_EMU_UP)) && return
+    emu_up 4 "$RATE" >/dev/null
 }
-meta() { echo "$1: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown), load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores: $2" >"$RES/compress-$1.meta"; }
+meta() { echo "$1: $(meta_date), commit $(meta_head), load $(meta_load), $(nproc) cores: $2" >"$RES/compress-$1.meta"; }
 merge() { # OUT IN...: the first file whole, the header of the others dropped
     local out=$1; shift
     { cat "$1"; shift; for f in "$@"; do tail -n +2 "$f"; done; } >"$out"
@@ -118,7 +93,7 @@ for part in $PARTS; do
         cluster
         for l in 2x2 3x2 2x3; do
             h=${l%x*} r=${l#*x}
-            "$EMU" mpirun -np $((h * r)) --host "$(seq -s, -f "${EMU_PREFIX}%g:$r" 1 "$h")" "$COLL" --accuracy \
+            emu_mpirun $((h * r)) "$(emu_hosts "$h" "$r")" "$COLL" --accuracy \
                 --compress bf16,fp16 --algos hier --max 4m --csv "$tmp/acch$l.csv" | tee -a "$tmp/acc.txt"
             sed -i "s/^hier,/hier-$l,/" "$tmp/acch$l.csv"
             files+=("$tmp/acch$l.csv")
@@ -134,7 +109,7 @@ for part in $PARTS; do
         cluster
         for l in 4x1 2x2; do
             h=${l%x*} r=${l#*x}
-            "$EMU" mpirun -np 4 --host "$(seq -s, -f "${EMU_PREFIX}%g:$r" 1 "$h")" "$COLL" --min 64k --max 64m \
+            emu_mpirun 4 "$(emu_hosts "$h" "$r")" "$COLL" --min 64k --max 64m \
                 --ops rs,ag,ar --algos auto --compress none,bf16,fp16 --iters 7 --warmup 2 --transport socket \
                 --csv "$RES/compress-coll-$l.csv"
         done
@@ -147,9 +122,8 @@ for part in $PARTS; do
         for prof in $CASES; do
             for kind in comm balanced; do
                 if [[ $kind == comm ]]; then ratio=0.5 ms=600; else ratio=1 ms=300; fi
-                read -r ss ts < <(python3 "$SRCDIR/bench/e2e-report.py" scale --profile "$SRCDIR/fusion/profiles/$prof.prof" \
-                    --rate "$RATE" --np 4 --hosts 4 --comm-ms $ms --ratio $ratio)
-                "$EMU" mpirun -np 4 --host "$(seq -s, -f "${EMU_PREFIX}%g" 1 4)" "$BENCH" \
+                read -r ss ts < <(e2e_scale "$SRCDIR/fusion/profiles/$prof.prof" "$RATE" 4 4 $ms $ratio)
+                emu_mpirun 4 "$(emu_hosts 4)" "$BENCH" \
                     --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "$configs" --iters "$ITERS" \
                     --rounds "$ROUNDS" --size-scale "$ss" --time-scale "$ts" --quiet --csv "$tmp/e2e-$prof-$kind.csv" ||
                     echo "$PROG: e2e $prof $kind: dear-bench failed" >&2
@@ -161,9 +135,8 @@ for part in $PARTS; do
         files=()
         pconf="dear:auto;dear:auto+compress=bf16/none;dear:auto+compress=none/bf16;dear:auto+bf16"
         for prof in vgg16 gpt2-small; do
-            read -r ss ts < <(python3 "$SRCDIR/bench/e2e-report.py" scale --profile "$SRCDIR/fusion/profiles/$prof.prof" \
-                --rate "$RATE" --np 4 --hosts 4 --comm-ms 600 --ratio 0.5)
-            "$EMU" mpirun -np 4 --host "$(seq -s, -f "${EMU_PREFIX}%g" 1 4)" "$BENCH" \
+            read -r ss ts < <(e2e_scale "$SRCDIR/fusion/profiles/$prof.prof" "$RATE" 4 4 600 0.5)
+            emu_mpirun 4 "$(emu_hosts 4)" "$BENCH" \
                 --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "$pconf" --iters "$ITERS" --rounds "$ROUNDS" \
                 --size-scale "$ss" --time-scale "$ts" --quiet --csv "$tmp/ph-$prof.csv" ||
                 echo "$PROG: phases $prof: dear-bench failed" >&2

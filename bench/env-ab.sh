@@ -9,16 +9,15 @@
 #
 #   bench/env-ab.sh --var DEAR_DETERMINISTIC --a 0 --b 1
 set -euo pipefail
-
-SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-EMU=$SRCDIR/bench/emucluster
-PROG=env-ab.sh
-VAR= VA= VB= ROUNDS=3 ITERS=10 LAYOUT=4x1 RATE=1gbit COMM_MS=300 BUILDDIR=
+PROG="env-ab.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
+BENCH_USAGE_RC=2
+VAR='' VA='' VB='' ROUNDS=3 ITERS=10 LAYOUT=4x1 RATE=1gbit COMM_MS=300 BUILDDIR=
 PROFILES="resnet50 bert-base gpt2-small"
 CONFIGS="wfbp:threshold:64m;dear:auto"
 WHY=
-: "${EMU_PREFIX:=v}" "${EMU_SUBNET:=10.213.50}"
-export EMU_PREFIX EMU_SUBNET
+emu_names v 10.213.50
 
 usage() {
     cat <<EOF
@@ -35,56 +34,40 @@ Needs root (bench/emucluster). EMU_PREFIX and EMU_SUBNET give the run a cluster 
 EOF
 }
 
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --var) VAR=${2:?}; shift 2 ;;
-        --a) VA=${2?}; shift 2 ;;
-        --b) VB=${2?}; shift 2 ;;
-        --profiles) PROFILES=${2:?}; shift 2 ;;
-        --configs) CONFIGS=${2:?}; shift 2 ;;
-        --layout) LAYOUT=${2:?}; shift 2 ;;
-        --rounds) ROUNDS=${2:?}; shift 2 ;;
-        --iters) ITERS=${2:?}; shift 2 ;;
-        --why) WHY=${2:?}; shift 2 ;;
-        --builddir) BUILDDIR=${2:?}; shift 2 ;;
-        -h | --help) usage; exit 0 ;;
-        *) usage >&2; echo "$PROG: unknown option '$1'" >&2; exit 2 ;;
-    esac
-done
-[[ $VAR =~ ^DEAR_[A-Z0-9_]+$ ]] || { echo "$PROG: --var '$VAR': expected a DEAR_* name" >&2; exit 2; }
-[[ $ROUNDS =~ ^[1-9][0-9]*$ && $ITERS =~ ^[1-9][0-9]*$ ]] || { echo "$PROG: bad --rounds/--iters" >&2; exit 2; }
-[[ $LAYOUT =~ ^([1-4])x([1-8])$ ]] || { echo "$PROG: bad --layout '$LAYOUT': expected HOSTSxRANKS, 1-4 hosts" >&2; exit 2; }
+bench_options --var=VAR --a=VA? --b=VB? --profiles=PROFILES --configs=CONFIGS --layout=LAYOUT --rounds=ROUNDS \
+    --iters=ITERS --why=WHY --builddir=BUILDDIR -- "$@"
+[[ $VAR =~ ^DEAR_[A-Z0-9_]+$ ]] || usage_error "--var '$VAR': expected a DEAR_* name"
+[[ $ROUNDS =~ ^[1-9][0-9]*$ && $ITERS =~ ^[1-9][0-9]*$ ]] || usage_error "bad --rounds/--iters"
+[[ $LAYOUT =~ ^([1-4])x([1-8])$ ]] || usage_error "bad --layout '$LAYOUT': expected HOSTSxRANKS, 1-4 hosts"
 nh=${BASH_REMATCH[1]} rph=${BASH_REMATCH[2]}
 np=$((nh * rph))
-BUILDDIR=${BUILDDIR:-$SRCDIR}
-BENCH=$(cd "$BUILDDIR" && pwd)/apps/bench/dear-bench
-[[ -x $BENCH ]] || { echo "$PROG: $BENCH is not built" >&2; exit 1; }
-[[ $EUID -eq 0 ]] || { echo "$PROG: needs root (network namespaces)" >&2; exit 1; }
+BENCH=$(bench_prog "${BUILDDIR:-$SRCDIR}" apps/bench/dear-bench)
+[[ $EUID -eq 0 ]] || die "needs root (network namespaces)"
 
 tag=$(echo "${VAR#DEAR_}" | tr 'A-Z_' 'a-z-')
-csv=$SRCDIR/bench/results/envab-$tag.csv
-tmp=$(mktemp -d)
-cleanup() { "$EMU" down >/dev/null 2>&1 || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-"$EMU" up "$nh" "$RATE" >/dev/null
-hosts=$(seq -s, -f "${EMU_PREFIX}%g:$rph" 1 "$nh")
-for r in $(seq 1 "$ROUNDS"); do
-    for p in $PROFILES; do
-        read -r sscale tscale < <(python3 "$SRCDIR/bench/e2e-report.py" scale \
-            --profile "$SRCDIR/fusion/profiles/$p.prof" --rate "$RATE" --np "$np" \
-            --hosts "$nh" --comm-ms "$COMM_MS" --ratio 1)
-        for side in a b; do
-            v=$VA
-            [[ $side == b ]] && v=$VB
-            echo "$PROG: round $r, $p, $VAR=$v"
-            "$EMU" mpirun -np "$np" --host "$hosts" -x "$VAR=$v" "$BENCH" --profile "$SRCDIR/fusion/profiles/$p.prof" \
-                --configs "$CONFIGS" --iters "$ITERS" --size-scale "$sscale" --time-scale "$tscale" \
-                --csv "$tmp/$p-$side-$r.csv" --quiet >/dev/null
-        done
-    done
+csv=$RES/envab-$tag.csv
+bench_start
+emu_up "$nh" "$RATE" >/dev/null
+hosts=$(emu_hosts "$nh" "$rph")
+declare -A scale
+for p in $PROFILES; do
+    scale[$p]=$(e2e_scale "$SRCDIR/fusion/profiles/$p.prof" "$RATE" "$np" "$nh" "$COMM_MS" 1)
 done
-"$EMU" down >/dev/null
-python3 - "$tmp" "$csv" "$VAR" "$VA" "$VB" "$ROUNDS" "$LAYOUT" "$SRCDIR/docs/PERFORMANCE.md" "$WHY" \
+# run ROUND PROFILE:SIDE: dear-bench on PROFILE with VAR at side a's value or side b's.
+run() {
+    local r=$1 p=${2%:*} side=${2#*:} v=$VA sscale tscale
+    [[ $side == b ]] && v=$VB
+    read -r sscale tscale <<<"${scale[$p]}"
+    echo "$PROG: round $r, $p, $VAR=$v"
+    emu_mpirun "$np" "$hosts" -x "$VAR=$v" "$BENCH" --profile "$SRCDIR/fusion/profiles/$p.prof" \
+        --configs "$CONFIGS" --iters "$ITERS" --size-scale "$sscale" --time-scale "$tscale" \
+        --csv "$tmp/$p-$side-$r.csv" --quiet >/dev/null
+}
+sides=()
+for p in $PROFILES; do sides+=("$p:a" "$p:b"); done
+bench_rounds "$ROUNDS" run "${sides[@]}"
+emu_down >/dev/null
+python3 - "$tmp" "$csv" "$VAR" "$VA" "$VB" "$ROUNDS" "$LAYOUT" "$DOC" "$WHY" \
     "bench/env-ab.sh --var $VAR --a $VA --b $VB --layout $LAYOUT --rounds $ROUNDS --iters $ITERS" <<'EOF'
 import csv, glob, os, statistics, sys
 sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[8]), "..", "bench"))
