@@ -109,6 +109,15 @@ emu_mpirun() {
 # mpirun_local ARGS...: mpirun on this host, allowed as root (the emulated cluster needs root).
 mpirun_local() { OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "$@"; }
 
+# bench_torch_setup: for the Python binding's runs, LIB (the libdear of the current directory,
+# which must be the build directory, so the binding runs this build) and TORCH_PY (mpirun's
+# arguments that start python3 on it with one thread per rank).
+bench_torch_setup() {
+    LIB=$PWD/.libs/libdear.so.1
+    [[ -e $LIB ]] || usage_error "run from the build directory ($LIB not found)"
+    TORCH_PY=(-x PYTHONPATH="$SRCDIR/python" -x DEAR_LIBRARY="$LIB" -x OMP_NUM_THREADS=1 /usr/bin/python3)
+}
+
 # e2e_scale PROFILE RATE NP HOSTS COMM_MS RATIO: "SIZE_SCALE TIME_SCALE" that give the profile
 # about COMM_MS of communication per iteration and RATIO compute to it (HOSTS empty: not given).
 e2e_scale() {

@@ -16,49 +16,38 @@
 # cluster down, keeps bench/results/shard-*.csv and rewrites the section. Needs root,
 # python3-torch and python3-mpi4py. Run from the build directory.
 set -euo pipefail
-SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-EMU=$SRCDIR/bench/emucluster
+PROG="shard-perf.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
+BENCH_USAGE_RC=2
 HOSTS=4 RATE=1gbit ROUNDS=3 ITERS=21 GPT_RUNS=4 TORCH_ROUNDS=3 TORCH_BATCH=16
 PROFILES="gpt2-small resnet50 bert-base"
 CONFIGS="dear:auto;dear:auto+shard;wfbp:threshold:25m;wfbp:threshold:25m+shard"
 GPT_ARGS="--iters 60 --batch 16 --seq 64 --dim 256 --heads 4 --layers 4 --print-every 0 --eval-every 0 --sample 0 --val-chars 2048"
 TORCH_CONFIGS="ddp;zero;dear:dear:auto;dear:dear:auto+shard"
-: "${EMU_PREFIX:=z}" "${EMU_SUBNET:=10.213.60}"
-export EMU_PREFIX EMU_SUBNET
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --rate) RATE=$2; shift 2 ;;
-        --rounds) ROUNDS=$2; shift 2 ;;
-        --iters) ITERS=$2; shift 2 ;;
-        --profiles) PROFILES=$2; shift 2 ;;
-        --gpt-runs) GPT_RUNS=$2; shift 2 ;;
-        --torch-rounds) TORCH_ROUNDS=$2; shift 2 ;;
-        --torch-batch) TORCH_BATCH=$2; shift 2 ;;
-        --help | -h) sed -n '2,17p' "$0"
-            echo "options: --rate RATE (tc, default $RATE) --rounds N --iters N (dear-bench) --profiles 'A B'"
-            echo "         --gpt-runs N (pairs of dear-gpt runs) --torch-rounds N --torch-batch N (per rank)"
-            echo "environment: EMU_PREFIX, EMU_SUBNET (default z, 10.213.60): the cluster's own names"
-            exit 0 ;;
-        *) echo "shard-perf.sh: unknown option '$1'" >&2; exit 2 ;;
-    esac
+emu_names z 10.213.60
+usage() {
+    sed -n '2,17p' "$0"
+    echo "options: --rate RATE (tc, default $RATE) --rounds N --iters N (dear-bench) --profiles 'A B'"
+    echo "         --gpt-runs N (pairs of dear-gpt runs) --torch-rounds N --torch-batch N (per rank)"
+    echo "environment: EMU_PREFIX, EMU_SUBNET (default z, 10.213.60): the cluster's own names"
+}
+bench_options --rate=RATE --rounds=ROUNDS --iters=ITERS --profiles=PROFILES --gpt-runs=GPT_RUNS \
+    --torch-rounds=TORCH_ROUNDS --torch-batch=TORCH_BATCH -- "$@"
+BENCH=$PWD/apps/bench/dear-bench GPT=$PWD/apps/gpt/dear-gpt
+for f in "$BENCH" "$GPT"; do
+    [[ -e $f ]] || usage_error "run from the build directory ($f not found)"
 done
-BENCH=$(pwd)/apps/bench/dear-bench GPT=$(pwd)/apps/gpt/dear-gpt LIB=$(pwd)/.libs/libdear.so.1
-for f in "$BENCH" "$GPT" "$LIB"; do
-    [[ -e $f ]] || { echo "shard-perf.sh: run from the build directory ($f not found)" >&2; exit 2; }
-done
-RES=$SRCDIR/bench/results
+bench_torch_setup
 mkdir -p "$RES"
-tmp=$(mktemp -d)
-cleanup() { "$EMU" down >/dev/null 2>&1 || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-hosts=$(seq -s, -f "${EMU_PREFIX}%g" 1 "$HOSTS")
-"$EMU" up "$HOSTS" "$RATE"
+bench_start
+hosts=$(emu_hosts "$HOSTS")
+emu_up "$HOSTS" "$RATE"
 
 # 1. dear-bench, the e2e matrix's balanced scaling
 for p in $PROFILES; do
-    read -r sscale tscale < <(python3 "$SRCDIR/bench/e2e-report.py" scale --profile "$SRCDIR/fusion/profiles/$p.prof" \
-        --rate "$RATE" --np "$HOSTS" --hosts "$HOSTS" --comm-ms 300 --ratio 1)
-    "$EMU" mpirun -np "$HOSTS" --host "$hosts" "$BENCH" --profile "$SRCDIR/fusion/profiles/$p.prof" \
+    read -r sscale tscale < <(e2e_scale "$SRCDIR/fusion/profiles/$p.prof" "$RATE" "$HOSTS" "$HOSTS" 300 1)
+    emu_mpirun "$HOSTS" "$hosts" "$BENCH" --profile "$SRCDIR/fusion/profiles/$p.prof" \
         --configs "$CONFIGS" --iters "$ITERS" --rounds "$ROUNDS" --size-scale "$sscale" --time-scale "$tscale" \
         --csv "$RES/shard-bench-$p.csv"
 done
@@ -68,7 +57,7 @@ echo "pair,config,median_ms,state_floats,unsharded_floats" >"$RES/shard-gpt.csv"
 for ((i = 1; i <= GPT_RUNS; i++)); do
     for s in "" --shard; do
         # shellcheck disable=SC2086
-        "$EMU" mpirun -np "$HOSTS" --host "$hosts" "$GPT" $GPT_ARGS $s >"$tmp/gpt.out" 2>&1 ||
+        emu_mpirun "$HOSTS" "$hosts" "$GPT" $GPT_ARGS $s >"$tmp/gpt.out" 2>&1 ||
             { cat "$tmp/gpt.out"; exit 1; }
         awk -v pair="$i" -v cfg="${s:-unsharded}" '
             /^iteration time: median/ { ms = $4 }
@@ -80,17 +69,16 @@ for ((i = 1; i <= GPT_RUNS; i++)); do
 done
 
 # 3. the binding against DDP and ZeroRedundancyOptimizer
-"$EMU" mpirun -np "$HOSTS" --host "$hosts" -x PYTHONPATH="$SRCDIR/python" -x DEAR_LIBRARY="$LIB" \
-    -x OMP_NUM_THREADS=1 /usr/bin/python3 "$SRCDIR/bench/torch-ddp.py" --model encoder --opt adamw \
+emu_mpirun "$HOSTS" "$hosts" "${TORCH_PY[@]}" "$SRCDIR/bench/torch-ddp.py" --model encoder --opt adamw \
     --rounds "$TORCH_ROUNDS" --iters 6 --batch "$TORCH_BATCH" --configs "$TORCH_CONFIGS" --csv "$RES/shard-torch.csv"
-"$EMU" down
+emu_down
 
 # 4. optimizer state per rank at 2 and 4 ranks (no timing: the cluster is not needed)
 echo "trainer,np,config,state" >"$RES/shard-state.csv"
 for np in 2 4; do
     for s in "" --shard; do
         # shellcheck disable=SC2086
-        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np $np --bind-to none \
+        mpirun_local --oversubscribe -np $np --bind-to none \
             "$GPT" --iters 2 --batch 16 --seq 64 --dim 256 --heads 4 --layers 4 --print-every 0 --eval-every 0 \
             --sample 0 --val-chars 256 $s >"$tmp/st.out" 2>&1 || { cat "$tmp/st.out"; exit 1; }
         awk -v np=$np -v cfg="${s:-unsharded}" '/^optimizer state:/ { printf "dear-gpt AdamW,%d,%s,%s floats\n", np,
@@ -99,7 +87,7 @@ for np in 2 4; do
 done
 
 cmd="bench/shard-perf.sh --rate $RATE --rounds $ROUNDS --iters $ITERS --profiles '$PROFILES' --gpt-runs $GPT_RUNS --torch-rounds $TORCH_ROUNDS --torch-batch $TORCH_BATCH"
-python3 - "$SRCDIR/docs/PERFORMANCE.md" "$RES" "$cmd" "$HOSTS" "$RATE" "$GPT_ARGS" $PROFILES <<'PY'
+python3 - "$DOC" "$RES" "$cmd" "$HOSTS" "$RATE" "$GPT_ARGS" $PROFILES <<'PY'
 import csv, datetime, os, statistics, sys
 sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "..", "bench"))
 from docsection import replace_section

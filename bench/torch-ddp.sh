@@ -11,8 +11,10 @@
 # CSVs in bench/results/torch-*.csv and rewrites the section. Needs root, python3-torch,
 # python3-torchvision, python3-mpi4py. Run from the build directory (libdear.so.1 in .libs/).
 set -euo pipefail
-SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-EMU=$SRCDIR/bench/emucluster
+PROG="torch-ddp.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
+BENCH_USAGE_RC=2
 HOSTS=4 RATE=1gbit ROUNDS=3 ITERS=6 MODELS="resnet18 encoder"
 BATCH=8
 # The generated section: torch (resnet18 and the encoder), or torch-wordlm (the word-level
@@ -20,61 +22,44 @@ BATCH=8
 SECTION=torch
 REPORT_ONLY=0
 CONFIGS="plain;dear:sync:threshold;ddp;dear:wfbp:threshold;dear:dear:threshold;dear:dear:auto"
-: "${EMU_PREFIX:=t}" "${EMU_SUBNET:=10.213.51}"
-export EMU_PREFIX EMU_SUBNET
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --rate) RATE=$2; shift 2 ;;
-        --rounds) ROUNDS=$2; shift 2 ;;
-        --iters) ITERS=$2; shift 2 ;;
-        --models) MODELS=$2; shift 2 ;;
-        --configs) CONFIGS=$2; shift 2 ;;
-        --batch) BATCH=$2; shift 2 ;;
-        --section) SECTION=$2; shift 2 ;;
-        --report-only) REPORT_ONLY=1; shift ;;
-        --help | -h) sed -n '2,12p' "$0"
-            echo "options: --rate RATE|MODEL=RATE,... (tc rate, e.g. 1gbit) --batch N|MODEL=N,... (per rank)"
-            echo "         --rounds N --iters N --models 'resnet18 encoder'"
-            echo "         --configs '$CONFIGS'"
-            echo "         --section torch|torch-wordlm (the section of docs/PERFORMANCE.md written)"
-            echo "         --report-only (rewrite the section from bench/results/torch-*.csv, measuring nothing)"
-            exit 0 ;;
-        *) echo "torch-ddp.sh: unknown option '$1'" >&2; exit 2 ;;
-    esac
-done
-LIB=$(pwd)/.libs/libdear.so.1
-[[ -e $LIB ]] || { echo "torch-ddp.sh: run from the build directory ($LIB not found)" >&2; exit 2; }
-RES=$SRCDIR/bench/results
+emu_names t 10.213.51
+usage() {
+    sed -n '2,12p' "$0"
+    echo "options: --rate RATE|MODEL=RATE,... (tc rate, e.g. 1gbit) --batch N|MODEL=N,... (per rank)"
+    echo "         --rounds N --iters N --models 'resnet18 encoder'"
+    echo "         --configs '$CONFIGS'"
+    echo "         --section torch|torch-wordlm (the section of docs/PERFORMANCE.md written)"
+    echo "         --report-only (rewrite the section from bench/results/torch-*.csv, measuring nothing)"
+}
+bench_options --rate=RATE --rounds=ROUNDS --iters=ITERS --models=MODELS --configs=CONFIGS --batch=BATCH \
+    --section=SECTION --report-only=REPORT_ONLY! -- "$@"
+bench_torch_setup
 mkdir -p "$RES"
-cleanup() { "$EMU" down >/dev/null 2>&1 || true; }
-trap cleanup EXIT
+bench_start
 # --rate and --batch take one value for every model, or MODEL=VALUE,... (each model balanced on
 # its own). per_model OPTION VALUE MODEL prints the model's value.
 per_model() {
     local v
     [[ $2 == *=* ]] || { echo "$2"; return; }
     for v in ${2//,/ }; do [[ ${v%%=*} == "$3" ]] && { echo "${v#*=}"; return; }; done
-    echo "torch-ddp.sh: $1 $2 names no value for $3" >&2
-    exit 2
+    usage_error "$1 $2 names no value for $3"
 }
 for m in $MODELS; do
     per_model --rate "$RATE" "$m" >/dev/null && per_model --batch "$BATCH" "$m" >/dev/null || exit 2
 done
-hosts=$(seq -s, -f "${EMU_PREFIX}%g" 1 "$HOSTS")
+hosts=$(emu_hosts "$HOSTS")
 if ((!REPORT_ONLY)); then
     for m in $MODELS; do
-        "$EMU" up "$HOSTS" "$(per_model --rate "$RATE" "$m")"
-        "$EMU" mpirun -np "$HOSTS" --host "$hosts" -x PYTHONPATH="$SRCDIR/python" -x DEAR_LIBRARY="$LIB" \
-            -x OMP_NUM_THREADS=1 /usr/bin/python3 "$SRCDIR/bench/torch-ddp.py" --model "$m" --rounds "$ROUNDS" \
+        emu_up "$HOSTS" "$(per_model --rate "$RATE" "$m")"
+        emu_mpirun "$HOSTS" "$hosts" "${TORCH_PY[@]}" "$SRCDIR/bench/torch-ddp.py" --model "$m" --rounds "$ROUNDS" \
             --iters "$ITERS" --batch "$(per_model --batch "$BATCH" "$m")" --configs "$CONFIGS" \
             --csv "$RES/torch-$m.csv"
-        "$EMU" down
+        emu_down
     done
     # The binding's own cost: one rank, nothing to communicate, so dear's hooks and updates alone.
     for m in $MODELS; do
-        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 1 --bind-to none \
-            -x PYTHONPATH="$SRCDIR/python" -x DEAR_LIBRARY="$LIB" -x OMP_NUM_THREADS=1 \
-            /usr/bin/python3 "$SRCDIR/bench/torch-ddp.py" --model "$m" --rounds $((2 * ROUNDS)) --iters "$ITERS" \
+        mpirun_local -np 1 --bind-to none "${TORCH_PY[@]}" \
+            "$SRCDIR/bench/torch-ddp.py" --model "$m" --rounds $((2 * ROUNDS)) --iters "$ITERS" \
             --batch "$(per_model --batch "$BATCH" "$m")" \
             --configs "plain;dear:dear:auto" --csv "$RES/torch-np1-$m.csv"
     done
@@ -83,10 +68,10 @@ cmd="bench/torch-ddp.sh --rate $RATE --batch $BATCH --rounds $ROUNDS --iters $IT
 case $SECTION in
     torch) TITLE="PyTorch: dear's binding against torch DDP" ;;
     torch-wordlm) TITLE="PyTorch: a word-level language model, its embedding sent sparse" ;;
-    *) echo "torch-ddp.sh: --section '$SECTION' is not torch or torch-wordlm" >&2; exit 2 ;;
+    *) usage_error "--section '$SECTION' is not torch or torch-wordlm" ;;
 esac
 [[ $SECTION == torch ]] || cmd="$cmd --models '$MODELS' --configs '$CONFIGS' --section $SECTION"
-python3 - "$SRCDIR/docs/PERFORMANCE.md" "$RES" "$cmd" "$HOSTS" "$RATE" "$SECTION" "$TITLE" $MODELS <<'PY'
+python3 - "$DOC" "$RES" "$cmd" "$HOSTS" "$RATE" "$SECTION" "$TITLE" $MODELS <<'PY'
 import csv, datetime, os, sys
 sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "..", "bench"))
 from docsection import replace_section
