@@ -7,18 +7,18 @@ collective (op, algorithm, size): the same for busbw, and for busbw relative to 
 non-blocking call of the same op and size in the same run (ompi-nb), which cancels what the
 machine's load did to that run: both builds call the same Open MPI there. Prints markdown
 tables and the median of all ratios of each kind."""
-import csv
-import glob
 import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from docsection import read_csvs  # noqa: E402
+
 
 def rows(pattern):
-    for f in sorted(glob.glob(pattern)):
-        with open(f) as fh:
-            for r in csv.DictReader(fh):
-                yield os.path.basename(f), r
+    for name, rs in read_csvs(pattern):
+        for r in rs:
+            yield name, r
 
 
 def collect(out, kind, side, rounds, key, value):
