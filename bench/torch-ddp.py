@@ -136,6 +136,13 @@ def state_bytes(opt):
                if torch.is_tensor(v) and v.dim() > 0)
 
 
+def warmup_of(config, a):
+    """A configuration's warm-up: longer where auto's check runs (dear:SCHEDULE with FUSION auto)."""
+    parts = config.split("+")[0].split(":")
+    auto = parts[0] == "dear" and (len(parts) < 3 or parts[2] == "auto")
+    return max(a.warmup, a.auto_warmup) if auto else a.warmup
+
+
 def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu")):
     """One round of a configuration ('plain', 'ddp', 'zero' or 'dear:SCHEDULE[:FUSION][+shard]'): the
     slowest rank's mean iteration time (s), every rank's single iteration times, the CPU seconds
@@ -206,8 +213,13 @@ def main():
     ap.add_argument("--opt", choices=["sgd", "adamw"], default="sgd", help="SGD with momentum, or AdamW")
     ap.add_argument("--iters", type=int, default=6, help="measured iterations per configuration per round")
     ap.add_argument("--warmup", type=int, default=20,
-                    help="iterations before measuring: dear plans after 5, then auto's check runs each plan "
-                         "4 iterations in three blocks, one settling iteration after each switch (16 in all)")
+                    help="iterations before measuring, configurations without auto's check")
+    ap.add_argument("--auto-warmup", type=int, default=40,
+                    help="iterations before measuring under DEAR_FUSION=auto: dear plans after DEAR_WARMUP_ITERS "
+                         "(5), then auto's check times up to DEAR_VERIFY_TRIES (3) plans, each in blocks of "
+                         "DEAR_VERIFY_ITERS (4) with a settling iteration after each switch (38 in all at the "
+                         "defaults); measured earlier, auto's figure would include its own trials, as "
+                         "dear-bench's auto warm-up of 40 avoids")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8, help="per rank")
     ap.add_argument("--csv", help="one row per configuration (rank 0)")
@@ -237,7 +249,7 @@ def main():
     for r in range(a.rounds):
         order = configs if r % 2 == 0 else configs[::-1]
         for c in order:
-            t, s, cpu, states[c] = run(a.model, c, a.iters, a.warmup, a.batch, a.opt, device)
+            t, s, cpu, states[c] = run(a.model, c, a.iters, warmup_of(c, a), a.batch, a.opt, device)
             rounds[c].append(t)
             spans[c] += s
             cpus[c].append(cpu)
@@ -253,7 +265,7 @@ def main():
             m = statistics.median(rounds[c])
             q = statistics.quantiles(spans[c], n=4)
             rows.append({"model": a.model, "torch": torch.__version__, "np": SIZE, "config": c, "params": nparams,
-                         "batch": a.batch, "warmup": a.warmup, "rounds": len(rounds[c]), "iters": a.iters,
+                         "batch": a.batch, "warmup": warmup_of(c, a), "rounds": len(rounds[c]), "iters": a.iters,
                          "median_ms": "%.2f" % (1e3 * m),
                          "min_ms": "%.2f" % (1e3 * min(rounds[c])), "max_ms": "%.2f" % (1e3 * max(rounds[c])),
                          "q1_ms": "%.2f" % (1e3 * q[0]), "q3_ms": "%.2f" % (1e3 * q[2]),

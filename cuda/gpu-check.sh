@@ -354,7 +354,7 @@ model() { # NP CSV CONFIGS
     have_py || return 0
     local np=$1 csv=$2 configs=$3 backend=nccl args
     if [ "$EMU" = 1 ]; then
-        backend=gloo args="--model encoder --device cpu --rounds 1 --iters 2 --warmup 6 --batch 2"
+        backend=gloo args="--model encoder --device cpu --rounds 1 --iters 2 --warmup 6 --auto-warmup 6 --batch 2"
     else
         # Two ranks on one GPU: NCCL refuses them, gloo carries DDP's CUDA tensors.
         [ "$np" -gt 1 ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -lt "$np" ] && backend=gloo
