@@ -16,41 +16,14 @@
 #                                  them, and needs and references neither when built without
 #   tests/mpi/topo-np2.mpi         topology counts and progress-core choice on synthetic hwloc
 #                                  topologies, 2 ranks on one node
-TESTS += tests/unit/layers.sh tests/unit/features.sh tests/unit/params-doc.sh tests/unit/dear-info.sh tests/unit/linkage.sh
-EXTRA_DIST += tests/unit/layers.sh tests/unit/features.sh tests/unit/params-doc.sh tests/unit/dear-info.sh tests/unit/linkage.sh
-if HAVE_CHECK
-check_PROGRAMS += tests/unit/test_params tests/unit/test_log tests/unit/test_timeline tests/unit/test_fileio tests/mpi/test_topo \
+SH_TESTS += tests/unit/layers.sh tests/unit/features.sh tests/unit/params-doc.sh tests/unit/dear-info.sh \
+    tests/unit/linkage.sh
+CK_TESTS += tests/unit/test_params tests/unit/test_log tests/unit/test_timeline tests/unit/test_fileio \
     tests/unit/test_stats tests/unit/test_xsum
-TESTS += tests/unit/test_params tests/unit/test_log tests/unit/test_timeline tests/unit/test_fileio tests/unit/test_stats \
-    tests/unit/test_xsum \
-    tests/unit/timeline-json.sh \
-    tests/mpi/topo-np2.mpi tests/mpi/topo-np3.mpi
-EXTRA_DIST += tests/unit/timeline-json.sh tests/mpi/topo-np2.mpi tests/mpi/topo-np3.mpi
-
-tests_unit_test_params_SOURCES = tests/unit/test_params.c
-tests_unit_test_params_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_unit_test_params_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-
-tests_unit_test_log_SOURCES = tests/unit/test_log.c
-tests_unit_test_log_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_unit_test_log_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-
-tests_unit_test_timeline_SOURCES = tests/unit/test_timeline.c
-tests_unit_test_timeline_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_unit_test_timeline_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-
-tests_unit_test_fileio_SOURCES = tests/unit/test_fileio.c tests/unit/ck_run.h
-tests_unit_test_fileio_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_unit_test_fileio_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-
-tests_unit_test_xsum_SOURCES = tests/unit/test_xsum.c tests/unit/ck_run.h
-tests_unit_test_xsum_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+CK_RUNS += tests/unit/timeline-json.sh tests/mpi/topo-np2.mpi tests/mpi/topo-np3.mpi
 tests_unit_test_xsum_LDADD = $(DEAR_BASE_LIBS) $(CHECK_LIBS) -lm
-tests_unit_test_stats_SOURCES = tests/unit/test_stats.c tests/unit/ck_run.h
-tests_unit_test_stats_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_unit_test_stats_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-
+if HAVE_CHECK
+check_PROGRAMS += tests/mpi/test_topo
 tests_mpi_test_topo_SOURCES = tests/mpi/test_topo.c tests/mpi/np_check.h
 tests_mpi_test_topo_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HWLOC_CFLAGS)
-tests_mpi_test_topo_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 endif

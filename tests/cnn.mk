@@ -11,5 +11,5 @@ tests_unit_test_cnn_data_SOURCES = tests/unit/test_cnn_data.c apps/cnn/data.c ap
 tests_unit_test_cnn_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
 tests_unit_test_cnn_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS)
 endif
-TESTS += tests/apps/cnn-errors.sh tests/apps/cnn-equiv.sh tests/apps/cnn-resume.sh tests/apps/cnn-files.sh
-EXTRA_DIST += tests/apps/cnn-errors.sh tests/apps/cnn-equiv.sh tests/apps/cnn-resume.sh tests/apps/cnn-files.sh tests/apps/cnn-lib.sh
+SH_TESTS += tests/apps/cnn-errors.sh tests/apps/cnn-equiv.sh tests/apps/cnn-resume.sh tests/apps/cnn-files.sh
+EXTRA_DIST += tests/apps/cnn-lib.sh

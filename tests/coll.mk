@@ -39,33 +39,19 @@
 #                                 the handshake's records and proofs (replay, reflection).
 #   make check-valgrind-coll      one np=2 run under valgrind memcheck, zero errors required
 #                                 (Open MPI internals suppressed by tests/valgrind-ompi.supp).
-COLL_MPI_TESTS = tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
+CK_PROGS += tests/mpi/test_coll tests/mpi/test_compress tests/mpi/test_net tests/mpi/test_sock_guard
+CK_TESTS += tests/unit/test_sock_auth
+CK_RUNS += tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
     tests/mpi/coll-np4.mpi tests/mpi/coll-np5.mpi \
     tests/mpi/coll-np6-3x2.mpi tests/mpi/coll-np6-2x3.mpi tests/mpi/coll-np4-socket.mpi \
     tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi tests/mpi/netguard-np3.mpi \
     tests/mpi/compress-np2.mpi tests/mpi/compress-np3.mpi tests/mpi/compress-np4.mpi tests/mpi/compress-np6.mpi \
     tests/mpi/compress-np3-socket.mpi
-EXTRA_DIST += $(COLL_MPI_TESTS) tests/valgrind-ompi.supp
-if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_coll tests/mpi/test_compress tests/mpi/test_net tests/mpi/test_sock_guard tests/unit/test_sock_auth
-TESTS += $(COLL_MPI_TESTS) tests/unit/test_sock_auth
-tests_mpi_test_sock_guard_SOURCES = tests/mpi/test_sock_guard.c tests/mpi/np_check.h tests/mpi/suite_run.h
-tests_mpi_test_sock_guard_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_sock_guard_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-tests_unit_test_sock_auth_SOURCES = tests/unit/test_sock_auth.c tests/unit/ck_run.h
-tests_unit_test_sock_auth_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_unit_test_sock_auth_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-tests_mpi_test_net_SOURCES = tests/mpi/test_net.c tests/mpi/np_check.h tests/mpi/suite_run.h
-tests_mpi_test_net_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_net_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-tests_mpi_test_compress_SOURCES = tests/mpi/test_compress.c tests/mpi/coll_check.h tests/mpi/np_check.h
-tests_mpi_test_compress_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_compress_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-tests_mpi_test_coll_SOURCES = tests/mpi/test_coll.c tests/mpi/coll_check.h tests/mpi/np_check.h
-tests_mpi_test_coll_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_coll_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) \
-    $(DEAR_DEP_LIBS)
-endif
+EXTRA_DIST += tests/valgrind-ompi.supp
+# test_coll, test_compress and test_sock_auth need only the collectives and base.
+tests_mpi_test_coll_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
+tests_mpi_test_compress_LDADD = $(tests_mpi_test_coll_LDADD)
+tests_unit_test_sock_auth_LDADD = $(tests_mpi_test_coll_LDADD)
 
 VALGRIND_COLL = valgrind --tool=memcheck --error-exitcode=1 --leak-check=no \
     --suppressions=$(abs_top_srcdir)/tests/valgrind-ompi.supp --quiet

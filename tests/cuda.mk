@@ -11,13 +11,10 @@
 #   tests/cuda/cuemu-nccl-real-np2.mpi  its API-only tests against libnccl (skips without a GPU)
 # libcuemu is a check-only convenience library, never part of libdear: a test links it instead
 # of $(CUDA_LIBS) and $(NCCL_LIBS), and is compiled with $(CUEMU_CPPFLAGS).
-if HAVE_CHECK
-check_PROGRAMS += tests/cuda/test_cuda_device
-TESTS += tests/cuda/test_cuda_device
-tests_cuda_test_cuda_device_SOURCES = tests/cuda/test_cuda_device.c
-tests_cuda_test_cuda_device_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+CK_TESTS += tests/cuda/test_cuda_device
 tests_cuda_test_cuda_device_LDADD = $(DEAR_INTERNAL_LIBS) $(CUDA_LDFLAGS) $(CUDA_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-endif
+CK_NCCL_RUNS += tests/cuda/cuemu-nccl-np1.mpi tests/cuda/cuemu-nccl-np2.mpi tests/cuda/cuemu-nccl-np3.mpi \
+    tests/cuda/cuemu-nccl-np4.mpi tests/cuda/cuemu-nccl-real-np2.mpi
 
 EXTRA_DIST += tests/cuda/emu/README.md
 if HAVE_CUDA
@@ -43,10 +40,7 @@ tests_cuda_test_cuemu_real_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_cuda_test_cuemu_real_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_cuda_test_cuemu_real_LDADD = $(CUDA_LDFLAGS) $(CUDA_LIBS) $(CHECK_LIBS) $(PTHREAD_LIBS) -lm
 if HAVE_NCCL
-CUEMU_NCCL_MPI_TESTS = tests/cuda/cuemu-nccl-np1.mpi tests/cuda/cuemu-nccl-np2.mpi tests/cuda/cuemu-nccl-np3.mpi \
-    tests/cuda/cuemu-nccl-np4.mpi tests/cuda/cuemu-nccl-real-np2.mpi
 check_PROGRAMS += tests/cuda/test_cuemu_nccl tests/cuda/test_cuemu_nccl_real
-TESTS += $(CUEMU_NCCL_MPI_TESTS)
 tests_cuda_test_cuemu_nccl_SOURCES = tests/cuda/test_cuemu_nccl.c tests/cuda/cuda_check.h tests/mpi/suite_run.h
 tests_cuda_test_cuemu_nccl_CPPFLAGS = $(CUEMU_CPPFLAGS)
 tests_cuda_test_cuemu_nccl_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
@@ -77,11 +71,14 @@ endif
 #                                     on the CPU), then --publish into a scratch page
 # test_gpu links libdear's layers with the backend built from the same sources against the
 # emulator (tests/cuda/libdearcuda_emu.la: -DCUEMU_BUILD, kernels_emu.c for kernels.cu).
-GPU_MPI_TESTS = tests/cuda/gpu-nccl-np1.mpi tests/cuda/gpu-nccl-np2.mpi tests/cuda/gpu-nccl-np4.mpi \
+# The runs of test_combo_cuda and dear-gpu-bench-emu, below, are listed here too.
+CK_NCCL_RUNS += tests/cuda/gpu-nccl-np1.mpi tests/cuda/gpu-nccl-np2.mpi tests/cuda/gpu-nccl-np4.mpi \
     tests/cuda/gpu-staged-np2.mpi tests/cuda/gpu-staged-np3.mpi tests/cuda/gpu-refused-np2.mpi \
-    tests/cuda/gpu-broken-np2.mpi tests/cuda/gpu-real-np1.mpi tests/cuda/gpu-real-np2.mpi
-EXTRA_DIST += $(GPU_MPI_TESTS) tests/cuda/gpu-mutation.sh tests/cuda/gpu_kern.cu tests/cuda/gpu_kern_emu.c \
-    tests/cuda/kernels_emu.c tests/cuda/gpu-check-emu.sh cuda/gpu-check.sh bench/dear-gpu-bench.c
+    tests/cuda/gpu-broken-np2.mpi tests/cuda/gpu-real-np1.mpi tests/cuda/gpu-real-np2.mpi \
+    tests/cuda/gpu-mutation.sh tests/cuda/combo-np2-cuda.mpi tests/cuda/combo-np3-cuda.mpi \
+    tests/cuda/gpu-check-emu.sh
+EXTRA_DIST += tests/cuda/gpu_kern.cu tests/cuda/gpu_kern_emu.c tests/cuda/kernels_emu.c cuda/gpu-check.sh \
+    bench/dear-gpu-bench.c
 if HAVE_CUDA
 if HAVE_NCCL
 if HAVE_CHECK
@@ -92,7 +89,6 @@ tests_cuda_libdearcuda_emu_la_CFLAGS = $(AM_CFLAGS)
 DEAR_EMU_LIBS = runtime/libdearrt.la tests/cuda/libdearcuda_emu.la collectives/libdearcoll.la \
     fusion/libdearfusion.la $(DEAR_BASE_LIBS) tests/cuda/emu/libcuemu.la
 check_PROGRAMS += tests/cuda/test_gpu tests/cuda/test_gpu_real
-TESTS += $(GPU_MPI_TESTS) tests/cuda/gpu-mutation.sh
 tests_cuda_test_gpu_SOURCES = tests/cuda/test_gpu.c tests/cuda/gpu_kern.h tests/cuda/gpu_kern_emu.c \
     tests/cuda/cuda_check.h tests/mpi/suite_run.h
 tests_cuda_test_gpu_CPPFLAGS = $(CUEMU_CPPFLAGS)
@@ -111,10 +107,7 @@ tests/cuda/gpu_kern.lo: $(top_srcdir)/tests/cuda/gpu_kern.cu $(top_srcdir)/tests
 CLEANFILES += tests/cuda/gpu_kern.lo tests/cuda/gpu_kern.o tests/cuda/.libs/gpu_kern.o
 # Features together on CUDA memory (tests/mpi/test_combo.c, -DDEAR_TEST_MEM_CUDA): the cases of
 # the combination test's covering design whose memory is cuda, each through NCCL or staged.
-COMBO_CUDA_TESTS = tests/cuda/combo-np2-cuda.mpi tests/cuda/combo-np3-cuda.mpi
-EXTRA_DIST += $(COMBO_CUDA_TESTS)
 check_PROGRAMS += tests/cuda/test_combo_cuda
-TESTS += $(COMBO_CUDA_TESTS)
 tests_cuda_test_combo_cuda_SOURCES = tests/mpi/test_combo.c tests/cuda/gpu_kern.h tests/cuda/gpu_kern_emu.c \
     tests/cuda/cuda_check.h tests/mpi/suite_run.h
 tests_cuda_test_combo_cuda_CPPFLAGS = $(CUEMU_CPPFLAGS)
@@ -128,12 +121,9 @@ bench_dear_gpu_bench_LDADD = tests/cuda/gpu_kern.lo $(DEAR_INTERNAL_LIBS) $(CUDA
     $(NCCL_LDFLAGS) $(NCCL_LIBS) $(DEAR_DEP_LIBS) -lstdc++
 bench_dear_gpu_bench_DEPENDENCIES = tests/cuda/gpu_kern.lo $(DEAR_INTERNAL_LIBS)
 check_PROGRAMS += tests/cuda/dear-gpu-bench-emu
-TESTS += tests/cuda/gpu-check-emu.sh
 tests_cuda_dear_gpu_bench_emu_SOURCES = bench/dear-gpu-bench.c tests/cuda/gpu_kern.h tests/cuda/gpu_kern_emu.c
 tests_cuda_dear_gpu_bench_emu_CPPFLAGS = $(CUEMU_CPPFLAGS)
 tests_cuda_dear_gpu_bench_emu_LDADD = $(DEAR_EMU_LIBS) $(DEAR_DEP_LIBS) -lrt -lm
 endif
 endif
 endif
-EXTRA_DIST += tests/cuda/cuemu-nccl-np1.mpi tests/cuda/cuemu-nccl-np2.mpi tests/cuda/cuemu-nccl-np3.mpi \
-    tests/cuda/cuemu-nccl-np4.mpi tests/cuda/cuemu-nccl-real-np2.mpi

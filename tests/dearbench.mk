@@ -1,10 +1,9 @@
 # tests for apps/bench/dear-bench: argument and profile errors, every schedule at np 2 and 3 on a
 # tiny profile (correctness check and CSV rows), and injected faults that must be detected.
-TESTS += tests/apps/dearbench-args.sh tests/apps/dearbench-run.sh tests/apps/dearbench-fault.sh
-EXTRA_DIST += tests/apps/dearbench-args.sh tests/apps/dearbench-run.sh tests/apps/dearbench-fault.sh \
-    tests/apps/dearbench-lib.sh tests/apps/dearbench-tiny.prof
+SH_TESTS += tests/apps/dearbench-args.sh tests/apps/dearbench-run.sh tests/apps/dearbench-fault.sh
+EXTRA_DIST += tests/apps/dearbench-lib.sh tests/apps/dearbench-tiny.prof
 # The end-to-end matrix (needs root and the emulated cluster; not run by make check);
 # its report, the judge of the issue's targets, on made-up CSVs with known verdicts.
-TESTS += tests/apps/e2e-report.sh
-EXTRA_DIST += bench/e2e-matrix.sh bench/e2e-report.py tests/apps/e2e-report.sh bench/first-plan.sh bench/bench-lib.sh \
+SH_TESTS += tests/apps/e2e-report.sh
+EXTRA_DIST += bench/e2e-matrix.sh bench/e2e-report.py bench/first-plan.sh bench/bench-lib.sh \
     bench/first-plan-report.py

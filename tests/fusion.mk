@@ -7,5 +7,4 @@ tests_unit_test_fusion_SOURCES = tests/unit/test_fusion.c
 tests_unit_test_fusion_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_SRCDIR='"$(abs_top_srcdir)"'
 tests_unit_test_fusion_LDADD = $(DEAR_FUSION_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 endif
-TESTS += tests/unit/test_dear_plan.sh
-EXTRA_DIST += tests/unit/test_dear_plan.sh
+SH_TESTS += tests/unit/test_dear_plan.sh

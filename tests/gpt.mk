@@ -26,6 +26,5 @@ tests_unit_test_gpt_words_SOURCES = tests/unit/test_gpt_words.c apps/gpt/model.c
 tests_unit_test_gpt_words_CFLAGS = $(AM_CFLAGS) $(CBLAS_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_gpt_words_LDADD = $(CBLAS_LIBS) $(CHECK_LIBS) -lm
 endif
-TESTS += tests/apps/gpt-args.sh tests/apps/gpt-equiv.sh tests/apps/gpt-words.sh
-EXTRA_DIST += tests/apps/gpt-args.sh tests/apps/gpt-equiv.sh tests/apps/gpt-words.sh \
-    tests/apps/gpt-lib.sh
+SH_TESTS += tests/apps/gpt-args.sh tests/apps/gpt-equiv.sh tests/apps/gpt-words.sh
+EXTRA_DIST += tests/apps/gpt-lib.sh

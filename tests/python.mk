@@ -9,6 +9,6 @@
 #                           for bit at np 1-2), 1/P of the optimizer state, state cut at wrap,
 #                           gradient reads refused; one rank failing ends the job
 #                           (abort_torch.py); apps/torch/train.py learns in 60 iterations
-TESTS += tests/python/torch.sh
-EXTRA_DIST += tests/python/torch.sh tests/python/test_torch.py tests/python/test_loops.py \
+SH_TESTS += tests/python/torch.sh
+EXTRA_DIST += tests/python/test_torch.py tests/python/test_loops.py \
     tests/python/abort_torch.py apps/torch/train.py

@@ -30,16 +30,9 @@
 #   tests/mpi/{loop-np3,sparse-np3,online-np4}-socket.mpi  the same suites with
 #                                  DEAR_TRANSPORT=socket, every context asserted to run on it
 #                                  (DEAR_TEST_TRANSPORT)
-LOOP_MPI_TESTS = tests/mpi/loop-np1.mpi tests/mpi/loop-np2.mpi tests/mpi/loop-np3.mpi \
+CK_PROGS += tests/mpi/test_loop
+CK_RUNS += tests/mpi/loop-np1.mpi tests/mpi/loop-np2.mpi tests/mpi/loop-np3.mpi \
     tests/mpi/loop-np4.mpi tests/mpi/loop-np5.mpi tests/mpi/loop-np3-socket.mpi
-EXTRA_DIST += $(LOOP_MPI_TESTS)
-if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_loop
-TESTS += $(LOOP_MPI_TESTS)
-tests_mpi_test_loop_SOURCES = tests/mpi/test_loop.c tests/mpi/np_check.h tests/mpi/suite_run.h
-tests_mpi_test_loop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_loop_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-endif
 
 # Features together (tests/mpi/test_combo.c): a covering set of combinations of sharding,
 # compression, error feedback, clipping, sparse and unused tensors, partitions, the deterministic
@@ -47,19 +40,9 @@ endif
 # float64 MPI_Allreduce loop, with guard regions around every tensor:
 #   tests/mpi/combo-np{1..4}.mpi     host memory
 #   tests/mpi/combo-np{2,3}-delay.mpi  the delayed host row (tests/mpi/mem_delay.h)
-COMBO_MPI_TESTS = tests/mpi/combo-np1.mpi tests/mpi/combo-np2.mpi tests/mpi/combo-np3.mpi \
+CK_PROGS += tests/mpi/test_combo
+CK_RUNS += tests/mpi/combo-np1.mpi tests/mpi/combo-np2.mpi tests/mpi/combo-np3.mpi \
     tests/mpi/combo-np4.mpi tests/mpi/combo-np2-delay.mpi tests/mpi/combo-np3-delay.mpi
-EXTRA_DIST += $(COMBO_MPI_TESTS)
-if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_combo tests/mpi/test_combo_delay
-TESTS += $(COMBO_MPI_TESTS)
-tests_mpi_test_combo_SOURCES = tests/mpi/test_combo.c tests/mpi/np_check.h tests/mpi/suite_run.h
-tests_mpi_test_combo_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_combo_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-tests_mpi_test_combo_delay_SOURCES = $(tests_mpi_test_combo_SOURCES) $(MEM_DELAY_SOURCES)
-tests_mpi_test_combo_delay_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
-tests_mpi_test_combo_delay_LDADD = $(tests_mpi_test_combo_LDADD)
-endif
 
 # The memory seam's fences (collectives/mem.h, runtime/mem.c): test_loop and test_runtime built
 # again with every context's gradients behind the delayed host row (tests/mpi/mem_delay.h), whose
@@ -67,67 +50,43 @@ endif
 #   tests/mpi/{loop-np3,runtime-np2}-delay.mpi  the suites pass unchanged
 #   tests/mpi/mem-delay-mutation.sh  each wait left out (DEAR_DEBUG_DROP_WAIT) makes test_loop's
 #                                  parameters differ from the MPI_Allreduce loop
-MEM_DELAY_MPI_TESTS = tests/mpi/loop-np3-delay.mpi tests/mpi/runtime-np2-delay.mpi
-EXTRA_DIST += $(MEM_DELAY_MPI_TESTS) tests/mpi/mem-delay-mutation.sh
-if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_loop_delay tests/mpi/test_runtime_delay
-TESTS += $(MEM_DELAY_MPI_TESTS) tests/mpi/mem-delay-mutation.sh
+# The *_delay programs, here for test_combo, test_loop, test_runtime and test_finite: the suite's
+# source and mem_delay.c, built with -DDEAR_TEST_MEM_DELAY.
+CK_RUNS += tests/mpi/loop-np3-delay.mpi tests/mpi/runtime-np2-delay.mpi tests/mpi/mem-delay-mutation.sh
 MEM_DELAY_SOURCES = tests/mpi/mem_delay.c tests/mpi/mem_delay.h
-tests_mpi_test_loop_delay_SOURCES = $(tests_mpi_test_loop_SOURCES) $(MEM_DELAY_SOURCES)
-tests_mpi_test_loop_delay_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
-tests_mpi_test_loop_delay_LDADD = $(tests_mpi_test_loop_LDADD)
-tests_mpi_test_runtime_delay_SOURCES = $(tests_mpi_test_runtime_SOURCES) $(MEM_DELAY_SOURCES)
-tests_mpi_test_runtime_delay_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
-tests_mpi_test_runtime_delay_LDADD = $(tests_mpi_test_runtime_LDADD)
-endif
+MEM_DELAY_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
 if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_runtime tests/mpi/test_online
-TESTS += tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi \
-    tests/mpi/online-np3-first.mpi
-tests_mpi_test_online_SOURCES = tests/mpi/test_online.c tests/mpi/synth.h tests/mpi/np_check.h tests/mpi/suite_run.h
-tests_mpi_test_online_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_online_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-TESTS += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runtime-np3.mpi \
+check_PROGRAMS += tests/mpi/test_combo_delay tests/mpi/test_loop_delay tests/mpi/test_runtime_delay \
+    tests/mpi/test_finite_delay
+endif
+tests_mpi_test_combo_delay_SOURCES = tests/mpi/test_combo.c $(MEM_DELAY_SOURCES)
+tests_mpi_test_combo_delay_CFLAGS = $(MEM_DELAY_CFLAGS)
+tests_mpi_test_loop_delay_SOURCES = tests/mpi/test_loop.c $(MEM_DELAY_SOURCES)
+tests_mpi_test_loop_delay_CFLAGS = $(MEM_DELAY_CFLAGS)
+tests_mpi_test_runtime_delay_SOURCES = tests/mpi/test_runtime.c $(MEM_DELAY_SOURCES)
+tests_mpi_test_runtime_delay_CFLAGS = $(MEM_DELAY_CFLAGS)
+tests_mpi_test_finite_delay_SOURCES = tests/mpi/test_finite.c $(MEM_DELAY_SOURCES)
+tests_mpi_test_finite_delay_CFLAGS = $(MEM_DELAY_CFLAGS)
+
+CK_PROGS += tests/mpi/test_runtime tests/mpi/test_online
+CK_RUNS += tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi \
+    tests/mpi/online-np3-first.mpi \
+    tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runtime-np3.mpi \
     tests/mpi/runtime-np4.mpi tests/mpi/runtime-thread-np1.mpi tests/mpi/runtime-timeline.sh \
     tests/mpi/runtime-stall-abort.sh tests/mpi/runtime-abandon-np4.mpi tests/mpi/runtime-abandon-np3-socket.mpi
-tests_mpi_test_runtime_SOURCES = tests/mpi/test_runtime.c tests/mpi/synth.h tests/mpi/np_check.h
-tests_mpi_test_runtime_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_runtime_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-endif
-EXTRA_DIST += tests/mpi/runtime-np1.mpi tests/mpi/runtime-np2.mpi tests/mpi/runtime-np3.mpi \
-    tests/mpi/runtime-np4.mpi tests/mpi/runtime-thread-np1.mpi tests/mpi/runtime-timeline.sh \
-    tests/mpi/runtime-valgrind.sh tests/mpi/helgrind-runtime.supp tests/mpi/runtime-stall-abort.sh \
-    tests/mpi/online-np2.mpi tests/mpi/online-np4.mpi tests/mpi/online-np4-socket.mpi \
-    tests/mpi/online-np3-first.mpi tests/mpi/runtime-abandon-np4.mpi tests/mpi/runtime-abandon-np3-socket.mpi
+EXTRA_DIST += tests/mpi/runtime-valgrind.sh tests/mpi/helgrind-runtime.supp
 
 # The check for non-finite gradients (tests/mpi/test_finite.c, runtime/finite.c):
 #   tests/mpi/finite-np3.mpi         warn names the rank, tensor, iteration and count, under every
 #                                    schedule, sharded or not; no false report; off reports nothing
 #   tests/mpi/finite-np3-delay.mpi   the same on the delayed host row
 #   tests/mpi/finite-abort.sh        abort ends the job with rank 1's message
-FINITE_TESTS = tests/mpi/finite-np3.mpi tests/mpi/finite-np3-delay.mpi tests/mpi/finite-abort.sh
-EXTRA_DIST += $(FINITE_TESTS)
-if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_finite tests/mpi/test_finite_delay
-TESTS += $(FINITE_TESTS)
-tests_mpi_test_finite_SOURCES = tests/mpi/test_finite.c tests/mpi/np_check.h tests/mpi/suite_run.h
-tests_mpi_test_finite_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_finite_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-tests_mpi_test_finite_delay_SOURCES = $(tests_mpi_test_finite_SOURCES) $(MEM_DELAY_SOURCES)
-tests_mpi_test_finite_delay_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DDEAR_TEST_MEM_DELAY
-tests_mpi_test_finite_delay_LDADD = $(tests_mpi_test_finite_LDADD)
-endif
+CK_PROGS += tests/mpi/test_finite
+CK_RUNS += tests/mpi/finite-np3.mpi tests/mpi/finite-np3-delay.mpi tests/mpi/finite-abort.sh
 
-SPARSE_MPI_TESTS = tests/mpi/sparse-np1.mpi tests/mpi/sparse-np2.mpi tests/mpi/sparse-np3.mpi \
+CK_PROGS += tests/mpi/test_sparse
+CK_RUNS += tests/mpi/sparse-np1.mpi tests/mpi/sparse-np2.mpi tests/mpi/sparse-np3.mpi \
     tests/mpi/sparse-np4.mpi tests/mpi/sparse-np5.mpi tests/mpi/sparse-np3-socket.mpi
-EXTRA_DIST += $(SPARSE_MPI_TESTS)
-if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_sparse
-TESTS += $(SPARSE_MPI_TESTS)
-tests_mpi_test_sparse_SOURCES = tests/mpi/test_sparse.c tests/mpi/np_check.h tests/mpi/suite_run.h
-tests_mpi_test_sparse_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_sparse_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-endif
 
 # A race planted on a user buffer that Open MPI copies: the helgrind run must report it.
 check_PROGRAMS += tests/mpi/helgrind_race
@@ -145,14 +104,7 @@ check-valgrind-runtime: tests/mpi/test_runtime$(EXEEXT) tests/mpi/helgrind_race$
 #                                  place; plan files with cuts, refused cuts, early groups across a
 #                                  tensor's chunks. The -part variants rerun test_loop, test_sparse
 #                                  and test_online with their tensors cut.
-PARTITION_MPI_TESTS = tests/mpi/partition-np1.mpi tests/mpi/partition-np2.mpi tests/mpi/partition-np3.mpi \
+CK_PROGS += tests/mpi/test_partition
+CK_RUNS += tests/mpi/partition-np1.mpi tests/mpi/partition-np2.mpi tests/mpi/partition-np3.mpi \
     tests/mpi/partition-np4.mpi tests/mpi/loop-np2-part.mpi tests/mpi/loop-np3-part.mpi \
     tests/mpi/sparse-np3-part.mpi tests/mpi/online-np2-part.mpi
-EXTRA_DIST += $(PARTITION_MPI_TESTS)
-if HAVE_CHECK
-check_PROGRAMS += tests/mpi/test_partition
-TESTS += $(PARTITION_MPI_TESTS)
-tests_mpi_test_partition_SOURCES = tests/mpi/test_partition.c tests/mpi/np_check.h tests/mpi/suite_run.h
-tests_mpi_test_partition_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_mpi_test_partition_LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-endif
