@@ -4,6 +4,7 @@ noinst_PROGRAMS += bench/dear-p2p bench/emu-hello bench/dear-overhead bench/fini
 bench_dear_p2p_SOURCES = bench/dear-p2p.c
 bench_dear_p2p_LDADD = -lm
 bench_emu_hello_SOURCES = bench/emu-hello.c
+bench_emu_hello_LDADD =
 # dear-overhead: libdear's cost per hook and its progress thread's CPU (public API only).
 bench_dear_overhead_SOURCES = bench/dear-overhead.c
 bench_dear_overhead_LDADD = libdear.la $(DEAR_DEP_LIBS)

@@ -43,9 +43,8 @@ endif
 endif
 endif
 # LDADD, the link line of every program without its own <name>_LDADD, is the Check programs'.
-# Every other program sets its own: bench/emu-hello (MPI only) an empty one, here.
+# Every other program sets its own (bench/emu-hello, MPI only, an empty one).
 LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
-bench_emu_hello_LDADD =
 # $(CHECK_CFLAGS) after $(AM_CFLAGS) for these programs alone, on their compile and link lines
 # (GNU make target-specific variables; private: the libraries they depend on keep AM_CFLAGS).
 CK_OBJECTS = $(CK_TESTS:=.$(OBJEXT)) $(CK_PROGS:=.$(OBJEXT))
