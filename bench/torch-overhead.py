@@ -83,9 +83,9 @@ class Config:
         if name != "plain":
             self.model, self.opt = dear.wrap(self.model, self.opt, schedule=name.split(":")[1])
             if name.endswith(":layers"):
-                # What schedule dear adds on several ranks: each layer's step in the next forward,
-                # one step() per layer. One rank has its gradients in place at backward's end and
-                # steps them in one batch; this takes the several-rank path instead.
+                # What schedule dear adds on several ranks: the steps in the next forward, as
+                # libdear reports each all-gather group's updates. One rank has its gradients in
+                # place at backward's end and steps them in one batch; this takes the other path.
                 self.model._dear.deferred = True
         g = torch.Generator().manual_seed(2)
         self.x = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
@@ -107,7 +107,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="plain;dear:dear;dear:wfbp;dear:dear:layers",
                     help="';'-separated: plain, dear:SCHEDULE (the binding with that schedule), dear:dear:layers "
-                         "(schedule dear stepping layer by layer in the next forward, as on several ranks)")
+                         "(schedule dear stepping in the next forward as libdear reports the updates, as on several ranks)")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
@@ -123,7 +123,7 @@ def main():
     torch.set_num_threads(1)
     configs = [Config(c, a) for c in a.configs.split(";")]
     ntensors = len(list(configs[0].model.parameters()))
-    # The binding's layers: the modules that own parameters directly (one step() each under :layers).
+    # The binding's layers: the modules that own parameters directly.
     nlayers = sum(1 for m in configs[0].model.modules() if any(True for _ in m.parameters(recurse=False)))
     for c in configs:
         c.iterations(a.warmup)

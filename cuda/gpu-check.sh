@@ -92,6 +92,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ -n "$MODE" ] || { usage >&2; exit 2; }
+[ ${#ALSO[@]} -eq 0 ] || [ "$MODE" = publish ] || die "--also goes with --publish (a later call's results folder)"
 case $BUDGET in '' | *[!0-9]*) die "--budget '$BUDGET' is not a number of seconds" ;; esac
 case $MAXRANKS in '' | *[!0-9]* | 0) die "--max-ranks '$MAXRANKS' is not a positive count" ;; esac
 for s in $STEPS; do
