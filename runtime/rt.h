@@ -296,6 +296,11 @@ typedef struct {
     int in_backward;        /* between the first backward_done and backward_end */
     int layers_done;        /* layers reported in this backward */
     int npending;           /* dear: updates of the last backward_end not yet run */
+    /* dear: forward_begin's scan ran every update of layers [scan_lo, scan_hi) in iteration
+     * scan_iter, so a later forward_begin within them resumes it at scan_hi (linear, not
+     * quadratic, in a group's layers). */
+    int scan_lo, scan_hi;
+    long long scan_iter;
     dear_mode_t mode;       /* dear_set_mode */
     double t_hook;          /* when the previous hook returned (profile spans) */
     int last_hook_fwd;      /* previous hook was forward_begin of layer last_hook_lidx */

@@ -28,6 +28,16 @@ static int run_update(dear_ctx_t *ctx, int t)
     return dear_call_update(ctx, t, ctx->it.iter - 1); /* pending since the last backward_end */
 }
 
+/* Every pending update of layer K; the first error is kept in *rc and the rest still run. */
+static void run_layer(dear_ctx_t *ctx, const dear_layer_t *K, int *rc)
+{
+    for (int t = K->t0; t < K->t1; t++) {
+        int r = run_update(ctx, t);
+        if (r != DEAR_OK && *rc == DEAR_OK)
+            *rc = r;
+    }
+}
+
 int dear_group_ready(dear_ctx_t *ctx, int g, const char *call, int lidx)
 {
     dear_group_t *gr = &ctx->graph.groups[g];
@@ -62,17 +72,24 @@ static int dear_forward_layer(dear_ctx_t *ctx, int lidx)
     /* The layer's updates, then those of the later layers whose units lie wholly in the groups
      * now in place: a caller that steps whatever its callbacks reported (the Python binding)
      * then runs one optimizer step per group instead of one per layer, at the same total work.
-     * Units are laid out in layer order, so the scan stops at the first layer reaching past g1. */
-    for (int k = lidx; k < ctx->reg.nlayers; k++) {
-        const dear_layer_t *K = &ctx->reg.layers[k];
-        if (k > lidx && K->t0 < K->t1 && dear_group_of(&ctx->graph, K->u1 - 1) > g1)
-            break;
-        for (int t = K->t0; t < K->t1; t++) {
-            int r = run_update(ctx, t);
-            if (r != DEAR_OK && rc == DEAR_OK)
-                rc = r;
-        }
+     * Units are laid out in layer order, so the scan stops at the first layer reaching past g1.
+     * Within layers an earlier call of this pass scanned, the scan resumes where that one
+     * stopped; a layer's own updates always run here, so the shortcut never leaves one pending. */
+    int k = lidx + 1;
+    if (ctx->it.scan_iter == ctx->it.iter && lidx >= ctx->it.scan_lo && lidx < ctx->it.scan_hi) {
+        k = ctx->it.scan_hi;
+    } else {
+        ctx->it.scan_lo = lidx;
+        ctx->it.scan_iter = ctx->it.iter;
     }
+    run_layer(ctx, L, &rc);
+    for (; k < ctx->reg.nlayers; k++) {
+        const dear_layer_t *K = &ctx->reg.layers[k];
+        if (K->t0 < K->t1 && dear_group_of(&ctx->graph, K->u1 - 1) > g1)
+            break;
+        run_layer(ctx, K, &rc);
+    }
+    ctx->it.scan_hi = k;
     return rc;
 }
 

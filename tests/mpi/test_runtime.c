@@ -8,7 +8,8 @@
  * MPI_Allreduce. Also: update counts per schedule (exactly once per tensor per iteration, at
  * the documented hook), flush, registry mismatch on every rank with the message, bad
  * parameters, calls out of order, collectives abandoned in flight after an error, the stall
- * warning, a plan file whose all-gather groups cut across buckets, the profile file.
+ * warning, a plan file whose all-gather groups cut across buckets (and, under dear, which updates
+ * each forward_begin runs: those of every layer its groups bring in whole), the profile file.
  *
  * Modes (argv[1]): none = the Check suite; "train" = a short training run with the
  * environment's DEAR_* settings (timeline test); "engine" = calls out of order, one training
@@ -194,15 +195,37 @@ static dear_ctx_t *model_committed(model_t *m)
     return ctx;
 }
 
-/* One training iteration through the hooks, checking when updates have run. */
-static void dear_iteration(dear_ctx_t *ctx, model_t *m, int k, const char *sched)
+/* Under dear with known groups: after forward_begin(l), exactly the tensors of the layers whose
+ * last unit lies in a group up to layer l's last one have had their updates run (the layer's own,
+ * those before it, and the later ones its groups brought in whole); every other tensor's count is
+ * as the iteration began. */
+static void check_group_rule(const model_t *m, const int *group_of_tensor, int l, int k, const int *before)
 {
-    int deferred = strcmp(sched, "dear") == 0;
+    int gl = group_of_tensor[m->layer_last[l]];
+    for (int j = 0; j < m->nlayers; j++)
+        for (long long i = m->layer_first[j]; i <= m->layer_last[j]; i++) {
+            int ran = group_of_tensor[m->layer_last[j]] <= gl;
+            ck_assert_msg(m->t[i].updates == (ran ? k : before[i]),
+                          "iteration %d, after forward_begin of layer %d (group %d): tensor %lld of layer %d "
+                          "(group %d) has %d update(s), expected %d",
+                          k, m->layer_ids[l], gl, i, m->layer_ids[j], group_of_tensor[m->layer_last[j]],
+                          (int)m->t[i].updates, ran ? k : before[i]);
+        }
+}
+
+/* One training iteration through the hooks, checking when updates have run. */
+static void dear_iteration(dear_ctx_t *ctx, model_t *m, int k, const char *sched, const int *group_of_tensor)
+{
+    int deferred = strcmp(sched, "dear") == 0, before[NT];
+    for (int i = 0; i < NT; i++)
+        before[i] = m->t[i].updates;
     for (int l = 0; l < m->nlayers; l++) {
         ck_assert_int_eq(dear_forward_begin(ctx, m->layer_ids[l]), DEAR_OK);
         /* dear: the layer's updates of iterations 0..k-1 have run now; wfbp/sync: at backward_end. */
         for (long long i = m->layer_first[l]; i <= m->layer_last[l]; i++)
             ck_assert_int_eq(m->t[i].updates, k);
+        if (deferred && group_of_tensor)
+            check_group_rule(m, group_of_tensor, l, k, before);
     }
     for (int l = m->nlayers - 1; l >= 0; l--) {
         for (long long i = m->layer_last[l]; i >= m->layer_first[l]; i--)
@@ -214,7 +237,10 @@ static void dear_iteration(dear_ctx_t *ctx, model_t *m, int k, const char *sched
         ck_assert_int_eq(m->t[i].updates, deferred ? k : k + 1);
 }
 
-static void train_and_compare(const char *sched, const char *fusion, const char *threshold, int arena)
+/* group_of_tensor: the all-gather group of each tensor (one unit each) of the plan file in use,
+ * whose per-group update rule is then checked; NULL for a plan the test does not know. */
+static void train_and_compare(const char *sched, const char *fusion, const char *threshold, int arena,
+                              const int *group_of_tensor)
 {
     setenv("DEAR_SCHEDULE", sched, 1);
     setenv("DEAR_FUSION", fusion, 1);
@@ -238,7 +264,7 @@ static void train_and_compare(const char *sched, const char *fusion, const char 
     register_model(ctx, &m);
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
     for (int k = 0; k < ITERS; k++) {
-        dear_iteration(ctx, &m, k, sched);
+        dear_iteration(ctx, &m, k, sched, group_of_tensor);
         if (k == ITERS / 2 - 1) {
             /* An evaluation point mid-training: everything applied, then training goes on. */
             ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
@@ -284,7 +310,7 @@ static const struct { const char *fusion, *threshold; } fusions[] = {
 START_TEST(test_train)
 {
     int s = _i / 6, f = (_i / 2) % 3, arena = _i % 2;
-    train_and_compare(dear_sched_name((dear_sched_t)s), fusions[f].fusion, fusions[f].threshold, arena);
+    train_and_compare(dear_sched_name((dear_sched_t)s), fusions[f].fusion, fusions[f].threshold, arena, NULL);
 }
 END_TEST
 
@@ -310,6 +336,12 @@ START_TEST(test_planfile)
     for (int i = 0; i < NT; i += (nag % 2 ? 3 : 11))
         ag[nag++] = i;
     ag[nag] = NT;
+    /* The runtime's groups: the file's, each cut where the element type changes (one type a
+     * collective). */
+    int group[NT], ng = -1;
+    for (int g = 0; g < nag; g++)
+        for (int i = ag[g]; i < ag[g + 1]; i++)
+            group[i] = i == ag[g] || m.t[i].dtype != m.t[i - 1].dtype ? ++ng : ng;
     dear_plan_t plan = { 0 };
     ck_assert_int_eq(dear_partition_set(&plan.rs, NT, nrs, rs), DEAR_OK);
     ck_assert_int_eq(dear_partition_set(&plan.ag, NT, nag, ag), DEAR_OK);
@@ -327,9 +359,9 @@ START_TEST(test_planfile)
     dear_plan_free(&plan);
     model_free(&m);
     setenv("DEAR_PLAN_FILE", path, 1);
-    train_and_compare("dear", "threshold", NULL, arena);
+    train_and_compare("dear", "threshold", NULL, arena, group);
     setenv("DEAR_PLAN_FILE", path, 1);
-    train_and_compare("wfbp", "threshold", NULL, arena);
+    train_and_compare("wfbp", "threshold", NULL, arena, group);
     /* The plan of another model: commit fails on every rank saying what does not fit, not that
      * the ranks disagree. */
     if (_i == 0) {
@@ -569,7 +601,7 @@ START_TEST(test_abandon)
     for (int rep = 0; rep < 12; rep++) {
         model_t m;
         dear_ctx_t *ctx = model_committed(&m);
-        dear_iteration(ctx, &m, 0, dear_schedule(ctx));
+        dear_iteration(ctx, &m, 0, dear_schedule(ctx), NULL);
         if (strcmp(dear_schedule(ctx), "dear") != 0) {
             ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
             model_free(&m);
@@ -643,7 +675,7 @@ START_TEST(test_profile)
     model_t m;
     dear_ctx_t *ctx = model_committed(&m);
     for (int k = 0; k < 3; k++)
-        dear_iteration(ctx, &m, k, "dear");
+        dear_iteration(ctx, &m, k, "dear", NULL);
     char path[64] = "/tmp/dear-test-profile-XXXXXX";
     if (rank == 0) {
         int fd = mkstemp(path);
@@ -788,7 +820,7 @@ START_TEST(test_train_env)
     register_model(ctx, &m);
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
     for (int k = 0; k < 4; k++)
-        dear_iteration(ctx, &m, k, s ? s : "dear");
+        dear_iteration(ctx, &m, k, s ? s : "dear", NULL);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     model_free(&m);
 }
@@ -846,7 +878,7 @@ END_TEST
 /* The engine under valgrind: calls out of order and one training run per schedule. */
 START_TEST(test_engine)
 {
-    train_and_compare(dear_sched_name((dear_sched_t)_i), "threshold", "20000", _i % 2);
+    train_and_compare(dear_sched_name((dear_sched_t)_i), "threshold", "20000", _i % 2, NULL);
 }
 END_TEST
 
