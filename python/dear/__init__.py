@@ -771,8 +771,9 @@ class _Wrapped:
 
     def _on_update(self, info_p):
         info = info_p.contents
-        if info.grad_norm >= 0:
-            self.norm = info.grad_norm
+        norm = info.grad_norm
+        if not norm < 0:   # -1 without clipping; a NaN norm (an inf or NaN gradient) is reported too
+            self.norm = norm
         if self.shard:   # its step waits for opt.step(); the slice's parameters then travel
             self.shard_fired.append(self.slice_of[(info.tensor, info.offset)])
         else:
