@@ -82,9 +82,22 @@ terms of libdear's C API (include/dear.h):
   the optimizer's parameter groups are given this rank's slices of them, a Parameter each, viewing
   the arena, whose ``.grad`` views the averaged slice of the gradient arena: the optimizer's state
   is that of 1/P of the model (state it already had when wrapped is cut to the slices). The slices
-  are averaged when backward returns; ``opt.step()`` steps them (with the hyper-parameters it has
-  then, a scheduler's included), and their parameters then travel to every rank, in the next
-  forward under ``dear``. A skipped ``opt.step()`` sends them unchanged. The optimizer must be
+  are averaged when backward returns. From the second iteration each is stepped as libdear reports
+  it averaged, inside backward's end (one ``step()`` per bucket, which overlaps the reduce-scatters
+  still travelling), and the parameters then leave for every rank at once, overlapping what the
+  program does until the next forward and, under ``dear``, that forward; ``opt.step()`` is a no-op.
+  That rests on what the first iteration shows, whose steps run at ``opt.step()``: that
+  ``opt.step()`` follows backward with no arguments, the hyper-parameters unchanged and the
+  gradients unwritten in between (schedulers step after ``opt.step()``, as torch asks). Where it
+  shows otherwise, or skips ``opt.step()``, every step of the run waits for ``opt.step()`` (as
+  ``shard='at_step'`` asks from the start), with the hyper-parameters it has then, and a skipped
+  ``opt.step()`` sends the slices unchanged. A later iteration that breaks it after its steps ran
+  raises DearError (at ``opt.step()``, or at the next forward for a skipped one) rather than
+  train on a step the program did not ask for. Not stepped early: a backward pass that raised, and
+  under ``clip_norm=`` (whose global norm needs every reduce-scatter before any step) one whose
+  norm is not finite, so that the program may skip its step on ``dear.grad_norm(model)`` as
+  GradScaler skips one on an inf (``clip_norm=1e30`` only reports the norm). An exception of the
+  optimizer in an early step is raised by ``backward()``. The optimizer must be
   element-wise (SGD, momentum, Adam, AdamW: a slice's step is that slice of the tensor's step;
   LAMB and LARS, whose steps use whole-tensor norms, are not). ``param.grad`` of the model holds
   the average only on this rank's slices, so reading it from Python raises DearError:
@@ -113,6 +126,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import inspect
+import math
 import os
 import signal
 import sys
@@ -402,6 +416,32 @@ def _fill_groups(groups, params, hyper):
             grp.update(hyper[g])
 
 
+def _hyper(opt):
+    """Each parameter group's hyper-parameters, tensors copied (a scheduler may write them in place)."""
+    return [{k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in g.items() if k != "params"}
+            for g in opt.param_groups]
+
+
+def _same_hyper(a, b):
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x.keys() != y.keys():
+            return False
+        for k, u in x.items():
+            v = y[k]
+            if torch.is_tensor(u) or torch.is_tensor(v):
+                if not (torch.is_tensor(u) and torch.is_tensor(v) and torch.equal(u, v)):
+                    return False
+                continue
+            try:
+                if not (u is v or bool(u == v)):
+                    return False
+            except Exception:   # a value that cannot say (an array): taken as changed
+                return False
+    return True
+
+
 def _prod(xs):
     n = 1
     for x in xs:
@@ -466,6 +506,9 @@ class _Wrapped:
 
     def __init__(self, model, opt, comm, env, shard=False, example=None):
         lib = _load()
+        if shard not in (False, True, "at_step"):
+            raise DearError("dear.wrap", -1, "shard=%r; accepted: False, True (steps as the reduce-scatters end), "
+                            "'at_step' (steps at opt.step())" % (shard,))
         self.lib, self.model, self.opt, self.shard = lib, model, opt, bool(shard)
         self.comm = comm if comm is not None else _MPI.COMM_WORLD
         handle = lib._comm_t.from_address(_MPI._addressof(self.comm)).value
@@ -503,7 +546,7 @@ class _Wrapped:
             if self.cuda:   # the hooks order the gradients' communication against torch's stream
                 self.stream = torch.cuda.current_stream(self.device)
                 _check("dear_set_stream", lib.dear_set_stream(self.ctx, ctypes.c_void_p(self.stream.cuda_stream)))
-            if self.shard:   # the program steps the slices at opt.step(), then they travel
+            if self.shard:   # the binding steps the slices (at backward's end or opt.step()), then they travel
                 for t, p in enumerate(self.params):
                     _check("dear_set_param", lib.dear_set_param(self.ctx, t, ctypes.c_void_p(p.data_ptr())))
                 _check("dear_set_shard", lib.dear_set_shard(self.ctx, _SHARD_ON | _SHARD_HOLD))
@@ -521,6 +564,13 @@ class _Wrapped:
         self.mode, self.no_sync_depth, self.in_backward, self.norm = _MODE_TRAIN, 0, False, None
         self.fired, self.ready, self.step_req, self.steps, self.stepped = [], [], None, 0, True
         self.shard_fired = []                # shard=True: slices whose averaged gradient is in place
+        # Sharded steps at backward's end: None until the first iteration decides, then True or False.
+        self.early = None if self.shard and shard != "at_step" else False
+        self.early_now = False               # stepping the slices as libdear reports them
+        self.early_hyper = None              # the hyper-parameters they ran with, until opt.step() comes
+        self.early_versions = None           # the gradient arenas' versions after they ran
+        self.early_error = None              # what the optimizer raised while they ran
+        self.probe = None                    # the first iteration: what backward's end saw, for opt.step()
         self.synced = False                  # a synchronised backward pass since the last forward
         self.zero_after = [0] * n            # 1: zero once stepped; 2: and leave p.grad None
         self.to_fire = [False] * nl          # schedule dear: the layer's updates still to come
@@ -774,8 +824,19 @@ class _Wrapped:
         norm = info.grad_norm
         if not norm < 0:   # -1 without clipping; a NaN norm (an inf or NaN gradient) is reported too
             self.norm = norm
-        if self.shard:   # its step waits for opt.step(); the slice's parameters then travel
-            self.shard_fired.append(self.slice_of[(info.tensor, info.offset)])
+        if self.shard:
+            k = self.slice_of[(info.tensor, info.offset)]
+            if self.early_now:
+                if not norm < 0 and not math.isfinite(norm):
+                    # Decided before any slice is stepped (the norm comes before every update): a
+                    # step the program may skip on it waits for opt.step().
+                    self.early_now = False
+                    self.early_hyper = None
+                elif self.shard_fired and k < self.shard_fired[-1]:
+                    # libdear reports a bucket's slices in order and the buckets backwards: the last
+                    # bucket's slices are all here, and their step overlaps the next reduce-scatter.
+                    self._early_batch()
+            self.shard_fired.append(k)
         else:
             self.fired.append(info.tensor)
         return 0
@@ -881,7 +942,7 @@ class _Wrapped:
                             "averaged gradient is applied once (was the last backward inside no_sync()?)")
         self.stepped = True
         if self.shard:
-            self._shard_step(kwargs)
+            self._shard_opt_step(kwargs)
             return
         hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.opt.param_groups]
         if any(self.to_fire) and self.steps == 0:
@@ -897,27 +958,86 @@ class _Wrapped:
             self.ready = now
             raise
 
+    def _shard_opt_step(self, kwargs):
+        """shard=True, opt.step(): a no-op where the steps ran at backward's end (what they assumed is
+        checked), the steps otherwise; the first iteration decides whether later ones step early."""
+        if self.early_hyper is not None:
+            used, self.early_hyper = self.early_hyper, None
+            why = [w for w, bad in (("opt.step() was given arguments %s" % sorted(kwargs or {}), bool(kwargs)),
+                                    ("the hyper-parameters changed", not _same_hyper(used, _hyper(self.opt))),
+                                    ("the gradients were written", self._grad_versions() != self.early_versions))
+                   if bad]
+            if why:
+                raise DearError("optimizer.step", -2, "%s between backward() and opt.step(), but under "
+                                "dear.wrap(shard=True) this step already ran when backward ended (the first "
+                                "iteration showed none of that): change hyper-parameters after opt.step() (as "
+                                "schedulers do) or before backward(), or wrap with shard='at_step', which steps "
+                                "at opt.step()" % " and ".join(why))
+            return
+        probe, self.probe = self.probe, None
+        if self.early is None and probe is not None:
+            self.early = not kwargs and _same_hyper(probe[0], _hyper(self.opt)) and \
+                probe[1] == self._grad_versions()
+            _log("info", "dear.wrap(shard=True): %s" % (
+                "opt.step() followed backward with nothing in between: from the next iteration the slices "
+                "step as their reduce-scatters end" if self.early else
+                "the first iteration changed hyper-parameters or gradients, or gave arguments, between "
+                "backward() and opt.step(): the slices step at opt.step()"))
+        self._shard_step(kwargs)
+
     def _shard_step(self, kwargs):
         """shard=True: one step of the optimizer over this rank's slices averaged since the last step,
         then their parameters travel (dear_shard_release)."""
         fired, self.shard_fired = self.shard_fired, []
+        try:
+            self._step_slices(fired, kwargs)
+        finally:
+            self._call("dear_shard_release")
+
+    def _step_slices(self, ks, kwargs=None):
+        """One step of the optimizer over slices ks (indices in self.slices)."""
         opt, groups = self.opt, self.opt.param_groups
         subsets = [[] for _ in groups]
-        for k in fired:
+        for k in ks:
             t, _, _, sp, g = self.slices[k]
             if g is not None:
                 subsets[g].append(sp)
+        if not any(subsets):
+            return
+        saved = [grp["params"] for grp in groups]
         try:
-            if any(subsets):
-                saved = [grp["params"] for grp in groups]
-                try:
-                    _fill_groups(groups, subsets, None)
-                    with self._on_stream():
-                        type(opt).step(opt, **(kwargs or {}))
-                finally:
-                    _fill_groups(groups, saved, None)
+            _fill_groups(groups, subsets, None)
+            with self._on_stream():
+                type(opt).step(opt, **(kwargs or {}))
         finally:
-            self._call("dear_shard_release")
+            _fill_groups(groups, saved, None)
+
+    def _early_batch(self):
+        """Step the slices reported so far, inside dear_backward_end's update callbacks: an error is
+        kept for backward's end (nothing may cross the C call), and the rest then stay unstepped."""
+        ks, self.shard_fired = self.shard_fired, []
+        try:
+            self._step_slices(ks)
+        except BaseException as e:
+            self.early_error, self.early_now = e, False
+
+    def _early_end(self):
+        """Backward's end, sharded steps on: step what is left, then the parameters travel."""
+        if self.early_now and self.shard_fired:
+            self._early_batch()
+        self.early_now, self.shard_fired = False, []
+        err, self.early_error = self.early_error, None
+        if err is not None:   # raised where the step ran, as at opt.step(); the next opt.step() is a no-op
+            self.early_hyper = None
+        self.early_versions = self._grad_versions()
+        self._call("dear_shard_release")
+        if err is not None:
+            raise err
+
+    def _grad_versions(self):
+        """The gradient arenas' version counters: torch bumps them on every in-place write from Python
+        (an unscale, a zeroing), libdear's writes leave them."""
+        return [a._version for a in self.arenas.values()]
 
     def zero_grad(self, ts, set_to_none):
         self._recover()
@@ -971,6 +1091,8 @@ class _Wrapped:
     # ---- hooks ----
     def _model_pre(self, module, inputs):
         self._recover()
+        if self.shard and torch.is_grad_enabled():
+            self._shard_skipped()
         now = self._walk()
         if len(now) != len(self.walked) or any(a is not b or (a is not None and (a.requires_grad != r or a.shape != s))
                                                for a, (b, r, s) in zip(now, self.walked)):
@@ -995,6 +1117,20 @@ class _Wrapped:
             self._call("dear_set_mode", mode)
             self.mode = mode
         self.begun[:] = [False] * len(self.layers)
+
+    def _shard_skipped(self):
+        """A forward with gradients after a backward pass whose opt.step() never came."""
+        if self.probe is not None:   # the first iteration: the loop skips steps, so they wait for opt.step()
+            self.probe, self.early = None, False
+            _log("info", "dear.wrap(shard=True): the first iteration skipped opt.step(): the slices step at "
+                 "opt.step()")
+        if self.early_hyper is not None:
+            self.early_hyper = None
+            raise DearError("forward", -2, "opt.step() did not follow the last backward pass, but under "
+                            "dear.wrap(shard=True) its steps already ran when it ended (the first iteration "
+                            "called opt.step() after backward): decide to skip a step before backward(), "
+                            "accumulate gradients inside model.no_sync(), or wrap with shard='at_step', which "
+                            "steps at opt.step()")
 
     def _layer_pre(self, lids):
         begin, ctx, begun = self.lib.dear_forward_begin, self.ctx, self.begun
@@ -1064,7 +1200,8 @@ class _Wrapped:
                 self._call("dear_backward_done", lid)
         return hook
 
-    def _backward_end(self):
+    def _backward_end(self, engine=True):
+        """engine: called by autograd at backward's end; False: completing a pass that raised."""
         self.in_backward = False
         for lid, (_, ts) in enumerate(self.layers):
             if self.pending[lid] == 0:
@@ -1084,7 +1221,21 @@ class _Wrapped:
         if self.mode == _MODE_TRAIN:
             self.shard_fired = []
             self.synced = True
-        self._call("dear_backward_end")
+        # Sharded, after an iteration that showed opt.step() following backward: each slice steps
+        # as libdear reports it averaged, so its parameters travel before opt.step() is called. Not
+        # for a backward pass that raised: the program may not step its gradients.
+        train = self.shard and self.mode == _MODE_TRAIN and engine
+        self.early_now = train and self.early is True
+        self.early_hyper = _hyper(self.opt) if self.early_now else None
+        try:
+            self._call("dear_backward_end")
+        except BaseException:
+            self.early_now, self.early_hyper = False, None
+            raise
+        if self.early_now or self.early_error is not None:   # not when a non-finite norm stopped them
+            self._early_end()
+        elif train and self.early is None:
+            self.probe = (_hyper(self.opt), self._grad_versions())
         if self.mode == _MODE_TRAIN and self.sched == "dear" and not self.deferred and not self.shard:
             # One rank: the gradients are in place already, so the steps run at opt.step() in one
             # batch, which costs less than a batch per layer between the layers' kernels.
@@ -1097,7 +1248,7 @@ class _Wrapped:
             return
         _log("warn", "the last backward pass raised before its end; it is completed with the gradients it "
              "wrote (zeros for the rest), averaged as usual: zero_grad() drops them")
-        self._backward_end()
+        self._backward_end(engine=False)
 
     def close(self):
         if not self.ctx:
@@ -1176,7 +1327,9 @@ def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_
     DEAR_CLIP_NORM; dear.grad_norm tells the norm), find_unused (DDP's find_unused_parameters;
     DEAR_FIND_UNUSED), shard (sharded updates, as ZeRO-1/2 or FSDP's SHARD_GRAD_OP: the optimizer
     steps only this rank's 1/P slice of every parameter, its state 1/P of the model's, and the
-    all-gathers carry the parameters; an element-wise optimizer only, see the module's text),
+    all-gathers carry the parameters; an element-wise optimizer only, see the module's text; True
+    steps each slice at backward's end once the first iteration shows the loop allows it, with
+    clip_norm only after every reduce-scatter, 'at_step' always at opt.step()),
     example: an input of the model (a tensor, or a tuple of its forward's positional arguments),
     which wrap runs once under torch.no_grad() (buffers and random generators restored after) so
     that the first plan knows each layer's FLOPs from the shapes it sees rather than per position

@@ -15,13 +15,19 @@ forward (against DDP's one of twice the loss: DDP refuses the second). Then the 
 that raises (the original error, once, on every rank; the wrapper goes on), and the refusals (a
 closure, two steps for one backward, a parameter group added after wrap). Sharded (shard=True): the
 habits that do not read a parameter's gradient (it is averaged only on each rank's slices) give
-DDP's parameters, and a second backward pass through one forward is refused.
+DDP's parameters, and a second backward pass through one forward is refused. Sharded steps run at
+backward's end from the second iteration (shard_steps): SGD with momentum, AdamW, a scheduler,
+no_sync() accumulation, clip_norm=, a state_dict round trip, a step skipped on an inf gradient's norm
+and evaluation give DDP's parameters and bitwise those of shard='at_step' (the steps at opt.step());
+the optimizer state is 1/P; a warm-up between backward and opt.step() keeps the steps at opt.step();
+a later change of the hyper-parameters, or a skipped step, after the steps ran is refused.
 
 With DEAR_TEST_DEVICE=cuda (tests/python/torch.sh sets it where torch sees a GPU) the loops run
 on each rank's GPU (rank modulo the GPUs), DDP's gradients over gloo, dear's over
 DEAR_CUDA_TRANSPORT, and GradScaler is CUDA's own.
 """
 import copy
+import math
 import os
 import sys
 import warnings
@@ -43,6 +49,7 @@ if os.environ.get("DEAR_TEST_DEVICE", "cpu") == "cuda":
     DEVICE = torch.device("cuda", RANK % torch.cuda.device_count())
     torch.cuda.set_device(DEVICE)
 TRIP = [False]
+EARLY = [None]   # whether run_dear's last sharded run stepped at backward's end
 
 
 class Trip(torch.autograd.Function):
@@ -118,6 +125,8 @@ def loop(net, module, opt, sched, kind, feat, data, is_ddp):
                     TRIP[0] = False
             elif feat == "scaler":
                 scaler.scale(loss).backward()
+            elif feat == "skip_inf" and i == 4:
+                (loss * float("inf")).backward()   # a gradient GradScaler would skip its step on
             elif feat == "two_backward" and is_ddp:
                 (2 * loss).backward()   # DDP refuses a second backward pass through one forward
             elif feat == "two_backward":
@@ -165,6 +174,11 @@ def loop(net, module, opt, sched, kind, feat, data, is_ddp):
         elif feat == "clip_norm" and is_ddp:
             rec.append(clip_grad_norm_(module.parameters(), 0.5).item())
             opt.step()
+        elif feat == "skip_inf":   # the skip decided on the global norm (a clip_norm of 1e30 only reports it)
+            norm = clip_grad_norm_(module.parameters(), 1e30).item() if is_ddp else dear.grad_norm(net)
+            rec.append(norm if math.isfinite(norm) else -1.0)
+            if math.isfinite(norm):
+                opt.step()
         else:
             opt.step()
         if feat in ("cached_views", "nested_reads"):
@@ -200,12 +214,20 @@ CASES = {"clip_grad_norm_": ("cnn", "sgd"), "clip_grad_value_": ("cnn", "sgd"), 
          "two_backward": ("cnn", "sgd"), "cached_views": ("cnn", "sgd"), "nested_reads": ("cnn", "sgd")}
 
 
+# Loops that only the sharded tests run: plain SGD with momentum, a step skipped on an inf gradient.
+SHARD_CASES = {"plain": ("cnn", "sgd"), "skip_inf": ("cnn", "sgd")}
+
+
+def case(feat):
+    return CASES[feat] if feat in CASES else SHARD_CASES[feat]
+
+
 def data_for(kind):
     return [(x.to(DEVICE), y.to(DEVICE)) for x, y in T.batches(kind, ITERS)]
 
 
 def run_ddp(feat):
-    kind, opt_name = CASES[feat]
+    kind, opt_name = case(feat)
     model, opt = make(kind, opt_name)
     ddp = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
@@ -214,12 +236,12 @@ def run_ddp(feat):
 
 
 def run_dear(feat, schedule, shard=False):
-    kind, opt_name = CASES[feat]
+    kind, opt_name = case(feat)
     model, opt = make(kind, opt_name)
     if feat == "sched_before":
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
-    model, opt = dear.wrap(model, opt, schedule=schedule, clip_norm=0.5 if feat == "clip_norm" else None,
-                           shard=shard)
+    clip = {"clip_norm": 0.5, "skip_inf": 1e30}.get(feat)
+    model, opt = dear.wrap(model, opt, schedule=schedule, clip_norm=clip, shard=shard)
     if feat != "sched_before":
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
     with warnings.catch_warnings(record=True) as caught:
@@ -227,6 +249,7 @@ def run_dear(feat, schedule, shard=False):
         rec = loop(model, model, opt, sched, kind, feat, data_for(kind), False)
     for w in caught:   # a scheduler that lost count of the steps says so
         check("optimizer.step()" not in str(w.message), "%s %s: warning: %s" % (feat, schedule, w.message))
+    EARLY[0] = getattr(model._dear, "early", None)
     out = [p.detach().clone() for p in model.parameters()]   # parameters() alone does not flush
     if feat == "clip_norm":
         dear.flush(model)
@@ -292,6 +315,106 @@ def shard_loops():
     dear.close(model)
 
 
+def shard_steps():
+    """shard=True steps each slice when backward ends, before opt.step(), which is then a no-op:
+    every loop gives DDP's parameters, and bitwise what shard='at_step' (the steps at opt.step())
+    gives; the steps run before opt.step() from the second iteration; the optimizer state is 1/P;
+    a first iteration that changes the hyper-parameters between backward and opt.step() falls
+    back to 'at_step'; a later change, or a skipped step, once the steps ran, is refused."""
+    feats = ("plain", "set_to_none", "sched_before", "accumulate", "clip_norm", "state_dict", "skip_inf", "eval")
+    for feat in feats:
+        ref, ref_rec = run_ddp(feat)
+        for schedule in ("dear", "wfbp") if feat in ("plain", "skip_inf") else ("dear",):
+            got, rec = run_dear(feat, schedule, shard=True)
+            check(EARLY[0] is True, "sharded steps, %s %s: the steps did not move to backward's end" % (feat, schedule))
+            held, held_rec = run_dear(feat, schedule, shard="at_step")
+            d = T.rel_diff(got, ref)
+            r = 0.0 if feat == "state_dict" else rec_diff(rec, ref_rec[-1:] if feat == "clip_norm" else ref_rec)
+            same = all(torch.equal(a, b) for a, b in zip(got, held)) and rec == held_rec
+            what = "sharded steps at backward's end, %s %s np %d" % (feat, schedule, SIZE)
+            check(d <= T.TOL and r <= T.TOL, "%s: differs from DDP by %.3g (parameters), %.3g (recorded)" %
+                  (what, d, r))
+            check(same, "%s: not bitwise what shard='at_step' gives" % what)
+            if RANK == 0:
+                print("ok: %s: parameters %.2g, recorded values %.2g from DDP's, bitwise shard='at_step'" %
+                      (what, d, r), flush=True)
+
+    # Where the steps run, and the state they keep.
+    model, opt = make("cnn", "adamw")
+    total = sum(p.numel() for p in model.parameters())
+    model, opt = dear.wrap(model, opt, shard=True)
+    data = T.batches("cnn", 3)
+    counts = []
+    for i, (x, y) in enumerate(data):
+        before = [p.detach().clone() for p in model.parameters()]
+        T.loss_of("cnn", model(x), y).backward()
+        counts.append(sorted({int(s["step"]) for s in opt.state.values()}))
+        moved = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        opt.step()
+        counts[-1] += sorted({int(s["step"]) for s in opt.state.values()})
+        opt.zero_grad()
+        if i == 2:
+            check(moved, "sharded steps: the parameters had not moved when backward returned")
+    check(counts == [[1], [2, 2], [3, 3]], "sharded steps: AdamW's step counts after backward, after opt.step(): "
+          "%s, expected [[1], [2, 2], [3, 3]] (the first at opt.step(), then at backward's end)" % (counts,))
+    mine = sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel() for s in opt.state.values())
+    everyone = COMM.allreduce(mine, op=MPI.SUM)
+    check(everyone == 2 * total and mine <= 2 * (total // SIZE + len(list(model.parameters()))),
+          "sharded steps: this rank keeps %d state floats, all %d, for %d parameters on %d ranks" %
+          (mine, everyone, total, SIZE))
+    if RANK == 0:
+        print("ok: sharded steps: AdamW steps %s (after backward, after opt.step()); state %d of %d floats here" %
+              (counts, mine, 2 * total), flush=True)
+
+    # A first iteration that sets the learning rate between backward and opt.step() (a warm-up written
+    # there) keeps the steps at opt.step(), and gives what DDP's loop gives.
+    outs = []
+    for shard in (None, True):
+        model, opt = make("cnn", "sgd")
+        net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if shard is None else \
+            dear.wrap(model, opt, shard=True)[0]
+        for i, (x, y) in enumerate(T.batches("cnn", 4)):
+            T.loss_of("cnn", net(x.to(DEVICE)), y.to(DEVICE)).backward()
+            for g in opt.param_groups:
+                g["lr"] = 0.05 * (i + 1) / 4
+            opt.step()
+            opt.zero_grad()
+        if shard:
+            dear.flush(model)
+            check(model._dear.early is False, "sharded steps: a warm-up between backward and opt.step() still "
+                  "stepped at backward's end")
+        outs.append([p.detach().clone() for p in model.parameters()])
+        if shard:
+            dear.close(model)
+    d = T.rel_diff(outs[1], outs[0])
+    check(d <= T.TOL, "sharded steps, warm-up between backward and opt.step(): %.3g from DDP" % d)
+    if RANK == 0:
+        print("ok: sharded steps, a warm-up between backward and opt.step(): steps at opt.step(), %.2g from DDP" % d,
+              flush=True)
+
+    # Once the steps run at backward's end, a later change of them, or a skipped step, is refused.
+    for late in ("lr", "skip"):
+        model, opt = make("cnn", "sgd")
+        model, opt = dear.wrap(model, opt, shard=True)
+        batches = T.batches("cnn", 3)
+        for x, y in batches[:2]:
+            T.loss_of("cnn", model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        x, y = batches[2]
+        T.loss_of("cnn", model(x), y).backward()
+        if late == "lr":
+            opt.param_groups[0]["lr"] = 0.01
+            T.expect_error("sharded steps, the learning rate set after they ran", "the hyper-parameters changed",
+                           opt.step)
+        else:
+            T.expect_error("sharded steps, opt.step() skipped after they ran", "opt.step() did not follow",
+                           lambda: model(x))
+        dear.close(model)
+    model, opt = make("cnn", "sgd")
+    T.expect_error("shard='yes'", "accepted: False, True", lambda: dear.wrap(model, opt, shard="yes"))
+
+
 class Fragile(torch.optim.SGD):
     """SGD that raises while armed: an optimizer failing in the middle of training."""
     armed = False
@@ -303,12 +426,13 @@ class Fragile(torch.optim.SGD):
 
 
 def optimizer_raises():
-    """The optimizer's own error, once, on every rank, where the step runs; the wrapper goes on."""
-    for schedule in ("dear", "wfbp", "sync"):
+    """The optimizer's own error, once, on every rank, where the step runs; the wrapper goes on.
+    Sharded, the steps run at backward's end from the second iteration: backward() raises it."""
+    for schedule, shard in (("dear", False), ("wfbp", False), ("sync", False), ("dear", True)):
         torch.manual_seed(7)
         model = T.CNN()
         opt = Fragile(model.parameters(), lr=0.05, momentum=0.9)
-        model, opt = dear.wrap(model, opt, schedule=schedule)
+        model, opt = dear.wrap(model, opt, schedule=schedule, shard=shard)
         seen = []
         for i, (x, y) in enumerate(T.batches("cnn", ITERS)):
             try:
@@ -322,8 +446,8 @@ def optimizer_raises():
         dear.flush(model)
         flat = torch.cat([p.detach().flatten() for p in model.parameters()])
         dear.close(model)
-        what = "optimizer raises, %s np %d" % (schedule, SIZE)
-        # under dear a step runs in the next forward (the first one excepted)
+        what = "optimizer raises, %s%s np %d" % (schedule, " sharded" if shard else "", SIZE)
+        # under dear a step runs in the next forward (the first one excepted), sharded in the next backward
         check(len(seen) == 1 and seen[0][0] in ((3, 4) if schedule == "dear" else (3,)) and
               seen[0][1] == "fragile optimizer failed", "%s: caught %s" % (what, seen))
         same = COMM.allreduce(int(torch.equal(flat, COMM.bcast(flat, root=0))), op=MPI.MIN)
@@ -396,7 +520,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", help="comma-separated: " + ",".join(CASES))
     ap.add_argument("--ddp-backend", choices=["gloo", "nccl"], default="gloo")
+    ap.add_argument("--tests", help="comma-separated test functions to run alone, e.g. shard_steps,shard_loops")
     a = ap.parse_args()
+    if a.tests:
+        sys.exit(T.run_tests(*[globals()[n] for n in a.tests.split(",")], backend=a.ddp_backend))
     if a.cases:
         unknown = [c for c in a.cases.split(",") if c not in CASES]
         if unknown:
@@ -405,4 +532,4 @@ if __name__ == "__main__":
     if DEVICE.type == "cuda" or a.cases:
         sys.exit(T.run_tests(loops_against_ddp, backend=a.ddp_backend))
     sys.exit(T.run_tests(loops_against_ddp, optimizer_raises, refusals, public_hook_path, keywords, shard_loops,
-                         backend=a.ddp_backend))
+                         shard_steps, backend=a.ddp_backend))
