@@ -11,7 +11,8 @@
 #   2. dear-gpt with AdamW, unsharded and --shard alternating, --gpt-runs pairs: the median
 #      iteration time of the slowest rank over each run's second half;
 #   3. the Python binding on bench/torch-ddp.py's transformer encoder with AdamW: DDP, DDP with
-#      torch's ZeroRedundancyOptimizer, dear:auto and dear:auto with shard=True, in one job.
+#      torch's ZeroRedundancyOptimizer, dear:auto, and dear:auto with shard=True (steps at backward's
+#      end) and shard='at_step' (steps at opt.step()), in one job.
 # Then, without the cluster, each trainer's optimizer state per rank at 2 and 4 ranks. Tears the
 # cluster down, keeps bench/results/shard-*.csv and rewrites the section. Needs root,
 # python3-torch and python3-mpi4py. Run from the build directory.
@@ -24,10 +25,10 @@ HOSTS=4 RATE=1gbit ROUNDS=3 ITERS=21 GPT_RUNS=4 TORCH_ROUNDS=3 TORCH_BATCH=16
 PROFILES="gpt2-small resnet50 bert-base"
 CONFIGS="dear:auto;dear:auto+shard;wfbp:threshold:25m;wfbp:threshold:25m+shard"
 GPT_ARGS="--iters 60 --batch 16 --seq 64 --dim 256 --heads 4 --layers 4 --print-every 0 --eval-every 0 --sample 0 --val-chars 2048"
-TORCH_CONFIGS="ddp;zero;dear:dear:auto;dear:dear:auto+shard"
+TORCH_CONFIGS="ddp;zero;dear:dear:auto;dear:dear:auto+shard;dear:dear:auto+shard+at_step"
 emu_names z 10.213.60
 usage() {
-    sed -n '2,17p' "$0"
+    sed -n '2,18p' "$0"
     echo "options: --rate RATE (tc, default $RATE) --rounds N --iters N (dear-bench) --profiles 'A B'"
     echo "         --gpt-runs N (pairs of dear-gpt runs) --torch-rounds N --torch-batch N (per rank)"
     echo "environment: EMU_PREFIX, EMU_SUBNET (default z, 10.213.60): the cluster's own names"

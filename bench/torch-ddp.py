@@ -12,9 +12,10 @@ alone: mpirun -np 4 python3 bench/torch-ddp.py.
 
 Configurations: plain (no communication), ddp, ddp+fp16 (DDP with its fp16_compress_hook), zero
 (DDP with torch's ZeroRedundancyOptimizer: each rank steps the parameters it owns and broadcasts
-them after the step), and dear:SCHEDULE[:FUSION][+shard][+dense][+bf16|+fp16] (the binding;
-+shard: wrap(shard=True), each rank steps its slice of every parameter and dear's all-gathers
-carry them; +dense: wrap(sparse="off"), the embedding's gradient sent dense; +bf16, +fp16:
+them after the step), and dear:SCHEDULE[:FUSION][+shard[+at_step]][+dense][+bf16|+fp16] (the
+binding; +shard: wrap(shard=True), each rank steps its slice of every parameter, at backward's end,
+and dear's all-gathers carry them; +at_step: wrap(shard='at_step'), the slices stepped at
+opt.step(); +dense: wrap(sparse="off"), the embedding's gradient sent dense; +bf16, +fp16:
 wrap(compress=...)). Models: resnet18, a transformer encoder, and wordlm (an 18000-word LSTM
 language model whose embedding the binding sends row-sparse). --opt picks SGD with momentum or AdamW; the
 CSV also gives the largest rank's optimizer state in MB. --device cuda trains on the GPUs (each
@@ -159,14 +160,17 @@ def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu
             net.register_comm_hook(None, default_hooks.fp16_compress_hook)
     else:
         base, *suffixes = config.split("+")
-        unknown = [x for x in suffixes if x not in ("shard", "dense", "bf16", "fp16")]
+        unknown = [x for x in suffixes if x not in ("shard", "at_step", "dense", "bf16", "fp16")]
         if unknown:
             raise SystemExit("torch-ddp.py: unknown suffix '+%s' in %s" % (unknown[0], config))
+        if "at_step" in suffixes and "shard" not in suffixes:
+            raise SystemExit("torch-ddp.py: +at_step in %s without +shard: it says where sharded steps run" % config)
+        shard = ("at_step" if "at_step" in suffixes else True) if "shard" in suffixes else False
         parts = base.split(":")
         os.environ["DEAR_SCHEDULE"] = parts[1]
         os.environ["DEAR_FUSION"] = parts[2] if len(parts) > 2 else "auto"
         comp = "bf16" if "bf16" in suffixes else "fp16" if "fp16" in suffixes else None
-        net, opt = dear.wrap(model, opt, shard="shard" in suffixes, compress=comp,
+        net, opt = dear.wrap(model, opt, shard=shard, compress=comp,
                              sparse="off" if "dense" in suffixes else None)
     x, y = batch(name, b, device)
     # An iteration's time is the span from its start to the next one's on each rank, with no
@@ -208,7 +212,8 @@ def main():
     ap.add_argument("--model", choices=["resnet18", "encoder", "wordlm"], required=True)
     ap.add_argument("--configs", default="ddp;dear:wfbp:threshold;dear:dear:threshold;dear:dear:auto",
                     help="';'-separated: ddp, zero (DDP + ZeroRedundancyOptimizer), dear:SCHEDULE[:FUSION][+shard] "
-                         "(DEAR_SCHEDULE, DEAR_FUSION; FUSION defaults to auto; +shard: wrap(shard=True)), plain "
+                         "(DEAR_SCHEDULE, DEAR_FUSION; FUSION defaults to auto; +shard: wrap(shard=True), "
+                         "+shard+at_step: wrap(shard='at_step')), plain "
                          "(no communication)")
     ap.add_argument("--opt", choices=["sgd", "adamw"], default="sgd", help="SGD with momentum, or AdamW")
     ap.add_argument("--iters", type=int, default=6, help="measured iterations per configuration per round")
