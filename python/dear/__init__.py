@@ -180,6 +180,9 @@ class _Slice(ctypes.Structure):
 
 
 _SHARD_ON, _SHARD_HOLD = 1, 2
+# Sharded steps at backward's end: a bucket's slices step once this share of the rank's elements is
+# waiting, so that at most this many step() calls (and the rest's) pay the optimizer's Python.
+_EARLY_STEPS = 4
 
 
 class _SparseStats(ctypes.Structure):
@@ -564,6 +567,7 @@ class _Wrapped:
         self.mode, self.no_sync_depth, self.in_backward, self.norm = _MODE_TRAIN, 0, False, None
         self.fired, self.ready, self.step_req, self.steps, self.stepped = [], [], None, 0, True
         self.shard_fired = []                # shard=True: slices whose averaged gradient is in place
+        self.fired_count = 0                 # ... and their elements
         # Sharded steps at backward's end: None until the first iteration decides, then True or False.
         self.early = None if self.shard and shard != "at_step" else False
         self.early_now = False               # stepping the slices as libdear reports them
@@ -782,6 +786,7 @@ class _Wrapped:
         for p in self.params:
             self.opt.state.pop(p, None)
         _fill_groups(self.opt.param_groups, subsets, None)
+        self.early_min = -(-sum(s[2] for s in self.slices) // _EARLY_STEPS)
         self.group_sizes = [len(g["params"]) for g in self.opt.param_groups]
 
     def _cut_state(self, p, sp, off, cnt):
@@ -832,11 +837,12 @@ class _Wrapped:
                     # step the program may skip on it waits for opt.step().
                     self.early_now = False
                     self.early_hyper = None
-                elif self.shard_fired and k < self.shard_fired[-1]:
+                elif self.shard_fired and k < self.shard_fired[-1] and self.fired_count >= self.early_min:
                     # libdear reports a bucket's slices in order and the buckets backwards: the last
                     # bucket's slices are all here, and their step overlaps the next reduce-scatter.
                     self._early_batch()
             self.shard_fired.append(k)
+            self.fired_count += self.slices[k][2]
         else:
             self.fired.append(info.tensor)
         return 0
@@ -988,7 +994,7 @@ class _Wrapped:
     def _shard_step(self, kwargs):
         """shard=True: one step of the optimizer over this rank's slices averaged since the last step,
         then their parameters travel (dear_shard_release)."""
-        fired, self.shard_fired = self.shard_fired, []
+        fired, self.shard_fired, self.fired_count = self.shard_fired, [], 0
         try:
             self._step_slices(fired, kwargs)
         finally:
@@ -1015,7 +1021,7 @@ class _Wrapped:
     def _early_batch(self):
         """Step the slices reported so far, inside dear_backward_end's update callbacks: an error is
         kept for backward's end (nothing may cross the C call), and the rest then stay unstepped."""
-        ks, self.shard_fired = self.shard_fired, []
+        ks, self.shard_fired, self.fired_count = self.shard_fired, [], 0
         try:
             self._step_slices(ks)
         except BaseException as e:
@@ -1025,7 +1031,7 @@ class _Wrapped:
         """Backward's end, sharded steps on: step what is left, then the parameters travel."""
         if self.early_now and self.shard_fired:
             self._early_batch()
-        self.early_now, self.shard_fired = False, []
+        self.early_now, self.shard_fired, self.fired_count = False, [], 0
         err, self.early_error = self.early_error, None
         if err is not None:   # raised where the step ran, as at opt.step(); the next opt.step() is a no-op
             self.early_hyper = None
@@ -1219,7 +1225,7 @@ class _Wrapped:
                 self.to_fire = [bool(ts) for _, ts in self.layers]
                 self.unsettled = list(self.to_fire)
         if self.mode == _MODE_TRAIN:
-            self.shard_fired = []
+            self.shard_fired, self.fired_count = [], 0
             self.synced = True
         # Sharded, after an iteration that showed opt.step() following backward: each slice steps
         # as libdear reports it averaged, so its parameters travel before opt.step() is called. Not

@@ -318,7 +318,8 @@ def shard_loops():
 def shard_steps():
     """shard=True steps each slice when backward ends, before opt.step(), which is then a no-op:
     every loop gives DDP's parameters, and bitwise what shard='at_step' (the steps at opt.step())
-    gives; the steps run before opt.step() from the second iteration; the optimizer state is 1/P;
+    gives; the steps run before opt.step() from the second iteration, with small buckets in several
+    batches, bitwise as at opt.step(); the optimizer state is 1/P;
     a first iteration that changes the hyper-parameters between backward and opt.step() falls
     back to 'at_step'; a later change, or a skipped step, once the steps ran, is refused."""
     feats = ("plain", "set_to_none", "sched_before", "accumulate", "clip_norm", "state_dict", "skip_inf", "eval")
@@ -339,32 +340,55 @@ def shard_steps():
                 print("ok: %s: parameters %.2g, recorded values %.2g from DDP's, bitwise shard='at_step'" %
                       (what, d, r), flush=True)
 
-    # Where the steps run, and the state they keep.
-    model, opt = make("cnn", "adamw")
-    total = sum(p.numel() for p in model.parameters())
-    model, opt = dear.wrap(model, opt, shard=True)
-    data = T.batches("cnn", 3)
-    counts = []
-    for i, (x, y) in enumerate(data):
-        before = [p.detach().clone() for p in model.parameters()]
-        T.loss_of("cnn", model(x), y).backward()
-        counts.append(sorted({int(s["step"]) for s in opt.state.values()}))
-        moved = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-        opt.step()
-        counts[-1] += sorted({int(s["step"]) for s in opt.state.values()})
-        opt.zero_grad()
-        if i == 2:
-            check(moved, "sharded steps: the parameters had not moved when backward returned")
-    check(counts == [[1], [2, 2], [3, 3]], "sharded steps: AdamW's step counts after backward, after opt.step(): "
-          "%s, expected [[1], [2, 2], [3, 3]] (the first at opt.step(), then at backward's end)" % (counts,))
-    mine = sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel() for s in opt.state.values())
+    # Where the steps run, and the state they keep: 4 KiB buckets, so that the slices come in many
+    # buckets and step in several batches, bitwise as all of them at opt.step().
+    ends, batches = {}, []
+    early_batch = dear._Wrapped._early_batch
+
+    def counted(w):
+        batches.append(len(w.shard_fired))
+        early_batch(w)
+    dear._Wrapped._early_batch = counted
+    try:
+        for shard in (True, "at_step"):
+            model, opt = make("cnn", "adamw")
+            total = sum(p.numel() for p in model.parameters())
+            model, opt = dear.wrap(model, opt, shard=shard, fusion="threshold", bucket_cap_mb=4 / 1024)
+            counts = []
+            for i, (x, y) in enumerate(T.batches("cnn", 3)):
+                before = [p.detach().clone() for p in model.parameters()]
+                batches.clear()
+                T.loss_of("cnn", model(x), y).backward()
+                counts.append(sorted({int(s["step"]) for s in opt.state.values()}))
+                moved = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+                opt.step()
+                counts[-1] += sorted({int(s["step"]) for s in opt.state.values()})
+                opt.zero_grad()
+            dear.flush(model)
+            ends[shard] = [p.detach().clone() for p in model.parameters()]
+            mine = sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel() for s in opt.state.values())
+            nslices = len(model._dear.slices)
+            dear.close(model)
+            if shard is True:
+                check(moved, "sharded steps: the parameters had not moved when backward returned")
+                check(counts == [[1], [2, 2], [3, 3]], "sharded steps: AdamW's step counts after backward, after "
+                      "opt.step(): %s, expected [[1], [2, 2], [3, 3]] (the first at opt.step(), then at backward's "
+                      "end)" % (counts,))
+                last, early_counts = list(batches), counts
+                check(len(last) >= 2 and sum(last) == nslices, "sharded steps: the last backward stepped %s of its "
+                      "%d slices in batches of %s, expected all in two or more" % (sum(last), nslices, last))
+    finally:
+        dear._Wrapped._early_batch = early_batch
+    check(all(torch.equal(a, b) for a, b in zip(ends[True], ends["at_step"])),
+          "sharded steps in batches: not bitwise the steps at opt.step()")
     everyone = COMM.allreduce(mine, op=MPI.SUM)
     check(everyone == 2 * total and mine <= 2 * (total // SIZE + len(list(model.parameters()))),
           "sharded steps: this rank keeps %d state floats, all %d, for %d parameters on %d ranks" %
           (mine, everyone, total, SIZE))
     if RANK == 0:
-        print("ok: sharded steps: AdamW steps %s (after backward, after opt.step()); state %d of %d floats here" %
-              (counts, mine, 2 * total), flush=True)
+        print("ok: sharded steps: AdamW steps %s (after backward, after opt.step()), the last backward's in batches "
+              "of %s slices, bitwise the steps at opt.step(); state %d of %d floats here" %
+              (early_counts, last, mine, 2 * total), flush=True)
 
     # A first iteration that sets the learning rate between backward and opt.step() (a warm-up written
     # there) keeps the steps at opt.step(), and gives what DDP's loop gives.
