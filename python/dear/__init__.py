@@ -83,30 +83,29 @@ terms of libdear's C API (include/dear.h):
   the arena, whose ``.grad`` views the averaged slice of the gradient arena: the optimizer's state
   is that of 1/P of the model (state it already had when wrapped is cut to the slices). The slices
   are averaged when backward returns. From the second iteration each is stepped as libdear reports
-  it averaged, inside backward's end (one ``step()`` per bucket, which overlaps the reduce-scatters
-  still travelling), and the parameters then leave for every rank at once, overlapping what the
-  program does until the next forward and, under ``dear``, that forward; ``opt.step()`` is a no-op.
-  That rests on what the first iteration shows, whose steps run at ``opt.step()``: that
-  ``opt.step()`` follows backward with no arguments, the hyper-parameters unchanged and the
-  gradients unwritten in between (schedulers step after ``opt.step()``, as torch asks). Where it
-  shows otherwise, or skips ``opt.step()``, every step of the run waits for ``opt.step()`` (as
-  ``shard='at_step'`` asks from the start), with the hyper-parameters it has then, and a skipped
-  ``opt.step()`` sends the slices unchanged. A later iteration that breaks it after its steps ran
-  raises DearError (at ``opt.step()``, or at the next forward for a skipped one) rather than
-  train on a step the program did not ask for. Not stepped early: a backward pass that raised, and
-  under ``clip_norm=`` (whose global norm needs every reduce-scatter before any step) one whose
-  norm is not finite, so that the program may skip its step on ``dear.grad_norm(model)`` as
-  GradScaler skips one on an inf (``clip_norm=1e30`` only reports the norm). An exception of the
-  optimizer in an early step is raised by ``backward()``. The optimizer must be
-  element-wise (SGD, momentum, Adam, AdamW: a slice's step is that slice of the tensor's step;
-  LAMB and LARS, whose steps use whole-tensor norms, are not). ``param.grad`` of the model holds
-  the average only on this rank's slices, so reading it from Python raises DearError:
+  it averaged, inside backward's end (a few ``step()`` calls, each over whole buckets and at least a
+  quarter of this rank's elements, so that they overlap the reduce-scatters still travelling), and
+  the parameters then leave for every rank at once, overlapping what the program does until the next
+  forward and, under ``dear``, that forward; ``opt.step()`` is a no-op. That rests on what the first
+  iteration shows, whose steps run at ``opt.step()``: that ``opt.step()`` follows backward with no
+  arguments, the hyper-parameters unchanged and the gradients unwritten in between (schedulers step
+  after ``opt.step()``, as torch asks). Where it shows otherwise, or skips ``opt.step()``, every
+  step of the run waits for ``opt.step()`` (as ``shard='at_step'`` asks from the start), with the
+  hyper-parameters it has then, and a skipped ``opt.step()`` sends the slices unchanged. A later
+  iteration that breaks it after its steps ran raises DearError (at ``opt.step()``, or at the next
+  forward for a skipped one) rather than train on a step the program did not ask for. Not stepped
+  early: a backward pass that raised, and under ``clip_norm=`` (whose global norm needs every
+  reduce-scatter before any step) one whose norm is not finite, so that the program may skip its
+  step on ``dear.grad_norm(model)`` as GradScaler skips one on an inf (``clip_norm=1e30`` only
+  reports the norm). An exception of the optimizer in an early step is raised by ``backward()``. The
+  optimizer must be element-wise (SGD, momentum, Adam, AdamW: a slice's step is that slice of the
+  tensor's step; LAMB and LARS, whose steps use whole-tensor norms, are not). ``param.grad`` of the
+  model holds the average only on this rank's slices, so reading it from Python raises DearError:
   ``clip_grad_norm_`` gives way to ``clip_norm=`` (libdear clips from the shards), and GradScaler,
-  whose inf check would differ between ranks, is not supported. A second backward pass through
-  one forward is refused. ``opt.state_dict()`` is this rank's slices: a checkpoint saves one per
-  rank and resumes on as many ranks with the same DEAR_PARTITION, or unsharded state is loaded
-  before ``wrap`` (it is cut to the slices). CUDA parameters are refused (libdear shards host
-  memory only).
+  whose inf check would differ between ranks, is not supported. A second backward pass through one
+  forward is refused. ``opt.state_dict()`` is this rank's slices: a checkpoint saves one per rank
+  and resumes on as many ranks with the same DEAR_PARTITION, or unsharded state is loaded before
+  ``wrap`` (it is cut to the slices). CUDA parameters are refused (libdear shards host memory only).
 * The plan training starts on comes from the model's structure, before anything is timed
   (DEAR_FIRST_PLAN): the binding gives libdear each layer's forward FLOPs where it knows the
   module (Linear, convolutions, embeddings, MultiheadAttention, normalisations;
