@@ -317,11 +317,12 @@ def shard_loops():
 
 def shard_steps():
     """shard=True steps each slice when backward ends, before opt.step(), which is then a no-op:
-    every loop gives DDP's parameters, and bitwise what shard='at_step' (the steps at opt.step())
-    gives; the steps run before opt.step() from the second iteration, with small buckets in several
-    batches, bitwise as at opt.step(); the optimizer state is 1/P;
-    a first iteration that changes the hyper-parameters between backward and opt.step() falls
-    back to 'at_step'; a later change, or a skipped step, once the steps ran, is refused."""
+    every loop gives DDP's parameters, and what shard='at_step' (the steps at opt.step()) gives,
+    bitwise on 1 and 2 ranks (on more, a sum's rounding follows a plan that timing may switch); the
+    steps run before opt.step() from the second iteration, with small buckets in several batches;
+    the optimizer state is 1/P; a first iteration that changes the hyper-parameters between
+    backward and opt.step() falls back to 'at_step'; a later change, or a skipped step, once the
+    steps ran, is refused."""
     feats = ("plain", "set_to_none", "sched_before", "accumulate", "clip_norm", "state_dict", "skip_inf", "eval")
     for feat in feats:
         ref, ref_rec = run_ddp(feat)
@@ -335,10 +336,13 @@ def shard_steps():
             what = "sharded steps at backward's end, %s %s np %d" % (feat, schedule, SIZE)
             check(d <= T.TOL and r <= T.TOL, "%s: differs from DDP by %.3g (parameters), %.3g (recorded)" %
                   (what, d, r))
-            check(same, "%s: not bitwise what shard='at_step' gives" % what)
+            # On more than 2 ranks a sum's rounding follows the plan, which timing may switch: close, then.
+            close = T.rel_diff(got, held) <= T.TOL and rec_diff(rec, held_rec) <= T.TOL
+            check(same or (SIZE > 2 and close), "%s: not %s what shard='at_step' gives" %
+                  (what, "bitwise" if SIZE <= 2 else "within %g of" % T.TOL))
             if RANK == 0:
-                print("ok: %s: parameters %.2g, recorded values %.2g from DDP's, bitwise shard='at_step'" %
-                      (what, d, r), flush=True)
+                print("ok: %s: parameters %.2g, recorded values %.2g from DDP's, %s shard='at_step'" %
+                      (what, d, r, "bitwise" if same else "close to"), flush=True)
 
     # Where the steps run, and the state they keep: 4 KiB buckets, so that the slices come in many
     # buckets and step in several batches, bitwise as all of them at opt.step().
@@ -379,8 +383,9 @@ def shard_steps():
                       "%d slices in batches of %s, expected all in two or more" % (sum(last), nslices, last))
     finally:
         dear._Wrapped._early_batch = early_batch
-    check(all(torch.equal(a, b) for a, b in zip(ends[True], ends["at_step"])),
-          "sharded steps in batches: not bitwise the steps at opt.step()")
+    check(all(torch.equal(a, b) for a, b in zip(ends[True], ends["at_step"])) or
+          (SIZE > 2 and T.rel_diff(ends[True], ends["at_step"]) <= T.TOL),
+          "sharded steps in batches: not %s the steps at opt.step()" % ("bitwise" if SIZE <= 2 else "close to"))
     everyone = COMM.allreduce(mine, op=MPI.SUM)
     check(everyone == 2 * total and mine <= 2 * (total // SIZE + len(list(model.parameters()))),
           "sharded steps: this rank keeps %d state floats, all %d, for %d parameters on %d ranks" %
