@@ -320,9 +320,9 @@ def shard_steps():
     every loop gives DDP's parameters, and what shard='at_step' (the steps at opt.step()) gives,
     bitwise on 1 and 2 ranks (on more, a sum's rounding follows a plan that timing may switch); the
     steps run before opt.step() from the second iteration, with small buckets in several batches;
-    the optimizer state is 1/P; a first iteration that changes the hyper-parameters between
-    backward and opt.step() falls back to 'at_step'; a later change, or a skipped step, once the
-    steps ran, is refused."""
+    the optimizer state is 1/P; a first iteration that changes the hyper-parameters or writes the
+    gradients between backward and opt.step() falls back to 'at_step'; a later change, write or
+    skipped step, once the steps ran, is refused."""
     feats = ("plain", "set_to_none", "sched_before", "accumulate", "clip_norm", "state_dict", "skip_inf", "eval")
     for feat in feats:
         ref, ref_rec = run_ddp(feat)
@@ -396,33 +396,39 @@ def shard_steps():
               (early_counts, last, mine, 2 * total), flush=True)
 
     # A first iteration that sets the learning rate between backward and opt.step() (a warm-up written
-    # there) keeps the steps at opt.step(), and gives what DDP's loop gives.
-    outs = []
-    for shard in (None, True):
-        model, opt = make("cnn", "sgd")
-        net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if shard is None else \
-            dear.wrap(model, opt, shard=True)[0]
-        for i, (x, y) in enumerate(T.batches("cnn", 4)):
-            T.loss_of("cnn", net(x.to(DEVICE)), y.to(DEVICE)).backward()
-            for g in opt.param_groups:
-                g["lr"] = 0.05 * (i + 1) / 4
-            opt.step()
-            opt.zero_grad()
-        if shard:
-            dear.flush(model)
-            check(model._dear.early is False, "sharded steps: a warm-up between backward and opt.step() still "
-                  "stepped at backward's end")
-        outs.append([p.detach().clone() for p in model.parameters()])
-        if shard:
-            dear.close(model)
-    d = T.rel_diff(outs[1], outs[0])
-    check(d <= T.TOL, "sharded steps, warm-up between backward and opt.step(): %.3g from DDP" % d)
-    if RANK == 0:
-        print("ok: sharded steps, a warm-up between backward and opt.step(): steps at opt.step(), %.2g from DDP" % d,
-              flush=True)
+    # there), or scales the gradients there (an unscale, as GradScaler's walks the optimizer's groups:
+    # the slices, sharded), keeps the steps at opt.step(), and gives what DDP's loop gives.
+    for habit in ("a warm-up", "an unscale"):
+        outs = []
+        for shard in (None, True):
+            model, opt = make("cnn", "sgd")
+            net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if shard is None else \
+                dear.wrap(model, opt, shard=True)[0]
+            for i, (x, y) in enumerate(T.batches("cnn", 4)):
+                T.loss_of("cnn", net(x.to(DEVICE)), y.to(DEVICE)).backward()
+                for g in opt.param_groups:
+                    if habit == "a warm-up":
+                        g["lr"] = 0.05 * (i + 1) / 4
+                    else:
+                        torch._foreach_mul_([p.grad for p in g["params"]], 0.5)
+                opt.step()
+                opt.zero_grad()
+            if shard:
+                dear.flush(model)
+                check(model._dear.early is False, "sharded steps: %s between backward and opt.step() still "
+                      "stepped at backward's end" % habit)
+            outs.append([p.detach().clone() for p in model.parameters()])
+            if shard:
+                dear.close(model)
+        d = T.rel_diff(outs[1], outs[0])
+        check(d <= T.TOL, "sharded steps, %s between backward and opt.step(): %.3g from DDP" % (habit, d))
+        if RANK == 0:
+            print("ok: sharded steps, %s between backward and opt.step(): steps at opt.step(), %.2g from DDP" %
+                  (habit, d), flush=True)
 
-    # Once the steps run at backward's end, a later change of them, or a skipped step, is refused.
-    for late in ("lr", "skip"):
+    # Once the steps run at backward's end, a later change of them, a write to the gradients or a
+    # skipped step is refused.
+    for late in ("lr", "write", "skip"):
         model, opt = make("cnn", "sgd")
         model, opt = dear.wrap(model, opt, shard=True)
         batches = T.batches("cnn", 3)
@@ -436,6 +442,9 @@ def shard_steps():
             opt.param_groups[0]["lr"] = 0.01
             T.expect_error("sharded steps, the learning rate set after they ran", "the hyper-parameters changed",
                            opt.step)
+        elif late == "write":
+            opt.param_groups[0]["params"][0].grad.mul_(0.5)
+            T.expect_error("sharded steps, a gradient scaled after they ran", "the gradients were written", opt.step)
         else:
             T.expect_error("sharded steps, opt.step() skipped after they ran", "opt.step() did not follow",
                            lambda: model(x))
