@@ -7,7 +7,9 @@
 #                           no_sync, set_to_none, schedulers, state_dict, eval, GradScaler,
 #                           exceptions); shard=True: DDP's parameters (the unsharded wrap's bit
 #                           for bit at np 1-2), 1/P of the optimizer state, state cut at wrap,
-#                           gradient reads refused; one rank failing ends the job
+#                           gradient reads refused, steps at backward's end (those at opt.step()
+#                           bit for bit at np 1-2) or at opt.step() where the loop needs it; one
+#                           rank failing ends the job
 #                           (abort_torch.py); apps/torch/train.py learns in 60 iterations
 SH_TESTS += tests/python/torch.sh
 EXTRA_DIST += tests/python/test_torch.py tests/python/test_loops.py \
