@@ -1,6 +1,6 @@
 /*
  * The element conversions every kernel shares: bfloat16 and IEEE binary16 to and from float32,
- * branch-free so that loops over them vectorise. One source for the host's kernels (reduce.c)
+ * and 8-bit codes with a float32 scale per block, branch-free so that loops over them vectorise. One source for the host's kernels (reduce.c)
  * and the device's (cuda/kern_body.h), which nvcc compiles for the GPU and the C compiler for
  * the emulated runtime, so every path rounds alike.
  */
@@ -74,5 +74,33 @@ DEAR_ELEM_FN uint16_t f_to_half(float f)
     uint32_t o = (big & is_big) | (sub & is_sub) | (norm & is_norm);
     return (uint16_t)(o | (sign >> 16));
 }
+
+/* int8 with one float32 scale per block of DEAR_Q8_BLOCK elements (DEAR_COMPRESS=int8): a
+ * block of n elements travels as its scale then n codes, value = code * scale with
+ * scale = max|x| / 127 and code = x / scale rounded to nearest even, so every element is within
+ * scale / 2 of its input (up to float32 rounding). 256 keeps the scale's share of the bytes at
+ * 1/64 while one large element costs the precision of 256 neighbours only. */
+#define DEAR_Q8_BLOCK 256
+
+/* The scale of a block from its largest magnitude: 0 for a zero block (its codes are all 0);
+ * NaN when the block holds a NaN or an infinity, so that every value of it arrives NaN and a
+ * non-finite gradient is not hidden (the finite check and clipping see it). */
+DEAR_ELEM_FN float q8_scale(float amax)
+{
+    float s = amax / 127.0f;
+    return s - s == 0.0f ? s : bits_f(0x7FC00000u);
+}
+
+/* The code of x in a block of finite scale > 0 (|x| <= 127 scale): 1.5 * 2^23 added and taken
+ * away rounds to nearest even without a library call, the same on the host and the device. */
+DEAR_ELEM_FN int8_t f_to_q8(float x, float scale)
+{
+    float y = x / scale;
+    y = y > 127.0f ? 127.0f : y;
+    y = y < -127.0f ? -127.0f : y;
+    return (int8_t)((y + 12582912.0f) - 12582912.0f);
+}
+
+DEAR_ELEM_FN float q8_to_f(int8_t q, float scale) { return (float)q * scale; }
 
 #endif

@@ -182,6 +182,89 @@ void dear_reduce_narrow(dear_dtype_t dtype, void *dst, const float *src, size_t 
         dear_reduce_scale(DEAR_FLOAT32, dst, src, n, scale);
 }
 
+/* int8 blocks (elem.h). The largest magnitude is taken on the bits (for non-negative floats the
+ * integer order is the float order, and an integer max vectorises where a float one does not);
+ * bits above an infinity's are a NaN, which q8_scale turns into a NaN scale. */
+KERNEL static float q8_amax(const float *restrict x, size_t n)
+{
+    uint32_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a = f_bits(x[i]) & 0x7FFFFFFFu;
+        m = a > m ? a : m;
+    }
+    return bits_f(m);
+}
+
+KERNEL static void q8_codes(int8_t *restrict q, const float *restrict x, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++)
+        q[i] = f_to_q8(x[i], s);
+}
+
+/* e = x - value, exact or nearly (|e| <= scale / 2); x is e itself on entry. */
+KERNEL static void q8_keep(float *restrict e, const int8_t *restrict q, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++)
+        e[i] -= q8_to_f(q[i], s);
+}
+
+KERNEL static void q8_values(float *restrict d, const int8_t *restrict q, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = q8_to_f(q[i], s);
+}
+
+KERNEL static void q8_values_acc(float *restrict d, const int8_t *restrict q, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] += q8_to_f(q[i], s);
+}
+
+size_t dear_q8_bytes(size_t n)
+{
+    return (n + DEAR_Q8_BLOCK - 1) / DEAR_Q8_BLOCK * sizeof(float) + n;
+}
+
+void dear_reduce_q8_pack(void *dst, const float *src, float *e, size_t n)
+{
+    size_t nb = (n + DEAR_Q8_BLOCK - 1) / DEAR_Q8_BLOCK;
+    int8_t *codes = (int8_t *)((char *)dst + nb * sizeof(float));
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * DEAR_Q8_BLOCK, len = n - lo < DEAR_Q8_BLOCK ? n - lo : DEAR_Q8_BLOCK;
+        const float *x = src + lo;
+        if (e != NULL) {
+            for (size_t i = 0; i < len; i++)
+                e[lo + i] += src[lo + i];
+            x = e + lo;
+        }
+        float s = q8_scale(q8_amax(x, len));
+        memcpy((char *)dst + b * sizeof(float), &s, sizeof s);
+        int finite = s - s == 0.0f;
+        if (finite && s > 0.0f)
+            q8_codes(codes + lo, x, len, s);
+        else
+            memset(codes + lo, 0, len);
+        /* What a zero block drops is nothing; a non-finite one's residual restarts from zero, as
+         * the 16-bit feedback does. */
+        if (e != NULL && finite && s > 0.0f)
+            q8_keep(e + lo, codes + lo, len, s);
+        else if (e != NULL)
+            memset(e + lo, 0, len * sizeof(float));
+    }
+}
+
+void dear_reduce_q8_unpack(float *dst, const void *src, size_t n, int acc)
+{
+    size_t nb = (n + DEAR_Q8_BLOCK - 1) / DEAR_Q8_BLOCK;
+    const int8_t *codes = (const int8_t *)((const char *)src + nb * sizeof(float));
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * DEAR_Q8_BLOCK, len = n - lo < DEAR_Q8_BLOCK ? n - lo : DEAR_Q8_BLOCK;
+        float s;
+        memcpy(&s, (const char *)src + b * sizeof(float), sizeof s);
+        (acc ? q8_values_acc : q8_values)(dst + lo, codes + lo, len, s);
+    }
+}
+
 size_t dear_reduce_zero_prefix(const void *p, size_t n)
 {
     /* 64 bytes per test: a run of zeros costs one OR per word and vectorises; the first non-zero

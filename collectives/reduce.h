@@ -35,6 +35,14 @@ void dear_reduce_wire_add(dear_dtype_t dtype, void *dst, float *dst32, const flo
 /* Error feedback against the 16-bit type dtype: x = v + e, v = round(x) (as float32), e = x - v,
  * exact in float32; e = 0 where v overflowed to an infinity (or x is not finite). */
 void dear_reduce_feedback(dear_dtype_t dtype, float *v, float *e, size_t n);
+/* int8 with a float32 scale per block of DEAR_Q8_BLOCK elements (collectives/elem.h): n elements
+ * travel as their blocks' scales, then n codes, blocks cut from element 0. dear_q8_bytes: that
+ * size. pack: the blocks of src[0..n) into dst (4-byte aligned); with e (not NULL, n elements) it
+ * quantizes x = src + e and leaves in e what that dropped, x - value (0 where a block is not
+ * finite): error feedback. unpack: dst = the values (acc 0) or dst += them (acc 1), in float32. */
+size_t dear_q8_bytes(size_t n);
+void dear_reduce_q8_pack(void *dst, const float *src, float *e, size_t n);
+void dear_reduce_q8_unpack(float *dst, const void *src, size_t n, int acc);
 /* 1 for the 16-bit floating types, whose partial sums must not be rounded on the way. */
 static inline int dear_dtype_is16(dear_dtype_t dtype) { return dtype == DEAR_BFLOAT16 || dtype == DEAR_FLOAT16; }
 

@@ -35,12 +35,14 @@
 #                                 wrong address, a rank proving itself twice, silent strays
 #                                 during set-up, a header announcing 8 GiB, a flood of
 #                                 messages without receives.
+#   tests/unit/test_q8            the int8 block codec against a float64 reference: scales, the
+#                                 scale / 2 bound, zero and non-finite blocks, error feedback.
 #   tests/unit/test_sock_auth     the HMAC-SHA256 wrapper (nettle) against RFC 4231, and
 #                                 the handshake's records and proofs (replay, reflection).
 #   make check-valgrind-coll      one np=2 run under valgrind memcheck, zero errors required
 #                                 (Open MPI internals suppressed by tests/valgrind-ompi.supp).
 CK_PROGS += tests/mpi/test_coll tests/mpi/test_compress tests/mpi/test_net tests/mpi/test_sock_guard
-CK_TESTS += tests/unit/test_sock_auth
+CK_TESTS += tests/unit/test_sock_auth tests/unit/test_q8
 CK_RUNS += tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
     tests/mpi/coll-np4.mpi tests/mpi/coll-np5.mpi \
     tests/mpi/coll-np6-3x2.mpi tests/mpi/coll-np6-2x3.mpi tests/mpi/coll-np4-socket.mpi \
@@ -52,6 +54,7 @@ EXTRA_DIST += tests/valgrind-ompi.supp
 tests_mpi_test_coll_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 tests_mpi_test_compress_LDADD = $(tests_mpi_test_coll_LDADD)
 tests_unit_test_sock_auth_LDADD = $(tests_mpi_test_coll_LDADD)
+tests_unit_test_q8_LDADD = $(tests_mpi_test_coll_LDADD) -lm
 
 VALGRIND_COLL = valgrind --tool=memcheck --error-exitcode=1 --leak-check=no \
     --suppressions=$(abs_top_srcdir)/tests/valgrind-ompi.supp --quiet
