@@ -47,6 +47,7 @@ int dear_dtype_parse(const char *name, dear_dtype_t *dtype)
 
 static const char *const compress_names[DEAR_COMPRESS_COUNT] = {
     [DEAR_COMPRESS_NONE] = "none", [DEAR_COMPRESS_BF16] = "bf16", [DEAR_COMPRESS_FP16] = "fp16",
+    [DEAR_COMPRESS_INT8] = "int8",
 };
 
 const char *dear_compress_name(dear_compress_t c)
@@ -67,6 +68,13 @@ int dear_compress_parse(const char *name, dear_compress_t *c)
 dear_dtype_t dear_compress_dtype(dear_compress_t c)
 {
     return c == DEAR_COMPRESS_BF16 ? DEAR_BFLOAT16 : c == DEAR_COMPRESS_FP16 ? DEAR_FLOAT16 : DEAR_FLOAT32;
+}
+
+double dear_compress_ratio(dear_compress_t c)
+{
+    if (c == DEAR_COMPRESS_INT8)
+        return (1.0 + (double)sizeof(float) / DEAR_COMPRESS_INT8_BLOCK) / sizeof(float);
+    return (double)dear_dtype_size(dear_compress_dtype(c)) / sizeof(float);
 }
 
 void dear_sleep(double seconds)

@@ -196,7 +196,7 @@ static int validate(const dear_coll_args_t *a, int *rank, int *nranks)
                    "dear_coll_start: unknown dtype %d (accepted: float32, float64, bfloat16, float16, int32)",
                    (int)a->dtype);
     DEAR_ARG_CHECK((unsigned)a->compress < DEAR_COMPRESS_COUNT && (unsigned)a->compress_ag < DEAR_COMPRESS_COUNT,
-                   "dear_coll_start: unknown compress %d or compress_ag %d (accepted: 0 none, 1 bf16, 2 fp16)",
+                   "dear_coll_start: unknown compress %d or compress_ag %d (accepted: 0 none, 1 bf16, 2 fp16, 3 int8)",
                    (int)a->compress, (int)a->compress_ag);
     DEAR_ARG_CHECK(!(dear_coll_algo_flags(a->algo) & DEAR_ALGO_F_NEEDS_BLOCK) || a->sparse_block > 0,
                    "dear_coll_start: algo %s with sparse_block 0 (accepted: elements per block > 0, e.g. a "
@@ -237,6 +237,9 @@ static int validate(const dear_coll_args_t *a, int *rank, int *nranks)
             DEAR_ARG_CHECK(bl->buf != NULL || bl->hi == bl->lo,
                            "dear_coll_start: block %d buf is NULL with %zu elements that travel", b,
                            bl->hi - bl->lo);
+            DEAR_ARG_CHECK((bl->ef != NULL) == (a->blocks[0].ef != NULL),
+                           "dear_coll_start: block %d has %s error feedback vector and block 0 %s (accepted: "
+                           "every block one, or none)", b, bl->ef ? "an" : "no", a->blocks[0].ef ? "has" : "has not");
         }
         return DEAR_OK;
     }
@@ -281,19 +284,26 @@ static size_t block_piece(const dear_coll_block_t *b, int nranks, int p, size_t 
 }
 
 /* Copy the pieces of ranks [p0, p1) between the blocks and the staging vector (to_staging: into
- * it). A block with nothing that travels may have a NULL buf. */
-static void blocks_copy(dear_coll_req_t *r, int p0, int p1, int to_staging)
+ * it); ef: the blocks' error feedback vectors and ef_staging instead. A block with nothing that
+ * travels may have a NULL buf. */
+static void blocks_copy_of(dear_coll_req_t *r, int p0, int p1, int to_staging, int ef)
 {
+    size_t es = ef ? sizeof(float) : r->esize;
     for (int p = p0; p < p1; p++) {
-        char *st = r->staging + r->displs[p] * r->esize;
+        char *st = (ef ? (char *)r->ef_staging : r->staging) + r->displs[p] * es;
         for (int b = 0; b < r->nblocks; b++) {
             size_t lo, n = block_piece(&r->blocks[b], r->nranks, p, &lo);
-            char *at = (char *)r->blocks[b].buf + lo * r->esize;
+            char *at = (ef ? (char *)r->blocks[b].ef : (char *)r->blocks[b].buf) + lo * es;
             if (n > 0)
-                coll_copy(r, to_staging ? st : at, to_staging ? at : st, n * r->esize);
-            st += n * r->esize;
+                coll_copy(r, to_staging ? st : at, to_staging ? at : st, n * es);
+            st += n * es;
         }
     }
+}
+
+static void blocks_copy(dear_coll_req_t *r, int p0, int p1, int to_staging)
+{
+    blocks_copy_of(r, p0, p1, to_staging, 0);
 }
 
 /* Multi-block collectives: rank p's shard is, block after block, its shard of each block cut to
@@ -318,6 +328,7 @@ static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
     r->nblocks = a->nblocks;
     if (a->nblocks == 1) {
         r->buf = (char *)a->blocks[0].buf + a->blocks[0].lo * r->esize;
+        r->ef = a->blocks[0].ef != NULL ? a->blocks[0].ef + a->blocks[0].lo : NULL;
         return DEAR_OK;
     }
     size_t nb = (size_t)a->nblocks * sizeof(dear_coll_block_t);
@@ -329,6 +340,13 @@ static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
         blocks_copy(r, 0, r->nranks, 1);
     else
         blocks_copy(r, r->rank, r->rank + 1, 1);
+    /* Error feedback travels with every piece: the phases read and write the residuals of
+     * other ranks' chunks as well as this rank's. */
+    if (a->blocks[0].ef != NULL) {
+        DEAR_ALLOC_GOTO(r->ef_staging, malloc(total * sizeof(float) + 1), total * sizeof(float) + 1, rc, out);
+        blocks_copy_of(r, 0, r->nranks, 1, 1);
+        r->ef = r->ef_staging;
+    }
 out:
     return rc;
 }
@@ -341,6 +359,8 @@ static void blocks_unpack(dear_coll_req_t *r)
         blocks_copy(r, r->rank, r->rank + 1, 0);
     else
         blocks_copy(r, 0, r->nranks, 0);
+    if (r->ef_staging != NULL)
+        blocks_copy_of(r, 0, r->nranks, 0, 1);
 }
 
 /* A request with its per-rank layout arrays allocated (not yet filled); net NULL: MPI on comm. */
@@ -438,6 +458,10 @@ static int wire_setup(dear_coll_req_t *r, dear_compress_t c)
 {
     if (wire_format(r, c) == DEAR_COMPRESS_NONE)
         return DEAR_OK;
+    if (c == DEAR_COMPRESS_INT8) {
+        r->q8 = 1;  /* coll_direct.c packs each chunk itself, from the float32 vector */
+        return DEAR_OK;
+    }
     dear_dtype_t wt = dear_compress_dtype(c);
     size_t es = dear_dtype_size(wt), own = r->displs[r->rank], mine = r->counts[r->rank];
     char *w = dear_coll_scratch_get(r->total * es, &r->wire_cap);
@@ -485,6 +509,7 @@ static int wire_setup(dear_coll_req_t *r, dear_compress_t c)
  * reduce-scatter's result, unless its algorithm wrote it in float32 itself (out32). */
 static void wire_finish(dear_coll_req_t *r)
 {
+    r->q8 = 0;
     if (r->wire == NULL)
         return;
     if (r->op != DEAR_COLL_REDUCE_SCATTER)
@@ -601,9 +626,14 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         }
     }
 
-    /* The selection table sees the bytes that travel: half for a compressed vector. */
+    /* The selection table sees the bytes that travel: half for a 16-bit vector. int8 quantizes
+     * once per phase, which only the direct exchange does: either phase int8, it runs direct. */
     dear_compress_t wire = wire_format(r, args->compress);
-    size_t bytes = r->total * (wire != DEAR_COMPRESS_NONE ? dear_dtype_size(dear_compress_dtype(wire)) : r->esize);
+    dear_compress_t wire_ag = args->op == DEAR_COLL_ALLREDUCE ? wire_format(r, args->compress_ag) : DEAR_COMPRESS_NONE;
+    int q8 = wire == DEAR_COMPRESS_INT8 || wire_ag == DEAR_COMPRESS_INT8;
+    size_t bytes = (size_t)((double)(r->total * r->esize) * dear_compress_ratio(wire));
+    if (args->nblocks == 0 && q8)
+        r->ef = args->ef;
     r->topo = args->topo;
     if (dear_coll_algo_flags(args->algo) & DEAR_ALGO_F_NATIVE) {
         DEAR_ERROR("coll", "dear_coll_start: algo native needs a transport that runs collectives itself (NCCL); "
@@ -612,7 +642,8 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         rc = DEAR_ERR_UNSUPPORTED;
         goto err;
     }
-    r->algo = args->algo == DEAR_ALGO_AUTO ? dear_coll_select(args->op, bytes, nranks, args->topo) : args->algo;
+    r->algo = q8 ? DEAR_ALGO_DIRECT
+                 : args->algo == DEAR_ALGO_AUTO ? dear_coll_select(args->op, bytes, nranks, args->topo) : args->algo;
     if (r->algo == DEAR_ALGO_HIER && !hier_fits(args->topo, nranks)) {
         DEAR_ERROR("coll", "dear_coll_start: algo hier needs the topology of a communicator spanning 2..64 hosts of "
                            "2 or more ranks each, all alike (args.topo from dear_coll_topo_create); this one has %s",
@@ -813,6 +844,7 @@ void dear_coll_free(dear_coll_req_t *req)
     dear_coll_scratch_put(req->wide, req->wide_cap);
     dear_coll_scratch_put(req->wire, req->wire_cap);
     free(req->staging);
+    free(req->ef_staging);
     free(req->blocks);
     free(req->counts);
     free(req->displs);

@@ -56,6 +56,15 @@
  *                   compress's format, rounding its partial sums in 16 bits, and returns the sum
  *                   rounded once more. Under DEAR_DETERMINISTIC every contribution is rounded once,
  *                   so the sum does not depend on which rank owns an element.
+ *                   int8 (DEAR_COMPRESS_INT8, a quarter of the bytes plus a float32 scale per 256
+ *                   values) quantizes each value once per phase, which only the direct exchange
+ *                   does, so a collective with an int8 phase runs algo direct whatever was asked:
+ *                   a reduce-scatter quantizes rank p's chunk for p, which adds the values to its
+ *                   own float32 chunk in float32 (rounded result: none); an all-gather quantizes
+ *                   each shard once at its owner and every rank takes the values of those bytes.
+ *                   With ef, each quantization quantizes value + ef and leaves in ef what it
+ *                   dropped: the reduce-scatter at the other ranks' chunks, the all-gather at this
+ *                   rank's shard (an all-reduce uses both, disjoint).
  */
 #ifndef DEAR_COLL_H
 #define DEAR_COLL_H
@@ -104,6 +113,8 @@ typedef struct {
     void *buf;      /* the block's full vector, count elements */
     size_t count;   /* sharding is over [0, count) */
     size_t lo, hi;  /* elements [lo, hi) travel; 0 <= lo <= hi <= count */
+    float *ef;      /* int8 error feedback over the block's count elements (args.ef); NULL: none.
+                     * Every block has one or none does */
 } dear_coll_block_t;
 
 typedef struct dear_coll_args {
@@ -129,6 +140,9 @@ typedef struct dear_coll_args {
     dear_compress_t compress;   /* float32 vectors: the 16-bit format they travel in (an all-reduce's
                                  * reduce-scatter half); NONE, other types, one rank: as they are */
     dear_compress_t compress_ag; /* an all-reduce's all-gather half; ignored by the other ops */
+    float *ef;                  /* int8 error feedback (compression above): a float32 per element of the
+                                 * vector, zero at first, that the int8 phases read and leave what their
+                                 * quantization dropped in (NULL: none; multi-block: blocks' ef) */
 } dear_coll_args_t;
 
 typedef struct dear_coll_req dear_coll_req_t;

@@ -8,6 +8,10 @@
  * vector, as the ring does, but with one latency instead of P-1, which is what counts for small
  * vectors. It does not pipeline the reduction with the transfers and posts 2(P-1) messages at
  * once, so it is for small vectors only (the selection table in coll.c).
+ * int8 (r->q8) is this exchange's alone, since each value must be quantized once per phase: the
+ * reduce-scatter quantizes chunk p for rank p, which adds the values in float32 to its own
+ * unquantized chunk; the all-gather quantizes the owner's shard once and every rank, owner too,
+ * takes the values of the same bytes. With r->ef each quantization keeps what it dropped there.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -26,11 +30,87 @@ typedef struct {
     char *slots;                /* reduce-scatter: P-1 pieces of this rank's chunk */
     float *acc;                 /* 16-bit reduce-scatter: the float32 sum of this rank's chunk */
     char *own_copy;             /* DEAR_DETERMINISTIC: room for the own piece (summed in rank order) */
+    char *q8_send;              /* int8: what this rank sends, one packed chunk per peer (the
+                                 * reduce-scatter) or its packed shard (the all-gather) */
+    size_t *q8_at;              /* int8: offset of rank p's chunk in q8_send (RS) or slots (AG) */
+    int q8_ordered;             /* int8 under DEAR_DETERMINISTIC: the own chunk packed too, the
+                                 * pieces added in rank order */
 } direct_state_t;
 
 static char *elem(const dear_coll_req_t *r, const void *base, size_t index)
 {
     return (char *)base + index * r->esize;
+}
+
+/* int8 messages: a chunk's packed bytes, rounded up so that the next chunk's scales stay aligned. */
+static size_t q8_stride(size_t n)
+{
+    return (dear_q8_bytes(n) + 15) & ~(size_t)15;
+}
+
+/* int8: every chunk this rank sends packed once (rank p's chunk of the input for p, or this
+ * rank's shard for every peer), then the whole exchange posted. Under DEAR_DETERMINISTIC the own
+ * chunk is packed too, into its slot, so every contribution is quantized alike. */
+static int post_q8(dear_coll_req_t *r, direct_state_t *st)
+{
+    int P = r->nranks, me = r->rank, n = 0;
+    int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
+    const float *src = (const float *)(rs ? r->src : r->buf);
+    size_t mine = r->counts[me], slot = q8_stride(mine);
+    for (int p = 0; p < P; p++) {
+        int packs = rs ? p != me || st->q8_ordered : p == me;
+        if (!packs)
+            continue;
+        float *e = r->ef != NULL && !(rs && p == me) ? r->ef + r->displs[p] : NULL;
+        char *to = rs && p == me ? st->slots + (size_t)(P - 1) * slot : st->q8_send + (rs ? st->q8_at[p] : 0);
+        dear_reduce_q8_pack(to, src + r->displs[p], e, r->counts[p]);
+    }
+    for (int i = 1; i < P; i++) {
+        int p = (me + i) % P;
+        void *dst = rs ? st->slots + (size_t)(i - 1) * slot : st->slots + st->q8_at[p];
+        size_t len = dear_q8_bytes(rs ? mine : r->counts[p]);
+        DEAR_CHECK(dear_net_irecv(r->net, dst, len, p, r->tag, &st->reqs[n++]));
+    }
+    for (int i = 1; i < P; i++) {
+        int p = (me - i + P) % P;
+        const char *from = st->q8_send + (rs ? st->q8_at[p] : 0);
+        size_t len = dear_q8_bytes(rs ? r->counts[p] : mine);
+        DEAR_CHECK(dear_net_isend(r->net, from, len, p, r->tag, &st->reqs[n++]));
+        r->bytes_sent += len;
+    }
+    st->nreq = n;
+    st->ndone = 0;
+    return DEAR_OK;
+}
+
+/* int8, all in: a reduce-scatter's out = (own + values of the P-1 pieces) * scale in float32 (in
+ * rank order from the packed own chunk under DEAR_DETERMINISTIC); an all-gather's every shard,
+ * this rank's too, the values of the bytes its owner sent. */
+static void finish_q8(dear_coll_req_t *r, direct_state_t *st)
+{
+    int P = r->nranks, me = r->rank;
+    size_t mine = r->counts[me], slot = q8_stride(mine);
+    if (r->op == DEAR_COLL_REDUCE_SCATTER) {
+        float *out = (float *)r->out;
+        if (st->q8_ordered) {
+            for (int p = 0; p < P; p++) {
+                int i = (p - me + P) % P;
+                const char *piece = st->slots + (size_t)(i == 0 ? P - 1 : i - 1) * slot;
+                dear_reduce_q8_unpack(out, piece, mine, p > 0);
+            }
+        } else {
+            const float *own = (const float *)r->src + r->displs[me];
+            if (own != out)
+                coll_copy(r, out, own, mine * sizeof(float));
+            for (int i = 1; i < P; i++)
+                dear_reduce_q8_unpack(out, st->slots + (size_t)(i - 1) * slot, mine, 1);
+        }
+        coll_scale(r, DEAR_FLOAT32, out, out, mine, r->scale);
+        return;
+    }
+    float *buf = (float *)r->buf;
+    for (int p = 0; p < P; p++)
+        dear_reduce_q8_unpack(buf + r->displs[p], p == me ? st->q8_send : st->slots + st->q8_at[p], r->counts[p], 0);
 }
 
 /* Post the whole exchange: P-1 receives and P-1 sends. */
@@ -141,12 +221,41 @@ static int direct_progress(dear_coll_req_t *r, int *done)
         }
         if (st->ndone < st->nreq)
             return DEAR_OK;
-        if (r->op == DEAR_COLL_REDUCE_SCATTER)
+        if (r->q8)
+            finish_q8(r, st);
+        else if (r->op == DEAR_COLL_REDUCE_SCATTER)
             reduce_pieces(r, st);
         st->posted = 0;
     }
     *done = 1;
     return DEAR_OK;
+}
+
+/* int8 buffers: a reduce-scatter's packed chunks for the peers and P slots of this rank's chunk
+ * (the last for the own chunk under DEAR_DETERMINISTIC); an all-gather's packed shard and a slot
+ * per rank. */
+static int start_q8(dear_coll_req_t *r, direct_state_t *st)
+{
+    int rc = DEAR_OK, P = r->nranks;
+    int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
+    size_t nb = (size_t)P * sizeof(size_t), send = 0, slots = 0;
+    DEAR_ALLOC_GOTO(st->q8_at, malloc(nb), nb, rc, out);
+    for (int p = 0; p < P; p++) {
+        st->q8_at[p] = rs ? send : slots;
+        if (rs)
+            send += p == r->rank ? 0 : q8_stride(r->counts[p]);
+        else
+            slots += q8_stride(r->counts[p]);
+    }
+    if (rs)
+        slots = (size_t)P * q8_stride(r->counts[r->rank]);
+    else
+        send = q8_stride(r->counts[r->rank]);
+    DEAR_ALLOC_GOTO(st->q8_send, malloc(send + 1), send + 1, rc, out);
+    DEAR_ALLOC_GOTO(st->slots, malloc(slots + 1), slots + 1, rc, out);
+    st->q8_ordered = rs && dear_param_int(DEAR_P_DETERMINISTIC);
+out:
+    return rc;
 }
 
 static int direct_start(dear_coll_req_t *r)
@@ -161,7 +270,7 @@ static int direct_start(dear_coll_req_t *r)
         st->reqs[i] = DEAR_NET_REQ_NULL;
     /* Each message is one chunk and MPI counts are ints. */
     for (int p = 0; p < r->nranks; p++) {
-        if (r->counts[p] > INT_MAX / r->esize) {
+        if (r->q8 ? dear_q8_bytes(r->counts[p]) > INT_MAX : r->counts[p] > INT_MAX / r->esize) {
             DEAR_ERROR("coll", "direct: chunk of %zu elements exceeds one MPI message (2 GiB); use ring",
                        r->counts[p]);
             return DEAR_ERR_UNSUPPORTED;
@@ -171,6 +280,12 @@ static int direct_start(dear_coll_req_t *r)
         if (r->op == DEAR_COLL_REDUCE_SCATTER)
             coll_rs_final(r, r->src, r->total);
         return DEAR_OK;  /* nothing to exchange */
+    }
+    if (r->q8) {
+        DEAR_CHECK(start_q8(r, st));
+        DEAR_CHECK(post_q8(r, st));
+        st->posted = 1;
+        return DEAR_OK;
     }
     if (r->op == DEAR_COLL_REDUCE_SCATTER) {
         size_t sb = (size_t)(r->nranks - 1) * r->counts[r->rank] * r->esize + 1;
@@ -207,6 +322,8 @@ static void direct_cleanup(dear_coll_req_t *r)
     free(st->slots);
     free(st->acc);
     free(st->own_copy);
+    free(st->q8_send);
+    free(st->q8_at);
     free(st);
     r->state = NULL;
 }

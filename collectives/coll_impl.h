@@ -70,6 +70,10 @@ struct dear_coll_req {
     int wire_lazy;              /* the 16-bit copy is unfilled: the algorithm rounds what it sends
                                  * of src32 (DEAR_ALGO_F_PACKS16) */
     dear_compress_t comp_ag;    /* composed all-reduce: the all-gather half's format */
+    int q8;                     /* the phase travels as int8 (coll_direct.c; buffers stay float32) */
+    float *ef;                  /* int8 error feedback, indexed as the vector (NULL: none): what
+                                 * this rank's quantizations dropped, the peers' chunks by the
+                                 * reduce-scatter, its own shard by the all-gather */
     char *wire;                 /* the 16-bit vector (total elements) while a phase runs on it */
     size_t wire_cap;
     struct {                    /* the caller's float32 view, restored when the phase ends */
@@ -102,6 +106,7 @@ struct dear_coll_req {
     int nblocks;
     dear_coll_block_t *blocks;
     char *staging;
+    float *ef_staging;          /* the blocks' error feedback, packed alike (int8) */
 
     const char *ag_send;        /* out-of-place all-gather: shard still to copy into buf */
     int started;                /* the algorithm's start has run */

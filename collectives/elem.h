@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "include/dear_types.h"
+
 #ifdef __CUDACC__
 #define DEAR_ELEM_FN __host__ __device__ static inline
 #else
@@ -80,7 +82,7 @@ DEAR_ELEM_FN uint16_t f_to_half(float f)
  * scale = max|x| / 127 and code = x / scale rounded to nearest even, so every element is within
  * scale / 2 of its input (up to float32 rounding). 256 keeps the scale's share of the bytes at
  * 1/64 while one large element costs the precision of 256 neighbours only. */
-#define DEAR_Q8_BLOCK 256
+#define DEAR_Q8_BLOCK DEAR_COMPRESS_INT8_BLOCK
 
 /* The scale of a block from its largest magnitude: 0 for a zero block (its codes are all 0);
  * NaN when the block holds a NaN or an infinity, so that every value of it arrives NaN and a

@@ -297,6 +297,12 @@ static int nccl_coll_start(const dear_net_t *ep, const dear_coll_args_t *a, void
     nccl_t *n = ep->tp->impl;
     ncclDataType_t type;
     ncclRedOp_t redop = ncclSum;
+    /* NCCL adds what travels, so it cannot sum 8-bit codes of different scales. */
+    if (a->dtype == DEAR_FLOAT32 && (a->compress == DEAR_COMPRESS_INT8 || a->compress_ag == DEAR_COMPRESS_INT8)) {
+        DEAR_ERROR("nccl", "int8 compression on the NCCL transport: NCCL sums what travels and cannot add int8 "
+                           "blocks (accepted here: none, bf16 or fp16; int8 with DEAR_CUDA_TRANSPORT=staged)");
+        return DEAR_ERR_UNSUPPORTED;
+    }
     DEAR_CHECK(nccl_type(a->dtype, &type));
     if (a->op != DEAR_COLL_ALLGATHER)
         DEAR_CHECK(nccl_op(n, a->scale, &redop));

@@ -114,7 +114,7 @@ void dear_prof_set_compress(dear_profile_t *prof, int t, dear_compress_t rs, dea
 double dear_prof_wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op)
 {
     dear_compress_t c = op == DEAR_COLL_ALLGATHER ? t->compress_ag : t->compress_rs;
-    double f = (double)dear_dtype_size(dear_compress_dtype(c)) / sizeof(float);
+    double f = dear_compress_ratio(c);
     double dense = (double)t->bytes * f;
     if (t->block_bytes == 0)
         return dense;

@@ -75,15 +75,20 @@ typedef enum {
 } dear_dtype_t;
 #define DEAR_DTYPE_COUNT 5
 
-/* Wire formats of float32 gradients (dear_set_compress, DEAR_COMPRESS): the 16-bit type they
- * travel in. Every sum is still taken in float32; values are rounded to the 16-bit type only to
- * cross the wire, and the averaged gradient arrives as float32. Other types travel as they are. */
+/* Wire formats of float32 gradients (dear_set_compress, DEAR_COMPRESS): the type they travel
+ * in. Every sum is still taken in float32; values are rounded only to cross the wire, and the
+ * averaged gradient arrives as float32. Other types travel as they are. */
 typedef enum {
     DEAR_COMPRESS_NONE = 0,     /* float32 on the wire */
     DEAR_COMPRESS_BF16 = 1,     /* bfloat16: float32's range, 8 bits of mantissa */
-    DEAR_COMPRESS_FP16 = 2      /* IEEE binary16: 11 bits of mantissa, magnitudes up to 65504 */
+    DEAR_COMPRESS_FP16 = 2,     /* IEEE binary16: 11 bits of mantissa, magnitudes up to 65504 */
+    DEAR_COMPRESS_INT8 = 3      /* 8-bit integers, one float32 scale (max|x| / 127) per block of
+                                 * DEAR_COMPRESS_INT8_BLOCK elements: each value within half a
+                                 * scale of its input; quantized once per phase (direct shape) */
 } dear_compress_t;
-#define DEAR_COMPRESS_COUNT 3
+#define DEAR_COMPRESS_COUNT 4
+/* Elements per int8 block: the scale's float32 adds 4 bytes to every 256 codes. */
+#define DEAR_COMPRESS_INT8_BLOCK 256
 
 /* Where a registered buffer lives. */
 typedef enum {

@@ -430,7 +430,7 @@ static int check_blocks(dear_coll_op_t op, dear_dtype_t t, dear_coll_algo_t algo
         }
         dear_reduce_narrow(t, buf, v, cnt[b], 1.0);
         free(v);
-        blocks[b] = (dear_coll_block_t){ buf, cnt[b], lo[b], hi[b] };
+        blocks[b] = (dear_coll_block_t){ buf, cnt[b], lo[b], hi[b], NULL };
     }
     dear_coll_args_t a = { .op = op, .algo = algo, .dtype = t, .comm = g_comm, .net = g_net, .tag = 9, .scale = 1.0,
                            .nblocks = nb, .blocks = blocks, .topo = g_topo, .sparse_block = SWEEP_BLOCK };
@@ -498,7 +498,7 @@ static void capture(const char *line, void *arg)
 START_TEST(test_bad_args)
 {
     float buf[64], other[64];
-    dear_coll_block_t blk = { buf, 10, 5, 3 };
+    dear_coll_block_t blk = { buf, 10, 5, 3, NULL };
     dear_coll_args_t good = { .op = DEAR_COLL_ALLREDUCE, .algo = DEAR_ALGO_RING, .dtype = DEAR_FLOAT32,
                               .comm = g_comm, .net = g_net, .tag = 1, .scale = 1.0, .sendbuf = other,
                               .recvbuf = buf, .count = 16 };
@@ -539,7 +539,7 @@ START_TEST(test_bad_args)
     dear_log_set_sink(NULL, NULL);
     dear_coll_free(NULL);
     /* A block with hi == lo needs no buffer; blocks with nothing to move complete. */
-    dear_coll_block_t empty = { NULL, 10, 4, 4 };
+    dear_coll_block_t empty = { NULL, 10, 4, 4, NULL };
     dear_coll_args_t e = good;
     e.op = DEAR_COLL_ALLGATHER, e.nblocks = 1, e.blocks = &empty, e.scale = 0.0; /* ignored */
     ck_assert_int_eq(dear_coll_start(&e, &req), DEAR_OK);

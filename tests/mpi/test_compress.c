@@ -15,7 +15,13 @@
  *     the uncompressed result), half the bytes on the wire, and an unknown format refused;
  *   - error feedback's kernel, the host's (reduce.c) and the device's (cuda/kern_body.h) alike:
  *     v + e unchanged exactly, v then exact in 16 bits, e within half its unit; infinities and
- *     NaN leave e zero.
+ *     NaN leave e zero;
+ *   - int8: every algorithm asked for (each runs direct) x op x in / out of place x counts x the
+ *     all-gather half int8, bf16 or float32, against float64: each element within half a block
+ *     scale per quantization on its path (the peers' inputs, then the averaged shard), every rank
+ *     with the same bits; the bytes those of the packed chunks; error feedback keeping the error
+ *     of 30 repeated all-reduces' sum within one all-reduce's bound (without it, it grows), also
+ *     through multi-block collectives.
  * Arguments: --socket routes the communicator through the socket transport.
  */
 #include <check.h>
@@ -73,6 +79,29 @@ static int composed(const case_t *k)
     return (dear_coll_algo_flags(a) & DEAR_ALGO_F_COMPOSED_AR) != 0;
 }
 
+/* Run case k on this rank's input in (its shard at off for an all-gather), in place or out of
+ * place into recv; 1 (noted) when it fails. */
+static int run_coll(const case_t *k, const float *in, float *recv, size_t off, int tag, dear_coll_info_t *info)
+{
+    size_t n = k->count;
+    const void *send = NULL;
+    if (k->in_place)
+        memcpy(recv, in, n * sizeof(float));
+    else
+        send = k->op == DEAR_COLL_ALLGATHER ? (const void *)(in + off) : in;
+    dear_coll_args_t a = { .op = k->op, .algo = k->algo, .dtype = DEAR_FLOAT32, .comm = g_comm, .net = g_net,
+                           .tag = tag, .scale = k->scale, .sendbuf = send, .recvbuf = recv, .count = n,
+                           .topo = g_topo, .sparse_block = BLOCK, .compress = k->c, .compress_ag = k->c_ag };
+    dear_coll_req_t *req = NULL;
+    int rc = dear_coll_start(&a, &req);
+    if (rc == DEAR_OK)
+        rc = dear_coll_wait(req);
+    dear_coll_get_info(req, info);
+    dear_coll_free(req);
+    return note(rc != DEAR_OK, "%s %s %s/%s: %s", dear_coll_op_name(k->op), dear_coll_algo_name(k->algo),
+                dear_compress_name(k->c), dear_compress_name(k->c_ag), dear_status_string(rc));
+}
+
 static int run_case(const case_t *k, size_t *sent)
 {
     size_t n = k->count, off, len;
@@ -90,23 +119,8 @@ static int run_case(const case_t *k, size_t *sent)
     }
     MPI_Allreduce(mine, sum, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
     MPI_Allreduce(mabs, abssum, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
-    const void *send = NULL;
-    if (k->in_place)
-        memcpy(recv, in, n * sizeof(float));
-    else
-        send = ag ? (const void *)(in + off) : in;
-    dear_coll_args_t a = { .op = k->op, .algo = k->algo, .dtype = DEAR_FLOAT32, .comm = g_comm, .net = g_net,
-                           .tag = 3, .scale = k->scale, .sendbuf = send, .recvbuf = recv, .count = n,
-                           .topo = g_topo, .sparse_block = BLOCK, .compress = k->c, .compress_ag = k->c_ag };
-    dear_coll_req_t *req = NULL;
-    int rc = dear_coll_start(&a, &req), bad = 0;
-    if (rc == DEAR_OK)
-        rc = dear_coll_wait(req);
-    bad = note(rc != DEAR_OK, "%s %s %s: %s", dear_coll_op_name(k->op), dear_coll_algo_name(k->algo),
-               dear_compress_name(k->c), dear_status_string(rc));
     dear_coll_info_t info = { 0 };
-    dear_coll_get_info(req, &info);
-    dear_coll_free(req);
+    int bad = run_coll(k, in, recv, off, 3, &info);
     if (sent != NULL)
         *sent = info.bytes_sent;
     size_t lo = rs ? off : 0, hi = rs ? off + len : n;
@@ -277,7 +291,7 @@ START_TEST(test_blocks)
             buf[b] = xmalloc(cnt[b] * sizeof(float));
             for (size_t i = 0; i < cnt[b]; i++)
                 buf[b][i] = value(0, ag ? 2 : g_rank, i + 31 * (size_t)b);
-            blk[b] = (dear_coll_block_t){ buf[b], cnt[b], lo[b], hi[b] };
+            blk[b] = (dear_coll_block_t){ buf[b], cnt[b], lo[b], hi[b], NULL };
         }
         dear_coll_args_t a = { .op = (dear_coll_op_t)op, .algo = DEAR_ALGO_AUTO, .dtype = DEAR_FLOAT32,
                                .comm = g_comm, .net = g_net, .tag = 4, .scale = 1.0 / g_size, .nblocks = NB,
@@ -378,6 +392,207 @@ START_TEST(test_feedback_kernel)
 }
 END_TEST
 
+/* int8: the largest magnitude, in float64, of rank p's (or of the float64 sum's, p < 0) values in
+ * the int8 block element i lies in: blocks of DEAR_COMPRESS_INT8_BLOCK from the start of i's
+ * shard. */
+static double q8_block_amax(int random, int p, const double *sum, size_t n, size_t i)
+{
+    size_t off = 0, len = 0;
+    for (int o = 0; o < g_size; o++) {
+        dear_coll_shard(n, g_size, o, &off, &len);
+        if (i >= off && i < off + len)
+            break;
+    }
+    size_t lo = off + (i - off) / DEAR_COMPRESS_INT8_BLOCK * DEAR_COMPRESS_INT8_BLOCK;
+    size_t hi = lo + DEAR_COMPRESS_INT8_BLOCK < off + len ? lo + DEAR_COMPRESS_INT8_BLOCK : off + len;
+    double m = 0;
+    for (size_t j = lo; j < hi; j++)
+        m = fmax(m, fabs(p < 0 ? sum[j] : (double)value(random, p, j)));
+    return m;
+}
+
+/* Owner of element i of n. */
+static int q8_owner(size_t n, size_t i)
+{
+    for (int o = 0; o < g_size; o++) {
+        size_t off, len;
+        dear_coll_shard(n, g_size, o, &off, &len);
+        if (i >= off && i < off + len)
+            return o;
+    }
+    return -1;
+}
+
+/* The float64 error bound of element i after op in int8 (all-gather half in c_ag): half a scale
+ * for each peer's quantized input (its owner's own input travels unquantized), times the
+ * scale; an int8 all-gather adds half a scale of the averaged shard (a bf16 one half its unit).
+ * 1e-5 of the magnitudes covers float32's own roundings. */
+static double q8_bound(const case_t *k, const double *sum, const double *abssum, size_t i)
+{
+    size_t n = k->count;
+    int ag = k->op == DEAR_COLL_ALLGATHER, o = q8_owner(n, i);
+    if (ag)
+        return q8_block_amax(k->random, 5, NULL, n, i) / 254.0;
+    double rs = 0;
+    for (int p = 0; p < g_size; p++)
+        rs += p == o ? 0 : q8_block_amax(k->random, p, NULL, n, i) / 254.0;
+    double b = rs * k->scale + 1e-5 * abssum[i] * k->scale;
+    if (k->op == DEAR_COLL_ALLREDUCE && k->c_ag == DEAR_COMPRESS_INT8)
+        b += (q8_block_amax(k->random, -1, sum, n, i) * k->scale + rs * k->scale) / 254.0 * (1 + 1e-5);
+    else if (k->op == DEAR_COLL_ALLREDUCE && k->c_ag == DEAR_COMPRESS_BF16)
+        b += fabs(sum[i] * k->scale) * 0x1p-8 + rs * k->scale * 0x1p-8;
+    return b;
+}
+
+/* One int8 case: the error of every element against the float64 reference, the same bits on
+ * every rank after an all-reduce or an all-gather, and the bytes sent. */
+static int q8_case(const case_t *k)
+{
+    size_t n = k->count, off, len;
+    dear_coll_shard(n, g_size, g_rank, &off, &len);
+    int rs = k->op == DEAR_COLL_REDUCE_SCATTER, ag = k->op == DEAR_COLL_ALLGATHER;
+    float *in = xmalloc(n * sizeof(float)), *recv = xmalloc(n * sizeof(float));
+    double *sum = xmalloc(n * sizeof(double)), *abssum = xmalloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        in[i] = value(k->random, ag ? 5 : g_rank, i);
+        sum[i] = abssum[i] = 0;
+        for (int p = 0; p < g_size; p++) {
+            sum[i] += value(k->random, ag ? 5 : p, i) * (ag ? 0 : 1);
+            abssum[i] += fabs(value(k->random, ag ? 5 : p, i));
+        }
+    }
+    dear_coll_info_t info = { 0 };
+    int bad = run_coll(k, in, recv, off, 7, &info);
+    if (!bad && g_size > 1) {
+        /* direct: each chunk for its owner (reduce-scatter), this rank's shard for every peer */
+        size_t want = 0, pl, po;
+        for (int p = 0; p < g_size; p++) {
+            dear_coll_shard(n, g_size, p, &po, &pl);
+            if (p != g_rank && !ag)
+                want += dear_q8_bytes(pl);
+        }
+        if (!rs)
+            want += (size_t)(g_size - 1) * (ag || k->c_ag == DEAR_COMPRESS_INT8 ? dear_q8_bytes(len)
+                                            : len * (k->c_ag == DEAR_COMPRESS_BF16 ? 2 : 4));
+        bad = note(info.algo != DEAR_ALGO_DIRECT || info.bytes_sent != want,
+                   "int8 %s asked for %s ran %s and sent %zu bytes, expected direct and %zu", dear_coll_op_name(k->op),
+                   dear_coll_algo_name(k->algo), dear_coll_algo_name(info.algo), info.bytes_sent, want);
+    }
+    size_t lo = rs ? off : 0, hi = rs ? off + len : n;
+    const float *res = rs && !k->in_place ? recv - off : recv;
+    for (size_t i = lo; i < hi && !bad; i++) {
+        double want = ag ? in[i] : sum[i] * k->scale, tol = g_size > 1 ? q8_bound(k, sum, abssum, i) : 0;
+        bad = note(!(fabs((double)res[i] - want) <= tol),
+                   "int8 %s %s ag %s %s count %zu %s: element %zu is %.9g, expected %.9g (within %.3g)",
+                   dear_coll_op_name(k->op), dear_coll_algo_name(k->algo), dear_compress_name(k->c_ag),
+                   k->in_place ? "in place" : "out of place", n, k->random ? "random" : "integers", i, res[i], want,
+                   tol);
+    }
+    if (!bad && !rs && n > 0) {
+        float *root = xmalloc(n * sizeof(float));
+        memcpy(root, recv, n * sizeof(float));
+        MPI_Bcast(root, (int)n, MPI_FLOAT, 0, g_comm);
+        bad = note(memcmp(root, recv, n * sizeof(float)) != 0, "int8 %s %s: result differs from rank 0's",
+                   dear_coll_op_name(k->op), dear_coll_algo_name(k->algo));
+        free(root);
+    }
+    free(in), free(recv), free(sum), free(abssum);
+    return bad;
+}
+
+START_TEST(test_int8)
+{
+    size_t P = (size_t)g_size;
+    const size_t counts[] = { 0, 1, P + 1, 1031, 40001 };
+    const dear_compress_t ags[] = { DEAR_COMPRESS_INT8, DEAR_COMPRESS_BF16, DEAR_COMPRESS_NONE };
+    dear_coll_algo_t algos[DEAR_ALGO_COUNT];
+    int na = algo_list(algos), bad = 0, ncases = 0;
+    for (int a = 0; a < na; a++)
+        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+            for (int ip = 0; ip < 2; ip++)
+                for (size_t ki = 0; ki < sizeof counts / sizeof counts[0]; ki++)
+                    for (int random = 0; random < 2; random++)
+                        for (int g = 0; g < (op == DEAR_COLL_ALLREDUCE ? 3 : 1); g++) {
+                            case_t k = { (dear_coll_op_t)op, algos[a], DEAR_COMPRESS_INT8, ags[g], ip, random,
+                                         counts[ki], 1.0 / g_size };
+                            bad |= q8_case(&k);
+                            ncases++;
+                        }
+    assert_all_ok(bad, "int8");
+    if (g_rank == 0)
+        fprintf(stderr, "int8: %d cases on %d ranks\n", ncases, g_size);
+}
+END_TEST
+
+/* Error feedback: T all-reduces of the same gradients. With it, the sum of the T results stays
+ * within two all-reduces' error of T times the average (each quantization's residual is carried,
+ * not repeated); without it the same error repeats T times. Once as one vector, once as three
+ * blocks of a multi-block reduce-scatter then all-gather (the runtime's pieces and groups). */
+static double q8_feedback_error(int with_ef, int blocks, size_t n, int T)
+{
+    float *g = xmalloc(n * sizeof(float)), *v = xmalloc(n * sizeof(float)), *ef = xmalloc(n * sizeof(float));
+    double *acc = xmalloc(n * sizeof(double)), *avg = xmalloc(n * sizeof(double)), *mine = xmalloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        g[i] = value(1, g_rank, i);
+        mine[i] = g[i];
+        acc[i] = 0;
+        ef[i] = 0;
+    }
+    MPI_Allreduce(mine, avg, (int)n, MPI_DOUBLE, MPI_SUM, g_comm);
+    int bad = 0;
+    for (int t = 0; t < T && !bad; t++) {
+        memcpy(v, g, n * sizeof(float));
+        for (int ph = 0; ph < (blocks ? 2 : 1); ph++) {
+            /* three blocks over the vector, each its own sharded vector */
+            size_t cut[4] = { 0, n / 5, n / 5 + n / 3, n };
+            dear_coll_block_t blk[3];
+            for (int b = 0; b < 3; b++)
+                blk[b] = (dear_coll_block_t){ v + cut[b], cut[b + 1] - cut[b], 0, cut[b + 1] - cut[b],
+                                              with_ef ? ef + cut[b] : NULL };
+            dear_coll_args_t a = { .op = blocks ? (ph ? DEAR_COLL_ALLGATHER : DEAR_COLL_REDUCE_SCATTER)
+                                                : DEAR_COLL_ALLREDUCE,
+                                   .dtype = DEAR_FLOAT32, .comm = g_comm, .net = g_net, .tag = 8, .scale = 1.0 / g_size,
+                                   .recvbuf = v, .count = n, .compress = DEAR_COMPRESS_INT8,
+                                   .compress_ag = DEAR_COMPRESS_INT8, .ef = with_ef ? ef : NULL,
+                                   .nblocks = blocks ? 3 : 0, .blocks = blocks ? blk : NULL };
+            dear_coll_req_t *req = NULL;
+            int rc = dear_coll_start(&a, &req);
+            if (rc == DEAR_OK)
+                rc = dear_coll_wait(req);
+            bad |= note(rc != DEAR_OK, "int8 feedback: %s", dear_status_string(rc));
+            dear_coll_free(req);
+        }
+        for (size_t i = 0; i < n; i++)
+            acc[i] += v[i];
+    }
+    double worst = 0;
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs(acc[i] - T * avg[i] / g_size));
+    assert_all_ok(bad, "int8 feedback");
+    free(g), free(v), free(ef), free(acc), free(avg), free(mine);
+    MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, g_comm);
+    return worst;
+}
+
+START_TEST(test_int8_feedback)
+{
+    if (g_size < 2)
+        return;
+    enum { N = 3001, T = 30 };
+    /* one all-reduce's bound: values in [-1, 1), P - 1 peers' half scales and the shard's */
+    double one = (g_size - 1) / 254.0 / g_size + 1.0 / 254.0;
+    for (int blocks = 0; blocks < 2; blocks++) {
+        double with = q8_feedback_error(1, blocks, N, T), without = q8_feedback_error(0, blocks, N, T);
+        if (g_rank == 0)
+            fprintf(stderr, "int8 %s: %d iterations' error %.3g with feedback, %.3g without (one: %.3g)\n",
+                    blocks ? "multi-block" : "all-reduce", T, with, without, one);
+        ck_assert_msg(with <= 2 * one, "with feedback the error of %d iterations is %.3g > %.3g", T, with, 2 * one);
+        ck_assert_msg(without > 4 * with, "without feedback the error of %d iterations is %.3g, with %.3g", T, without,
+                      with);
+    }
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     int socket = 0;
@@ -394,6 +609,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_flat);
     tcase_add_test(tc, test_blocks);
     tcase_add_test(tc, test_bytes);
+    tcase_add_test(tc, test_int8);
+    tcase_add_test(tc, test_int8_feedback);
     if (!socket)
         tcase_add_test(tc, test_hier);
     suite_add_tcase(s, tc);
