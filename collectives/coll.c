@@ -628,8 +628,15 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
 
     /* The selection table sees the bytes that travel: half for a 16-bit vector. int8 quantizes
      * once per phase, which only the direct exchange does: either phase int8, it runs direct. */
-    dear_compress_t wire = wire_format(r, args->compress);
-    dear_compress_t wire_ag = args->op == DEAR_COLL_ALLREDUCE ? wire_format(r, args->compress_ag) : DEAR_COMPRESS_NONE;
+    dear_compress_t comp = args->compress, comp_ag = args->compress_ag;
+    /* Block-sparse vectors send only their non-zero blocks, which the direct exchange would send
+     * dense: int8 leaves them as they are (float32). */
+    if (args->algo == DEAR_ALGO_SPARSE) {
+        comp = comp == DEAR_COMPRESS_INT8 ? DEAR_COMPRESS_NONE : comp;
+        comp_ag = comp_ag == DEAR_COMPRESS_INT8 ? DEAR_COMPRESS_NONE : comp_ag;
+    }
+    dear_compress_t wire = wire_format(r, comp);
+    dear_compress_t wire_ag = args->op == DEAR_COLL_ALLREDUCE ? wire_format(r, comp_ag) : DEAR_COMPRESS_NONE;
     int q8 = wire == DEAR_COMPRESS_INT8 || wire_ag == DEAR_COMPRESS_INT8;
     size_t bytes = (size_t)((double)(r->total * r->esize) * dear_compress_ratio(wire));
     if (args->nblocks == 0 && q8)
@@ -656,9 +663,9 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
     r->block = args->sparse_block;
     r->ops = algo_table[r->algo];
     compose_setup(r);
-    r->comp_ag = args->compress_ag;
+    r->comp_ag = comp_ag;
     DEAR_CHECK_GOTO(widen_setup(r), rc, err);
-    DEAR_CHECK_GOTO(wire_setup(r, args->compress), rc, err);
+    DEAR_CHECK_GOTO(wire_setup(r, comp), rc, err);
     DEAR_DEBUG("coll", "start %s %s %s count %zu tag %d", dear_coll_op_name(r->user_op),
                dear_coll_algo_name(r->algo), dear_dtype_name(r->dtype), r->total, r->tag);
     if (r->ag_send == NULL)

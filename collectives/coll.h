@@ -64,7 +64,8 @@
  *                   each shard once at its owner and every rank takes the values of those bytes.
  *                   With ef, each quantization quantizes value + ef and leaves in ef what it
  *                   dropped: the reduce-scatter at the other ranks' chunks, the all-gather at this
- *                   rank's shard (an all-reduce uses both, disjoint).
+ *                   rank's shard (an all-reduce uses both, disjoint). Algo sparse asked for: int8
+ *                   does not apply (its non-zero blocks travel float32).
  */
 #ifndef DEAR_COLL_H
 #define DEAR_COLL_H
