@@ -268,11 +268,14 @@ DEAR_API int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm);
 
 /* Send float32 gradients as 16-bit values, half the bytes: rs is the format of the reduce-scatters
  * (the all-reduces under wfbp and sync), ag that of the all-gathers (the all-reduces' second
- * half): DEAR_COMPRESS_NONE, DEAR_COMPRESS_BF16 or DEAR_COMPRESS_FP16. Every sum is still taken in
- * float32, values are rounded only to cross the wire, and the averaged gradient arrives as float32
- * in the registered buffer; tensors of other types travel as they are. error_feedback 1 keeps, on
- * each rank, what rounding its own gradient dropped and adds it to the next iteration's gradient
- * (one float32 per element; the registered gradient is rounded before its reduce-scatter). Call
+ * half): DEAR_COMPRESS_NONE, DEAR_COMPRESS_BF16, DEAR_COMPRESS_FP16 or DEAR_COMPRESS_INT8 (8-bit
+ * integers with a float32 scale per 256 values, about a quarter of the bytes, on the direct
+ * exchange; not on the NCCL transport). Every sum is still taken in float32, values are rounded
+ * only to cross the wire, and the averaged gradient arrives as float32 in the registered buffer;
+ * tensors of other types travel as they are. error_feedback 1 keeps, on each rank, what rounding
+ * its own gradient dropped and adds it to the next iteration's gradient (one float32 per element;
+ * with 16 bits the registered gradient is rounded before its reduce-scatter; with int8 the owner
+ * also keeps what quantizing its averaged shard for the all-gather dropped). Call
  * it before dear_commit (DEAR_ERR_STATE after); it replaces DEAR_COMPRESS, DEAR_COMPRESS_AG and
  * DEAR_COMPRESS_EF. Every rank must pass the same (dear_commit fails with DEAR_ERR_MISMATCH
  * otherwise). An unknown format is DEAR_ERR_ARG. When it pays and what it costs in accuracy:

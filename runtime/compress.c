@@ -1,14 +1,18 @@
 /*
  * Compression of float32 gradients (DEAR_COMPRESS, DEAR_COMPRESS_AG, DEAR_COMPRESS_EF,
- * dear_set_compress): the 16-bit format each phase travels in, fixed at commit and the same on
- * every rank. The collectives do the rest (collectives/coll.h, "Compression"): buckets.c sets
- * the formats on the float32 buckets' and groups' collectives, and the planners price the bytes
- * that travel (dear_compress_profile). Error feedback keeps, per rank and element, what rounding
- * this rank's gradient to the reduce-scatter's format dropped, and adds it to the next
- * iteration's gradient right before its reduce-scatter (the bucket's `before`, once its buffer
- * is filled), so that the rounding error does not accumulate over iterations.
+ * dear_set_compress): the format each phase travels in (bf16, fp16, int8), fixed at commit and
+ * the same on every rank. The collectives do the rest (collectives/coll.h, "Compression"):
+ * buckets.c sets the formats on the float32 buckets' and groups' collectives, and the planners
+ * price the bytes that travel (dear_compress_profile). Error feedback keeps, per rank and
+ * element, what rounding this rank's gradient to the reduce-scatter's 16-bit format dropped, and
+ * adds it to the next iteration's gradient right before its reduce-scatter (the bucket's
+ * `before`, once its buffer is filled), so that the rounding error does not accumulate over
+ * iterations. int8 blocks are cut by the collective (per shard), so its error feedback lives in
+ * the collectives: a residual per element of each dense bucket (resid8) that the reduce-scatter
+ * fills at the other ranks' chunks and the all-gather at this rank's shard; on by default.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/check.h"
@@ -22,7 +26,7 @@ static int set_compress_claimed(dear_ctx_t *ctx, dear_compress_t rs, dear_compre
     DEAR_ARG_CHECK(ctx != NULL, "dear_set_compress: ctx is NULL");
     DEAR_ARG_CHECK((unsigned)rs < DEAR_COMPRESS_COUNT && (unsigned)ag < DEAR_COMPRESS_COUNT,
                    "dear_set_compress: format %d for the reduce-scatters, %d for the all-gathers; accepted: "
-                   "DEAR_COMPRESS_NONE (0), DEAR_COMPRESS_BF16 (1), DEAR_COMPRESS_FP16 (2)",
+                   "DEAR_COMPRESS_NONE (0), DEAR_COMPRESS_BF16 (1), DEAR_COMPRESS_FP16 (2), DEAR_COMPRESS_INT8 (3)",
                    (int)rs, (int)ag);
     DEAR_ARG_CHECK(error_feedback == 0 || error_feedback == 1,
                    "dear_set_compress: error_feedback %d; accepted: 0 or 1", error_feedback);
@@ -41,6 +45,19 @@ static int set_compress_claimed(dear_ctx_t *ctx, dear_compress_t rs, dear_compre
 int dear_set_compress(dear_ctx_t *ctx, dear_compress_t rs, dear_compress_t ag, int error_feedback)
 {
     DEAR_CLAIMED(ctx, "dear_set_compress", set_compress_claimed(ctx, rs, ag, error_feedback));
+}
+
+int dear_compress_int8_refused(int deterministic, int nccl, char *msg, size_t len)
+{
+    if (deterministic)
+        snprintf(msg, len, "int8 compression (DEAR_COMPRESS, DEAR_COMPRESS_AG) and the deterministic mode "
+                           "(DEAR_DETERMINISTIC): int8 blocks are cut per shard of each bucket, so a sum depends "
+                           "on the plan; accepted: bf16 or fp16 with it, or int8 without it");
+    else if (nccl)
+        snprintf(msg, len, "int8 compression (DEAR_COMPRESS, DEAR_COMPRESS_AG) and CUDA memory on the NCCL "
+                           "transport: NCCL sums what travels and cannot add int8 blocks; accepted: bf16 or fp16 "
+                           "there, or int8 with the gradients staged (DEAR_CUDA_TRANSPORT=staged)");
+    return deterministic || nccl;
 }
 
 /* The formats and error feedback must be the same on every rank: message sizes depend on them. */
@@ -67,9 +84,11 @@ static int compress_decide(dear_ctx_t *ctx)
     dear_compress_ctl_t *c = &ctx->comp;
     if (!c->set) {
         c->rs = (dear_compress_t)dear_param_enum(DEAR_P_COMPRESS);
-        long ag = dear_param_enum(DEAR_P_COMPRESS_AG); /* same|none|bf16|fp16 */
+        long ag = dear_param_enum(DEAR_P_COMPRESS_AG); /* same|none|bf16|fp16|int8 */
         c->ag = ag == 0 ? c->rs : (dear_compress_t)(ag - 1);
-        c->ef = (int)dear_param_int(DEAR_P_COMPRESS_EF);
+        /* int8 drops far more than 16 bits do: its feedback is on unless asked off. */
+        int int8 = c->rs == DEAR_COMPRESS_INT8 || c->ag == DEAR_COMPRESS_INT8;
+        c->ef = dear_param_from_env(DEAR_P_COMPRESS_EF) || !int8 ? (int)dear_param_int(DEAR_P_COMPRESS_EF) : 1;
     }
     return agree(ctx);
 }
@@ -90,7 +109,7 @@ static void compress_yield(dear_ctx_t *ctx, dear_feat_t other)
 static int compress_setup(dear_ctx_t *ctx)
 {
     dear_compress_ctl_t *c = &ctx->comp;
-    if (c->ef && c->rs == DEAR_COMPRESS_NONE) {
+    if (c->ef && c->rs == DEAR_COMPRESS_NONE && c->ag != DEAR_COMPRESS_INT8) {
         DEAR_INFO("compress", "error feedback is off: the reduce-scatters are not compressed");
         c->ef = 0;
     }
@@ -118,9 +137,17 @@ static int compress_setup(dear_ctx_t *ctx)
 static int compress_mem(dear_ctx_t *ctx)
 {
     dear_compress_ctl_t *c = &ctx->comp;
-    if (!c->ef || ctx->cm.size < 2)
-        return DEAR_OK;
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
+    char msg[256];
+    int nccl = !(mo->flags & DEAR_MEM_F_HOST_ACCESS);
+    if ((c->rs == DEAR_COMPRESS_INT8 || c->ag == DEAR_COMPRESS_INT8) &&
+        dear_compress_int8_refused(dear_determ_on(ctx), nccl, msg, sizeof msg)) {
+        DEAR_ERROR("api", "dear_commit: %s", msg);
+        return DEAR_ERR_UNSUPPORTED;
+    }
+    /* The 16-bit formats' residual is per tensor; int8's per bucket (compress_graph). */
+    if (!c->ef || ctx->cm.size < 2 || (c->rs != DEAR_COMPRESS_BF16 && c->rs != DEAR_COMPRESS_FP16))
+        return DEAR_OK;
     if (mo->feedback == NULL) {
         DEAR_ERROR("api", "dear_commit: error feedback (DEAR_COMPRESS_EF) on %s memory, whose row has no feedback "
                           "kernel; turn it off or stage the gradients (DEAR_CUDA_TRANSPORT=staged)",
@@ -147,8 +174,10 @@ static void compress_free(dear_ctx_t *ctx)
     if (c->resid != NULL)
         dear_rt_work_ops(ctx)->release(c->resid, 0);
     free(c->resid_off);
+    free(c->resid8);
     c->resid = NULL;
     c->resid_off = NULL;
+    c->resid8 = NULL;
 }
 
 /* The bucket's buffer is filled: each unit's gradient gets its residual added and is rounded to
@@ -171,8 +200,77 @@ static void feedback_before(dear_ctx_t *ctx, dear_op_t *op)
     }
 }
 
+/* The residual of the int8 block holding buf, in the bucket whose vector holds it (NULL: none). */
+static float *resid8_of(const dear_ctx_t *ctx, const size_t *at, const void *buf)
+{
+    for (int b = 0; b < ctx->graph.nbuckets; b++) {
+        const dear_bucket_t *bk = &ctx->graph.buckets[b];
+        const char *p = buf, *lo = bk->buf;
+        if (at[b] != SIZE_MAX && p >= lo && p < lo + bk->count * sizeof(float))
+            return ctx->comp.resid8 + at[b] + (size_t)(p - lo) / sizeof(float);
+    }
+    return NULL;
+}
+
+/* A multi-block collective's residuals: every block's, or none when one lies in no dense bucket
+ * (the collective takes all or none). */
+static void blocks_ef(const dear_ctx_t *ctx, const size_t *at, dear_coll_block_t *blk, int n)
+{
+    int all = 1;
+    for (int i = 0; i < n && all; i++)
+        all = resid8_of(ctx, at, blk[i].buf) != NULL;
+    for (int i = 0; i < n && all; i++)
+        blk[i].ef = resid8_of(ctx, at, blk[i].buf);
+}
+
+/* int8 error feedback: a residual per element of every dense float32 bucket, zero at each graph
+ * build (a plan switch loses one iteration's residual, not more), handed to the buckets'
+ * collectives and to the all-gathers' blocks that gather them. */
+static int resid8_graph(dear_ctx_t *ctx)
+{
+    dear_compress_ctl_t *c = &ctx->comp;
+    int rs8 = c->rs == DEAR_COMPRESS_INT8, ag8 = c->ag == DEAR_COMPRESS_INT8;
+    if (!c->ef || ctx->cm.size < 2 || !(rs8 || ag8))
+        return DEAR_OK;
+    size_t n = 0, nb = (size_t)ctx->graph.nbuckets + 1, *at = NULL;
+    int rc = DEAR_OK;
+    DEAR_ALLOC_GOTO(at, malloc(nb * sizeof(size_t)), nb * sizeof(size_t), rc, out);
+    for (int b = 0; b < ctx->graph.nbuckets; b++) {
+        const dear_bucket_t *bk = &ctx->graph.buckets[b];
+        int dense = bk->dtype == DEAR_FLOAT32 && bk->sparse_block == 0;
+        at[b] = dense ? n : SIZE_MAX;
+        n += dense ? bk->count : 0;
+    }
+    if (n == 0)
+        goto out;
+    DEAR_ALLOC_GOTO(c->resid8, calloc(n, sizeof(float)), n * sizeof(float), rc, out);
+    for (int b = 0; b < ctx->graph.nbuckets; b++) {
+        dear_bucket_t *bk = &ctx->graph.buckets[b];
+        int ar = bk->op.kind == DEAR_COLL_ALLREDUCE;
+        if (at[b] == SIZE_MAX || !(rs8 || (ar && ag8)))
+            continue;
+        bk->op.args.ef = c->resid8 + at[b];
+        blocks_ef(ctx, at, bk->sub, bk->nsub);
+    }
+    for (int g = 0; g < ctx->graph.ngroups && ag8; g++) {
+        dear_op_t *op = &ctx->graph.groups[g].op;
+        if (op->args.dtype == DEAR_FLOAT32)
+            blocks_ef(ctx, at, op->blocks, op->args.nblocks);
+    }
+out:
+    free(at);
+    return rc;
+}
+
+static void compress_graph_free(dear_ctx_t *ctx)
+{
+    free(ctx->comp.resid8);
+    ctx->comp.resid8 = NULL;
+}
+
 static int compress_graph(dear_ctx_t *ctx)
 {
+    DEAR_CHECK(resid8_graph(ctx));
     if (ctx->comp.resid == NULL)
         return DEAR_OK;
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
@@ -214,6 +312,7 @@ const dear_feature_t dear_feature_compress = {
     .setup = compress_setup,
     .mem = compress_mem,
     .graph = compress_graph,
+    .graph_free = compress_graph_free,
     .profile = compress_profile,
     .free = compress_free,
 };

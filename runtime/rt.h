@@ -365,6 +365,9 @@ typedef struct {
     float *resid;           /* error feedback: per element of the float32 tensors, what rounding this
                              * rank's gradient dropped (the buckets' memory); the progress thread's */
     size_t *resid_off;      /* per tensor: its first element in resid (SIZE_MAX: not float32) */
+    float *resid8;          /* int8 error feedback: per element of the dense float32 buckets, in their
+                             * layout (the collectives' ef), zero at each graph build; the progress
+                             * thread's through the collectives */
 } dear_compress_ctl_t;
 
 /* The deterministic mode (determ.c): DEAR_DETERMINISTIC, agreed by every rank at dear_init. */
@@ -716,6 +719,10 @@ int dear_shard_defer_switch(dear_ctx_t *ctx, dear_switch_t kind);
 /* compress.c */
 /* A float32 gradient operation's formats (buckets.c). */
 void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op);
+/* The pairs int8 refuses at commit, a pure function so that tests/mpi/test_combo.c asks the same:
+ * 1 and the message (both named, what is accepted) under the deterministic mode (its blocks follow
+ * the plan's shards) or with CUDA memory on the NCCL transport (nccl: NCCL cannot add int8). */
+int dear_compress_int8_refused(int deterministic, int nccl, char *msg, size_t len);
 
 /* determ.c */
 int dear_determ_on(const dear_ctx_t *ctx);

@@ -78,13 +78,15 @@ static const char *const planners[] = { "threshold", "dp", "auto" };
 static const char *const transports[] = { "mpi", "socket" };
 static const char *const mems[] = { "host", "delay", "cuda" };
 static const char *const layouts[] = { "apart", "arena" };
-enum { NSCHED = 3, NPLAN = 3, NTRANS = 2, NMEM = 3, NNP = 4, NLAYOUT = 2, NDIM = 6 };
+/* The wire format of a compressed case: a dimension, so that every feature meets each. */
+static const char *const formats[] = { "bf16", "fp16", "int8" };
+enum { NSCHED = 3, NPLAN = 3, NTRANS = 2, NMEM = 3, NNP = 4, NLAYOUT = 2, NFORMAT = 3, NDIM = 7 };
 enum { MEM_HOST, MEM_DELAY, MEM_CUDA };
-static const int dim_size[NDIM] = { NSCHED, NPLAN, NTRANS, NMEM, NNP, NLAYOUT };
+static const int dim_size[NDIM] = { NSCHED, NPLAN, NTRANS, NMEM, NNP, NLAYOUT, NFORMAT };
 
 typedef struct {
     unsigned feat;          /* 1 << F_* */
-    int dim[NDIM];          /* schedule, planner, transport, memory, np - 1, layout */
+    int dim[NDIM];          /* schedule, planner, transport, memory, np - 1, layout, format */
 } combo_t;
 
 #define MAX_CASES 128
@@ -94,14 +96,16 @@ static int ncases;
 /* What a case must cover, a covering array of strength 2 with a strength-3 part: every pair of
  * features in each of their four on/off settings, every triple of triple_set in each of its
  * eight, each feature on and off with each value of each dimension, each pair of dimension
- * values, and each pair of features on together where they meet the most direct path: several
- * ranks on plain host memory, whose buckets run in place on the user's tensors. */
+ * values, each pair of features on together where they meet the most direct path: several
+ * ranks on plain host memory, whose buckets run in place on the user's tensors, and each feature
+ * and each schedule with compression in each wire format on several ranks. */
 #define NPAIR (NF * NF * 4)
 #define NTRIP (NTRIPLE_SET * NTRIPLE_SET * NTRIPLE_SET * 8)
 #define NFDIM (NF * 2 * NDIM * 4)
 #define NDD (NDIM * 4 * NDIM * 4)
 #define NHOST (NF * NF)
-#define NTARGET (NPAIR + NTRIP + NFDIM + NDD + NHOST)
+#define NFMT (NF * NFORMAT + NSCHED * NFORMAT)
+#define NTARGET (NPAIR + NTRIP + NFDIM + NDD + NHOST + NFMT)
 
 static int on(unsigned feat, int f) { return (feat >> f) & 1; }
 
@@ -135,6 +139,13 @@ static int targets(const combo_t *c, int *out)
         for (int b = a + 1; b < NF; b++)
             if (on(f, a) && on(f, b))
                 out[n++] = NPAIR + NTRIP + NFDIM + NDD + a * NF + b;
+    /* A format only acts with compression on several ranks: each feature and each schedule meet
+     * each format there. */
+    for (int a = 0; a < NF && on(f, F_COMPRESS) && c->dim[4] > 0; a++)
+        if (on(f, a))
+            out[n++] = NPAIR + NTRIP + NFDIM + NDD + NHOST + a * NFORMAT + c->dim[6];
+    if (on(f, F_COMPRESS) && c->dim[4] > 0)
+        out[n++] = NPAIR + NTRIP + NFDIM + NDD + NHOST + NF * NFORMAT + c->dim[0] * NFORMAT + c->dim[6];
     return n;
 }
 
@@ -154,12 +165,26 @@ static unsigned lib_features(const combo_t *c)
     return f;
 }
 
-/* Whether the library's feature table refuses case c at commit (its message in msg). */
+/* CUDA memory: the collectives of case c run in NCCL or staged through host buffers, by turns. */
+static const char *cuda_transport(const combo_t *c) { return (c->dim[0] + c->dim[2]) % 2 ? "staged" : "nccl"; }
+
+static dear_compress_t wire_format(const combo_t *c)
+{
+    static const dear_compress_t f[NFORMAT] = { DEAR_COMPRESS_BF16, DEAR_COMPRESS_FP16, DEAR_COMPRESS_INT8 };
+    return f[c->dim[6]];
+}
+
+/* Whether the library refuses case c at commit (its message in msg): the feature table's pairs,
+ * and int8's (the deterministic mode, NCCL). */
 static int refused(const combo_t *c, char *msg, size_t len)
 {
     char tmp[512];
     int split = c->dim[0] == 0 || on(c->feat, F_SHARD);
-    return dear_feature_refused(lib_features(c), split, msg ? msg : tmp, msg ? len : sizeof tmp);
+    if (dear_feature_refused(lib_features(c), split, msg ? msg : tmp, msg ? len : sizeof tmp))
+        return 1;
+    int nccl = c->dim[3] == MEM_CUDA && strcmp(cuda_transport(c), "nccl") == 0;
+    return on(c->feat, F_COMPRESS) && wire_format(c) == DEAR_COMPRESS_INT8 &&
+           dear_compress_int8_refused(on(c->feat, F_DETERM), nccl, msg ? msg : tmp, msg ? len : sizeof tmp);
 }
 
 static uint64_t lcg(uint64_t *s)
@@ -209,23 +234,26 @@ static void make_cases(void)
     /* The two reproductions of sharded updates with error feedback writing outside the bucket's
      * data: tensors apart, and an arena with a frozen tensor inside a bucket. */
     static const combo_t known[] = {
-        { (1u << F_SHARD) | (1u << F_COMPRESS) | (1u << F_EF), { 0, 0, 0, 0, 1, 0 } },
-        { (1u << F_SHARD) | (1u << F_COMPRESS) | (1u << F_EF) | (1u << F_FREEZE), { 1, 0, 0, 0, 2, 1 } },
+        { (1u << F_SHARD) | (1u << F_COMPRESS) | (1u << F_EF), { 0, 0, 0, 0, 1, 0, 0 } },
+        { (1u << F_SHARD) | (1u << F_COMPRESS) | (1u << F_EF) | (1u << F_FREEZE), { 1, 0, 0, 0, 2, 1, 1 } },
+        /* int8 on CUDA memory through NCCL, refused (no feature pair: the format and the transport) */
+        { 1u << F_COMPRESS, { 0, 0, 0, MEM_CUDA, 1, 0, 2 } },
     };
     for (size_t k = 0; k < sizeof known / sizeof known[0] && ncases < MAX_CASES; k++)
         cases[ncases++] = known[k];
     /* And each pair the library refuses, once at every rank count, with everything else off. */
     for (int a = 0; a < NF; a++)
         for (int b = a + 1; b < NF; b++)
-            for (int sched = 0; sched < NSCHED; sched++) {
-                combo_t c = { .feat = normalise(1u << a | 1u << b), .dim = { sched, 0, 0, 0, (a + b) % NNP, 0 } };
-                if (ncases < MAX_CASES && refused(&c, NULL, 0))
-                    cases[ncases++] = c;
-            }
+            for (int sched = 0; sched < NSCHED; sched++)
+                for (int fmt = 0; fmt < NFORMAT; fmt++) {
+                    combo_t c = { .feat = normalise(1u << a | 1u << b),
+                                  .dim = { sched, 0, 0, 0, (a + b) % NNP, 0, fmt } };
+                    /* once per format where the format is what is refused */
+                    int again = fmt > 0 && !refused(&(combo_t){ c.feat, { sched, 0, 0, 0, (a + b) % NNP, 0, 0 } }, NULL, 0);
+                    if (ncases < MAX_CASES && refused(&c, NULL, 0) && (fmt == 0 || again))
+                        cases[ncases++] = c;
+                }
 }
-
-/* CUDA memory: the collectives of case c run in NCCL or staged through host buffers, by turns. */
-static const char *cuda_transport(const combo_t *c) { return (c->dim[0] + c->dim[2]) % 2 ? "staged" : "nccl"; }
 
 static void describe(const combo_t *c, char *buf, size_t len)
 {
@@ -233,6 +261,8 @@ static void describe(const combo_t *c, char *buf, size_t len)
                                 planners[c->dim[1]], transports[c->dim[2]], mems[c->dim[3]],
                                 c->dim[3] == MEM_CUDA ? " " : "", c->dim[3] == MEM_CUDA ? cuda_transport(c) : "",
                                 layouts[c->dim[5]]);
+    if (on(c->feat, F_COMPRESS))
+        n += (size_t)snprintf(buf + n, len - n, " %s", formats[c->dim[6]]);
     for (int f = 0; f < NF && n < len; f++)
         if (on(c->feat, f))
             n += (size_t)snprintf(buf + n, len - n, " %s", fname[f]);
@@ -571,9 +601,6 @@ static void env_clear(void)
         unsetenv(env_names[i]);
 }
 
-/* The 16-bit format of a compressed case: bf16 and fp16 by turns. */
-static int is_fp16(const combo_t *c) { return (c->dim[0] + c->dim[1]) % 2; }
-
 /* The environment of case c; other_plan: the second plan of the deterministic comparison. */
 static void env_set(const combo_t *c, int other_plan)
 {
@@ -594,9 +621,11 @@ static void env_set(const combo_t *c, int other_plan)
     if (on(c->feat, F_DETERM))
         setenv("DEAR_DETERMINISTIC", "1", 1);
     if (on(c->feat, F_COMPRESS))
-        setenv("DEAR_COMPRESS", is_fp16(c) ? "fp16" : "bf16", 1);
-    if (on(c->feat, F_EF))
-        setenv("DEAR_COMPRESS_EF", "1", 1);
+        setenv("DEAR_COMPRESS", wire_format(c) == DEAR_COMPRESS_INT8 ? "int8"
+                                : wire_format(c) == DEAR_COMPRESS_FP16 ? "fp16" : "bf16", 1);
+    /* int8's feedback is on unless set off: the feature's setting, said either way */
+    if (on(c->feat, F_EF) || (on(c->feat, F_COMPRESS) && wire_format(c) == DEAR_COMPRESS_INT8))
+        setenv("DEAR_COMPRESS_EF", on(c->feat, F_EF) ? "1" : "0", 1);
     if (on(c->feat, F_UNUSED))
         setenv("DEAR_FIND_UNUSED", "1", 1);
     if (on(c->feat, F_SPARSE))
@@ -686,12 +715,13 @@ static int run(const combo_t *c, model_t *m, int other_plan, const char *what)
 }
 
 /* The tolerance of a parameter after ITERS steps: each step's gradient (|g| < 1) off by at most
- * two roundings to the wire format (a contribution and the average), or float32's sums. */
+ * two roundings to the wire format (a contribution and the average; int8: half a block scale,
+ * 1/254, each), or float32's sums. */
 static double tolerance(const combo_t *c)
 {
     double ulp = 0x1p-20;
     if (on(c->feat, F_COMPRESS) && nranks > 1)
-        ulp = is_fp16(c) ? 0x1p-11 : 0x1p-8;
+        ulp = wire_format(c) == DEAR_COMPRESS_INT8 ? 1.0 / 254 : wire_format(c) == DEAR_COMPRESS_FP16 ? 0x1p-11 : 0x1p-8;
     return 2.0 * ITERS * STEP * ulp * 1.2 + 1e-6;
 }
 

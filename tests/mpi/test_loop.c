@@ -590,7 +590,7 @@ START_TEST(test_wire16)
     dear_ctx_t *ctx = NULL;
     ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
     ck_assert_int_eq(dear_register(ctx, "x", 0, x, 4, DEAR_FLOAT32, DEAR_MEM_HOST, NULL, NULL), DEAR_OK);
-    ck_assert_int_eq(dear_set_compress(ctx, (dear_compress_t)3, DEAR_COMPRESS_NONE, 0), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_set_compress(ctx, (dear_compress_t)DEAR_COMPRESS_COUNT, DEAR_COMPRESS_NONE, 0), DEAR_ERR_ARG);
     ck_assert_int_eq(dear_set_compress(ctx, DEAR_COMPRESS_BF16, DEAR_COMPRESS_NONE, 2), DEAR_ERR_ARG);
     ck_assert_int_eq(dear_set_compress(ctx, DEAR_COMPRESS_BF16, rank == nranks - 1 ? DEAR_COMPRESS_FP16
                                                                                   : DEAR_COMPRESS_BF16, 0),
