@@ -2,7 +2,7 @@
  * args.c: dear-bench's command line. Options come from getopt_long, a single configuration from
  * --schedule/--fusion/--threshold or the DEAR_* variables the runtime itself reads, several from
  * --configs "SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE][+first=MODE][+hold][+nohints]
- * [+bf16|+fp16|+compress=RS/AG][+ef];...". Every rank parses the same argv and checks it
+ * [+bf16|+fp16|+int8|+compress=RS/AG][+ef|+noef];...". Every rank parses the same argv and checks it
  * completely before any collective call, so a bad argument ends all ranks with status 2 and one
  * message (rank 0's) instead of leaving some of them waiting. Each configuration also gets its
  * warm-up: the iterations its planner needs before its plan is in place.
@@ -51,7 +51,8 @@ static void usage(void)
         "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships six)\n"
         "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
         "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE]\n"
-        "                       [+first=MODE][+hold][+nohints][+bf16|+fp16|+compress=RS/AG][+ef], e.g.\n"
+        "                       [+first=MODE][+hold][+nohints][+bf16|+fp16|+int8|+compress=RS/AG]\n"
+        "                       [+ef|+noef], e.g.\n"
         "                       \"%s\"\n"
         "                       (SCHEDULE dear|wfbp|sync; PLANNER none|threshold|mgwfbp|dp|gradssa|auto;\n"
         "                       THRESHOLD bytes with k/m/g = KiB/MiB/GiB, default 25m; +sparse: the\n"
@@ -64,10 +65,11 @@ static void usage(void)
         "                       +first=first|range|threshold: DEAR_FIRST_PLAN, the plan before\n"
         "                       the measured profile; +hold: that plan all run long; +nohints:\n"
         "                       without the --hints)\n"
-        "                       +bf16, +fp16: float32 gradients travel in that 16-bit format in both\n"
-        "                       phases (DEAR_COMPRESS), +compress=RS/AG each phase's (none|bf16|fp16),\n"
-        "                       +ef: with error feedback (DEAR_COMPRESS_EF); the prediction and the\n"
-        "                       lower bound price the bytes that travel)\n"
+        "                       +bf16, +fp16, +int8: float32 gradients travel in that format in both\n"
+        "                       phases (DEAR_COMPRESS), +compress=RS/AG each phase's\n"
+        "                       (none|bf16|fp16|int8), +ef, +noef: with or without error feedback\n"
+        "                       (DEAR_COMPRESS_EF; default: with int8, without otherwise); the\n"
+        "                       prediction and the lower bound price the bytes that travel)\n"
         "  --schedule S, --fusion X, --threshold BYTES\n"
         "                       one configuration (default: DEAR_SCHEDULE, DEAR_FUSION,\n"
         "                       DEAR_FUSION_THRESHOLD, else dear, threshold, 25m); not with --configs\n"
@@ -222,7 +224,8 @@ static int parse_compress(const char *spec, bench_config_t *c)
 }
 
 /* The '+' suffixes of a configuration (cut off buf): +sparse, +shard, +part=SIZE, +first=MODE,
- * +hold, +nohints, a compression (+bf16, +fp16, +compress=RS/AG) and +ef, each at most once. */
+ * +hold, +nohints, a compression (+bf16, +fp16, +int8, +compress=RS/AG) and +ef or +noef, each
+ * at most once. comp.ef: 1 +ef, -1 +noef, 0 neither. */
 static int parse_suffixes(char *buf, const char *tok, suffixes_t *x)
 {
     char *plus = strchr(buf, '+');
@@ -253,16 +256,18 @@ static int parse_suffixes(char *buf, const char *tok, suffixes_t *x)
             snprintf(what, sizeof what, "--configs '%s': +part", tok);
             if (parse_partition(sfx + 5, what, &x->partition))
                 return 2;
-        } else if (!have_comp && (!strcmp(sfx, "bf16") || !strcmp(sfx, "fp16") || !strncmp(sfx, "compress=", 9))) {
+        } else if (!have_comp && (!strcmp(sfx, "bf16") || !strcmp(sfx, "fp16") || !strcmp(sfx, "int8") ||
+                                  !strncmp(sfx, "compress=", 9))) {
             have_comp = 1;
             if (parse_compress(strncmp(sfx, "compress=", 9) ? sfx : sfx + 9, comp))
                 return usage_error("--configs: '%s': '+%s': a format is one of %s (+compress=RS/AG for each "
                                    "phase's)", tok, sfx, DEAR_COMPRESS_CHOICES);
-        } else if (!strcmp(sfx, "ef") && !comp->ef) {
-            comp->ef = 1;
+        } else if ((!strcmp(sfx, "ef") || !strcmp(sfx, "noef")) && !comp->ef) {
+            comp->ef = strcmp(sfx, "ef") ? -1 : 1;
         } else {
             return usage_error("--configs: '%s': suffix '+%s' is not +sparse, +shard, +part=SIZE, +first=MODE, "
-                               "+hold, +nohints, +bf16, +fp16, +compress=RS/AG or +ef (each at most once)",
+                               "+hold, +nohints, +bf16, +fp16, +int8, +compress=RS/AG, +ef or +noef (each at most "
+                               "once, +ef or +noef)",
                                tok, sfx);
         }
     }
@@ -316,7 +321,10 @@ static int parse_configs(const char *list, bench_opts_t *o)
             c->hold = x.hold;
             c->nohints = x.nohints;
             snprintf(c->first, sizeof c->first, "%s", x.first);
-            c->comp_rs = x.comp.comp_rs, c->comp_ag = x.comp.comp_ag, c->ef = x.comp.ef;
+            c->comp_rs = x.comp.comp_rs, c->comp_ag = x.comp.comp_ag;
+            /* the library's default: int8 keeps its residuals, 16 bits do not */
+            int int8 = c->comp_rs == DEAR_COMPRESS_INT8 || c->comp_ag == DEAR_COMPRESS_INT8;
+            c->ef = x.comp.ef ? x.comp.ef > 0 : int8;
         }
     }
     free(dup);

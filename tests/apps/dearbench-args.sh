@@ -39,6 +39,8 @@ printf 'dear-model 1\nlayer 0 5\nlayer 1 5\ntensor a 0 100\nend 2 1\n' >"$TMPD/o
 expect 0 "layers are not the profile's" --profile "$TINY" --hints "$TMPD/other.model"
 expect 0 "'+compress=bf8': a format is one of none|bf16|fp16" --profile "$TINY" --configs "dear:auto+compress=bf8"
 expect 0 "suffix '+fp16' is not" --profile "$TINY" --configs "dear:auto+bf16+fp16"
+expect 0 "suffix '+bf16' is not" --profile "$TINY" --configs "dear:auto+int8+bf16"
+expect 0 "suffix '+noef' is not" --profile "$TINY" --configs "dear:auto+int8+ef+noef"
 expect 0 "suffix '+sparse' is not" --profile "$TINY" --configs "dear:threshold+sparse+sparse"
 expect 0 "+part: DEAR_PARTITION='1q' is not valid" --profile "$TINY" --configs "dear:auto+part=1q"
 expect 0 "declares no sparse tensor" --profile "$TINY" --configs "wfbp:none;dear:threshold+sparse"

@@ -776,6 +776,11 @@ START_TEST(sim_compress_by_hand)
     EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 2 * (15 + 4));
     p.tensors[2].density_rs = 1;
     EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 150);
+    /* int8: a byte per value and a float32 scale per 256 values; each phase its own format */
+    dear_prof_set_compress(&p, 0, DEAR_COMPRESS_INT8, DEAR_COMPRESS_NONE);
+    double values = (double)p.tensors[0].bytes / sizeof(float);
+    EQ(dear_prof_wire_bytes(&p.tensors[0], DEAR_COLL_REDUCE_SCATTER), values + values / 256 * sizeof(float));
+    EQ(dear_prof_wire_bytes(&p.tensors[0], DEAR_COLL_ALLGATHER), (double)p.tensors[0].bytes);
     dear_plan_free(&pn);
     dear_plan_free(&po);
     dear_prof_free(&p);
