@@ -1341,7 +1341,8 @@ def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_
     (a model whose forward has other side effects should not be given one), compress ('none',
     'bf16', 'fp16': float32 gradients travel as 16-bit values, summed in float32, averaged into
     float32 as DDP's bf16_compress_hook / fp16_compress_hook do but rounded only to cross the
-    wire; DEAR_COMPRESS), compress_ag (the all-gathers' own format, 'same' by default;
+    wire; 'int8': 8-bit values with a float32 scale per 256, about a quarter of the bytes, error
+    feedback on unless error_feedback=False, not on the NCCL transport; DEAR_COMPRESS), compress_ag (the all-gathers' own format, 'same' by default;
     DEAR_COMPRESS_AG), error_feedback (keep what rounding dropped for the next iteration;
     DEAR_COMPRESS_EF), sparse ('auto', 'on', 'off'; DEAR_SPARSE): the weight of every nn.Embedding
     and nn.EmbeddingBag used by no other module (not tied) is declared row-sparse, so that only
