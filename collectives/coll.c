@@ -649,6 +649,14 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         rc = DEAR_ERR_UNSUPPORTED;
         goto err;
     }
+    /* The deterministic sum must not depend on which rank owns an element, but int8's blocks
+     * follow the shards and the owner's input is not quantized. */
+    if (q8 && dear_param_int(DEAR_P_DETERMINISTIC)) {
+        DEAR_ERROR("coll", "dear_coll_start: int8 compression under DEAR_DETERMINISTIC: int8 blocks follow the shards, "
+                           "so a sum would depend on its owner (accepted there: none, bf16 or fp16)");
+        rc = DEAR_ERR_UNSUPPORTED;
+        goto err;
+    }
     r->algo = q8 ? DEAR_ALGO_DIRECT
                  : args->algo == DEAR_ALGO_AUTO ? dear_coll_select(args->op, bytes, nranks, args->topo) : args->algo;
     if (r->algo == DEAR_ALGO_HIER && !hier_fits(args->topo, nranks)) {

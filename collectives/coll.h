@@ -65,7 +65,8 @@
  *                   With ef, each quantization quantizes value + ef and leaves in ef what it
  *                   dropped: the reduce-scatter at the other ranks' chunks, the all-gather at this
  *                   rank's shard (an all-reduce uses both, disjoint). Algo sparse asked for: int8
- *                   does not apply (its non-zero blocks travel float32).
+ *                   does not apply (its non-zero blocks travel float32). Under DEAR_DETERMINISTIC
+ *                   int8 is DEAR_ERR_UNSUPPORTED (a sum would depend on its owner).
  */
 #ifndef DEAR_COLL_H
 #define DEAR_COLL_H

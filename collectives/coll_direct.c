@@ -33,8 +33,6 @@ typedef struct {
     char *q8_send;              /* int8: what this rank sends, one packed chunk per peer (the
                                  * reduce-scatter) or its packed shard (the all-gather) */
     size_t *q8_at;              /* int8: offset of rank p's chunk in q8_send (RS) or slots (AG) */
-    int q8_ordered;             /* int8 under DEAR_DETERMINISTIC: the own chunk packed too, the
-                                 * pieces added in rank order */
 } direct_state_t;
 
 static char *elem(const dear_coll_req_t *r, const void *base, size_t index)
@@ -49,8 +47,7 @@ static size_t q8_stride(size_t n)
 }
 
 /* int8: every chunk this rank sends packed once (rank p's chunk of the input for p, or this
- * rank's shard for every peer), then the whole exchange posted. Under DEAR_DETERMINISTIC the own
- * chunk is packed too, into its slot, so every contribution is quantized alike. */
+ * rank's shard for every peer), then the whole exchange posted. */
 static int post_q8(dear_coll_req_t *r, direct_state_t *st)
 {
     int P = r->nranks, me = r->rank, n = 0;
@@ -58,12 +55,10 @@ static int post_q8(dear_coll_req_t *r, direct_state_t *st)
     const float *src = (const float *)(rs ? r->src : r->buf);
     size_t mine = r->counts[me], slot = q8_stride(mine);
     for (int p = 0; p < P; p++) {
-        int packs = rs ? p != me || st->q8_ordered : p == me;
-        if (!packs)
+        if (rs ? p == me : p != me)
             continue;
-        float *e = r->ef != NULL && !(rs && p == me) ? r->ef + r->displs[p] : NULL;
-        char *to = rs && p == me ? st->slots + (size_t)(P - 1) * slot : st->q8_send + (rs ? st->q8_at[p] : 0);
-        dear_reduce_q8_pack(to, src + r->displs[p], e, r->counts[p]);
+        float *e = r->ef != NULL ? r->ef + r->displs[p] : NULL;
+        dear_reduce_q8_pack(st->q8_send + (rs ? st->q8_at[p] : 0), src + r->displs[p], e, r->counts[p]);
     }
     for (int i = 1; i < P; i++) {
         int p = (me + i) % P;
@@ -83,28 +78,19 @@ static int post_q8(dear_coll_req_t *r, direct_state_t *st)
     return DEAR_OK;
 }
 
-/* int8, all in: a reduce-scatter's out = (own + values of the P-1 pieces) * scale in float32 (in
- * rank order from the packed own chunk under DEAR_DETERMINISTIC); an all-gather's every shard,
- * this rank's too, the values of the bytes its owner sent. */
+/* int8, all in: a reduce-scatter's out = (own + values of the P-1 pieces) * scale in float32; an
+ * all-gather's every shard, this rank's too, the values of the bytes its owner sent. */
 static void finish_q8(dear_coll_req_t *r, direct_state_t *st)
 {
     int P = r->nranks, me = r->rank;
     size_t mine = r->counts[me], slot = q8_stride(mine);
     if (r->op == DEAR_COLL_REDUCE_SCATTER) {
         float *out = (float *)r->out;
-        if (st->q8_ordered) {
-            for (int p = 0; p < P; p++) {
-                int i = (p - me + P) % P;
-                const char *piece = st->slots + (size_t)(i == 0 ? P - 1 : i - 1) * slot;
-                dear_reduce_q8_unpack(out, piece, mine, p > 0);
-            }
-        } else {
-            const float *own = (const float *)r->src + r->displs[me];
-            if (own != out)
-                coll_copy(r, out, own, mine * sizeof(float));
-            for (int i = 1; i < P; i++)
-                dear_reduce_q8_unpack(out, st->slots + (size_t)(i - 1) * slot, mine, 1);
-        }
+        const float *own = (const float *)r->src + r->displs[me];
+        if (own != out)
+            coll_copy(r, out, own, mine * sizeof(float));
+        for (int i = 1; i < P; i++)
+            dear_reduce_q8_unpack(out, st->slots + (size_t)(i - 1) * slot, mine, 1);
         coll_scale(r, DEAR_FLOAT32, out, out, mine, r->scale);
         return;
     }
@@ -231,9 +217,8 @@ static int direct_progress(dear_coll_req_t *r, int *done)
     return DEAR_OK;
 }
 
-/* int8 buffers: a reduce-scatter's packed chunks for the peers and P slots of this rank's chunk
- * (the last for the own chunk under DEAR_DETERMINISTIC); an all-gather's packed shard and a slot
- * per rank. */
+/* int8 buffers: a reduce-scatter's packed chunks for the peers and P - 1 slots of this rank's
+ * chunk; an all-gather's packed shard and a slot per rank. */
 static int start_q8(dear_coll_req_t *r, direct_state_t *st)
 {
     int rc = DEAR_OK, P = r->nranks;
@@ -248,12 +233,11 @@ static int start_q8(dear_coll_req_t *r, direct_state_t *st)
             slots += q8_stride(r->counts[p]);
     }
     if (rs)
-        slots = (size_t)P * q8_stride(r->counts[r->rank]);
+        slots = (size_t)(P - 1) * q8_stride(r->counts[r->rank]);
     else
         send = q8_stride(r->counts[r->rank]);
     DEAR_ALLOC_GOTO(st->q8_send, malloc(send + 1), send + 1, rc, out);
     DEAR_ALLOC_GOTO(st->slots, malloc(slots + 1), slots + 1, rc, out);
-    st->q8_ordered = rs && dear_param_int(DEAR_P_DETERMINISTIC);
 out:
     return rc;
 }

@@ -12,11 +12,13 @@
  *   - on two ranks the exact value of a ring, direct and sparse reduce-scatter: this rank's
  *     float32 input unrounded plus the peer's rounded once;
  *   - multi-block reduce-scatters and all-gathers, 16-bit user data (compress ignored: bitwise
- *     the uncompressed result), half the bytes on the wire, and an unknown format refused;
+ *     the uncompressed result), half the bytes on the wire, and an unknown format refused, as is
+ *     int8 under DEAR_DETERMINISTIC;
  *   - error feedback's kernel, the host's (reduce.c) and the device's (cuda/kern_body.h) alike:
  *     v + e unchanged exactly, v then exact in 16 bits, e within half its unit; infinities and
  *     NaN leave e zero;
- *   - int8: every algorithm asked for (each runs direct; sparse stays sparse, in float32) x op x
+ *   - int8: every algorithm asked for, hier over the synthetic hosts too (each runs direct; sparse
+ *     stays sparse, in float32) x op x
  *     in / out of place x counts x the all-gather half int8, bf16 or float32, against float64: each element within half a block
  *     scale per quantization on its path (the peers' inputs, then the averaged shard), every rank
  *     with the same bits; the bytes those of the packed chunks; error feedback keeping the error
@@ -210,7 +212,10 @@ START_TEST(test_flat)
 }
 END_TEST
 
-/* hier over every layout of at least two hosts of at least two ranks (blocked). */
+static void int8_sweep(const char *what);
+
+/* hier over every layout of at least two hosts of at least two ranks (blocked), in 16 bits and
+ * in int8. */
 START_TEST(test_hier)
 {
     int layouts = 0;
@@ -224,6 +229,8 @@ START_TEST(test_hier)
         char what[64];
         snprintf(what, sizeof what, "hier %d x %d", g_size / L, L);
         sweep(what);
+        strncat(what, ", int8", sizeof what - strlen(what) - 1);
+        int8_sweep(what);
         g_topo = NULL;
         dear_coll_topo_free(t, 0);
         layouts++;
@@ -352,6 +359,18 @@ START_TEST(test_other_types)
     dear_coll_req_t *req = NULL;
     ck_assert_int_eq(dear_coll_start(&a, &req), DEAR_ERR_ARG);
     ck_assert_ptr_null(req);
+    /* int8 under DEAR_DETERMINISTIC: refused (a sum would depend on its owner) */
+    setenv("DEAR_DETERMINISTIC", "1", 1);
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+    a.compress = DEAR_COMPRESS_INT8;
+    int rc = dear_coll_start(&a, &req);
+    unsetenv("DEAR_DETERMINISTIC");
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+    ck_assert_int_eq(rc, g_size > 1 ? DEAR_ERR_UNSUPPORTED : DEAR_OK);
+    if (rc == DEAR_OK) {
+        ck_assert_int_eq(dear_coll_wait(req), DEAR_OK);
+        dear_coll_free(req);
+    }
     free(x), free(y);
 }
 END_TEST
@@ -505,7 +524,7 @@ static int q8_case(const case_t *k)
     return bad;
 }
 
-START_TEST(test_int8)
+static void int8_sweep(const char *what)
 {
     size_t P = (size_t)g_size;
     const size_t counts[] = { 0, 1, P + 1, 1031, 40001 };
@@ -524,9 +543,14 @@ START_TEST(test_int8)
                             bad |= q8_case(&k);
                             ncases++;
                         }
-    assert_all_ok(bad, "int8");
+    assert_all_ok(bad, what);
     if (g_rank == 0)
-        fprintf(stderr, "int8: %d cases on %d ranks\n", ncases, g_size);
+        fprintf(stderr, "%s: %d cases on %d ranks\n", what, ncases, g_size);
+}
+
+START_TEST(test_int8)
+{
+    int8_sweep("int8");
 }
 END_TEST
 
