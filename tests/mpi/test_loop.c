@@ -35,7 +35,8 @@
  *            partial sums are exact in 16 bits: the update sees the float32 average rounded once,
  *            bit for bit, and half the bytes travel; different settings on one rank fail commit
  *   ef       error feedback (DEAR_COMPRESS_EF): gradients too small for float16 get through
- *            over the iterations, and do not without it
+ *            over the iterations, and do not without it; the same for int8, whose feedback is on
+ *            by default, with gradients under half a block scale
  */
 #include <check.h>
 #include <math.h>
@@ -63,7 +64,7 @@ static int rank, nranks;
 
 typedef enum { OPT_NONE = 0, OPT_CLIP = 1, OPT_ACCUM = 2, OPT_FREEZE = 4, OPT_NOGRAD = 8, OPT_EVAL = 16,
                OPT_BF16 = 32, OPT_FIND_UNUSED = 64, OPT_WAIT = 128, OPT_CLIP_ENV = 256, OPT_SHARD = 512,
-               OPT_HOLD = 1024, OPT_ONLINE = 2048, OPT_WIRE16 = 4096, OPT_TINY = 8192 } opt_t;
+               OPT_HOLD = 1024, OPT_ONLINE = 2048, OPT_WIRE16 = 4096, OPT_TINY = 8192, OPT_Q8 = 16384 } opt_t;
 
 /* A slice an update callback noted under DEAR_SHARD_HOLD, stepped after dear_backward_end. */
 typedef struct {
@@ -88,7 +89,7 @@ typedef struct {
     size_t nshard;
     note_t notes[MAX_NOTES];    /* OPT_HOLD */
     int nnotes;
-    double *total;              /* OPT_TINY: the averaged gradients added up over the iterations */
+    double *total;              /* OPT_TINY, OPT_Q8: the averaged gradients added up over the iterations */
 } model_t;
 
 static const size_t counts[NT] = { 5, 301, 64, 1, 1200, 37 };
@@ -98,12 +99,15 @@ static float lr_of(long long it) { return 0.05f * (float)(it + 1) / (float)(it +
 /* A micro-batch's gradient of element i of tensor t on a rank. With OPT_BF16 (OPT_WIRE16) the
  * values are multiples of 2^-10 under 2^-4, exact in bfloat16, summed exactly in float32 (and
  * in float16: their partial sums over up to 5 ranks need 9 bits). OPT_TINY: 2^-26, which float16
- * rounds to zero. */
+ * rounds to zero. OPT_Q8: 1 at every 16th element, else 2^-9, under half the int8 scale (1/254)
+ * of any block holding a 1. */
 static float grad_value(const model_t *m, int t, size_t i, int r, long long it, int micro)
 {
     double d = sin(0.7 * (double)i + 1.3 * t + 0.37 * r + 0.11 * (double)it + 0.5 * micro);
     if (m->opts & OPT_TINY)
         return 0x1p-26f;
+    if (m->opts & OPT_Q8)
+        return i % 16 == 0 ? 1.0f : 0x1p-9f;
     if (m->opts & (OPT_BF16 | OPT_WIRE16))
         return (float)ldexp(round(ldexp(d, 6)), -10);
     return (float)(0.2 * d + 0.05 * tanh((double)m->w[m->off[t] + i]));
@@ -273,7 +277,7 @@ static int update(const dear_update_info_t *u)
         g = tmp;
     }
     m->norm[u->iteration] = u->grad_norm;
-    if (m->opts & OPT_TINY) {
+    if (m->opts & (OPT_TINY | OPT_Q8)) {
         for (size_t i = 0; i < u->count; i++)
             m->total[m->off[t] + i] += g[i];
         m->calls[t]++;
@@ -629,6 +633,49 @@ START_TEST(test_ef)
 }
 END_TEST
 
+/* int8's error feedback, on by default: gradients of 2^-9 in blocks whose largest is 1 code to 0
+ * (half a scale is 1/254). Without feedback most of them add up to nothing; with it each
+ * quantization's residual grows until it travels, and every one adds up to the true total
+ * within a scale for each side (the contributions' and the average's). */
+START_TEST(test_ef_int8)
+{
+    if (nranks < 2)
+        return;
+    for (int ef = 0; ef < 2; ef++) {
+        setenv("DEAR_COMPRESS", "int8", 1);
+        if (!ef)
+            setenv("DEAR_COMPRESS_EF", "0", 1);
+        model_t m;
+        model_init(&m, OPT_Q8);
+        dear_ctx_t *ctx = setup(&m, scheds[_i], plan_of(_i));
+        train(ctx, &m, 0);
+        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+        unsetenv("DEAR_COMPRESS_EF");
+        double want = ITERS * 0x1p-9, tol = 2.0 / 127;
+        size_t small = 0, lost = 0;
+        for (int t = 0; t < NT; t++)
+            for (size_t i = 0; i < counts[t]; i++) {
+                if (i % 16 == 0)
+                    continue;
+                double got = m.total[m.off[t] + i];
+                small++;
+                lost += got == 0;
+                if (ef)
+                    ck_assert_msg(fabs(got - want) <= tol, "int8 with error feedback, schedule %s: tensor %d element "
+                                  "%zu's gradients add up to %g, expected %g (within %g)", scheds[_i], t, i, got,
+                                  want, tol);
+            }
+        if (rank == 0)
+            fprintf(stderr, "int8 %s error feedback, schedule %s: %zu of %zu small gradients lost\n",
+                    ef ? "with" : "without", scheds[_i], lost, small);
+        if (!ef)
+            ck_assert_msg(lost * 10 >= small * 8, "int8 without error feedback, schedule %s: only %zu of %zu small "
+                          "gradients were lost", scheds[_i], lost, small);
+        model_free(&m);
+    }
+}
+END_TEST
+
 /* DEAR_DETERMINISTIC: the same training under two plans (2 KiB buckets of whole tensors; chunks of
  * 256 bytes, and for the cut schedule its hand plan) ends on the same parameters bit for bit,
  * though the gradients are not exact and the plans sum them in other pieces; the second run
@@ -917,6 +964,7 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, test_deterministic, 0, NSCHED);
         tcase_add_loop_test(tc, test_wire16, 0, NSCHED);
         tcase_add_loop_test(tc, test_ef, 0, NSCHED);
+        tcase_add_loop_test(tc, test_ef_int8, 0, NSCHED);
         tcase_add_test(tc, test_layers);
         tcase_add_loop_test(tc, test_shard, 0, NSCHED);
         tcase_add_loop_test(tc, test_shard_online, 0, 2); /* sync plans once */
