@@ -20,12 +20,14 @@
  * Open MPI's non-blocking call (ompi-nb) is measured the same way with nobody calling MPI
  * during the sleep, as an application without a progress thread would.
  *
- * --compress LIST runs float32 vectors compressed to 16 bits on the wire (coll.h), each format
- * beside the uncompressed rows; sizes and busbw stay those of the float32 vector (what the user
- * moves). --accuracy measures instead the error of one compressed all-reduce (the average over
- * the ranks) of random float32 data per algorithm against the float64 average, in units of the
- * format's unit roundoff u times the element's mean |x| over the ranks. --convert times the
- * conversions the progress thread runs (pack, unpack, one ring hop's add) per MiB of float32.
+ * --compress LIST runs float32 vectors compressed on the wire (coll.h; int8 runs direct whatever
+ * the row says), each format beside the uncompressed rows; sizes and busbw stay those of the
+ * float32 vector (what the user moves). --accuracy measures instead the error of one compressed
+ * all-reduce (the average over the ranks) of random float32 data per algorithm against the
+ * float64 average, in units of the format's unit roundoff u times the element's mean |x| over the
+ * ranks (int8: of 1/254, half a scale of a block whose largest is 1, as the data's are). --convert times the
+ * conversions the progress thread runs (pack, unpack, one ring hop's add; int8: the owner's add
+ * of a received chunk) per MiB of float32.
  *
  * Times are the maximum over ranks of one iteration, median over --iters iterations; the
  * algorithms of one size take turns iteration by iteration (see time_algos). Data are
@@ -102,14 +104,15 @@ static void usage(FILE *f)
             "  --overlap          measure OSU overlap%% of rs and ag instead (sleep as compute,\n"
             "                     our requests advanced by a helper thread); CSV header\n"
             "                     op,algo,dtype,bytes,count,nranks,t_pure_us,t_overall_us,t_compute_us,overlap_pct\n"
-            "  --compress LIST    none,bf16,fp16: float32 vectors travel in each listed format, rows side by\n"
+            "  --compress LIST    none,bf16,fp16,int8: float32 vectors travel in each listed format, rows side by\n"
             "                     side (default none); size and busbw count the float32 bytes\n"
             "  --accuracy         instead: the error of one all-reduce (average) of random float32 data per\n"
             "                     algorithm and --compress format (--max bytes per rank), against the float64\n"
             "                     average; CSV header algo,compress,nranks,count,max_err_u,rms_err_u\n"
             "  --convert          instead: the progress thread's conversions (pack float32 to 16 bits,\n"
-            "                     unpack, a ring hop's widen+add+round) per MiB of float32 (rank 0, --max\n"
-            "                     bytes); CSV header step,compress,bytes,us_per_MiB,GBps\n"
+            "                     unpack, a ring hop's widen+add+round; int8: pack, unpack, the owner's add)\n"
+            "                     per MiB of float32 (rank 0, --max bytes); CSV header\n"
+            "                     step,compress,bytes,us_per_MiB,GBps\n"
             "  --transport T      what carries the algorithms' messages, a row of the transport table:\n"
             "                     mpi (default): MPI_Isend/Irecv, polled; socket: libdear's socket transport\n"
             "                     (DEAR_SOCKET_IFNAME picks the interface), waiting in epoll. Open MPI's own\n"
@@ -169,7 +172,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         { "compress", required_argument, 0, 'z' }, { "accuracy", no_argument, 0, 'A' },
         { "convert", no_argument, 0, 'V' }, { 0, 0, 0, 0 }
     };
-    static const char *const comp_names[DEAR_COMPRESS_COUNT] = { "none", "bf16", "fp16" };
+    static const char *const comp_names[DEAR_COMPRESS_COUNT] = { "none", "bf16", "fp16", "int8" };
     *o = (opts_t){ .min_bytes = 1024, .max_bytes = 64u << 20, .iters = 20, .warmup = 3,
                    .dtype = DEAR_FLOAT32, .density = -1, .block = 256 };
     int algos_given = 0;
@@ -700,7 +703,8 @@ static void run_accuracy(const opts_t *o, FILE *csv)
     MPI_Allreduce(ax, asum, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     if (g_rank == 0) {
         printf("# dear-coll-bench --accuracy: %d ranks, one all-reduce (average) of %zu random float32 in [-1, 1) "
-               "per rank; error / (u x mean |x|), u = 2^-8 bf16, 2^-11 fp16, 2^-24 none\n", g_size, n);
+               "per rank; error / (u x mean |x|), u = 2^-8 bf16, 2^-11 fp16, 2^-24 none; int8: error / (1/254), "
+               "its half scale where a block's largest is 1\n", g_size, n);
         printf("%14s %8s %12s %12s\n", "algo", "compress", "max_err_u", "rms_err_u");
     }
     for (int a = 0; a < A_OMPI_BLOCKING; a++)
@@ -712,10 +716,15 @@ static void run_accuracy(const opts_t *o, FILE *csv)
             if (rc == DEAR_OK)
                 rc = dear_coll_wait(req);
             dear_coll_free(req);
-            double u = c == DEAR_COMPRESS_BF16 ? 0x1p-8 : c == DEAR_COMPRESS_FP16 ? 0x1p-11 : 0x1p-24;
+            double u = c == DEAR_COMPRESS_BF16   ? 0x1p-8
+                       : c == DEAR_COMPRESS_FP16 ? 0x1p-11
+                       : c == DEAR_COMPRESS_INT8 ? 1.0 / 254
+                                                 : 0x1p-24;
             double worst = 0, sq = 0;
             for (size_t i = 0; i < n; i++) {
-                double e = fabs((double)((float *)b.recv)[i] - sum[i] / g_size) / (u * asum[i] / g_size + 1e-300);
+                /* int8's error follows its block's largest value, not the element's (the data's is 1) */
+                double mag = c == DEAR_COMPRESS_INT8 ? 1.0 : asum[i] / g_size;
+                double e = fabs((double)((float *)b.recv)[i] - sum[i] / g_size) / (u * mag + 1e-300);
                 worst = e > worst ? e : worst;
                 sq += e * e;
             }
@@ -738,6 +747,43 @@ static void run_accuracy(const opts_t *o, FILE *csv)
         }
     bench_free(&b);
     free(x), free(ax), free(sum), free(asum);
+}
+
+/* One conversion step's median time over --iters, printed and written as a row. */
+static void convert_row(const opts_t *o, FILE *csv, const char *step, dear_compress_t c, size_t n, double med)
+{
+    double mib = (double)(n * 4) / 1048576.0;
+    printf("%10s %8s %12.1f %10.2f\n", step, dear_compress_name(c), med * 1e6 / mib, (double)(n * 4) / med / 1e9);
+    if (csv)
+        fprintf(csv, "%s,%s,%zu,%.3f,%.3f\n", step, dear_compress_name(c), n * 4, med * 1e6 / mib,
+                (double)(n * 4) / med / 1e9);
+}
+
+/* int8's conversions (collectives/reduce.h): pack a vector into blocks, unpack it, and the
+ * owner's add of one received chunk of n values into its float32 sum. */
+static void convert_q8(const opts_t *o, FILE *csv, float *f, float *acc, double *t)
+{
+    size_t n = o->max_bytes / sizeof(float);
+    void *q = malloc(dear_q8_bytes(n) + 1);
+    if (q == NULL) {
+        fprintf(stderr, "dear-coll-bench: out of memory for %zu elements\n", n);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    dear_reduce_q8_pack(q, f, NULL, n);
+    static const char *const steps[3] = { "pack", "unpack", "add" };
+    for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < o->warmup + o->iters; i++) {
+            double t0 = dear_now();
+            if (s == 0)
+                dear_reduce_q8_pack(q, f, NULL, n);
+            else
+                dear_reduce_q8_unpack(s == 1 ? f : acc, q, n, s == 2);
+            if (i >= o->warmup)
+                t[i - o->warmup] = dear_now() - t0;
+        }
+        convert_row(o, csv, steps[s], DEAR_COMPRESS_INT8, n, median(t, o->iters));
+    }
+    free(q);
 }
 
 /* The conversions a compressed collective runs on the progress thread, through the host row as
@@ -765,10 +811,16 @@ static void run_convert(const opts_t *o, FILE *csv)
            o->iters);
     printf("%10s %8s %12s %10s\n", "step", "compress", "us/MiB", "GB/s");
     static const char *const steps[3] = { "pack", "unpack", "hop" };
-    int only_none = !o->compress[DEAR_COMPRESS_BF16] && !o->compress[DEAR_COMPRESS_FP16];
+    int only_none = 1;
+    for (int c = DEAR_COMPRESS_BF16; c < DEAR_COMPRESS_COUNT; c++)
+        only_none &= !o->compress[c];
     for (int c = DEAR_COMPRESS_BF16; c < DEAR_COMPRESS_COUNT; c++) {
         if (!o->compress[c] && !only_none)
             continue;
+        if (c == DEAR_COMPRESS_INT8) {
+            convert_q8(o, csv, f, own, t);
+            continue;
+        }
         dear_dtype_t w = dear_compress_dtype((dear_compress_t)c);
         m->narrow(NULL, w, h, own, n, 1.0);
         for (int s = 0; s < 3; s++) {
@@ -788,12 +840,7 @@ static void run_convert(const opts_t *o, FILE *csv)
                 if (i >= o->warmup)
                     t[i - o->warmup] = dear_now() - t0;
             }
-            double med = median(t, o->iters), mib = (double)(n * 4) / 1048576.0;
-            printf("%10s %8s %12.1f %10.2f\n", steps[s], dear_compress_name((dear_compress_t)c), med * 1e6 / mib,
-                   (double)(n * 4) / med / 1e9);
-            if (csv)
-                fprintf(csv, "%s,%s,%zu,%.3f,%.3f\n", steps[s], dear_compress_name((dear_compress_t)c), n * 4,
-                        med * 1e6 / mib, (double)(n * 4) / med / 1e9);
+            convert_row(o, csv, steps[s], (dear_compress_t)c, n, median(t, o->iters));
         }
     }
     free(f), free(own), free(h), free(h2), free(t);
