@@ -306,6 +306,19 @@ static void blocks_copy(dear_coll_req_t *r, int p0, int p1, int to_staging)
     blocks_copy_of(r, p0, p1, to_staging, 0);
 }
 
+/* The residuals an int8 phase reads and writes, between the blocks and ef_staging: a
+ * reduce-scatter's at the other ranks' pieces, an all-gather's at this rank's. Only those, so
+ * that a phase never writes back residuals another phase owns. */
+static void blocks_copy_ef(dear_coll_req_t *r, int to_staging)
+{
+    if (r->user_op == DEAR_COLL_ALLGATHER) {
+        blocks_copy_of(r, r->rank, r->rank + 1, to_staging, 1);
+        return;
+    }
+    blocks_copy_of(r, 0, r->rank, to_staging, 1);
+    blocks_copy_of(r, r->rank + 1, r->nranks, to_staging, 1);
+}
+
 /* Multi-block collectives: rank p's shard is, block after block, its shard of each block cut to
  * [lo, hi). One block runs in place (its pieces are adjacent in rank order); several go through
  * a staging vector in rank order, packed here (an all-gather packs this rank's pieces, a
@@ -340,11 +353,11 @@ static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
         blocks_copy(r, 0, r->nranks, 1);
     else
         blocks_copy(r, r->rank, r->rank + 1, 1);
-    /* Error feedback travels with every piece: the phases read and write the residuals of
-     * other ranks' chunks as well as this rank's. */
+    /* int8 error feedback travels with the pieces its phase quantizes (multi-block collectives
+     * are reduce-scatters and all-gathers, never all-reduces). */
     if (a->blocks[0].ef != NULL) {
         DEAR_ALLOC_GOTO(r->ef_staging, malloc(total * sizeof(float) + 1), total * sizeof(float) + 1, rc, out);
-        blocks_copy_of(r, 0, r->nranks, 1, 1);
+        blocks_copy_ef(r, 1);
         r->ef = r->ef_staging;
     }
 out:
@@ -360,7 +373,7 @@ static void blocks_unpack(dear_coll_req_t *r)
     else
         blocks_copy(r, 0, r->nranks, 0);
     if (r->ef_staging != NULL)
-        blocks_copy_of(r, 0, r->nranks, 0, 1);
+        blocks_copy_ef(r, 0);
 }
 
 /* A request with its per-rank layout arrays allocated (not yet filled); net NULL: MPI on comm. */
