@@ -119,7 +119,9 @@ double dear_prof_wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op)
     if (t->block_bytes == 0)
         return dense;
     double d = op == DEAR_COLL_ALLGATHER ? t->density_ag : t->density_rs;
-    double wire = d * (double)t->bytes * (f + (double)DEAR_PROF_SPARSE_IDX_BYTES / (double)t->block_bytes);
+    /* Non-zero blocks travel as they are under int8 (the collectives leave sparse ones float32). */
+    double fs = c == DEAR_COMPRESS_INT8 ? 1.0 : f;
+    double wire = d * (double)t->bytes * (fs + (double)DEAR_PROF_SPARSE_IDX_BYTES / (double)t->block_bytes);
     return wire < dense ? wire : dense;
 }
 

@@ -781,6 +781,12 @@ START_TEST(sim_compress_by_hand)
     double values = (double)p.tensors[0].bytes / sizeof(float);
     EQ(dear_prof_wire_bytes(&p.tensors[0], DEAR_COLL_REDUCE_SCATTER), values + values / 256 * sizeof(float));
     EQ(dear_prof_wire_bytes(&p.tensors[0], DEAR_COLL_ALLGATHER), (double)p.tensors[0].bytes);
+    /* a sparse tensor's non-zero blocks stay float32 under int8; dense when that is smaller */
+    dear_prof_set_compress(&p, 2, DEAR_COMPRESS_INT8, DEAR_COMPRESS_INT8);
+    p.tensors[2].density_rs = 0.2;
+    EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 0.2 * (300 + 300 / 30 * 4));
+    p.tensors[2].density_rs = 1;
+    EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 75 + 75.0 / 256 * 4);
     dear_plan_free(&pn);
     dear_plan_free(&po);
     dear_prof_free(&p);
