@@ -2,18 +2,21 @@
 # compress-perf.sh: the figures of gradient compression (DEAR_COMPRESS), from measurement to the
 # "Gradient compression" section of docs/PERFORMANCE.md. Parts, each writing
 # bench/results/compress-PART*.csv (and a .meta line), run in this order:
-#   accuracy  one all-reduce (average) of random float32 per algorithm and format against the
-#             float64 average, np 2..6 on this host (dear-coll-bench --accuracy), and hier over
-#             the emulated cluster's 2x2, 3x2 and 2x3 layouts
-#   convert   the progress thread's conversions per MiB (dear-coll-bench --convert)
-#   coll      busbw of auto's collectives on 4 emulated hosts at --rate, float32 against bf16 and
-#             fp16 on the wire, busbw counted on the float32 bytes (dear-coll-bench --compress)
+#   accuracy  one all-reduce (average) of random float32 per algorithm and format (none, bf16,
+#             fp16, int8) against the float64 average, np 2..6 on this host (dear-coll-bench
+#             --accuracy), and hier over the emulated cluster's 2x2, 3x2 and 2x3 layouts
+#   convert   the progress thread's conversions per MiB, bf16, fp16 and int8 (dear-coll-bench
+#             --convert)
+#   coll      busbw of auto's collectives on 4 emulated hosts at --rate, float32 against bf16,
+#             fp16 and int8 on the wire, busbw counted on the float32 bytes (dear-coll-bench
+#             --compress)
 #   e2e       dear-bench on 4 emulated hosts: vgg16, gpt2-small, bert-base, resnet50, each
 #             communication-bound (float32 communication twice the compute) and balanced, under
-#             wfbp+64M and dear:auto, dense and +bf16; then the phases (which phase to compress)
-#             on the communication-bound vgg16 and gpt2-small
+#             wfbp+64M and dear:auto, dense and +bf16, and dear:auto+int8; then the phases (which
+#             phase to compress) on the communication-bound vgg16 and gpt2-small
 #   train     dear-cnn (--epochs, np 4) and dear-gpt (1000 iterations, np 4) in float32, bf16,
-#             fp16, and both with error feedback, --seeds seeds each, on this host
+#             fp16, both with error feedback, and int8 with error feedback (its default) and
+#             without, --seeds seeds each, on this host
 # then bench/compress-report.py writes the section. --parts picks some; --report-only redraws.
 # The emulated cluster is brought up under EMU_PREFIX / EMU_SUBNET (export your own).
 set -euo pipefail
@@ -25,7 +28,7 @@ RATE=1gbit
 ITERS=21
 ROUNDS=3
 EPOCHS=5
-SEEDS=2
+SEEDS=3
 CASES="vgg16 gpt2-small bert-base resnet50"
 BUILDDIR=
 REPORT_ONLY=0
@@ -45,7 +48,7 @@ usage: bench/compress-perf.sh [options]
   --seeds N         seeds per training configuration (default $SEEDS)
   --report-only     only bench/compress-report.py on the results there
 Environment: EMU_PREFIX, EMU_SUBNET (default z, 10.213.60). Needs root for coll, e2e and
-accuracy's hier rows. The whole takes about two hours on 2 cores.
+accuracy's hier rows. The whole takes about three hours on 2 cores.
 EOF
 }
 bench_options --parts=PARTS --builddir=BUILDDIR --rate=RATE --iters=ITERS --rounds=ROUNDS --cases=CASES \
@@ -86,7 +89,7 @@ for part in $PARTS; do
     accuracy)
         files=()
         for np in 2 3 4 5 6; do
-            "${LOCAL[@]}" -np $np "$COLL" --accuracy --compress none,bf16,fp16 --algos ring,rhd,direct,mpi,sparse \
+            "${LOCAL[@]}" -np $np "$COLL" --accuracy --compress none,bf16,fp16,int8 --algos ring,rhd,direct,mpi,sparse \
                 --max 4m --csv "$tmp/acc$np.csv" | tee -a "$tmp/acc.txt"
             files+=("$tmp/acc$np.csv")
         done
@@ -94,31 +97,31 @@ for part in $PARTS; do
         for l in 2x2 3x2 2x3; do
             h=${l%x*} r=${l#*x}
             emu_mpirun $((h * r)) "$(emu_hosts "$h" "$r")" "$COLL" --accuracy \
-                --compress bf16,fp16 --algos hier --max 4m --csv "$tmp/acch$l.csv" | tee -a "$tmp/acc.txt"
+                --compress bf16,fp16,int8 --algos hier --max 4m --csv "$tmp/acch$l.csv" | tee -a "$tmp/acc.txt"
             sed -i "s/^hier,/hier-$l,/" "$tmp/acch$l.csv"
             files+=("$tmp/acch$l.csv")
         done
         merge "$RES/compress-accuracy.csv" "${files[@]}"
-        meta accuracy "dear-coll-bench --accuracy --compress none,bf16,fp16 --max 4m at np 2..6 (local), hier on 2x2, 3x2, 2x3 emulated hosts"
+        meta accuracy "dear-coll-bench --accuracy --compress none,bf16,fp16,int8 --max 4m at np 2..6 (local), hier (bf16,fp16,int8) on 2x2, 3x2, 2x3 emulated hosts"
         ;;
     convert)
-        "${LOCAL[@]}" -np 1 "$COLL" --convert --compress bf16,fp16 --max 16m --iters 15 --csv "$RES/compress-convert.csv"
-        meta convert "dear-coll-bench --convert --compress bf16,fp16 --max 16m --iters 15"
+        "${LOCAL[@]}" -np 1 "$COLL" --convert --compress bf16,fp16,int8 --max 16m --iters 15 --csv "$RES/compress-convert.csv"
+        meta convert "dear-coll-bench --convert --compress bf16,fp16,int8 --max 16m --iters 15"
         ;;
     coll)
         cluster
         for l in 4x1 2x2; do
             h=${l%x*} r=${l#*x}
             emu_mpirun 4 "$(emu_hosts "$h" "$r")" "$COLL" --min 64k --max 64m \
-                --ops rs,ag,ar --algos auto --compress none,bf16,fp16 --iters 7 --warmup 2 --transport socket \
+                --ops rs,ag,ar --algos auto --compress none,bf16,fp16,int8 --iters 7 --warmup 2 --transport socket \
                 --csv "$RES/compress-coll-$l.csv"
         done
-        meta coll "dear-coll-bench --min 64k --max 64m --algos auto --compress none,bf16,fp16 --iters 7 --warmup 2 --transport socket, 4 ranks on 4x1 and 2x2 emulated hosts at $RATE"
+        meta coll "dear-coll-bench --min 64k --max 64m --algos auto --compress none,bf16,fp16,int8 --iters 7 --warmup 2 --transport socket, 4 ranks on 4x1 and 2x2 emulated hosts at $RATE"
         ;;
     e2e)
         cluster
         files=()
-        configs="wfbp:threshold:64m;wfbp:threshold:64m+bf16;dear:auto;dear:auto+bf16"
+        configs="wfbp:threshold:64m;wfbp:threshold:64m+bf16;dear:auto;dear:auto+bf16;dear:auto+int8"
         for prof in $CASES; do
             for kind in comm balanced; do
                 if [[ $kind == comm ]]; then ratio=0.5 ms=600; else ratio=1 ms=300; fi
@@ -148,16 +151,16 @@ for part in $PARTS; do
     train)
         echo "kind,compress,ef,seed,metric,value,seconds" >"$RES/compress-train.csv"
         for seed in $(seq 1 "$SEEDS"); do
-            for c in none bf16 fp16 bf16+ef fp16+ef; do
+            for c in none bf16 fp16 bf16+ef fp16+ef int8+ef int8; do
                 fmt=${c%+ef} ef=0
                 [[ $c == *+ef ]] && ef=1
                 t0=$(date +%s)
-                "${LOCAL[@]}" -np 4 -x DEAR_COMPRESS=$fmt -x DEAR_COMPRESS_EF=$ef "$CNN" --epochs "$EPOCHS" --seed "$seed" \
+                "${LOCAL[@]}" -np 4 -x DEAR_COMPRESS="$fmt" -x DEAR_COMPRESS_EF=$ef "$CNN" --epochs "$EPOCHS" --seed "$seed" \
                     --log-every 0 >"$tmp/cnn.txt" 2>&1 || { cat "$tmp/cnn.txt" >&2; die "dear-cnn $c seed $seed failed"; }
                 acc=$(sed -n 's/^final iter [0-9]* test_acc \([0-9.]*\) .*/\1/p' "$tmp/cnn.txt")
                 echo "cnn,$fmt,$ef,$seed,test_acc,$acc,$(($(date +%s) - t0))" | tee -a "$RES/compress-train.csv"
                 t0=$(date +%s)
-                "${LOCAL[@]}" -np 4 -x DEAR_COMPRESS=$fmt -x DEAR_COMPRESS_EF=$ef "$GPT" --seed "$seed" --sample 0 \
+                "${LOCAL[@]}" -np 4 -x DEAR_COMPRESS="$fmt" -x DEAR_COMPRESS_EF=$ef "$GPT" --seed "$seed" --sample 0 \
                     --print-every 0 >"$tmp/gpt.txt" 2>&1 || { cat "$tmp/gpt.txt" >&2; die "dear-gpt $c seed $seed failed"; }
                 val=$(sed -n 's/^final: .* validation \([0-9.]*\)  unigram.*/\1/p' "$tmp/gpt.txt")
                 echo "gpt,$fmt,$ef,$seed,val_loss,$val,$(($(date +%s) - t0))" | tee -a "$RES/compress-train.csv"
