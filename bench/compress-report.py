@@ -130,7 +130,7 @@ def coll_section(res):
         t = {(r["op"], int(r["bytes"]), r["compress"]): float(r["busbw_MBps"]) for r in rows}
         sizes = sorted({int(r["bytes"]) for r in rows})
         out += ["", "%s (4 ranks, %s; int8 runs direct), algorithm auto: busbw in MB/s on the float32 bytes, and the "
-                "ratio to float32. int8's goal (issue 45): at least %gx float32's busbw from %s up:"
+                "ratio to float32. int8's goal: at least %gx float32's busbw from %s up:"
                 % (layout, "one per host" if layout == "4x1" else "two per host: hier", INT8_BUSBW_GOAL,
                    size_text(INT8_BUSBW_FROM)), "",
                 "| op | size | float32 | bf16 | fp16 | int8 | bf16 / float32 | fp16 / float32 | int8 / float32 | "
@@ -259,7 +259,7 @@ def phases_section(res, rate_text):
     return out
 
 
-TRAIN_GOALS = {"cnn": "within 0.3 points of float32", "gpt": "within 1% of float32"}
+TRAIN_GOALS = {"cnn": "at most 0.3 points below float32", "gpt": "at most 1% above float32"}
 
 
 def train_section(res):
@@ -273,7 +273,7 @@ def train_section(res):
     seeds = len({r["seed"] for r in rows})
     out = ["Median over the seeds (%d; every configuration runs the same seeds as float32)." % seeds, "",
            "| trainer | metric | compression | per seed | median | vs float32 |", "|---|---|---|---|---|---|"]
-    goals = ["", "int8's goals (issue 45): dear-cnn's test accuracy %s, dear-gpt's validation loss %s, on the medians:"
+    goals = ["", "int8's goals: dear-cnn's test accuracy %s, dear-gpt's validation loss %s, on the medians:"
              % (TRAIN_GOALS["cnn"], TRAIN_GOALS["gpt"]), "",
              "| trainer | compression | median | vs float32 | goal | check |", "|---|---|---|---|---|---|"]
     for kind, metric in (("cnn", "test accuracy (%)"), ("gpt", "validation loss (nats/char)")):
@@ -298,7 +298,7 @@ def train_section(res):
                 name, metric, label, ", ".join("%.4g" % (scale * v) for _, v in vals), scale * m,
                 "" if c == "none" else diff))
             if c == "int8":
-                ok = abs(off) <= (0.3 if kind == "cnn" else 1.0)
+                ok = off >= -0.3 if kind == "cnn" else off <= 1.0  # worse by no more than the goal; better passes
                 goals.append("| %s | %s | %.4g | %s | %s | %s |" % (name, label, scale * m, diff, TRAIN_GOALS[kind],
                                                                    "pass" if ok else "fail" if base else NOT_MEASURED))
     return out + goals
