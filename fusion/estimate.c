@@ -98,6 +98,26 @@ static int scaled(const dear_profile_t *prof, double f, dear_profile_t *out)
     return copy_prof(prof, NULL, 0, 0, f, out);
 }
 
+/* T(a) and T(b) on prob->prof with compute scaled to `ratio` times the time of communicating
+ * every gradient once (as is, when ratio or either total is zero). */
+static int predict_pair(const dear_plan_problem_t *prob, const dear_plan_t *a, const dear_plan_t *b, double ratio,
+                        double *ta, double *tb)
+{
+    double comm = dear_estimate_comm_s(prob, prob->prof),
+           comp = dear_prof_fwd_total(prob->prof) + dear_prof_bwd_total(prob->prof);
+    dear_profile_t at = { 0 };
+    int rc = ratio > 0 && comm > 0 && isfinite(comm) && comp > 0 ? scaled(prob->prof, ratio * comm / comp, &at)
+                                                                : dear_prof_copy(prob->prof, &at);
+    if (rc != DEAR_OK)
+        return rc;
+    dear_plan_problem_t p = *prob;
+    p.prof = &at;
+    *ta = dear_planner_predict(&p, a, &rc);
+    *tb = rc == DEAR_OK ? dear_planner_predict(&p, b, &rc) : NAN;
+    dear_prof_free(&at);
+    return rc;
+}
+
 int dear_estimate_gain(const dear_plan_problem_t *prob, const dear_plan_t *a, const dear_plan_t *b, double ratio,
                        double *gain)
 {
@@ -105,19 +125,33 @@ int dear_estimate_gain(const dear_plan_problem_t *prob, const dear_plan_t *a, co
         DEAR_ERROR("plan", "the gain of one plan over another needs a problem, two plans and a ratio > 0");
         return DEAR_ERR_ARG;
     }
-    double comm = dear_estimate_comm_s(prob, prob->prof),
-           comp = dear_prof_fwd_total(prob->prof) + dear_prof_bwd_total(prob->prof);
-    dear_profile_t at = { 0 };
-    int rc = comm > 0 && isfinite(comm) && comp > 0 ? scaled(prob->prof, ratio * comm / comp, &at)
-                                                   : dear_prof_copy(prob->prof, &at);
-    if (rc != DEAR_OK)
-        return rc;
-    dear_plan_problem_t p = *prob;
-    p.prof = &at;
-    double ta = dear_planner_predict(&p, a, &rc), tb = rc == DEAR_OK ? dear_planner_predict(&p, b, &rc) : NAN;
+    double ta, tb;
+    int rc = predict_pair(prob, a, b, ratio, &ta, &tb);
     if (rc == DEAR_OK)
         *gain = tb > 0 ? 1 - ta / tb : 0;
-    dear_prof_free(&at);
+    return rc;
+}
+
+dear_first_start_t dear_first_start_decide(double plan_s, double thr_s, double min_gain, int same)
+{
+    dear_first_start_t d = { plan_s, thr_s, thr_s > 0 ? 1 - plan_s / thr_s : 0, min_gain, 0 };
+    if (isnan(plan_s) || isnan(thr_s))
+        d.gain = NAN;
+    d.threshold = !(d.gain >= min_gain) && !same;
+    return d;
+}
+
+int dear_first_start(const dear_plan_problem_t *prob, const dear_plan_t *plan, const dear_plan_t *thr, double ratio,
+                     double min_gain, int same, dear_first_start_t *out)
+{
+    if (!prob || !prob->prof || !plan || !thr || !out || !(ratio >= 0) || !isfinite(ratio)) {
+        DEAR_ERROR("plan", "the first plan's start needs a problem, the plan, the threshold plan and a ratio >= 0");
+        return DEAR_ERR_ARG;
+    }
+    double tp, tt;
+    int rc = predict_pair(prob, plan, thr, ratio, &tp, &tt);
+    if (rc == DEAR_OK)
+        *out = dear_first_start_decide(tp, tt, min_gain, same);
     return rc;
 }
 

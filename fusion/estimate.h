@@ -68,4 +68,25 @@ int dear_plan_robust(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
 int dear_estimate_gain(const dear_plan_problem_t *prob, const dear_plan_t *a, const dear_plan_t *b, double ratio,
                        double *gain);
 
+/* The start training makes from a plan made from an estimate (DEAR_FIRST_MIN_GAIN): the plan
+ * runs only when predicted faster than the threshold plan by at least min_gain of the threshold
+ * plan's iteration, else the threshold plan does. Why: the estimate guesses the spread of compute
+ * and prices collectives calibrated alone, so a smaller predicted gain lies within its error. */
+typedef struct {
+    double plan_s, thr_s; /* predicted iterations of the plan and of the threshold plan */
+    double gain;          /* 1 - plan_s / thr_s (0 when thr_s is not positive) */
+    double min_gain;      /* the share the gain was judged against */
+    int threshold;        /* 1: training starts on the threshold plan */
+} dear_first_start_t;
+
+/* The decision from the two predictions. same: the plans are known equal, so the plan runs (it
+ * is the threshold plan); 0 when not compared. NaN predictions start on the threshold plan. */
+dear_first_start_t dear_first_start_decide(double plan_s, double thr_s, double min_gain, int same);
+
+/* Both plans predicted on prob->prof with compute scaled to `ratio` times the time of
+ * communicating every gradient once (ratio 0: at prob->prof's own times), and the decision
+ * (same as for dear_first_start_decide). */
+int dear_first_start(const dear_plan_problem_t *prob, const dear_plan_t *plan, const dear_plan_t *thr, double ratio,
+                     double min_gain, int same, dear_first_start_t *out);
+
 #endif

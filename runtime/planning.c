@@ -65,7 +65,8 @@ static int estimate_plan(dear_ctx_t *ctx, int nunits, const dear_unit_t *units, 
     dear_plan_problem_t prob;
     dear_sim_model_arg_t marg;
     dear_plan_t thr = { 0 };
-    double t0 = dear_now(), regret = NAN, gain = NAN;
+    dear_first_start_t start = { .gain = NAN };
+    double t0 = dear_now(), regret = NAN;
     int hinted = 0;
     for (int l = 0; l < ctx->reg.nlayers; l++)
         hinted += ctx->reg.layers[l].flops >= 0;
@@ -81,8 +82,9 @@ static int estimate_plan(dear_ctx_t *ctx, int nunits, const dear_unit_t *units, 
     }
     if (rc == DEAR_OK)
         rc = dear_plan_threshold(&thr, nunits, udesc, thr_bytes);
+    /* same = 0: an equal plan under the margin still starts under the threshold plan's name. */
     if (rc == DEAR_OK)
-        rc = dear_estimate_gain(&prob, plan, &thr, 1.0, &gain);
+        rc = dear_first_start(&prob, plan, &thr, 1.0, ctx->online.first_min_gain, 0, &start);
     if (rc == DEAR_OK)
         DEAR_INFO("plan", "first plan, from the model's structure (%d of %d layer(s) with a compute hint, the others "
                           "by parameter bytes) and the cost model: %s with %d reduce-scatter bucket(s) and %d "
@@ -90,11 +92,11 @@ static int estimate_plan(dear_ctx_t *ctx, int nunits, const dear_unit_t *units, 
                           "%g..%g, predicted %.1f%% faster than the threshold plan at compute = communication; "
                           "planned in %.1f ms",
                   hinted, ctx->reg.nlayers, plan->planner, plan->rs.ngroups, plan->ag.ngroups, 100 * (regret - 1),
-                  DEAR_ROBUST_LO, DEAR_ROBUST_HI, 100 * gain, 1e3 * (dear_now() - t0));
-    if (rc == DEAR_OK && !(gain >= ctx->online.first_min_gain)) {
+                  DEAR_ROBUST_LO, DEAR_ROBUST_HI, 100 * start.gain, 1e3 * (dear_now() - t0));
+    if (rc == DEAR_OK && start.threshold) {
         DEAR_INFO("plan", "first plan: %s predicted %.1f%% faster than the threshold plan, under DEAR_FIRST_MIN_GAIN="
                           "%g: training starts on the threshold plan (%zu B)",
-                  plan->planner, 100 * gain, ctx->online.first_min_gain, thr_bytes);
+                  plan->planner, 100 * start.gain, ctx->online.first_min_gain, thr_bytes);
         dear_plan_free(plan);
         *plan = thr;
         thr = (dear_plan_t){ 0 };
@@ -620,7 +622,8 @@ static int replan(dear_ctx_t *ctx, int rescale)
         snprintf(plan.planner, sizeof plan.planner, "%s", name);
         /* Still an estimate (of the spread of compute): as at commit, DEAR_FIRST_MIN_GAIN over the
          * threshold plan or the threshold plan, whatever the plan in force. */
-        if (!(pred[1] <= pred[2] * (1 - ctx->online.first_min_gain)) && !dear_plan_equal(&plan, &thr)) {
+        if (dear_first_start_decide(pred[1], pred[2], ctx->online.first_min_gain, dear_plan_equal(&plan, &thr))
+                .threshold) {
             margin_thr = 1;
             DEAR_INFO("plan", "first plan at iteration %lld: %s predicted %.3f ms against %.3f ms for the threshold "
                               "plan, a gain under DEAR_FIRST_MIN_GAIN=%g: the threshold plan instead",

@@ -150,10 +150,10 @@ typedef struct {
     double iter, exposed, plan_s;
     double iter_prof;   /* --estimate on a timed profile: the plan made from its times, predicted */
     /* --estimate, model-driven planners: the plan training starts on (DEAR_FIRST_MIN_GAIN):
-     * its predicted gain over the threshold plan, whether the threshold plan runs instead, and
-     * the predicted iteration of the plan that runs. */
-    double first_gain, iter_start;
-    int start_thr;
+     * the decision (both predictions, the gain, whether the threshold plan runs instead), and
+     * the predicted iteration of the plan that runs. start.gain NaN: not judged. */
+    dear_first_start_t start;
+    double iter_start;
     int nrs, nag, nearly;
     dear_plan_t plan;
 } row_t;
@@ -223,10 +223,9 @@ static int plan_and_run(const dear_profile_t *prof, const dear_profile_t *est, i
     return rc;
 }
 
-/* The start the runtime makes from an estimated plan (runtime/planning.c): the plan made from
- * the structure runs only when predicted faster than the threshold plan by DEAR_FIRST_MIN_GAIN,
- * at compute = communication (range) or at the estimate's own times (first); otherwise the
- * threshold plan. Sets r's first_gain, start_thr and iter_start (on prof). */
+/* The start the runtime makes from an estimated plan (runtime/planning.c, by
+ * dear_first_start): at compute = communication (range) or at the estimate's own times (first).
+ * Sets r's start and iter_start (the start's iteration on prof). */
 static int first_start(const dear_profile_t *prof, const dear_profile_t *est, const dear_cost_model_t *model,
                        const plan_opts_t *o, row_t *r)
 {
@@ -240,19 +239,12 @@ static int first_start(const dear_profile_t *prof, const dear_profile_t *est, co
     prob.threshold = (size_t)o->threshold;
     prob.seed = (unsigned long)o->seed;
     rc = dear_plan_by_name(&thr, &prob, "threshold");
-    if (rc == DEAR_OK && o->estimate == EST_RANGE) {
-        rc = dear_estimate_gain(&prob, &r->plan, &thr, 1.0, &r->first_gain);
-    } else if (rc == DEAR_OK) {
-        dear_sim_result_t ra = { 0 }, rb = { 0 };
-        rc = dear_sim_run(est, &prob.cost, r->sched, &r->plan, 0, &ra);
-        if (rc == DEAR_OK)
-            rc = dear_sim_run(est, &prob.cost, r->sched, &thr, 0, &rb);
-        r->first_gain = rb.iter_s > 0 ? 1 - ra.iter_s / rb.iter_s : 0;
-    }
+    if (rc == DEAR_OK)
+        rc = dear_first_start(&prob, &r->plan, &thr, o->estimate == EST_RANGE ? 1.0 : 0, o->first_min_gain,
+                              dear_plan_equal(&r->plan, &thr), &r->start);
     if (rc == DEAR_OK) {
-        r->start_thr = !(r->first_gain >= o->first_min_gain) && !dear_plan_equal(&r->plan, &thr);
         r->iter_start = r->iter;
-        if (r->start_thr && (rc = dear_sim_run(prof, &prob.cost, r->sched, &thr, 0, &res)) == DEAR_OK)
+        if (r->start.threshold && (rc = dear_sim_run(prof, &prob.cost, r->sched, &thr, 0, &res)) == DEAR_OK)
             r->iter_start = res.iter_s;
     }
     dear_plan_free(&thr);
@@ -286,7 +278,8 @@ static int evaluate(const model_t *mu, const dear_cost_model_t *model, const pla
             int rc = plan_and_run(prof, est, o->estimate == EST_RANGE, model, o, (dear_sched_t)s, pname, &r.plan,
                                   &res);
             r.plan_s = dear_thread_cpu() - t0;
-            r.iter_prof = r.first_gain = r.iter_start = NAN;
+            r.iter_prof = r.iter_start = NAN;
+            r.start = (dear_first_start_t){ .gain = NAN };
             r.iter = res.iter_s;
             /* The runtime starts from an estimate only with a model-driven planner. */
             if (rc == DEAR_OK && est && s != DEAR_SCHED_SYNC &&
@@ -488,7 +481,7 @@ static void print_csv(const model_t *mu, const plan_opts_t *o, int P, const tabl
                P, dear_sched_name(r->sched), r->planner, r->iter * 1e3, r->exposed * 1e3, ratio(tab->t_sync, r->iter),
                ratio(tab->t_wthr, r->iter), r->nrs, r->nag, r->plan_s * 1e3, over_cap(r->iter), r->nearly,
                o->partition, mu->nunits, o->estimate == EST_RANGE ? "range" : o->estimate ? "first" : "off",
-               r->iter_prof * 1e3, r->first_gain, isnan(r->first_gain) ? "" : r->start_thr ? "threshold" : "plan",
+               r->iter_prof * 1e3, r->start.gain, isnan(r->start.gain) ? "" : r->start.threshold ? "threshold" : "plan",
                r->iter_start * 1e3);
     }
 }
@@ -565,10 +558,32 @@ static void print_table(const char *profile, const model_t *mu, const plan_opts_
         printf(" %12.3f", r->plan_s * 1e3);
         if (o->estimate && mu->timed && isfinite(r->iter_prof))
             printf(" %+7.2f%%", 100 * (r->iter / r->iter_prof - 1));
-        if (!isnan(r->first_gain))
-            printf("  start: %s (gain %+.1f%%), %.3f ms", r->start_thr ? "threshold" : "plan", 100 * r->first_gain,
+        if (!isnan(r->start.gain))
+            printf("  start: %s (gain %+.1f%%), %.3f ms", r->start.threshold ? "threshold" : "plan", 100 * r->start.gain,
                    r->iter_start * 1e3);
         printf("\n");
+    }
+}
+
+/* --estimate: the plan training would start on, for the row the runtime's defaults pick (the
+ * --schedule and --planner given, else DEAR_SCHEDULE's and DEAR_FUSION's defaults), and why:
+ * both predictions and the gain against DEAR_FIRST_MIN_GAIN (dear_first_start's decision). */
+static void print_start(const plan_opts_t *o, const table_t *tab)
+{
+    const char *sname = o->sched_sel >= 0 ? dear_sched_name((dear_sched_t)o->sched_sel)
+                                          : dear_param_table[DEAR_P_SCHEDULE].defval;
+    const char *pname = o->plan_sel ? o->plan_sel : dear_param_table[DEAR_P_FUSION].defval;
+    for (int i = 0; i < tab->nrows; i++) {
+        const row_t *r = &tab->rows[i];
+        if (isnan(r->start.gain) || strcmp(dear_sched_name(r->sched), sname) != 0 || strcmp(r->planner, pname) != 0)
+            continue;
+        const dear_first_start_t *d = &r->start;
+        printf("\ntraining starts on: the %s plan (%s + %s: its plan predicted %.3f ms, the threshold plan %.3f ms at %s; "
+               "gain %+.1f%%, %s DEAR_FIRST_MIN_GAIN=%g)\n",
+               d->threshold ? "threshold" : pname, sname, pname, d->plan_s * 1e3,
+               d->thr_s * 1e3, o->estimate == EST_RANGE ? "compute = communication" : "the estimate's times",
+               100 * d->gain, d->threshold ? "under" : "at least", d->min_gain);
+        return;
     }
 }
 
@@ -811,6 +826,8 @@ int main(int argc, char **argv)
         print_csv(&mu, &o, P, &tab);
     else
         print_table(o.profile, &mu, &o, &model, &tab);
+    if (!o.csv && o.estimate)
+        print_start(&o, &tab);
     int status = write_best(&o, &mu, &model, P, &tab);
     table_free(&tab);
     if (o.scale && status == 0)

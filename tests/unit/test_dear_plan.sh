@@ -107,6 +107,25 @@ for g in 0.1 0.05 0; do
 done
 "$exe" --profile "$prof" --preset 10gbe --workers 64 --estimate range --schedule dear |
     grep -q "^dear     auto .*start: threshold (gain +[0-9.]*%), [0-9.]* ms$" || fail "the table shows no start for auto"
+# The line naming the plan training starts on (dear + auto, the runtime's defaults): bert-base's
+# description at 300 ms of compute, whose auto plan is predicted under 10% faster than the 25 MiB
+# threshold plan (threshold start) and more than 10% faster than a 100 MiB one (auto start); both
+# predictions are the table's dear rows (the estimate is the table's profile here), the gain and
+# the decision recomputed from them.
+for t in 26214400 104857600; do
+    out=$("$exe" --profile "$bm" --preset 10gbe --workers 4 --schedule dear --compute-ms 300 --estimate first \
+          --threshold $t) || fail "start line at --threshold $t: exited $?"
+    want=$(echo "$out" | awk '$1 == "dear" && $2 == "threshold" { thr = $3 } $1 == "dear" && $2 == "auto" { a = $3 }
+        END { g = 1 - a / thr
+              printf "training starts on: the %s plan (dear + auto: its plan predicted %.3f ms, the threshold plan %.3f ms at the estimate'"'"'s times; gain %+.1f%%, %s DEAR_FIRST_MIN_GAIN=0.1)\n",
+                     (g >= 0.1 ? "auto" : "threshold"), a, thr, 100 * g, (g >= 0.1 ? "at least" : "under") }')
+    got=$(echo "$out" | grep "^training starts on:")
+    [ "$got" = "$want" ] || fail "start line at --threshold $t: '$got', want '$want'"
+    case $t in
+        26214400) echo "$got" | grep -q "the threshold plan (" || fail "25 MiB: should start on the threshold plan" ;;
+        *) echo "$got" | grep -q "the auto plan (" || fail "100 MiB: should start on auto's plan" ;;
+    esac
+done
 expect_err() {   # expected-status pattern args...
     want=$1; pat=$2; shift 2
     err=$("$exe" "$@" 2>&1 >/dev/null); rc=$?
