@@ -108,4 +108,31 @@ grep -q "^before$" "$dir/P.md" && grep -q "^after$" "$dir/P.md" || fail "the tex
 for f in e2e-resnet50-balanced-4x1.svg e2e-resnet50-compute-4x1.svg; do
     grep -q "<svg" "$dir/$f" || fail "no plot $f"
 done
+# Every configuration's prediction against its measurement, in e2e.md and in the section: the
+# error as the CSV gives it, the predicted time from it, and the disturbed run named.
+for f in "$md" "$dir/P.md"; do
+    grep -qF "| resnet50-balanced-4x1 | dear:threshold:25m | threshold 4/4/0 | 420.0 | 483.0 | +15.0% | **no** | - |" "$f" ||
+        fail "$f: no prediction row for dear:threshold:25m (420 ms measured, 483 predicted)"
+    grep -qF "| resnet50-balanced-4x1 | dear:gradssa | threshold 4/4/0 | 380.0 | 372.4 | -2.0% | yes | compute +10% |" "$f" ||
+        fail "$f: no prediction row for the disturbed dear:gradssa"
+done
+# Another section (--section, --title): added after the page's text, the e2e section kept.
+python3 "$report" report --results "$dir" --rate 1gbit --command "test" --doc "$dir/P.md" --section e2e-many \
+    --title "Many ranks" >"$dir/out" 2>&1 || { cat "$dir/out"; fail "the report with --section failed"; }
+[ "$(grep -c "BEGIN e2e-many:" "$dir/P.md")" = 1 ] && [ "$(grep -c "BEGIN e2e:" "$dir/P.md")" = 1 ] &&
+    grep -q "^## Many ranks$" "$dir/P.md" || fail "--section e2e-many did not add its own section beside e2e"
+# check: one configuration's prediction judged: within the limit (0), off by more (1), or the
+# machine stalled the run (3), whatever the error.
+judge() {   # STATUS PATTERN ROW-ARGS...
+    st=$1 pat=$2
+    shift 2
+    { echo "$H"; row "$@"; } >"$dir/one.csv"
+    out=$(python3 "$report" check --csv "$dir/one.csv" --config dear:auto --max-err 10)
+    rc=$?
+    [ $rc -eq "$st" ] && echo "$out" | grep -qF "$pat" || fail "check on $*: status $rc (want $st): $out"
+}
+judge 0 "measured 370.0 ms (q1..q3 366.3..373.7), predicted 388.5 ms, error +5.0% (limit 10%)" dear:auto dear 370 5
+judge 1 "predicted 325.6 ms, error -12.0% (limit 10%)" dear:auto dear 370 -12
+judge 3 "error -12.0% (limit 10%); the machine stalled: compute +10%" dear:auto dear 370 -12 330
+judge 3 "error +1.0% (limit 10%); the machine stalled: spread 20%" dear:auto dear 370 1 300.2 330 404
 echo "e2e-report.sh: bound $want ms and every verdict as constructed: ok"
