@@ -18,18 +18,22 @@
 # bench/results/e2e-*.csv and bench/results/e2e-*.svg, and the summary section of
 # docs/PERFORMANCE.md.
 # --quick: one profile (resnet50, balanced, 4x1) for a few iterations. --report-only: redraw.
+# --many-ranks: its own run, 2 hosts x 4 ranks behind a slow link (100mbit), on the profiles of
+# many small tensors, where the per-host collectives price many ranks' start-ups; its results and
+# section are apart from the main matrix's (bench/results/e2e-many/, the e2e-many section).
 set -euo pipefail
 PROG="e2e-matrix.sh"
 # shellcheck source=bench/bench-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 HOSTS=4
-RATE=1gbit
+RATE=
 COMM_MS=300
 ITERS=21
 ROUNDS=3
 WARMUP=
 QUICK=0
+MANY=0
 REPORT_ONLY=0
 KEEP_OTHERS=0
 ONLY_CASES=
@@ -47,7 +51,7 @@ usage() {
 usage: bench/e2e-matrix.sh [options]
   --builddir DIR    build directory holding apps/bench/dear-bench (default: the current
                     directory if it has it, else the source tree)
-  --rate RATE       link rate, tc syntax (default $RATE)
+  --rate RATE       link rate, tc syntax (default 1gbit; 100mbit with --many-ranks)
   --comm-ms MS      target communication time per iteration after --size-scale (default $COMM_MS)
   --iters N         measured iterations per configuration (default $ITERS)
   --rounds R        the configurations of a case run R times in turn, N/R measured
@@ -56,7 +60,7 @@ usage: bench/e2e-matrix.sh [options]
   --warmup N        warm-up iterations of every run (default: dear-bench's per planner, which
                     waits for the online plan and auto's check)
   --profiles LIST   profiles to run, space separated (default: $PROFILES)
-  --layouts LIST    HOSTSxRANKS, hosts <= 4 (default "$LAYOUTS")
+  --layouts LIST    HOSTSxRANKS, 1-4 hosts, 1-8 ranks each (default "$LAYOUTS")
   --configs LIST    dear-bench --configs (default: the seven below)
   --sparse-profiles LIST
                     profiles with a sparse token embedding to run as sparse cases too, with
@@ -68,11 +72,18 @@ usage: bench/e2e-matrix.sh [options]
   --keep-others     keep the results of the cases not run (rerunning a disturbed case); the
                     meta file then lists each run's cases, date and commit
   --quick           resnet50 balanced on 4x1 only, --iters 4 --rounds 1, --comm-ms 150
+  --many-ranks      many ranks per host behind a slow link: 2 hosts x 4 ranks (--layouts 2x4)
+                    at 100mbit unless --rate says otherwise, densenet201 and bert-base balanced,
+                    no sparse cases; results in bench/results/e2e-many/ and the e2e-many section
+                    of docs/PERFORMANCE.md (every planner's predicted against measured time).
+                    With --quick: densenet201 only, --iters 4 --rounds 1, --comm-ms 150.
+                    The measurement: bench/e2e-matrix.sh --many-ranks; a try: --many-ranks --quick
   --report-only     do not measure; regenerate the report from bench/results/e2e-*.csv
   --help            this text
 Environment: EMU_PREFIX (default e: hosts e1..e4), EMU_SUBNET (default 10.213.49).
 Writes bench/results/e2e-CASE.csv, e2e-CASE.svg, e2e-gantt-CASE.svg, e2e.meta and e2e.md, and the
-end-to-end section of docs/PERFORMANCE.md.
+end-to-end section of docs/PERFORMANCE.md (with --many-ranks: the same files under
+bench/results/e2e-many/ and the e2e-many section).
 Needs root (network namespaces). The full matrix takes about an hour and a half at 1gbit.
 EOF
 }
@@ -80,10 +91,17 @@ EOF
 bench_options --builddir=BUILDDIR --rate=RATE --comm-ms=COMM_MS --iters=ITERS --warmup=WARMUP --rounds=ROUNDS \
     --profiles=PROFILES --layouts=LAYOUTS --configs=CONFIGS --sparse-profiles=SPARSE_PROFILES? \
     --sparse-layouts=SPARSE_LAYOUTS --cases=ONLY_CASES --keep-others=KEEP_OTHERS! --quick=QUICK! \
-    --report-only=REPORT_ONLY! -- "$@"
-if ((QUICK)); then
+    --many-ranks=MANY! --report-only=REPORT_ONLY! -- "$@"
+SECTION=e2e TITLE="End-to-end: dear-bench on the emulated cluster"
+if ((MANY)); then
+    # Two hosts are all the layout needs: fewer namespaces and daemons on the shared cores.
+    HOSTS=2 LAYOUTS=2x4 PROFILES="densenet201 bert-base" SPARSE_PROFILES= SPARSE_LAYOUTS= RATE=${RATE:-100mbit}
+    RES=$RES/e2e-many SECTION=e2e-many TITLE="End-to-end, 4 ranks per host behind a slow link: predicted against measured"
+    ((QUICK)) && PROFILES=densenet201 ITERS=4 ROUNDS=1 COMM_MS=150
+elif ((QUICK)); then
     PROFILES=resnet50 LAYOUTS=4x1 ITERS=4 ROUNDS=1 COMM_MS=150 SPARSE_PROFILES=
 fi
+RATE=${RATE:-1gbit}
 [[ $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ && ( -z $WARMUP || $WARMUP =~ ^[0-9]+$ ) ]] &&
     ((ITERS >= 1 && ROUNDS >= 1 && ROUNDS <= ITERS)) ||
     die "bad --iters/--rounds/--warmup '$ITERS'/'$ROUNDS'/'$WARMUP': expected counts, 1 <= rounds <= iters"
@@ -91,8 +109,8 @@ warm=()
 [[ -n $WARMUP ]] && warm=(--warmup "$WARMUP")
 [[ $COMM_MS =~ ^[0-9]+([.][0-9]+)?$ ]] || die "bad --comm-ms '$COMM_MS': expected milliseconds"
 for l in $LAYOUTS $SPARSE_LAYOUTS; do
-    [[ $l =~ ^([1-4])x([1-8])$ ]] && ((BASH_REMATCH[1] * BASH_REMATCH[2] >= 2)) ||
-        die "bad layout '$l': expected HOSTSxRANKS with 1-$HOSTS hosts and at least 2 ranks"
+    [[ $l =~ ^([1-9])x([1-8])$ ]] && ((BASH_REMATCH[1] <= HOSTS && BASH_REMATCH[1] * BASH_REMATCH[2] >= 2)) ||
+        die "bad layout '$l': expected HOSTSxRANKS with 1-$HOSTS hosts, 1-8 ranks each and at least 2 ranks in all"
 done
 for p in $PROFILES $SPARSE_PROFILES; do
     [[ -f $SRCDIR/fusion/profiles/$p.prof ]] || die "no profile fusion/profiles/$p.prof"
@@ -104,14 +122,14 @@ done
 
 report() {
     python3 "$SRCDIR/bench/e2e-report.py" report --results "$RES" --rate "$RATE" \
-        --command "bench/e2e-matrix.sh $*" --doc "$DOC"
+        --command "bench/e2e-matrix.sh $*" --doc "$DOC" --section "$SECTION" --title "$TITLE"
 }
 
 if ((REPORT_ONLY)); then
     compgen -G "$RES/e2e-*.csv" >/dev/null || die "no bench/results/e2e-*.csv: run without --report-only first"
     # The command of the run the CSVs come from, as the section names it, kept.
-    prev=$(sed -n 's/^Generated by `bench\/e2e-report.py` (run by `bench\/e2e-matrix.sh \([^`]*\)`.*/\1/p' \
-        "$DOC" | head -1)
+    prev=$(sed -n "/^<!-- BEGIN $SECTION:/,/^<!-- END $SECTION -->/p" "$DOC" |
+        sed -n 's/^Generated by `bench\/e2e-report.py` (run by `bench\/e2e-matrix.sh \([^`]*\)`.*/\1/p' | head -1)
     report "${prev:-(the last run)}"
     exit 0
 fi
@@ -124,7 +142,7 @@ cases=()
 for l in $LAYOUTS; do
     for p in $PROFILES; do cases+=("$p-balanced-$l $l $p 1 0"); done
 done
-if ! ((QUICK)); then
+if ! ((QUICK || MANY)); then
     [[ " $PROFILES " == *" resnet50 "* ]] && cases+=("resnet50-compute-4x1 4x1 resnet50 3 0")
     [[ " $PROFILES " == *" bert-base "* ]] && cases+=("bert-base-comm-4x1 4x1 bert-base 0.333 0")
 fi
@@ -198,5 +216,5 @@ else {
 } >"$RES/e2e.meta"
 fi
 emu_down
-report "$( ((QUICK)) && echo --quick || echo "--rate $RATE --comm-ms $COMM_MS --iters $ITERS --rounds $ROUNDS${WARMUP:+ --warmup $WARMUP}")"
+report "$( ((MANY)) && echo '--many-ranks ')$( ((QUICK)) && echo --quick || echo "--rate $RATE --comm-ms $COMM_MS --iters $ITERS --rounds $ROUNDS${WARMUP:+ --warmup $WARMUP}")"
 exit $status
