@@ -2192,6 +2192,20 @@ START_TEST(estimate_gain_by_hand)
                           models[i], ratios[k], gain, 1 - ra.iter_s / rb.iter_s);
             ck_assert_int_eq(dear_estimate_gain(&pe, &thr, &thr, ratios[k], &self), DEAR_OK);
             ck_assert_double_eq(self, 0);
+            /* dear_first_start: the same two predictions, and the threshold plan exactly where the
+             * hand-made gain is under the margin (a margin just above it, then just below). */
+            double hand = 1 - ra.iter_s / rb.iter_s;
+            for (int side = 0; side < 2; side++) {
+                dear_first_start_t st;
+                double margin = side ? hand - 1e-6 : hand + 1e-6;
+                ck_assert_int_eq(dear_first_start(&pe, &range, &thr, ratios[k], margin, 0, &st), DEAR_OK);
+                ck_assert_msg(fabs(st.plan_s - ra.iter_s) < 1e-12 && fabs(st.thr_s - rb.iter_s) < 1e-12,
+                              "%s at %g: start predicted %.15g/%.15g, by hand %.15g/%.15g", models[i], ratios[k],
+                              st.plan_s, st.thr_s, ra.iter_s, rb.iter_s);
+                ck_assert_int_eq(st.threshold, !side);
+                ck_assert_int_eq(dear_first_start(&pe, &range, &thr, ratios[k], margin, 1, &st), DEAR_OK);
+                ck_assert_int_eq(st.threshold, 0); /* the same plan: nothing to start instead */
+            }
             dear_prof_free(&at);
         }
         double g = 7;
@@ -2199,6 +2213,19 @@ START_TEST(estimate_gain_by_hand)
         ck_assert_int_eq(dear_estimate_gain(&pe, &range, &thr, NAN, &g), DEAR_ERR_ARG);
         ck_assert_int_eq(dear_estimate_gain(&pe, &range, NULL, 1, &g), DEAR_ERR_ARG);
         ck_assert_double_eq(g, 7); /* untouched on error */
+        /* Ratio 0: at the estimate's own times, as simulated directly. */
+        dear_first_start_t st;
+        dear_sim_result_t ra = { 0 }, rb = { 0 };
+        ck_assert_int_eq(dear_sim_run(&e, &pe.cost, DEAR_SCHED_DEAR, &range, 0, &ra), DEAR_OK);
+        ck_assert_int_eq(dear_sim_run(&e, &pe.cost, DEAR_SCHED_DEAR, &thr, 0, &rb), DEAR_OK);
+        ck_assert_int_eq(dear_first_start(&pe, &range, &thr, 0, 0.1, 0, &st), DEAR_OK);
+        ck_assert(fabs(st.plan_s - ra.iter_s) < 1e-12 && fabs(st.thr_s - rb.iter_s) < 1e-12);
+        ck_assert_int_eq(st.threshold, !(1 - ra.iter_s / rb.iter_s >= 0.1));
+        ck_assert_int_eq(dear_first_start(&pe, &range, &thr, -1, 0.1, 0, &st), DEAR_ERR_ARG);
+        /* An unknown prediction starts on the threshold plan. */
+        ck_assert_int_eq(dear_first_start_decide(NAN, 1.0, 0.1, 0).threshold, 1);
+        ck_assert_int_eq(dear_first_start_decide(0.5, NAN, 0.1, 0).threshold, 1);
+        ck_assert_int_eq(dear_first_start_decide(0.8, 1.0, 0.1, 0).threshold, 0);
         dear_plan_free(&range);
         dear_plan_free(&thr);
         dear_prof_free(&m);
