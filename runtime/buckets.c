@@ -349,12 +349,13 @@ static int groups_build(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK, *first = NULL, ng = 0, clip = dear_clip_on(ctx);
     const dear_plan_t *pl = &ctx->graph.plan;
-    /* Sharded updates: the parameters leave after the updates at backward_end, so no group runs
-     * during backward; wfbp's and sync's plans gather what each bucket reduced. */
+    /* Sharded updates: the parameters leave after the updates, so a group runs during backward
+     * only where slices are stepped there; wfbp's and sync's plans gather what each bucket reduced. */
     int shard = dear_shard_on(ctx), split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
+    int early_ok = !clip && (!shard || dear_shard_steps_early(ctx));
     const dear_partition_t *ag = split ? &pl->ag : &pl->rs;
-    int early_u0 = split && pl->ag_early > 0 && !clip && !shard ? pl->ag.first[pl->ag.ngroups - pl->ag_early]
-                                                                : ctx->graph.nunits;
+    int early_u0 = split && pl->ag_early > 0 && early_ok ? pl->ag.first[pl->ag.ngroups - pl->ag_early]
+                                                         : ctx->graph.nunits;
     DEAR_CHECK_GOTO(split_groups(ctx, ag, 1, &first, &ng), rc, out);
     DEAR_ALLOC_GOTO(ctx->graph.groups, calloc((size_t)ng, sizeof *ctx->graph.groups),
                     sizeof *ctx->graph.groups * (size_t)ng, rc, out);
@@ -472,8 +473,8 @@ int dear_graph_build(dear_ctx_t *ctx)
 {
     if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->cm.rank == 0)
         dear_plan_print(stderr, &ctx->graph.plan, NULL);
-    if (dear_shard_on(ctx))
-        ctx->graph.plan.ag_early = 0; /* the parameters leave after the updates (shard.c) */
+    if (dear_shard_on(ctx) && !dear_shard_steps_early(ctx))
+        ctx->graph.plan.ag_early = 0; /* the parameters leave after the updates at backward_end (shard.c) */
     ctx->graph.ngroups_early = 0;
     ctx->graph.nbarriers = 0;
     DEAR_CHECK(units_build(ctx));

@@ -620,6 +620,14 @@ void dear_engine_queue_at(dear_ctx_t *ctx, dear_op_t *op, long long iter)
     dear_unlock(&ctx->eng.lock);
 }
 
+int dear_engine_done(dear_ctx_t *ctx, const dear_op_t *op, long long iter)
+{
+    dear_lock(&ctx->eng.lock);
+    int done = op->sh.launch_iter == iter;
+    dear_unlock(&ctx->eng.lock);
+    return done;
+}
+
 int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter)
 {
     int rc = DEAR_OK;

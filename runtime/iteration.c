@@ -314,6 +314,9 @@ static int backward_done_one(dear_ctx_t *ctx, int layer)
         if (ctx->cfg.sched_ops->bucket_done)
             ctx->cfg.sched_ops->bucket_done(ctx, b);
     }
+    /* Sharded: the slices whose reduce-scatters are done are stepped now, during backward. */
+    if (dear_shard_on(ctx))
+        rc = dear_shard_step_ready(ctx);
     hook_mark(ctx, 0, lidx);
     return rc;
 }

@@ -223,6 +223,14 @@ int dear_rt_wait_done(const dear_ctx_t *ctx, dear_fence_t *done)
     return ctx->mem.ops->fence_wait(ctx->mem.app, done);
 }
 
+int dear_rt_done_query(const dear_ctx_t *ctx, dear_fence_t *done, int *ready)
+{
+    *ready = 1;
+    if (ctx->mem.drop == DROP_DONE)
+        return DEAR_OK;
+    return dear_fence_done(ctx->mem.ops, done, ready);
+}
+
 int dear_rt_zero(const dear_ctx_t *ctx, void *grad, size_t bytes)
 {
     return ctx->mem.ops->zero(ctx->mem.app, grad, bytes);
@@ -328,7 +336,7 @@ static int shard_ag_prepare(dear_ctx_t *ctx, dear_op_t *op)
     const dear_mem_ops_t *mo = ctx->mem.ops;
     int staged = 0;
     if (ctx->mem.drop != DROP_READY)
-        DEAR_CHECK(mo->fence_wait(ctx->mem.comm, dear_shard_updated(ctx)));
+        DEAR_CHECK(mo->fence_wait(ctx->mem.comm, dear_shard_updated(ctx, op->index)));
     for (int u = gr->u0; u < gr->u1; u++) {
         const dear_rt_unit_t *un = &ctx->graph.units[u];
         const dear_bucket_t *bk = &ctx->graph.buckets[un->bucket];
@@ -344,7 +352,7 @@ static int shard_ag_prepare(dear_ctx_t *ctx, dear_op_t *op)
         if (ctx->mem.net == NULL && ctx->mem.drop != DROP_PACKED)
             op->pt.start_fence = gr->packed;
     } else if (ctx->mem.net == NULL && ctx->mem.drop != DROP_READY) {
-        op->pt.start_fence = dear_shard_updated(ctx); /* the host reads the parameters in place */
+        op->pt.start_fence = dear_shard_updated(ctx, op->index); /* the host reads the parameters in place */
     }
     return DEAR_OK;
 }

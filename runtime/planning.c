@@ -378,7 +378,9 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
-        prob.no_early = dear_shard_on(ctx); /* the parameters leave after the updates at backward_end */
+        /* Sharded: a parameter leaves after its update, during backward only when slices are
+         * stepped there. */
+        prob.no_early = dear_shard_on(ctx) && !dear_shard_steps_early(ctx);
         runners_free(ctx);
         /* auto's check may go on to the runners-up when the plan loses (DEAR_VERIFY_TRIES). */
         if (which == DEAR_PLANNER_AUTO && ctx->check.iters > 0 && ctx->check.tries > 1)

@@ -348,6 +348,11 @@ typedef struct {
     int held;               /* the all-gathers of the last backward_end are not queued yet */
     int switch_due;         /* a plan switch waits for them: its dear_switch_t + 1 (0: none) */
     dear_fence_t *updated;  /* the application's queue ran the updates (the all-gathers wait) */
+    int early;              /* DEAR_SHARD_EARLY under dear, not held: slices may be stepped in backward */
+    long long step_iter;    /* the iteration step_next counts in */
+    int step_next;          /* the next bucket, in backward order, whose slices are not stepped yet */
+    dear_fence_t **stepped; /* per bucket: the application's queue stepped its slices (early groups wait) */
+    int nstepped;
 } dear_shard_t;
 
 /* Sparse tensors (sparse.c): fixed at commit, the application thread's. */
@@ -601,6 +606,8 @@ void dear_rt_fence_free(const dear_ctx_t *ctx, dear_fence_t *f);
 int dear_rt_bucket_ready(const dear_ctx_t *ctx, dear_bucket_t *b);
 /* The application's queue waits for a group's or bucket's `done` (forward_begin, backward_end). */
 int dear_rt_wait_done(const dear_ctx_t *ctx, dear_fence_t *done);
+/* *ready = 1 once the `done` fence is complete, without waiting (a hook's test). */
+int dear_rt_done_query(const dear_ctx_t *ctx, dear_fence_t *done, int *ready);
 /* This rank's zeros for a gradient, on the application's queue (dear_no_grad). */
 int dear_rt_zero(const dear_ctx_t *ctx, void *grad, size_t bytes);
 /* The row and queue of the buckets' buffers: the host's for staged memory, else the gradients'. */
@@ -623,6 +630,8 @@ void dear_engine_queue_at(dear_ctx_t *ctx, dear_op_t *op, long long iter);
 /* Block until op's result for iteration iter is ordered by the memory's fences (its collective
  * done, or running on the communication queue ahead of its `done` fence); counts blocked time. */
 int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter);
+/* Whether op of iteration iter is done, without waiting (what dear_engine_wait waits for). */
+int dear_engine_done(dear_ctx_t *ctx, const dear_op_t *op, long long iter);
 
 /* calibrate.c */
 /* The cost model, the same on every rank: measured (or from DEAR_CALIBRATION_FILE) when
@@ -666,6 +675,9 @@ void dear_planning_sample(dear_ctx_t *ctx, double iter_s);
  * rank when DEAR_FIND_UNUSED is on. */
 int dear_tensor_updates(const dear_ctx_t *ctx, int t);
 
+/* Whether DEAR_FIND_UNUSED counts the ranks with a gradient (a barrier before every update). */
+int dear_unused_on(const dear_ctx_t *ctx);
+
 /* clip.c */
 int dear_clip_on(const dear_ctx_t *ctx);
 /* The norm and factor of iteration's gradient; 0 when clipping gave none for it. */
@@ -699,8 +711,14 @@ int dear_shard_on(const dear_ctx_t *ctx);
 int dear_shard_holds(const dear_ctx_t *ctx);
 /* The all-gathers of the last backward_end wait for dear_shard_release. */
 int dear_shard_held(const dear_ctx_t *ctx);
-/* The application's queue ran this iteration's slice updates: the all-gathers wait for it. */
-dear_fence_t *dear_shard_updated(const dear_ctx_t *ctx);
+/* The application's queue ran the slice updates all-gather group g sends: the group waits for it. */
+dear_fence_t *dear_shard_updated(const dear_ctx_t *ctx, int g);
+/* Slices are stepped during backward (DEAR_SHARD_EARLY under dear, not held, no clipping or
+ * count of ranks with a gradient): the plan may gather parameters early. */
+int dear_shard_steps_early(const dear_ctx_t *ctx);
+/* At a backward hook: the slices of the buckets whose reduce-scatters are done, in the order
+ * backward completed them, stepped without waiting; each bucket's early groups then queued. */
+int dear_shard_step_ready(dear_ctx_t *ctx);
 /* The schedule is run as reduce-scatter, update, all-gather: DEAR_SCHED_F_SPLIT or sharded. */
 int dear_rt_split(const dear_ctx_t *ctx);
 /* backward_end of every schedule under sharded updates: the reduce-scatters waited for, each

@@ -106,10 +106,12 @@ static int dear_wait_layer(dear_ctx_t *ctx, int lidx)
 }
 
 /* The bucket's reduce-scatter, then the early all-gather groups it completes: they start once
- * it is reduced. */
+ * it is reduced. Sharded, they carry parameters: they follow its slices' updates (shard.c). */
 static void dear_bucket_done(dear_ctx_t *ctx, dear_bucket_t *b)
 {
     dear_engine_queue(ctx, &b->op);
+    if (dear_shard_on(ctx))
+        return;
     for (int g = b->early_hi; g >= b->early_lo; g--) {
         ctx->graph.groups[g].unpacked = 0;
         dear_engine_queue(ctx, &ctx->graph.groups[g].op);

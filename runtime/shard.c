@@ -3,13 +3,17 @@
  * (a tensor, or a chunk of a cut one) is a vector of its own over every rank in the
  * reduce-scatters and all-gathers (buckets.c), so rank r owns slice r of each unit by the shard
  * rule whatever the plan, and optimizer state kept for a rank's slices stays valid across plan
- * switches and freezing. At backward_end the reduce-scatters are waited for bucket by bucket (the
- * updates of one run while later ones still travel), each of this rank's slices is updated on the
- * application thread, and the all-gathers then carry the updated parameters into every rank's
- * parameter buffers: during the next forward pass under `dear`, before backward_end returns under
- * `wfbp` and `sync`. DEAR_SHARD_HOLD leaves them held until dear_shard_release (or the next hook),
- * for a program that steps its slices itself after backward_end; a plan switch due at that
- * backward_end waits for them.
+ * switches and freezing. Each of this rank's slices is updated on the application thread once its
+ * bucket's reduce-scatter is done: under `dear` (DEAR_SHARD_EARLY) at the first backward hook that
+ * finds it done, so that the plan's early all-gathers may carry its parameters during backward;
+ * the rest at backward_end, waited for bucket by bucket (the updates of one run while later ones
+ * still travel). The all-gathers then carry the updated parameters into every rank's parameter
+ * buffers: during the next forward pass under `dear`, before backward_end returns under `wfbp`
+ * and `sync`. A barrier over every reduce-scatter (clipping's norm, the count of ranks with a
+ * gradient) comes before any update, so with one every slice waits for backward_end.
+ * DEAR_SHARD_HOLD leaves the all-gathers held until dear_shard_release (or the next hook), for a
+ * program that steps its slices itself after backward_end; a plan switch due at that backward_end
+ * waits for them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +30,19 @@ int dear_shard_holds(const dear_ctx_t *ctx) { return ctx->shard.hold; }
 
 int dear_shard_held(const dear_ctx_t *ctx) { return ctx->shard.held; }
 
-dear_fence_t *dear_shard_updated(const dear_ctx_t *ctx) { return ctx->shard.updated; }
+/* An early group's last bucket to complete holds its first unit (buckets.c's order); the others
+ * follow every update of the iteration. */
+dear_fence_t *dear_shard_updated(const dear_ctx_t *ctx, int g)
+{
+    const dear_group_t *gr = &ctx->graph.groups[g];
+    int b = ctx->graph.units[gr->u0].bucket;
+    return gr->early && b < ctx->shard.nstepped ? ctx->shard.stepped[b] : ctx->shard.updated;
+}
+
+int dear_shard_steps_early(const dear_ctx_t *ctx)
+{
+    return ctx->shard.early && !dear_clip_on(ctx) && !dear_unused_on(ctx);
+}
 
 int dear_rt_split(const dear_ctx_t *ctx)
 {
@@ -88,6 +104,11 @@ static int shard_decide(dear_ctx_t *ctx)
     ctx->shard.on = env || (ctx->shard.flags & DEAR_SHARD_ON);
     ctx->shard.hold = ctx->shard.on && (ctx->shard.flags & DEAR_SHARD_HOLD);
     ctx->shard.held = ctx->shard.switch_due = 0;
+    /* Rank 0's DEAR_SHARD_EARLY; the program that steps held slices itself is never early. */
+    int early = (int)dear_param_int(DEAR_P_SHARD_EARLY);
+    DEAR_MPI_CHECK(MPI_Bcast(&early, 1, MPI_INT, 0, ctx->cm.comm));
+    ctx->shard.early = ctx->shard.on && !ctx->shard.hold && early && ctx->cfg.sched == DEAR_SCHED_DEAR;
+    ctx->shard.step_iter = -1;
     if (!ctx->shard.on)
         return DEAR_OK;
     /* Every rank leaves with the same verdict: a rank without parameters fails them all. */
@@ -102,7 +123,9 @@ static int shard_decide(dear_ctx_t *ctx)
     }
     DEAR_INFO("api", "sharded updates: each rank updates its slice of every tensor, the all-gathers carry "
                      "parameters%s",
-              ctx->shard.hold ? " (held for dear_shard_release)" : "");
+              ctx->shard.hold ? " (held for dear_shard_release)"
+              : ctx->shard.early ? " (slices stepped during backward where no clipping or DEAR_FIND_UNUSED)"
+                                 : "");
     return DEAR_OK;
 }
 
@@ -137,13 +160,26 @@ int dear_shard_slices(const dear_ctx_t *ctx, int rank, dear_slice_t *slices, int
     return n;
 }
 
+/* The next bucket of this iteration, in backward order, whose slices are not stepped yet (-1:
+ * none); a new iteration, or a new plan, starts from the last bucket. */
+static int step_next(dear_ctx_t *ctx)
+{
+    if (ctx->shard.step_iter != ctx->it.iter) {
+        ctx->shard.step_iter = ctx->it.iter;
+        ctx->shard.step_next = ctx->graph.nbuckets - 1;
+    }
+    return ctx->shard.step_next;
+}
+
 /* Bucket b's reduce-scatter of this iteration is done and its slices are in the gradients: the
- * updates of this rank's slices of its units. */
-static int bucket_updates(dear_ctx_t *ctx, const dear_bucket_t *b, long long iter)
+ * updates of this rank's slices of its units, then its early all-gather groups, which send them. */
+static int bucket_updates(dear_ctx_t *ctx, int bi, long long iter)
 {
     int rc = DEAR_OK;
-    DEAR_CHECK(dear_engine_wait(ctx, (dear_op_t *)&b->op, iter));
+    dear_bucket_t *b = &ctx->graph.buckets[bi];
+    DEAR_CHECK(dear_engine_wait(ctx, &b->op, iter));
     DEAR_CHECK(dear_rt_wait_done(ctx, b->done));
+    ctx->shard.step_next = bi - 1;
     for (int u = b->u0; u < b->u1; u++) {
         const dear_rt_unit_t *un = &ctx->graph.units[u];
         if (un->own_len == 0 || dear_unit_ccount(&ctx->graph, &ctx->reg, u) == 0 ||
@@ -153,6 +189,39 @@ static int bucket_updates(dear_ctx_t *ctx, const dear_bucket_t *b, long long ite
         if (r != DEAR_OK && rc == DEAR_OK)
             rc = r;
     }
+    if (b->early_lo > b->early_hi)
+        return rc;
+    /* The groups send what the updates wrote on the application's queue. */
+    DEAR_CHECK(ctx->mem.ops->fence_record(ctx->shard.stepped[bi], ctx->mem.app));
+    for (int g = b->early_hi; g >= b->early_lo; g--) {
+        ctx->graph.groups[g].unpacked = 0;
+        dear_engine_queue(ctx, &ctx->graph.groups[g].op);
+    }
+    return rc;
+}
+
+int dear_shard_step_ready(dear_ctx_t *ctx)
+{
+    if (!dear_shard_steps_early(ctx))
+        return DEAR_OK;
+    int rc = DEAR_OK;
+    long long iter = ctx->it.iter;
+    double t0 = dear_now();
+    int b0 = step_next(ctx);
+    for (int b = b0; b >= 0; b = ctx->shard.step_next) {
+        int done = dear_engine_done(ctx, &ctx->graph.buckets[b].op, iter);
+        if (done)
+            DEAR_CHECK(dear_rt_done_query(ctx, ctx->graph.buckets[b].done, &done));
+        if (!done)
+            break; /* never a wait in a hook: a later hook, or backward_end, steps it */
+        int r = bucket_updates(ctx, b, iter);
+        if (r == DEAR_ERR_CALLBACK && rc == DEAR_OK)
+            rc = r; /* the other ranks still gather: this one must too */
+        else if (r != DEAR_OK)
+            return r;
+    }
+    if (ctx->tl && ctx->shard.step_next != b0)
+        dear_timeline_span(ctx->tl, "sharded updates", "compute", DEAR_LANE_COMPUTE, t0, dear_now(), NULL);
     return rc;
 }
 
@@ -169,8 +238,8 @@ int dear_shard_backward_end(dear_ctx_t *ctx)
      * each update needs them; without them a bucket's updates run as soon as it is reduced, in
      * the order backward completed the buckets. */
     DEAR_CHECK(dear_graph_wait_barriers(ctx, iter));
-    for (int b = ctx->graph.nbuckets - 1; b >= 0; b--) {
-        int r = bucket_updates(ctx, &ctx->graph.buckets[b], iter);
+    for (int b = step_next(ctx); b >= 0; b = ctx->shard.step_next) {
+        int r = bucket_updates(ctx, b, iter);
         if (r == DEAR_ERR_CALLBACK && rc == DEAR_OK)
             rc = r; /* the other ranks still gather: this one must too */
         else if (r != DEAR_OK)
@@ -191,6 +260,8 @@ int dear_shard_release_held(dear_ctx_t *ctx, const char *call)
     ctx->shard.held = 0;
     long long iter = ctx->it.iter - 1; /* the iteration whose gradients the updates used */
     for (int g = 0; g < ctx->graph.ngroups; g++) {
+        if (ctx->graph.groups[g].early)
+            continue; /* queued behind their buckets' updates */
         ctx->graph.groups[g].unpacked = 0;
         dear_engine_queue_at(ctx, &ctx->graph.groups[g].op, iter);
     }
@@ -220,16 +291,31 @@ int dear_shard_defer_switch(dear_ctx_t *ctx, dear_switch_t kind)
     return 1;
 }
 
-/* The fence the all-gathers wait on for the updates (mem.c's prepare of each all-gather). */
+/* The fences the all-gathers wait on for the updates (mem.c's prepare of each all-gather): one
+ * after every update, and one per bucket for the early groups. */
 static int shard_graph(dear_ctx_t *ctx)
 {
-    return dear_rt_fence_new(ctx, &ctx->shard.updated);
+    ctx->shard.step_iter = -1; /* a new plan's buckets */
+    DEAR_CHECK(dear_rt_fence_new(ctx, &ctx->shard.updated));
+    if (ctx->graph.ngroups_early == 0)
+        return DEAR_OK;
+    size_t n = (size_t)ctx->graph.nbuckets;
+    DEAR_ALLOC_CHECK(ctx->shard.stepped, calloc(n, sizeof *ctx->shard.stepped), sizeof *ctx->shard.stepped * n);
+    ctx->shard.nstepped = ctx->graph.nbuckets;
+    for (int b = 0; b < ctx->graph.nbuckets; b++)
+        DEAR_CHECK(dear_rt_fence_new(ctx, &ctx->shard.stepped[b]));
+    return DEAR_OK;
 }
 
 static void shard_graph_free(dear_ctx_t *ctx)
 {
     dear_rt_fence_free(ctx, ctx->shard.updated);
     ctx->shard.updated = NULL;
+    for (int b = 0; b < ctx->shard.nstepped; b++)
+        dear_rt_fence_free(ctx, ctx->shard.stepped[b]);
+    free(ctx->shard.stepped);
+    ctx->shard.stepped = NULL;
+    ctx->shard.nstepped = 0;
 }
 
 static const dear_feature_rule_t shard_rules[] = {

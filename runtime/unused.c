@@ -105,11 +105,11 @@ static int unused_decide(dear_ctx_t *ctx)
     return DEAR_OK;
 }
 
-static int unused_is_on(const dear_ctx_t *ctx) { return ctx->unused.on; }
+int dear_unused_on(const dear_ctx_t *ctx) { return ctx->unused.on; }
 
 const dear_feature_t dear_feature_unused = {
     .decide = unused_decide,
-    .on = unused_is_on,
+    .on = dear_unused_on,
     .graph = unused_graph,
     .graph_free = unused_graph_free,
     .free = unused_graph_free,

@@ -509,6 +509,8 @@ static int runtime_param(dear_param_id_t id)
     return (int)v;
 }
 
+int bench_shard_early(void) { return runtime_param(DEAR_P_SHARD_EARLY); }
+
 /* The runtime plans after DEAR_WARMUP_ITERS and (auto) checks the plan in three blocks (new,
  * old, new; runtime/planning.c), each one settling iteration and then its share of
  * DEAR_VERIFY_ITERS per plan, and where the plan loses, each runner-up likewise, up to

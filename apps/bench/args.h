@@ -49,6 +49,9 @@ typedef struct {
  * after --help (printed), 2 on a bad argument (rank 0 says why). */
 int bench_parse_args(int argc, char **argv, bench_opts_t *o);
 
+/* DEAR_SHARD_EARLY as the runtime will read it: sharded slices stepped during backward under dear. */
+int bench_shard_early(void);
+
 /* The configuration's fusion threshold in bytes after --size-scale, at least 1. */
 size_t bench_scaled_threshold(const bench_config_t *c, const bench_opts_t *o);
 /* The configuration's partition size in bytes after --size-scale: 0 stays 0, else at least 1. */

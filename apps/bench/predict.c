@@ -192,7 +192,9 @@ int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const 
     if (rc != DEAR_OK)
         goto out;
     prob.threshold = bench_scaled_threshold(c, o);
-    prob.no_early = c->shard; /* sharded: the all-gathers follow the updates at backward_end */
+    /* Sharded: the all-gathers follow the updates, during backward only when slices are stepped
+     * there (dear-bench runs no clipping and no DEAR_FIND_UNUSED). */
+    prob.no_early = c->shard && (s != DEAR_SCHED_DEAR || !bench_shard_early());
     if (ran && ran->ntensors == m->prof.ntensors && s != DEAR_SCHED_SYNC)
         rc = dear_plan_copy(&plan, ran);
     else

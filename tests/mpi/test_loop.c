@@ -30,7 +30,9 @@
  *            program steps the slices after dear_backward_end; plan switches of online planning
  *            and auto's check, which must not move a slice (its momentum would be lost); bitwise
  *            the unsharded parameters under DEAR_DETERMINISTIC; the slices cover every element
- *            once, about 1/P per rank; bad use refused
+ *            once, about 1/P per rank; bad use refused; with DEAR_SHARD_EARLY on and off, and
+ *            under dear the slices stepped inside the backward hooks (with the cut plan's early
+ *            all-gathers) exactly where no clipping, DEAR_FIND_UNUSED or DEAR_SHARD_HOLD is on
  *   wire16   float32 gradients compressed to float16 (DEAR_COMPRESS or dear_set_compress), whose
  *            partial sums are exact in 16 bits: the update sees the float32 average rounded once,
  *            bit for bit, and half the bytes travel; different settings on one rank fail commit
@@ -64,7 +66,8 @@ static int rank, nranks;
 
 typedef enum { OPT_NONE = 0, OPT_CLIP = 1, OPT_ACCUM = 2, OPT_FREEZE = 4, OPT_NOGRAD = 8, OPT_EVAL = 16,
                OPT_BF16 = 32, OPT_FIND_UNUSED = 64, OPT_WAIT = 128, OPT_CLIP_ENV = 256, OPT_SHARD = 512,
-               OPT_HOLD = 1024, OPT_ONLINE = 2048, OPT_WIRE16 = 4096, OPT_TINY = 8192, OPT_Q8 = 16384 } opt_t;
+               OPT_HOLD = 1024, OPT_ONLINE = 2048, OPT_WIRE16 = 4096, OPT_TINY = 8192, OPT_Q8 = 16384,
+               OPT_NOEARLY = 32768, OPT_SLOW = 65536 } opt_t;
 
 /* A slice an update callback noted under DEAR_SHARD_HOLD, stepped after dear_backward_end. */
 typedef struct {
@@ -90,6 +93,8 @@ typedef struct {
     note_t notes[MAX_NOTES];    /* OPT_HOLD */
     int nnotes;
     double *total;              /* OPT_TINY, OPT_Q8: the averaged gradients added up over the iterations */
+    int in_end;                 /* inside dear_backward_end */
+    long early;                 /* OPT_SHARD: slice updates run before dear_backward_end was entered */
 } model_t;
 
 static const size_t counts[NT] = { 5, 301, 64, 1, 1200, 37 };
@@ -183,6 +188,7 @@ static int update_slice(model_t *m, const dear_update_info_t *u)
         u->param != m->w + m->off[t] + u->offset || u->grad != (float *)m->g + m->off[t] + u->offset)
         return 1;
     m->norm[u->iteration] = u->grad_norm;
+    m->early += !m->in_end;
     if (m->opts & OPT_HOLD) {
         if (m->nnotes == MAX_NOTES)
             return 1;
@@ -322,9 +328,13 @@ static void backward(dear_ctx_t *ctx, model_t *m, long long it, int mb)
     for (int l = 2 * NT - 1; l >= 0; l--) {
         if (l % 2 == 0)
             backward_tensor(ctx, m, l / 2, it, mb);
+        if ((m->opts & OPT_SLOW) && l % 2 == 0)
+            usleep(20000); /* a slow layer: the reduce-scatters queued so far are done at the next hook */
         ck_assert_int_eq(dear_backward_done(ctx, l), DEAR_OK);
     }
+    m->in_end = 1;
     ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
+    m->in_end = 0;
 }
 
 static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
@@ -350,6 +360,8 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
         setenv("DEAR_FIND_UNUSED", "1", 1);
     if (m->opts & OPT_CLIP_ENV)
         setenv("DEAR_CLIP_NORM", "0.5", 1);
+    if (m->opts & OPT_NOEARLY)
+        setenv("DEAR_SHARD_EARLY", "0", 1);
     if (m->opts & OPT_ONLINE) {
         /* Plans switch after 2 iterations, auto's check swaps back and forth, and it plans again
          * every 4, over tensors cut into chunks of 1 KiB. */
@@ -412,6 +424,7 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *plan)
     unsetenv("DEAR_FUSION_THRESHOLD");
     unsetenv("DEAR_FIND_UNUSED");
     unsetenv("DEAR_CLIP_NORM");
+    unsetenv("DEAR_SHARD_EARLY");
     const char *online[] = { "DEAR_FUSION", "DEAR_WARMUP_ITERS", "DEAR_VERIFY_ITERS", "DEAR_REPLAN_EVERY",
                              "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_PARTITION" };
     for (size_t i = 0; (m->opts & OPT_ONLINE) && i < sizeof online / sizeof online[0]; i++)
@@ -503,6 +516,11 @@ static const char *const cut_plan = "dear-plan 2\nplanner hand\ntensors 6\nunits
                                     "ag 5 0 1 3 4 5\nearly 2\nend\n";
 static const char *plan_of(int s) { return s == NSCHED - 1 ? cut_plan : NULL; }
 
+/* What the last compare saw: the fewest and most slice updates a rank ran inside the backward
+ * hooks, and the all-gather groups run during backward. */
+static long last_early_min, last_early_max;
+static int last_groups_early;
+
 /* Run one option set under schedule s and compare with the reference. */
 static void compare(int opts, int s, int eval_us)
 {
@@ -513,6 +531,9 @@ static void compare(int opts, int s, int eval_us)
     dear_ctx_t *ctx = setup(&m, scheds[s], plan_of(s));
     ck_assert_str_eq(dear_schedule(ctx), scheds[s]);
     train(ctx, &m, eval_us);
+    MPI_Allreduce(&m.early, &last_early_min, 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&m.early, &last_early_max, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    last_groups_early = ctx->graph.ngroups_early;
     char what[112];
     snprintf(what, sizeof what, "options 0x%x, schedule %s%s, np %d", opts, scheds[s],
              plan_of(s) ? " (buckets cut by the all-gather groups)" : "", nranks);
@@ -769,10 +790,33 @@ END_TEST
 START_TEST(test_shard)
 {
     const int opts[] = { OPT_NONE, OPT_CLIP, OPT_ACCUM, OPT_NOGRAD | OPT_FIND_UNUSED, OPT_FREEZE, OPT_HOLD,
-                         OPT_HOLD | OPT_CLIP | OPT_ACCUM };
+                         OPT_HOLD | OPT_CLIP | OPT_ACCUM, OPT_NOEARLY, OPT_NOEARLY | OPT_ACCUM | OPT_FREEZE };
     for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
         compare(OPT_SHARD | opts[k], _i, 0);
     compare(OPT_SHARD | OPT_EVAL, _i, 2000);
+}
+END_TEST
+
+/* Where slices are stepped: under dear, inside the backward hooks that find their reduce-scatters
+ * done (slow layers make sure some are), and the cut plan's early all-gathers run; at
+ * dear_backward_end, none early, under the other schedules, with clipping or DEAR_FIND_UNUSED
+ * (a barrier over every reduce-scatter), DEAR_SHARD_HOLD or DEAR_SHARD_EARLY=0. The parameters
+ * are the reference's either way. */
+START_TEST(test_shard_early)
+{
+    const int opts[] = { OPT_NONE, OPT_CLIP, OPT_NOGRAD | OPT_FIND_UNUSED, OPT_HOLD, OPT_NOEARLY };
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+        compare(OPT_SHARD | OPT_SLOW | opts[k], _i, 0);
+        int early = strcmp(scheds[_i], "dear") == 0 && opts[k] == OPT_NONE;
+        if (early)
+            ck_assert_msg(last_early_min > 0, "options 0x%x, schedule %s, np %d: a rank stepped no slice inside the "
+                          "backward hooks", opts[k], scheds[_i], nranks);
+        else
+            ck_assert_msg(last_early_max == 0, "options 0x%x, schedule %s, np %d: %ld slice(s) stepped before "
+                          "dear_backward_end", opts[k], scheds[_i], nranks, last_early_max);
+        if (plan_of(_i))
+            ck_assert_int_eq(last_groups_early, early ? 2 : 0);
+    }
 }
 END_TEST
 
@@ -814,7 +858,12 @@ START_TEST(test_shard_online)
 }
 END_TEST
 
-START_TEST(test_shard_determ) { determ_compare(_i, OPT_NONE, OPT_SHARD, 0, "sharded and unsharded under two plans"); }
+START_TEST(test_shard_determ)
+{
+    determ_compare(_i, OPT_NONE, OPT_SHARD, 0, "sharded and unsharded under two plans");
+    determ_compare(_i, OPT_NONE, OPT_SHARD | OPT_NOEARLY, 0,
+                   "sharded (DEAR_SHARD_EARLY=0) and unsharded under two plans");
+}
 
 /* Clipping by global norm under DEAR_DETERMINISTIC: the norm is the exact sum of the squares,
  * whatever buckets, chunks and shards hold them, so two plans, and sharded against unsharded,
@@ -967,6 +1016,7 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, test_ef_int8, 0, NSCHED);
         tcase_add_test(tc, test_layers);
         tcase_add_loop_test(tc, test_shard, 0, NSCHED);
+        tcase_add_loop_test(tc, test_shard_early, 0, NSCHED);
         tcase_add_loop_test(tc, test_shard_online, 0, 2); /* sync plans once */
         tcase_add_loop_test(tc, test_shard_determ, 0, NSCHED);
         tcase_add_loop_test(tc, test_clip_determ, 0, NSCHED);
