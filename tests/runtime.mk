@@ -36,7 +36,8 @@ CK_RUNS += tests/mpi/loop-np1.mpi tests/mpi/loop-np2.mpi tests/mpi/loop-np3.mpi 
 
 # Features together (tests/mpi/test_combo.c): a covering set of combinations of sharding,
 # compression, error feedback, clipping, sparse and unused tensors, partitions, the deterministic
-# mode, freezing and accumulation, under every schedule, planner, transport and np 1..4, against a
+# mode, freezing, accumulation and sharded slices stepped at backward_end only (DEAR_SHARD_EARLY=0;
+# else during backward under dear), under every schedule, planner, transport and np 1..4, against a
 # float64 MPI_Allreduce loop, with guard regions around every tensor:
 #   tests/mpi/combo-np{1..4}.mpi     host memory
 #   tests/mpi/combo-np{2,3}-delay.mpi  the delayed host row (tests/mpi/mem_delay.h)

@@ -2,7 +2,9 @@
  * Features together (Check, CK_FORK=no, under mpirun -np 1..4): a covering set of combinations of
  * sharded updates, compression, error feedback, clipping, sparse tensors, unused tensors,
  * partitions, the deterministic mode, the check for non-finite gradients (abort: any false
- * report ends the job), freezing and accumulation, each under one schedule, planner, transport,
+ * report ends the job), freezing, accumulation and sharded slices stepped only at
+ * dear_backward_end (DEAR_SHARD_EARLY=0; sharded cases without it step them during backward
+ * under dear), each under one schedule, planner, transport,
  * memory row and rank count. The set is made here, the same on every rank, by a greedy
  * covering design: every pair of features appears together, every triple among sharding,
  * compression, error feedback, sparse tensors, partitions and the deterministic mode too, and
@@ -65,10 +67,11 @@ static int rank, nranks;
 /* ---- the combinations ---- */
 
 /* The features the test crosses, as the library's feature table names them where it has a row. */
-enum { F_SHARD, F_COMPRESS, F_EF, F_CLIP, F_SPARSE, F_UNUSED, F_PART, F_DETERM, F_FREEZE, F_ACCUM, F_FINITE, NF };
+enum { F_SHARD, F_COMPRESS, F_EF, F_CLIP, F_SPARSE, F_UNUSED, F_PART, F_DETERM, F_FREEZE, F_ACCUM, F_FINITE,
+       F_LATE, NF };
 static const char *const fname[NF] = { "shard",     "compress", "feedback", "clip",   "sparse",
                                        "unused",    "partition", "deterministic", "freeze", "accumulate",
-                                       "finite" };
+                                       "finite",    "shard-late" };
 /* Every triple among these appears together. */
 static const int triple_set[] = { F_SHARD, F_COMPRESS, F_EF, F_SPARSE, F_PART, F_DETERM };
 #define NTRIPLE_SET ((int)(sizeof triple_set / sizeof triple_set[0]))
@@ -114,6 +117,8 @@ static unsigned normalise(unsigned feat)
 {
     if (on(feat, F_EF))
         feat |= 1u << F_COMPRESS;
+    if (on(feat, F_LATE)) /* the placement of sharded updates */
+        feat |= 1u << F_SHARD;
     return feat;
 }
 
@@ -238,6 +243,14 @@ static void make_cases(void)
         { (1u << F_SHARD) | (1u << F_COMPRESS) | (1u << F_EF) | (1u << F_FREEZE), { 1, 0, 0, 0, 2, 1, 1 } },
         /* int8 on CUDA memory through NCCL, refused (no feature pair: the format and the transport) */
         { 1u << F_COMPRESS, { 0, 0, 0, MEM_CUDA, 1, 0, 2 } },
+        /* Sharded slices stepped during backward under dear (no clipping, no count of ranks with a
+         * gradient): with partitions under the deterministic mode (a second plan, bit for bit),
+         * and through auto's plan switches on 4 ranks, also stepped at backward_end only. */
+        { (1u << F_SHARD) | (1u << F_PART) | (1u << F_DETERM), { 0, 1, 0, 0, 2, 0, 0 } },
+        { (1u << F_SHARD) | (1u << F_SPARSE) | (1u << F_FREEZE) | (1u << F_ACCUM) | (1u << F_FINITE),
+          { 0, 2, 1, 0, 3, 1, 0 } },
+        { (1u << F_SHARD) | (1u << F_SPARSE) | (1u << F_FREEZE) | (1u << F_ACCUM) | (1u << F_FINITE) | (1u << F_LATE),
+          { 0, 2, 1, 0, 3, 1, 0 } },
     };
     for (size_t k = 0; k < sizeof known / sizeof known[0] && ncases < MAX_CASES; k++)
         cases[ncases++] = known[k];
@@ -593,7 +606,7 @@ static const char *const env_names[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_F
                                          "DEAR_DETERMINISTIC", "DEAR_TRANSPORT", "DEAR_COMPRESS", "DEAR_COMPRESS_EF",
                                          "DEAR_FIND_UNUSED", "DEAR_SPARSE", "DEAR_WARMUP_ITERS", "DEAR_VERIFY_ITERS",
                                          "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_SHARD",
-                                         "DEAR_CUDA_TRANSPORT", "DEAR_CHECK_FINITE" };
+                                         "DEAR_CUDA_TRANSPORT", "DEAR_CHECK_FINITE", "DEAR_SHARD_EARLY" };
 
 static void env_clear(void)
 {
@@ -632,6 +645,8 @@ static void env_set(const combo_t *c, int other_plan)
         setenv("DEAR_SPARSE", "on", 1);
     if (on(c->feat, F_FINITE)) /* the gradients are finite: nothing may be reported */
         setenv("DEAR_CHECK_FINITE", "abort", 1);
+    if (on(c->feat, F_LATE))
+        setenv("DEAR_SHARD_EARLY", "0", 1);
     if (c->dim[3] == MEM_CUDA)
         setenv("DEAR_CUDA_TRANSPORT", cuda_transport(c), 1);
     if (other_plan) { /* one bucket of whole tensors, or chunks of 256 bytes */
