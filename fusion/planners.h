@@ -46,8 +46,9 @@ typedef struct {
     int population;                 /* gradssa sparrows; 0: 100 */
     int rounds;                     /* gradssa rounds; 0: 100 */
     int no_early;                   /* dear: no all-gather may run during backward (sharded updates
-                                     * send parameters only after the updates): every plan has
-                                     * ag_early 0 */
+                                     * whose slices are stepped only at backward_end: clipping,
+                                     * DEAR_FIND_UNUSED, held, DEAR_SHARD_EARLY=0): every plan
+                                     * has ag_early 0 */
 } dear_plan_problem_t;
 
 /* Fill prob for a profile, schedule and cost model: linear lines from dear_cost_linear, the
