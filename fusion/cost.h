@@ -126,7 +126,8 @@ int dear_cost_from_alpha_beta(double alpha, double beta, int comm_size, dear_cos
  * as 2(P-1)/P for all-reduce and (P-1)/P for reduce-scatter and all-gather (bytes each rank
  * moves per byte of buffer; the ratio is the same for the three). rhd: alpha grows as
  * ceil(log2 P), beta like the ring. mpi and auto: scaled like the ring. A curve's points are
- * scaled as alpha plus the rest: t' = alpha * steps + (t - alpha) * bytes ratio. */
+ * scaled as alpha plus the rest: t' = alpha * steps + (t - alpha) * bytes ratio. Bursts were
+ * measured at the model's P only: scaled to another P they are dropped. */
 int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_t *out);
 
 /* Cache file (docs/FORMATS.md). load: fills model with every line stored for

@@ -16,6 +16,9 @@
  *         carried from the previous iteration (its tail, the early groups' ends) is iterated to
  *         its fixed point.
  * Exposed communication = iteration time - (forward + backward compute).
+ * With a burst price (dear_sim_cost_t.burst) a collective that becomes ready while the channel is
+ * busy is in flight with those before it, as the runtime's progress thread starts it, and costs
+ * what the burst fit says one more in flight costs; the channel still ends them in FIFO order.
  *
  * Costs come through a function so planners can use anything the runtime can do: the cheapest
  * algorithm per size (dear_sim_cost_model) and a cap on bucket memory (buckets above the cap
