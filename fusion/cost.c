@@ -74,27 +74,6 @@ static int wls(const double *x, const double *y, const double *w, int n, double 
     return 0;
 }
 
-/* Weighted least squares of y = b x through the origin; 0 when every x is 0. */
-static double wls_origin(const double *x, const double *y, const double *w, int n)
-{
-    double sxy = 0, sxx = 0;
-    for (int i = 0; i < n; i++) {
-        sxy += w[i] * x[i] * y[i];
-        sxx += w[i] * x[i] * x[i];
-    }
-    return sxx > 0 ? sxy / sxx : 0;
-}
-
-static double wmean(const double *y, const double *w, int n)
-{
-    double sw = 0, sy = 0;
-    for (int i = 0; i < n; i++) {
-        sw += w[i];
-        sy += w[i] * y[i];
-    }
-    return sy / sw;
-}
-
 int dear_cost_fit(const double *bytes, const double *seconds, int n, dear_cost_line_t *line)
 {
     if (!bytes || !seconds || !line || n < 2) {
@@ -123,11 +102,23 @@ int dear_cost_fit(const double *bytes, const double *seconds, int n, dear_cost_l
     double a = 0, b = 0;
     int rc = wls(bytes, seconds, w, n, &a, &b);
     if (rc == 0 && a < 0) {
+        /* Through the origin: b = sum(w x y) / sum(w x x). */
+        double sxy = 0, sxx = 0;
+        for (int i = 0; i < n; i++) {
+            sxy += w[i] * bytes[i] * seconds[i];
+            sxx += w[i] * bytes[i] * bytes[i];
+        }
         a = 0;
-        b = wls_origin(bytes, seconds, w, n);
+        b = sxx > 0 ? sxy / sxx : 0;
     }
     if (rc == 0 && b < 0) {
-        a = wmean(seconds, w, n); /* constant */
+        /* Constant: the weighted mean. */
+        double sw = 0, sy = 0;
+        for (int i = 0; i < n; i++) {
+            sw += w[i];
+            sy += w[i] * seconds[i];
+        }
+        a = sy / sw;
         b = 0;
     }
     free(w);
@@ -173,73 +164,6 @@ int dear_cost_fit_curve(const double *bytes, const double *seconds, int n, dear_
     l.npts = n;
     *line = l;
     return DEAR_OK;
-}
-
-int dear_cost_fit_burst(const int *k, const double *seconds, int n, double bytes, dear_cost_burst_t *burst)
-{
-    if (!k || !seconds || !burst || n < 2 || n > DEAR_COST_MAXBURST) {
-        DEAR_ERROR("cost", "a burst fit needs 2 to %d (k, seconds) samples, got %d", DEAR_COST_MAXBURST, n);
-        return DEAR_ERR_ARG;
-    }
-    double x[DEAR_COST_MAXBURST], kd[DEAR_COST_MAXBURST], w[DEAR_COST_MAXBURST];
-    dear_cost_burst_t b = { .valid = 1, .bytes = bytes, .npts = n };
-    for (int i = 0; i < n; i++) {
-        if (k[i] < 1 || !(seconds[i] > 0) || !isfinite(seconds[i])) {
-            DEAR_ERROR("cost", "burst sample %d is invalid (k %d, seconds %g): need k >= 1 and seconds > 0", i, k[i],
-                       seconds[i]);
-            return DEAR_ERR_ARG;
-        }
-        for (int j = 0; j < i; j++)
-            if (k[j] == k[i]) {
-                DEAR_ERROR("cost", "a burst fit needs distinct k, %d appears twice", k[i]);
-                return DEAR_ERR_ARG;
-            }
-        x[i] = k[i] - 1;
-        kd[i] = k[i];
-        w[i] = 1.0 / (seconds[i] * seconds[i]);
-        b.pt_k[i] = k[i];
-        b.pt_sec[i] = seconds[i];
-        b.kmax = k[i] > b.kmax ? k[i] : b.kmax;
-    }
-    double a = 0, d = 0;
-    if (wls(x, seconds, w, n, &a, &d) != 0)
-        return DEAR_ERR_ARG;
-    if (d < 0) {
-        a = wmean(seconds, w, n); /* noise made more in flight look cheaper: constant */
-        d = 0;
-    } else if (a <= 0) {
-        a = d = wls_origin(kd, seconds, w, n); /* a burst of one cannot be free: seconds = c * k */
-    }
-    b.single = a;
-    b.per_op = d;
-    for (int i = 0; i < n; i++) {
-        double r = fabs(a + d * x[i] - seconds[i]) / seconds[i];
-        b.fit_err = r > b.fit_err ? r : b.fit_err;
-    }
-    *burst = b;
-    return DEAR_OK;
-}
-
-double dear_cost_burst_extra(const dear_cost_model_t *model, dear_coll_op_t op, int inflight)
-{
-    const dear_cost_burst_t *b = &model->burst[op];
-    if (!b->valid || inflight <= 1)
-        return 0;
-    /* The stream's price of a collective of the bursts' size is replaced by what one more in a
-     * burst adds. Not single: a burst of one is a short stream after a barrier, whose wake-ups
-     * the long stream behind the curve amortises; the slope cancels them. */
-    double stream = dear_cost_eval(model, op, b->bytes, NULL);
-    return b->per_op - (isfinite(stream) ? stream : b->single);
-}
-
-int dear_cost_unmeasured(const dear_cost_model_t *model, dear_coll_op_t op, double bytes, int inflight)
-{
-    const dear_cost_burst_t *b = &model->burst[op];
-    if (!b->valid)
-        return 0;
-    const dear_cost_line_t *l = &model->line[op][DEAR_ALGO_AUTO];
-    double smallest = l->valid && l->npts >= 2 && l->pt_bytes[0] < b->bytes ? l->pt_bytes[0] : b->bytes;
-    return (bytes < smallest ? DEAR_COST_UNMEASURED_SIZE : 0) | (inflight > b->kmax ? DEAR_COST_UNMEASURED_DEPTH : 0);
 }
 
 int dear_cost_linear(const dear_cost_model_t *model, dear_coll_op_t op, double *alpha, double *beta)
@@ -383,8 +307,6 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
             l->beta *= bw;
             l->gamma *= bw;
         }
-    if (p1 != p0)
-        memset(m.burst, 0, sizeof m.burst); /* measured for P0 only: another P has no measured bursts */
     m.comm_size = p1;
     *out = m;
     return DEAR_OK;
@@ -395,10 +317,8 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
 typedef struct {
     int p, rph;
     dear_coll_op_t op;
-    dear_coll_algo_t algo;      /* unused for a burst record */
-    int is_burst;
+    dear_coll_algo_t algo;
     dear_cost_line_t line;
-    dear_cost_burst_t burst;
 } cost_rec_t;
 
 #define COST_MAGIC "dear-cost 1"
@@ -439,35 +359,6 @@ static int parse_points(char *text, dear_cost_line_t *line)
         return -1;
     line->npts = n;
     return 0;
-}
-
-/* "K:S,K:S,..." into a burst fit (dear_cost_fit_burst over the points); -1 unless 2..
- * DEAR_COST_MAXBURST points with k in 1..1024 increasing and times > 0. */
-static int parse_burst(char *text, double bytes, dear_cost_burst_t *burst)
-{
-    int n = 0, k[DEAR_COST_MAXBURST];
-    double t[DEAR_COST_MAXBURST];
-    for (char *save = NULL, *tok = strtok_r(text, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *colon = strchr(tok, ':');
-        long kv;
-        if (!colon || n == DEAR_COST_MAXBURST)
-            return -1;
-        *colon = '\0';
-        if (dear_text_long(tok, 1, 1024, &kv) || dear_text_double(colon + 1, 0, COST_MAX_PT_S, &t[n]) || !(t[n] > 0) ||
-            (n > 0 && kv <= k[n - 1]))
-            return -1;
-        k[n++] = (int)kv;
-    }
-    return n >= 2 && dear_cost_fit_burst(k, t, n, bytes, burst) == DEAR_OK ? 0 : -1;
-}
-
-static void write_burst(FILE *f, int p, int rph, int op, const dear_cost_burst_t *b)
-{
-    fprintf(f, "%d %d %s burst %.9g %.9g %.9g %.6g", p, rph, dear_coll_op_short((dear_coll_op_t)op), b->bytes,
-            b->single, b->per_op, b->fit_err);
-    for (int i = 0; i < b->npts; i++)
-        fprintf(f, "%c%d:%.9g", i ? ',' : ' ', b->pt_k[i], b->pt_sec[i]);
-    fputc('\n', f);
 }
 
 /* One record of a cache file, with its points when it has them. */
@@ -512,50 +403,33 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
         }
         cost_rec_t c = { 0 };
         long p, rph, ns;
-        if (nf >= 4 && strcmp(fld[3], "burst") == 0) {
-            /* The fit is recomputed from the points: single, per_op and fit_err are for readers. */
-            double bytes;
-            if (nf != 9 || dear_text_long(fld[0], 1, COST_MAX_RANKS, &p) || dear_text_long(fld[1], 1, p, &rph) ||
-                dear_coll_op_parse(fld[2], &c.op) || dear_text_double(fld[4], 1, COST_MAX_PT_BYTES, &bytes) ||
-                parse_burst(fld[8], bytes, &c.burst) != 0) {
-                DEAR_ERROR("cost",
-                           "%s:%d: expected 'P ranks_per_host rs|ag|ar burst bytes single_s per_op_s fit_err "
-                           "K:SECONDS,...' with 1 <= ranks_per_host <= P <= %d, bytes >= 1 and 2 to %d bursts (k "
-                           "increasing from 1, times > 0)",
-                           path, lineno, COST_MAX_RANKS, DEAR_COST_MAXBURST);
-                rc = DEAR_ERR_FORMAT;
-                break;
-            }
-            c.is_burst = 1;
-        } else {
-            if ((nf != 9 && nf != 10) || dear_text_long(fld[0], 1, COST_MAX_RANKS, &p) ||
-                dear_text_long(fld[1], 1, p, &rph) || dear_coll_op_parse(fld[2], &c.op) ||
-                dear_coll_algo_parse(fld[3], &c.algo) || dear_text_double(fld[4], 0, COST_MAX_ALPHA_S, &c.line.alpha) ||
-                dear_text_double(fld[5], 0, COST_MAX_S_PER_BYTE, &c.line.beta) ||
-                dear_text_double(fld[6], 0, COST_MAX_S_PER_BYTE, &c.line.gamma) ||
-                dear_text_double(fld[7], 0, COST_MAX_FIT_ERR, &c.line.fit_err) ||
-                dear_text_long(fld[8], 0, 1000000000L, &ns)) {
-                DEAR_ERROR("cost",
-                           "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto alpha beta gamma fit_err "
-                           "nsamples [points]' with 1 <= ranks_per_host <= P <= %d, alpha in [0, %g] s, beta and "
-                           "gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
-                           path, lineno, COST_MAX_RANKS, COST_MAX_ALPHA_S, COST_MAX_S_PER_BYTE, COST_MAX_FIT_ERR);
-                rc = DEAR_ERR_FORMAT;
-                break;
-            }
-            if (nf == 10 && parse_points(fld[9], &c.line) != 0) {
-                DEAR_ERROR("cost",
-                           "%s:%d: expected the points as BYTES:SECONDS,BYTES:SECONDS,... (2 to %d of them, sizes "
-                           "increasing, times > 0 and non-decreasing), got '%s'",
-                           path, lineno, DEAR_COST_MAXPTS, fld[9]);
-                rc = DEAR_ERR_FORMAT;
-                break;
-            }
-            c.line.nsamples = (int)ns;
-            c.line.valid = 1;
+        if ((nf != 9 && nf != 10) || dear_text_long(fld[0], 1, COST_MAX_RANKS, &p) ||
+            dear_text_long(fld[1], 1, p, &rph) || dear_coll_op_parse(fld[2], &c.op) ||
+            dear_coll_algo_parse(fld[3], &c.algo) || dear_text_double(fld[4], 0, COST_MAX_ALPHA_S, &c.line.alpha) ||
+            dear_text_double(fld[5], 0, COST_MAX_S_PER_BYTE, &c.line.beta) ||
+            dear_text_double(fld[6], 0, COST_MAX_S_PER_BYTE, &c.line.gamma) ||
+            dear_text_double(fld[7], 0, COST_MAX_FIT_ERR, &c.line.fit_err) ||
+            dear_text_long(fld[8], 0, 1000000000L, &ns)) {
+            DEAR_ERROR("cost",
+                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto alpha beta gamma fit_err "
+                       "nsamples [points]' with 1 <= ranks_per_host <= P <= %d, alpha in [0, %g] s, beta and "
+                       "gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
+                       path, lineno, COST_MAX_RANKS, COST_MAX_ALPHA_S, COST_MAX_S_PER_BYTE, COST_MAX_FIT_ERR);
+            rc = DEAR_ERR_FORMAT;
+            break;
+        }
+        if (nf == 10 && parse_points(fld[9], &c.line) != 0) {
+            DEAR_ERROR("cost",
+                       "%s:%d: expected the points as BYTES:SECONDS,BYTES:SECONDS,... (2 to %d of them, sizes "
+                       "increasing, times > 0 and non-decreasing), got '%s'",
+                       path, lineno, DEAR_COST_MAXPTS, fld[9]);
+            rc = DEAR_ERR_FORMAT;
+            break;
         }
         c.p = (int)p;
         c.rph = (int)rph;
+        c.line.nsamples = (int)ns;
+        c.line.valid = 1;
         if (*nrecs == cap) {
             cap = cap ? 2 * cap : 16;
             cost_rec_t *nr = realloc(r, sizeof *r * (size_t)cap);
@@ -596,9 +470,7 @@ int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cos
     model_clear(&m, comm_size, ranks_per_host, "file");
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (recs[i].p == comm_size && recs[i].rph == ranks_per_host && recs[i].is_burst) {
-            m.burst[recs[i].op] = recs[i].burst;
-        } else if (recs[i].p == comm_size && recs[i].rph == ranks_per_host) {
+        if (recs[i].p == comm_size && recs[i].rph == ranks_per_host) {
             m.line[recs[i].op][recs[i].algo] = recs[i].line;
             k++;
         }
@@ -630,18 +502,13 @@ int dear_cost_save(const char *path, const dear_cost_model_t *model)
     FILE *f = out.f;
     fprintf(f, "%s\n# dear calibration cache (docs/FORMATS.md): time = alpha + (beta + gamma) * bytes, or\n"
                "# interpolated between the points bytes:seconds when a record has them\n"
-               "# P ranks_per_host op algo alpha_s beta_s_per_byte gamma_s_per_byte fit_err nsamples [points]\n"
-               "# P ranks_per_host op burst bytes single_s per_op_s fit_err k:seconds,... (k in flight at once)\n",
+               "# P ranks_per_host op algo alpha_s beta_s_per_byte gamma_s_per_byte fit_err nsamples [points]\n",
             COST_MAGIC);
     for (int i = 0; i < n; i++) {
         const cost_rec_t *c = &recs[i];
-        int same = c->p == model->comm_size && c->rph == model->ranks_per_host;
-        if (same && (c->is_burst ? model->burst[c->op].valid : model->line[c->op][c->algo].valid))
+        if (c->p == model->comm_size && c->rph == model->ranks_per_host && model->line[c->op][c->algo].valid)
             continue;   /* replaced below */
-        if (c->is_burst)
-            write_burst(f, c->p, c->rph, c->op, &c->burst);
-        else
-            write_record(f, c->p, c->rph, c->op, c->algo, &c->line);
+        write_record(f, c->p, c->rph, c->op, c->algo, &c->line);
     }
     free(recs);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
@@ -650,9 +517,6 @@ int dear_cost_save(const char *path, const dear_cost_model_t *model)
             if (l->valid)
                 write_record(f, model->comm_size, model->ranks_per_host, op, a, l);
         }
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        if (model->burst[op].valid)
-            write_burst(f, model->comm_size, model->ranks_per_host, op, &model->burst[op]);
     return dear_file_out_commit(&out);
 }
 
@@ -674,12 +538,4 @@ void dear_cost_print(FILE *out, const dear_cost_model_t *model)
                 fprintf(out, "  fit: %d samples, max rel. error %.1f%%", l->nsamples, 100 * l->fit_err);
             fputc('\n', out);
         }
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
-        const dear_cost_burst_t *b = &model->burst[op];
-        if (b->valid)
-            fprintf(out, "  %s burst of k x %.0f B: %.3f us + (k - 1) x %.3f us, measured k <= %d (max rel. error "
-                         "%.1f%%)\n",
-                    dear_coll_op_short((dear_coll_op_t)op), b->bytes, b->single * 1e6, b->per_op * 1e6, b->kmax,
-                    100 * b->fit_err);
-    }
 }

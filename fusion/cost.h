@@ -34,41 +34,11 @@ typedef struct {
     double pt_sec[DEAR_COST_MAXPTS];    /* non-decreasing */
 } dear_cost_line_t;
 
-#define DEAR_COST_MAXBURST 8
-
-/* Bursts: k collectives of `bytes` each, started together and progressed by one thread until all
- * are done, take T(k) = single + (k - 1) * per_op (least squares over k = 1..kmax). The runtime
- * keeps up to DEAR_MAX_INFLIGHT collectives in flight, each with its own start-up on every stage
- * of the hierarchical algorithm and its share of the progress thread: what a stream of collectives
- * timed one at a time (the lines above) does not see. */
-typedef struct {
-    int valid;          /* 0: no burst measured; in-flight collectives are priced as a stream */
-    int kmax;           /* largest burst measured */
-    double bytes;       /* size of each collective of the bursts */
-    double single;      /* seconds of a burst of one */
-    double per_op;      /* seconds each further collective in flight adds (>= 0) */
-    double fit_err;     /* max relative residual over the bursts */
-    int npts;           /* measured bursts: sizes pt_k[i], seconds pt_sec[i] */
-    int pt_k[DEAR_COST_MAXBURST];
-    double pt_sec[DEAR_COST_MAXBURST];
-} dear_cost_burst_t;
-
-/* How the runtime that runs the plan keeps collectives in flight, and what a planner adds where
- * the model has no measurement. Settings, not measurements: never in the cache file. */
-typedef struct {
-    int max_inflight;          /* DEAR_MAX_INFLIGHT; 0: the largest burst measured */
-    size_t inflight_bytes;     /* DEAR_INFLIGHT_BYTES; 0: no limit */
-    double unmeasured_penalty; /* DEAR_UNMEASURED_PENALTY: fraction of a collective's time added
-                                * outside the measured region; 0: none */
-} dear_cost_inflight_t;
-
 typedef struct {
     int comm_size;      /* P */
     int ranks_per_host;
     char source[32];    /* "fit", "file", "preset:10gbe", "alpha-beta", ... */
     dear_cost_line_t line[DEAR_COLL_OP_COUNT][DEAR_ALGO_COUNT];
-    dear_cost_burst_t burst[DEAR_COLL_OP_COUNT];
-    dear_cost_inflight_t inflight;
 } dear_cost_model_t;
 
 /* Time of one line at a size: alpha + (beta + gamma) * bytes, or for a curve the interpolation
@@ -95,23 +65,6 @@ int dear_cost_fit(const double *bytes, const double *seconds, int n, dear_cost_l
  * stays the straight line's: how far from linear the cost is. */
 int dear_cost_fit_curve(const double *bytes, const double *seconds, int n, dear_cost_line_t *line);
 
-/* Least-squares fit of bursts: seconds[i] for k[i] collectives of `bytes` in flight together,
- * seconds = single + (k - 1) * per_op minimising relative residuals; per_op >= 0 (more in flight
- * never finishes sooner), single > 0. Needs 2..DEAR_COST_MAXBURST samples with distinct k >= 1
- * and positive times; else DEAR_ERR_ARG. */
-int dear_cost_fit_burst(const int *k, const double *seconds, int n, double bytes, dear_cost_burst_t *burst);
-/* Seconds a collective op adds beyond its own time (dear_cost_eval) when it starts with
- * inflight - 1 others still in flight: per_op minus the model's price of one collective of the
- * bursts' size (single when op has no line), i.e. what one more in a burst costs instead of one
- * more in a stream (negative when overlap saves). 0 without a burst fit or when inflight <= 1. */
-double dear_cost_burst_extra(const dear_cost_model_t *model, dear_coll_op_t op, int inflight);
-/* Where the model prices op without a measurement (0: measured): DEAR_COST_UNMEASURED_SIZE when
- * bytes is below the smallest size calibrated, DEAR_COST_UNMEASURED_DEPTH when inflight exceeds the
- * largest burst measured (both bits may be set). Only a model with op's burst fit has a measured
- * region (a calibration made both); others are trusted everywhere, as before. */
-enum { DEAR_COST_UNMEASURED_SIZE = 1, DEAR_COST_UNMEASURED_DEPTH = 2 };
-int dear_cost_unmeasured(const dear_cost_model_t *model, dear_coll_op_t op, double bytes, int inflight);
-
 /* Presets: "10gbe" and "ib56" are the MG-WFBP paper's all-reduce fits for P = 8 and 16
  * (docs/DESIGN.md); "shm" is a shared-memory figure for one host (see cost.c). Reduce-scatter and
  * all-gather are taken as half an all-reduce each (alpha/2, beta/2: a ring all-reduce is a
@@ -126,8 +79,7 @@ int dear_cost_from_alpha_beta(double alpha, double beta, int comm_size, dear_cos
  * as 2(P-1)/P for all-reduce and (P-1)/P for reduce-scatter and all-gather (bytes each rank
  * moves per byte of buffer; the ratio is the same for the three). rhd: alpha grows as
  * ceil(log2 P), beta like the ring. mpi and auto: scaled like the ring. A curve's points are
- * scaled as alpha plus the rest: t' = alpha * steps + (t - alpha) * bytes ratio. Bursts were
- * measured at the model's P only: scaled to another P they are dropped. */
+ * scaled as alpha plus the rest: t' = alpha * steps + (t - alpha) * bytes ratio. */
 int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_t *out);
 
 /* Cache file (docs/FORMATS.md). load: fills model with every line stored for

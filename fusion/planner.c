@@ -31,7 +31,8 @@ int dear_plan_problem_init(dear_plan_problem_t *prob, const dear_profile_t *prof
     marg->model = model;
     marg->cap_bytes = cap_bytes;
     p.cap_bytes = cap_bytes;
-    dear_sim_cost_for_model(&p.cost, marg);
+    p.cost.fn = dear_sim_cost_model;
+    p.cost.arg = marg;
     *prob = p;
     return DEAR_OK;
 }

@@ -10,102 +10,15 @@
 #include "include/dear_types.h"
 #include "base/log.h"
 
-double dear_sim_penalty(const dear_cost_model_t *model, dear_coll_op_t op, size_t bytes, int inflight, int which)
-{
-    int out = dear_cost_unmeasured(model, op, (double)bytes, inflight) & which;
-    if (!out || !(model->inflight.unmeasured_penalty > 0))
-        return 0;
-    int n = (out & DEAR_COST_UNMEASURED_SIZE ? 1 : 0) + (out & DEAR_COST_UNMEASURED_DEPTH ? 1 : 0);
-    return n * model->inflight.unmeasured_penalty * dear_cost_eval(model, op, (double)bytes, NULL);
-}
-
 double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes)
 {
     const dear_sim_model_arg_t *m = arg;
     double t = dear_cost_eval(m->model, op, (double)bytes, NULL);
-    t += dear_sim_penalty(m->model, op, bytes, 1, DEAR_COST_UNMEASURED_SIZE);
     if (m->cap_bytes > 0 && bytes > m->cap_bytes)
         t += DEAR_SIM_CAP_PENALTY_S * (double)bytes / (double)m->cap_bytes;
     return t;
 }
 
-double dear_sim_burst_model(void *arg, dear_coll_op_t op, size_t bytes, int inflight)
-{
-    const dear_sim_model_arg_t *m = arg;
-    return dear_cost_burst_extra(m->model, op, inflight) +
-           dear_sim_penalty(m->model, op, bytes, inflight, DEAR_COST_UNMEASURED_DEPTH);
-}
-
-void dear_sim_cost_for_model(dear_sim_cost_t *cost, dear_sim_model_arg_t *marg)
-{
-    const dear_cost_model_t *m = marg->model;
-    *cost = (dear_sim_cost_t){ .fn = dear_sim_cost_model, .arg = marg };
-    int kmax = 0;
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        if (m->burst[op].valid && m->burst[op].kmax > kmax)
-            kmax = m->burst[op].kmax;
-    if (kmax == 0)
-        return; /* no burst measured: priced as before, one at a time */
-    cost->burst = dear_sim_burst_model;
-    cost->max_inflight = m->inflight.max_inflight > 0 ? m->inflight.max_inflight : kmax;
-    cost->inflight_bytes = m->inflight.inflight_bytes;
-}
-
-void dear_sim_unmeasured(const dear_sim_result_t *res, const dear_sim_model_arg_t *marg, int *count, double *penalty_s)
-{
-    int n = 0;
-    double pen = 0;
-    for (int i = 0; i < res->nops; i++) {
-        const dear_sim_op_t *o = &res->ops[i];
-        if (o->kind >= DEAR_COLL_OP_COUNT)
-            continue;
-        int inflight = o->inflight > 0 ? o->inflight : 1;
-        if (dear_cost_unmeasured(marg->model, (dear_coll_op_t)o->kind, (double)o->bytes, inflight)) {
-            n++;
-            pen += dear_sim_penalty(marg->model, (dear_coll_op_t)o->kind, o->bytes, inflight,
-                                    DEAR_COST_UNMEASURED_SIZE | DEAR_COST_UNMEASURED_DEPTH);
-        }
-    }
-    *count = n;
-    *penalty_s = pen;
-}
-
-/* The collectives in flight on the channel, as the runtime's progress thread starts them: the
- * sizes of the current run of collectives that each became ready while the one before was still
- * running (a ring of the last DEAR_SIM_MAXFLIGHT). */
-#define SIM_MAXFLIGHT 64
-typedef struct {
-    int n;                  /* collectives of the current run */
-    size_t b[SIM_MAXFLIGHT];
-} sim_flight_t;
-
-/* A collective of `bytes` ready at `ready` on a channel busy until `chan`: how many are in flight
- * once it starts, itself included (1 when cost prices no bursts). `alone`: it may not join
- * (it depends on the collective before it). */
-static int flight_join(sim_flight_t *f, const dear_sim_cost_t *cost, double ready, double chan, size_t bytes,
-                       int alone)
-{
-    if (!cost->burst)
-        return 1;
-    int k = cost->max_inflight < 1 ? 1 : cost->max_inflight > SIM_MAXFLIGHT ? SIM_MAXFLIGHT : cost->max_inflight;
-    if (alone || !(ready < chan))
-        f->n = 0;
-    int m = f->n < k - 1 ? f->n : k - 1; /* the latest m of the run are still in flight */
-    size_t sum = 0;
-    for (int i = 1; i <= m; i++)
-        sum += f->b[(f->n - i) % SIM_MAXFLIGHT];
-    if (m > 0 && cost->inflight_bytes > 0 && sum + bytes > cost->inflight_bytes) {
-        f->n = 0; /* waits for them all: runs alone */
-        m = 0;
-    }
-    f->b[f->n % SIM_MAXFLIGHT] = bytes;
-    f->n++;
-    return m + 1;
-}
-
-/* Seconds of the group [lo, hi) of op with `inflight` in flight: its price, plus the burst's. */
-static double flight_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi,
-                          int inflight);
 
 struct dear_sim_ws {
     int nlayers, ntensors;
@@ -284,24 +197,7 @@ double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, d
     return c;
 }
 
-static double flight_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi,
-                          int inflight)
-{
-    double c = dear_sim_ws_group(ws, cost, op, lo, hi);
-    if (inflight > 1 && cost->burst) {
-        c += cost->burst(cost->arg, op, ws->prefix[hi] - ws->prefix[lo], inflight);
-        c = c > 0 ? c : 0;
-    }
-    return c;
-}
-
-static void rec_k(dear_sim_ws_t *ws, int kind, int index, double start, double end, size_t bytes, int inflight);
 static void rec(dear_sim_ws_t *ws, int kind, int index, double start, double end, size_t bytes)
-{
-    rec_k(ws, kind, index, start, end, bytes, kind < DEAR_COLL_OP_COUNT ? 1 : 0);
-}
-
-static void rec_k(dear_sim_ws_t *ws, int kind, int index, double start, double end, size_t bytes, int inflight)
 {
     if (!ws->record)
         return;
@@ -315,8 +211,7 @@ static void rec_k(dear_sim_ws_t *ws, int kind, int index, double start, double e
         ws->ops = o;
         ws->capops = cap;
     }
-    ws->ops[ws->nops++] = (dear_sim_op_t){ .kind = kind, .index = index, .start = start, .end = end, .bytes = bytes,
-                                           .inflight = inflight };
+    ws->ops[ws->nops++] = (dear_sim_op_t){ .kind = kind, .index = index, .start = start, .end = end, .bytes = bytes };
 }
 
 static void rec_backward(dear_sim_ws_t *ws, double t0)
@@ -356,16 +251,14 @@ static double sim_sync(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim
 static double run_buckets(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, double bwd_start, double chan_free, int ng, const int *first, double *comm)
 {
     double chan = chan_free;
-    sim_flight_t fl = { 0 };
     for (int g = ng - 1; g >= 0; g--) {
         size_t bytes = ws->prefix[first[g + 1]] - ws->prefix[first[g]];
         double ready = bwd_start + ws->ready[first[g]];
         double start = ready > chan ? ready : chan;
-        int k = flight_join(&fl, cost, ready, chan, bytes, 0);
-        double c = flight_cost(ws, cost, op, first[g], first[g + 1], k);
+        double c = dear_sim_ws_group(ws, cost, op, first[g], first[g + 1]);
         chan = start + c;
         *comm += c;
-        rec_k(ws, (int)op, g, start, chan, bytes, k);
+        rec(ws, (int)op, g, start, chan, bytes);
     }
     return chan;
 }
@@ -413,9 +306,6 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
      * c0, in forward order; layer l starts once every group holding one of its tensors is done. */
     double chan = c0, t = 0;
     int g = 0, g0 = 0, g1 = 0;
-    /* The regular groups are all queued at once; the first waits for the reduce-scatters it
-     * reads, the others join it in flight. */
-    sim_flight_t fl = { 0 };
     for (int l = 0; l < ws->nlayers; l++) {
         int ft = ws->first_tensor[l], lt = ws->last_tensor[l];
         double start = t;
@@ -427,9 +317,8 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
                 ;
             for (; g < nreg && g <= g1; g++) {
                 size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
-                int k = flight_join(&fl, cost, -INFINITY, chan, bytes, g == 0);
-                double c = flight_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1], k);
-                rec_k(ws, DEAR_COLL_ALLGATHER, g, chan, chan + c, bytes, k);
+                double c = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1]);
+                rec(ws, DEAR_COLL_ALLGATHER, g, chan, chan + c, bytes);
                 chan += c;
                 ws->ag_end[g] = chan;
                 *comm += c;
@@ -449,22 +338,18 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
     /* Reduce-scatters as backward completes their buckets (last first); an early all-gather
      * group follows, in the same FIFO channel, the bucket that completes its data. */
     int e = nag - 1, eb = e >= nreg ? group_of(rs, nrs, ag[e]) : -1; /* bucket completing group e */
-    fl.n = 0; /* the forward's all-gathers are done before backward ends */
     for (int b = nrs - 1; b >= 0; b--) {
         size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
         double ready = fw + ws->ready[rs[b]];
         double start = ready > chan ? ready : chan;
-        int k = flight_join(&fl, cost, ready, chan, bytes, 0);
-        double c = flight_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1], k);
-        rec_k(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes, k);
+        double c = dear_sim_ws_group(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1]);
+        rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
         chan = start + c;
         *comm += c;
         for (; e >= nreg && eb >= b; e--) {
-            /* It reads the bucket just before it: it starts once that one is done. */
             size_t gb = ws->prefix[ag[e + 1]] - ws->prefix[ag[e]];
-            int kg = flight_join(&fl, cost, chan, chan, gb, 1);
-            double cg = flight_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[e], ag[e + 1], kg);
-            rec_k(ws, DEAR_COLL_ALLGATHER, e, chan, chan + cg, gb, kg);
+            double cg = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLGATHER, ag[e], ag[e + 1]);
+            rec(ws, DEAR_COLL_ALLGATHER, e, chan, chan + cg, gb);
             chan += cg;
             ws->ag_end[e] = chan;
             *comm += cg;

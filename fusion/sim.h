@@ -16,9 +16,6 @@
  *         carried from the previous iteration (its tail, the early groups' ends) is iterated to
  *         its fixed point.
  * Exposed communication = iteration time - (forward + backward compute).
- * With a burst price (dear_sim_cost_t.burst) a collective that becomes ready while the channel is
- * busy is in flight with those before it, as the runtime's progress thread starts it, and costs
- * what the burst fit says one more in flight costs; the channel still ends them in FIFO order.
  *
  * Costs come through a function so planners can use anything the runtime can do: the cheapest
  * algorithm per size (dear_sim_cost_model) and a cap on bucket memory (buckets above the cap
@@ -42,21 +39,9 @@
 
 /* Seconds for one collective of `bytes` (full buffer). */
 typedef double (*dear_sim_cost_fn)(void *arg, dear_coll_op_t op, size_t bytes);
-/* Seconds added to a collective of `bytes` that starts while inflight - 1 earlier ones are still
- * in flight (its start-ups share the progress thread and the links with theirs). */
-typedef double (*dear_sim_burst_fn)(void *arg, dear_coll_op_t op, size_t bytes, int inflight);
 typedef struct {
     dear_sim_cost_fn fn;
     void *arg;
-    /* NULL: the channel runs one collective at a time, each at fn's price. Else a collective that
-     * becomes ready while the channel is busy joins those in flight, as the runtime starts it:
-     * with up to max_inflight (>= 1) in flight and, when inflight_bytes > 0, only while their
-     * bytes stay within it (else it runs alone after them). It still ends in FIFO order after the
-     * one before it, at fn's price plus burst's: k collectives ready together take
-     * fn(1st) + sum over the others of (fn + burst(op, bytes, in flight)). */
-    dear_sim_burst_fn burst;
-    int max_inflight;
-    size_t inflight_bytes;
 } dear_sim_cost_t;
 
 /* arg for dear_sim_cost_model: the cheapest valid algorithm of the model at each size; buckets
@@ -67,18 +52,6 @@ typedef struct {
     size_t cap_bytes;
 } dear_sim_model_arg_t;
 double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes);
-/* burst for dear_sim_cost_model's arg: dear_cost_burst_extra of the model, plus the penalty
- * below when inflight exceeds the largest burst measured. */
-double dear_sim_burst_model(void *arg, dear_coll_op_t op, size_t bytes, int inflight);
-/* cost priced by marg's model: dear_sim_cost_model, and, when the model has a burst fit,
- * dear_sim_burst_model with the model's in-flight settings (max_inflight 0: the largest burst
- * measured). */
-void dear_sim_cost_for_model(dear_sim_cost_t *cost, dear_sim_model_arg_t *marg);
-/* What a collective priced outside the model's measured region (dear_cost_unmeasured; `which`
- * selects the size and/or the depth bit) is charged on top: the model's unmeasured_penalty times
- * its modelled time (dear_cost_eval), once per bit of `which` that is outside. 0 inside, and for
- * a model without burst fit (nothing is known to be unmeasured). */
-double dear_sim_penalty(const dear_cost_model_t *model, dear_coll_op_t op, size_t bytes, int inflight, int which);
 
 /* A recorded operation's kind: a collective (a dear_coll_op_t value) or a layer's compute. */
 enum { DEAR_SIM_FWD = DEAR_COLL_OP_COUNT, DEAR_SIM_BWD };
@@ -88,7 +61,6 @@ typedef struct {
     int index;          /* profile layer index (FWD, BWD) or group index in its partition */
     double start, end;  /* seconds from the start of the forward pass */
     size_t bytes;       /* communication ops */
-    int inflight;       /* communication ops: collectives in flight once it started, itself included */
 } dear_sim_op_t;
 
 typedef struct {
@@ -106,10 +78,6 @@ typedef struct {
 int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
                  const dear_plan_t *plan, int record, dear_sim_result_t *res);
 void dear_sim_result_free(dear_sim_result_t *res);
-
-/* Of a recorded result priced by marg's model (dear_sim_cost_for_model): the collectives outside
- * the measured region (*count) and the seconds of penalty the pricing added for them (*penalty_s). */
-void dear_sim_unmeasured(const dear_sim_result_t *res, const dear_sim_model_arg_t *marg, int *count, double *penalty_s);
 
 /* Gantt chart of a recorded result as SVG: a compute row and a communication row. */
 int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out);

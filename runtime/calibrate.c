@@ -8,7 +8,6 @@
  * progress thread starts: the communicator is the application thread's alone.
  */
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,12 +34,6 @@ static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20,
 #define CALIB_WARM_BYTES ((size_t)1 << 20)
 #define CALIB_MAX_REPS 512
 #define CALIB_PASSES 3
-/* Bursts: k collectives of the smallest size started together and progressed until all are done,
- * for k = 1, 2, 4, ... up to DEAR_MAX_INFLIGHT (at most CALIB_BURST_CAP), each timed over
- * CALIB_BURST_REPS bursts after one untimed: the start-ups the runtime overlaps (or queues) when
- * it keeps several small collectives in flight, which a stream of one at a time does not see. */
-#define CALIB_BURST_CAP 16
-#define CALIB_BURST_REPS 16
 
 static void log_model(const dear_ctx_t *ctx, const char *how)
 {
@@ -62,16 +55,6 @@ static void log_model(const dear_ctx_t *ctx, const char *how)
                 DEAR_INFO("plan", "    %.0f B: %.1f us (%.0f MB/s)", l->pt_bytes[i], 1e6 * l->pt_sec[i],
                           l->pt_sec[i] > 0 ? 1e-6 * l->pt_bytes[i] / l->pt_sec[i] : 0.0);
         }
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
-        const dear_cost_burst_t *b = &ctx->online.cost.burst[op];
-        if (b->valid)
-            DEAR_INFO("plan", "  %s bursts of k x %.0f B in flight: %.1f us + (k - 1) x %.1f us, measured for k <= %d "
-                              "(fit error %.1f%%)",
-                      dear_coll_op_short((dear_coll_op_t)op), b->bytes, 1e6 * b->single, 1e6 * b->per_op, b->kmax,
-                      100 * b->fit_err);
-        for (int i = 0; b->valid && i < b->npts; i++)
-            DEAR_INFO("plan", "    %d in flight: %.1f us", b->pt_k[i], 1e6 * b->pt_sec[i]);
-    }
 }
 
 static int reps_for(size_t bytes, size_t volume, int least)
@@ -108,65 +91,6 @@ static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, doubl
     return DEAR_OK;
 }
 
-/* The burst sizes measured: 1, 2, 4, ... up to max_inflight capped at CALIB_BURST_CAP, the cap
- * itself last. Returns how many (<= DEAR_COST_MAXBURST). */
-static int burst_ks(int max_inflight, int *ks)
-{
-    int top = max_inflight < CALIB_BURST_CAP ? max_inflight : CALIB_BURST_CAP, n = 0;
-    for (int k = 1; k < top && n < DEAR_COST_MAXBURST - 1; k *= 2)
-        ks[n++] = k;
-    ks[n++] = top;
-    return n;
-}
-
-/* One burst sample: seconds per burst of k collectives of args' size, each on its own slice of
- * buf and its own tag, started back to back and progressed round-robin until all are done, as
- * the progress thread runs what it keeps in flight. */
-static int time_burst(dear_ctx_t *ctx, const dear_coll_args_t *base, float *buf, int k, double *seconds)
-{
-    dear_coll_req_t *req[CALIB_BURST_CAP] = { 0 };
-    int rc = DEAR_OK;
-    double t0 = 0;
-    DEAR_MPI_CHECK(MPI_Barrier(ctx->cm.comm));
-    for (int r = -1; r < CALIB_BURST_REPS && rc == DEAR_OK; r++) {
-        if (r == 0)
-            t0 = dear_now();
-        int left = 0;
-        for (int i = 0; i < k && rc == DEAR_OK; i++) {
-            dear_coll_args_t a = *base;
-            a.recvbuf = buf + (size_t)i * base->count;
-            a.tag = 1 + i;
-            rc = dear_coll_start(&a, &req[i]);
-            left += rc == DEAR_OK;
-        }
-        while (left > 0 && rc == DEAR_OK) {
-            int moved = 0;
-            for (int i = 0; i < k && rc == DEAR_OK; i++) {
-                int done = 0;
-                if (!req[i])
-                    continue;
-                rc = dear_coll_progress(req[i], &done);
-                if (done || rc != DEAR_OK) {
-                    dear_coll_free(req[i]);
-                    req[i] = NULL;
-                    left--;
-                    moved = 1;
-                }
-            }
-            if (!moved)
-                sched_yield();
-        }
-    }
-    for (int i = 0; i < k; i++)
-        dear_coll_free(req[i]);
-    if (rc != DEAR_OK) {
-        ctx->cm.keep = 1; /* a peer's messages of it may be left unmatched */
-        return rc;
-    }
-    *seconds = (dear_now() - t0) / CALIB_BURST_REPS;
-    return DEAR_OK;
-}
-
 /* Measure each collective as the runtime will run it (DEAR_ALGO_AUTO: the selection table, or
  * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the median pass's
  * means as the auto curve of the model; the model is the same on every rank (rank 0 takes the
@@ -181,23 +105,6 @@ static int op_needed(const dear_ctx_t *ctx, int op)
     return op == DEAR_COLL_ALLREDUCE ? !split : split;
 }
 
-/* Rank 0: the burst fit of op from the slowest rank's burst times (median of the passes), kept
- * invalid when fewer than two bursts were measured (DEAR_MAX_INFLIGHT=1: nothing runs together). */
-static void burst_fit(int op, const double *tmax, size_t nk, size_t row, const int *ks,
-                      int nks, dear_cost_burst_t *out)
-{
-    double ys[DEAR_COST_MAXBURST];
-    memset(out, 0, sizeof *out);
-    for (int i = 0; i < nks; i++) {
-        double pv[CALIB_PASSES];
-        for (int pass = 0; pass < CALIB_PASSES; pass++)
-            pv[pass] = tmax[(size_t)pass * nk + (size_t)op * row + (size_t)(CALIB_NSIZES + i)];
-        ys[i] = dear_median(pv, CALIB_PASSES);
-    }
-    if (nks < 2 || dear_cost_fit_burst(ks, ys, nks, (double)calib_bytes[0], out) != DEAR_OK)
-        memset(out, 0, sizeof *out); /* log_model prints a valid fit */
-}
-
 /* complete: every collective, for a DEAR_CALIBRATION_FILE, which then serves every schedule. */
 static int calibrate(dear_ctx_t *ctx, int complete)
 {
@@ -205,14 +112,8 @@ static int calibrate(dear_ctx_t *ctx, int complete)
     size_t maxb = calib_bytes[CALIB_NSIZES - 1];
     float *buf = NULL;
     double *t = NULL, *tmax = NULL;
-    size_t nk = (size_t)DEAR_COLL_OP_COUNT * (CALIB_NSIZES + DEAR_COST_MAXBURST), nt = nk * CALIB_PASSES;
-    /* t[pass * nk + op * (CALIB_NSIZES + DEAR_COST_MAXBURST) + s]: the sizes, then the bursts */
-    const size_t row = CALIB_NSIZES + DEAR_COST_MAXBURST;
-    int ks[DEAR_COST_MAXBURST], nks, top = ctx->cfg.max_inflight;
-    double t_start = dear_now(), t_burst = 0;
-    /* Rank 0's setting: every rank must run the same bursts. */
-    DEAR_MPI_CHECK(MPI_Bcast(&top, 1, MPI_INT, 0, ctx->cm.comm));
-    nks = burst_ks(top, ks);
+    size_t nk = (size_t)DEAR_COLL_OP_COUNT * CALIB_NSIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
+    double t_start = dear_now();
 
     /* The buffers the gradients' collectives run on: device memory under NCCL, else host. */
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
@@ -222,9 +123,7 @@ static int calibrate(dear_ctx_t *ctx, int complete)
     DEAR_CHECK_GOTO(mo->zero(NULL, buf, maxb), rc, out); /* values stay 0 */
     for (int pass = 0; pass < CALIB_PASSES; pass++)
         for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-            for (int s = 0; s < CALIB_NSIZES + nks && (complete || op_needed(ctx, op)); s++) {
-                int burst = s >= CALIB_NSIZES; /* a burst of ks[s - CALIB_NSIZES] at the smallest size */
-                size_t bytes = calib_bytes[burst ? 0 : s];
+            for (int s = 0; s < CALIB_NSIZES && (complete || op_needed(ctx, op)); s++) {
                 dear_coll_args_t args = { 0 };
                 args.op = (dear_coll_op_t)op;
                 args.algo = DEAR_ALGO_AUTO;
@@ -236,19 +135,16 @@ static int calibrate(dear_ctx_t *ctx, int complete)
                 args.tag = 0; /* nothing else runs on the communicator before commit ends */
                 args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->cm.size;
                 args.recvbuf = buf;
-                args.count = bytes / sizeof(float);
-                size_t k = (size_t)pass * nk + (size_t)op * row + (size_t)s;
-                double tb = dear_now();
-                int r1 = burst ? time_burst(ctx, &args, buf, ks[s - CALIB_NSIZES], &t[k])
-                               : time_run(ctx, &args, bytes, &t[k]);
-                t_burst += burst ? dear_now() - tb : 0;
+                args.count = calib_bytes[s] / sizeof(float);
+                size_t k = (size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s;
+                int r1 = time_run(ctx, &args, calib_bytes[s], &t[k]);
                 if (r1 == DEAR_ERR_UNSUPPORTED) {
                     t[k] = -1; /* this size is beyond the algorithm: no sample */
                     continue;
                 }
                 if (r1 != DEAR_OK) {
-                    DEAR_ERROR("plan", "calibration: %s on %zu bytes%s failed: %s", dear_coll_op_short((dear_coll_op_t)op),
-                               bytes, burst ? " (a burst)" : "", dear_status_string(r1));
+                    DEAR_ERROR("plan", "calibration: %s on %zu bytes failed: %s", dear_coll_op_short((dear_coll_op_t)op),
+                               calib_bytes[s], dear_status_string(r1));
                     rc = r1;
                     goto out;
                 }
@@ -268,7 +164,7 @@ static int calibrate(dear_ctx_t *ctx, int complete)
             for (int s = 0; s < CALIB_NSIZES; s++) {
                 double pv[CALIB_PASSES], lo = INFINITY, hi = 0;
                 for (int pass = 0; pass < CALIB_PASSES; pass++) {
-                    pv[pass] = tmax[(size_t)pass * nk + (size_t)op * row + (size_t)s];
+                    pv[pass] = tmax[(size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s];
                     lo = pv[pass] < lo ? pv[pass] : lo;
                     hi = pv[pass] > hi ? pv[pass] : hi;
                 }
@@ -287,15 +183,14 @@ static int calibrate(dear_ctx_t *ctx, int complete)
                 DEAR_WARN("plan", "calibration: %d usable size(s) of %s, no curve: that collective is priced "
                                   "as infinitely expensive",
                           n, dear_coll_op_short((dear_coll_op_t)op));
-            burst_fit(op, tmax, nk, row, ks, nks, &m.burst[op]);
         }
         ctx->online.cost = m;
     }
     DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->cm.comm), rc, out);
     ctx->online.calib_measured++;
     DEAR_INFO("plan", "calibration: measured %d size(s) per collective, each as a stream of at least %zu bytes, "
-                      "and bursts of up to %d in flight, median of %d passes, in %.3f s (%.3f s of it the bursts)",
-              CALIB_NSIZES, CALIB_STREAM_BYTES, ks[nks - 1], CALIB_PASSES, dear_now() - t_start, t_burst);
+                      "median of %d passes, in %.3f s",
+              CALIB_NSIZES, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
 out:
     if (buf)
         dear_rt_work_ops(ctx)->release(buf, 0);
@@ -390,12 +285,6 @@ int dear_cost_setup(dear_ctx_t *ctx, int calibrate_on)
         if (rc == DEAR_OK)
             log_model(ctx, "DEAR_CALIBRATE=off, from DEAR_COST_PRESET");
     }
-    /* How this runtime keeps collectives in flight is a setting, not a measurement: the planners
-     * price bursts with it whatever run made the model. */
-    ctx->online.cost.inflight = (dear_cost_inflight_t){ .max_inflight = ctx->cfg.max_inflight,
-                                                        .inflight_bytes = ctx->cfg.inflight_window,
-                                                        .unmeasured_penalty =
-                                                            dear_param_double(DEAR_P_UNMEASURED_PENALTY) };
     /* Every rank computed or received the same model; a failure on one is a failure on all. */
     int any = rc != DEAR_OK, all = 0;
     DEAR_MPI_CHECK(MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, ctx->cm.comm));

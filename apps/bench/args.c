@@ -498,7 +498,7 @@ static int check_cost_model(bench_opts_t *o, const raw_args_t *r)
 
 /* The runtime's value of an integer parameter as dear_init will read it: the environment's when
  * valid (the runtime reports a bad value itself at dear_init), else the table's default. */
-static long long runtime_param_ll(dear_param_id_t id)
+static int runtime_param(dear_param_id_t id)
 {
     char name[64], msg[256];
     long long v = 0;
@@ -506,24 +506,7 @@ static long long runtime_param_ll(dear_param_id_t id)
     const char *env = getenv(name);
     if (!env || dear_param_parse_int(id, env, &v, msg, sizeof msg) != DEAR_OK)
         dear_param_parse_int(id, dear_param_table[id].defval, &v, msg, sizeof msg);
-    return v;
-}
-
-static int runtime_param(dear_param_id_t id)
-{
-    return (int)runtime_param_ll(id);
-}
-
-void bench_runtime_inflight(dear_cost_inflight_t *in)
-{
-    const dear_param_desc_t *d = &dear_param_table[DEAR_P_UNMEASURED_PENALTY];
-    const char *env = getenv("DEAR_UNMEASURED_PENALTY");
-    double pen = 0;
-    if (!env || dear_text_double(env, d->min, d->max, &pen))
-        dear_text_double(d->defval, d->min, d->max, &pen);
-    *in = (dear_cost_inflight_t){ .max_inflight = runtime_param(DEAR_P_MAX_INFLIGHT),
-                                  .inflight_bytes = (size_t)runtime_param_ll(DEAR_P_INFLIGHT_BYTES),
-                                  .unmeasured_penalty = pen };
+    return (int)v;
 }
 
 int bench_shard_early(void) { return runtime_param(DEAR_P_SHARD_EARLY); }

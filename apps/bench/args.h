@@ -8,8 +8,6 @@
 
 #include <stddef.h>
 
-#include "fusion/cost.h"
-
 #define MAX_CONFIGS 32
 
 typedef struct {
@@ -50,10 +48,6 @@ typedef struct {
 /* Fills o (zeroed by the caller) from argv and the DEAR_* environment. Returns 0 to run, -1
  * after --help (printed), 2 on a bad argument (rank 0 says why). */
 int bench_parse_args(int argc, char **argv, bench_opts_t *o);
-/* The runtime's DEAR_MAX_INFLIGHT, DEAR_INFLIGHT_BYTES and DEAR_UNMEASURED_PENALTY as dear_init
- * will read them (the environment's when valid, else the defaults): a model's bursts and
- * measured region are then priced as the runtime prices them. */
-void bench_runtime_inflight(dear_cost_inflight_t *in);
 
 /* DEAR_SHARD_EARLY as the runtime will read it: sharded slices stepped during backward under dear. */
 int bench_shard_early(void);

@@ -457,7 +457,6 @@ static void check_results(bench_t *b)
 static int load_prediction_model(bench_t *b)
 {
     int rc = bench_load_model(&b->o, b->use_rt_calib, b->calib, dear_prof_bytes_total(&b->m.prof), &b->model);
-    bench_runtime_inflight(&b->model.inflight);
     if (b->calib_created)
         unlink(b->calib);
     if (rc != DEAR_OK && bench_rank == 0)

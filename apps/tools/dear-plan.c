@@ -589,53 +589,6 @@ static void print_start(const plan_opts_t *o, const table_t *tab)
     }
 }
 
-/* The runtime's default in-flight settings and penalty (base/params.def) on a model: how a
- * calibrated model's bursts are priced when the runtime plans with it. */
-static void inflight_defaults(dear_cost_model_t *model)
-{
-    long long k = 0, w = 0;
-    double pen = 0;
-    char msg[128];
-    if (dear_param_parse_int(DEAR_P_MAX_INFLIGHT, dear_param_table[DEAR_P_MAX_INFLIGHT].defval, &k, msg, sizeof msg) ||
-        dear_param_parse_int(DEAR_P_INFLIGHT_BYTES, dear_param_table[DEAR_P_INFLIGHT_BYTES].defval, &w, msg,
-                             sizeof msg) ||
-        dear_text_double(dear_param_table[DEAR_P_UNMEASURED_PENALTY].defval, 0, 1000, &pen))
-        return;
-    model->inflight = (dear_cost_inflight_t){ .max_inflight = (int)k, .inflight_bytes = (size_t)w,
-                                              .unmeasured_penalty = pen };
-}
-
-/* For the fastest row: how many of its collectives the model prices outside what the
- * calibration measured, and the penalty that added. Only for a model with bursts measured. */
-static void print_unmeasured(const model_t *mu, const plan_opts_t *o, const dear_cost_model_t *model,
-                             const table_t *tab)
-{
-    int any = 0, best = 0;
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        any |= model->burst[op].valid;
-    for (int i = 1; i < tab->nrows; i++)
-        if (tab->rows[i].iter < tab->rows[best].iter)
-            best = i;
-    if (!any || tab->nrows == 0)
-        return;
-    const row_t *r = &tab->rows[best];
-    dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
-    dear_sim_cost_t cost;
-    dear_sim_cost_for_model(&cost, &marg);
-    dear_sim_result_t res = { 0 };
-    if (dear_sim_run(&mu->prof, &cost, r->sched, &r->plan, 1, &res) != DEAR_OK)
-        return;
-    int n = 0, ncoll = 0;
-    double pen = 0;
-    dear_sim_unmeasured(&res, &marg, &n, &pen);
-    for (int i = 0; i < res.nops; i++)
-        ncoll += res.ops[i].kind < DEAR_COLL_OP_COUNT;
-    printf("\nmeasured region (%s + %s): %d of %d collectives outside it (smaller than calibrated, or more in "
-           "flight than the bursts measured), penalty added %.3f ms (DEAR_UNMEASURED_PENALTY=%g)\n",
-           dear_sched_name(r->sched), r->planner, n, ncoll, pen * 1e3, model->inflight.unmeasured_penalty);
-    dear_sim_result_free(&res);
-}
-
 /* The Gantt chart of row r as SVG. 0, or 1 when it could not be written. */
 static int write_svg(const plan_opts_t *o, const model_t *mu, const dear_cost_model_t *model, int P,
                      const row_t *r)
@@ -643,8 +596,7 @@ static int write_svg(const plan_opts_t *o, const model_t *mu, const dear_cost_mo
     const dear_profile_t *prof = &mu->prof;
     int status = 0;
     dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
-    dear_sim_cost_t cost;
-    dear_sim_cost_for_model(&cost, &marg);
+    dear_sim_cost_t cost = { dear_sim_cost_model, &marg };
     dear_sim_result_t res = { 0 };
     dear_file_out_t out;
     char title[256];
@@ -862,7 +814,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "dear-plan: no cost model: %s\n", dear_status_string(rc));
         return 2;
     }
-    inflight_defaults(&model);
     if ((rc = load_model(&o, &model, &mu)) != 0) {
         model_free(&mu);
         return rc;
@@ -879,8 +830,6 @@ int main(int argc, char **argv)
         print_table(o.profile, &mu, &o, &model, &tab);
     if (!o.csv && o.estimate)
         print_start(&o, &tab);
-    if (!o.csv)
-        print_unmeasured(&mu, &o, &model, &tab);
     int status = write_best(&o, &mu, &model, P, &tab);
     table_free(&tab);
     if (o.scale && status == 0)

@@ -154,28 +154,4 @@ expect_err 2 "--first-min-gain '2' is not a share between 0 and 1" --profile "$p
 expect_err 2 "--hints goes with --estimate" --profile "$prof" --preset 10gbe --workers 4 --hints "$bm"
 expect_err 2 "layer 107 is not a layer of the profile" --profile "$prof" --preset 10gbe --workers 4 --estimate range \
     --hints "$bm"
-# A calibrated model (curves and bursts measured up to 4 in flight): with every size measured from
-# 1 byte, no collective of the plan lies outside; measured only from 1 GB, every one does, and
-# the penalty shows. A preset has no measured region: no such line.
-burst_cache() { # smallest measured size (the curves' first point, the bursts' size)
-    echo "dear-cost 1"
-    for op in rs ag ar; do
-        echo "4 4 $op auto 1e-4 1e-9 0 0 2 $1:0.0001,1e10:10.0001"
-        echo "4 4 $op burst $1 1e-4 5e-5 0 1:0.0001,2:0.00015,4:0.00025"
-    done
-}
-burst_cache 1 > "$tmp/in.cost"
-burst_cache 1e9 > "$tmp/out.cost"
-out=$("$exe" --profile "$prof" --cost "$tmp/in.cost" --workers 4 --ranks-per-host 4 --schedule dear --planner none) ||
-    fail "burst cache run"
-echo "$out" | grep -q "^measured region (dear + none): 0 of 214 collectives outside it.*penalty added 0.000 ms" ||
-    fail "measured everywhere: $(echo "$out" | grep "measured region")"
-out=$("$exe" --profile "$prof" --cost "$tmp/out.cost" --workers 4 --ranks-per-host 4 --schedule dear --planner none) ||
-    fail "burst cache run"
-line=$(echo "$out" | grep "^measured region (dear + none): 214 of 214 collectives outside it")
-echo "$line" | grep -q "penalty added [1-9][0-9.]* ms (DEAR_UNMEASURED_PENALTY=0.5)" ||
-    fail "measured from 1 GB: $(echo "$out" | grep "measured region")"
-"$exe" --profile "$prof" --preset 10gbe --workers 4 --schedule dear --planner none | grep -q "measured region" &&
-    fail "a preset has no measured region"
-
 echo "dear-plan tests passed"

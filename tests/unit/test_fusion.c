@@ -590,7 +590,7 @@ START_TEST(sim_sync_and_wfbp_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+    dear_sim_cost_t c = { lin_cost, &l };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 }, split[3] = { 0, 1, 3 };
     dear_plan_t pn, po, ps;
     plan2(&pn, 3, 3, none, 3, none);
@@ -628,7 +628,7 @@ START_TEST(sim_dear_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+    dear_sim_cost_t c = { lin_cost, &l };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, pm;
     plan2(&pn, 3, 3, none, 3, none);
@@ -667,7 +667,7 @@ START_TEST(sim_dear_early_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
-    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+    dear_sim_cost_t c = { lin_cost, &l };
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     plan2(&pl, 3, 3, none, 3, none);
@@ -708,7 +708,7 @@ START_TEST(sim_sparse_by_hand)
     p.tensors[2].density_rs = 0.2;
     p.tensors[2].density_ag = 0.5;
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+    dear_sim_cost_t c = { lin_cost, &l };
     dear_sim_ws_t *ws;
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
     /* A group spanning dense and sparse tensors is two collectives, each paying its start-up. */
@@ -750,7 +750,7 @@ START_TEST(sim_compress_by_hand)
     make_prof(&half, 3, fw, bw, 3, lay, by);
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+    dear_sim_cost_t c = { lin_cost, &l };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, po;
     plan2(&pn, 3, 3, none, 3, none);
@@ -804,7 +804,7 @@ START_TEST(sim_dear_layers_without_tensors)
     dear_profile_t p;
     make_prof(&p, 4, fw, bw, 3, lay, by);
     lin_arg_t l = lin(1, 0.01, 1, 0.01);   /* RS/AG of 100 B: 2 s */
-    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+    dear_sim_cost_t c = { lin_cost, &l };
     int rs[2] = { 0, 3 }, ag[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     plan2(&pl, 3, 1, rs, 3, ag);
@@ -990,7 +990,7 @@ START_TEST(dp_equals_brute_force)
         dear_profile_t p;
         lin_arg_t l;
         any_instance(&p, n, &l, inst, 120);
-        dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+        dear_sim_cost_t c = { lin_cost, &l };
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         int rs[16], ag[16], nrs, nag;
         /* wfbp: brute force over all-reduce bucketings. */
@@ -1103,7 +1103,7 @@ START_TEST(dp_split_equals_brute_force)
         if (inst % 2) /* backward-heavy: the link idles in backward, early groups pay */
             for (int i = 0; i < p.nlayers; i++)
                 p.layers[i].bwd_s *= 3;
-        dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+        dear_sim_cost_t c = { lin_cost, &l };
         dear_sim_ws_t *ws;
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         dear_plan_problem_t prob;
@@ -1181,7 +1181,7 @@ START_TEST(dp_search_equals_best_split)
          * and read back for the other shows. */
         l.alpha[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
         l.beta[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
-        dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+        dear_sim_cost_t c = { lin_cost, &l };
         dear_plan_problem_t prob;
         problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
         double best = INFINITY;
@@ -2234,263 +2234,6 @@ START_TEST(estimate_gain_by_hand)
 }
 END_TEST
 
-/* ---- bursts of collectives in flight ---- */
-
-/* A synthetic burst curve T(k) = 40 us + (k - 1) * 65 us: the fit gives both back exactly, and
- * with +-4% noise within a few percent; a curve made cheaper by more in flight is refused as a
- * slope (constant, the weighted mean). */
-START_TEST(cost_burst_fit_recovers_curve)
-{
-    int k[4] = { 1, 2, 4, 8 };
-    double t[4];
-    for (int i = 0; i < 4; i++)
-        t[i] = 40e-6 + (k[i] - 1) * 65e-6;
-    dear_cost_burst_t b;
-    ck_assert_int_eq(dear_cost_fit_burst(k, t, 4, 8192, &b), DEAR_OK);
-    ck_assert_int_eq(b.valid, 1);
-    EQ(b.single, 40e-6);
-    EQ(b.per_op, 65e-6);
-    ck_assert_int_eq(b.kmax, 8);
-    ck_assert_int_eq(b.npts, 4);
-    EQ(b.bytes, 8192);
-    ck_assert(b.fit_err < 1e-9);
-    for (int i = 0; i < 4; i++)
-        t[i] *= (i % 2) ? 1.04 : 0.96;
-    ck_assert_int_eq(dear_cost_fit_burst(k, t, 4, 8192, &b), DEAR_OK);
-    ck_assert(fabs(b.per_op / 65e-6 - 1) < 0.1 && fabs(b.single / 40e-6 - 1) < 0.2);
-    ck_assert(b.fit_err > 0.02 && b.fit_err < 0.1);
-    /* Decreasing: per_op 0, single the weighted mean (1/t^2 weights) of 30 and 20 us. */
-    int k2[2] = { 1, 4 };
-    double dec[2] = { 30e-6, 20e-6 };
-    ck_assert_int_eq(dear_cost_fit_burst(k2, dec, 2, 8192, &b), DEAR_OK);
-    EQ(b.per_op, 0);
-    double w1 = 1 / (30e-6 * 30e-6), w2 = 1 / (20e-6 * 20e-6);
-    EQ(b.single, (w1 * 30e-6 + w2 * 20e-6) / (w1 + w2));
-    /* Bad input names what was wrong. */
-    capture();
-    ck_assert_int_eq(dear_cost_fit_burst(k, t, 1, 8192, &b), DEAR_ERR_ARG);
-    ck_assert(strstr(logbuf, "2 to 8") != NULL);
-    int dup[2] = { 2, 2 };
-    ck_assert_int_eq(dear_cost_fit_burst(dup, dec, 2, 8192, &b), DEAR_ERR_ARG);
-    ck_assert(strstr(logbuf, "distinct k") != NULL);
-    int zero[2] = { 0, 1 };
-    ck_assert_int_eq(dear_cost_fit_burst(zero, dec, 2, 8192, &b), DEAR_ERR_ARG);
-    uncapture();
-}
-END_TEST
-
-/* The burst fit travels through the cache file next to the lines, and a bad burst line is named. */
-START_TEST(cost_burst_file_round_trip)
-{
-    const char *path = tmpfile_path("burst.txt");
-    unlink(path);
-    dear_cost_model_t m, back;
-    int found = 0;
-    ck_assert_int_eq(dear_cost_preset("10gbe", 8, 2, &m), DEAR_OK);
-    int k[3] = { 1, 2, 4 };
-    double t[3] = { 50e-6, 130e-6, 290e-6 };
-    ck_assert_int_eq(dear_cost_fit_burst(k, t, 3, 8192, &m.burst[DEAR_COLL_REDUCE_SCATTER]), DEAR_OK);
-    ck_assert_int_eq(dear_cost_save(path, &m), DEAR_OK);
-    ck_assert_int_eq(dear_cost_load(path, 8, 2, &back, &found), DEAR_OK);
-    ck_assert_int_eq(found, 3); /* the lines; a burst is not a line */
-    const dear_cost_burst_t *x = &m.burst[DEAR_COLL_REDUCE_SCATTER], *y = &back.burst[DEAR_COLL_REDUCE_SCATTER];
-    ck_assert_int_eq(y->valid, 1);
-    ck_assert_int_eq(y->kmax, 4);
-    EQ(y->single, x->single);
-    EQ(y->per_op, x->per_op);
-    EQ(y->bytes, 8192);
-    ck_assert_int_eq(back.burst[DEAR_COLL_ALLGATHER].valid, 0);
-    /* Saved again: replaced, not doubled. */
-    ck_assert_int_eq(dear_cost_save(path, &m), DEAR_OK);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    ck_assert(getdelim(&text, &len, '\0', f) > 0);
-    fclose(f);
-    const char *first = strstr(text, "\n8 2 rs burst ");
-    ck_assert_ptr_nonnull(first);
-    ck_assert_ptr_null(strstr(first + 1, "\n8 2 rs burst "));
-    free(text);
-    /* Scaled to another P the bursts were not measured: dropped. */
-    dear_cost_model_t s;
-    ck_assert_int_eq(dear_cost_scale(&back, 16, &s), DEAR_OK);
-    ck_assert_int_eq(s.burst[DEAR_COLL_REDUCE_SCATTER].valid, 0);
-    write_file(path, "dear-cost 1\n8 2 rs burst 8192 5e-05 8e-05 0 1:5e-05,1:7e-05\n");
-    capture();
-    ck_assert_int_eq(dear_cost_load(path, 8, 2, &back, &found), DEAR_ERR_FORMAT);
-    ck_assert_msg(strstr(logbuf, "burst.txt:2:") != NULL && strstr(logbuf, "K:SECONDS") != NULL, "log: %s", logbuf);
-    uncapture();
-}
-END_TEST
-
-/* A test burst price that shows how many were in flight: 0.25 s per collective in flight. */
-static double quarter_burst(void *arg, dear_coll_op_t op, size_t bytes, int inflight)
-{
-    (void)arg;
-    (void)op;
-    (void)bytes;
-    return 0.25 * inflight;
-}
-
-/* wfbp on the hand profile, one bucket per layer (all-reduce 1 + 0.01 s/B): 300 B ready at 5
- * runs 5..9 alone; 200 B ready at 7 joins it (2 in flight: 3 + 0.5) 9..12.5; 100 B ready at 9
- * joins both (3 in flight: 2 + 0.75) 12.5..15.25. */
-START_TEST(sim_burst_by_hand)
-{
-    dear_profile_t p;
-    hand_prof(&p);
-    lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    int none[4] = { 0, 1, 2, 3 };
-    dear_plan_t pn;
-    plan2(&pn, 3, 3, none, 3, none);
-    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
-    EQ(sim_T(&p, &c, DEAR_SCHED_WFBP, &pn), 14); /* no burst price: one at a time, as before */
-    c.burst = quarter_burst;
-    c.max_inflight = 4;
-    dear_sim_result_t r = { 0 };
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
-    EQ(r.iter_s, 15.25);
-    ck_assert_int_eq(find_op(&r, DEAR_COLL_ALLREDUCE, 2)->inflight, 1);
-    ck_assert_int_eq(find_op(&r, DEAR_COLL_ALLREDUCE, 1)->inflight, 2);
-    ck_assert_int_eq(find_op(&r, DEAR_COLL_ALLREDUCE, 0)->inflight, 3);
-    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 1)->end, 12.5);
-    EQ(r.comm_s, 4 + 3.5 + 2.75);
-    /* At most 2 in flight: the last joins only the one before it: 2 + 0.5 -> 15. */
-    c.max_inflight = 2;
-    EQ(sim_T(&p, &c, DEAR_SCHED_WFBP, &pn), 15);
-    /* A 450-byte window: 300 + 200 do not fit (200 B runs alone, 9..12), 200 + 100 do (2 in
-     * flight: 2.5) -> 14.5. */
-    c.max_inflight = 4;
-    c.inflight_bytes = 450;
-    EQ(sim_T(&p, &c, DEAR_SCHED_WFBP, &pn), 14.5);
-    /* dear, one bucket per layer: reduce-scatters (0.5 + 0.005 s/B) 300 B 5..7 alone (2 s), 200
-     * B ready at 7 = free channel: alone 7..8.5; 100 B ready 9: alone 9..10. The all-gathers of
-     * the next forward, all queued at the end of backward: group 0 waits for the reduce-scatter
-     * it reads (alone: 1 s), 1 joins it (1.5 + 0.5), 2 joins both (2 + 0.75). */
-    c.inflight_bytes = 0;
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pn, 1, &r), DEAR_OK);
-    ck_assert_int_eq(find_op(&r, DEAR_COLL_ALLGATHER, 0)->inflight, 1);
-    ck_assert_int_eq(find_op(&r, DEAR_COLL_ALLGATHER, 1)->inflight, 2);
-    ck_assert_int_eq(find_op(&r, DEAR_COLL_ALLGATHER, 2)->inflight, 3);
-    const dear_sim_op_t *a0 = find_op(&r, DEAR_COLL_ALLGATHER, 0), *a1 = find_op(&r, DEAR_COLL_ALLGATHER, 1),
-                        *a2 = find_op(&r, DEAR_COLL_ALLGATHER, 2);
-    EQ(a0->end - a0->start, 1);
-    EQ(a1->end - a1->start, 2);
-    EQ(a2->end - a2->start, 2.75);
-    ck_assert_int_eq(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 1)->inflight, 1);
-    dear_sim_result_free(&r);
-    dear_plan_free(&pn);
-    dear_prof_free(&p);
-}
-END_TEST
-
-/* A calibrated-looking model: the auto curve of reduce-scatter and all-gather through 8 KiB
- * (100 us) and 64 KiB (200 us), bursts of 8 KiB measured up to 2 in flight: 100 us + (k - 1) *
- * 150 us, penalty 0.5. */
-static void burst_model(dear_cost_model_t *m, int with_burst)
-{
-    memset(m, 0, sizeof *m);
-    m->comm_size = 4;
-    m->ranks_per_host = 2;
-    double x[2] = { 8192, 65536 }, y[2] = { 100e-6, 200e-6 };
-    int k[2] = { 1, 2 };
-    double t[2] = { 100e-6, 250e-6 };
-    for (int op = DEAR_COLL_REDUCE_SCATTER; op <= DEAR_COLL_ALLGATHER; op++) {
-        ck_assert_int_eq(dear_cost_fit_curve(x, y, 2, &m->line[op][DEAR_ALGO_AUTO]), DEAR_OK);
-        if (with_burst)
-            ck_assert_int_eq(dear_cost_fit_burst(k, t, 2, 8192, &m->burst[op]), DEAR_OK);
-    }
-    m->inflight = (dear_cost_inflight_t){ .max_inflight = 4, .unmeasured_penalty = 0.5 };
-}
-
-/* Outside the measured region (below 8 KiB, more than 2 in flight) the model's price carries the
- * stated penalty; inside it none; without a burst fit nothing is outside. */
-START_TEST(sim_unmeasured_penalty)
-{
-    dear_cost_model_t m;
-    burst_model(&m, 1);
-    dear_coll_op_t rs = DEAR_COLL_REDUCE_SCATTER;
-    ck_assert_int_eq(dear_cost_unmeasured(&m, rs, 4096, 1), DEAR_COST_UNMEASURED_SIZE);
-    ck_assert_int_eq(dear_cost_unmeasured(&m, rs, 8192, 2), 0);
-    ck_assert_int_eq(dear_cost_unmeasured(&m, rs, 8192, 3), DEAR_COST_UNMEASURED_DEPTH);
-    ck_assert_int_eq(dear_cost_unmeasured(&m, rs, 100, 4), DEAR_COST_UNMEASURED_SIZE | DEAR_COST_UNMEASURED_DEPTH);
-    EQ(dear_cost_burst_extra(&m, rs, 1), 0);
-    EQ(dear_cost_burst_extra(&m, rs, 2), 50e-6);
-    dear_sim_model_arg_t marg = { .model = &m };
-    EQ(dear_sim_cost_model(&marg, rs, 4096), 150e-6);   /* 100 us flat below 8 KiB, + 50% */
-    EQ(dear_sim_cost_model(&marg, rs, 8192), 100e-6);
-    EQ(dear_sim_burst_model(&marg, rs, 8192, 2), 50e-6);
-    EQ(dear_sim_burst_model(&marg, rs, 8192, 3), 50e-6 + 50e-6);
-    dear_cost_model_t plain;
-    burst_model(&plain, 0);
-    dear_sim_model_arg_t parg = { .model = &plain };
-    EQ(dear_sim_cost_model(&parg, rs, 4096), 100e-6);
-    EQ(dear_sim_penalty(&plain, rs, 100, 9, DEAR_COST_UNMEASURED_SIZE | DEAR_COST_UNMEASURED_DEPTH), 0);
-    dear_sim_cost_t pc;
-    dear_sim_cost_for_model(&pc, &parg);
-    ck_assert_ptr_null(pc.burst);
-
-    /* wfbp (all-reduce priced here as reduce-scatter's curve would not be: give all-reduce the
-     * same curve and bursts), three layers of backward 2 ms each, one tensor each. */
-    m.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_AUTO] = m.line[rs][DEAR_ALGO_AUTO];
-    m.burst[DEAR_COLL_ALLREDUCE] = m.burst[rs];
-    dear_sim_cost_t c;
-    dear_sim_cost_for_model(&c, &marg);
-    ck_assert_ptr_nonnull(c.burst);
-    ck_assert_int_eq(c.max_inflight, 4);
-    double fw[3] = { 1e-3, 1e-3, 1e-3 }, bw[3] = { 1e-6, 1e-6, 1e-6 };
-    int lay[3] = { 0, 1, 2 };
-    int none[4] = { 0, 1, 2, 3 };
-    dear_plan_t pn;
-    plan2(&pn, 3, 3, none, 3, none);
-    int count = -1;
-    double pen = -1;
-    dear_sim_result_t r = { 0 };
-    /* Inside: 16 KiB buckets, backward so short that they queue; a 40000-byte window lets only
-     * two in flight at once, as many as measured. */
-    size_t in[3] = { 16384, 16384, 16384 };
-    dear_profile_t p;
-    make_prof(&p, 3, fw, bw, 3, lay, in);
-    m.inflight.inflight_bytes = 40000;
-    dear_sim_cost_for_model(&c, &marg);
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
-    dear_sim_unmeasured(&r, &marg, &count, &pen);
-    ck_assert_int_eq(count, 0);
-    EQ(pen, 0);
-    double t_in = r.iter_s;
-    /* No window: the third joins two: beyond the bursts measured, + 50% of its time. */
-    m.inflight.inflight_bytes = 0;
-    dear_sim_cost_for_model(&c, &marg);
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
-    dear_sim_unmeasured(&r, &marg, &count, &pen);
-    ck_assert_int_eq(count, 1);
-    double one = dear_cost_eval(&m, DEAR_COLL_ALLREDUCE, 16384, NULL);
-    EQ(pen, 0.5 * one);
-    /* The chain is back to back: the iteration is longer by the third's burst price and penalty
-     * than with it run alone. */
-    EQ(r.iter_s - t_in, 50e-6 + 0.5 * one);
-    dear_prof_free(&p);
-    /* A 1 KiB bucket, alone: below the smallest size measured. */
-    size_t small[3] = { 1024, 16384, 16384 };
-    make_prof(&p, 3, fw, bw, 3, lay, small);
-    m.inflight.max_inflight = 1;
-    dear_sim_cost_for_model(&c, &marg);
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
-    dear_sim_unmeasured(&r, &marg, &count, &pen);
-    ck_assert_int_eq(count, 1);
-    EQ(pen, 0.5 * 100e-6);
-    /* Penalty 0: the same plan is counted outside but charged nothing. */
-    m.inflight.unmeasured_penalty = 0;
-    dear_sim_unmeasured(&r, &marg, &count, &pen);
-    ck_assert_int_eq(count, 1);
-    EQ(pen, 0);
-    dear_sim_result_free(&r);
-    dear_plan_free(&pn);
-    dear_prof_free(&p);
-}
-END_TEST
-
 static Suite *fusion_suite(void)
 {
     Suite *s = suite_create("fusion");
@@ -2518,10 +2261,6 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, dp_equals_brute_force);
     tcase_add_test(tc, sim_sparse_by_hand);
     tcase_add_test(tc, sim_compress_by_hand);
-    tcase_add_test(tc, cost_burst_fit_recovers_curve);
-    tcase_add_test(tc, cost_burst_file_round_trip);
-    tcase_add_test(tc, sim_burst_by_hand);
-    tcase_add_test(tc, sim_unmeasured_penalty);
     tcase_add_test(tc, profile_sparse_round_trip);
     tcase_add_test(tc, dp_split_equals_brute_force);
     tcase_add_test(tc, dp_search_equals_best_split);
