@@ -7,10 +7,6 @@
 #       PROGRAM on NP ranks of this node (more ranks than cores, unbound), each NAME=VALUE in
 #       every rank's environment; killed after SECONDS (status 124 or 137, as timeout(1)) times
 #       TEST_TIME_SCALE (default 1; make check-asan and check-tsan set it for their slowdown).
-#       With TEST_MPI_LOCK=FILE in the environment, a job of at most 2 ranks holds FILE shared and
-#       a larger one holds it alone, waiting outside the time limit: under `make -j2 check`, small
-#       jobs share the cores and a large one runs beside no other MPI job (.ci/check-mpich sets it,
-#       since MPICH's ranks poll without yielding).
 #   mpi4py_mismatch PYTHON
 #       prints why PYTHON's mpi4py cannot share a process with libdear (it was built against another
 #       MPI than configure's MPI_FLAVOUR), nothing when it can.
@@ -53,13 +49,8 @@ mpi_run() (
         *) set -- "$@" "$MPIRUN_ENV" "$a" ;;
         esac
     done
-    lock=
-    if [ -n "${TEST_MPI_LOCK:-}" ]; then
-        lock="flock -s $TEST_MPI_LOCK"
-        [ "$np" -le 2 ] || lock="flock -x $TEST_MPI_LOCK"
-    fi
-    # shellcheck disable=SC2086 # the lock, MPIRUN and the flags are lists of words
-    exec $lock timeout -k 10 "$secs" $MPIRUN $MPIRUN_NP "$np" $MPIRUN_FLAGS "$@"
+    # shellcheck disable=SC2086 # MPIRUN and the flags are lists of words
+    exec timeout -k 10 "$secs" $MPIRUN $MPIRUN_NP "$np" $MPIRUN_FLAGS "$@"
 )
 
 mpi_check_np() {
