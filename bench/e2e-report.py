@@ -39,6 +39,7 @@ ORDER = ["sync", "wfbp:threshold:64m", "wfbp:threshold:25m", "wfbp:mgwfbp", "dea
          "dear:gradssa", "dear:auto", "wfbp:threshold:64m+sparse", "dear:auto+sparse"]
 DENSE = ORDER[:7]   # every case runs these; a sparse case also the two '+sparse' ones
 NOISE = 0.03  # run-to-run noise allowance for "never slower" (see the report for the measured spread)
+PRED_LIMIT = 10  # percent: the prediction target of every configuration, and check's default limit
 
 
 def parse_rate(text):
@@ -358,7 +359,7 @@ def cmd_report(a):
         errs = [(abs(float(r["pred_err_pct"])), r["config"]) for r in ok if r["pred_err_pct"] not in ("nan", "")]
         if errs:
             worst = max(errs)
-            t["pred"] = (worst[0] <= 10, "worst %.1f%% (%s)" % (worst[0], worst[1]))
+            t["pred"] = (worst[0] <= PRED_LIMIT, "worst %.1f%% (%s)" % (worst[0], worst[1]))
             t["worst_pred"] = worst[1]
         spreads = [(quart(r, "iter_q3_ms") - quart(r, "iter_q1_ms")) / float(r["iter_ms"]) for r in ok]
         spreads = [s for s in spreads if math.isfinite(s)]
@@ -369,7 +370,7 @@ def cmd_report(a):
                "Judged on dear+auto, with sparse communication in the sparse cases (`dear:auto+sparse`).", "",
                "| case | auto never slower (%.0f%% or quartiles overlap) | balanced: >= 1.3x wfbp+64M "
                "| sparse: faster than wfbp+64M+sparse | auto within 15%% of bound "
-               "| prediction within 10%% | median (q3-q1)/median |" % (100 * NOISE),
+               "| prediction within %g%% | median (q3-q1)/median |" % (100 * NOISE, PRED_LIMIT),
                "|---|---|---|---|---|---|---|"]
         cell = lambda t, k: ("%s: %s" % ("met" if t[k][0] else "**missed**", t[k][1])) if k in t else "-"
         for t in summary:
@@ -448,14 +449,14 @@ def prediction_table(summary):
     error per planner, beside whether the machine disturbed the run (then the error says less)."""
     out = ["Prediction per configuration: *pred* = the simulator on the plan that ran, *meas* = the median "
            "measured iteration, *err* = pred / meas - 1 (negative: predicted too fast).", "",
-           "| case | configuration | plan | meas ms | pred ms | err | within 10% | disturbed |",
+           "| case | configuration | plan | meas ms | pred ms | err | within %g%% | disturbed |" % PRED_LIMIT,
            "|---|---|---|---|---|---|---|---|"]
     for t in summary:
         for c, r in t["rows"].items():
             err = float(r["pred_err_pct"]) if r["pred_err_pct"] not in ("nan", "") else float("nan")
             out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 t["case"], c, plan_text(r), fnum(float(r["iter_ms"])), fnum(float(r["pred_ms"])),
-                fnum(err, "%+.1f%%"), "-" if not math.isfinite(err) else "yes" if abs(err) <= 10 else "**no**",
+                fnum(err, "%+.1f%%"), "-" if not math.isfinite(err) else "yes" if abs(err) <= PRED_LIMIT else "**no**",
                 ", ".join(disturbance(r)) or "-"))
     return out + [""]
 
@@ -526,7 +527,7 @@ def doc_section(command, meta, summary, section="e2e", title=None):
             fnum(float(auto["pred_err_pct"]), "%+.1f%%") if auto else "-"))
     L += ["", "Targets (never slower: within %.0f%% or the middle halves of the samples overlap):" % (100 * NOISE),
           "", "| case | auto never slower | balanced: >= 1.3x wfbp+64M | sparse: faster than wfbp+64M+sparse "
-          "| auto within 15% of bound | prediction within 10% (all configurations) |", "|---|---|---|---|---|---|"]
+          "| auto within 15%% of bound | prediction within %g%% (all configurations) |" % PRED_LIMIT, "|---|---|---|---|---|---|"]
     cellt = lambda t, k: ("%s: %s" % ("met" if t[k][0] else "**missed**", t[k][1])) if k in t else "-"
     keys = ("never_slower", "x1.3", "x_wfbp_sparse", "bound", "pred")
     met = {k: [0, 0] for k in keys}
@@ -581,7 +582,7 @@ def main():
     c = sub.add_parser("check", help="one configuration's prediction error against a limit")
     c.add_argument("--csv", required=True)
     c.add_argument("--config", default="dear:auto")
-    c.add_argument("--max-err", type=float, default=10, help="percent (default 10)")
+    c.add_argument("--max-err", type=float, default=PRED_LIMIT, help="percent (default %g)" % PRED_LIMIT)
     r = sub.add_parser("report", help="e2e.md and SVG plots from the CSVs")
     r.add_argument("--results", required=True)
     r.add_argument("--rate", default="1gbit")
