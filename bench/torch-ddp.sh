@@ -112,16 +112,20 @@ L += ["", "`plain` is PyTorch without any communication (the compute alone, 4 ra
       "`ddp` is DistributedDataParallel with its default 25 MB buckets (`ddp+fp16`: with its fp16_compress_hook); "
       "`dear:SCHEDULE:FUSION` is the binding "
       "with DEAR_SCHEDULE and DEAR_FUSION (`threshold`: 25 MiB buckets as DDP's; `auto`: the measured planner; "
-      "`+dense`: the embedding's gradient sent dense, `sparse=\"off\"`; `+bf16`: `compress=\"bf16\"`). "
+      "`+dense`: the embedding's gradient sent dense, `sparse=\"off\"`; `+bf16`, `+fp16`: `compress=\"bf16\"` or "
+      "`\"fp16\"`, 16-bit wire in both phases, sums in float32). "
       "CPU ms/rank: user and system time of a rank's process per iteration (compute, communication threads, "
       "its sockets).",
       "", "The binding's own cost at 1 rank (no communication: dear's hooks, its bookkeeping and the updates it "
       "runs), the two taking turns in one job:", "",
-      "| model | plain ms | dear ms | overhead |", "|---|---|---|---|"]
+      "| model | plain ms | rounds min-max ms | dear ms | rounds min-max ms | overhead |",
+      "|---|---|---|---|---|---|"]
 for m in models:
     rows = {r["config"]: r for r in read_csv(os.path.join(res, "torch-np1-%s.csv" % m))}
-    p, d = float(rows["plain"]["median_ms"]), float(rows["dear:dear:auto"]["median_ms"])
-    L.append("| %s | %.2f | %.2f | %+.1f%% |" % (m, p, d, 100.0 * (d / p - 1.0)))
+    p, d = rows["plain"], rows["dear:dear:auto"]
+    pm, dm = float(p["median_ms"]), float(d["median_ms"])
+    L.append("| %s | %.2f | %s-%s | %.2f | %s-%s | %+.1f%% |" % (
+        m, pm, p["min_ms"], p["max_ms"], dm, d["min_ms"], d["max_ms"], 100.0 * (dm / pm - 1.0)))
 L += ["", end]
 write_section(doc, L, begin, end, after="<!-- END torch -->")
 print("\n".join(L))
