@@ -40,6 +40,9 @@ struct dear_sim_ws {
     int *lidx;          /* per tensor: profile layer index */
     double *ag_end;     /* per all-gather group (<= ntensors): end, seconds from this forward's start */
     double *early_prev; /* per early group: its end in the previous iteration, same origin */
+    double *hook;       /* the backward hooks (ends of layers with tensors), ascending, from backward start */
+    int nhooks;
+    int early_stepped;  /* dear_sim_ws_set_early_stepped */
     /* recording (dear_sim_run only) */
     dear_sim_op_t *ops;
     int nops, capops;
@@ -59,6 +62,7 @@ void dear_sim_ws_free(dear_sim_ws_t *ws)
     free(ws->lidx);
     free(ws->ag_end);
     free(ws->early_prev);
+    free(ws->hook);
     free(ws->wire_rs);
     free(ws->wire_ag);
     free(ws->block);
@@ -122,8 +126,9 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
     ws->lidx = malloc(sizeof(int) * (size_t)nt);
     ws->ag_end = malloc(sizeof(double) * (size_t)nt);
     ws->early_prev = malloc(sizeof(double) * (size_t)nt);
+    ws->hook = malloc(sizeof(double) * (size_t)nl);
     if (!ws->fwd || !ws->bwd || !ws->ready || !ws->prefix || !ws->first_tensor || !ws->last_tensor || !ws->lidx ||
-        !ws->ag_end || !ws->early_prev) {
+        !ws->ag_end || !ws->early_prev || !ws->hook) {
         dear_sim_ws_free(ws);
         return DEAR_ERR_NOMEM;
     }
@@ -161,6 +166,9 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
             ws->first_tensor[l] = t;
         ws->last_tensor[l] = t;
     }
+    for (int l = nl - 1; l >= 0; l--)
+        if (ws->first_tensor[l] >= 0)
+            ws->hook[ws->nhooks++] = bwd_done[l];
     free(bwd_done);
     int rc = wire_setup(ws, prof);
     if (rc != DEAR_OK) {
@@ -293,6 +301,41 @@ static int group_of(const int *first, int ng, int t)
     return lo;
 }
 
+/* When the slices a reduce-scatter ending at t (from the forward's start fw) reduced are
+ * stepped: at the first backward hook from t on, or at t once backward is over (backward_end
+ * waits for it). */
+static double step_time(const dear_sim_ws_t *ws, double fw, double t)
+{
+    double rel = t - fw;
+    int lo = 0, hi = ws->nhooks;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (ws->hook[mid] < rel)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < ws->nhooks ? fw + ws->hook[lo] : t;
+}
+
+/* The early groups *e, *e - 1, ... completed by buckets >= b (the last ne of nag, down to nreg),
+ * one after another in the channel from *chan, none before ready. */
+static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int *rs, int nreg, const int *ag,
+                      int *e, int *eb, int b, double ready, double *chan, double *comm)
+{
+    for (; *e >= nreg && *eb >= b; (*e)--) {
+        size_t gb = ws->prefix[ag[*e + 1]] - ws->prefix[ag[*e]];
+        double cg = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLGATHER, ag[*e], ag[*e + 1]);
+        double start = ready > *chan ? ready : *chan;
+        rec(ws, DEAR_COLL_ALLGATHER, *e, start, start + cg, gb);
+        *chan = start + cg;
+        ws->ag_end[*e] = *chan;
+        *comm += cg;
+        while (*e - 1 >= nreg && *eb > 0 && rs[*eb] > ag[*e - 1])
+            (*eb)--;   /* the bucket holding group e - 1's first tensor */
+    }
+}
+
 /* One dear iteration. The channel is free from c0 (>= 0) after the forward start; the early
  * all-gather groups (the last ne of nag) ended at ws->early_prev[g] in the previous iteration's
  * backward (same origin: usually negative). Returns the iteration time, the next iteration's c0
@@ -336,8 +379,11 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
     if (ws->record)
         rec_backward(ws, fw);
     /* Reduce-scatters as backward completes their buckets (last first); an early all-gather
-     * group follows, in the same FIFO channel, the bucket that completes its data. */
+     * group follows, in the same FIFO channel, the bucket that completes its data, or with
+     * stepped slices the bucket after it (early_run). */
     int e = nag - 1, eb = e >= nreg ? group_of(rs, nrs, ag[e]) : -1; /* bucket completing group e */
+    int lag = ws->early_stepped != 0;
+    double rs_end = 0;
     for (int b = nrs - 1; b >= 0; b--) {
         size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
         double ready = fw + ws->ready[rs[b]];
@@ -346,17 +392,11 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
         rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
         chan = start + c;
         *comm += c;
-        for (; e >= nreg && eb >= b; e--) {
-            size_t gb = ws->prefix[ag[e + 1]] - ws->prefix[ag[e]];
-            double cg = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLGATHER, ag[e], ag[e + 1]);
-            rec(ws, DEAR_COLL_ALLGATHER, e, chan, chan + cg, gb);
-            chan += cg;
-            ws->ag_end[e] = chan;
-            *comm += cg;
-            while (e - 1 >= nreg && eb > 0 && rs[eb] > ag[e - 1])
-                eb--;   /* the bucket holding group e - 1's first tensor */
-        }
+        early_run(ws, cost, rs, nreg, ag, &e, &eb, b + lag, lag ? step_time(ws, fw, rs_end) : 0, &chan, comm);
+        rs_end = start + c;
     }
+    if (lag)
+        early_run(ws, cost, rs, nreg, ag, &e, &eb, 0, step_time(ws, fw, rs_end), &chan, comm);
     double iter = fw + ws->B;
     for (int k = nreg; k < nag; k++)
         ws->early_prev[k] = ws->ag_end[k] - iter;
@@ -416,8 +456,19 @@ double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sch
     return sim_fns[sched](ws, cost, &p, &comm);
 }
 
+void dear_sim_ws_set_early_stepped(dear_sim_ws_t *ws, int on)
+{
+    ws->early_stepped = on != 0;
+}
+
 int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
                  const dear_plan_t *plan, int record, dear_sim_result_t *res)
+{
+    return dear_sim_run_ex(prof, cost, sched, plan, 0, record, res);
+}
+
+int dear_sim_run_ex(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
+                    const dear_plan_t *plan, int early_stepped, int record, dear_sim_result_t *res)
 {
     if (!prof || !cost || !cost->fn || !plan || !res || (unsigned)sched >= DEAR_SCHED_COUNT)
         return DEAR_ERR_ARG;
@@ -434,6 +485,7 @@ int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_s
     if (rc != DEAR_OK)
         return rc;
     ws->record = record ? 1 : 0;
+    ws->early_stepped = early_stepped != 0;
     double comm = 0;
     sim_plan_t p = { .nrs = plan->rs.ngroups, .rs = plan->rs.first, .nag = plan->ag.ngroups, .ag = plan->ag.first,
                      .ne = plan->ag_early };

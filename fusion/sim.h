@@ -12,9 +12,13 @@
  *         run during the next forward, whose layer l waits for the all-gather group(s) holding
  *         l's tensors. The last plan.ag_early groups instead run during backward, each behind
  *         the reduce-scatter bucket that completes its data (the one holding its first tensor),
- *         in the same FIFO channel. The iteration is the period of that cycle: the channel state
- *         carried from the previous iteration (its tail, the early groups' ends) is iterated to
- *         its fixed point.
+ *         in the same FIFO channel. With sharded updates stepped during backward
+ *         (early_stepped) a group's parameters leave only after the hook that steps its slices:
+ *         it follows the next bucket's reduce-scatter instead (the last bucket's groups close the
+ *         backward), and starts no sooner than the first backward hook after its bucket's
+ *         reduce-scatter ends, as the runtime orders it (runtime/buckets.c). The iteration
+ *         is the period of that cycle: the channel state carried from the previous iteration
+ *         (its tail, the early groups' ends) is iterated to its fixed point.
  * Exposed communication = iteration time - (forward + backward compute).
  *
  * Costs come through a function so planners can use anything the runtime can do: the cheapest
@@ -77,6 +81,10 @@ typedef struct {
  * dear_sim_result_free). The profile must have passed dear_prof_check; the plan must fit it. */
 int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
                  const dear_plan_t *plan, int record, dear_sim_result_t *res);
+/* dear_sim_run with early groups placed as sharded updates stepped during backward need them
+ * (early_stepped != 0; see the model above). */
+int dear_sim_run_ex(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
+                    const dear_plan_t *plan, int early_stepped, int record, dear_sim_result_t *res);
 void dear_sim_result_free(dear_sim_result_t *res);
 
 /* Gantt chart of a recorded result as SVG: a compute row and a communication row. */
@@ -87,6 +95,8 @@ int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out);
 typedef struct dear_sim_ws dear_sim_ws_t;
 int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **ws);
 void dear_sim_ws_free(dear_sim_ws_t *ws);
+/* Early groups placed as with stepped sharded slices (dear_sim_run_ex); off when created. */
+void dear_sim_ws_set_early_stepped(dear_sim_ws_t *ws, int on);
 double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
                         const int *rs_first, int nag, const int *ag_first, int ag_early);
 /* Seconds of the collective(s) op of the group of tensors [lo, hi), as the simulator prices it:

@@ -375,28 +375,45 @@ out:
     return rc;
 }
 
+/* Bucket b's early groups (early_lo..early_hi), last first, into the order from *pos. */
+static void place_early(dear_ctx_t *ctx, int b, int *pos)
+{
+    for (int g = ctx->graph.buckets[b].early_hi; g >= ctx->graph.buckets[b].early_lo; g--) {
+        ctx->graph.groups[g].op.pos = *pos;
+        ctx->graph.ops[(*pos)++] = &ctx->graph.groups[g].op;
+    }
+}
+
 /* One iteration's operations in their fixed order: buckets as backward completes them (last
  * first), each followed by the early all-gather groups whose data it completes (the bucket
  * holding a group's first unit is the last of its dependencies to finish; groups last first),
  * then the count of ranks with a gradient and the norm, then the other all-gathers in forward
- * order. The simulator assumes exactly this order (fusion/sim.h). */
+ * order. With sharded slices stepped during backward a group is queued only at the hook that
+ * steps them, after its bucket is done: it then follows the next bucket instead, so that this
+ * bucket's start never waits for that hook. The simulator assumes exactly this order
+ * (fusion/sim.h). */
 static int ops_order(dear_ctx_t *ctx)
 {
     ctx->graph.nops = ctx->graph.nbuckets + ctx->graph.nbarriers + ctx->graph.ngroups;
     size_t bytes = sizeof *ctx->graph.ops * (size_t)ctx->graph.nops;
     DEAR_ALLOC_CHECK(ctx->graph.ops, malloc(bytes), bytes);
-    int pos = 0, ge = ctx->graph.ngroups - 1;
-    for (int b = ctx->graph.nbuckets - 1; b >= 0; b--) {
+    int ge = ctx->graph.ngroups - 1, pos = 0, nb = ctx->graph.nbuckets;
+    for (int b = nb - 1; b >= 0; b--) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         bk->early_hi = ge;
-        bk->op.pos = pos;
-        ctx->graph.ops[pos++] = &bk->op;
-        for (; ge >= 0 && ctx->graph.groups[ge].early && ctx->graph.units[ctx->graph.groups[ge].u0].bucket == b; ge--) {
-            ctx->graph.groups[ge].op.pos = pos;
-            ctx->graph.ops[pos++] = &ctx->graph.groups[ge].op;
-        }
-        bk->early_lo = ge + 1; /* the bucket's early groups: early_lo..early_hi (none if lo > hi) */
+        for (; ge >= 0 && ctx->graph.groups[ge].early && ctx->graph.units[ctx->graph.groups[ge].u0].bucket == b; ge--)
+            ;
+        bk->early_lo = ge + 1; /* none if lo > hi */
     }
+    int lag = dear_shard_on(ctx) && dear_shard_steps_early(ctx);
+    for (int b = nb - 1; b >= 0; b--) {
+        ctx->graph.buckets[b].op.pos = pos;
+        ctx->graph.ops[pos++] = &ctx->graph.buckets[b].op;
+        if (b + lag < nb)
+            place_early(ctx, b + lag, &pos);
+    }
+    if (lag && nb > 0)
+        place_early(ctx, 0, &pos);
     for (int i = 0; i < ctx->graph.nbarriers; i++) {
         ctx->graph.barrier[i]->pos = pos;
         ctx->graph.ops[pos++] = ctx->graph.barrier[i];

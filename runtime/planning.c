@@ -51,6 +51,14 @@ static int estimated_units(const dear_ctx_t *ctx, int nunits, const dear_unit_t 
     return rc;
 }
 
+/* Sharded: a parameter leaves after its update, during backward only when slices are stepped
+ * there, and then behind the hook that steps them. */
+static void shard_problem(const dear_ctx_t *ctx, dear_plan_problem_t *prob)
+{
+    prob->no_early = dear_shard_on(ctx) && !dear_shard_steps_early(ctx);
+    prob->early_stepped = dear_shard_on(ctx) && dear_shard_steps_early(ctx);
+}
+
 /* Rank 0 at commit: the plan of the model-driven planner from the structure alone, the one that
  * loses least across the compute-to-communication ratios (the scale is unknown), or the threshold
  * plan when that one is not predicted faster than it by DEAR_FIRST_MIN_GAIN at compute =
@@ -77,6 +85,7 @@ static int estimate_plan(dear_ctx_t *ctx, int nunits, const dear_unit_t *units, 
     if (rc == DEAR_OK) {
         prob.threshold = thr_bytes;
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
+        shard_problem(ctx, &prob);
         dear_robust_range_t range = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
         rc = dear_plan_robust(plan, &prob, (dear_planner_t)dear_param_enum(DEAR_P_FUSION), &range, &regret);
     }
@@ -337,7 +346,7 @@ out:
 static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
 {
     dear_sim_result_t r = { 0 };
-    if (dear_sim_run(prob->prof, &prob->cost, prob->sched, plan, 0, &r) != DEAR_OK)
+    if (dear_sim_run_ex(prob->prof, &prob->cost, prob->sched, plan, prob->early_stepped, 0, &r) != DEAR_OK)
         return INFINITY;
     return r.iter_s;
 }
@@ -378,9 +387,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
-        /* Sharded: a parameter leaves after its update, during backward only when slices are
-         * stepped there. */
-        prob.no_early = dear_shard_on(ctx) && !dear_shard_steps_early(ctx);
+        shard_problem(ctx, &prob);
         runners_free(ctx);
         /* auto's check may go on to the runners-up when the plan loses (DEAR_VERIFY_TRIES). */
         if (which == DEAR_PLANNER_AUTO && ctx->check.iters > 0 && ctx->check.tries > 1)

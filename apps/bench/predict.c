@@ -195,13 +195,14 @@ int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const 
     /* Sharded: the all-gathers follow the updates, during backward only when slices are stepped
      * there (dear-bench runs no clipping and no DEAR_FIND_UNUSED). */
     prob.no_early = c->shard && (s != DEAR_SCHED_DEAR || !bench_shard_early());
+    prob.early_stepped = c->shard && !prob.no_early;
     if (ran && ran->ntensors == m->prof.ntensors && s != DEAR_SCHED_SYNC)
         rc = dear_plan_copy(&plan, ran);
     else
         rc = dear_plan_by_name(&plan, &prob, c->fusion);
     if (rc != DEAR_OK)
         goto out;
-    rc = dear_sim_run(&uprof, &prob.cost, s, &plan, o->svg_dir != NULL, &res);
+    rc = dear_sim_run_ex(&uprof, &prob.cost, s, &plan, prob.early_stepped, o->svg_dir != NULL, &res);
     if (rc == DEAR_OK)
         *iter_s = res.iter_s;
     if (rc == DEAR_OK && o->svg_dir) {

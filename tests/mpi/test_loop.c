@@ -519,7 +519,27 @@ static const char *plan_of(int s) { return s == NSCHED - 1 ? cut_plan : NULL; }
 /* What the last compare saw: the fewest and most slice updates a rank ran inside the backward
  * hooks, and the all-gather groups run during backward. */
 static long last_early_min, last_early_max;
-static int last_groups_early;
+static int last_groups_early, last_early_lagged;
+
+/* 1 if every early all-gather group of a bucket but the last to complete starts behind the next
+ * bucket's reduce-scatter, 0 if each starts right behind its own. */
+static int early_lagged(const dear_ctx_t *ctx)
+{
+    int lagged = 0, direct = 0;
+    for (int g = 0; g < ctx->graph.ngroups; g++) {
+        if (!ctx->graph.groups[g].early)
+            continue;
+        int b = ctx->graph.units[ctx->graph.groups[g].u0].bucket, pos = ctx->graph.groups[g].op.pos;
+        ck_assert_msg(pos > ctx->graph.buckets[b].op.pos, "early group %d at %d, before its bucket %d", g, pos, b);
+        if (b == 0)
+            continue; /* behind every reduce-scatter either way */
+        int after = pos > ctx->graph.buckets[b - 1].op.pos;
+        lagged += after;
+        direct += !after;
+    }
+    ck_assert_msg(lagged == 0 || direct == 0, "%d early group(s) lagged, %d not", lagged, direct);
+    return lagged > 0;
+}
 
 /* Run one option set under schedule s and compare with the reference. */
 static void compare(int opts, int s, int eval_us)
@@ -534,6 +554,7 @@ static void compare(int opts, int s, int eval_us)
     MPI_Allreduce(&m.early, &last_early_min, 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&m.early, &last_early_max, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
     last_groups_early = ctx->graph.ngroups_early;
+    last_early_lagged = early_lagged(ctx);
     char what[112];
     snprintf(what, sizeof what, "options 0x%x, schedule %s%s, np %d", opts, scheds[s],
              plan_of(s) ? " (buckets cut by the all-gather groups)" : "", nranks);
@@ -572,7 +593,12 @@ static void compare(int opts, int s, int eval_us)
     model_free(&m);
 }
 
-START_TEST(test_lr) { compare(OPT_NONE, _i, 0); }
+START_TEST(test_lr)
+{
+    compare(OPT_NONE, _i, 0);
+    if (plan_of(_i)) /* unsharded: each early group right behind the bucket completing it */
+        ck_assert_int_eq(last_early_lagged, 0);
+}
 END_TEST
 START_TEST(test_clip) { compare(OPT_CLIP, _i, 0); compare(OPT_CLIP_ENV, _i, 0); }
 END_TEST
@@ -814,8 +840,11 @@ START_TEST(test_shard_early)
         else
             ck_assert_msg(last_early_max == 0, "options 0x%x, schedule %s, np %d: %ld slice(s) stepped before "
                           "dear_backward_end", opts[k], scheds[_i], nranks, last_early_max);
-        if (plan_of(_i))
+        if (plan_of(_i)) {
             ck_assert_int_eq(last_groups_early, early ? 2 : 0);
+            /* Queued at the hook that steps them, they must not hold the next bucket. */
+            ck_assert_int_eq(last_early_lagged, early);
+        }
     }
 }
 END_TEST

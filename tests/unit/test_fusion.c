@@ -697,6 +697,56 @@ START_TEST(sim_dear_early_by_hand)
 }
 END_TEST
 
+/* Sharded slices stepped during backward (early_stepped): the early group waits for the hook
+ * that steps its bucket and runs behind the next bucket's reduce-scatter. With a long last
+ * bucket and a short next one the channel idles until that hook. */
+START_TEST(sim_dear_early_stepped_by_hand)
+{
+    double fw[3] = { 1, 1, 1 }, bw[3] = { 2, 2, 2 };
+    int lay[3] = { 0, 1, 2 };
+    size_t by[3] = { 100, 20, 420 };
+    dear_profile_t p;
+    make_prof(&p, 3, fw, bw, 3, lay, by);
+    lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG: 1, 0.6, 2.6 s */
+    dear_sim_cost_t c = { lin_cost, &l };
+    int none[4] = { 0, 1, 2, 3 };
+    dear_plan_t pl;
+    plan2(&pl, 3, 3, none, 3, none);
+    pl.ag_early = 1;
+    /* Hooks at fw+2, +4, +6. RS2 fw+2..+4.6, RS1 (ready +4) +4.6..+5.2; AG2 is stepped at the
+     * hook of +6 and runs +6..+8.6; RS0 +8.6..+9.6: tail c0 = 3.6, AG2 ends 2.6 into the next
+     * forward. Forward: AG0 3.6..4.6, fwd0 4.6..5.6, AG1 4.6..5.2, fwd1 5.6..6.6, fwd2 6.6..7.6;
+     * iteration 7.6 + 6 = 13.6. Behind its own bucket instead: AG2 +4.6..+7.2, RS1 +7.2..+7.8,
+     * RS0 +7.8..+8.8, c0 = 2.8, forward 6.8, iteration 12.8. */
+    dear_sim_result_t r = { 0 };
+    ck_assert_int_eq(dear_sim_run_ex(&p, &c, DEAR_SCHED_DEAR, &pl, 1, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 13.6);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 2)->start, 9.6);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 1)->start, 12.2);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->start, 13.6);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 0)->start, 16.2);
+    EQ(find_op(&r, DEAR_SIM_FWD, 2)->start, 6.6);
+    double stepped = r.iter_s;
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pl, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 12.8);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->start, 6.8 + 4.6);
+    /* The planners' fast path prices it the same. */
+    dear_sim_ws_t *ws;
+    ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 1), 12.8);
+    dear_sim_ws_set_early_stepped(ws, 1);
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 1), stepped);
+    /* Without early groups the placement changes nothing. */
+    double t0 = dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0);
+    dear_sim_ws_set_early_stepped(ws, 0);
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), t0);
+    dear_sim_ws_free(ws);
+    dear_sim_result_free(&r);
+    dear_plan_free(&pl);
+    dear_prof_free(&p);
+}
+END_TEST
+
 /* The hand profile with tensor 2 (300 B) sparse in blocks of 30 B, 20% of them non-zero on a
  * rank and 50% in the sum: 6 blocks of 34 B (68 B) in reduce-scatter, 15 (170 B) in all-gather;
  * reduce-scatter of 68 B 0.84 s, all-gather of 170 B 1.35 s. */
@@ -2253,6 +2303,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, sim_sync_and_wfbp_by_hand);
     tcase_add_test(tc, sim_dear_by_hand);
     tcase_add_test(tc, sim_dear_early_by_hand);
+    tcase_add_test(tc, sim_dear_early_stepped_by_hand);
     tcase_add_test(tc, sim_dear_layers_without_tensors);
     suite_add_tcase(s, tc);
     tc = tcase_create("planners");
