@@ -118,20 +118,6 @@ static int predict_pair(const dear_plan_problem_t *prob, const dear_plan_t *a, c
     return rc;
 }
 
-int dear_estimate_gain(const dear_plan_problem_t *prob, const dear_plan_t *a, const dear_plan_t *b, double ratio,
-                       double *gain)
-{
-    if (!prob || !prob->prof || !a || !b || !gain || !(ratio > 0) || !isfinite(ratio)) {
-        DEAR_ERROR("plan", "the gain of one plan over another needs a problem, two plans and a ratio > 0");
-        return DEAR_ERR_ARG;
-    }
-    double ta, tb;
-    int rc = predict_pair(prob, a, b, ratio, &ta, &tb);
-    if (rc == DEAR_OK)
-        *gain = tb > 0 ? 1 - ta / tb : 0;
-    return rc;
-}
-
 dear_first_start_t dear_first_start_decide(double plan_s, double thr_s, double min_gain, int same)
 {
     dear_first_start_t d = { plan_s, thr_s, thr_s > 0 ? 1 - plan_s / thr_s : 0, min_gain, 0 };

@@ -62,12 +62,6 @@ dear_planner_t dear_estimate_planner(dear_planner_t which);
 int dear_plan_robust(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_planner_t which,
                      const dear_robust_range_t *range, double *regret);
 
-/* *gain: 1 - T(a) / T(b), the share of b's predicted iteration that a saves, with prob->prof's
- * compute scaled to `ratio` times the time of communicating every gradient once (as is, when
- * either is zero). The plans range over prob->prof's tensors. */
-int dear_estimate_gain(const dear_plan_problem_t *prob, const dear_plan_t *a, const dear_plan_t *b, double ratio,
-                       double *gain);
-
 /* The start training makes from a plan made from an estimate (DEAR_FIRST_MIN_GAIN): the plan
  * runs only when predicted faster than the threshold plan by at least min_gain of the threshold
  * plan's iteration, else the threshold plan does. Why: the estimate guesses the spread of compute

@@ -568,12 +568,23 @@ END_TEST
 /* ---- simulator vs hand-computed timelines ----
  * Three layers, forward 1 s each, backward 2 s each; one tensor per layer of 100, 200, 300
  * bytes. All-reduce 1 + 0.01 s/B; reduce-scatter and all-gather 0.5 + 0.005 s/B. */
-static void hand_prof(dear_profile_t *p)
+/* Three layers (forward 1 s, backward 2 s each), one tensor each of b0, b1, b2 bytes. */
+static void hand_prof_bytes(dear_profile_t *p, size_t b0, size_t b1, size_t b2)
 {
     double fw[3] = { 1, 1, 1 }, bw[3] = { 2, 2, 2 };
     int lay[3] = { 0, 1, 2 };
-    size_t by[3] = { 100, 200, 300 };
+    size_t by[3] = { b0, b1, b2 };
     make_prof(p, 3, fw, bw, 3, lay, by);
+}
+
+static void hand_prof(dear_profile_t *p) { hand_prof_bytes(p, 100, 200, 300); }
+
+/* One bucket and one all-gather group per tensor of a hand profile, the last group early. */
+static void hand_plan_early(dear_plan_t *pl)
+{
+    int none[4] = { 0, 1, 2, 3 };
+    plan2(pl, 3, 3, none, 3, none);
+    pl->ag_early = 1;
 }
 
 static const dear_sim_op_t *find_op(const dear_sim_result_t *r, int k, int index)
@@ -668,10 +679,8 @@ START_TEST(sim_dear_early_by_hand)
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
     dear_sim_cost_t c = { lin_cost, &l };
-    int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
-    plan2(&pl, 3, 3, none, 3, none);
-    pl.ag_early = 1;
+    hand_plan_early(&pl);
     /* Steady state: backward runs fw..fw+6 with gradients at fw+2, +4, +6. RS2 fw+2..+4, early
      * AG2 fw+4..+6, RS1 (ready +4) fw+6..+7.5, RS0 (ready +6) fw+7.5..+8.5: tail c0 = 2.5, AG2
      * ends at the iteration's end. Forward: AG0 2.5..3.5, fwd0 3.5..4.5, AG1 3.5..5, fwd1 5..6,
@@ -702,17 +711,13 @@ END_TEST
  * bucket and a short next one the channel idles until that hook. */
 START_TEST(sim_dear_early_stepped_by_hand)
 {
-    double fw[3] = { 1, 1, 1 }, bw[3] = { 2, 2, 2 };
-    int lay[3] = { 0, 1, 2 };
-    size_t by[3] = { 100, 20, 420 };
     dear_profile_t p;
-    make_prof(&p, 3, fw, bw, 3, lay, by);
+    hand_prof_bytes(&p, 100, 20, 420);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG: 1, 0.6, 2.6 s */
     dear_sim_cost_t c = { lin_cost, &l };
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
-    plan2(&pl, 3, 3, none, 3, none);
-    pl.ag_early = 1;
+    hand_plan_early(&pl);
     /* Hooks at fw+2, +4, +6. RS2 fw+2..+4.6, RS1 (ready +4) +4.6..+5.2; AG2 is stepped at the
      * hook of +6 and runs +6..+8.6; RS0 +8.6..+9.6: tail c0 = 3.6, AG2 ends 2.6 into the next
      * forward. Forward: AG0 3.6..4.6, fwd0 4.6..5.6, AG1 4.6..5.2, fwd1 5.6..6.6, fwd2 6.6..7.6;
@@ -2199,9 +2204,9 @@ START_TEST(estimate_shipped_close_to_profiled)
 }
 END_TEST
 
-/* dear_estimate_gain against the same figure made by hand: the description's estimate with
- * every layer's times scaled so compute is `ratio` x one reduce-scatter and one all-gather of
- * every gradient, both plans simulated on it. */
+/* dear_first_start's gain against the same figure made by hand: the description's estimate
+ * with every layer's times scaled so compute is `ratio` x one reduce-scatter and one all-gather
+ * of every gradient, both plans simulated on it. */
 START_TEST(estimate_gain_by_hand)
 {
     static const char *models[] = { "resnet50", "bert-base" };
@@ -2236,12 +2241,12 @@ START_TEST(estimate_gain_by_hand)
             dear_sim_result_t ra = { 0 }, rb = { 0 };
             ck_assert_int_eq(dear_sim_run(&at, &pe.cost, DEAR_SCHED_DEAR, &range, 0, &ra), DEAR_OK);
             ck_assert_int_eq(dear_sim_run(&at, &pe.cost, DEAR_SCHED_DEAR, &thr, 0, &rb), DEAR_OK);
-            double gain = NAN, self = NAN;
-            ck_assert_int_eq(dear_estimate_gain(&pe, &range, &thr, ratios[k], &gain), DEAR_OK);
-            ck_assert_msg(fabs(gain - (1 - ra.iter_s / rb.iter_s)) < 1e-12, "%s at %g: gain %.15g, by hand %.15g",
-                          models[i], ratios[k], gain, 1 - ra.iter_s / rb.iter_s);
-            ck_assert_int_eq(dear_estimate_gain(&pe, &thr, &thr, ratios[k], &self), DEAR_OK);
-            ck_assert_double_eq(self, 0);
+            dear_first_start_t gs, self;
+            ck_assert_int_eq(dear_first_start(&pe, &range, &thr, ratios[k], 0, 0, &gs), DEAR_OK);
+            ck_assert_msg(fabs(gs.gain - (1 - ra.iter_s / rb.iter_s)) < 1e-12, "%s at %g: gain %.15g, by hand %.15g",
+                          models[i], ratios[k], gs.gain, 1 - ra.iter_s / rb.iter_s);
+            ck_assert_int_eq(dear_first_start(&pe, &thr, &thr, ratios[k], 0, 0, &self), DEAR_OK);
+            ck_assert_double_eq(self.gain, 0);
             /* dear_first_start: the same two predictions, and the threshold plan exactly where the
              * hand-made gain is under the margin (a margin just above it, then just below). */
             double hand = 1 - ra.iter_s / rb.iter_s;
@@ -2258,11 +2263,11 @@ START_TEST(estimate_gain_by_hand)
             }
             dear_prof_free(&at);
         }
-        double g = 7;
-        ck_assert_int_eq(dear_estimate_gain(&pe, &range, &thr, 0, &g), DEAR_ERR_ARG);
-        ck_assert_int_eq(dear_estimate_gain(&pe, &range, &thr, NAN, &g), DEAR_ERR_ARG);
-        ck_assert_int_eq(dear_estimate_gain(&pe, &range, NULL, 1, &g), DEAR_ERR_ARG);
-        ck_assert_double_eq(g, 7); /* untouched on error */
+        dear_first_start_t g = { .gain = 7 };
+        ck_assert_int_eq(dear_first_start(&pe, &range, &thr, -1, 0, 0, &g), DEAR_ERR_ARG);
+        ck_assert_int_eq(dear_first_start(&pe, &range, &thr, NAN, 0, 0, &g), DEAR_ERR_ARG);
+        ck_assert_int_eq(dear_first_start(&pe, &range, NULL, 1, 0, 0, &g), DEAR_ERR_ARG);
+        ck_assert_double_eq(g.gain, 7); /* untouched on error */
         /* Ratio 0: at the estimate's own times, as simulated directly. */
         dear_first_start_t st;
         dear_sim_result_t ra = { 0 }, rb = { 0 };
