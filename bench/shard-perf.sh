@@ -6,8 +6,9 @@
 # Brings up 4 emulated hosts (bench/emucluster, its own EMU_PREFIX) at --rate and runs, one rank
 # per host, everything taking turns in one job per part:
 #   1. dear-bench on shipped profiles scaled as the e2e matrix's balanced cases (communication
-#      about equal to compute at the link rate): dear:auto and wfbp (25 MiB buckets), each
-#      unsharded and sharded (+shard), --rounds rounds;
+#      about equal to compute at the link rate): on 4 hosts x 1 rank dear:auto and wfbp (25 MiB
+#      buckets), each unsharded and sharded (+shard); on the other --layouts (HOSTSxRANKS, the
+#      e2e matrix's by default) dear:auto unsharded and sharded; --rounds rounds;
 #   2. dear-gpt with AdamW, unsharded and --shard alternating, --gpt-runs pairs: the median
 #      iteration time of the slowest rank over each run's second half;
 #   3. the Python binding on bench/torch-ddp.py's transformer encoder with AdamW: DDP, DDP with
@@ -21,20 +22,25 @@ PROG="shard-perf.sh"
 # shellcheck source=bench/bench-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 BENCH_USAGE_RC=2
-HOSTS=4 RATE=1gbit ROUNDS=3 ITERS=21 GPT_RUNS=4 TORCH_ROUNDS=3 TORCH_BATCH=16
+HOSTS=4 RATE=1gbit ROUNDS=3 ITERS=21 GPT_RUNS=4 TORCH_ROUNDS=3 TORCH_BATCH=16 LAYOUTS="4x1 2x2 2x3"
 PROFILES="gpt2-small resnet50 bert-base"
 CONFIGS="dear:auto;dear:auto+shard;wfbp:threshold:25m;wfbp:threshold:25m+shard"
+LAYOUT_CONFIGS="dear:auto;dear:auto+shard"
 GPT_ARGS="--iters 60 --batch 16 --seq 64 --dim 256 --heads 4 --layers 4 --print-every 0 --eval-every 0 --sample 0 --val-chars 2048"
 TORCH_CONFIGS="ddp;zero;dear:dear:auto;dear:dear:auto+shard;dear:dear:auto+shard+at_step"
 emu_names z 10.213.60
 usage() {
     sed -n '2,18p' "$0"
     echo "options: --rate RATE (tc, default $RATE) --rounds N --iters N (dear-bench) --profiles 'A B'"
+    echo "         --layouts 'HOSTSxRANKS ...' (dear-bench, default '$LAYOUTS'; 4x1 also runs wfbp)"
     echo "         --gpt-runs N (pairs of dear-gpt runs) --torch-rounds N --torch-batch N (per rank)"
     echo "environment: EMU_PREFIX, EMU_SUBNET (default z, 10.213.60): the cluster's own names"
 }
-bench_options --rate=RATE --rounds=ROUNDS --iters=ITERS --profiles=PROFILES --gpt-runs=GPT_RUNS \
+bench_options --rate=RATE --rounds=ROUNDS --iters=ITERS --profiles=PROFILES --layouts=LAYOUTS --gpt-runs=GPT_RUNS \
     --torch-rounds=TORCH_ROUNDS --torch-batch=TORCH_BATCH -- "$@"
+for l in $LAYOUTS; do
+    [[ $l =~ ^([1-4])x([1-8])$ ]] || usage_error "--layouts: '$l' is not HOSTSxRANKS with 1-4 hosts and 1-8 ranks each"
+done
 BENCH=$PWD/apps/bench/dear-bench GPT=$PWD/apps/gpt/dear-gpt
 for f in "$BENCH" "$GPT"; do
     [[ -e $f ]] || usage_error "run from the build directory ($f not found)"
@@ -45,12 +51,17 @@ bench_start
 hosts=$(emu_hosts "$HOSTS")
 emu_up "$HOSTS" "$RATE"
 
-# 1. dear-bench, the e2e matrix's balanced scaling
+# 1. dear-bench, the e2e matrix's balanced scaling, on every layout (4x1's CSVs keep their names)
 for p in $PROFILES; do
-    read -r sscale tscale < <(e2e_scale "$SRCDIR/fusion/profiles/$p.prof" "$RATE" "$HOSTS" "$HOSTS" 300 1)
-    emu_mpirun "$HOSTS" "$hosts" "$BENCH" --profile "$SRCDIR/fusion/profiles/$p.prof" \
-        --configs "$CONFIGS" --iters "$ITERS" --rounds "$ROUNDS" --size-scale "$sscale" --time-scale "$tscale" \
-        --csv "$RES/shard-bench-$p.csv"
+    for l in $LAYOUTS; do
+        nh=${l%x*} np=$((${l%x*} * ${l#*x}))
+        configs=$LAYOUT_CONFIGS csv=$RES/shard-bench-$p-$l.csv
+        [[ $l != 4x1 ]] || configs=$CONFIGS csv=$RES/shard-bench-$p.csv
+        read -r sscale tscale < <(e2e_scale "$SRCDIR/fusion/profiles/$p.prof" "$RATE" "$np" "$nh" 300 1)
+        emu_mpirun "$np" "$(emu_hosts "$nh" "${l#*x}")" "$BENCH" --profile "$SRCDIR/fusion/profiles/$p.prof" \
+            --configs "$configs" --iters "$ITERS" --rounds "$ROUNDS" --size-scale "$sscale" --time-scale "$tscale" \
+            --csv "$csv"
+    done
 done
 
 # 2. dear-gpt with AdamW, the two alternating
@@ -87,28 +98,33 @@ for np in 2 4; do
     done
 done
 
-cmd="bench/shard-perf.sh --rate $RATE --rounds $ROUNDS --iters $ITERS --profiles '$PROFILES' --gpt-runs $GPT_RUNS --torch-rounds $TORCH_ROUNDS --torch-batch $TORCH_BATCH"
-python3 - "$DOC" "$RES" "$cmd" "$HOSTS" "$RATE" "$GPT_ARGS" $PROFILES <<'PY'
+cmd="bench/shard-perf.sh --rate $RATE --rounds $ROUNDS --iters $ITERS --profiles '$PROFILES' --layouts '$LAYOUTS' --gpt-runs $GPT_RUNS --torch-rounds $TORCH_ROUNDS --torch-batch $TORCH_BATCH"
+# shellcheck disable=SC2086 # one argument per profile
+python3 - "$DOC" "$RES" "$cmd" "$HOSTS" "$RATE" "$GPT_ARGS" "$LAYOUTS" $PROFILES <<'PY'
 import datetime, os, statistics, sys
 sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "..", "bench"))
 from docsection import markers, read_csv, write_section
-doc, res, cmd, hosts, rate, gpt_args, profiles = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], \
-    sys.argv[6], sys.argv[7:]
+doc, res, cmd, hosts, rate, gpt_args, layouts, profiles = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], \
+    sys.argv[5], sys.argv[6], sys.argv[7].split(), sys.argv[8:]
 begin, end = markers("shard", "bench/shard-perf.sh")
 L = [begin, "## Sharded updates", "",
      "Generated by `%s` (as root, from the build directory); do not edit by hand. %s emulated hosts at %s each "
-     "way, one rank per host (2 shared cores for all). Each part's configurations take turns in one job."
+     "way, one rank per host unless a layout says otherwise (2 shared cores for all). Each part's "
+     "configurations take turns in one job."
      % (cmd, hosts, rate), "", "- date: %s" % datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "",
      "dear-bench, the e2e matrix's balanced scaling (communication about equal to compute), SGD; median "
-     "iteration of the slowest rank over the pooled rounds, and the ratio sharded / unsharded:", "",
-     "| profile | config | iter ms | q1-q3 ms | sharded / unsharded |", "|---|---|---|---|---|"]
+     "iteration of the slowest rank over the pooled rounds, and the ratio sharded / unsharded (layout: hosts x "
+     "ranks per host):", "",
+     "| profile | layout | config | iter ms | q1-q3 ms | sharded / unsharded |", "|---|---|---|---|---|---|"]
 for p in profiles:
-    rows = {r["config"]: r for r in read_csv(os.path.join(res, "shard-bench-%s.csv" % p))}
-    for c, r in rows.items():
-        base = rows.get(c[:-len("+shard")]) if c.endswith("+shard") else None
-        ratio = "%.3f" % (float(r["iter_ms"]) / float(base["iter_ms"])) if base else ""
-        L.append("| %s | %s | %.1f | %.1f-%.1f | %s |" % (p, c, float(r["iter_ms"]), float(r["iter_q1_ms"]),
-                                                         float(r["iter_q3_ms"]), ratio))
+    for lay in layouts:
+        name = "shard-bench-%s.csv" % p if lay == "4x1" else "shard-bench-%s-%s.csv" % (p, lay)
+        rows = {r["config"]: r for r in read_csv(os.path.join(res, name))}
+        for c, r in rows.items():
+            base = rows.get(c[:-len("+shard")]) if c.endswith("+shard") else None
+            ratio = "%.3f" % (float(r["iter_ms"]) / float(base["iter_ms"])) if base else ""
+            L.append("| %s | %s | %s | %.1f | %.1f-%.1f | %s |" % (p, lay, c, float(r["iter_ms"]),
+                                                                 float(r["iter_q1_ms"]), float(r["iter_q3_ms"]), ratio))
 g = read_csv(os.path.join(res, "shard-gpt.csv"))
 pairs = {}
 for r in g:
