@@ -392,7 +392,9 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
         rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
         chan = start + c;
         *comm += c;
-        early_run(ws, cost, rs, nreg, ag, &e, &eb, b + lag, lag ? step_time(ws, fw, rs_end) : 0, &chan, comm);
+        /* The hook's time is looked up only for a bucket that completes an early group. */
+        double stepped = lag && e >= nreg && eb > b ? step_time(ws, fw, rs_end) : 0;
+        early_run(ws, cost, rs, nreg, ag, &e, &eb, b + lag, stepped, &chan, comm);
         rs_end = start + c;
     }
     if (lag)

@@ -405,7 +405,7 @@ static int ops_order(dear_ctx_t *ctx)
             ;
         bk->early_lo = ge + 1; /* none if lo > hi */
     }
-    int lag = dear_shard_on(ctx) && dear_shard_steps_early(ctx);
+    int lag = dear_shard_steps_early(ctx); /* sharded, slices stepped in backward */
     for (int b = nb - 1; b >= 0; b--) {
         ctx->graph.buckets[b].op.pos = pos;
         ctx->graph.ops[pos++] = &ctx->graph.buckets[b].op;

@@ -55,8 +55,8 @@ static int estimated_units(const dear_ctx_t *ctx, int nunits, const dear_unit_t 
  * there, and then behind the hook that steps them. */
 static void shard_problem(const dear_ctx_t *ctx, dear_plan_problem_t *prob)
 {
-    prob->no_early = dear_shard_on(ctx) && !dear_shard_steps_early(ctx);
-    prob->early_stepped = dear_shard_on(ctx) && dear_shard_steps_early(ctx);
+    prob->early_stepped = dear_shard_steps_early(ctx);
+    prob->no_early = dear_shard_on(ctx) && !prob->early_stepped;
 }
 
 /* Rank 0 at commit: the plan of the model-driven planner from the structure alone, the one that

@@ -566,9 +566,9 @@ START_TEST(profile_bad_lines)
 END_TEST
 
 /* ---- simulator vs hand-computed timelines ----
- * Three layers, forward 1 s each, backward 2 s each; one tensor per layer of 100, 200, 300
- * bytes. All-reduce 1 + 0.01 s/B; reduce-scatter and all-gather 0.5 + 0.005 s/B. */
-/* Three layers (forward 1 s, backward 2 s each), one tensor each of b0, b1, b2 bytes. */
+ * Three layers, forward 1 s each, backward 2 s each; one tensor per layer of b0, b1, b2 bytes
+ * (hand_prof: 100, 200, 300). All-reduce 1 + 0.01 s/B; reduce-scatter and all-gather
+ * 0.5 + 0.005 s/B. */
 static void hand_prof_bytes(dear_profile_t *p, size_t b0, size_t b1, size_t b2)
 {
     double fw[3] = { 1, 1, 1 }, bw[3] = { 2, 2, 2 };
