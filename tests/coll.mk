@@ -54,8 +54,9 @@ CK_RUNS += tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi 
     tests/mpi/compress-np2.mpi tests/mpi/compress-np3.mpi tests/mpi/compress-np4.mpi tests/mpi/compress-np6.mpi \
     tests/mpi/compress-np3-socket.mpi
 EXTRA_DIST += tests/valgrind-ompi.supp
-# test_coll, test_compress and test_sock_auth need only the collectives and base.
-tests_mpi_test_coll_LDADD = $(DEAR_COLL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
+# test_coll, test_compress and test_sock_auth need only the collectives and base; the sweeps'
+# checks wait for their blocking collectives without spinning (TEST_MPI_LIBS).
+tests_mpi_test_coll_LDADD = $(DEAR_COLL_LIBS) $(TEST_MPI_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
 tests_mpi_test_compress_LDADD = $(tests_mpi_test_coll_LDADD)
 tests_unit_test_sock_auth_LDADD = $(tests_mpi_test_coll_LDADD)
 tests_unit_test_q8_LDADD = $(tests_mpi_test_coll_LDADD) -lm

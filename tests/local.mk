@@ -42,6 +42,12 @@ TESTS += $(CK_NCCL_RUNS)
 endif
 endif
 endif
+# TEST_MPI_LIBS, linked before MPI: blocking collectives that wait without spinning
+# (tests/mpi/polite.c), for the sweeps of hundreds of checked collectives on more ranks than
+# cores. Not for the tests that time iterations: sleeping waits add their wake-up jitter.
+check_LTLIBRARIES += tests/mpi/libpolite.la
+tests_mpi_libpolite_la_SOURCES = tests/mpi/polite.c
+TEST_MPI_LIBS = tests/mpi/libpolite.la
 # LDADD, the link line of every program without its own <name>_LDADD, is the Check programs'.
 # Every other program sets its own (bench/emu-hello, MPI only, an empty one).
 LDADD = $(DEAR_INTERNAL_LIBS) $(CHECK_LIBS) $(DEAR_DEP_LIBS)
