@@ -43,7 +43,7 @@ endif
 endif
 endif
 # TEST_MPI_LIBS, linked before MPI: blocking collectives that wait without spinning
-# (tests/mpi/polite.c), for the sweeps of hundreds of checked collectives on more ranks than
+# (tests/mpi/polite.c), for the tests of hundreds of checked collectives on more ranks than
 # cores. Not for the tests that time iterations: sleeping waits add their wake-up jitter.
 check_LTLIBRARIES += tests/mpi/libpolite.la
 tests_mpi_libpolite_la_SOURCES = tests/mpi/polite.c

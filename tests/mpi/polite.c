@@ -6,9 +6,9 @@
  * The tests run more ranks than cores. An MPI whose blocking calls poll without ever giving up
  * the core (MPICH's) then lets the spinning ranks starve the one that has work to do, and a sweep
  * of a few hundred checked collectives takes minutes. Every rank runs the same program, so every
- * rank makes the same nonblocking calls (which never match blocking ones). Linked into the
- * collective sweeps only (tests/local.mk TEST_MPI_LIBS): a sleeping wait wakes late on a loaded
- * machine, which the tests that time iterations would count.
+ * rank makes the same nonblocking calls (which never match blocking ones). Linked only into the
+ * tests that assert results, never timings (tests/local.mk TEST_MPI_LIBS): a sleeping wait wakes
+ * late on a loaded machine, which the tests that time iterations would count.
  */
 #include <mpi.h>
 #include <time.h>
