@@ -93,14 +93,17 @@ DEAR_ELEM_FN float q8_scale(float amax)
     return s - s == 0.0f ? s : bits_f(0x7FC00000u);
 }
 
-/* The code of x in a block of finite scale > 0 (|x| <= 127 scale): 1.5 * 2^23 added and taken
- * away rounds to nearest even without a library call, the same on the host and the device. */
+/* The code of x in a block of finite scale > 0: 1.5 * 2^23 added and taken away rounds to
+ * nearest even without a library call, the same on the host and the device. |x| <= amax keeps
+ * the quotient within 127 (1 + 2^-23) for a normal scale, and within 254 for a subnormal one
+ * rounded down; the clamp is on the integer so that the loop stays free of float selects, which
+ * gcc leaves scalar. */
 DEAR_ELEM_FN int8_t f_to_q8(float x, float scale)
 {
-    float y = x / scale;
-    y = y > 127.0f ? 127.0f : y;
-    y = y < -127.0f ? -127.0f : y;
-    return (int8_t)((y + 12582912.0f) - 12582912.0f);
+    int32_t c = (int32_t)((x / scale + 12582912.0f) - 12582912.0f);
+    c = c > 127 ? 127 : c;
+    c = c < -127 ? -127 : c;
+    return (int8_t)c;
 }
 
 DEAR_ELEM_FN float q8_to_f(int8_t q, float scale) { return (float)q * scale; }

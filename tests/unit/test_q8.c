@@ -114,6 +114,33 @@ START_TEST(test_special)
 }
 END_TEST
 
+/* A block whose scale is a subnormal rounded down: amax = 190 * 2^-149 gives a scale of 2^-149,
+ * so amax / scale is 190, past int8. The code must saturate at 127 with the sign kept (a wrapped
+ * 190 would arrive as -66), and the values stay within the smallest subnormals of the input. */
+START_TEST(test_subnormal_scale)
+{
+    enum { B = DEAR_Q8_BLOCK };
+    float x[B], v[B];
+    char q[B + sizeof(float)];
+    for (int i = 0; i < B; i++)
+        x[i] = ldexpf((float)((i * 37) % 191) * (i % 2 ? -1.0f : 1.0f), -149);
+    x[0] = ldexpf(190.0f, -149);
+    x[1] = -x[0];
+    ck_assert_uint_eq(dear_q8_bytes(B), sizeof q);
+    dear_reduce_q8_pack(q, x, NULL, B);
+    ck_assert(scale_at(q, 0) == ldexpf(1.0f, -149));
+    dear_reduce_q8_unpack(v, q, B, 0);
+    const int8_t *codes = (const int8_t *)(q + sizeof(float));
+    ck_assert_int_eq(codes[0], 127);
+    ck_assert_int_eq(codes[1], -127);
+    for (int i = 0; i < B; i++) {
+        ck_assert_msg(signbit(v[i]) == signbit(x[i]) || v[i] == 0.0f, "element %d: %g became %g", i, x[i], v[i]);
+        ck_assert_msg(fabsf(v[i]) <= fabsf(x[i]) && fabsf(x[i]) - fabsf(v[i]) <= ldexpf(63.0f, -149),
+                      "element %d: %g became %g", i, x[i], v[i]);
+    }
+}
+END_TEST
+
 /* Error feedback: v + e == x for one step (float32 rounding aside), and over T steps of the same
  * gradient g the values sum to T g within one scale, where without feedback the error of each
  * element adds up T times. */
@@ -189,6 +216,7 @@ int main(void)
     TCase *tc = tcase_create("q8");
     tcase_add_test(tc, test_blocks);
     tcase_add_test(tc, test_special);
+    tcase_add_test(tc, test_subnormal_scale);
     tcase_add_test(tc, test_feedback);
     tcase_add_test(tc, test_accumulate);
     suite_add_tcase(s, tc);
