@@ -47,8 +47,12 @@ def roundings(algo, np_, comp):
     if comp == "int8" and algo == "sparse":
         # block-sparse vectors leave int8 alone (coll.c): the error is float32's
         return "none: the block-sparse collective sends float32 (int8 applies to dense vectors)"
+    if comp == "int8" and algo.startswith("hier"):
+        # hier quantizes only what crosses the hosts (coll_hier.c)
+        return ("2: each other host's partial sum once (the own host's unquantized, float32 inside a "
+                "host), the average once")
     if comp == "int8":
-        # every algorithm falls back to the direct exchange (coll.h)
+        # the flat algorithms fall back to the direct exchange (coll.h)
         return "2: each other rank's share once (own unquantized), the average once; %s" % (
             "runs direct" if algo in ("direct", "sparse") else "%s runs direct" % algo)
     lg = int(math.log2(np_))
@@ -132,9 +136,11 @@ def coll_section(res):
             continue
         t = {(r["op"], int(r["bytes"]), r["compress"]): float(r["busbw_MBps"]) for r in rows}
         sizes = sorted({int(r["bytes"]) for r in rows})
-        out += ["", "%s (4 ranks, %s; int8 runs direct), algorithm auto: busbw in MB/s on the float32 bytes, and the "
+        out += ["", "%s (4 ranks, %s), algorithm auto: busbw in MB/s on the float32 bytes, and the "
                 "ratio to float32. int8's goal: at least %gx float32's busbw from %s up:"
-                % (layout, "one per host" if layout == "4x1" else "two per host: hier", INT8_BUSBW_GOAL,
+                % (layout, "one per host; int8 runs direct" if layout == "4x1" else
+                   "two per host: hier; int8 runs hier where auto picks it (float32 inside a host, int8 across), "
+                   "else direct", INT8_BUSBW_GOAL,
                    size_text(INT8_BUSBW_FROM)), "",
                 "| op | size | float32 | bf16 | fp16 | int8 | bf16 / float32 | fp16 / float32 | int8 / float32 | "
                 "int8 goal |", "|---|---|---|---|---|---|---|---|---|---|"]

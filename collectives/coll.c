@@ -410,9 +410,10 @@ err:
 /* An all-reduce of an algorithm without one of its own (DEAR_ALGO_F_COMPOSED_AR) runs as its
  * reduce-scatter, reading the input and leaving the reduced shards in the output vector, then
  * its all-gather in place on that vector (compose_next). */
-static void compose_setup(dear_coll_req_t *r)
+static void compose_setup(dear_coll_req_t *r, int q8)
 {
-    if (r->op != DEAR_COLL_ALLREDUCE || !(dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_COMPOSED_AR))
+    /* int8 quantizes once per phase, so its all-reduce is always the two phases in turn. */
+    if (r->op != DEAR_COLL_ALLREDUCE || (!q8 && !(dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_COMPOSED_AR)))
         return;
     r->composed = 1;
     r->op = DEAR_COLL_REDUCE_SCATTER;
@@ -640,7 +641,8 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
     }
 
     /* The selection table sees the bytes that travel: half for a 16-bit vector. int8 quantizes
-     * once per phase, which only the direct exchange does: either phase int8, it runs direct. */
+     * once per phase, which the direct exchange does, and hier across its hosts (inside them it
+     * moves float32): either phase int8, it runs hier where that was chosen, else direct. */
     dear_compress_t comp = args->compress, comp_ag = args->compress_ag;
     /* Block-sparse vectors send only their non-zero blocks, which the direct exchange would send
      * dense: int8 leaves them as they are (float32). */
@@ -670,8 +672,9 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         rc = DEAR_ERR_UNSUPPORTED;
         goto err;
     }
-    r->algo = q8 ? DEAR_ALGO_DIRECT
-                 : args->algo == DEAR_ALGO_AUTO ? dear_coll_select(args->op, bytes, nranks, args->topo) : args->algo;
+    r->algo = args->algo == DEAR_ALGO_AUTO ? dear_coll_select(args->op, bytes, nranks, args->topo) : args->algo;
+    if (q8 && !(r->algo == DEAR_ALGO_HIER && hier_fits(args->topo, nranks)))
+        r->algo = DEAR_ALGO_DIRECT;
     if (r->algo == DEAR_ALGO_HIER && !hier_fits(args->topo, nranks)) {
         DEAR_ERROR("coll", "dear_coll_start: algo hier needs the topology of a communicator spanning 2..64 hosts of "
                            "2 or more ranks each, all alike (args.topo from dear_coll_topo_create); this one has %s",
@@ -683,7 +686,7 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         r->algo = DEAR_ALGO_RING;  /* forced by DEAR_COLL_ALGO onto a vector without blocks */
     r->block = args->sparse_block;
     r->ops = algo_table[r->algo];
-    compose_setup(r);
+    compose_setup(r, q8);
     r->comp_ag = comp_ag;
     DEAR_CHECK_GOTO(widen_setup(r), rc, err);
     DEAR_CHECK_GOTO(wire_setup(r, comp), rc, err);
@@ -703,16 +706,20 @@ int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_c
                         char *vec, char *out, double scale, dear_coll_req_t **sub)
 {
     return dear_coll_sub_start32(parent, op, algo, net, rank, nranks, counts, displs, src, NULL, vec, out, NULL, scale,
-                                 sub);
+                                 0, sub);
 }
 
 int dear_coll_sub_start32(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo,
                           const dear_net_t *net, int rank, int nranks, const size_t *counts, const size_t *displs,
                           const char *src, const float *src32, char *vec, char *out, float *out32, double scale,
-                          dear_coll_req_t **sub)
+                          int q8, dear_coll_req_t **sub)
 {
     int rc = DEAR_OK;
     dear_coll_req_t *r = NULL;
+    if (q8 && algo != DEAR_ALGO_DIRECT) {
+        DEAR_ERROR("coll", "sub-collective: int8 runs on the direct exchange only, not %s", dear_coll_algo_name(algo));
+        return DEAR_ERR_INTERNAL;
+    }
     DEAR_CHECK_GOTO(req_new(op, parent->dtype, net->comm, net, parent->mem, parent->tag, rank, nranks, scale, &r), rc,
                     err);
     r->algo = algo;
@@ -729,6 +736,8 @@ int dear_coll_sub_start32(const dear_coll_req_t *parent, dear_coll_op_t op, dear
     r->wire16 = parent->wire16;
     r->src32 = src32;
     r->out32 = out32;
+    r->q8 = q8;
+    r->ef = q8 ? parent->ef : NULL;
     r->ops = algo_table[algo];
     DEAR_CHECK_GOTO(req_begin(r), rc, err);
     *sub = r;

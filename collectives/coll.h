@@ -57,11 +57,14 @@
  *                   rounded once more. Under DEAR_DETERMINISTIC every contribution is rounded once,
  *                   so the sum does not depend on which rank owns an element.
  *                   int8 (DEAR_COMPRESS_INT8, a quarter of the bytes plus a float32 scale per 256
- *                   values) quantizes each value once per phase, which only the direct exchange
- *                   does, so a collective with an int8 phase runs algo direct whatever was asked:
- *                   a reduce-scatter quantizes rank p's chunk for p, which adds the values to its
- *                   own float32 chunk in float32 (rounded result: none); an all-gather quantizes
- *                   each shard once at its owner and every rank takes the values of those bytes.
+ *                   values) quantizes each value once per phase, which the direct exchange does,
+ *                   and hier across its hosts, so a collective with an int8 phase runs hier where
+ *                   hier was asked for or auto picks it, else algo direct, whatever was asked
+ *                   (its all-reduce composed of the two phases): a reduce-scatter quantizes rank
+ *                   p's chunk for p (under hier, inside a host float32 and the host's partial
+ *                   sum of p's chunk quantized for p), which adds the values to its own float32
+ *                   chunk in float32 (rounded result: none); an all-gather quantizes each shard
+ *                   once at its owner and every rank takes the values of those bytes.
  *                   With ef, each quantization quantizes value + ef and leaves in ef what it
  *                   dropped: the reduce-scatter at the other ranks' chunks, the all-gather at this
  *                   rank's shard (an all-reduce uses both, disjoint). Algo sparse asked for: int8

@@ -256,7 +256,7 @@ static int direct_start(dear_coll_req_t *r)
     for (int p = 0; p < r->nranks; p++) {
         if (r->q8 ? dear_q8_bytes(r->counts[p]) > INT_MAX : r->counts[p] > INT_MAX / r->esize) {
             DEAR_ERROR("coll", "direct: chunk of %zu elements exceeds one MPI message (2 GiB); use %s",
-                       r->counts[p], r->q8 ? "more ranks or a 16-bit format (int8 runs direct only)" : "ring");
+                       r->counts[p], r->q8 ? "more ranks or a 16-bit format (int8 runs direct here)" : "ring");
             return DEAR_ERR_UNSUPPORTED;
         }
     }

@@ -39,6 +39,13 @@
  * cross the hosts, so they would travel in float32 anyway). Compressed float32 (wire16) runs in
  * its 16-bit type: the host's partial sums cross rounded, the first stage adds this rank's
  * float32 input and the last writes the float32 result.
+ * int8 (r->q8, one phase at a time: the dispatcher composes an all-reduce) quantizes only what
+ * crosses the hosts, once: inside the host every stage moves float32, so a rank's contribution
+ * is summed exactly into its host's partial sum; XRS sends that partial sum quantized (the owner
+ * adds the values in float32) and XAG the owner's final piece, whose values the owner takes too,
+ * so every rank holds the same bits. Pairs pack and unpack each segment on the streams; rings
+ * become the direct exchange among the hosts, which does the same (coll_direct.c). With r->ef
+ * each quantization keeps what it dropped at the elements it sent.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +86,10 @@ typedef struct {
     stream_t stream[2];         /* pair: XRS, XAG */
     char *slots;                /* pair: received partial sums, HIER_WINDOW pieces */
     size_t slot_count;
+    int q8;                     /* the phase crosses the hosts as int8 (r->q8 at start) */
+    char *q8_send;              /* pair, int8: HIER_WINDOW packed pieces on their way out */
+    char *q8_recv;              /* pair, int8 all-gather: HIER_WINDOW packed pieces arriving */
+    size_t q8_slot;             /* bytes per packed piece, aligned */
     size_t *counts, *displs;    /* a unit's layout (max(H, L) entries) */
     const char *src;            /* a reduction's input */
     char *vec;                  /* the vector the stages work on, in place */
@@ -149,7 +160,9 @@ static int start_unit(dear_coll_req_t *r, hier_state_t *st, int s)
         piece(r, st, p, k, &st->displs[i], &st->counts[i]);
         bytes += st->counts[i] * r->esize;
     }
-    dear_coll_algo_t algo = !node || bytes > DIRECT_INSIDE ? DEAR_ALGO_RING : DEAR_ALGO_DIRECT;
+    /* int8 across the hosts: partial sums cannot travel quantized, so no ring. */
+    dear_coll_algo_t algo = node ? (bytes > DIRECT_INSIDE ? DEAR_ALGO_RING : DEAR_ALGO_DIRECT)
+                                 : (st->q8 ? DEAR_ALGO_DIRECT : DEAR_ALGO_RING);
     char *out = st->vec + st->displs[me] * r->esize;
     if (s == ST_XRS) /* the final sum, into this rank's chunk */
         out = st->own + (st->displs[me] - r->displs[r->rank]) * r->esize;
@@ -159,7 +172,7 @@ static int start_unit(dear_coll_req_t *r, hier_state_t *st, int s)
     const float *src32 = s == ST_NRS ? r->src32 : NULL;
     float *out32 = s == ST_XRS && r->out32 != NULL ? r->out32 + (size_t)(out - r->out) / r->esize : NULL;
     return dear_coll_sub_start32(r, op, algo, net, me, n, st->counts, st->displs, s == ST_NRS ? st->src : st->vec,
-                                 src32, st->vec, out, out32, s == ST_XRS ? r->scale : 1.0, &ln->sub);
+                                 src32, st->vec, out, out32, s == ST_XRS ? r->scale : 1.0, st->q8 && !node, &ln->sub);
 }
 
 /* May the lane of stage s start its next unit? */
@@ -215,7 +228,8 @@ static int stream_test(dear_coll_req_t *r, dear_net_req_t *q, int *rc)
  * the partner's chunk once the node unit that made it is done (the first of segment k) and adds
  * the one received to this host's sum of its own piece once both node units are; the all-gather
  * sends this rank's final piece and receives the partner's into the vector (for an all-reduce
- * only after this rank's input there has been consumed by NRS). */
+ * only after this rank's input there has been consumed by NRS). int8 packs each piece as it is
+ * sent and unpacks it once it is complete. */
 static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *moved)
 {
     const dear_coll_topo_t *t = r->topo;
@@ -229,7 +243,20 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
         DEAR_CHECK(rc);
         if (!fs || !fr || (!ag && nrs_segs <= k))
             break;
-        if (!ag) {
+        if (st->q8) {
+            size_t at, n;
+            piece(r, st, ag ? st->from : r->rank, k, &at, &n);
+            float *v = (float *)st->vec + at;
+            if (ag) {
+                dear_reduce_q8_unpack(v, st->q8_recv + (size_t)w * st->q8_slot, n, 0);
+            } else {
+                float *o = (float *)st->own + (at - r->displs[r->rank]);
+                if (o != v)
+                    coll_copy(r, o, v, n * sizeof(float));
+                dear_reduce_q8_unpack(o, st->slots + (size_t)w * st->q8_slot, n, 1);
+                coll_scale(r, DEAR_FLOAT32, o, o, n, r->scale);
+            }
+        } else if (!ag) {
             size_t at, n;
             piece(r, st, r->rank, k, &at, &n);
             size_t e = at - r->displs[r->rank];
@@ -248,7 +275,12 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
         size_t at, n;
         piece(r, st, ag ? st->from : r->rank, k, &at, &n);
         void *dst = ag ? st->vec + at * r->esize : st->slots + (size_t)w * st->slot_count * r->esize;
-        DEAR_CHECK(dear_net_irecv(net, dst, n * r->esize, st->from, r->tag, &x->rreq[w]));
+        size_t len = n * r->esize;
+        if (st->q8) {
+            dst = (ag ? st->q8_recv : st->slots) + (size_t)w * st->q8_slot;
+            len = dear_q8_bytes(n);
+        }
+        DEAR_CHECK(dear_net_irecv(net, dst, len, st->from, r->tag, &x->rreq[w]));
         x->recvd++;
         *moved = 1;
     }
@@ -257,9 +289,19 @@ static int stream_progress(dear_coll_req_t *r, hier_state_t *st, int ag, int *mo
         int k = x->sent, w = k % HIER_WINDOW;
         size_t at, n;
         piece(r, st, ag ? r->rank : st->to, k, &at, &n);
-        const char *p = ag ? st->own + (at - r->displs[r->rank]) * r->esize : st->vec + at * r->esize;
-        DEAR_CHECK(dear_net_isend(net, p, n * r->esize, st->to, r->tag, &x->sreq[w]));
-        r->bytes_sent += n * r->esize;
+        char *p = ag ? st->own + (at - r->displs[r->rank]) * r->esize : st->vec + at * r->esize;
+        size_t len = n * r->esize;
+        if (st->q8) {
+            /* The owner takes the values of what it sends, as every receiver will. */
+            char *q = st->q8_send + (size_t)w * st->q8_slot;
+            dear_reduce_q8_pack(q, (const float *)p, r->ef != NULL ? r->ef + at : NULL, n);
+            if (ag)
+                dear_reduce_q8_unpack((float *)p, q, n, 0);
+            p = q;
+            len = dear_q8_bytes(n);
+        }
+        DEAR_CHECK(dear_net_isend(net, p, len, st->to, r->tag, &x->sreq[w]));
+        r->bytes_sent += len;
         x->sent++;
         *moved = 1;
     }
@@ -339,7 +381,25 @@ static int hier_start(dear_coll_req_t *r)
         st->vec = r->scratch;
     }
     st->own = r->op == DEAR_COLL_REDUCE_SCATTER ? r->out : st->vec + r->displs[r->rank] * r->esize;
-    if (st->pair && r->op != DEAR_COLL_ALLGATHER) {
+    st->q8 = r->q8;
+    if (st->q8 && r->op == DEAR_COLL_ALLREDUCE) {
+        DEAR_ERROR("coll", "hier: an int8 all-reduce must be composed of its two phases by the dispatcher");
+        return DEAR_ERR_INTERNAL;
+    }
+    if (st->pair && st->q8) {
+        /* One packed piece per window position, each as large as the largest chunk's first. */
+        size_t off, most = 0, pc;
+        for (int p = 0; p < r->nranks; p++)
+            most = r->counts[p] > most ? r->counts[p] : most;
+        dear_coll_shard(most, st->nseg, 0, &off, &pc);
+        st->q8_slot = (dear_q8_bytes(pc) + 15) & ~(size_t)15;
+        size_t qb = HIER_WINDOW * st->q8_slot + 1;
+        DEAR_ALLOC_GOTO(st->q8_send, malloc(qb), qb, rc, out);
+        if (r->op == DEAR_COLL_ALLGATHER)
+            DEAR_ALLOC_GOTO(st->q8_recv, malloc(qb), qb, rc, out);
+        else
+            DEAR_ALLOC_GOTO(st->slots, malloc(qb), qb, rc, out);
+    } else if (st->pair && r->op != DEAR_COLL_ALLGATHER) {
         size_t off;
         dear_coll_shard(r->counts[r->rank], st->nseg, 0, &off, &st->slot_count);
         size_t sb = HIER_WINDOW * st->slot_count * r->esize + 1;
@@ -372,6 +432,8 @@ static void hier_cleanup(dear_coll_req_t *r)
     for (int s = 0; s < ST_COUNT; s++)
         dear_coll_free(st->lane[s].sub);
     free(st->slots);
+    free(st->q8_send);
+    free(st->q8_recv);
     free(st->counts);
     free(st->displs);
     free(st);

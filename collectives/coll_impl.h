@@ -70,7 +70,8 @@ struct dear_coll_req {
     int wire_lazy;              /* the 16-bit copy is unfilled: the algorithm rounds what it sends
                                  * of src32 (DEAR_ALGO_F_PACKS16) */
     dear_compress_t comp_ag;    /* composed all-reduce: the all-gather half's format */
-    int q8;                     /* the phase travels as int8 (coll_direct.c; buffers stay float32) */
+    int q8;                     /* the phase travels as int8 (coll_direct.c, coll_hier.c across
+                                 * the hosts; buffers stay float32) */
     float *ef;                  /* int8 error feedback, indexed as the vector (NULL: none): what
                                  * this rank's quantizations dropped, the peers' chunks by the
                                  * reduce-scatter, its own shard by the all-gather */
@@ -141,11 +142,12 @@ int dear_coll_sub_start(const dear_coll_req_t *parent, dear_coll_op_t op, dear_c
                         char *vec, char *out, double scale, dear_coll_req_t **sub);
 /* The same for a compressed parent (wire16 inherited): a reduce-scatter step that adds the
  * parent's own float32 input reads src32 (indexed as src; NULL: src), and the step that makes
- * the parent's result writes it to out32 (indexed as out; NULL: into out, in dtype). */
+ * the parent's result writes it to out32 (indexed as out; NULL: into out, in dtype). q8: the
+ * step travels as int8 (algo direct only), with the parent's error feedback (indexed as vec). */
 int dear_coll_sub_start32(const dear_coll_req_t *parent, dear_coll_op_t op, dear_coll_algo_t algo,
                           const dear_net_t *net, int rank, int nranks, const size_t *counts, const size_t *displs,
                           const char *src, const float *src32, char *vec, char *out, float *out32, double scale,
-                          dear_coll_req_t **sub);
+                          int q8, dear_coll_req_t **sub);
 
 /* The request's element operations, through its memory row on the calling thread (queue NULL,
  * which a row the host can access runs at once and without failing). */

@@ -484,7 +484,7 @@ static int dense_start(dear_coll_req_t *r, sparse_state_t *st)
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
     return dear_coll_sub_start32(r, r->op, algo, r->net, r->rank, r->nranks, r->counts, r->displs,
                                  rs ? r->src : r->buf, rs ? r->src32 : NULL, rs ? r->work : r->buf,
-                                 rs ? r->out : NULL, rs ? r->out32 : NULL, r->scale, &st->sub);
+                                 rs ? r->out : NULL, rs ? r->out32 : NULL, r->scale, 0, &st->sub);
 }
 
 static int form_progress(dear_coll_req_t *r, sparse_state_t *st)

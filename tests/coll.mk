@@ -25,10 +25,11 @@
 #                                 data, the exact two-rank value (own input unrounded), half the
 #                                 bytes, multi-block, other types untouched; np4 and np6 also over
 #                                 every synthetic host layout (hier). int8: every algorithm asked
-#                                 for runs direct (sparse stays float32), within half a block scale
-#                                 per quantization of float64, ranks bitwise equal, the packed
-#                                 bytes, error feedback over 30 iterations (one vector and
-#                                 multi-block), refused under DEAR_DETERMINISTIC.
+#                                 for runs direct (sparse stays float32), hier runs hier (float32
+#                                 inside a host, int8 across), within half a block scale per
+#                                 quantization of float64, ranks bitwise equal, the packed bytes,
+#                                 error feedback over 30 iterations (one vector and multi-block,
+#                                 flat and hier), refused under DEAR_DETERMINISTIC.
 #   tests/mpi/compress-np3-socket.mpi  the same over the socket transport.
 #   tests/mpi/net-np{2,3}.mpi     test_net: the socket transport alone: every pair and size,
 #                                 receives early and late (unexpected messages), matching by

@@ -20,8 +20,8 @@
  * Open MPI's non-blocking call (ompi-nb) is measured the same way with nobody calling MPI
  * during the sleep, as an application without a progress thread would.
  *
- * --compress LIST runs float32 vectors compressed on the wire (coll.h; int8 runs direct whatever
- * the row says), each format beside the uncompressed rows; sizes and busbw stay those of the
+ * --compress LIST runs float32 vectors compressed on the wire (coll.h; int8 runs hier where the row
+ * says hier or auto picks it, else direct), each format beside the uncompressed rows; sizes and busbw stay those of the
  * float32 vector (what the user moves). --accuracy measures instead the error of one compressed
  * all-reduce (the average over the ranks) of random float32 data per algorithm against the
  * float64 average, in units of the format's unit roundoff u times the element's mean |x| over the

@@ -17,13 +17,15 @@
  *   - error feedback's kernel, the host's (reduce.c) and the device's (cuda/kern_body.h) alike:
  *     v + e unchanged exactly, v then exact in 16 bits, e within half its unit; infinities and
  *     NaN leave e zero;
- *   - int8: every algorithm asked for, hier over the synthetic hosts too (each runs direct; sparse
- *     stays sparse, in float32) x op x
- *     in / out of place x counts x the all-gather half int8, bf16 or float32, against float64: each element within half a block
- *     scale per quantization on its path (the peers' inputs, then the averaged shard), every rank
- *     with the same bits; the bytes those of the packed chunks; error feedback keeping the error
- *     of 30 repeated all-reduces' sum within one all-reduce's bound (without it, it grows), also
- *     through multi-block collectives.
+ *   - int8: every algorithm asked for (each runs direct; sparse stays sparse, in float32), and
+ *     hier over the synthetic hosts (hier, and auto where it picks hier, run hier: float32 inside
+ *     a host, int8 across) x op x in / out of place x counts x the all-gather half int8, bf16 or
+ *     float32, against float64: each element within half a block scale per quantization on its
+ *     path (the peers' inputs, or under hier the other hosts' partial sums, then the averaged
+ *     shard), every rank with the same bits; the bytes those of the packed chunks (under hier
+ *     of the packed pieces across, float32 inside); error feedback keeping the error of 30
+ *     repeated all-reduces' sum within one all-reduce's bound (without it, it grows), also
+ *     through multi-block collectives, flat and under hier.
  * Arguments: --socket routes the communicator through the socket transport.
  */
 #include <check.h>
@@ -213,6 +215,7 @@ START_TEST(test_flat)
 END_TEST
 
 static void int8_sweep(const char *what);
+static void int8_feedback(const char *what);
 
 /* hier over every layout of at least two hosts of at least two ranks (blocked), in 16 bits and
  * in int8. */
@@ -231,6 +234,7 @@ START_TEST(test_hier)
         sweep(what);
         strncat(what, ", int8", sizeof what - strlen(what) - 1);
         int8_sweep(what);
+        int8_feedback(what);
         g_topo = NULL;
         dear_coll_topo_free(t, 0);
         layouts++;
@@ -442,22 +446,138 @@ static int q8_owner(size_t n, size_t i)
     return -1;
 }
 
+/* hier runs case k (int8): asked for, or picked by auto at int8's bytes. */
+static int q8_hier(const case_t *k)
+{
+    if (g_topo == NULL || g_size < 2 || k->algo == DEAR_ALGO_SPARSE)
+        return 0;
+    size_t bytes = (size_t)((double)(k->count * sizeof(float)) * dear_compress_ratio(DEAR_COMPRESS_INT8));
+    return k->algo == DEAR_ALGO_HIER ||
+           (k->algo == DEAR_ALGO_AUTO && dear_coll_select(k->op, bytes, g_size, g_topo) == DEAR_ALGO_HIER);
+}
+
+/* hier's layout (coll_hier.c): host and local index of rank p, and the count of p's chunk. */
+static int q8_host_of(int p) { return p / g_topo->local_size; }
+
+static size_t q8_count(size_t n, int p)
+{
+    size_t off, len;
+    dear_coll_shard(n, g_size, p, &off, &len);
+    return len;
+}
+
+/* hier's segments of a vector of n float32 and the packed bytes of a chunk of c elements cut
+ * into them (blocks start at each piece). */
+static int q8_nseg(size_t n)
+{
+    size_t seg = (size_t)dear_param_int(DEAR_P_COLL_SEGMENT) / sizeof(float) * (size_t)g_size, most = 0;
+    for (int p = 0; p < g_size; p++)
+        most = q8_count(n, p) > most ? q8_count(n, p) : most;
+    size_t ns = (n + seg - 1) / seg;
+    ns = ns < most ? ns : most;
+    return ns < 1 ? 1 : (int)ns;
+}
+
+static size_t q8_pieces_bytes(size_t c, int nseg)
+{
+    size_t b = 0, off, len;
+    for (int k = 0; k < nseg; k++) {
+        dear_coll_shard(c, nseg, k, &off, &len);
+        b += dear_q8_bytes(len);
+    }
+    return b;
+}
+
+/* The chunk rank me holds of host g != its own: its column's, or with two hosts the shifted
+ * partner's (the one it sends to in the reduce-scatter, receives from in the all-gather). */
+static int q8_held(int ag, int g)
+{
+    int L = g_topo->local_size, h = g_topo->host, l = g_topo->local;
+    const int *ro = g_topo->rank_of;
+    if (g_topo->nhosts != 2)
+        return ro[g * L + l];
+    if (ag)
+        return h == 0 ? ro[L + l] : ro[(l + 1) % L];
+    return h == 0 ? ro[L + (l + L - 1) % L] : ro[l];
+}
+
+/* The bytes an int8 phase of hier sends from this rank: inside the host float32, the other local
+ * ranks' pieces of every chunk this rank does not hold (reduce-scatter) or of every chunk it
+ * holds (all-gather); across, the packed pieces of its held chunks (reduce-scatter) or of its
+ * own to every other host (all-gather). */
+static size_t q8_hier_bytes(int ag, size_t n)
+{
+    int H = g_topo->nhosts, L = g_topo->local_size, nseg = q8_nseg(n);
+    size_t held = q8_count(n, g_rank), across = 0;
+    for (int g = 0; g < H; g++) {
+        if (g == g_topo->host)
+            continue;
+        held += q8_count(n, q8_held(ag, g));
+        across += q8_pieces_bytes(ag ? q8_count(n, g_rank) : q8_count(n, q8_held(0, g)), nseg);
+    }
+    if (ag)
+        return held * (size_t)(L - 1) * sizeof(float) + across;
+    return (n - held) * sizeof(float) + across;
+}
+
+/* hier int8: the largest magnitude over each owner's shard of each host's partial sum (am[o * H +
+ * g]), of the all-gather's values (ag[o]) and of the float64 sum (sum[o]): blocks lie within
+ * pieces of the shard, so these bound every block's. */
+typedef struct {
+    double *am, *ag, *sum;
+} q8_shard_amax_t;
+
+static void q8_shard_amax(const case_t *k, const double *sum, q8_shard_amax_t *m)
+{
+    int H = g_topo->nhosts;
+    m->am = xmalloc((size_t)(g_size * H) * sizeof(double));
+    m->ag = xmalloc((size_t)g_size * sizeof(double));
+    m->sum = xmalloc((size_t)g_size * sizeof(double));
+    for (int o = 0; o < g_size; o++) {
+        size_t off, len;
+        dear_coll_shard(k->count, g_size, o, &off, &len);
+        m->ag[o] = m->sum[o] = 0;
+        for (int g = 0; g < H; g++)
+            m->am[o * H + g] = 0;
+        for (size_t j = off; j < off + len; j++) {
+            m->ag[o] = fmax(m->ag[o], fabs(value(k->random, 5, j)));
+            m->sum[o] = fmax(m->sum[o], fabs(sum[j]));
+            for (int g = 0; g < H; g++) {
+                double hs = 0;
+                for (int l = 0; l < g_topo->local_size; l++)
+                    hs += value(k->random, g_topo->rank_of[g * g_topo->local_size + l], j);
+                m->am[o * H + g] = fmax(m->am[o * H + g], fabs(hs));
+            }
+        }
+    }
+}
+
+static void q8_shard_amax_free(q8_shard_amax_t *m)
+{
+    free(m->am), free(m->ag), free(m->sum);
+}
+
 /* The float64 error bound of element i after op in int8 (all-gather half in c_ag): half a scale
  * for each peer's quantized input (its owner's own input travels unquantized), times the
  * scale; an int8 all-gather adds half a scale of the averaged shard (a bf16 one half its unit).
  * 1e-5 of the magnitudes covers float32's own roundings. */
-static double q8_bound(const case_t *k, const double *sum, const double *abssum, size_t i)
+static double q8_bound(const case_t *k, const double *sum, const double *abssum, const q8_shard_amax_t *hm, size_t i)
 {
     size_t n = k->count;
-    int ag = k->op == DEAR_COLL_ALLGATHER, o = q8_owner(n, i);
+    int ag = k->op == DEAR_COLL_ALLGATHER, o = q8_owner(n, i), H = hm ? g_topo->nhosts : 0;
     if (ag)
-        return q8_block_amax(k->random, 5, NULL, n, i) / 254.0;
+        return (hm ? hm->ag[o] : q8_block_amax(k->random, 5, NULL, n, i)) / 254.0;
     double rs = 0;
-    for (int p = 0; p < g_size; p++)
-        rs += p == o ? 0 : q8_block_amax(k->random, p, NULL, n, i) / 254.0;
+    if (hm)
+        for (int g = 0; g < H; g++)
+            rs += g == q8_host_of(o) ? 0 : hm->am[o * H + g] / 254.0;
+    else
+        for (int p = 0; p < g_size; p++)
+            rs += p == o ? 0 : q8_block_amax(k->random, p, NULL, n, i) / 254.0;
     double b = rs * k->scale + 1e-5 * abssum[i] * k->scale;
     if (k->op == DEAR_COLL_ALLREDUCE && k->c_ag == DEAR_COMPRESS_INT8)
-        b += (q8_block_amax(k->random, -1, sum, n, i) * k->scale + rs * k->scale) / 254.0 * (1 + 1e-5);
+        b += ((hm ? hm->sum[o] : q8_block_amax(k->random, -1, sum, n, i)) * k->scale + rs * k->scale) / 254.0 *
+             (1 + 1e-5);
     else if (k->op == DEAR_COLL_ALLREDUCE && k->c_ag == DEAR_COMPRESS_BF16)
         b += fabs(sum[i] * k->scale) * 0x1p-8 + rs * k->scale * 0x1p-8;
     return b;
@@ -482,11 +602,21 @@ static int q8_case(const case_t *k)
     }
     dear_coll_info_t info = { 0 };
     int bad = run_coll(k, in, recv, off, 7, &info);
-    int sparse = k->algo == DEAR_ALGO_SPARSE;
-    if (!bad && sparse)
+    int sparse = k->algo == DEAR_ALGO_SPARSE, hier = q8_hier(k);
+    q8_shard_amax_t hm = { 0 };
+    if (hier)
+        q8_shard_amax(k, sum, &hm);
+    if (!bad && sparse) {
         bad = note(info.algo != DEAR_ALGO_SPARSE, "int8 %s asked for sparse ran %s", dear_coll_op_name(k->op),
                    dear_coll_algo_name(info.algo));
-    else if (!bad && g_size > 1) {
+    } else if (!bad && hier) {
+        /* an all-reduce is the two phases in turn; bytes checked where both are int8 */
+        int both = !rs && (ag || k->c_ag == DEAR_COMPRESS_INT8);
+        size_t want = (ag ? 0 : q8_hier_bytes(0, n)) + (both ? q8_hier_bytes(1, n) : 0);
+        bad = note(info.algo != DEAR_ALGO_HIER || ((rs || both) && info.bytes_sent != want),
+                   "int8 %s asked for %s ran %s and sent %zu bytes, expected hier and %zu", dear_coll_op_name(k->op),
+                   dear_coll_algo_name(k->algo), dear_coll_algo_name(info.algo), info.bytes_sent, want);
+    } else if (!bad && g_size > 1) {
         /* direct: each chunk for its owner (reduce-scatter), this rank's shard for every peer */
         size_t want = 0, pl, po;
         for (int p = 0; p < g_size; p++) {
@@ -505,7 +635,9 @@ static int q8_case(const case_t *k)
     const float *res = rs && !k->in_place ? recv - off : recv;
     for (size_t i = lo; i < hi && !bad; i++) {
         double want = ag ? in[i] : sum[i] * k->scale;
-        double tol = sparse ? (ag ? 0 : 1e-6 * abssum[i] * k->scale) : g_size > 1 ? q8_bound(k, sum, abssum, i) : 0;
+        double tol = sparse     ? (ag ? 0 : 1e-6 * abssum[i] * k->scale)
+                     : g_size > 1 ? q8_bound(k, sum, abssum, hier ? &hm : NULL, i)
+                                  : 0;
         bad = note(!(fabs((double)res[i] - want) <= tol),
                    "int8 %s %s ag %s %s count %zu %s: element %zu is %.9g, expected %.9g (within %.3g)",
                    dear_coll_op_name(k->op), dear_coll_algo_name(k->algo), dear_compress_name(k->c_ag),
@@ -520,6 +652,8 @@ static int q8_case(const case_t *k)
                    dear_coll_op_name(k->op), dear_coll_algo_name(k->algo));
         free(root);
     }
+    if (hier)
+        q8_shard_amax_free(&hm);
     free(in), free(recv), free(sum), free(abssum);
     return bad;
 }
@@ -581,6 +715,7 @@ static double q8_feedback_error(int with_ef, int blocks, size_t n, int T)
                                               with_ef ? ef + cut[b] : NULL };
             dear_coll_args_t a = { .op = blocks ? (ph ? DEAR_COLL_ALLGATHER : DEAR_COLL_REDUCE_SCATTER)
                                                 : DEAR_COLL_ALLREDUCE,
+                                   .algo = g_topo != NULL ? DEAR_ALGO_HIER : DEAR_ALGO_AUTO, .topo = g_topo,
                                    .dtype = DEAR_FLOAT32, .comm = g_comm, .net = g_net, .tag = 8, .scale = 1.0 / g_size,
                                    .recvbuf = v, .count = n, .compress = DEAR_COMPRESS_INT8,
                                    .compress_ag = DEAR_COMPRESS_INT8, .ef = with_ef ? ef : NULL,
@@ -604,22 +739,30 @@ static double q8_feedback_error(int with_ef, int blocks, size_t n, int T)
     return worst;
 }
 
-START_TEST(test_int8_feedback)
+/* Flat, or under hier with g_topo. */
+static void int8_feedback(const char *what)
 {
     if (g_size < 2)
         return;
     enum { N = 3001, T = 30 };
-    /* one all-reduce's bound: values in [-1, 1), P - 1 peers' half scales and the shard's */
+    /* one all-reduce's bound: values in [-1, 1), P - 1 peers' half scales and the shard's (under
+     * hier H - 1 hosts' partial sums of L values each, no more) */
     double one = (g_size - 1) / 254.0 / g_size + 1.0 / 254.0;
     for (int blocks = 0; blocks < 2; blocks++) {
         double with = q8_feedback_error(1, blocks, N, T), without = q8_feedback_error(0, blocks, N, T);
         if (g_rank == 0)
-            fprintf(stderr, "int8 %s: %d iterations' error %.3g with feedback, %.3g without (one: %.3g)\n",
+            fprintf(stderr, "%s %s: %d iterations' error %.3g with feedback, %.3g without (one: %.3g)\n", what,
                     blocks ? "multi-block" : "all-reduce", T, with, without, one);
-        ck_assert_msg(with <= 2 * one, "with feedback the error of %d iterations is %.3g > %.3g", T, with, 2 * one);
-        ck_assert_msg(without > 4 * with, "without feedback the error of %d iterations is %.3g, with %.3g", T, without,
-                      with);
+        ck_assert_msg(with <= 2 * one, "%s: with feedback the error of %d iterations is %.3g > %.3g", what, T, with,
+                      2 * one);
+        ck_assert_msg(without > 4 * with, "%s: without feedback the error of %d iterations is %.3g, with %.3g", what, T,
+                      without, with);
     }
+}
+
+START_TEST(test_int8_feedback)
+{
+    int8_feedback("int8");
 }
 END_TEST
 
