@@ -14,6 +14,9 @@
 #             communication-bound (float32 communication twice the compute) and balanced, under
 #             wfbp+64M and dear:auto, dense and +bf16, and dear:auto+int8; then the phases (which
 #             phase to compress) on the communication-bound vgg16 and gpt2-small
+#   layouts   dear-bench on the e2e matrix's layouts of several ranks per host (--layouts,
+#             default 2x2 and 2x3): the communication-bound cases under wfbp+64M, dear:auto+bf16
+#             and dear:auto+int8
 #   train     dear-cnn (--epochs, np 4) and dear-gpt (1000 iterations, np 4) in float32, bf16,
 #             fp16, both with error feedback, and int8 with error feedback (its default) and
 #             without, --seeds seeds each, on this host
@@ -23,7 +26,8 @@ set -euo pipefail
 PROG="compress-perf.sh"
 # shellcheck source=bench/bench-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
-PARTS="accuracy convert coll e2e train"
+PARTS="accuracy convert coll e2e layouts train"
+LAYOUTS="2x2 2x3"
 RATE=1gbit
 ITERS=21
 ROUNDS=3
@@ -43,18 +47,24 @@ usage: bench/compress-perf.sh [options]
   --rate RATE       emulated link rate, tc syntax (default $RATE)
   --iters N         dear-bench measured iterations per configuration (default $ITERS)
   --rounds R        dear-bench rounds (default $ROUNDS)
-  --cases "A B"     e2e profiles (default "$CASES")
+  --cases "A B"     e2e and layouts profiles (default "$CASES")
+  --layouts "HxR"   the layouts part's hosts x ranks per host, 2-4 hosts (default "$LAYOUTS")
   --epochs N        dear-cnn epochs (default $EPOCHS)
   --seeds N         seeds per training configuration (default $SEEDS)
   --report-only     only bench/compress-report.py on the results there
 Environment: EMU_PREFIX, EMU_SUBNET (default z, 10.213.60). Needs root for coll, e2e and
-accuracy's hier rows. The whole takes about three hours on 2 cores.
+accuracy's hier rows. The whole takes about three and a half hours on 2 cores (layouts: about
+25 minutes).
 EOF
 }
 bench_options --parts=PARTS --builddir=BUILDDIR --rate=RATE --iters=ITERS --rounds=ROUNDS --cases=CASES \
-    --epochs=EPOCHS --seeds=SEEDS --report-only=REPORT_ONLY! -- "$@"
+    --layouts=LAYOUTS --epochs=EPOCHS --seeds=SEEDS --report-only=REPORT_ONLY! -- "$@"
 for p in $PARTS; do
-    [[ " accuracy convert coll e2e train " == *" $p "* ]] || die "unknown part '$p' (accepted: accuracy convert coll e2e train)"
+    [[ " accuracy convert coll e2e layouts train " == *" $p "* ]] ||
+        die "unknown part '$p' (accepted: accuracy convert coll e2e layouts train)"
+done
+for l in $LAYOUTS; do
+    [[ $l =~ ^[2-4]x[1-8]$ ]] || die "--layouts: '$l' is not HOSTSxRANKS with 2-4 hosts of 1-8 ranks"
 done
 [[ $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ && $EPOCHS =~ ^[0-9]+$ && $SEEDS =~ ^[0-9]+$ ]] ||
     die "--iters, --rounds, --epochs and --seeds take counts"
@@ -147,6 +157,25 @@ for part in $PARTS; do
         done
         merge "$RES/compress-phases.csv" "${files[@]}"
         meta e2e "dear-bench --iters $ITERS --rounds $ROUNDS on 4 emulated hosts at $RATE; comm: --comm-ms 600 --ratio 0.5, balanced: --comm-ms 300 --ratio 1 (bench/e2e-report.py scale)"
+        ;;
+    layouts)
+        cluster
+        files=()
+        configs="wfbp:threshold:64m;dear:auto+bf16;dear:auto+int8"
+        for l in $LAYOUTS; do
+            h=${l%x*} r=${l#*x}
+            for prof in $CASES; do
+                read -r ss ts < <(e2e_scale "$SRCDIR/fusion/profiles/$prof.prof" "$RATE" $((h * r)) "$h" 600 0.5)
+                emu_mpirun $((h * r)) "$(emu_hosts "$h" "$r")" "$BENCH" \
+                    --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "$configs" --iters "$ITERS" \
+                    --rounds "$ROUNDS" --size-scale "$ss" --time-scale "$ts" --quiet --csv "$tmp/ly-$l-$prof.csv" ||
+                    echo "$PROG: layouts $l $prof: dear-bench failed" >&2
+                [[ -s $tmp/ly-$l-$prof.csv ]] && sed -i "1s/^/layout,case,/; 2,\$s/^/$l,$prof-comm,/" "$tmp/ly-$l-$prof.csv" &&
+                    files+=("$tmp/ly-$l-$prof.csv")
+            done
+        done
+        merge "$RES/compress-layouts.csv" "${files[@]}"
+        meta layouts "dear-bench --iters $ITERS --rounds $ROUNDS on the emulated cluster at $RATE, layouts $LAYOUTS (hosts x ranks); --comm-ms 600 --ratio 0.5 (bench/e2e-report.py scale)"
         ;;
     train)
         echo "kind,compress,ef,seed,metric,value,seconds" >"$RES/compress-train.csv"

@@ -250,6 +250,39 @@ def e2e_section(res, rate_text):
     return out, t
 
 
+def layouts_section(res, rate_text):
+    """The communication-bound cases on layouts of several ranks per host: int8 against dense
+    wfbp+64M and dear:auto+bf16 in the same run, with the goals of the 4-host cases."""
+    rows = rows_of(os.path.join(res, "compress-layouts.csv"))
+    if not rows:
+        return ["(not measured)"]
+    rate, rate_note = e2e.measured_rate(res, rate_text)
+    out = ["Iteration time in ms (median over the rounds; in brackets the quartiles) and iter/bound, the bound at "
+           "%s on each host's link; float32 communication twice the compute." % rate_note, "",
+           "| layout | case | wfbp+64M float32 | dear:auto+bf16 | dear:auto+int8 | int8 iter/bound | int8 over w64 "
+           "(goal >= 2.5x) | int8 over bf16 (goal > 1) |", "|---|---|---|---|---|---|---|---|"]
+    keys = []
+    for r in rows:
+        if (r["layout"], r["case"]) not in keys:
+            keys.append((r["layout"], r["case"]))
+    for layout, case in keys:
+        by = {r["config"]: r for r in rows if r["layout"] == layout and r["case"] == case}
+        w, b, q = by.get("wfbp:threshold:64m"), by.get("dear:auto+bf16"), by.get("dear:auto+int8")
+        cell = lambda r: "%.1f [%.1f, %.1f]" % (float(r["iter_ms"]), float(r["iter_q1_ms"]), float(
+            r["iter_q3_ms"])) if r else NOT_MEASURED
+        cells = [cell(w), cell(b), cell(q)]
+        if q and w and b:
+            qi = float(q["iter_ms"])
+            hosts = int(layout.split("x")[0])
+            cells += ["%.2f" % (qi / wire_bound(q, hosts, rate, *wire_of("dear:auto+int8"))),
+                      goal_cell(float(w["iter_ms"]) / qi, float(w["iter_ms"]) / qi >= 2.5),
+                      goal_cell(float(b["iter_ms"]) / qi, float(b["iter_ms"]) / qi > 1)]
+        else:
+            cells += [NOT_MEASURED] * 3
+        out.append("| %s | %s | %s |" % (layout, case, " | ".join(cells)))
+    return out
+
+
 def phases_section(res, rate_text):
     rows = rows_of(os.path.join(res, "compress-phases.csv"))
     if not rows:
@@ -324,12 +357,13 @@ def main():
     md = [TITLE, "", BEGIN, "",
           "Made by `bench/compress-perf.sh` (%s); the machine has 2 cores shared with other work, so timings are "
           "noisy and the load is given with each part." % ("--rate " + a.rate), ""]
-    md += ["- " + meta_of(res, p) for p in ("accuracy", "convert", "coll", "e2e", "train")]
+    md += ["- " + meta_of(res, p) for p in ("accuracy", "convert", "coll", "e2e", "layouts", "train")]
     md += ["", "### Accuracy of one compressed all-reduce", ""] + accuracy_section(res)
     md += ["", "### Conversions on the progress thread", ""] + convert_section(res)
     md += ["", "### Collectives: busbw on the float32 bytes"] + coll_section(res)
     md += ["", "### End to end (dear-bench, 4 emulated hosts)", ""] + e2e_rows + targets
     md += ["", "### Which phase to compress (communication-bound cases)", ""] + phases_section(res, a.rate)
+    md += ["", "### Several ranks per host (dear-bench, communication-bound cases)", ""] + layouts_section(res, a.rate)
     md += ["", "### Training (np 4 on this host)", ""] + train_section(res)
     md += ["", END, ""]
     replace_section(a.doc, "\n".join(md[2:]), BEGIN, END)
