@@ -10,12 +10,16 @@ configuration: the median over the rounds, their range, the quartiles of all ran
 iterations, and the ratio to DDP's median. Run by bench/torch-ddp.sh on the emulated cluster;
 alone: mpirun -np 4 python3 bench/torch-ddp.py.
 
-Configurations: plain (no communication), ddp, ddp+fp16 (DDP with its fp16_compress_hook), zero
-(DDP with torch's ZeroRedundancyOptimizer: each rank steps the parameters it owns and broadcasts
-them after the step), and dear:SCHEDULE[:FUSION][+shard[+at_step]][+dense][+bf16|+fp16] (the
+Configurations: plain (no communication), ddp, ddp+fp16 and ddp+bf16 (DDP with its
+fp16_compress_hook or bf16_compress_hook; torch 1.13 takes the latter only with CUDA and NCCL),
+ddp+powersgdR (DDP with its PowerSGD hook at
+matrix_approximation_rank R, error feedback and warm start on, compressing from the warm-up's
+third iteration), zero (DDP with torch's ZeroRedundancyOptimizer: each rank steps the parameters
+it owns and broadcasts them after the step), and
+dear:SCHEDULE[:FUSION][+shard[+at_step]][+dense][+bf16|+fp16|+int8] (the
 binding; +shard: wrap(shard=True), each rank steps its slice of every parameter, at backward's end,
 and dear's all-gathers carry them; +at_step: wrap(shard='at_step'), the slices stepped at
-opt.step(); +dense: wrap(sparse="off"), the embedding's gradient sent dense; +bf16, +fp16:
+opt.step(); +dense: wrap(sparse="off"), the embedding's gradient sent dense; +bf16, +fp16, +int8:
 wrap(compress=...)). Models: resnet18, a transformer encoder, and wordlm (an 18000-word LSTM
 language model whose embedding the binding sends row-sparse). --opt picks SGD with momentum or AdamW; the
 CSV also gives the largest rank's optimizer state in MB. --device cuda trains on the GPUs (each
@@ -153,14 +157,31 @@ def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu
     opt = make_opt(opt_kind, model.parameters(), zero=config == "zero")
     if config == "plain":   # no communication at all: the binding's own cost at np 1
         net = model
-    elif config in ("ddp", "zero", "ddp+fp16"):
-        net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
-        if config == "ddp+fp16":   # DDP's own 16-bit compression
+    elif config in ("ddp", "zero") or config.startswith("ddp+"):
+        hook = config[len("ddp+"):] if config.startswith("ddp+") else None
+        # PowerSGD issues a bucket's second all-reduce from the first one's completion callback,
+        # so with several buckets the ranks' gloo collectives interleave in different orders and
+        # gloo aborts (torch 1.13): its DDP gets one bucket.
+        psgd = hook is not None and hook.startswith("powersgd")
+        net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False,
+                                                  bucket_cap_mb=1 << 16 if psgd else 25)
+        if hook in ("fp16", "bf16"):   # DDP's own 16-bit compression
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-            net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+            net.register_comm_hook(None, getattr(default_hooks, hook + "_compress_hook"))
+        elif hook is not None and hook.startswith("powersgd") and hook[len("powersgd"):].isdigit():
+            # PowerSGD: vanilla all-reduces for its first iterations (start_powerSGD_iter, which
+            # must exceed 1 with error feedback), then low-rank factors; all within the warm-up
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+            state = powerSGD_hook.PowerSGDState(process_group=None,
+                                                matrix_approximation_rank=int(hook[len("powersgd"):]),
+                                                start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
+            net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        elif hook is not None:
+            raise SystemExit("torch-ddp.py: unknown DDP configuration %s (accepted: ddp, ddp+fp16, ddp+bf16, "
+                             "ddp+powersgdR with R a rank)" % config)
     else:
         base, *suffixes = config.split("+")
-        unknown = [x for x in suffixes if x not in ("shard", "at_step", "dense", "bf16", "fp16")]
+        unknown = [x for x in suffixes if x not in ("shard", "at_step", "dense", "bf16", "fp16", "int8")]
         if unknown:
             raise SystemExit("torch-ddp.py: unknown suffix '+%s' in %s" % (unknown[0], config))
         if "at_step" in suffixes and "shard" not in suffixes:
@@ -169,7 +190,7 @@ def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu
         parts = base.split(":")
         os.environ["DEAR_SCHEDULE"] = parts[1]
         os.environ["DEAR_FUSION"] = parts[2] if len(parts) > 2 else "auto"
-        comp = "bf16" if "bf16" in suffixes else "fp16" if "fp16" in suffixes else None
+        comp = next((c for c in ("bf16", "fp16", "int8") if c in suffixes), None)
         net, opt = dear.wrap(model, opt, shard=shard, compress=comp,
                              sparse="off" if "dense" in suffixes else None)
     x, y = batch(name, b, device)
@@ -211,7 +232,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=["resnet18", "encoder", "wordlm"], required=True)
     ap.add_argument("--configs", default="ddp;dear:wfbp:threshold;dear:dear:threshold;dear:dear:auto",
-                    help="';'-separated: ddp, zero (DDP + ZeroRedundancyOptimizer), dear:SCHEDULE[:FUSION][+shard] "
+                    help="';'-separated: ddp, ddp+fp16, ddp+bf16, ddp+powersgdR (DDP's hooks), zero (DDP + "
+                         "ZeroRedundancyOptimizer), dear:SCHEDULE[:FUSION][+shard][+bf16|+fp16|+int8] "
                          "(DEAR_SCHEDULE, DEAR_FUSION; FUSION defaults to auto; +shard: wrap(shard=True), "
                          "+shard+at_step: wrap(shard='at_step')), plain "
                          "(no communication)")

@@ -17,23 +17,34 @@ PROG="torch-ddp.sh"
 BENCH_USAGE_RC=2
 HOSTS=4 RATE=1gbit ROUNDS=3 ITERS=6 MODELS="resnet18 encoder"
 BATCH=8
-# The generated section: torch (resnet18 and the encoder), or torch-wordlm (the word-level
-# language model, whose embedding the binding sends sparse), each between its own markers.
+# The generated section: torch (resnet18 and the encoder), torch-wordlm (the word-level
+# language model, whose embedding the binding sends sparse), or torch-compress (compressed
+# gradients: DDP's fp16 and PowerSGD hooks against the binding's bf16 and int8, CSVs of their own),
+# each between its own markers.
 SECTION=torch
 REPORT_ONLY=0
 DEFAULT_CONFIGS="plain;dear:sync:threshold;ddp;dear:wfbp:threshold;dear:dear:threshold;dear:dear:auto"
-CONFIGS=$DEFAULT_CONFIGS
+# DDP's bf16_compress_hook needs CUDA and NCCL (torch refuses it on gloo): its 16-bit row here is fp16's.
+COMPRESS_CONFIGS="ddp;ddp+fp16;ddp+powersgd1;ddp+powersgd4;dear:dear:auto+bf16;dear:dear:auto+int8"
+CONFIGS=
 emu_names t 10.213.51
 usage() {
     sed -n '2,12p' "$0"
     echo "options: --rate RATE|MODEL=RATE,... (tc rate, e.g. 1gbit) --batch N|MODEL=N,... (per rank)"
     echo "         --rounds N --iters N --models 'resnet18 encoder'"
-    echo "         --configs '$CONFIGS'"
-    echo "         --section torch|torch-wordlm (the section of docs/PERFORMANCE.md written)"
+    echo "         --configs '$DEFAULT_CONFIGS'"
+    echo "         --section torch|torch-wordlm|torch-compress (the section of docs/PERFORMANCE.md written;"
+    echo "           torch-compress's configurations default to '$COMPRESS_CONFIGS')"
     echo "         --report-only (rewrite the section from bench/results/torch-*.csv, measuring nothing)"
 }
 bench_options --rate=RATE --rounds=ROUNDS --iters=ITERS --models=MODELS --configs=CONFIGS --batch=BATCH \
     --section=SECTION --report-only=REPORT_ONLY! -- "$@"
+case $SECTION in
+    torch | torch-wordlm) CSV=torch DEFAULT=$DEFAULT_CONFIGS ;;
+    torch-compress) CSV=torch-compress DEFAULT=$COMPRESS_CONFIGS ;;
+    *) usage_error "--section '$SECTION' is not torch, torch-wordlm or torch-compress" ;;
+esac
+CONFIGS=${CONFIGS:-$DEFAULT}
 bench_torch_setup
 mkdir -p "$RES"
 bench_start
@@ -54,11 +65,12 @@ if ((!REPORT_ONLY)); then
         emu_up "$HOSTS" "$(per_model --rate "$RATE" "$m")"
         emu_mpirun "$HOSTS" "$hosts" "${TORCH_PY[@]}" "$SRCDIR/bench/torch-ddp.py" --model "$m" --rounds "$ROUNDS" \
             --iters "$ITERS" --batch "$(per_model --batch "$BATCH" "$m")" --configs "$CONFIGS" \
-            --csv "$RES/torch-$m.csv"
+            --csv "$RES/$CSV-$m.csv"
         emu_down
     done
     # The binding's own cost: one rank, nothing to communicate, so dear's hooks and updates alone.
     for m in $MODELS; do
+        [[ $SECTION == torch-compress ]] && break
         mpirun_local -np 1 --bind-to none "${TORCH_PY[@]}" \
             "$SRCDIR/bench/torch-ddp.py" --model "$m" --rounds $((2 * ROUNDS)) --iters "$ITERS" \
             --batch "$(per_model --batch "$BATCH" "$m")" \
@@ -69,22 +81,25 @@ cmd="bench/torch-ddp.sh --rate $RATE --batch $BATCH --rounds $ROUNDS --iters $IT
 case $SECTION in
     torch) TITLE="PyTorch: dear's binding against torch DDP" ;;
     torch-wordlm) TITLE="PyTorch: a word-level language model, its embedding sent sparse" ;;
-    *) usage_error "--section '$SECTION' is not torch or torch-wordlm" ;;
+    torch-compress) TITLE="PyTorch: compressed gradients, DDP's hooks against the binding" ;;
 esac
 if [[ $SECTION == torch ]]; then
     [[ $CONFIGS == "$DEFAULT_CONFIGS" ]] || cmd="$cmd --configs '$CONFIGS'"
+elif [[ $SECTION == torch-compress ]]; then
+    [[ $CONFIGS == "$COMPRESS_CONFIGS" ]] || cmd="$cmd --configs '$CONFIGS'"
+    cmd="$cmd --section $SECTION"
 else
     cmd="$cmd --models '$MODELS' --configs '$CONFIGS' --section $SECTION"
 fi
-python3 - "$DOC" "$RES" "$cmd" "$HOSTS" "$RATE" "$SECTION" "$TITLE" $MODELS <<'PY'
+python3 - "$DOC" "$RES" "$cmd" "$HOSTS" "$RATE" "$SECTION" "$TITLE" "$CSV" $MODELS <<'PY'
 import datetime, os, sys
 sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "..", "bench"))
 from docsection import markers, read_csv, write_section
-doc, res, cmd, hosts, rate, tag, title = sys.argv[1:8]
-models = sys.argv[8:]
-first = read_csv(os.path.join(res, "torch-%s.csv" % models[0]))[0]
+doc, res, cmd, hosts, rate, tag, title, csv = sys.argv[1:9]
+models = sys.argv[9:]
+first = read_csv(os.path.join(res, "%s-%s.csv" % (csv, models[0])))[0]
 torch_version = first["torch"]
-warms = sorted({int(r["warmup"]) for m in models for r in read_csv(os.path.join(res, "torch-%s.csv" % m))})
+warms = sorted({int(r["warmup"]) for m in models for r in read_csv(os.path.join(res, "%s-%s.csv" % (csv, m)))})
 warmup = "%d (%d under auto, whose check of its runners-up runs in them)" % (warms[0], warms[-1]) \
     if len(warms) > 1 else "%d" % warms[0]
 begin, end = markers(tag, "bench/torch-ddp.sh")
@@ -96,13 +111,13 @@ L = [begin, "## " + title, "",
      "start to its last one's end, over the iterations (time to train; no barrier or other MPI call between "
      "iterations), after %s warm-up iterations (dear's planning and auto's check). The table gives the median "
      "over the rounds and their range, and the quartiles of all ranks' single iterations." %
-     (cmd, hosts, rate, "chosen so that DDP's communication about equals the compute" if tag == "torch" else
-      "communication-bound: compare `plain`, the compute alone, with `ddp`", torch_version, warmup), "",
+     (cmd, hosts, rate, "communication-bound: compare `plain`, the compute alone, with `ddp`" if tag == "torch-wordlm"
+      else "chosen so that DDP's communication about equals the compute", torch_version, warmup), "",
      "- date: %s" % datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "",
      "| model | parameters | batch/rank | config | median ms | rounds min-max ms | iterations q1-q3 ms | speed-up | over | CPU ms/rank |",
      "|---|---|---|---|---|---|---|---|---|---|"]
 for m in models:
-    for r in read_csv(os.path.join(res, "torch-%s.csv" % m)):
+    for r in read_csv(os.path.join(res, "%s-%s.csv" % (csv, m))):
         L.append("| %s | %.1fM | %s | %s | %s | %s-%s | %s-%s | %sx | %s | %s |" % (
             m, int(r["params"]) / 1e6, r["batch"], r["config"], r["median_ms"], r["min_ms"], r["max_ms"],
             r["q1_ms"], r["q3_ms"], r["speedup"], r["baseline"], r.get("cpu_ms", "-")))
@@ -115,8 +130,18 @@ L += ["", "`plain` is PyTorch without any communication (the compute alone, 4 ra
       "`+dense`: the embedding's gradient sent dense, `sparse=\"off\"`; `+bf16`, `+fp16`: `compress=\"bf16\"` or "
       "`\"fp16\"`, 16-bit wire in both phases, sums in float32). "
       "CPU ms/rank: user and system time of a rank's process per iteration (compute, communication threads, "
-      "its sockets).",
-      "", "The binding's own cost at 1 rank (no communication: dear's hooks, its bookkeeping and the updates it "
+      "its sockets)."]
+if tag == "torch-compress":
+    L += ["", "`ddp+fp16`: DDP with its fp16_compress_hook (its bf16_compress_hook needs CUDA and NCCL; torch "
+          "refuses it on gloo); `ddp+powersgdR`: DDP with its PowerSGD hook at "
+          "matrix_approximation_rank R, error feedback and warm start on, compressing from the third warm-up "
+          "iteration; `+int8`: `compress=\"int8\"` (8-bit codes, a float32 scale per 256 values, error feedback). "
+          "Times only: these batches are synthetic, so accuracy is not measured here (the C trainers' is, in "
+          "the compression section).", "", end]
+    write_section(doc, L, begin, end, after="<!-- END torch -->")
+    print("\n".join(L))
+    sys.exit(0)
+L += ["", "The binding's own cost at 1 rank (no communication: dear's hooks, its bookkeeping and the updates it "
       "runs), the two taking turns in one job:", "",
       "| model | plain ms | rounds min-max ms | dear ms | rounds min-max ms | overhead |",
       "|---|---|---|---|---|---|"]
