@@ -161,10 +161,14 @@ def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu
         hook = config[len("ddp+"):] if config.startswith("ddp+") else None
         # PowerSGD issues a bucket's second all-reduce from the first one's completion callback,
         # so with several buckets the ranks' gloo collectives interleave in different orders and
-        # gloo aborts (torch 1.13): its DDP gets one bucket.
+        # gloo aborts (torch 1.13): its DDP gets one bucket, its small first bucket too.
         psgd = hook is not None and hook.startswith("powersgd")
+        first = dist._DEFAULT_FIRST_BUCKET_BYTES
+        if psgd:
+            dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 36
         net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False,
                                                   bucket_cap_mb=1 << 16 if psgd else 25)
+        dist._DEFAULT_FIRST_BUCKET_BYTES = first
         if hook in ("fp16", "bf16"):   # DDP's own 16-bit compression
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
             net.register_comm_hook(None, getattr(default_hooks, hook + "_compress_hook"))
