@@ -40,12 +40,6 @@ static char *elem(const dear_coll_req_t *r, const void *base, size_t index)
     return (char *)base + index * r->esize;
 }
 
-/* int8 messages: a chunk's packed bytes, rounded up so that the next chunk's scales stay aligned. */
-static size_t q8_stride(size_t n)
-{
-    return (dear_q8_bytes(n) + 15) & ~(size_t)15;
-}
-
 /* int8: every chunk this rank sends packed once (rank p's chunk of the input for p, or this
  * rank's shard for every peer), then the whole exchange posted. */
 static int post_q8(dear_coll_req_t *r, direct_state_t *st)
@@ -53,7 +47,7 @@ static int post_q8(dear_coll_req_t *r, direct_state_t *st)
     int P = r->nranks, me = r->rank, n = 0;
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
     const float *src = (const float *)(rs ? r->src : r->buf);
-    size_t mine = r->counts[me], slot = q8_stride(mine);
+    size_t mine = r->counts[me], slot = dear_q8_stride(mine);
     for (int p = 0; p < P; p++) {
         if (rs ? p == me : p != me)
             continue;
@@ -83,7 +77,7 @@ static int post_q8(dear_coll_req_t *r, direct_state_t *st)
 static void finish_q8(dear_coll_req_t *r, direct_state_t *st)
 {
     int P = r->nranks, me = r->rank;
-    size_t mine = r->counts[me], slot = q8_stride(mine);
+    size_t mine = r->counts[me], slot = dear_q8_stride(mine);
     if (r->op == DEAR_COLL_REDUCE_SCATTER) {
         float *out = (float *)r->out;
         const float *own = (const float *)r->src + r->displs[me];
@@ -228,14 +222,14 @@ static int start_q8(dear_coll_req_t *r, direct_state_t *st)
     for (int p = 0; p < P; p++) {
         st->q8_at[p] = rs ? send : slots;
         if (rs)
-            send += p == r->rank ? 0 : q8_stride(r->counts[p]);
+            send += p == r->rank ? 0 : dear_q8_stride(r->counts[p]);
         else
-            slots += q8_stride(r->counts[p]);
+            slots += dear_q8_stride(r->counts[p]);
     }
     if (rs)
-        slots = (size_t)(P - 1) * q8_stride(r->counts[r->rank]);
+        slots = (size_t)(P - 1) * dear_q8_stride(r->counts[r->rank]);
     else
-        send = q8_stride(r->counts[r->rank]);
+        send = dear_q8_stride(r->counts[r->rank]);
     DEAR_ALLOC_GOTO(st->q8_send, malloc(send + 1), send + 1, rc, out);
     DEAR_ALLOC_GOTO(st->slots, malloc(slots + 1), slots + 1, rc, out);
 out:

@@ -392,7 +392,7 @@ static int hier_start(dear_coll_req_t *r)
         for (int p = 0; p < r->nranks; p++)
             most = r->counts[p] > most ? r->counts[p] : most;
         dear_coll_shard(most, st->nseg, 0, &off, &pc);
-        st->q8_slot = (dear_q8_bytes(pc) + 15) & ~(size_t)15;
+        st->q8_slot = dear_q8_stride(pc);
         size_t qb = HIER_WINDOW * st->q8_slot + 1;
         DEAR_ALLOC_GOTO(st->q8_send, malloc(qb), qb, rc, out);
         if (r->op == DEAR_COLL_ALLGATHER)

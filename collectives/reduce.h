@@ -41,6 +41,9 @@ void dear_reduce_feedback(dear_dtype_t dtype, float *v, float *e, size_t n);
  * quantizes x = src + e and leaves in e what that dropped, x - value (0 where a block is not
  * finite): error feedback. unpack: dst = the values (acc 0) or dst += them (acc 1), in float32. */
 size_t dear_q8_bytes(size_t n);
+/* A buffer slot for one packed run of n elements: its bytes rounded up to 16, so that the next
+ * slot's scales stay aligned. */
+static inline size_t dear_q8_stride(size_t n) { return (dear_q8_bytes(n) + 15) & ~(size_t)15; }
 void dear_reduce_q8_pack(void *dst, const float *src, float *e, size_t n);
 void dear_reduce_q8_unpack(float *dst, const void *src, size_t n, int acc);
 /* 1 for the 16-bit floating types, whose partial sums must not be rounded on the way. */
