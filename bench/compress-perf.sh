@@ -88,6 +88,21 @@ cluster() {
     emu_up 4 "$RATE" >/dev/null
 }
 meta() { echo "$1: $(meta_date), commit $(meta_head), load $(meta_load), $(nproc) cores: $2" >"$RES/compress-$1.meta"; }
+# bench_case HOSTS RANKS PROFILE COMM_MS RATIO CONFIGS NAME COLUMNS VALUES: dear-bench of PROFILE on
+# HOSTS emulated hosts of RANKS ranks, scaled by e2e_scale, into $tmp/NAME.csv with the columns
+# COLUMNS (VALUES on every row) put first; the file is added to files[] when it has rows.
+bench_case() {
+    local h=$1 r=$2 prof=$3 ms=$4 ratio=$5 configs=$6 name=$7 cols=$8 vals=$9 ss ts
+    local out=$tmp/$name.csv
+    read -r ss ts < <(e2e_scale "$SRCDIR/fusion/profiles/$prof.prof" "$RATE" $((h * r)) "$h" "$ms" "$ratio")
+    emu_mpirun $((h * r)) "$(emu_hosts "$h" "$r")" "$BENCH" --profile "$SRCDIR/fusion/profiles/$prof.prof" \
+        --configs "$configs" --iters "$ITERS" --rounds "$ROUNDS" --size-scale "$ss" --time-scale "$ts" --quiet \
+        --csv "$out" || echo "$PROG: $name: dear-bench failed" >&2
+    if [[ -s $out ]]; then
+        sed -i "1s/^/$cols,/; 2,\$s/^/$vals,/" "$out"
+        files+=("$out")
+    fi
+}
 merge() { # OUT IN...: the first file whole, the header of the others dropped
     local out=$1; shift
     { cat "$1"; shift; for f in "$@"; do tail -n +2 "$f"; done; } >"$out"
@@ -135,25 +150,14 @@ for part in $PARTS; do
         for prof in $CASES; do
             for kind in comm balanced; do
                 if [[ $kind == comm ]]; then ratio=0.5 ms=600; else ratio=1 ms=300; fi
-                read -r ss ts < <(e2e_scale "$SRCDIR/fusion/profiles/$prof.prof" "$RATE" 4 4 $ms $ratio)
-                emu_mpirun 4 "$(emu_hosts 4)" "$BENCH" \
-                    --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "$configs" --iters "$ITERS" \
-                    --rounds "$ROUNDS" --size-scale "$ss" --time-scale "$ts" --quiet --csv "$tmp/e2e-$prof-$kind.csv" ||
-                    echo "$PROG: e2e $prof $kind: dear-bench failed" >&2
-                [[ -s $tmp/e2e-$prof-$kind.csv ]] && sed -i "1s/^/case,/; 2,\$s/^/$prof-$kind,/" "$tmp/e2e-$prof-$kind.csv" &&
-                    files+=("$tmp/e2e-$prof-$kind.csv")
+                bench_case 4 1 "$prof" $ms $ratio "$configs" "e2e-$prof-$kind" case "$prof-$kind"
             done
         done
         merge "$RES/compress-e2e.csv" "${files[@]}"
         files=()
         pconf="dear:auto;dear:auto+compress=bf16/none;dear:auto+compress=none/bf16;dear:auto+bf16"
         for prof in vgg16 gpt2-small; do
-            read -r ss ts < <(e2e_scale "$SRCDIR/fusion/profiles/$prof.prof" "$RATE" 4 4 600 0.5)
-            emu_mpirun 4 "$(emu_hosts 4)" "$BENCH" \
-                --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "$pconf" --iters "$ITERS" --rounds "$ROUNDS" \
-                --size-scale "$ss" --time-scale "$ts" --quiet --csv "$tmp/ph-$prof.csv" ||
-                echo "$PROG: phases $prof: dear-bench failed" >&2
-            [[ -s $tmp/ph-$prof.csv ]] && sed -i "1s/^/case,/; 2,\$s/^/$prof-comm,/" "$tmp/ph-$prof.csv" && files+=("$tmp/ph-$prof.csv")
+            bench_case 4 1 "$prof" 600 0.5 "$pconf" "ph-$prof" case "$prof-comm"
         done
         merge "$RES/compress-phases.csv" "${files[@]}"
         meta e2e "dear-bench --iters $ITERS --rounds $ROUNDS on 4 emulated hosts at $RATE; comm: --comm-ms 600 --ratio 0.5, balanced: --comm-ms 300 --ratio 1 (bench/e2e-report.py scale)"
@@ -163,15 +167,8 @@ for part in $PARTS; do
         files=()
         configs="wfbp:threshold:64m;dear:auto+bf16;dear:auto+int8"
         for l in $LAYOUTS; do
-            h=${l%x*} r=${l#*x}
             for prof in $CASES; do
-                read -r ss ts < <(e2e_scale "$SRCDIR/fusion/profiles/$prof.prof" "$RATE" $((h * r)) "$h" 600 0.5)
-                emu_mpirun $((h * r)) "$(emu_hosts "$h" "$r")" "$BENCH" \
-                    --profile "$SRCDIR/fusion/profiles/$prof.prof" --configs "$configs" --iters "$ITERS" \
-                    --rounds "$ROUNDS" --size-scale "$ss" --time-scale "$ts" --quiet --csv "$tmp/ly-$l-$prof.csv" ||
-                    echo "$PROG: layouts $l $prof: dear-bench failed" >&2
-                [[ -s $tmp/ly-$l-$prof.csv ]] && sed -i "1s/^/layout,case,/; 2,\$s/^/$l,$prof-comm,/" "$tmp/ly-$l-$prof.csv" &&
-                    files+=("$tmp/ly-$l-$prof.csv")
+                bench_case "${l%x*}" "${l#*x}" "$prof" 600 0.5 "$configs" "ly-$l-$prof" layout,case "$l,$prof-comm"
             done
         done
         merge "$RES/compress-layouts.csv" "${files[@]}"
