@@ -2,8 +2,8 @@
 # tests/apps/emucluster-lib.sh: shared by the tests on the emulated cluster (sourced, not run,
 # after setting TEST to the script's name). skip (77) and fail; emu_require checks what
 # bench/emucluster needs and skips where it is missing; emu_unique names a cluster of this run
-# alone (its own host prefix, bridge and subnet, from the process id), so a test never touches
-# a cluster someone brought up with the defaults.
+# alone (its own host prefix and bridge from the process id, a subnet no other cluster holds),
+# so a test never touches a cluster someone brought up with the defaults.
 : "${top_srcdir:=.}"
 : "${top_builddir:=.}"
 EMU=$top_srcdir/bench/emucluster
@@ -34,11 +34,12 @@ emu_require() {
     return 0
 }
 
-# emu_unique LETTER: hosts LETTER<id>h1.., subnet 10.214.x (id and x from the process id).
+# emu_unique LETTER: hosts LETTER<id>h1.. (id from the process id); bench/emucluster up claims
+# a free 10.214.x under a lock, so tests running at once never share a subnet.
 emu_unique() {
     id=$(( $$ % 100000 ))
     EMU_PREFIX=$1${id}h
-    EMU_SUBNET=10.214.$(( $$ % 250 + 1 ))
+    EMU_SUBNET=auto
     EMU_BUILDDIR=$top_builddir
     export EMU_PREFIX EMU_SUBNET EMU_BUILDDIR
 }

@@ -18,8 +18,9 @@ for p in bench/dear-p2p bench/emu-hello; do
 done
 emu_unique t
 
+other=${EMU_PREFIX}x      # a second cluster, for the subnet claims
 # shellcheck disable=SC2317  # called from the traps
-cleanup() { "$EMU" down >/dev/null 2>&1; }
+cleanup() { "$EMU" down >/dev/null 2>&1; EMU_PREFIX=$other "$EMU" down >/dev/null 2>&1; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
@@ -29,6 +30,21 @@ start=$(date +%s)
 
 "$EMU" up 2 $RATE || fail "emucluster up 2 $RATE failed"
 "$EMU" status
+subnet=$(sed -n 's/^SUBNET=//p' "/run/dear-emucluster-$EMU_PREFIX/config")
+[ -n "$subnet" ] || fail "no SUBNET in the cluster's config"
+
+# A second cluster beside it gets another subnet, and naming the first one's is refused.
+EMU_PREFIX=$other "$EMU" up 1 $RATE 2>/dev/null || fail "a second cluster (EMU_SUBNET=auto) failed to come up"
+subnet2=$(sed -n 's/^SUBNET=//p' "/run/dear-emucluster-$other/config")
+if [ -z "$subnet2" ] || [ "$subnet2" = "$subnet" ]; then
+    fail "the second cluster got subnet '$subnet2', the first has '$subnet'"
+fi
+EMU_PREFIX=$other "$EMU" down >/dev/null 2>&1
+msg=$(EMU_PREFIX=$other EMU_SUBNET=$subnet "$EMU" up 1 $RATE 2>&1) &&
+    fail "a second cluster on the first one's subnet $subnet came up"
+echo "$msg" | grep -q "is held by the cluster in /run/dear-emucluster-$EMU_PREFIX" ||
+    fail "the refusal of a held subnet does not name its cluster: $msg"
+echo "$TEST: subnets: $subnet, a second cluster $subnet2; naming a held one refused"
 
 # Two ranks per host: vader inside a host, TCP between hosts.
 h1=${EMU_PREFIX}1
