@@ -3,6 +3,7 @@
 #include "fusion/cost.h"
 #include "base/fileio.h"
 #include "base/textio.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -53,6 +54,13 @@ double dear_cost_eval(const dear_cost_model_t *model, dear_coll_op_t op, double 
     if (algo)
         *algo = which;
     return best;
+}
+
+double dear_cost_eval_fmt(const dear_cost_model_t *model, dear_coll_op_t op, int c, double wire)
+{
+    if (c > DEAR_COMPRESS_NONE && c < DEAR_COMPRESS_COUNT && model->fmt[c][op].valid)
+        return dear_cost_line_eval(&model->fmt[c][op], wire);
+    return dear_cost_eval(model, op, wire, NULL);
 }
 
 /* Weighted least squares of y = a + b x with weights w; returns -1 if degenerate. */
@@ -284,6 +292,20 @@ static double log_steps(int p)
     return ceil(log2((double)p));
 }
 
+/* A line's start-up times st, the rest times bw (a curve's points as alpha plus the rest). */
+static void scale_line(dear_cost_line_t *l, double st, double bw)
+{
+    if (!l->valid)
+        return;
+    for (int i = 0; i < l->npts; i++) {
+        double rest = l->pt_sec[i] - l->alpha;
+        l->pt_sec[i] = l->alpha * st + (rest > 0 ? rest * bw : rest * st);
+    }
+    l->alpha *= st;
+    l->beta *= bw;
+    l->gamma *= bw;
+}
+
 int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_t *out)
 {
     if (!in || !out || comm_size < 2 || in->comm_size < 2) {
@@ -293,20 +315,12 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
     dear_cost_model_t m = *in;
     int p0 = in->comm_size, p1 = comm_size;
     double bw = ((double)(p1 - 1) / p1) / ((double)(p0 - 1) / p0);
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
-            dear_cost_line_t *l = &m.line[op][a];
-            if (!l->valid)
-                continue;
-            double st = a == DEAR_ALGO_RHD ? log_steps(p1) / log_steps(p0) : ring_steps(p1) / ring_steps(p0);
-            for (int i = 0; i < l->npts; i++) {
-                double rest = l->pt_sec[i] - l->alpha;
-                l->pt_sec[i] = l->alpha * st + (rest > 0 ? rest * bw : rest * st);
-            }
-            l->alpha *= st;
-            l->beta *= bw;
-            l->gamma *= bw;
-        }
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        for (int a = 0; a < DEAR_ALGO_COUNT; a++)
+            scale_line(&m.line[op][a], a == DEAR_ALGO_RHD ? log_steps(p1) / log_steps(p0) : ring_steps(p1) / ring_steps(p0), bw);
+        for (int c = 1; c < DEAR_COMPRESS_COUNT; c++) /* auto curves: scaled like the ring */
+            scale_line(&m.fmt[c][op], ring_steps(p1) / ring_steps(p0), bw);
+    }
     m.comm_size = p1;
     *out = m;
     return DEAR_OK;
@@ -318,6 +332,7 @@ typedef struct {
     int p, rph;
     dear_coll_op_t op;
     dear_coll_algo_t algo;
+    int fmt;            /* a compressed format's curve (algo auto+FORMAT), else 0 */
     dear_cost_line_t line;
 } cost_rec_t;
 
@@ -361,14 +376,31 @@ static int parse_points(char *text, dear_cost_line_t *line)
     return 0;
 }
 
-/* One record of a cache file, with its points when it has them. */
-static void write_record(FILE *f, int p, int rph, int op, int algo, const dear_cost_line_t *l)
+/* One record of a cache file, with its points when it has them; a format's curve (fmt > 0) is
+ * algo auto+FORMAT. */
+static void write_record(FILE *f, int p, int rph, int op, int algo, int fmt, const dear_cost_line_t *l)
 {
-    fprintf(f, "%d %d %s %s %.9g %.9g %.9g %.6g %d", p, rph, dear_coll_op_short((dear_coll_op_t)op), dear_coll_algo_name((dear_coll_algo_t)algo), l->alpha, l->beta,
-            l->gamma, l->fit_err, l->nsamples);
+    fprintf(f, "%d %d %s %s%s%s %.9g %.9g %.9g %.6g %d", p, rph, dear_coll_op_short((dear_coll_op_t)op),
+            dear_coll_algo_name((dear_coll_algo_t)algo), fmt ? "+" : "", fmt ? dear_compress_name((dear_compress_t)fmt) : "",
+            l->alpha, l->beta, l->gamma, l->fit_err, l->nsamples);
     for (int i = 0; i < l->npts; i++)
         fprintf(f, "%c%.9g:%.9g", i ? ',' : ' ', l->pt_bytes[i], l->pt_sec[i]);
     fputc('\n', f);
+}
+
+/* An algorithm's name, or auto+FORMAT for a compressed format's curve; -1 if neither. */
+static int parse_algo(const char *text, dear_coll_algo_t *algo, int *fmt)
+{
+    char name[32];
+    const char *plus = strchr(text, '+');
+    dear_compress_t c = DEAR_COMPRESS_NONE;
+    if (plus && (dear_compress_parse(plus + 1, &c) || c == DEAR_COMPRESS_NONE))
+        return -1;
+    snprintf(name, sizeof name, "%.*s", plus ? (int)(plus - text) : (int)strlen(text), text);
+    if (dear_coll_algo_parse(name, algo) || (plus && *algo != DEAR_ALGO_AUTO))
+        return -1;
+    *fmt = (int)c;
+    return 0;
 }
 
 /* Read every record of a cache file. A missing file gives 0 records. */
@@ -405,14 +437,14 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
         long p, rph, ns;
         if ((nf != 9 && nf != 10) || dear_text_long(fld[0], 1, COST_MAX_RANKS, &p) ||
             dear_text_long(fld[1], 1, p, &rph) || dear_coll_op_parse(fld[2], &c.op) ||
-            dear_coll_algo_parse(fld[3], &c.algo) || dear_text_double(fld[4], 0, COST_MAX_ALPHA_S, &c.line.alpha) ||
+            parse_algo(fld[3], &c.algo, &c.fmt) || dear_text_double(fld[4], 0, COST_MAX_ALPHA_S, &c.line.alpha) ||
             dear_text_double(fld[5], 0, COST_MAX_S_PER_BYTE, &c.line.beta) ||
             dear_text_double(fld[6], 0, COST_MAX_S_PER_BYTE, &c.line.gamma) ||
             dear_text_double(fld[7], 0, COST_MAX_FIT_ERR, &c.line.fit_err) ||
             dear_text_long(fld[8], 0, 1000000000L, &ns)) {
             DEAR_ERROR("cost",
-                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto alpha beta gamma fit_err "
-                       "nsamples [points]' with 1 <= ranks_per_host <= P <= %d, alpha in [0, %g] s, beta and "
+                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto|auto+FORMAT alpha beta gamma "
+                       "fit_err nsamples [points]' (FORMAT: bf16, fp16 or int8) with 1 <= ranks_per_host <= P <= %d, alpha in [0, %g] s, beta and "
                        "gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
                        path, lineno, COST_MAX_RANKS, COST_MAX_ALPHA_S, COST_MAX_S_PER_BYTE, COST_MAX_FIT_ERR);
             rc = DEAR_ERR_FORMAT;
@@ -471,7 +503,7 @@ int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cos
     int k = 0;
     for (int i = 0; i < n; i++)
         if (recs[i].p == comm_size && recs[i].rph == ranks_per_host) {
-            m.line[recs[i].op][recs[i].algo] = recs[i].line;
+            *(recs[i].fmt ? &m.fmt[recs[i].fmt][recs[i].op] : &m.line[recs[i].op][recs[i].algo]) = recs[i].line;
             k++;
         }
     free(recs);
@@ -501,41 +533,53 @@ int dear_cost_save(const char *path, const dear_cost_model_t *model)
     }
     FILE *f = out.f;
     fprintf(f, "%s\n# dear calibration cache (docs/FORMATS.md): time = alpha + (beta + gamma) * bytes, or\n"
-               "# interpolated between the points bytes:seconds when a record has them\n"
+               "# interpolated between the points bytes:seconds when a record has them; algo auto+FORMAT:\n"
+               "# float32 vectors travelling compressed, by the bytes on the wire\n"
                "# P ranks_per_host op algo alpha_s beta_s_per_byte gamma_s_per_byte fit_err nsamples [points]\n",
             COST_MAGIC);
     for (int i = 0; i < n; i++) {
         const cost_rec_t *c = &recs[i];
-        if (c->p == model->comm_size && c->rph == model->ranks_per_host && model->line[c->op][c->algo].valid)
+        const dear_cost_line_t *mine = c->fmt ? &model->fmt[c->fmt][c->op] : &model->line[c->op][c->algo];
+        if (c->p == model->comm_size && c->rph == model->ranks_per_host && mine->valid)
             continue;   /* replaced below */
-        write_record(f, c->p, c->rph, c->op, c->algo, &c->line);
+        write_record(f, c->p, c->rph, c->op, c->algo, c->fmt, &c->line);
     }
     free(recs);
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
-            const dear_cost_line_t *l = &model->line[op][a];
-            if (l->valid)
-                write_record(f, model->comm_size, model->ranks_per_host, op, a, l);
-        }
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        for (int a = 0; a < DEAR_ALGO_COUNT; a++)
+            if (model->line[op][a].valid)
+                write_record(f, model->comm_size, model->ranks_per_host, op, a, 0, &model->line[op][a]);
+        for (int c = 1; c < DEAR_COMPRESS_COUNT; c++)
+            if (model->fmt[c][op].valid)
+                write_record(f, model->comm_size, model->ranks_per_host, op, DEAR_ALGO_AUTO, c, &model->fmt[c][op]);
+    }
     return dear_file_out_commit(&out);
+}
+
+static void print_line(FILE *out, int op, const char *name, const dear_cost_line_t *l)
+{
+    if (!l->valid)
+        return;
+    fprintf(out, "  %s %-4s alpha %10.3f us  beta %8.4f ns/B (%7.1f MB/s)", dear_coll_op_short((dear_coll_op_t)op), name,
+            l->alpha * 1e6, (l->beta + l->gamma) * 1e9, l->beta + l->gamma > 0 ? 1e-6 / (l->beta + l->gamma) : INFINITY);
+    if (l->npts >= 2)
+        fprintf(out, "  curve through %d measured sizes (%.0f%% from linear)", l->npts, 100 * l->fit_err);
+    else if (l->nsamples > 0)
+        fprintf(out, "  fit: %d samples, max rel. error %.1f%%", l->nsamples, 100 * l->fit_err);
+    fputc('\n', out);
 }
 
 void dear_cost_print(FILE *out, const dear_cost_model_t *model)
 {
     fprintf(out, "cost model (%s) for P=%d, %d rank(s) per host\n", model->source, model->comm_size,
             model->ranks_per_host);
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
-            const dear_cost_line_t *l = &model->line[op][a];
-            if (!l->valid)
-                continue;
-            fprintf(out, "  %s %-4s alpha %10.3f us  beta %8.4f ns/B (%7.1f MB/s)", dear_coll_op_short((dear_coll_op_t)op), dear_coll_algo_name((dear_coll_algo_t)a),
-                    l->alpha * 1e6, (l->beta + l->gamma) * 1e9,
-                    l->beta + l->gamma > 0 ? 1e-6 / (l->beta + l->gamma) : INFINITY);
-            if (l->npts >= 2)
-                fprintf(out, "  curve through %d measured sizes (%.0f%% from linear)", l->npts, 100 * l->fit_err);
-            else if (l->nsamples > 0)
-                fprintf(out, "  fit: %d samples, max rel. error %.1f%%", l->nsamples, 100 * l->fit_err);
-            fputc('\n', out);
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        for (int a = 0; a < DEAR_ALGO_COUNT; a++)
+            print_line(out, op, dear_coll_algo_name((dear_coll_algo_t)a), &model->line[op][a]);
+        for (int c = 1; c < DEAR_COMPRESS_COUNT; c++) {
+            char name[32];
+            snprintf(name, sizeof name, "auto+%s", dear_compress_name((dear_compress_t)c));
+            print_line(out, op, name, &model->fmt[c][op]);
         }
+    }
 }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include "base/algo_table.h"
+#include "include/dear_types.h"
 
 #define DEAR_COST_MAXPTS 8
 
@@ -39,6 +40,11 @@ typedef struct {
     int ranks_per_host;
     char source[32];    /* "fit", "file", "preset:10gbe", "alpha-beta", ... */
     dear_cost_line_t line[DEAR_COLL_OP_COUNT][DEAR_ALGO_COUNT];
+    /* The auto curve of a float32 vector travelling in a compressed format, [format][op], by the
+     * bytes it puts on the wire (the float32 bytes times dear_compress_ratio). Measured as the
+     * collectives run it, it prices what the wire bytes alone miss: the conversions on the
+     * progress thread, and int8's float32 stages inside a host under hier. [0] (none) unused. */
+    dear_cost_line_t fmt[DEAR_COMPRESS_COUNT][DEAR_COLL_OP_COUNT];
 } dear_cost_model_t;
 
 /* Time of one line at a size: alpha + (beta + gamma) * bytes, or for a curve the interpolation
@@ -49,6 +55,9 @@ double dear_cost_line_eval(const dear_cost_line_t *line, double bytes);
  * stored in *algo when algo != NULL. Returns INFINITY (and algo -1) when no algorithm is valid
  * for op. */
 double dear_cost_eval(const dear_cost_model_t *model, dear_coll_op_t op, double bytes, int *algo);
+/* Time of op on a float32 vector travelling in format c with `wire` bytes on the wire: its
+ * format curve when the model has one, else dear_cost_eval at the wire bytes. */
+double dear_cost_eval_fmt(const dear_cost_model_t *model, dear_coll_op_t op, int c, double wire);
 /* One line standing for op when a planner needs a linear cost (MG-WFBP, DP): the only valid
  * algorithm if there is one, else a relative least-squares line through dear_cost_eval at
  * sizes 4 KiB..256 MiB. DEAR_ERR_ARG when op has no valid algorithm. */

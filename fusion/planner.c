@@ -32,6 +32,7 @@ int dear_plan_problem_init(dear_plan_problem_t *prob, const dear_profile_t *prof
     marg->cap_bytes = cap_bytes;
     p.cap_bytes = cap_bytes;
     p.cost.fn = dear_sim_cost_model;
+    p.cost.fmt_fn = dear_sim_cost_model_fmt;
     p.cost.arg = marg;
     *prob = p;
     return DEAR_OK;

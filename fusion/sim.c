@@ -10,13 +10,21 @@
 #include "include/dear_types.h"
 #include "base/log.h"
 
+static double cap_penalty(const dear_sim_model_arg_t *m, size_t bytes)
+{
+    return m->cap_bytes > 0 && bytes > m->cap_bytes ? DEAR_SIM_CAP_PENALTY_S * (double)bytes / (double)m->cap_bytes : 0;
+}
+
 double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes)
 {
     const dear_sim_model_arg_t *m = arg;
-    double t = dear_cost_eval(m->model, op, (double)bytes, NULL);
-    if (m->cap_bytes > 0 && bytes > m->cap_bytes)
-        t += DEAR_SIM_CAP_PENALTY_S * (double)bytes / (double)m->cap_bytes;
-    return t;
+    return dear_cost_eval(m->model, op, (double)bytes, NULL) + cap_penalty(m, bytes);
+}
+
+double dear_sim_cost_model_fmt(void *arg, dear_coll_op_t op, size_t wire, int c)
+{
+    const dear_sim_model_arg_t *m = arg;
+    return dear_cost_eval_fmt(m->model, op, c, (double)wire) + cap_penalty(m, wire);
 }
 
 
@@ -34,6 +42,7 @@ struct dear_sim_ws {
     double *wire_rs, *wire_ag;
     size_t *block;
     char *same_halves;
+    unsigned char *fmt_rs, *fmt_ag; /* per tensor: its formats (dear_compress_t) */
     int *run_end;
     int *first_tensor;  /* per layer: its first tensor, or -1 */
     int *last_tensor;   /* per layer: its last tensor, or -1 */
@@ -67,6 +76,8 @@ void dear_sim_ws_free(dear_sim_ws_t *ws)
     free(ws->wire_ag);
     free(ws->block);
     free(ws->same_halves);
+    free(ws->fmt_rs);
+    free(ws->fmt_ag);
     free(ws->run_end);
     free(ws->ops);
     free(ws);
@@ -88,13 +99,17 @@ static int wire_setup(dear_sim_ws_t *ws, const dear_profile_t *prof)
     ws->block = malloc(sizeof(size_t) * (size_t)nt);
     ws->same_halves = malloc((size_t)nt);
     ws->run_end = malloc(sizeof(int) * (size_t)nt);
-    if (!ws->wire_rs || !ws->wire_ag || !ws->block || !ws->same_halves || !ws->run_end)
+    ws->fmt_rs = malloc((size_t)nt);
+    ws->fmt_ag = malloc((size_t)nt);
+    if (!ws->wire_rs || !ws->wire_ag || !ws->block || !ws->same_halves || !ws->run_end || !ws->fmt_rs || !ws->fmt_ag)
         return DEAR_ERR_NOMEM;
     ws->wire_rs[0] = ws->wire_ag[0] = 0;
     for (int t = 0; t < nt; t++) {
         const dear_prof_tensor_t *pt = &prof->tensors[t];
         ws->block[t] = pt->block_bytes;
         ws->same_halves[t] = pt->compress_rs == pt->compress_ag;
+        ws->fmt_rs[t] = (unsigned char)pt->compress_rs;
+        ws->fmt_ag[t] = (unsigned char)pt->compress_ag;
         ws->wire_rs[t + 1] = ws->wire_rs[t] + dear_prof_wire_bytes(pt, DEAR_COLL_REDUCE_SCATTER);
         ws->wire_ag[t + 1] = ws->wire_ag[t] + dear_prof_wire_bytes(pt, DEAR_COLL_ALLGATHER);
     }
@@ -184,6 +199,17 @@ size_t dear_sim_ws_bytes(const dear_sim_ws_t *ws, int lo, int hi)
     return ws->prefix[hi] - ws->prefix[lo];
 }
 
+/* One collective of the run starting at tensor a, `wire` bytes: a dense compressed run by its
+ * format's cost when the cost function has one; sparse runs by their wire bytes alone (the
+ * sparse collectives leave their blocks' values as they are under int8). */
+static double wire_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int a, size_t wire)
+{
+    int f = op == DEAR_COLL_ALLGATHER ? ws->fmt_ag[a] : ws->fmt_rs[a];
+    if (cost->fmt_fn && ws->block[a] == 0 && f != DEAR_COMPRESS_NONE)
+        return cost->fmt_fn(cost->arg, op, wire, f);
+    return cost->fn(cost->arg, op, wire);
+}
+
 double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi)
 {
     if (!ws->wired)
@@ -195,11 +221,11 @@ double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, d
         size_t rs = (size_t)llround(ws->wire_rs[b] - ws->wire_rs[a]);
         size_t ag = (size_t)llround(ws->wire_ag[b] - ws->wire_ag[a]);
         if (op != DEAR_COLL_ALLREDUCE)
-            c += cost->fn(cost->arg, op, op == DEAR_COLL_ALLGATHER ? ag : rs);
+            c += wire_cost(ws, cost, op, a, op == DEAR_COLL_ALLGATHER ? ag : rs);
         else if (ws->block[a] == 0 && ws->same_halves[a])
-            c += cost->fn(cost->arg, op, rs);
+            c += wire_cost(ws, cost, op, a, rs);
         else
-            c += cost->fn(cost->arg, DEAR_COLL_REDUCE_SCATTER, rs) + cost->fn(cost->arg, DEAR_COLL_ALLGATHER, ag);
+            c += wire_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, a, rs) + wire_cost(ws, cost, DEAR_COLL_ALLGATHER, a, ag);
         a = b;
     }
     return c;

@@ -25,7 +25,8 @@
  * algorithm per size (dear_sim_cost_model) and a cap on bucket memory (buckets above the cap
  * cost a penalty that dominates any real time) or any other function (the tests' linear one).
  * Sparse and compressed tensors (profile.h) are priced by the bytes they put on the wire in each
- * phase, and a group is cut where the block or the formats change, as the runtime cuts it where
+ * phase (a dense compressed run by its format's cost, fmt_fn, when the cost has one: the measured
+ * curve of that format), and a group is cut where the block or the formats change, as the runtime cuts it where
  * the block or the type does (dear_sim_ws_group). The runtime
  * also cuts a sparse all-gather group at bucket boundaries; that cut is not priced.
  * Pure C.
@@ -43,9 +44,13 @@
 
 /* Seconds for one collective of `bytes` (full buffer). */
 typedef double (*dear_sim_cost_fn)(void *arg, dear_coll_op_t op, size_t bytes);
+/* Seconds for one collective of a float32 vector travelling in format c (a dear_compress_t other
+ * than none), `wire` bytes on the wire. */
+typedef double (*dear_sim_cost_fmt_fn)(void *arg, dear_coll_op_t op, size_t wire, int c);
 typedef struct {
     dear_sim_cost_fn fn;
     void *arg;
+    dear_sim_cost_fmt_fn fmt_fn; /* NULL: fn at the wire bytes */
 } dear_sim_cost_t;
 
 /* arg for dear_sim_cost_model: the cheapest valid algorithm of the model at each size; buckets
@@ -56,6 +61,8 @@ typedef struct {
     size_t cap_bytes;
 } dear_sim_model_arg_t;
 double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes);
+/* The same for compressed vectors: the model's format curve (dear_cost_eval_fmt). */
+double dear_sim_cost_model_fmt(void *arg, dear_coll_op_t op, size_t wire, int c);
 
 /* A recorded operation's kind: a collective (a dear_coll_op_t value) or a layer's compute. */
 enum { DEAR_SIM_FWD = DEAR_COLL_OP_COUNT, DEAR_SIM_BWD };

@@ -1,9 +1,11 @@
 /*
  * The cost model at commit: DEAR_CALIBRATE=auto measures reduce-scatter, all-gather and
  * all-reduce as the collectives layer will run them (its selection table) on the context's
- * private communicator, unless DEAR_CALIBRATION_FILE already holds those curves for this
- * communicator size and ranks per host; DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Rank 0 reads
- * the cache and every rank receives the model, so all plan from the same numbers. A corrupt
+ * private communicator, each also in the compressed formats the context's gradients travel in
+ * (DEAR_COMPRESS, DEAR_COMPRESS_AG), unless DEAR_CALIBRATION_FILE already holds those curves for
+ * this communicator size and ranks per host (what it lacks is measured and added);
+ * DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Rank 0 reads the cache and every rank receives the
+ * model, so all plan from the same numbers. A corrupt
  * cache is reported, kept as PATH.corrupt, measured again and replaced. This runs before the
  * progress thread starts: the communicator is the application thread's alone.
  */
@@ -42,15 +44,18 @@ static void log_model(const dear_ctx_t *ctx, const char *how)
     DEAR_INFO("plan", "cost model (%s) for P=%d, %d rank(s) per host: %s", ctx->online.cost.source, ctx->online.cost.comm_size,
               ctx->online.cost.ranks_per_host, how);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
-            const dear_cost_line_t *l = &ctx->online.cost.line[op][a];
+        for (int a = 0; a < DEAR_ALGO_COUNT + DEAR_COMPRESS_COUNT - 1; a++) {
+            int fmt = a >= DEAR_ALGO_COUNT ? a - DEAR_ALGO_COUNT + 1 : 0;
+            const dear_cost_line_t *l = fmt ? &ctx->online.cost.fmt[fmt][op] : &ctx->online.cost.line[op][a];
             if (!l->valid)
                 continue;
-            DEAR_INFO("plan", "  %s %-4s alpha %.2f us, beta %.4f ns/B (%.0f MB/s), gamma %.4f ns/B, fit error %.1f%% "
-                              "over %d sample(s)%s",
-                      dear_coll_op_short((dear_coll_op_t)op), dear_coll_algo_name((dear_coll_algo_t)a), 1e6 * l->alpha,
+            DEAR_INFO("plan", "  %s %s%s%s alpha %.2f us, beta %.4f ns/B (%.0f MB/s), gamma %.4f ns/B, fit error "
+                              "%.1f%% over %d sample(s)%s%s",
+                      dear_coll_op_short((dear_coll_op_t)op), dear_coll_algo_name(fmt ? DEAR_ALGO_AUTO : (dear_coll_algo_t)a),
+                      fmt ? "+" : "", fmt ? dear_compress_name((dear_compress_t)fmt) : "", 1e6 * l->alpha,
                       1e9 * l->beta, l->beta > 0 ? 1e-6 / l->beta : 0.0, 1e9 * l->gamma, 100 * l->fit_err,
-                      l->nsamples, l->npts >= 2 ? "; priced by the curve through the samples" : "");
+                      l->nsamples, l->npts >= 2 ? "; priced by the curve through the samples" : "",
+                      fmt ? " (bytes on the wire)" : "");
             for (int i = 0; i < l->npts; i++)
                 DEAR_INFO("plan", "    %.0f B: %.1f us (%.0f MB/s)", l->pt_bytes[i], 1e6 * l->pt_sec[i],
                           l->pt_sec[i] > 0 ? 1e-6 * l->pt_bytes[i] / l->pt_sec[i] : 0.0);
@@ -105,14 +110,58 @@ static int op_needed(const dear_ctx_t *ctx, int op)
     return op == DEAR_COLL_ALLREDUCE ? !split : split;
 }
 
-/* complete: every collective, for a DEAR_CALIBRATION_FILE, which then serves every schedule. */
-static int calibrate(dear_ctx_t *ctx, int complete)
+/* One curve of the model: a collective on float32 vectors travelling in format fmt (none: the
+ * auto line, else the format's curve, by wire bytes). */
+typedef struct {
+    int op, fmt;
+} calib_item_t;
+#define CALIB_MAX_ITEMS (2 * DEAR_COLL_OP_COUNT)
+
+static dear_cost_line_t *item_line(dear_cost_model_t *m, calib_item_t it)
+{
+    return it.fmt ? &m->fmt[it.fmt][it.op] : &m->line[it.op][DEAR_ALGO_AUTO];
+}
+
+static void item_add(calib_item_t *its, int *n, int op, int fmt)
+{
+    for (int i = 0; i < *n; i++)
+        if (its[i].op == op && its[i].fmt == fmt)
+            return;
+    its[(*n)++] = (calib_item_t){ op, fmt };
+}
+
+/* The curves the plans of this context are priced with (complete: every schedule's): each
+ * collective the schedule runs, and its compressed formats as the simulator prices them: each
+ * phase in its own, an all-reduce whole when both halves travel alike, else as its two halves. */
+static int items_needed(const dear_ctx_t *ctx, int complete, calib_item_t *its)
+{
+    dear_compress_t rs, ag;
+    int n = 0;
+    dear_compress_formats(ctx, &rs, &ag);
+    int split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        if (complete || op_needed(ctx, op))
+            item_add(its, &n, op, DEAR_COMPRESS_NONE);
+    if (rs == DEAR_COMPRESS_NONE && ag == DEAR_COMPRESS_NONE)
+        return n;
+    if (split || complete || rs != ag) {
+        item_add(its, &n, DEAR_COLL_REDUCE_SCATTER, rs);
+        item_add(its, &n, DEAR_COLL_ALLGATHER, ag);
+    }
+    if ((!split || complete) && rs == ag)
+        item_add(its, &n, DEAR_COLL_ALLREDUCE, rs);
+    return n;
+}
+
+/* Measure the curves its[0..nits) into ctx->online.cost (rank 0 assembles, everyone receives);
+ * the curves it already holds (loaded from the cache) are kept. */
+static int calibrate(dear_ctx_t *ctx, const calib_item_t *its, int nits)
 {
     int rc = DEAR_OK;
     size_t maxb = calib_bytes[CALIB_NSIZES - 1];
     float *buf = NULL;
     double *t = NULL, *tmax = NULL;
-    size_t nk = (size_t)DEAR_COLL_OP_COUNT * CALIB_NSIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
+    size_t nk = (size_t)nits * CALIB_NSIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
     double t_start = dear_now();
 
     /* The buffers the gradients' collectives run on: device memory under NCCL, else host. */
@@ -122,12 +171,14 @@ static int calibrate(dear_ctx_t *ctx, int complete)
     DEAR_ALLOC_GOTO(tmax, calloc(nt, sizeof *tmax), nt * sizeof *tmax, rc, out);
     DEAR_CHECK_GOTO(mo->zero(NULL, buf, maxb), rc, out); /* values stay 0 */
     for (int pass = 0; pass < CALIB_PASSES; pass++)
-        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-            for (int s = 0; s < CALIB_NSIZES && (complete || op_needed(ctx, op)); s++) {
+        for (int i = 0; i < nits; i++)
+            for (int s = 0; s < CALIB_NSIZES; s++) {
+                int op = its[i].op;
                 dear_coll_args_t args = { 0 };
                 args.op = (dear_coll_op_t)op;
                 args.algo = DEAR_ALGO_AUTO;
                 args.dtype = DEAR_FLOAT32;
+                args.compress = args.compress_ag = (dear_compress_t)its[i].fmt; /* no error feedback */
                 args.comm = ctx->cm.comm;
                 args.net = ctx->mem.net ? ctx->mem.net : ctx->cm.net;
                 args.mem = mo;
@@ -136,14 +187,15 @@ static int calibrate(dear_ctx_t *ctx, int complete)
                 args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->cm.size;
                 args.recvbuf = buf;
                 args.count = calib_bytes[s] / sizeof(float);
-                size_t k = (size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s;
+                size_t k = (size_t)pass * nk + (size_t)i * CALIB_NSIZES + (size_t)s;
                 int r1 = time_run(ctx, &args, calib_bytes[s], &t[k]);
                 if (r1 == DEAR_ERR_UNSUPPORTED) {
                     t[k] = -1; /* this size is beyond the algorithm: no sample */
                     continue;
                 }
                 if (r1 != DEAR_OK) {
-                    DEAR_ERROR("plan", "calibration: %s on %zu bytes failed: %s", dear_coll_op_short((dear_coll_op_t)op),
+                    DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed: %s",
+                               dear_coll_op_short((dear_coll_op_t)op), dear_compress_name((dear_compress_t)its[i].fmt),
                                calib_bytes[s], dear_status_string(r1));
                     rc = r1;
                     goto out;
@@ -151,46 +203,50 @@ static int calibrate(dear_ctx_t *ctx, int complete)
             }
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
     if (ctx->cm.rank == 0) {
-        dear_cost_model_t m;
-        memset(&m, 0, sizeof m);
-        m.comm_size = ctx->cm.size;
-        m.ranks_per_host = ctx->cm.topo.max_local_size;
-        snprintf(m.source, sizeof m.source, "fit");
-        for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        dear_cost_model_t *m = &ctx->online.cost;
+        m->comm_size = ctx->cm.size;
+        m->ranks_per_host = ctx->cm.topo.max_local_size;
+        snprintf(m->source, sizeof m->source, "fit");
+        for (int i = 0; i < nits; i++) {
+            int op = its[i].op;
             double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
             int n = 0;
-            if (!complete && !op_needed(ctx, op))
-                continue;
             for (int s = 0; s < CALIB_NSIZES; s++) {
                 double pv[CALIB_PASSES], lo = INFINITY, hi = 0;
                 for (int pass = 0; pass < CALIB_PASSES; pass++) {
-                    pv[pass] = tmax[(size_t)pass * nk + (size_t)op * CALIB_NSIZES + (size_t)s];
+                    pv[pass] = tmax[(size_t)pass * nk + (size_t)i * CALIB_NSIZES + (size_t)s];
                     lo = pv[pass] < lo ? pv[pass] : lo;
                     hi = pv[pass] > hi ? pv[pass] : hi;
                 }
                 if (pv[0] < 0) /* beyond the algorithm, in every pass alike */
                     continue;
                 double v = dear_median(pv, CALIB_PASSES);
-                xs[n] = (double)calib_bytes[s];
+                /* A format's curve is by the bytes on the wire, which is how the simulator asks. */
+                xs[n] = (double)calib_bytes[s] * dear_compress_ratio((dear_compress_t)its[i].fmt);
                 ys[n++] = v;
-                DEAR_DEBUG("plan", "calibration: %s %zu B: %.1f us per collective over a stream of %d (slowest rank, "
-                                   "median of %d passes, %.1f..%.1f us)",
-                           dear_coll_op_short((dear_coll_op_t)op), calib_bytes[s], 1e6 * v,
-                           reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS), CALIB_PASSES,
-                           1e6 * lo, 1e6 * hi);
+                DEAR_DEBUG("plan", "calibration: %s (%s) %zu B: %.1f us per collective over a stream of %d (slowest "
+                                   "rank, median of %d passes, %.1f..%.1f us)",
+                           dear_coll_op_short((dear_coll_op_t)op), dear_compress_name((dear_compress_t)its[i].fmt),
+                           calib_bytes[s], 1e6 * v, reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS),
+                           CALIB_PASSES, 1e6 * lo, 1e6 * hi);
             }
-            if (n < 2 || dear_cost_fit_curve(xs, ys, n, &m.line[op][DEAR_ALGO_AUTO]) != DEAR_OK)
-                DEAR_WARN("plan", "calibration: %d usable size(s) of %s, no curve: that collective is priced "
-                                  "as infinitely expensive",
-                          n, dear_coll_op_short((dear_coll_op_t)op));
+            if (n < 2 || dear_cost_fit_curve(xs, ys, n, item_line(m, its[i])) != DEAR_OK) {
+                if (its[i].fmt)
+                    DEAR_WARN("plan", "calibration: %d usable size(s) of %s in %s, no curve: priced by its wire "
+                                      "bytes alone", n, dear_coll_op_short((dear_coll_op_t)op),
+                              dear_compress_name((dear_compress_t)its[i].fmt));
+                else
+                    DEAR_WARN("plan", "calibration: %d usable size(s) of %s, no curve: that collective is priced "
+                                      "as infinitely expensive",
+                              n, dear_coll_op_short((dear_coll_op_t)op));
+            }
         }
-        ctx->online.cost = m;
     }
     DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->cm.comm), rc, out);
     ctx->online.calib_measured++;
-    DEAR_INFO("plan", "calibration: measured %d size(s) per collective, each as a stream of at least %zu bytes, "
+    DEAR_INFO("plan", "calibration: measured %d curve(s) of %d size(s), each as a stream of at least %zu bytes, "
                       "median of %d passes, in %.3f s",
-              CALIB_NSIZES, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
+              nits, CALIB_NSIZES, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
 out:
     if (buf)
         dear_rt_work_ops(ctx)->release(buf, 0);
@@ -199,13 +255,14 @@ out:
     return rc;
 }
 
-/* 1 if model has the auto curve of every collective the schedule runs (what calibrate measures). */
-static int model_covers(const dear_ctx_t *ctx, const dear_cost_model_t *m)
+/* The curves of its[0..n) that m lacks, moved to the front; returns their number. */
+static int items_missing(dear_cost_model_t *m, calib_item_t *its, int n)
 {
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        if (op_needed(ctx, op) && !m->line[op][DEAR_ALGO_AUTO].valid)
-            return 0;
-    return 1;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (!item_line(m, its[i])->valid)
+            its[k++] = its[i];
+    return k;
 }
 
 /* DEAR_CALIBRATE=auto: the cache (rank 0 reads, everyone receives), else a measurement. */
@@ -234,8 +291,8 @@ static int cost_calibrated(dear_ctx_t *ctx)
         } else if (lrc != DEAR_OK) {
             DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s cannot be read (%s): measuring again", path,
                       dear_status_string(lrc));
-        } else if (found > 0 && model_covers(ctx, &m)) {
-            ctx->online.cost = m;
+        } else if (found > 0) {
+            ctx->online.cost = m; /* what it lacks is measured below */
             verdict = 1;
         }
     }
@@ -248,13 +305,20 @@ static int cost_calibrated(dear_ctx_t *ctx)
             DEAR_ERROR("plan", "rank 0 refused DEAR_CALIBRATION_FILE (its message says why)");
         return DEAR_ERR_IO;
     }
-    if (verdict == 1) {
+    /* Every rank needs the loaded curves to agree on what is still to measure. */
+    if (verdict == 1)
         DEAR_MPI_CHECK(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->cm.comm));
+    else
+        memset(&ctx->online.cost, 0, sizeof ctx->online.cost);
+    calib_item_t its[CALIB_MAX_ITEMS];
+    int nits = items_missing(&ctx->online.cost, its, items_needed(ctx, use_file, its));
+    if (verdict == 1 && nits == 0) {
         log_model(ctx, "loaded from the calibration cache, nothing measured");
         return DEAR_OK;
     }
-    DEAR_CHECK(calibrate(ctx, use_file));
-    log_model(ctx, "measured at commit");
+    DEAR_CHECK(calibrate(ctx, its, nits));
+    log_model(ctx, verdict == 1 ? "loaded from the calibration cache, the curves it lacked measured at commit"
+                                : "measured at commit");
     if (ctx->cm.rank == 0 && use_file) {
         if (verdict == 2) {
             char bad[4200];

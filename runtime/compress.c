@@ -290,6 +290,12 @@ void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op)
     op->args.compress_ag = ctx->comp.ag;
 }
 
+void dear_compress_formats(const dear_ctx_t *ctx, dear_compress_t *rs, dear_compress_t *ag)
+{
+    *rs = ctx->comp.rs;
+    *ag = ctx->comp.ag;
+}
+
 static void compress_profile(const dear_ctx_t *ctx, dear_profile_t *prof)
 {
     for (int t = 0; t < ctx->reg.ntensors && t < prof->ntensors; t++)

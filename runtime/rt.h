@@ -737,6 +737,9 @@ int dear_shard_defer_switch(dear_ctx_t *ctx, dear_switch_t kind);
 /* compress.c */
 /* A float32 gradient operation's formats (buckets.c). */
 void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op);
+/* The formats float32 gradients travel in, fixed at commit: the reduce-scatters' (all-reduces')
+ * and the all-gathers' (calibrate.c times the collectives in them). */
+void dear_compress_formats(const dear_ctx_t *ctx, dear_compress_t *rs, dear_compress_t *ag);
 /* The pairs int8 refuses at commit, a pure function so that tests/mpi/test_combo.c asks the same:
  * 1 and the message (both named, what is accepted) under the deterministic mode (its blocks follow
  * the plan's shards) or with CUDA memory on the NCCL transport (nccl: NCCL cannot add int8). */

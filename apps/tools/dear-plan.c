@@ -596,7 +596,7 @@ static int write_svg(const plan_opts_t *o, const model_t *mu, const dear_cost_mo
     const dear_profile_t *prof = &mu->prof;
     int status = 0;
     dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
-    dear_sim_cost_t cost = { dear_sim_cost_model, &marg };
+    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt };
     dear_sim_result_t res = { 0 };
     dear_file_out_t out;
     char title[256];

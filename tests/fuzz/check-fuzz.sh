@@ -23,7 +23,7 @@ rm -f "$probe" "$probe.c"
 
 # What the readers link: fusion/ and base/ are MPI-free, so the sources compile alone.
 lib="fusion/profile.c fusion/planfile.c fusion/cost.c fusion/plan.c base/textio.c base/fileio.c base/log.c
-     base/tables.c base/status.c tests/fuzz/fuzz_common.c"
+     base/tables.c base/status.c base/util.c tests/fuzz/fuzz_common.c"
 status=0
 for reader in profile planfile cost; do
     # Longer than the largest seed of each format, short enough to keep executions fast.

@@ -56,6 +56,13 @@ static void expect_same(const dear_cost_line_t *a, const dear_cost_line_t *b)
                          b->pt_bytes[i], b->pt_sec[i]);
 }
 
+/* Line k of op in m: the algorithms' lines, then the compressed formats' curves. */
+#define NLINES (DEAR_ALGO_COUNT + DEAR_COMPRESS_COUNT - 1)
+static dear_cost_line_t *line_k(dear_cost_model_t *m, int op, int k)
+{
+    return k < DEAR_ALGO_COUNT ? &m->line[op][k] : &m->fmt[k - DEAR_ALGO_COUNT + 1][op];
+}
+
 int dear_fuzz_one(const uint8_t *data, size_t size)
 {
     char in[DEAR_FUZZ_PATH_MAX], again[DEAR_FUZZ_PATH_MAX];
@@ -73,9 +80,9 @@ int dear_fuzz_one(const uint8_t *data, size_t size)
                      m.ranks_per_host);
     int nvalid = 0;
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        for (int a = 0; a < DEAR_ALGO_COUNT; a++)
-            if (m.line[op][a].valid)
-                nvalid += check_line(&m.line[op][a]);
+        for (int k = 0; k < NLINES; k++)
+            if (line_k(&m, op, k)->valid)
+                nvalid += check_line(line_k(&m, op, k));
     /* found counts records, and a key given twice is one line: the last record wins. */
     DEAR_FUZZ_EXPECT(found >= nvalid && (found == 0) == (nvalid == 0), "%d records found, %d lines", found, nvalid);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
@@ -83,6 +90,8 @@ int dear_fuzz_one(const uint8_t *data, size_t size)
             int algo;
             double t = dear_cost_eval(&m, (dear_coll_op_t)op, 1 << 20, &algo);
             DEAR_FUZZ_EXPECT(!isnan(t) && (algo >= 0 || isinf(t)), "cost %g by algorithm %d", t, algo);
+            for (int c = 1; c < DEAR_COMPRESS_COUNT; c++)
+                DEAR_FUZZ_EXPECT(!isnan(dear_cost_eval_fmt(&m, (dear_coll_op_t)op, c, 1 << 20)), "format %d cost NaN", c);
         }
     if (nvalid == 0)
         return rc;
@@ -94,8 +103,8 @@ int dear_fuzz_one(const uint8_t *data, size_t size)
     DEAR_FUZZ_EXPECT(rc2 == DEAR_OK && found2 == nvalid, "a saved cache is refused (status %d, %d of %d lines)", rc2,
                      found2, nvalid);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        for (int a = 0; a < DEAR_ALGO_COUNT; a++)
-            if (m.line[op][a].valid)
-                expect_same(&m.line[op][a], &back.line[op][a]);
+        for (int k = 0; k < NLINES; k++)
+            if (line_k(&m, op, k)->valid)
+                expect_same(line_k(&m, op, k), line_k(&back, op, k));
     return rc;
 }

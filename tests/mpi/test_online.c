@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "base/params.h"
+#include "base/util.h"
 #include "fusion/estimate.h"
 #include "fusion/planfile.h"
 #include "fusion/units.h"
@@ -237,7 +238,7 @@ static void unset_all(void)
     const char *vars[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_FUSION_THRESHOLD", "DEAR_WARMUP_ITERS",
                            "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_CALIBRATION_FILE",
                            "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS", "DEAR_VERIFY_MARGIN", "DEAR_FIRST_PLAN",
-                           "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN", "DEAR_VERIFY_TRIES" };
+                           "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN", "DEAR_VERIFY_TRIES", "DEAR_COMPRESS" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -564,6 +565,27 @@ static dear_ctx_t *commit_logged(model_t *m)
     return ctx;
 }
 
+/* The captured log's last 300 characters: a whole log overflows Check's message. */
+static const char *log_tail(void)
+{
+    size_t n = strlen(logbuf);
+    return logbuf + (n > 300 ? n - 300 : 0);
+}
+
+/* The float32 lines of a and b agree to the cache's 9 significant digits. */
+static void same_lines(const dear_cost_model_t *a, const dear_cost_model_t *b)
+{
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        for (int k = 0; k < DEAR_ALGO_COUNT; k++) {
+            const dear_cost_line_t *x = &a->line[op][k], *y = &b->line[op][k];
+            ck_assert_int_eq(x->valid, y->valid);
+            ck_assert(fabs(x->alpha - y->alpha) <= 1e-8 * x->alpha && fabs(x->beta - y->beta) <= 1e-8 * x->beta);
+            ck_assert_int_eq(x->npts, y->npts);
+            for (int i = 0; i < x->npts; i++)
+                ck_assert(fabs(x->pt_sec[i] - y->pt_sec[i]) <= 1e-8 * x->pt_sec[i]);
+        }
+}
+
 static uint64_t cost_hash(const dear_ctx_t *ctx)
 {
     return fnv(1469598103934665603ULL, &ctx->online.cost.line, sizeof ctx->online.cost.line);
@@ -631,16 +653,7 @@ START_TEST(test_calibration)
     ck_assert_msg(rank != 0 || strstr(logbuf, "loaded from the calibration cache") != NULL, "log: %s", logbuf);
     ck_assert_msg(strstr(logbuf, "calibration: measured") == NULL, "measured again: %s", logbuf);
     ck_assert_msg(same_everywhere(cost_hash(ctx)), "ranks hold different cost models");
-    /* the cache keeps 9 significant digits */
-    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        for (int a = 0; a < DEAR_ALGO_COUNT; a++) {
-            const dear_cost_line_t *x = &fitted.line[op][a], *y = &ctx->online.cost.line[op][a];
-            ck_assert_int_eq(x->valid, y->valid);
-            ck_assert(fabs(x->alpha - y->alpha) <= 1e-8 * x->alpha && fabs(x->beta - y->beta) <= 1e-8 * x->beta);
-            ck_assert_int_eq(x->npts, y->npts);
-            for (int i = 0; i < x->npts; i++)
-                ck_assert(fabs(x->pt_sec[i] - y->pt_sec[i]) <= 1e-8 * x->pt_sec[i]);
-        }
+    same_lines(&fitted, &ctx->online.cost);
     train(ctx, &m, "dear", ITERS);
     ck_assert_int_eq(ctx->online.nplans, 4);
     ck_assert_msg(same_everywhere(plan_hash(&ctx->graph.plan)), "ranks ended on different plans");
@@ -696,6 +709,48 @@ START_TEST(test_calibration)
     ctx = commit_logged(&m);
     ck_assert_int_eq(ctx->online.calib_measured, 1);
     ck_assert(ctx->online.cost.line[DEAR_COLL_ALLREDUCE][DEAR_ALGO_AUTO].valid);
+    dear_cost_model_t float32_lines = ctx->online.cost;
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+
+    /* 6: int8 gradients: the cache's float32 curves are kept and only int8's are measured (all
+     * three collectives, for the cache), as the collectives run them, by the bytes on the wire;
+     * the cache then holds them too */
+    setenv("DEAR_COMPRESS", "int8", 1);
+    model_init(&m);
+    ctx = commit_logged(&m);
+    ck_assert_int_eq(ctx->online.calib_measured, 1);
+    ck_assert_msg(rank != 0 || strstr(logbuf, "the curves it lacked measured") != NULL, "log ends: %s", log_tail());
+    ck_assert_msg(strstr(logbuf, "measured 3 curve(s)") != NULL, "log ends: %s", log_tail());
+    same_lines(&float32_lines, &ctx->online.cost);
+    double ratio = dear_compress_ratio(DEAR_COMPRESS_INT8);
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        const dear_cost_line_t *c = &ctx->online.cost.fmt[DEAR_COMPRESS_INT8][op];
+        ck_assert_msg(c->valid && c->npts == 7, "%s int8 curve valid %d with %d points",
+                      dear_coll_op_short((dear_coll_op_t)op), c->valid, c->npts);
+        ck_assert(fabs(c->pt_bytes[0] - 8192 * ratio) < 1e-6 && c->pt_sec[0] > 0);
+        ck_assert(!ctx->online.cost.fmt[DEAR_COMPRESS_BF16][op].valid);
+    }
+    ck_assert_msg(same_everywhere(fnv(1469598103934665603ULL, &ctx->online.cost.fmt, sizeof ctx->online.cost.fmt)),
+                  "ranks hold different format curves");
+    train(ctx, &m, "dear", ITERS);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+    model_init(&m);
+    ctx = commit_logged(&m);
+    ck_assert_int_eq(ctx->online.calib_measured, 0);
+    ck_assert(ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_REDUCE_SCATTER].valid);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+
+    /* 7: without a cache, only what the schedule runs: int8's two phases, no all-reduce */
+    unsetenv("DEAR_CALIBRATION_FILE");
+    model_init(&m);
+    ctx = commit_logged(&m);
+    ck_assert_msg(strstr(logbuf, "measured 4 curve(s)") != NULL, "log ends: %s", log_tail());
+    ck_assert(ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_REDUCE_SCATTER].valid);
+    ck_assert(ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_ALLGATHER].valid);
+    ck_assert(!ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_ALLREDUCE].valid);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     model_free(&m);
     if (rank == 0)

@@ -108,6 +108,13 @@ static double lin_cost(void *arg, dear_coll_op_t op, size_t bytes)
     return l->alpha[op] + l->beta[op] * (double)bytes;
 }
 
+/* A format cost the plain one cannot produce: 100 s plus the format plus the op, per wire byte. */
+static double fmt_cost(void *arg, dear_coll_op_t op, size_t wire, int c)
+{
+    (void)arg;
+    return 100 + c + 10 * op + 1e-3 * (double)wire;
+}
+
 /* Group of p holding unit t, by binary search. */
 static int group_of(const dear_partition_t *p, int t)
 {
@@ -295,6 +302,34 @@ START_TEST(cost_file_round_trip)
 }
 END_TEST
 
+/* m saved to path (merged with what it holds) and loaded back for m's key into *back; returns
+ * the records found. */
+static int cache_round_trip(const char *path, const dear_cost_model_t *m, dear_cost_model_t *back)
+{
+    int found = -1;
+    ck_assert_int_eq(dear_cost_save(path, m), DEAR_OK);
+    ck_assert_int_eq(dear_cost_load(path, m->comm_size, m->ranks_per_host, back, &found), DEAR_OK);
+    return found;
+}
+
+/* Each of bad[0..n), between the cache text before and after, is refused by the cache reader
+ * (whatever the key), whose error names the file and line (where) and what it accepts (what).
+ * Run under capture(). */
+static void cache_refuses(const char *path, const char *before, const char *after, const char *const *bad, size_t n,
+                          const char *where, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        char text[200];
+        dear_cost_model_t back;
+        int found = 0;
+        snprintf(text, sizeof text, "%s%s%s", before, bad[i], after);
+        write_file(path, text);
+        logbuf[0] = '\0';
+        ck_assert_int_eq(dear_cost_load(path, 4, 1, &back, &found), DEAR_ERR_FORMAT);
+        ck_assert_msg(strstr(logbuf, where) && strstr(logbuf, what), "%s: log: %s", bad[i], logbuf);
+    }
+}
+
 /* A measured cost that is not one line (a burst allowance, an algorithm switch at 1 MiB): the
  * curve reproduces every sample, interpolates between them and extends at the largest sample's
  * time per byte; noise
@@ -352,11 +387,8 @@ START_TEST(cost_curve)
     /* Round trip through the cache file, 9 significant digits. */
     const char *path = tmpfile_path("curve.txt");
     unlink(path);
-    ck_assert_int_eq(dear_cost_save(path, &m), DEAR_OK);
     dear_cost_model_t back;
-    int found = 0;
-    ck_assert_int_eq(dear_cost_load(path, 4, 1, &back, &found), DEAR_OK);
-    ck_assert_int_eq(found, 2);
+    ck_assert_int_eq(cache_round_trip(path, &m, &back), 2);
     const dear_cost_line_t *bl = &back.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_AUTO];
     ck_assert_int_eq(bl->npts, 5);
     for (int i = 0; i < 5; i++) {
@@ -368,14 +400,8 @@ START_TEST(cost_curve)
     static const char *const bad[] = { "8192:1e-4", "8192:1e-4,4096:2e-4", "8192:2e-4,16384:1e-4",
                                        "8192-1e-4,16384:2e-4", "8192:x,16384:2e-4", "8192:0,16384:2e-4" };
     capture();
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char text[200];
-        snprintf(text, sizeof text, "dear-cost 1\n4 1 rs auto 1e-4 1e-9 0 0 2 %s\n", bad[i]);
-        write_file(path, text);
-        logbuf[0] = '\0';
-        ck_assert_int_eq(dear_cost_load(path, 4, 1, &back, &found), DEAR_ERR_FORMAT);
-        ck_assert_msg(strstr(logbuf, "curve.txt:2:") && strstr(logbuf, "BYTES:SECONDS"), "log: %s", logbuf);
-    }
+    cache_refuses(path, "dear-cost 1\n4 1 rs auto 1e-4 1e-9 0 0 2 ", "\n", bad, sizeof bad / sizeof bad[0],
+                  "curve.txt:2:", "BYTES:SECONDS");
     double same[2] = { 5, 5 }, t2[2] = { 1, 2 }, many[DEAR_COST_MAXPTS + 1];
     ck_assert_int_eq(dear_cost_fit_curve(same, t2, 2, &l), DEAR_ERR_ARG);
     for (int i = 0; i <= DEAR_COST_MAXPTS; i++)
@@ -384,6 +410,58 @@ START_TEST(cost_curve)
     ck_assert(strstr(logbuf, "at most") != NULL);
     uncapture();
     unlink(path);
+}
+END_TEST
+
+/* A compressed format's curve prices its collectives by wire bytes; a format without one falls
+ * back to the float32 curve at the wire bytes; the cache keeps it as auto+FORMAT and refuses
+ * any other spelling; scaling grows it like the auto line. */
+START_TEST(cost_format_curves)
+{
+    dear_cost_model_t m;
+    memset(&m, 0, sizeof m);
+    m.comm_size = 4;
+    m.ranks_per_host = 2;
+    m.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_AUTO] = (dear_cost_line_t){ .valid = 1, .alpha = 1e-4, .beta = 1e-9 };
+    double x[3] = { 2080, 16640, 133120 }, y[3] = { 3e-4, 5e-4, 9e-4 };
+    dear_cost_line_t *q8 = &m.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_REDUCE_SCATTER];
+    ck_assert_int_eq(dear_cost_fit_curve(x, y, 3, q8), DEAR_OK);
+    EQ(dear_cost_eval_fmt(&m, DEAR_COLL_REDUCE_SCATTER, DEAR_COMPRESS_INT8, 16640), 5e-4);
+    EQ(dear_cost_eval_fmt(&m, DEAR_COLL_REDUCE_SCATTER, DEAR_COMPRESS_BF16, 16640), 1e-4 + 1e-9 * 16640);
+    EQ(dear_cost_eval_fmt(&m, DEAR_COLL_REDUCE_SCATTER, DEAR_COMPRESS_NONE, 16640), 1e-4 + 1e-9 * 16640);
+    EQ(dear_cost_eval_fmt(&m, DEAR_COLL_REDUCE_SCATTER, 99, 16640), 1e-4 + 1e-9 * 16640);
+    ck_assert(!isfinite(dear_cost_eval_fmt(&m, DEAR_COLL_ALLGATHER, DEAR_COMPRESS_INT8, 16640)));
+
+    const char *path = tmpfile_path("fmt.txt");
+    unlink(path);
+    dear_cost_model_t back;
+    ck_assert_int_eq(cache_round_trip(path, &m, &back), 2);
+    FILE *f = fopen(path, "r");
+    char text[4096] = "";
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[got] = '\0';
+    ck_assert_msg(strstr(text, "\n4 2 rs auto+int8 ") != NULL, "file: %s", text);
+    const dear_cost_line_t *bq = &back.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_REDUCE_SCATTER];
+    ck_assert_int_eq(bq->npts, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert(fabs(bq->pt_sec[i] - y[i]) <= 1e-8 * y[i]);
+    ck_assert(!back.fmt[DEAR_COMPRESS_BF16][DEAR_COLL_REDUCE_SCATTER].valid);
+    ck_assert(!back.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_RING].valid);
+    /* Saving again replaces the layout's records, format curves included: no duplicates. */
+    ck_assert_int_eq(cache_round_trip(path, &m, &back), 2);
+
+    static const char *const bad[] = { "auto+none", "ring+int8", "auto+int4", "auto+", "+int8" };
+    capture();
+    cache_refuses(path, "dear-cost 1\n4 2 rs ", " 1e-4 1e-9 0 0 2\n", bad, sizeof bad / sizeof bad[0], "fmt.txt:2:",
+                  "auto+FORMAT");
+    uncapture();
+    unlink(path);
+
+    dear_cost_model_t m8;
+    ck_assert_int_eq(dear_cost_scale(&m, 8, &m8), DEAR_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert(m8.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_REDUCE_SCATTER].pt_sec[i] > y[i]);
 }
 END_TEST
 
@@ -601,7 +679,7 @@ START_TEST(sim_sync_and_wfbp_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l };
+    dear_sim_cost_t c = { lin_cost, &l, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 }, split[3] = { 0, 1, 3 };
     dear_plan_t pn, po, ps;
     plan2(&pn, 3, 3, none, 3, none);
@@ -639,7 +717,7 @@ START_TEST(sim_dear_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l };
+    dear_sim_cost_t c = { lin_cost, &l, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, pm;
     plan2(&pn, 3, 3, none, 3, none);
@@ -678,7 +756,7 @@ START_TEST(sim_dear_early_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
-    dear_sim_cost_t c = { lin_cost, &l };
+    dear_sim_cost_t c = { lin_cost, &l, NULL };
     dear_plan_t pl;
     hand_plan_early(&pl);
     /* Steady state: backward runs fw..fw+6 with gradients at fw+2, +4, +6. RS2 fw+2..+4, early
@@ -714,7 +792,7 @@ START_TEST(sim_dear_early_stepped_by_hand)
     dear_profile_t p;
     hand_prof_bytes(&p, 100, 20, 420);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG: 1, 0.6, 2.6 s */
-    dear_sim_cost_t c = { lin_cost, &l };
+    dear_sim_cost_t c = { lin_cost, &l, NULL };
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     hand_plan_early(&pl);
@@ -763,7 +841,7 @@ START_TEST(sim_sparse_by_hand)
     p.tensors[2].density_rs = 0.2;
     p.tensors[2].density_ag = 0.5;
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l };
+    dear_sim_cost_t c = { lin_cost, &l, NULL };
     dear_sim_ws_t *ws;
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
     /* A group spanning dense and sparse tensors is two collectives, each paying its start-up. */
@@ -805,7 +883,7 @@ START_TEST(sim_compress_by_hand)
     make_prof(&half, 3, fw, bw, 3, lay, by);
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l };
+    dear_sim_cost_t c = { lin_cost, &l, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, po;
     plan2(&pn, 3, 3, none, 3, none);
@@ -842,6 +920,26 @@ START_TEST(sim_compress_by_hand)
     EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 0.2 * (300 + 300 / 30 * 4));
     p.tensors[2].density_rs = 1;
     EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 75 + 75.0 / 256 * 4);
+    /* With a format cost, a dense compressed run is priced by it; float32 and sparse runs keep
+     * the plain cost; an all-reduce whose halves travel alike is one collective in its format. */
+    dear_sim_cost_t cf = { lin_cost, &l, fmt_cost };
+    p.tensors[2].block_bytes = 0;
+    dear_prof_set_compress(&p, -1, DEAR_COMPRESS_INT8, DEAR_COMPRESS_INT8);
+    ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
+    double w3 = 150 + 150.0 / 256 * 4;
+    EQ(dear_sim_ws_group(ws, &cf, DEAR_COLL_REDUCE_SCATTER, 0, 3), fmt_cost(NULL, DEAR_COLL_REDUCE_SCATTER, (size_t)llround(w3), DEAR_COMPRESS_INT8));
+    EQ(dear_sim_ws_group(ws, &cf, DEAR_COLL_ALLREDUCE, 0, 3), fmt_cost(NULL, DEAR_COLL_ALLREDUCE, (size_t)llround(w3), DEAR_COMPRESS_INT8));
+    EQ(dear_sim_ws_group(ws, &c, DEAR_COLL_REDUCE_SCATTER, 0, 3), 0.5 + 0.005 * (double)llround(w3));
+    dear_sim_ws_free(ws);
+    dear_prof_set_compress(&p, 0, DEAR_COMPRESS_NONE, DEAR_COMPRESS_NONE);
+    p.tensors[2].block_bytes = 30;
+    p.tensors[2].density_rs = 0.2;
+    ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
+    double sparse = 0.2 * (300 + 300 / 30 * 4);
+    EQ(dear_sim_ws_group(ws, &cf, DEAR_COLL_REDUCE_SCATTER, 0, 3),
+       (0.5 + 0.005 * 100) + fmt_cost(NULL, DEAR_COLL_REDUCE_SCATTER, (size_t)llround(200 / 4.0 * (1 + 4.0 / 256)), DEAR_COMPRESS_INT8) +
+           (0.5 + 0.005 * (double)llround(sparse)));
+    dear_sim_ws_free(ws);
     dear_plan_free(&pn);
     dear_plan_free(&po);
     dear_prof_free(&p);
@@ -859,7 +957,7 @@ START_TEST(sim_dear_layers_without_tensors)
     dear_profile_t p;
     make_prof(&p, 4, fw, bw, 3, lay, by);
     lin_arg_t l = lin(1, 0.01, 1, 0.01);   /* RS/AG of 100 B: 2 s */
-    dear_sim_cost_t c = { lin_cost, &l };
+    dear_sim_cost_t c = { lin_cost, &l, NULL };
     int rs[2] = { 0, 3 }, ag[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     plan2(&pl, 3, 1, rs, 3, ag);
@@ -1045,7 +1143,7 @@ START_TEST(dp_equals_brute_force)
         dear_profile_t p;
         lin_arg_t l;
         any_instance(&p, n, &l, inst, 120);
-        dear_sim_cost_t c = { lin_cost, &l };
+        dear_sim_cost_t c = { lin_cost, &l, NULL };
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         int rs[16], ag[16], nrs, nag;
         /* wfbp: brute force over all-reduce bucketings. */
@@ -1158,7 +1256,7 @@ START_TEST(dp_split_equals_brute_force)
         if (inst % 2) /* backward-heavy: the link idles in backward, early groups pay */
             for (int i = 0; i < p.nlayers; i++)
                 p.layers[i].bwd_s *= 3;
-        dear_sim_cost_t c = { lin_cost, &l };
+        dear_sim_cost_t c = { lin_cost, &l, NULL };
         dear_sim_ws_t *ws;
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         dear_plan_problem_t prob;
@@ -1236,7 +1334,7 @@ START_TEST(dp_search_equals_best_split)
          * and read back for the other shows. */
         l.alpha[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
         l.beta[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
-        dear_sim_cost_t c = { lin_cost, &l };
+        dear_sim_cost_t c = { lin_cost, &l, NULL };
         dear_plan_problem_t prob;
         problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
         double best = INFINITY;
@@ -2087,7 +2185,7 @@ START_TEST(estimate_robust_is_minimax)
     for (int si = 0; si < 2; si++) {
         dear_profile_t base;
         eight_layers(&base, 1.0);
-        dear_plan_problem_t prob = { .prof = &base, .sched = scheds[si], .cost = { lin_cost, &l }, .threshold = 100000 };
+        dear_plan_problem_t prob = { .prof = &base, .sched = scheds[si], .cost = { lin_cost, &l, NULL }, .threshold = 100000 };
         for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
             prob.alpha[op] = l.alpha[op], prob.beta[op] = l.beta[op];
         double comm = dear_estimate_comm_s(&prob, &base);
@@ -2298,6 +2396,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, cost_per_size_switch);
     tcase_add_test(tc, cost_file_round_trip);
     tcase_add_test(tc, cost_curve);
+    tcase_add_test(tc, cost_format_curves);
     suite_add_tcase(s, tc);
     tc = tcase_create("profile");
     tcase_add_test(tc, profile_round_trip);
