@@ -260,7 +260,8 @@ def layouts_section(res, rate_text):
     out = ["Iteration time in ms (median over the rounds; in brackets the quartiles) and iter/bound, the bound at "
            "%s on each host's link; float32 communication twice the compute." % rate_note, "",
            "| layout | case | wfbp+64M float32 | dear:auto+bf16 | dear:auto+int8 | int8 iter/bound | int8 over w64 "
-           "(goal >= 2.5x) | int8 over bf16 (goal > 1) |", "|---|---|---|---|---|---|---|---|"]
+           "(goal >= 2.5x) | int8 over bf16 (goal > 1) | prediction error bf16 / int8 |",
+           "|---|---|---|---|---|---|---|---|---|"]
     keys = []
     for r in rows:
         if (r["layout"], r["case"]) not in keys:
@@ -279,7 +280,12 @@ def layouts_section(res, rate_text):
                       goal_cell(float(b["iter_ms"]) / qi, float(b["iter_ms"]) / qi > 1)]
         else:
             cells += [NOT_MEASURED] * 3
+        err = lambda r: "%+.1f%%" % float(r["pred_err_pct"]) if r and r.get("pred_err_pct", "nan") != "nan" else "-"
+        cells.append("%s / %s" % (err(b), err(q)))
         out.append("| %s | %s | %s |" % (layout, case, " | ".join(cells)))
+    out += ["", "Prediction error: the simulator's iteration for the plan that ran, with the runtime's calibration "
+            "(compressed collectives by the curves measured in their format), against the measured median; "
+            "negative: the run was slower."]
     return out
 
 
