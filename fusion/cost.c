@@ -314,12 +314,12 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
     }
     dear_cost_model_t m = *in;
     int p0 = in->comm_size, p1 = comm_size;
-    double bw = ((double)(p1 - 1) / p1) / ((double)(p0 - 1) / p0);
+    double bw = ((double)(p1 - 1) / p1) / ((double)(p0 - 1) / p0), ring = ring_steps(p1) / ring_steps(p0);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
         for (int a = 0; a < DEAR_ALGO_COUNT; a++)
-            scale_line(&m.line[op][a], a == DEAR_ALGO_RHD ? log_steps(p1) / log_steps(p0) : ring_steps(p1) / ring_steps(p0), bw);
+            scale_line(&m.line[op][a], a == DEAR_ALGO_RHD ? log_steps(p1) / log_steps(p0) : ring, bw);
         for (int c = 1; c < DEAR_COMPRESS_COUNT; c++) /* auto curves: scaled like the ring */
-            scale_line(&m.fmt[c][op], ring_steps(p1) / ring_steps(p0), bw);
+            scale_line(&m.fmt[c][op], ring, bw);
     }
     m.comm_size = p1;
     *out = m;
@@ -381,8 +381,8 @@ static int parse_points(char *text, dear_cost_line_t *line)
 static void write_record(FILE *f, int p, int rph, int op, int algo, int fmt, const dear_cost_line_t *l)
 {
     fprintf(f, "%d %d %s %s%s%s %.9g %.9g %.9g %.6g %d", p, rph, dear_coll_op_short((dear_coll_op_t)op),
-            dear_coll_algo_name((dear_coll_algo_t)algo), fmt ? "+" : "", fmt ? dear_compress_name((dear_compress_t)fmt) : "",
-            l->alpha, l->beta, l->gamma, l->fit_err, l->nsamples);
+            dear_coll_algo_name((dear_coll_algo_t)algo), fmt ? "+" : "",
+            fmt ? dear_compress_name((dear_compress_t)fmt) : "", l->alpha, l->beta, l->gamma, l->fit_err, l->nsamples);
     for (int i = 0; i < l->npts; i++)
         fprintf(f, "%c%.9g:%.9g", i ? ',' : ' ', l->pt_bytes[i], l->pt_sec[i]);
     fputc('\n', f);
@@ -444,8 +444,8 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
             dear_text_long(fld[8], 0, 1000000000L, &ns)) {
             DEAR_ERROR("cost",
                        "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto|auto+FORMAT alpha beta gamma "
-                       "fit_err nsamples [points]' (FORMAT: bf16, fp16 or int8) with 1 <= ranks_per_host <= P <= %d, alpha in [0, %g] s, beta and "
-                       "gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
+                       "fit_err nsamples [points]' (FORMAT: bf16, fp16 or int8) with 1 <= ranks_per_host <= P <= "
+                       "%d, alpha in [0, %g] s, beta and gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
                        path, lineno, COST_MAX_RANKS, COST_MAX_ALPHA_S, COST_MAX_S_PER_BYTE, COST_MAX_FIT_ERR);
             rc = DEAR_ERR_FORMAT;
             break;
@@ -560,8 +560,9 @@ static void print_line(FILE *out, int op, const char *name, const dear_cost_line
 {
     if (!l->valid)
         return;
-    fprintf(out, "  %s %-4s alpha %10.3f us  beta %8.4f ns/B (%7.1f MB/s)", dear_coll_op_short((dear_coll_op_t)op), name,
-            l->alpha * 1e6, (l->beta + l->gamma) * 1e9, l->beta + l->gamma > 0 ? 1e-6 / (l->beta + l->gamma) : INFINITY);
+    double b = l->beta + l->gamma;
+    fprintf(out, "  %s %-4s alpha %10.3f us  beta %8.4f ns/B (%7.1f MB/s)", dear_coll_op_short((dear_coll_op_t)op),
+            name, l->alpha * 1e6, b * 1e9, b > 0 ? 1e-6 / b : INFINITY);
     if (l->npts >= 2)
         fprintf(out, "  curve through %d measured sizes (%.0f%% from linear)", l->npts, 100 * l->fit_err);
     else if (l->nsamples > 0)

@@ -36,12 +36,12 @@ struct dear_sim_ws {
     double *ready;      /* per tensor: seconds after backward start when its gradient is ready */
     size_t *prefix;     /* prefix[t] = bytes of tensors 0..t-1 (ntensors + 1) */
     /* Sparse or compressed tensors (only when the profile has any): the wire bytes of each phase
-     * as prefix sums, each tensor's block, whether its all-reduce's halves travel alike, and the
-     * end of its run of tensors with the same block and formats (the runtime cuts buckets there). */
+     * as prefix sums, each tensor's block and formats (its all-reduce is one collective when both
+     * halves travel alike), and the end of its run of tensors with the same block and formats
+     * (the runtime cuts buckets there). */
     int wired;
     double *wire_rs, *wire_ag;
     size_t *block;
-    char *same_halves;
     unsigned char *fmt_rs, *fmt_ag; /* per tensor: its formats (dear_compress_t) */
     int *run_end;
     int *first_tensor;  /* per layer: its first tensor, or -1 */
@@ -75,7 +75,6 @@ void dear_sim_ws_free(dear_sim_ws_t *ws)
     free(ws->wire_rs);
     free(ws->wire_ag);
     free(ws->block);
-    free(ws->same_halves);
     free(ws->fmt_rs);
     free(ws->fmt_ag);
     free(ws->run_end);
@@ -97,17 +96,15 @@ static int wire_setup(dear_sim_ws_t *ws, const dear_profile_t *prof)
     ws->wire_rs = malloc(sizeof(double) * (size_t)(nt + 1));
     ws->wire_ag = malloc(sizeof(double) * (size_t)(nt + 1));
     ws->block = malloc(sizeof(size_t) * (size_t)nt);
-    ws->same_halves = malloc((size_t)nt);
     ws->run_end = malloc(sizeof(int) * (size_t)nt);
     ws->fmt_rs = malloc((size_t)nt);
     ws->fmt_ag = malloc((size_t)nt);
-    if (!ws->wire_rs || !ws->wire_ag || !ws->block || !ws->same_halves || !ws->run_end || !ws->fmt_rs || !ws->fmt_ag)
+    if (!ws->wire_rs || !ws->wire_ag || !ws->block || !ws->run_end || !ws->fmt_rs || !ws->fmt_ag)
         return DEAR_ERR_NOMEM;
     ws->wire_rs[0] = ws->wire_ag[0] = 0;
     for (int t = 0; t < nt; t++) {
         const dear_prof_tensor_t *pt = &prof->tensors[t];
         ws->block[t] = pt->block_bytes;
-        ws->same_halves[t] = pt->compress_rs == pt->compress_ag;
         ws->fmt_rs[t] = (unsigned char)pt->compress_rs;
         ws->fmt_ag[t] = (unsigned char)pt->compress_ag;
         ws->wire_rs[t + 1] = ws->wire_rs[t] + dear_prof_wire_bytes(pt, DEAR_COLL_REDUCE_SCATTER);
@@ -222,10 +219,11 @@ double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, d
         size_t ag = (size_t)llround(ws->wire_ag[b] - ws->wire_ag[a]);
         if (op != DEAR_COLL_ALLREDUCE)
             c += wire_cost(ws, cost, op, a, op == DEAR_COLL_ALLGATHER ? ag : rs);
-        else if (ws->block[a] == 0 && ws->same_halves[a])
+        else if (ws->block[a] == 0 && ws->fmt_rs[a] == ws->fmt_ag[a])
             c += wire_cost(ws, cost, op, a, rs);
         else
-            c += wire_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, a, rs) + wire_cost(ws, cost, DEAR_COLL_ALLGATHER, a, ag);
+            c += wire_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, a, rs) +
+                 wire_cost(ws, cost, DEAR_COLL_ALLGATHER, a, ag);
         a = b;
     }
     return c;

@@ -26,8 +26,8 @@
  * cost a penalty that dominates any real time) or any other function (the tests' linear one).
  * Sparse and compressed tensors (profile.h) are priced by the bytes they put on the wire in each
  * phase (a dense compressed run by its format's cost, fmt_fn, when the cost has one: the measured
- * curve of that format), and a group is cut where the block or the formats change, as the runtime cuts it where
- * the block or the type does (dear_sim_ws_group). The runtime
+ * curve of that format), and a group is cut where the block or the formats change, as the
+ * runtime cuts it where the block or the type does (dear_sim_ws_group). The runtime
  * also cuts a sparse all-gather group at bucket boundaries; that cut is not priced.
  * Pure C.
  */

@@ -5,9 +5,9 @@
  * (DEAR_COMPRESS, DEAR_COMPRESS_AG), unless DEAR_CALIBRATION_FILE already holds those curves for
  * this communicator size and ranks per host (what it lacks is measured and added);
  * DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Rank 0 reads the cache and every rank receives the
- * model, so all plan from the same numbers. A corrupt
- * cache is reported, kept as PATH.corrupt, measured again and replaced. This runs before the
- * progress thread starts: the communicator is the application thread's alone.
+ * model, so all plan from the same numbers. A corrupt cache is reported, kept as PATH.corrupt,
+ * measured again and replaced. This runs before the progress thread starts: the communicator is
+ * the application thread's alone.
  */
 #include <math.h>
 #include <stdio.h>
@@ -51,8 +51,9 @@ static void log_model(const dear_ctx_t *ctx, const char *how)
                 continue;
             DEAR_INFO("plan", "  %s %s%s%s alpha %.2f us, beta %.4f ns/B (%.0f MB/s), gamma %.4f ns/B, fit error "
                               "%.1f%% over %d sample(s)%s%s",
-                      dear_coll_op_short((dear_coll_op_t)op), dear_coll_algo_name(fmt ? DEAR_ALGO_AUTO : (dear_coll_algo_t)a),
-                      fmt ? "+" : "", fmt ? dear_compress_name((dear_compress_t)fmt) : "", 1e6 * l->alpha,
+                      dear_coll_op_short((dear_coll_op_t)op),
+                      dear_coll_algo_name(fmt ? DEAR_ALGO_AUTO : (dear_coll_algo_t)a), fmt ? "+" : "",
+                      fmt ? dear_compress_name((dear_compress_t)fmt) : "", 1e6 * l->alpha,
                       1e9 * l->beta, l->beta > 0 ? 1e-6 / l->beta : 0.0, 1e9 * l->gamma, 100 * l->fit_err,
                       l->nsamples, l->npts >= 2 ? "; priced by the curve through the samples" : "",
                       fmt ? " (bytes on the wire)" : "");
