@@ -803,31 +803,51 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
 
 int dear_coll_wait(dear_coll_req_t *req)
 {
-    int done = 0;
+    int which;
+    return dear_coll_waitany(&req, 1, &which);
+}
+
+int dear_coll_waitany(dear_coll_req_t *const *reqs, int n, int *which)
+{
+    if (reqs == NULL || which == NULL || n < 1)
+        return DEAR_ERR_ARG;
     double since = dear_now();
-    size_t events = req->events;
-    dear_transport_t *tp = dear_coll_transport(req);
+    size_t events = 0;
+    /* One transport that can sleep for all of them, or polling. */
+    dear_transport_t *tp = dear_coll_transport(reqs[0]);
+    for (int i = 0; i < n; i++) {
+        events += reqs[i]->events;
+        if (i > 0 && dear_coll_transport(reqs[i]) != tp)
+            tp = NULL;
+    }
     for (;;) {
         uint64_t msgs0 = 0, msgs1 = 0;
+        size_t ev = 0;
         dear_transport_counters(tp, &msgs0, NULL);
-        DEAR_CHECK(dear_coll_progress(req, &done));
-        if (done)
-            return DEAR_OK;
+        for (int i = 0; i < n; i++) {
+            int done = 0;
+            DEAR_CHECK(dear_coll_progress(reqs[i], &done));
+            if (done) {
+                *which = i;
+                return DEAR_OK;
+            }
+            ev += reqs[i]->events;
+        }
         if (tp) {
             /* Sleep until the transport has something, unless this round moved a message (then
              * the algorithm may have more to post). The timeout only bounds a missed case. */
             dear_transport_counters(tp, &msgs1, NULL);
-            if (msgs1 == msgs0 && req->events == events)
+            if (msgs1 == msgs0 && ev == events)
                 DEAR_CHECK(dear_transport_block(tp, 0.1));
-            events = req->events;
+            events = ev;
             continue;
         }
         /* Back off without spinning (ranks may outnumber cores): poll for 20 us after the last
          * completed transfer (replies often come that fast), yield until 100 ms have passed
          * without one (large messages need our MPI calls to move at all), then sleep in short
          * steps (docs/PERFORMANCE.md#coll-wait). */
-        if (req->events != events) {
-            events = req->events;
+        if (ev != events) {
+            events = ev;
             since = dear_now();
         }
         double idle = dear_now() - since;

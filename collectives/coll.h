@@ -186,6 +186,9 @@ int dear_coll_progress(dear_coll_req_t *req, int *done);
 
 /* Progress until done, backing off (yield, then short sleeps) instead of spinning. */
 int dear_coll_wait(dear_coll_req_t *req);
+/* The same for reqs[0..n) (n >= 1) until one of them has finished: its index in *which.
+ * Collectives in flight together are advanced alike, as the progress thread does. */
+int dear_coll_waitany(dear_coll_req_t *const *reqs, int n, int *which);
 
 void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info);
 

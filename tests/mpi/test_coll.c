@@ -367,7 +367,7 @@ START_TEST(test_random_floats)
 END_TEST
 
 /* Several collectives in flight on one communicator with distinct tags, progressed in a
- * different order on each rank and waited for in reverse. */
+ * different order on each rank, half waited for by wait-any and the rest in reverse. */
 START_TEST(test_many_in_flight)
 {
     enum { N = 9 };
@@ -391,6 +391,27 @@ START_TEST(test_many_in_flight)
                 bad |= note(rc != DEAR_OK, "progress %d: %s", i, dear_status_string(rc));
             }
         }
+    /* Half of them by wait-any over those left, whatever finishes first (results checked below). */
+    int left[N], nleft = N, which = -1;
+    for (int i = 0; i < N; i++)
+        left[i] = i;
+    while (nleft > N / 2) {
+        dear_coll_req_t *open_reqs[N];
+        for (int k = 0; k < nleft; k++)
+            open_reqs[k] = reqs[left[k]];
+        rc = dear_coll_waitany(open_reqs, nleft, &which);
+        bad |= note(rc != DEAR_OK || which < 0 || which >= nleft, "waitany: %s, index %d of %d",
+                    dear_status_string(rc), which, nleft);
+        if (bad)
+            break;
+        int d = 0;
+        rc = dear_coll_progress(reqs[left[which]], &d);
+        bad |= note(rc != DEAR_OK || !d, "waitany returned %d, which is not done", left[which]);
+        left[which] = left[--nleft];
+    }
+    ck_assert_int_eq(dear_coll_waitany(NULL, 1, &which), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_coll_waitany(reqs, 0, &which), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_coll_waitany(reqs, 1, NULL), DEAR_ERR_ARG);
     for (int i = N - 1; i >= 0; i--) {
         rc = dear_coll_wait(reqs[i]);
         bad |= note(rc != DEAR_OK, "wait %d: %s", i, dear_status_string(rc));
