@@ -63,6 +63,15 @@ double dear_cost_eval_fmt(const dear_cost_model_t *model, dear_coll_op_t op, int
     return dear_cost_eval(model, op, wire, NULL);
 }
 
+double dear_cost_queued_factor(const dear_cost_model_t *model, dear_coll_op_t op, double bytes)
+{
+    const dear_cost_line_t *b = &model->burst[op], *a = &model->line[op][DEAR_ALGO_AUTO];
+    if (model->burst_k < 2 || !b->valid || b->npts < 2 || !a->valid || bytes > b->pt_bytes[b->npts - 1])
+        return 1.0;
+    double x = bytes < b->pt_bytes[0] ? b->pt_bytes[0] : bytes, alone = dear_cost_line_eval(a, x);
+    return alone > 0 ? dear_cost_line_eval(b, x) / alone : 1.0;
+}
+
 /* Weighted least squares of y = a + b x with weights w; returns -1 if degenerate. */
 static int wls(const double *x, const double *y, const double *w, int n, double *a, double *b)
 {
@@ -320,6 +329,7 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
             scale_line(&m.line[op][a], a == DEAR_ALGO_RHD ? log_steps(p1) / log_steps(p0) : ring, bw);
         for (int c = 1; c < DEAR_COMPRESS_COUNT; c++) /* auto curves: scaled like the ring */
             scale_line(&m.fmt[c][op], ring, bw);
+        scale_line(&m.burst[op], ring, bw);
     }
     m.comm_size = p1;
     *out = m;
@@ -333,8 +343,12 @@ typedef struct {
     dear_coll_op_t op;
     dear_coll_algo_t algo;
     int fmt;            /* a compressed format's curve (algo auto+FORMAT), else 0 */
+    int k;              /* a burst curve (algo auto/K), else 0 */
     dear_cost_line_t line;
 } cost_rec_t;
+
+/* The longest burst a record may name: DEAR_MAX_INFLIGHT's range. */
+#define COST_MAX_BURST 64
 
 #define COST_MAGIC "dear-cost 1"
 /* Bounds a measured model cannot break: a cache line is short (a record and at most
@@ -377,29 +391,42 @@ static int parse_points(char *text, dear_cost_line_t *line)
 }
 
 /* One record of a cache file, with its points when it has them; a format's curve (fmt > 0) is
- * algo auto+FORMAT. */
-static void write_record(FILE *f, int p, int rph, int op, int algo, int fmt, const dear_cost_line_t *l)
+ * algo auto+FORMAT, a burst curve (k > 0) auto/K. */
+static void write_record(FILE *f, int p, int rph, int op, int algo, int fmt, int k, const dear_cost_line_t *l)
 {
-    fprintf(f, "%d %d %s %s%s%s %.9g %.9g %.9g %.6g %d", p, rph, dear_coll_op_short((dear_coll_op_t)op),
-            dear_coll_algo_name((dear_coll_algo_t)algo), fmt ? "+" : "",
-            fmt ? dear_compress_name((dear_compress_t)fmt) : "", l->alpha, l->beta, l->gamma, l->fit_err, l->nsamples);
+    char suffix[32] = "";
+    if (fmt)
+        snprintf(suffix, sizeof suffix, "+%s", dear_compress_name((dear_compress_t)fmt));
+    else if (k)
+        snprintf(suffix, sizeof suffix, "/%d", k);
+    fprintf(f, "%d %d %s %s%s %.9g %.9g %.9g %.6g %d", p, rph, dear_coll_op_short((dear_coll_op_t)op),
+            dear_coll_algo_name((dear_coll_algo_t)algo), suffix, l->alpha, l->beta, l->gamma, l->fit_err,
+            l->nsamples);
     for (int i = 0; i < l->npts; i++)
         fprintf(f, "%c%.9g:%.9g", i ? ',' : ' ', l->pt_bytes[i], l->pt_sec[i]);
     fputc('\n', f);
 }
 
-/* An algorithm's name, or auto+FORMAT for a compressed format's curve; -1 if neither. */
-static int parse_algo(const char *text, dear_coll_algo_t *algo, int *fmt)
+/* An algorithm's name, auto+FORMAT for a compressed format's curve or auto/K for a burst curve
+ * (2 <= K <= COST_MAX_BURST); -1 if none of them. */
+static int parse_algo(const char *text, dear_coll_algo_t *algo, int *fmt, int *k)
 {
     char name[32];
-    const char *plus = strchr(text, '+');
+    const char *plus = strchr(text, '+'), *slash = strchr(text, '/');
+    const char *cut = plus ? plus : slash;
     dear_compress_t c = DEAR_COMPRESS_NONE;
+    long burst = 0;
+    if (plus && slash)
+        return -1;
     if (plus && (dear_compress_parse(plus + 1, &c) || c == DEAR_COMPRESS_NONE))
         return -1;
-    snprintf(name, sizeof name, "%.*s", plus ? (int)(plus - text) : (int)strlen(text), text);
-    if (dear_coll_algo_parse(name, algo) || (plus && *algo != DEAR_ALGO_AUTO))
+    if (slash && dear_text_long(slash + 1, 2, COST_MAX_BURST, &burst))
+        return -1;
+    snprintf(name, sizeof name, "%.*s", cut ? (int)(cut - text) : (int)strlen(text), text);
+    if (dear_coll_algo_parse(name, algo) || (cut && *algo != DEAR_ALGO_AUTO))
         return -1;
     *fmt = (int)c;
+    *k = (int)burst;
     return 0;
 }
 
@@ -437,16 +464,17 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
         long p, rph, ns;
         if ((nf != 9 && nf != 10) || dear_text_long(fld[0], 1, COST_MAX_RANKS, &p) ||
             dear_text_long(fld[1], 1, p, &rph) || dear_coll_op_parse(fld[2], &c.op) ||
-            parse_algo(fld[3], &c.algo, &c.fmt) || dear_text_double(fld[4], 0, COST_MAX_ALPHA_S, &c.line.alpha) ||
+            parse_algo(fld[3], &c.algo, &c.fmt, &c.k) || dear_text_double(fld[4], 0, COST_MAX_ALPHA_S, &c.line.alpha) ||
             dear_text_double(fld[5], 0, COST_MAX_S_PER_BYTE, &c.line.beta) ||
             dear_text_double(fld[6], 0, COST_MAX_S_PER_BYTE, &c.line.gamma) ||
             dear_text_double(fld[7], 0, COST_MAX_FIT_ERR, &c.line.fit_err) ||
             dear_text_long(fld[8], 0, 1000000000L, &ns)) {
             DEAR_ERROR("cost",
-                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto|auto+FORMAT alpha beta gamma "
-                       "fit_err nsamples [points]' (FORMAT: bf16, fp16 or int8) with 1 <= ranks_per_host <= P <= "
-                       "%d, alpha in [0, %g] s, beta and gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
-                       path, lineno, COST_MAX_RANKS, COST_MAX_ALPHA_S, COST_MAX_S_PER_BYTE, COST_MAX_FIT_ERR);
+                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto|auto+FORMAT|auto/K alpha "
+                       "beta gamma fit_err nsamples [points]' (FORMAT: bf16, fp16 or int8; K: 2 to %d) with 1 <= "
+                       "ranks_per_host <= P <= %d, alpha in [0, %g] s, beta and gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
+                       path, lineno, COST_MAX_BURST, COST_MAX_RANKS, COST_MAX_ALPHA_S, COST_MAX_S_PER_BYTE,
+                       COST_MAX_FIT_ERR);
             rc = DEAR_ERR_FORMAT;
             break;
         }
@@ -491,6 +519,18 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
 
 int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cost_model_t *model, int *found)
 {
+    return dear_cost_load_ex(path, comm_size, ranks_per_host, 0, model, found);
+}
+
+/* Where a record goes in a model (its key without P and ranks per host). */
+static dear_cost_line_t *rec_slot(dear_cost_model_t *m, const cost_rec_t *c)
+{
+    return c->k ? &m->burst[c->op] : c->fmt ? &m->fmt[c->fmt][c->op] : &m->line[c->op][c->algo];
+}
+
+int dear_cost_load_ex(const char *path, int comm_size, int ranks_per_host, int inflight, dear_cost_model_t *model,
+                      int *found)
+{
     if (!path || !model || !found)
         return DEAR_ERR_ARG;
     cost_rec_t *recs;
@@ -502,8 +542,9 @@ int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cos
     model_clear(&m, comm_size, ranks_per_host, "file");
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (recs[i].p == comm_size && recs[i].rph == ranks_per_host) {
-            *(recs[i].fmt ? &m.fmt[recs[i].fmt][recs[i].op] : &m.line[recs[i].op][recs[i].algo]) = recs[i].line;
+        if (recs[i].p == comm_size && recs[i].rph == ranks_per_host && (!recs[i].k || recs[i].k == inflight)) {
+            *rec_slot(&m, &recs[i]) = recs[i].line;
+            m.burst_k = recs[i].k ? recs[i].k : m.burst_k;
             k++;
         }
     free(recs);
@@ -534,24 +575,30 @@ int dear_cost_save(const char *path, const dear_cost_model_t *model)
     FILE *f = out.f;
     fprintf(f, "%s\n# dear calibration cache (docs/FORMATS.md): time = alpha + (beta + gamma) * bytes, or\n"
                "# interpolated between the points bytes:seconds when a record has them; algo auto+FORMAT:\n"
-               "# float32 vectors travelling compressed, by the bytes on the wire\n"
+               "# float32 vectors travelling compressed, by the bytes on the wire; algo auto/K: seconds per\n"
+               "# collective with K in flight\n"
                "# P ranks_per_host op algo alpha_s beta_s_per_byte gamma_s_per_byte fit_err nsamples [points]\n",
             COST_MAGIC);
     for (int i = 0; i < n; i++) {
         const cost_rec_t *c = &recs[i];
-        const dear_cost_line_t *mine = c->fmt ? &model->fmt[c->fmt][c->op] : &model->line[c->op][c->algo];
-        if (c->p == model->comm_size && c->rph == model->ranks_per_host && mine->valid)
+        const dear_cost_line_t *mine = rec_slot((dear_cost_model_t *)model, c);
+        if (c->p == model->comm_size && c->rph == model->ranks_per_host && mine->valid &&
+            (!c->k || c->k == model->burst_k))
             continue;   /* replaced below */
-        write_record(f, c->p, c->rph, c->op, c->algo, c->fmt, &c->line);
+        write_record(f, c->p, c->rph, c->op, c->algo, c->fmt, c->k, &c->line);
     }
     free(recs);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
         for (int a = 0; a < DEAR_ALGO_COUNT; a++)
             if (model->line[op][a].valid)
-                write_record(f, model->comm_size, model->ranks_per_host, op, a, 0, &model->line[op][a]);
+                write_record(f, model->comm_size, model->ranks_per_host, op, a, 0, 0, &model->line[op][a]);
         for (int c = 1; c < DEAR_COMPRESS_COUNT; c++)
             if (model->fmt[c][op].valid)
-                write_record(f, model->comm_size, model->ranks_per_host, op, DEAR_ALGO_AUTO, c, &model->fmt[c][op]);
+                write_record(f, model->comm_size, model->ranks_per_host, op, DEAR_ALGO_AUTO, c, 0,
+                             &model->fmt[c][op]);
+        if (model->burst_k >= 2 && model->burst[op].valid)
+            write_record(f, model->comm_size, model->ranks_per_host, op, DEAR_ALGO_AUTO, 0, model->burst_k,
+                         &model->burst[op]);
     }
     return dear_file_out_commit(&out);
 }
@@ -581,6 +628,18 @@ void dear_cost_print(FILE *out, const dear_cost_model_t *model)
             char name[32];
             snprintf(name, sizeof name, "auto+%s", dear_compress_name((dear_compress_t)c));
             print_line(out, op, name, &model->fmt[c][op]);
+        }
+        const dear_cost_line_t *bl = &model->burst[op];
+        if (model->burst_k >= 2 && bl->valid && bl->npts >= 2) {
+            char name[32];
+            snprintf(name, sizeof name, "auto/%d", model->burst_k);
+            print_line(out, op, name, bl);
+            fprintf(out, "    queued behind others (%d in flight), a %s costs", model->burst_k,
+                    dear_coll_op_short((dear_coll_op_t)op));
+            for (int i = 0; i < bl->npts; i++)
+                fprintf(out, "%s x%.2f at %.0f B", i ? "," : "",
+                        dear_cost_queued_factor(model, (dear_coll_op_t)op, bl->pt_bytes[i]), bl->pt_bytes[i]);
+            fprintf(out, " of its time alone; x1 above %.0f B (not measured there)\n", bl->pt_bytes[bl->npts - 1]);
         }
     }
 }

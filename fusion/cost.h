@@ -45,6 +45,12 @@ typedef struct {
      * collectives run it, it prices what the wire bytes alone miss: the conversions on the
      * progress thread, and int8's float32 stages inside a host under hier. [0] (none) unused. */
     dear_cost_line_t fmt[DEAR_COMPRESS_COUNT][DEAR_COLL_OP_COUNT];
+    /* The auto curve of float32 collectives run burst_k at a time (0: none measured), as the
+     * progress thread keeps up to DEAR_MAX_INFLIGHT in flight: seconds per collective in such a
+     * stream, at the sizes where that many fit in DEAR_INFLIGHT_BYTES. A collective queued behind
+     * another is priced by the ratio of this curve to the auto line (dear_cost_queued_factor). */
+    int burst_k;
+    dear_cost_line_t burst[DEAR_COLL_OP_COUNT];
 } dear_cost_model_t;
 
 /* Time of one line at a size: alpha + (beta + gamma) * bytes, or for a curve the interpolation
@@ -58,6 +64,12 @@ double dear_cost_eval(const dear_cost_model_t *model, dear_coll_op_t op, double 
 /* Time of op on a float32 vector travelling in format c with `wire` bytes on the wire: its
  * format curve when the model has one, else dear_cost_eval at the wire bytes. */
 double dear_cost_eval_fmt(const dear_cost_model_t *model, dear_coll_op_t op, int c, double wire);
+/* What a collective of op and `bytes` (float32 bytes) costs when it starts queued behind others,
+ * relative to one run alone: the burst curve over the auto line at that size, from the burst
+ * curve's smallest size down (there at the smallest's ratio) to its largest. Beyond the largest,
+ * and without a burst curve or an auto line, 1: the runtime then keeps fewer in flight, and no
+ * ratio is extrapolated past what was measured. */
+double dear_cost_queued_factor(const dear_cost_model_t *model, dear_coll_op_t op, double bytes);
 /* One line standing for op when a planner needs a linear cost (MG-WFBP, DP): the only valid
  * algorithm if there is one, else a relative least-squares line through dear_cost_eval at
  * sizes 4 KiB..256 MiB. DEAR_ERR_ARG when op has no valid algorithm. */
@@ -93,10 +105,13 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
 
 /* Cache file (docs/FORMATS.md). load: fills model with every line stored for
  * (comm_size, ranks_per_host) and sets *found to the number of lines (0: none, model has no
- * valid line). A missing file is found = 0, not an error. Bad lines: DEAR_ERR_FORMAT naming file
+ * valid line); the burst curves (algo auto/K) only for K = inflight (load_ex; none for
+ * dear_cost_load or inflight < 2). A missing file is found = 0, not an error. Bad lines: DEAR_ERR_FORMAT naming file
  * and line. save: merges model's valid lines into the file (replacing the same key), written to
  * a temporary file and renamed. */
 int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cost_model_t *model, int *found);
+int dear_cost_load_ex(const char *path, int comm_size, int ranks_per_host, int inflight, dear_cost_model_t *model,
+                      int *found);
 int dear_cost_save(const char *path, const dear_cost_model_t *model);
 /* Human-readable table of the valid lines. */
 void dear_cost_print(FILE *out, const dear_cost_model_t *model);

@@ -27,6 +27,11 @@ double dear_sim_cost_model_fmt(void *arg, dear_coll_op_t op, size_t wire, int c)
     return dear_cost_eval_fmt(m->model, op, c, (double)wire) + cap_penalty(m, wire);
 }
 
+double dear_sim_cost_model_queued(void *arg, dear_coll_op_t op, size_t bytes)
+{
+    const dear_sim_model_arg_t *m = arg;
+    return dear_cost_queued_factor(m->model, op, (double)bytes);
+}
 
 struct dear_sim_ws {
     int nlayers, ntensors;
@@ -229,6 +234,17 @@ double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, d
     return c;
 }
 
+/* The group [lo, hi) as the channel runs it: queued (ready while the channel was busy), it runs
+ * in flight with the collectives ahead of it (dear_sim_cost_t.queued_fn). */
+static double chan_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi,
+                        int queued)
+{
+    double c = dear_sim_ws_group(ws, cost, op, lo, hi);
+    if (queued && cost->queued_fn)
+        c *= cost->queued_fn(cost->arg, op, ws->prefix[hi] - ws->prefix[lo]);
+    return c;
+}
+
 static void rec(dear_sim_ws_t *ws, int kind, int index, double start, double end, size_t bytes)
 {
     if (!ws->record)
@@ -287,7 +303,7 @@ static double run_buckets(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_c
         size_t bytes = ws->prefix[first[g + 1]] - ws->prefix[first[g]];
         double ready = bwd_start + ws->ready[first[g]];
         double start = ready > chan ? ready : chan;
-        double c = dear_sim_ws_group(ws, cost, op, first[g], first[g + 1]);
+        double c = chan_cost(ws, cost, op, first[g], first[g + 1], ready < chan);
         chan = start + c;
         *comm += c;
         rec(ws, (int)op, g, start, chan, bytes);
@@ -349,7 +365,7 @@ static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int 
 {
     for (; *e >= nreg && *eb >= b; (*e)--) {
         size_t gb = ws->prefix[ag[*e + 1]] - ws->prefix[ag[*e]];
-        double cg = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLGATHER, ag[*e], ag[*e + 1]);
+        double cg = chan_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[*e], ag[*e + 1], ready < *chan);
         double start = ready > *chan ? ready : *chan;
         rec(ws, DEAR_COLL_ALLGATHER, *e, start, start + cg, gb);
         *chan = start + cg;
@@ -384,7 +400,9 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
                 ;
             for (; g < nreg && g <= g1; g++) {
                 size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
-                double c = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1]);
+                /* Queued together at the previous backward's end: all but a first that finds the
+                 * channel free run in flight with the ones ahead. */
+                double c = chan_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1], g > 0 || c0 > 0);
                 rec(ws, DEAR_COLL_ALLGATHER, g, chan, chan + c, bytes);
                 chan += c;
                 ws->ag_end[g] = chan;
@@ -412,7 +430,7 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
         size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
         double ready = fw + ws->ready[rs[b]];
         double start = ready > chan ? ready : chan;
-        double c = dear_sim_ws_group(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1]);
+        double c = chan_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1], ready < chan);
         rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
         chan = start + c;
         *comm += c;

@@ -24,6 +24,10 @@
  * Costs come through a function so planners can use anything the runtime can do: the cheapest
  * algorithm per size (dear_sim_cost_model) and a cap on bucket memory (buckets above the cap
  * cost a penalty that dominates any real time) or any other function (the tests' linear one).
+ * A collective that was ready while the channel was busy starts queued: the runtime runs it in
+ * flight with the ones ahead, and it costs its price times queued_fn (the measured burst curve
+ * over the alone curve, where one was measured), so a stream of n small buckets costs what a
+ * burst of n costs on the real communicator rather than n collectives timed alone.
  * Sparse and compressed tensors (profile.h) are priced by the bytes they put on the wire in each
  * phase (a dense compressed run by its format's cost, fmt_fn, when the cost has one: the measured
  * curve of that format), and a group is cut where the block or the formats change, as the
@@ -47,10 +51,14 @@ typedef double (*dear_sim_cost_fn)(void *arg, dear_coll_op_t op, size_t bytes);
 /* Seconds for one collective of a float32 vector travelling in format c (a dear_compress_t other
  * than none), `wire` bytes on the wire. */
 typedef double (*dear_sim_cost_fmt_fn)(void *arg, dear_coll_op_t op, size_t wire, int c);
+/* Factor on the cost of a collective of `bytes` (dense) that starts queued behind another, i.e.
+ * that was ready while the channel was still busy: the runtime keeps several in flight. */
+typedef double (*dear_sim_queued_fn)(void *arg, dear_coll_op_t op, size_t bytes);
 typedef struct {
     dear_sim_cost_fn fn;
     void *arg;
     dear_sim_cost_fmt_fn fmt_fn; /* NULL: fn at the wire bytes */
+    dear_sim_queued_fn queued_fn; /* NULL: 1, a queued collective costs what it costs alone */
 } dear_sim_cost_t;
 
 /* arg for dear_sim_cost_model: the cheapest valid algorithm of the model at each size; buckets
@@ -63,6 +71,8 @@ typedef struct {
 double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes);
 /* The same for compressed vectors: the model's format curve (dear_cost_eval_fmt). */
 double dear_sim_cost_model_fmt(void *arg, dear_coll_op_t op, size_t wire, int c);
+/* The model's burst curve over its auto line (dear_cost_queued_factor). */
+double dear_sim_cost_model_queued(void *arg, dear_coll_op_t op, size_t bytes);
 
 /* A recorded operation's kind: a collective (a dear_coll_op_t value) or a layer's compute. */
 enum { DEAR_SIM_FWD = DEAR_COLL_OP_COUNT, DEAR_SIM_BWD };
@@ -106,8 +116,8 @@ void dear_sim_ws_free(dear_sim_ws_t *ws);
 void dear_sim_ws_set_early_stepped(dear_sim_ws_t *ws, int on);
 double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
                         const int *rs_first, int nag, const int *ag_first, int ag_early);
-/* Seconds of the collective(s) op of the group of tensors [lo, hi), as the simulator prices it:
- * one collective of its bytes; with sparse tensors one per run of tensors of the same block (the
+/* Seconds of the collective(s) op of the group of tensors [lo, hi), as the simulator prices it
+ * alone (queued, times queued_fn): one collective of its bytes; with sparse tensors one per run of tensors of the same block (the
  * runtime cuts buckets there), a sparse run priced at its wire bytes (dear_prof_wire_bytes) and
  * its all-reduce as a reduce-scatter then an all-gather. Non-decreasing as the group grows. */
 double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi);

@@ -3,7 +3,9 @@
  * all-reduce as the collectives layer will run them (its selection table) on the context's
  * private communicator, each also in the compressed formats the context's gradients travel in
  * (DEAR_COMPRESS, DEAR_COMPRESS_AG), unless DEAR_CALIBRATION_FILE already holds those curves for
- * this communicator size and ranks per host (what it lacks is measured and added);
+ * this communicator size and ranks per host (what it lacks is measured and added).
+ * Small collectives are also timed DEAR_MAX_INFLIGHT at a time, as the progress thread keeps them,
+ * for the burst curve that prices a collective queued behind others (fusion/cost.h).
  * DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Rank 0 reads the cache and every rank receives the
  * model, so all plan from the same numbers. A corrupt cache is reported, kept as PATH.corrupt,
  * measured again and replaced. This runs before the progress thread starts: the communicator is
@@ -36,6 +38,9 @@ static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20,
 #define CALIB_WARM_BYTES ((size_t)1 << 20)
 #define CALIB_MAX_REPS 512
 #define CALIB_PASSES 3
+/* DEAR_MAX_INFLIGHT's bound, and the tags' span as the progress thread's (engine.c). */
+#define CALIB_MAX_BURST 64
+#define CALIB_TAG_SPAN 16384
 
 static void log_model(const dear_ctx_t *ctx, const char *how)
 {
@@ -69,29 +74,65 @@ static int reps_for(size_t bytes, size_t volume, int least)
     return r < (size_t)least ? least : r > CALIB_MAX_REPS ? CALIB_MAX_REPS : (int)r;
 }
 
+/* A collective abandoned in flight: its receives cancelled; it is left allocated with its buffer,
+ * since a message that had matched may still land (the communicator is kept, cm.keep). */
+static void cancel_one(dear_net_req_t *q, void *arg)
+{
+    (void)arg;
+    dear_net_cancel(q);
+}
+
+/* Wait for whichever of req[0..*nin) finishes first and free it. */
+static int reap_one(dear_coll_req_t **req, int *nin)
+{
+    int w = 0, rc = dear_coll_waitany(req, *nin, &w);
+    if (rc == DEAR_OK) {
+        dear_coll_free(req[w]);
+        req[w] = req[--*nin];
+    }
+    return rc;
+}
+
 /* One (collective, size) sample: the barrier lines the ranks up, an untimed stream fills the
- * pipes and drains any burst allowance, then a timed stream of back-to-back collectives gives the
- * mean seconds per collective in the steady state (what the planner's FIFO channel assumes).
+ * pipes and drains any burst allowance, then a timed stream of collectives, up to k in flight as
+ * the progress thread keeps them (k = 1: back to back), gives the mean seconds per collective in
+ * the steady state (what the planner's FIFO channel assumes). The i-th runs on the i % k-th
+ * slice of count elements of recvbuf, with the tag the progress thread would give it.
  * DEAR_ERR_UNSUPPORTED from start (size limits) is returned without logging: the same on every
- * rank, it only means the size is skipped. */
-static int time_run(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, double *seconds)
+ * rank, it only means the size is skipped. *parked is set when a failure left collectives in
+ * flight: recvbuf must then never be freed. */
+static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int k, double *seconds, int *parked)
 {
     DEAR_MPI_CHECK(MPI_Barrier(ctx->cm.comm));
-    int warm = reps_for(bytes, CALIB_WARM_BYTES, 1), reps = reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS);
+    int warm = reps_for(bytes, CALIB_WARM_BYTES, k), reps = reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS * k);
+    dear_coll_req_t *req[CALIB_MAX_BURST];
+    int nin = 0, rc = DEAR_OK;
+    dear_coll_args_t a = *args;
     double t0 = 0;
-    for (int r = -warm; r < reps; r++) {
-        if (r == 0)
+    for (int r = -warm; r < reps && rc == DEAR_OK; r++) {
+        if (r == 0) { /* the timed stream starts on an empty channel: the warm-up drained, untimed */
+            while (nin > 0 && rc == DEAR_OK)
+                rc = reap_one(req, &nin);
             t0 = dear_now();
-        dear_coll_req_t *req = NULL;
-        int rc = dear_coll_start(args, &req);
-        if (rc != DEAR_OK)
-            return rc;
-        rc = dear_coll_wait(req);
-        dear_coll_free(req);
-        if (rc != DEAR_OK) {
-            ctx->cm.keep = 1; /* a peer's messages of it may be left unmatched */
-            return rc;
         }
+        if (rc == DEAR_OK && nin == k)
+            rc = reap_one(req, &nin);
+        if (rc != DEAR_OK)
+            break;
+        a.tag = (r + warm) % CALIB_TAG_SPAN;
+        a.recvbuf = (char *)args->recvbuf + (size_t)((r + warm) % k) * bytes;
+        rc = dear_coll_start(&a, &req[nin]);
+        nin += rc == DEAR_OK;
+    }
+    while (nin > 0 && rc == DEAR_OK)
+        rc = reap_one(req, &nin);
+    if (rc != DEAR_OK) {
+        if (rc != DEAR_ERR_UNSUPPORTED || nin > 0)
+            ctx->cm.keep = 1; /* a peer's messages of it may be left unmatched */
+        for (int i = 0; i < nin; i++)
+            dear_coll_each_req(req[i], cancel_one, NULL);
+        *parked = nin > 0;
+        return rc;
     }
     *seconds = (dear_now() - t0) / reps;
     return DEAR_OK;
@@ -115,50 +156,83 @@ static int op_needed(const dear_ctx_t *ctx, int op)
  * auto line, else the format's curve, by wire bytes). */
 typedef struct {
     int op, fmt;
+    int k;      /* >= 2: the burst curve of k in flight (float32), else 0 */
 } calib_item_t;
-#define CALIB_MAX_ITEMS (2 * DEAR_COLL_OP_COUNT)
+#define CALIB_MAX_ITEMS (3 * DEAR_COLL_OP_COUNT)
 
 static dear_cost_line_t *item_line(dear_cost_model_t *m, calib_item_t it)
 {
+    if (it.k)
+        return m->burst_k == it.k ? &m->burst[it.op] : NULL;
     return it.fmt ? &m->fmt[it.fmt][it.op] : &m->line[it.op][DEAR_ALGO_AUTO];
 }
 
-static void item_add(calib_item_t *its, int *n, int op, int fmt)
+static void item_add(calib_item_t *its, int *n, int op, int fmt, int k)
 {
     for (int i = 0; i < *n; i++)
-        if (its[i].op == op && its[i].fmt == fmt)
+        if (its[i].op == op && its[i].fmt == fmt && its[i].k == k)
             return;
-    its[(*n)++] = (calib_item_t){ op, fmt };
+    its[(*n)++] = (calib_item_t){ op, fmt, k };
+}
+
+/* Rank 0's DEAR_MAX_INFLIGHT and DEAR_INFLIGHT_BYTES: what the bursts are measured with, the
+ * same on every rank (as the cache is rank 0's) whatever the others' environments say. */
+typedef struct {
+    long long k, window;
+} calib_burst_t;
+
+/* Whether size index s is measured for a burst of k (0: alone, always): only where the runtime
+ * keeps k of that size in flight (k of them within DEAR_INFLIGHT_BYTES) and they fit the buffer. */
+static int burst_size(const calib_burst_t *b, int k, int s, size_t maxb)
+{
+    size_t kb = (size_t)k * calib_bytes[s];
+    return k == 0 || (kb <= maxb && (b->window == 0 || kb <= (size_t)b->window));
+}
+
+/* The burst the runtime runs, when at least two calibration sizes have it (a curve needs two
+ * points), else 0: then queued collectives are priced as alone. */
+static int burst_k(const calib_burst_t *b)
+{
+    int k = (int)b->k, n = 0;
+    if (k < 2 || k > CALIB_MAX_BURST)
+        return 0;
+    for (int s = 0; s < CALIB_NSIZES; s++)
+        n += burst_size(b, k, s, calib_bytes[CALIB_NSIZES - 1]);
+    return n >= 2 ? k : 0;
 }
 
 /* The curves the plans of this context are priced with (complete: every schedule's): each
  * collective the schedule runs, and its compressed formats as the simulator prices them: each
  * phase in its own, an all-reduce whole when both halves travel alike, else as its two halves. */
-static int items_needed(const dear_ctx_t *ctx, int complete, calib_item_t *its)
+static int items_needed(const dear_ctx_t *ctx, const calib_burst_t *burst, int complete, calib_item_t *its)
 {
     dear_compress_t rs, ag;
     int n = 0;
     dear_compress_formats(ctx, &rs, &ag);
     int split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
+    int k = burst_k(burst);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        if (complete || op_needed(ctx, op))
-            item_add(its, &n, op, DEAR_COMPRESS_NONE);
+        if (complete || op_needed(ctx, op)) {
+            item_add(its, &n, op, DEAR_COMPRESS_NONE, 0);
+            if (k)
+                item_add(its, &n, op, DEAR_COMPRESS_NONE, k);
+        }
     if (rs == DEAR_COMPRESS_NONE && ag == DEAR_COMPRESS_NONE)
         return n;
     if (split || complete || rs != ag) {
-        item_add(its, &n, DEAR_COLL_REDUCE_SCATTER, rs);
-        item_add(its, &n, DEAR_COLL_ALLGATHER, ag);
+        item_add(its, &n, DEAR_COLL_REDUCE_SCATTER, rs, 0);
+        item_add(its, &n, DEAR_COLL_ALLGATHER, ag, 0);
     }
     if ((!split || complete) && rs == ag)
-        item_add(its, &n, DEAR_COLL_ALLREDUCE, rs);
+        item_add(its, &n, DEAR_COLL_ALLREDUCE, rs, 0);
     return n;
 }
 
 /* Measure the curves its[0..nits) into ctx->online.cost (rank 0 assembles, everyone receives);
  * the curves it already holds (loaded from the cache) are kept. */
-static int calibrate(dear_ctx_t *ctx, const calib_item_t *its, int nits)
+static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_item_t *its, int nits)
 {
-    int rc = DEAR_OK;
+    int rc = DEAR_OK, parked = 0;
     size_t maxb = calib_bytes[CALIB_NSIZES - 1];
     float *buf = NULL;
     double *t = NULL, *tmax = NULL;
@@ -187,9 +261,13 @@ static int calibrate(dear_ctx_t *ctx, const calib_item_t *its, int nits)
                 args.tag = 0; /* nothing else runs on the communicator before commit ends */
                 args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->cm.size;
                 args.recvbuf = buf;
-                args.count = calib_bytes[s] / sizeof(float);
                 size_t k = (size_t)pass * nk + (size_t)i * CALIB_NSIZES + (size_t)s;
-                int r1 = time_run(ctx, &args, calib_bytes[s], &t[k]);
+                if (!burst_size(burst, its[i].k, s, maxb)) {
+                    t[k] = -1; /* the runtime never has k of this size in flight: no sample */
+                    continue;
+                }
+                args.count = calib_bytes[s] / sizeof(float);
+                int r1 = time_burst(ctx, &args, calib_bytes[s], its[i].k ? its[i].k : 1, &t[k], &parked);
                 if (r1 == DEAR_ERR_UNSUPPORTED) {
                     t[k] = -1; /* this size is beyond the algorithm: no sample */
                     continue;
@@ -225,14 +303,21 @@ static int calibrate(dear_ctx_t *ctx, const calib_item_t *its, int nits)
                 /* A format's curve is by the bytes on the wire, which is how the simulator asks. */
                 xs[n] = (double)calib_bytes[s] * dear_compress_ratio((dear_compress_t)its[i].fmt);
                 ys[n++] = v;
-                DEAR_DEBUG("plan", "calibration: %s (%s) %zu B: %.1f us per collective over a stream of %d (slowest "
-                                   "rank, median of %d passes, %.1f..%.1f us)",
+                DEAR_DEBUG("plan", "calibration: %s (%s) %zu B: %.1f us per collective over a stream of %d, %d in "
+                                   "flight (slowest rank, median of %d passes, %.1f..%.1f us)",
                            dear_coll_op_short((dear_coll_op_t)op), dear_compress_name((dear_compress_t)its[i].fmt),
-                           calib_bytes[s], 1e6 * v, reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS),
-                           CALIB_PASSES, 1e6 * lo, 1e6 * hi);
+                           calib_bytes[s], 1e6 * v,
+                           reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS * (its[i].k ? its[i].k : 1)),
+                           its[i].k ? its[i].k : 1, CALIB_PASSES, 1e6 * lo, 1e6 * hi);
             }
+            if (its[i].k)
+                m->burst_k = its[i].k; /* the loaded model has no other (dear_cost_load_ex) */
             if (n < 2 || dear_cost_fit_curve(xs, ys, n, item_line(m, its[i])) != DEAR_OK) {
-                if (its[i].fmt)
+                if (its[i].k)
+                    DEAR_WARN("plan", "calibration: %d usable size(s) of %s with %d in flight, no burst curve: "
+                                      "queued collectives priced as alone",
+                              n, dear_coll_op_short((dear_coll_op_t)op), its[i].k);
+                else if (its[i].fmt)
                     DEAR_WARN("plan", "calibration: %d usable size(s) of %s in %s, no curve: priced by its wire "
                                       "bytes alone", n, dear_coll_op_short((dear_coll_op_t)op),
                               dear_compress_name((dear_compress_t)its[i].fmt));
@@ -249,7 +334,7 @@ static int calibrate(dear_ctx_t *ctx, const calib_item_t *its, int nits)
                       "median of %d passes, in %.3f s",
               nits, CALIB_NSIZES, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
 out:
-    if (buf)
+    if (buf && !parked)
         dear_rt_work_ops(ctx)->release(buf, 0);
     free(t);
     free(tmax);
@@ -260,9 +345,11 @@ out:
 static int items_missing(dear_cost_model_t *m, calib_item_t *its, int n)
 {
     int k = 0;
-    for (int i = 0; i < n; i++)
-        if (!item_line(m, its[i])->valid)
+    for (int i = 0; i < n; i++) {
+        const dear_cost_line_t *l = item_line(m, its[i]);
+        if (!l || !l->valid)
             its[k++] = its[i];
+    }
     return k;
 }
 
@@ -283,7 +370,8 @@ static int cost_calibrated(dear_ctx_t *ctx)
     } else if (ctx->cm.rank == 0 && use_file) {
         dear_cost_model_t m;
         int found = 0;
-        int lrc = dear_cost_load(path, ctx->cm.size, ctx->cm.topo.max_local_size, &m, &found);
+        int lrc = dear_cost_load_ex(path, ctx->cm.size, ctx->cm.topo.max_local_size, ctx->cfg.max_inflight, &m,
+                                    &found);
         if (lrc == DEAR_ERR_FORMAT) {
             DEAR_WARN("plan", "DEAR_CALIBRATION_FILE=%s is corrupt (the error above names the line): measuring "
                               "again; the file is kept as %s.corrupt and a new one is written",
@@ -297,10 +385,11 @@ static int cost_calibrated(dear_ctx_t *ctx)
             verdict = 1;
         }
     }
-    int decided[2] = { verdict, use_file };
-    DEAR_MPI_CHECK(MPI_Bcast(decided, 2, MPI_INT, 0, ctx->cm.comm));
-    verdict = decided[0];
-    use_file = decided[1];
+    long long decided[4] = { verdict, use_file, ctx->cfg.max_inflight, (long long)ctx->cfg.inflight_window };
+    DEAR_MPI_CHECK(MPI_Bcast(decided, 4, MPI_LONG_LONG, 0, ctx->cm.comm));
+    verdict = (int)decided[0];
+    use_file = (int)decided[1];
+    calib_burst_t burst = { decided[2], decided[3] };
     if (verdict == -1) {
         if (ctx->cm.rank != 0)
             DEAR_ERROR("plan", "rank 0 refused DEAR_CALIBRATION_FILE (its message says why)");
@@ -312,12 +401,12 @@ static int cost_calibrated(dear_ctx_t *ctx)
     else
         memset(&ctx->online.cost, 0, sizeof ctx->online.cost);
     calib_item_t its[CALIB_MAX_ITEMS];
-    int nits = items_missing(&ctx->online.cost, its, items_needed(ctx, use_file, its));
+    int nits = items_missing(&ctx->online.cost, its, items_needed(ctx, &burst, use_file, its));
     if (verdict == 1 && nits == 0) {
         log_model(ctx, "loaded from the calibration cache, nothing measured");
         return DEAR_OK;
     }
-    DEAR_CHECK(calibrate(ctx, its, nits));
+    DEAR_CHECK(calibrate(ctx, &burst, its, nits));
     log_model(ctx, verdict == 1 ? "loaded from the calibration cache, the curves it lacked measured at commit"
                                 : "measured at commit");
     if (ctx->cm.rank == 0 && use_file) {

@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include "base/fileio.h"
+#include "base/params.h"
 #include "fusion/cost.h"
 #include "fusion/planners.h"
 #include "fusion/profile.h"
@@ -97,7 +98,7 @@ static int load_calibration(const char *path, dear_cost_model_t *model, int *fou
     MPI_Allreduce(MPI_IN_PLACE, &rph, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     *found = 0;
     if (bench_rank == 0)
-        rc = dear_cost_load(path, bench_size, rph, model, found);
+        rc = dear_cost_load_ex(path, bench_size, rph, (int)dear_param_int(DEAR_P_MAX_INFLIGHT), model, found);
     int hdr[2] = { rc, *found };
     MPI_Bcast(hdr, 2, MPI_INT, 0, MPI_COMM_WORLD);
     rc = hdr[0], *found = hdr[1];

@@ -60,6 +60,9 @@ static void usage(FILE *out)
             "                      reduce-scatter and all-gather are taken as half each\n"
             "  --cost FILE         calibration cache (DEAR_CALIBRATION_FILE) entry for P workers\n"
             "  --ranks-per-host R  key of the --cost entry (default 1)\n"
+            "  --inflight K        the --cost entry's burst curves for K collectives in flight\n"
+            "                      (DEAR_MAX_INFLIGHT; default %s): a collective queued behind\n"
+            "                      others is priced by them (1: as alone)\n"
             "  --workers P         number of workers (>= 2)\n"
             "  --schedule S        sync|wfbp|dear|all (default all)\n"
             "  --planner X         %s|all (default all)\n"
@@ -81,7 +84,7 @@ static void usage(FILE *out)
             "  --csv               print CSV instead of the table\n"
             "  --help              this text\n",
             DEAR_ROBUST_LO, DEAR_ROBUST_HI, dear_param_table[DEAR_P_FIRST_MIN_GAIN].defval, dear_cost_preset_names(),
-            DEAR_PLANNER_CHOICES,
+            dear_param_table[DEAR_P_MAX_INFLIGHT].defval, DEAR_PLANNER_CHOICES,
             dear_param_table[DEAR_P_PARTITION].defval, DEAR_COMPRESS_CHOICES);
 }
 
@@ -102,6 +105,7 @@ typedef struct {
     int have_ab;
     const char *cost_file;
     int rph;
+    long long inflight;   /* DEAR_MAX_INFLIGHT: which burst curves of cost_file price queued collectives */
 } cost_src_t;
 
 static int make_model(const cost_src_t *src, int P, int base_p, dear_cost_model_t *m)
@@ -115,7 +119,8 @@ static int make_model(const cost_src_t *src, int P, int base_p, dear_cost_model_
     }
     int found = 0;
     dear_cost_model_t b;
-    int rc = dear_cost_load(src->cost_file, base_p, src->rph, &b, &found);
+    /* The burst curves of the in-flight count training will run with. */
+    int rc = dear_cost_load_ex(src->cost_file, base_p, src->rph, (int)src->inflight, &b, &found);
     if (rc != DEAR_OK)
         return rc;
     if (!found) {
@@ -352,7 +357,7 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         { "scale", required_argument, 0, 'k' },   { "csv", no_argument, 0, 'C' },
         { "dense", no_argument, 0, 'D' },         { "partition", required_argument, 0, 'P' },
         { "estimate", required_argument, 0, 'E' }, { "hints", required_argument, 0, 'H' },
-        { "first-min-gain", required_argument, 0, 'G' },
+        { "first-min-gain", required_argument, 0, 'G' }, { "inflight", required_argument, 0, 'I' },
         { "compute-ms", required_argument, 0, 'M' }, { "compress", required_argument, 0, 'z' },
         { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
     };
@@ -361,7 +366,9 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
         return fail("%s", "the parameter table's DEAR_FIRST_MIN_GAIN default is not a share");
     char msg[256];
     if (dear_param_parse_int(DEAR_P_PARTITION, dear_param_table[DEAR_P_PARTITION].defval, &o->partition, msg,
-                             sizeof msg) != DEAR_OK)
+                             sizeof msg) != DEAR_OK ||
+        dear_param_parse_int(DEAR_P_MAX_INFLIGHT, dear_param_table[DEAR_P_MAX_INFLIGHT].defval, &o->src.inflight,
+                             msg, sizeof msg) != DEAR_OK)
         return fail("%s", msg);
     int have_a = 0, have_b = 0;
     long v;
@@ -382,6 +389,10 @@ static int parse_args(int argc, char **argv, plan_opts_t *o)
             have_b = 1;
             break;
         case 'c': o->src.cost_file = optarg; break;
+        case 'I':
+            if (dear_param_parse_int(DEAR_P_MAX_INFLIGHT, optarg, &o->src.inflight, msg, sizeof msg) != DEAR_OK)
+                return fail("--inflight: %s", msg);
+            break;
         case 'r':
             if (dear_text_long(optarg, 1, 1 << 20, &v))
                 return fail("--ranks-per-host '%s' is not an integer >= 1", optarg);
@@ -596,7 +607,7 @@ static int write_svg(const plan_opts_t *o, const model_t *mu, const dear_cost_mo
     const dear_profile_t *prof = &mu->prof;
     int status = 0;
     dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
-    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt };
+    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt, dear_sim_cost_model_queued };
     dear_sim_result_t res = { 0 };
     dear_file_out_t out;
     char title[256];
@@ -637,6 +648,45 @@ static int write_plan(const char *path, const model_t *mu, const row_t *r)
     return status;
 }
 
+/* Where the collectives of row r fall in what a measured model (a calibration cache: curves)
+ * covers: below a curve's smallest size a collective is priced at that size, not extrapolated
+ * down; a queued one is priced by the burst curve up to its largest size, and as alone beyond. */
+static void print_measured_range(const model_t *mu, const dear_cost_model_t *model, const plan_opts_t *o,
+                                 const row_t *r)
+{
+    dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
+    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt, dear_sim_cost_model_queued };
+    dear_sim_result_t res = { 0 };
+    if (dear_sim_run(&mu->prof, &cost, r->sched, &r->plan, 1, &res) != DEAR_OK)
+        return;
+    int n[DEAR_COLL_OP_COUNT] = { 0 }, below[DEAR_COLL_OP_COUNT] = { 0 }, burst[DEAR_COLL_OP_COUNT] = { 0 };
+    for (int i = 0; i < res.nops; i++) {
+        int k = res.ops[i].kind;
+        const dear_cost_line_t *l = k < DEAR_COLL_OP_COUNT ? &model->line[k][DEAR_ALGO_AUTO] : NULL;
+        if (!l || !l->valid || l->npts < 2)
+            continue;
+        const dear_cost_line_t *b = &model->burst[k];
+        double bytes = (double)res.ops[i].bytes;
+        n[k]++;
+        below[k] += bytes < l->pt_bytes[0];
+        burst[k] += model->burst_k >= 2 && b->valid && b->npts >= 2 && bytes <= b->pt_bytes[b->npts - 1];
+    }
+    for (int k = 0; k < DEAR_COLL_OP_COUNT; k++) {
+        if (n[k] == 0)
+            continue;
+        const dear_cost_line_t *l = &model->line[k][DEAR_ALGO_AUTO], *b = &model->burst[k];
+        printf("measured range, %s + %s: %d of %d %s below the smallest size calibrated (%.0f B), priced at it",
+               dear_sched_name(r->sched), r->planner, below[k], n[k], dear_coll_op_short((dear_coll_op_t)k),
+               l->pt_bytes[0]);
+        if (model->burst_k >= 2 && b->valid && b->npts >= 2)
+            printf("; %d within the %d-in-flight burst curve (<= %.0f B), priced by it when queued\n", burst[k],
+                   model->burst_k, b->pt_bytes[b->npts - 1]);
+        else
+            printf("; no burst curve: queued ones priced as alone\n");
+    }
+    dear_sim_result_free(&res);
+}
+
 /* --svg and --plan-out: of the fastest row shown. 0, or 1 when a file could not be written. */
 static int write_best(const plan_opts_t *o, const model_t *mu, const dear_cost_model_t *model, int P,
                       const table_t *tab)
@@ -645,6 +695,8 @@ static int write_best(const plan_opts_t *o, const model_t *mu, const dear_cost_m
     for (int i = 1; i < tab->nrows; i++)
         if (tab->rows[i].iter < tab->rows[best].iter)
             best = i;
+    if (tab->nrows > 0 && !o->csv)
+        print_measured_range(mu, model, o, &tab->rows[best]);
     if (tab->nrows == 0 || !(o->svg || o->plan_out))
         return 0;
     const row_t *r = &tab->rows[best];

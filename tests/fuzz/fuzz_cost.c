@@ -56,11 +56,15 @@ static void expect_same(const dear_cost_line_t *a, const dear_cost_line_t *b)
                          b->pt_bytes[i], b->pt_sec[i]);
 }
 
-/* Line k of op in m: the algorithms' lines, then the compressed formats' curves. */
-#define NLINES (DEAR_ALGO_COUNT + DEAR_COMPRESS_COUNT - 1)
+/* Line k of op in m: the algorithms' lines, the compressed formats' curves, then the burst curve
+ * (of FUZZ_INFLIGHT in flight, the default DEAR_MAX_INFLIGHT: the K the corpus names). */
+#define NLINES (DEAR_ALGO_COUNT + DEAR_COMPRESS_COUNT)
+#define FUZZ_INFLIGHT 4
 static dear_cost_line_t *line_k(dear_cost_model_t *m, int op, int k)
 {
-    return k < DEAR_ALGO_COUNT ? &m->line[op][k] : &m->fmt[k - DEAR_ALGO_COUNT + 1][op];
+    return k < DEAR_ALGO_COUNT ? &m->line[op][k]
+           : k < NLINES - 1    ? &m->fmt[k - DEAR_ALGO_COUNT + 1][op]
+                               : &m->burst[op];
 }
 
 int dear_fuzz_one(const uint8_t *data, size_t size)
@@ -72,7 +76,7 @@ int dear_fuzz_one(const uint8_t *data, size_t size)
     int p, rph, found = -1;
     first_key(data, size, &p, &rph);
     dear_cost_model_t m;
-    int rc = dear_cost_load(in, p, rph, &m, &found);
+    int rc = dear_cost_load_ex(in, p, rph, FUZZ_INFLIGHT, &m, &found);
     DEAR_FUZZ_EXPECT(rc == DEAR_OK || rc == DEAR_ERR_FORMAT, "status %d", rc);
     if (rc != DEAR_OK)
         return rc;
@@ -92,14 +96,19 @@ int dear_fuzz_one(const uint8_t *data, size_t size)
             DEAR_FUZZ_EXPECT(!isnan(t) && (algo >= 0 || isinf(t)), "cost %g by algorithm %d", t, algo);
             for (int c = 1; c < DEAR_COMPRESS_COUNT; c++)
                 DEAR_FUZZ_EXPECT(!isnan(dear_cost_eval_fmt(&m, (dear_coll_op_t)op, c, 1 << 20)), "format %d cost NaN", c);
+            for (double b = 1; b < 1e12; b *= 37) {
+                double f = dear_cost_queued_factor(&m, (dear_coll_op_t)op, b);
+                DEAR_FUZZ_EXPECT(f >= 0 && !isnan(f), "queued factor %g at %g B", f, b);
+            }
         }
+    DEAR_FUZZ_EXPECT(m.burst_k == 0 || m.burst_k == FUZZ_INFLIGHT, "burst curves of %d in flight loaded", m.burst_k);
     if (nvalid == 0)
         return rc;
     unlink(again);
     DEAR_FUZZ_EXPECT(dear_cost_save(again, &m) == DEAR_OK, "cannot save what was loaded");
     dear_cost_model_t back;
     int found2 = -1;
-    int rc2 = dear_cost_load(again, p, rph, &back, &found2);
+    int rc2 = dear_cost_load_ex(again, p, rph, FUZZ_INFLIGHT, &back, &found2);
     DEAR_FUZZ_EXPECT(rc2 == DEAR_OK && found2 == nvalid, "a saved cache is refused (status %d, %d of %d lines)", rc2,
                      found2, nvalid);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)

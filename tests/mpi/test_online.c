@@ -238,7 +238,8 @@ static void unset_all(void)
     const char *vars[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_FUSION_THRESHOLD", "DEAR_WARMUP_ITERS",
                            "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_CALIBRATION_FILE",
                            "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS", "DEAR_VERIFY_MARGIN", "DEAR_FIRST_PLAN",
-                           "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN", "DEAR_VERIFY_TRIES", "DEAR_COMPRESS" };
+                           "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN", "DEAR_VERIFY_TRIES", "DEAR_COMPRESS",
+                           "DEAR_MAX_INFLIGHT" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -588,7 +589,25 @@ static void same_lines(const dear_cost_model_t *a, const dear_cost_model_t *b)
 
 static uint64_t cost_hash(const dear_ctx_t *ctx)
 {
-    return fnv(1469598103934665603ULL, &ctx->online.cost.line, sizeof ctx->online.cost.line);
+    uint64_t h = fnv(1469598103934665603ULL, &ctx->online.cost.line, sizeof ctx->online.cost.line);
+    return fnv(h, &ctx->online.cost.burst, sizeof ctx->online.cost.burst);
+}
+
+/* The burst curves of k in flight, at the calibration sizes where k of them fit in the default
+ * DEAR_INFLIGHT_BYTES (1 MiB), each op of `ops` (a mask by dear_coll_op_t), no other op. */
+static void burst_curves(const dear_cost_model_t *m, int k, int npts, int ops)
+{
+    ck_assert_int_eq(m->burst_k, k);
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        const dear_cost_line_t *c = &m->burst[op];
+        if (!(ops & (1 << op))) {
+            ck_assert_msg(!c->valid, "%s: a burst curve", dear_coll_op_short((dear_coll_op_t)op));
+            continue;
+        }
+        ck_assert_msg(c->valid && c->npts == npts, "%s: burst curve valid %d with %d points",
+                      dear_coll_op_short((dear_coll_op_t)op), c->valid, c->npts);
+        ck_assert(c->pt_bytes[0] == 8192 && c->pt_bytes[npts - 1] * k <= (1 << 20) && c->pt_sec[0] > 0);
+    }
 }
 
 START_TEST(test_calibration)
@@ -639,6 +658,8 @@ START_TEST(test_calibration)
             ck_assert(c->pt_bytes[i] > c->pt_bytes[i - 1] && c->pt_sec[i] >= c->pt_sec[i - 1]);
         ck_assert(c->pt_sec[0] > 0);
     }
+    /* and each with DEAR_MAX_INFLIGHT (4) in flight, at 8, 64 and 256 KiB */
+    burst_curves(&ctx->online.cost, 4, 3, 7);
     ck_assert_msg(same_everywhere(cost_hash(ctx)), "ranks hold different cost models");
     dear_cost_model_t fitted = ctx->online.cost;
     if (rank == 0)
@@ -654,6 +675,7 @@ START_TEST(test_calibration)
     ck_assert_msg(strstr(logbuf, "calibration: measured") == NULL, "measured again: %s", logbuf);
     ck_assert_msg(same_everywhere(cost_hash(ctx)), "ranks hold different cost models");
     same_lines(&fitted, &ctx->online.cost);
+    burst_curves(&ctx->online.cost, 4, 3, 7);
     train(ctx, &m, "dear", ITERS);
     ck_assert_int_eq(ctx->online.nplans, 4);
     ck_assert_msg(same_everywhere(plan_hash(&ctx->graph.plan)), "ranks ended on different plans");
@@ -743,11 +765,41 @@ START_TEST(test_calibration)
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     model_free(&m);
 
-    /* 7: without a cache, only what the schedule runs: int8's two phases, no all-reduce */
+    /* 8: another DEAR_MAX_INFLIGHT: only its burst curves are measured (8 fit in 1 MiB at 8 and
+     * 64 KiB) and added beside the others; with 1 in flight there is no burst to measure */
+    if (rank == 0)
+        setenv("DEAR_MAX_INFLIGHT", "8", 1);
+    else
+        setenv("DEAR_MAX_INFLIGHT", "2", 1); /* rank 0's cache decides what is measured, not this */
+    model_init(&m);
+    ctx = commit_logged(&m);
+    ck_assert_msg(strstr(logbuf, "measured 3 curve(s)") != NULL, "log ends: %s", log_tail());
+    burst_curves(&ctx->online.cost, 8, 2, 7);
+    same_lines(&float32_lines, &ctx->online.cost);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+    if (rank == 0) {
+        dear_cost_model_t back;
+        int found = 0;
+        ck_assert_int_eq(dear_cost_load_ex(cache, nranks, float32_lines.ranks_per_host, 4, &back, &found), DEAR_OK);
+        burst_curves(&back, 4, 3, 7);
+    }
+    setenv("DEAR_MAX_INFLIGHT", "1", 1);
+    model_init(&m);
+    ctx = commit_logged(&m);
+    ck_assert_int_eq(ctx->online.calib_measured, 0);
+    burst_curves(&ctx->online.cost, 0, 0, 0);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+    unsetenv("DEAR_MAX_INFLIGHT");
+
+    /* 7: without a cache, only what the schedule runs: int8's two phases, no all-reduce, and the
+     * two phases in bursts */
     unsetenv("DEAR_CALIBRATION_FILE");
     model_init(&m);
     ctx = commit_logged(&m);
-    ck_assert_msg(strstr(logbuf, "measured 4 curve(s)") != NULL, "log ends: %s", log_tail());
+    ck_assert_msg(strstr(logbuf, "measured 6 curve(s)") != NULL, "log ends: %s", log_tail());
+    burst_curves(&ctx->online.cost, 4, 3, (1 << DEAR_COLL_REDUCE_SCATTER) | (1 << DEAR_COLL_ALLGATHER));
     ck_assert(ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_REDUCE_SCATTER].valid);
     ck_assert(ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_ALLGATHER].valid);
     ck_assert(!ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_ALLREDUCE].valid);

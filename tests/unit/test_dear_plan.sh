@@ -126,6 +126,41 @@ for t in 26214400 104857600; do
         *) echo "$got" | grep -q "the auto plan (" || fail "100 MiB: should start on auto's plan" ;;
     esac
 done
+# A calibration cache with burst curves (auto/4) at twice the alone curve's time: with
+# --inflight 4 (the default) a queued reduce-scatter or all-gather costs twice, and dear's
+# one-bucket-per-tensor plan is predicted slower than with --inflight 1 (no burst curve); the
+# all-reduce has none, so wfbp's prediction does not move.
+cost=$tmp/k.cost
+pts="8192:0.001,65536:0.002,262144:0.004,8388608:0.1"
+bpts="8192:0.002,65536:0.004,262144:0.008"
+{
+    echo "dear-cost 1"
+    for op in rs ag ar; do echo "4 1 $op auto 0.001 1e-8 0 0.1 4 $pts"; done
+    for op in rs ag; do echo "4 1 $op auto/4 0.002 2e-8 0 0.1 3 $bpts"; done
+} > "$cost"
+p4=$("$exe" --profile "$prof" --cost "$cost" --workers 4 --planner none) || fail "--cost with bursts"
+echo "$p4" | grep -q "queued behind others (4 in flight), a rs costs x2.00 at 8192 B, x2.00 at 65536 B, x2.00 at 262144 B" ||
+    fail "no burst pricing line: $p4"
+p1=$("$exe" --profile "$prof" --cost "$cost" --workers 4 --planner none --inflight 1) || fail "--inflight 1"
+echo "$p1" | grep -q "queued behind" && fail "--inflight 1 still prices bursts"
+col() { echo "$1" | awk -v s="$2" '$1 == s && $2 == "none" { print $3 }'; }
+awk -v a="$(col "$p4" dear)" -v b="$(col "$p1" dear)" 'BEGIN { exit !(a > b * 1.05) }' ||
+    fail "dear none: $(col "$p4" dear) ms with bursts, $(col "$p1" dear) ms without"
+[ "$(col "$p4" wfbp)" = "$(col "$p1" wfbp)" ] || fail "wfbp moved without an all-reduce burst curve"
+# The best row's collectives against what was measured: dear + none, one bucket per layer with
+# tensors (107), those of resnet50's layers under 8 KiB priced at it, those up to 256 KiB by the
+# bursts; and as many all-gather groups alike.
+layers() { # LO HI: layers whose tensors hold LO <= bytes < HI
+    awk -v lo="$1" -v hi="$2" '$1 == "tensor" { b[$3] += $4 } END { for (l in b) if (b[l] >= lo && b[l] < hi) n++; print n }' "$prof"
+}
+small=$(layers 0 8192)
+burst=$(layers 0 262145)
+d4=$("$exe" --profile "$prof" --cost "$cost" --workers 4 --planner none --schedule dear) || fail "dear none with bursts"
+echo "$d4" | grep -q "^measured range, dear + none: $small of 107 rs below the smallest size calibrated (8192 B), priced at it; $burst within the 4-in-flight burst curve (<= 262144 B), priced by it when queued$" ||
+    fail "measured range ($small below, $burst in bursts): $d4"
+[ "$(echo "$d4" | grep -c "^measured range, dear + none: $small of 107 [ra][sg] below")" -eq 2 ] ||
+    fail "measured range: want the reduce-scatters and the all-gathers alike: $d4"
+echo "$p1" | grep -q "^measured range, .*no burst curve: queued ones priced as alone$" || fail "measured range without bursts: $p1"
 expect_err() {   # expected-status pattern args...
     want=$1; pat=$2; shift 2
     err=$("$exe" "$@" 2>&1 >/dev/null); rc=$?
@@ -151,6 +186,10 @@ expect_err 1 "nope.prof" --profile "$tmp/nope.prof" --preset 10gbe --workers 4
 expect_err 2 "--estimate 'guess'" --profile "$prof" --preset 10gbe --workers 4 --estimate guess
 expect_err 2 "--first-min-gain '2' is not a share between 0 and 1" --profile "$prof" --preset 10gbe --workers 4 \
     --first-min-gain 2
+expect_err 2 "--inflight: DEAR_MAX_INFLIGHT='0' is not valid: expected an integer in \[1, 64\]" --profile "$prof" \
+    --cost "$cost" --workers 4 --inflight 0
+echo "4 1 rs auto/99 0.002 2e-8 0 0.1 0" >> "$cost"
+expect_err 2 "k.cost:7: expected .*auto/K" --profile "$prof" --cost "$cost" --workers 4
 expect_err 2 "--hints goes with --estimate" --profile "$prof" --preset 10gbe --workers 4 --hints "$bm"
 expect_err 2 "layer 107 is not a layer of the profile" --profile "$prof" --preset 10gbe --workers 4 --estimate range \
     --hints "$bm"

@@ -465,6 +465,77 @@ START_TEST(cost_format_curves)
 }
 END_TEST
 
+/* Burst curves (auto/K): the factor on a queued collective is the burst curve over the auto line
+ * from the burst's smallest size (below it, its ratio) to its largest (beyond it, 1); without
+ * either curve, 1. The cache keeps them by K: load_ex takes only the K asked for, a save keeps
+ * another K's records, and a bad K or a burst of anything but auto is refused. */
+START_TEST(cost_burst_curves)
+{
+    dear_cost_model_t m;
+    memset(&m, 0, sizeof m);
+    m.comm_size = 8;
+    m.ranks_per_host = 4;
+    dear_coll_op_t rs = DEAR_COLL_REDUCE_SCATTER;
+    double xa[3] = { 8192, 65536, 262144 }, ya[3] = { 1e-3, 2e-3, 8e-3 };
+    double xb[2] = { 8192, 65536 }, yb[2] = { 1.5e-3, 2.2e-3 };
+    ck_assert_int_eq(dear_cost_fit_curve(xa, ya, 3, &m.line[rs][DEAR_ALGO_AUTO]), DEAR_OK);
+    EQ(dear_cost_queued_factor(&m, rs, 8192), 1);   /* no burst curve */
+    ck_assert_int_eq(dear_cost_fit_curve(xb, yb, 2, &m.burst[rs]), DEAR_OK);
+    EQ(dear_cost_queued_factor(&m, rs, 8192), 1);   /* burst_k unset */
+    m.burst_k = 4;
+    EQ(dear_cost_queued_factor(&m, rs, 8192), 1.5);
+    EQ(dear_cost_queued_factor(&m, rs, 1024), 1.5);     /* below: the smallest size's ratio */
+    EQ(dear_cost_queued_factor(&m, rs, 65536), 1.1);
+    EQ(dear_cost_queued_factor(&m, rs, 36864), 1.85e-3 / 1.5e-3);
+    EQ(dear_cost_queued_factor(&m, rs, 65537), 1);      /* beyond what was measured */
+    EQ(dear_cost_queued_factor(&m, DEAR_COLL_ALLGATHER, 8192), 1);
+    dear_sim_model_arg_t marg = { .model = &m };
+    EQ(dear_sim_cost_model_queued(&marg, rs, 8192), 1.5);
+
+    const char *path = tmpfile_path("burst.txt");
+    unlink(path);
+    dear_cost_model_t back, other = m;
+    ck_assert_int_eq(dear_cost_save(path, &m), DEAR_OK);
+    int found = -1;
+    ck_assert_int_eq(dear_cost_load(path, 8, 4, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 1);                         /* the auto line alone */
+    ck_assert_int_eq(back.burst_k, 0);
+    ck_assert(!back.burst[rs].valid);
+    ck_assert_int_eq(dear_cost_load_ex(path, 8, 4, 8, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 1);
+    ck_assert_int_eq(dear_cost_load_ex(path, 8, 4, 4, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 2);
+    ck_assert_int_eq(back.burst_k, 4);
+    ck_assert_int_eq(back.burst[rs].npts, 2);
+    EQ(dear_cost_queued_factor(&back, rs, 8192), 1.5);
+    /* Another K is added beside it; saving K = 4 again replaces only its own record. */
+    other.burst_k = 8;
+    other.burst[rs].pt_sec[0] = 3e-3;
+    other.burst[rs].pt_sec[1] = 4e-3;
+    ck_assert_int_eq(dear_cost_save(path, &other), DEAR_OK);
+    ck_assert_int_eq(dear_cost_save(path, &m), DEAR_OK);
+    ck_assert_int_eq(dear_cost_load_ex(path, 8, 4, 8, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 2);
+    EQ(dear_cost_queued_factor(&back, rs, 8192), 3);
+    ck_assert_int_eq(dear_cost_load_ex(path, 8, 4, 4, &back, &found), DEAR_OK);
+    EQ(dear_cost_queued_factor(&back, rs, 8192), 1.5);
+    FILE *f = fopen(path, "r");
+    char text[4096] = "";
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[got] = '\0';
+    ck_assert_msg(strstr(text, "\n8 4 rs auto/4 ") && strstr(text, "\n8 4 rs auto/8 "), "file: %s", text);
+    ck_assert_msg(strstr(strstr(text, "\n8 4 rs auto/4 ") + 1, "\n8 4 rs auto/4 ") == NULL, "twice: %s", text);
+
+    static const char *const bad[] = { "auto/1", "auto/65", "auto/x", "auto/", "ring/4", "auto+int8/4", "auto/4+int8" };
+    capture();
+    cache_refuses(path, "dear-cost 1\n4 1 rs ", " 1e-4 1e-9 0 0 2\n", bad, sizeof bad / sizeof bad[0], "burst.txt:2:",
+                  "auto/K");
+    uncapture();
+    unlink(path);
+}
+END_TEST
+
 /* ---- profiles ---- */
 
 START_TEST(profile_round_trip)
@@ -679,7 +750,7 @@ START_TEST(sim_sync_and_wfbp_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 }, split[3] = { 0, 1, 3 };
     dear_plan_t pn, po, ps;
     plan2(&pn, 3, 3, none, 3, none);
@@ -717,7 +788,7 @@ START_TEST(sim_dear_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, pm;
     plan2(&pn, 3, 3, none, 3, none);
@@ -756,7 +827,7 @@ START_TEST(sim_dear_early_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     dear_plan_t pl;
     hand_plan_early(&pl);
     /* Steady state: backward runs fw..fw+6 with gradients at fw+2, +4, +6. RS2 fw+2..+4, early
@@ -792,7 +863,7 @@ START_TEST(sim_dear_early_stepped_by_hand)
     dear_profile_t p;
     hand_prof_bytes(&p, 100, 20, 420);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG: 1, 0.6, 2.6 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     hand_plan_early(&pl);
@@ -841,7 +912,7 @@ START_TEST(sim_sparse_by_hand)
     p.tensors[2].density_rs = 0.2;
     p.tensors[2].density_ag = 0.5;
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     dear_sim_ws_t *ws;
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
     /* A group spanning dense and sparse tensors is two collectives, each paying its start-up. */
@@ -868,6 +939,62 @@ START_TEST(sim_sparse_by_hand)
 }
 END_TEST
 
+/* A queued collective (ready while the channel is busy) costs its price times queued_fn, given
+ * the group's dense bytes; one that finds the channel free, or ready just as it frees, its price. */
+static double queued_double(void *arg, dear_coll_op_t op, size_t bytes)
+{
+    (void)arg;
+    (void)op;
+    (void)bytes;
+    return 2;
+}
+
+static double queued_by_bytes(void *arg, dear_coll_op_t op, size_t bytes)
+{
+    (void)arg;
+    (void)op;
+    return 1 + (double)bytes / 1000;
+}
+
+START_TEST(sim_queued_by_hand)
+{
+    dear_profile_t p;
+    hand_prof(&p);
+    lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
+    dear_sim_cost_t c = { lin_cost, &l, NULL, queued_double };
+    int none[4] = { 0, 1, 2, 3 };
+    dear_plan_t pn;
+    plan2(&pn, 3, 3, none, 3, none);
+    /* wfbp, one bucket per layer: AR 300 B ready at 5 on a free channel, 5..9; 200 B ready at
+     * 7, queued: 2 x 3 s, 9..15; 100 B ready at 9, queued: 2 x 2 s, 15..19. */
+    dear_sim_result_t r = { 0 };
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 19);
+    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 1)->end, 15);
+    EQ(r.comm_s, 14);
+    c.queued_fn = queued_by_bytes; /* 200 B: 1.2 x 3 s, 9..12.6; 100 B: 1.1 x 2 s, 12.6..14.8 */
+    EQ(sim_T(&p, &c, DEAR_SCHED_WFBP, &pn), 14.8);
+    /* dear: RS2 13..15 and RS1 15..16.5 (ready as the channel frees: alone), RS0 17..18 (1 s
+     * past the end); the next forward's all-gathers all queued (c0 = 1): AG0 1..3, fwd0 3..4,
+     * AG1 3..6, fwd1 6..7, AG2 6..10, fwd2 10..11, backward 11..17. */
+    c.queued_fn = queued_double;
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pn, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 17);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->end, 10);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 1)->end, 16.5);
+    /* The workspace path agrees. */
+    dear_sim_ws_t *ws;
+    ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), 17);
+    c.queued_fn = NULL;
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), 12.5);
+    dear_sim_ws_free(ws);
+    dear_sim_result_free(&r);
+    dear_plan_free(&pn);
+    dear_prof_free(&p);
+}
+END_TEST
+
 /* Compressed tensors are priced at their wire bytes: with both phases in 16 bits every schedule
  * predicts what the same profile with half the bytes predicts; with the all-gathers in float32 an
  * all-reduce is a reduce-scatter of half the bytes and an all-gather of all; a tensor left
@@ -883,7 +1010,7 @@ START_TEST(sim_compress_by_hand)
     make_prof(&half, 3, fw, bw, 3, lay, by);
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, po;
     plan2(&pn, 3, 3, none, 3, none);
@@ -922,7 +1049,7 @@ START_TEST(sim_compress_by_hand)
     EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 75 + 75.0 / 256 * 4);
     /* With a format cost, a dense compressed run is priced by it; float32 and sparse runs keep
      * the plain cost; an all-reduce whose halves travel alike is one collective in its format. */
-    dear_sim_cost_t cf = { lin_cost, &l, fmt_cost };
+    dear_sim_cost_t cf = { lin_cost, &l, fmt_cost, NULL };
     p.tensors[2].block_bytes = 0;
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_INT8, DEAR_COMPRESS_INT8);
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
@@ -957,7 +1084,7 @@ START_TEST(sim_dear_layers_without_tensors)
     dear_profile_t p;
     make_prof(&p, 4, fw, bw, 3, lay, by);
     lin_arg_t l = lin(1, 0.01, 1, 0.01);   /* RS/AG of 100 B: 2 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int rs[2] = { 0, 3 }, ag[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     plan2(&pl, 3, 1, rs, 3, ag);
@@ -1143,7 +1270,7 @@ START_TEST(dp_equals_brute_force)
         dear_profile_t p;
         lin_arg_t l;
         any_instance(&p, n, &l, inst, 120);
-        dear_sim_cost_t c = { lin_cost, &l, NULL };
+        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         int rs[16], ag[16], nrs, nag;
         /* wfbp: brute force over all-reduce bucketings. */
@@ -1256,7 +1383,7 @@ START_TEST(dp_split_equals_brute_force)
         if (inst % 2) /* backward-heavy: the link idles in backward, early groups pay */
             for (int i = 0; i < p.nlayers; i++)
                 p.layers[i].bwd_s *= 3;
-        dear_sim_cost_t c = { lin_cost, &l, NULL };
+        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
         dear_sim_ws_t *ws;
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         dear_plan_problem_t prob;
@@ -1334,7 +1461,7 @@ START_TEST(dp_search_equals_best_split)
          * and read back for the other shows. */
         l.alpha[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
         l.beta[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
-        dear_sim_cost_t c = { lin_cost, &l, NULL };
+        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
         dear_plan_problem_t prob;
         problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
         double best = INFINITY;
@@ -2397,6 +2524,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, cost_file_round_trip);
     tcase_add_test(tc, cost_curve);
     tcase_add_test(tc, cost_format_curves);
+    tcase_add_test(tc, cost_burst_curves);
     suite_add_tcase(s, tc);
     tc = tcase_create("profile");
     tcase_add_test(tc, profile_round_trip);
@@ -2409,6 +2537,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, sim_dear_early_by_hand);
     tcase_add_test(tc, sim_dear_early_stepped_by_hand);
     tcase_add_test(tc, sim_dear_layers_without_tensors);
+    tcase_add_test(tc, sim_queued_by_hand);
     suite_add_tcase(s, tc);
     tc = tcase_create("planners");
     tcase_set_timeout(tc, 120);
