@@ -212,20 +212,37 @@ static double wire_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, de
     return cost->fn(cost->arg, op, wire);
 }
 
-double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi)
+/* Factor on a float32 collective of `bytes` that starts queued: queued_fn's, else 1. */
+static double queued(const dear_sim_cost_t *cost, dear_coll_op_t op, size_t bytes, int q)
 {
-    if (!ws->wired)
-        return cost->fn(cost->arg, op, ws->prefix[hi] - ws->prefix[lo]);
+    return q && cost->queued_fn ? cost->queued_fn(cost->arg, op, bytes) : 1.0;
+}
+
+/* The group [lo, hi) as the channel runs it: q, queued (ready while the channel was busy), its
+ * dense float32 collectives run in flight with the ones ahead (dear_sim_cost_t.queued_fn, by
+ * each collective's bytes). Compressed and sparse runs keep their price alone: their bursts
+ * (the conversions on the progress thread, the index exchange) were never measured. */
+static double group_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi,
+                         int q)
+{
+    if (!ws->wired) {
+        size_t bytes = ws->prefix[hi] - ws->prefix[lo];
+        return cost->fn(cost->arg, op, bytes) * queued(cost, op, bytes, q);
+    }
     /* The runtime cuts a bucket where the block or the type changes: one collective per run. */
     double c = 0;
     for (int a = lo; a < hi;) {
         int b = ws->run_end[a] < hi ? ws->run_end[a] : hi;
         size_t rs = (size_t)llround(ws->wire_rs[b] - ws->wire_rs[a]);
         size_t ag = (size_t)llround(ws->wire_ag[b] - ws->wire_ag[a]);
+        int f = op == DEAR_COLL_ALLGATHER ? ws->fmt_ag[a] : ws->fmt_rs[a];
+        int dense32 = ws->block[a] == 0 && f == DEAR_COMPRESS_NONE &&
+                      (op != DEAR_COLL_ALLREDUCE || ws->fmt_ag[a] == DEAR_COMPRESS_NONE);
+        double k = dense32 ? queued(cost, op, ws->prefix[b] - ws->prefix[a], q) : 1.0;
         if (op != DEAR_COLL_ALLREDUCE)
-            c += wire_cost(ws, cost, op, a, op == DEAR_COLL_ALLGATHER ? ag : rs);
+            c += k * wire_cost(ws, cost, op, a, op == DEAR_COLL_ALLGATHER ? ag : rs);
         else if (ws->block[a] == 0 && ws->fmt_rs[a] == ws->fmt_ag[a])
-            c += wire_cost(ws, cost, op, a, rs);
+            c += k * wire_cost(ws, cost, op, a, rs);
         else
             c += wire_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, a, rs) +
                  wire_cost(ws, cost, DEAR_COLL_ALLGATHER, a, ag);
@@ -234,15 +251,9 @@ double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, d
     return c;
 }
 
-/* The group [lo, hi) as the channel runs it: queued (ready while the channel was busy), it runs
- * in flight with the collectives ahead of it (dear_sim_cost_t.queued_fn). */
-static double chan_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi,
-                        int queued)
+double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi)
 {
-    double c = dear_sim_ws_group(ws, cost, op, lo, hi);
-    if (queued && cost->queued_fn)
-        c *= cost->queued_fn(cost->arg, op, ws->prefix[hi] - ws->prefix[lo]);
-    return c;
+    return group_cost(ws, cost, op, lo, hi, 0);
 }
 
 static void rec(dear_sim_ws_t *ws, int kind, int index, double start, double end, size_t bytes)
@@ -303,7 +314,7 @@ static double run_buckets(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_c
         size_t bytes = ws->prefix[first[g + 1]] - ws->prefix[first[g]];
         double ready = bwd_start + ws->ready[first[g]];
         double start = ready > chan ? ready : chan;
-        double c = chan_cost(ws, cost, op, first[g], first[g + 1], ready < chan);
+        double c = group_cost(ws, cost, op, first[g], first[g + 1], ready < chan);
         chan = start + c;
         *comm += c;
         rec(ws, (int)op, g, start, chan, bytes);
@@ -365,7 +376,7 @@ static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int 
 {
     for (; *e >= nreg && *eb >= b; (*e)--) {
         size_t gb = ws->prefix[ag[*e + 1]] - ws->prefix[ag[*e]];
-        double cg = chan_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[*e], ag[*e + 1], ready < *chan);
+        double cg = group_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[*e], ag[*e + 1], ready < *chan);
         double start = ready > *chan ? ready : *chan;
         rec(ws, DEAR_COLL_ALLGATHER, *e, start, start + cg, gb);
         *chan = start + cg;
@@ -402,7 +413,7 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
                 size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
                 /* Queued together at the previous backward's end: all but a first that finds the
                  * channel free run in flight with the ones ahead. */
-                double c = chan_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1], g > 0 || c0 > 0);
+                double c = group_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1], g > 0 || c0 > 0);
                 rec(ws, DEAR_COLL_ALLGATHER, g, chan, chan + c, bytes);
                 chan += c;
                 ws->ag_end[g] = chan;
@@ -430,7 +441,7 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
         size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
         double ready = fw + ws->ready[rs[b]];
         double start = ready > chan ? ready : chan;
-        double c = chan_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1], ready < chan);
+        double c = group_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1], ready < chan);
         rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
         chan = start + c;
         *comm += c;

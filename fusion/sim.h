@@ -25,7 +25,7 @@
  * algorithm per size (dear_sim_cost_model) and a cap on bucket memory (buckets above the cap
  * cost a penalty that dominates any real time) or any other function (the tests' linear one).
  * A collective that was ready while the channel was busy starts queued: the runtime runs it in
- * flight with the ones ahead, and it costs its price times queued_fn (the measured burst curve
+ * flight with the ones ahead, and a dense float32 one costs its price times queued_fn (the measured burst curve
  * over the alone curve, where one was measured), so a stream of n small buckets costs what a
  * burst of n costs on the real communicator rather than n collectives timed alone.
  * Sparse and compressed tensors (profile.h) are priced by the bytes they put on the wire in each

@@ -974,6 +974,14 @@ START_TEST(sim_queued_by_hand)
     EQ(r.comm_s, 14);
     c.queued_fn = queued_by_bytes; /* 200 B: 1.2 x 3 s, 9..12.6; 100 B: 1.1 x 2 s, 12.6..14.8 */
     EQ(sim_T(&p, &c, DEAR_SCHED_WFBP, &pn), 14.8);
+    /* A compressed collective keeps its price alone (no burst of it was measured): tensor 1 in
+     * bf16 (100 B on the wire, 2 s) runs 9..11 though queued; tensor 0, float32, queued: 11..15. */
+    dear_profile_t pc;
+    hand_prof(&pc);
+    dear_prof_set_compress(&pc, 1, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16);
+    c.queued_fn = queued_double;
+    EQ(sim_T(&pc, &c, DEAR_SCHED_WFBP, &pn), 15);
+    dear_prof_free(&pc);
     /* dear: RS2 13..15 and RS1 15..16.5 (ready as the channel frees: alone), RS0 17..18 (1 s
      * past the end); the next forward's all-gathers all queued (c0 = 1): AG0 1..3, fwd0 3..4,
      * AG1 3..6, fwd1 6..7, AG2 6..10, fwd2 10..11, backward 11..17. */
