@@ -1107,8 +1107,10 @@ START_TEST(test_first_guard_threshold)
         FILE *f = fopen(path, "w");
         ck_assert_ptr_nonnull(f);
         fprintf(f, "dear-cost 1\n");
-        for (int op = 0; op < 3; op++)
-            fprintf(f, "%d %d %s auto 0.05 1e-5 0 0 2\n", nranks, nranks, op == 0 ? "rs" : op == 1 ? "ag" : "ar");
+        for (int op = 0; op < 3; op++) /* alone and, as the default DEAR_MAX_INFLIGHT runs them, 4 at a time */
+            for (int burst = 0; burst < 2; burst++)
+                fprintf(f, "%d %d %s auto%s 0.05 1e-5 0 0 2\n", nranks, nranks,
+                        op == 0 ? "rs" : op == 1 ? "ag" : "ar", burst ? "/4" : "");
         ck_assert_int_eq(fclose(f), 0);
     }
     MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
