@@ -63,10 +63,16 @@ double dear_cost_eval_fmt(const dear_cost_model_t *model, dear_coll_op_t op, int
     return dear_cost_eval(model, op, wire, NULL);
 }
 
+const dear_cost_line_t *dear_cost_burst(const dear_cost_model_t *model, dear_coll_op_t op)
+{
+    const dear_cost_line_t *b = &model->burst[op];
+    return model->burst_k >= 2 && b->valid && b->npts >= 2 ? b : NULL;
+}
+
 double dear_cost_queued_factor(const dear_cost_model_t *model, dear_coll_op_t op, double bytes)
 {
-    const dear_cost_line_t *b = &model->burst[op], *a = &model->line[op][DEAR_ALGO_AUTO];
-    if (model->burst_k < 2 || !b->valid || b->npts < 2 || !a->valid || bytes > b->pt_bytes[b->npts - 1])
+    const dear_cost_line_t *b = dear_cost_burst(model, op), *a = &model->line[op][DEAR_ALGO_AUTO];
+    if (!b || !a->valid || bytes > b->pt_bytes[b->npts - 1])
         return 1.0;
     double x = bytes < b->pt_bytes[0] ? b->pt_bytes[0] : bytes, alone = dear_cost_line_eval(a, x);
     return alone > 0 ? dear_cost_line_eval(b, x) / alone : 1.0;
@@ -629,8 +635,8 @@ void dear_cost_print(FILE *out, const dear_cost_model_t *model)
             snprintf(name, sizeof name, "auto+%s", dear_compress_name((dear_compress_t)c));
             print_line(out, op, name, &model->fmt[c][op]);
         }
-        const dear_cost_line_t *bl = &model->burst[op];
-        if (model->burst_k >= 2 && bl->valid && bl->npts >= 2) {
+        const dear_cost_line_t *bl = dear_cost_burst(model, (dear_coll_op_t)op);
+        if (bl) {
             char name[32];
             snprintf(name, sizeof name, "auto/%d", model->burst_k);
             print_line(out, op, name, bl);

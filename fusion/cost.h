@@ -64,6 +64,8 @@ double dear_cost_eval(const dear_cost_model_t *model, dear_coll_op_t op, double 
 /* Time of op on a float32 vector travelling in format c with `wire` bytes on the wire: its
  * format curve when the model has one, else dear_cost_eval at the wire bytes. */
 double dear_cost_eval_fmt(const dear_cost_model_t *model, dear_coll_op_t op, int c, double wire);
+/* op's burst curve when the model has one usable (K >= 2, a curve of 2 or more points), else NULL. */
+const dear_cost_line_t *dear_cost_burst(const dear_cost_model_t *model, dear_coll_op_t op);
 /* What a collective of op and `bytes` (float32 bytes) costs when it starts queued behind others,
  * relative to one run alone: the burst curve over the auto line at that size, from the burst
  * curve's smallest size down (there at the smallest's ratio) to its largest. Beyond the largest,

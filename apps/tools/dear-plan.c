@@ -665,20 +665,20 @@ static void print_measured_range(const model_t *mu, const dear_cost_model_t *mod
         const dear_cost_line_t *l = k < DEAR_COLL_OP_COUNT ? &model->line[k][DEAR_ALGO_AUTO] : NULL;
         if (!l || !l->valid || l->npts < 2)
             continue;
-        const dear_cost_line_t *b = &model->burst[k];
+        const dear_cost_line_t *b = dear_cost_burst(model, (dear_coll_op_t)k);
         double bytes = (double)res.ops[i].bytes;
         n[k]++;
         below[k] += bytes < l->pt_bytes[0];
-        burst[k] += model->burst_k >= 2 && b->valid && b->npts >= 2 && bytes <= b->pt_bytes[b->npts - 1];
+        burst[k] += b && bytes <= b->pt_bytes[b->npts - 1];
     }
     for (int k = 0; k < DEAR_COLL_OP_COUNT; k++) {
         if (n[k] == 0)
             continue;
-        const dear_cost_line_t *l = &model->line[k][DEAR_ALGO_AUTO], *b = &model->burst[k];
+        const dear_cost_line_t *l = &model->line[k][DEAR_ALGO_AUTO], *b = dear_cost_burst(model, (dear_coll_op_t)k);
         printf("measured range, %s + %s: %d of %d %s below the smallest size calibrated (%.0f B), priced at it",
                dear_sched_name(r->sched), r->planner, below[k], n[k], dear_coll_op_short((dear_coll_op_t)k),
                l->pt_bytes[0]);
-        if (model->burst_k >= 2 && b->valid && b->npts >= 2)
+        if (b)
             printf("; %d within the %d-in-flight burst curve (<= %.0f B), priced by it when queued\n", burst[k],
                    model->burst_k, b->pt_bytes[b->npts - 1]);
         else
