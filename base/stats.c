@@ -48,6 +48,21 @@ double dear_median(const double *v, size_t n)
     return m;
 }
 
+double dear_stream_median(const double *done, size_t n, int k, double t0)
+{
+    if (k < 1 || n < (size_t)k)
+        return 0;
+    double *w = malloc(sizeof *w * (n - (size_t)k + 1));
+    if (!w)
+        return (done[n - 1] - t0) / (double)n; /* the mean: a stall only blurs it */
+    size_t nw = 0;
+    for (size_t i = (size_t)k - 1; i < n; i++)
+        w[nw++] = (done[i] - (i >= (size_t)k ? done[i - (size_t)k] : t0)) / k;
+    double m = dear_median(w, nw);
+    free(w);
+    return m;
+}
+
 double dear_samples_median(const dear_samples_t *s)
 {
     return dear_median(s->v, s->n);

@@ -14,6 +14,11 @@ double dear_samples_median(const dear_samples_t *s);
 /* Median of v[0..n) (0 when n is 0); v is left as it was. */
 double dear_median(const double *v, size_t n);
 void dear_samples_free(dear_samples_t *s);
+/* Seconds per item of a stream that started at t0, up to k items in flight, whose items completed
+ * at done[0..n) (ascending, n >= k >= 1): the median over windows of k completions, the first
+ * window from t0. A stall lengthens the few windows it falls in, not the median, where a mean
+ * over the stream would carry it. 0 when n < k. */
+double dear_stream_median(const double *done, size_t n, int k, double t0);
 
 /* Two series of timings side by side: their medians and the spread they share. */
 typedef struct {

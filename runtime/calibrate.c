@@ -20,6 +20,7 @@
 #include "base/mpi_check.h"
 #include "base/params.h"
 #include "base/sched_table.h"
+#include "base/stats.h"
 #include "base/util.h"
 #include "fusion/cost.h"
 #include "runtime/rt.h"
@@ -29,8 +30,9 @@
  * extended with. Each size is timed as a stream of back-to-back collectives of at least
  * CALIB_STREAM_BYTES (and CALIB_REPS) after an untimed CALIB_WARM_BYTES, because the runtime's
  * channel runs them one behind the other and a network's burst allowance flatters collectives
- * timed alone; CALIB_PASSES passes keep the median, because a stall of a shared host inflates
- * the one stream it falls into (docs/PERFORMANCE.md#calibration). */
+ * timed alone. A stream gives the median of its collectives' times (dear_stream_median) and
+ * CALIB_PASSES passes the median of theirs, because stalls only ever add time
+ * (docs/PERFORMANCE.md#calibration). */
 static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
 #define CALIB_REPS 5
@@ -82,22 +84,26 @@ static void cancel_one(dear_net_req_t *q, void *arg)
     dear_net_cancel(q);
 }
 
-/* Wait for whichever of req[0..*nin) finishes first and free it. */
-static int reap_one(dear_coll_req_t **req, int *nin)
+/* Wait for whichever of req[0..*nin) finishes first and free it; its time is appended to
+ * done[*ndone] when done is given (the timed stream). */
+static int reap_one(dear_coll_req_t **req, int *nin, double *done, int *ndone)
 {
     int w = 0, rc = dear_coll_waitany(req, *nin, &w);
     if (rc == DEAR_OK) {
         dear_coll_free(req[w]);
         req[w] = req[--*nin];
+        if (done)
+            done[(*ndone)++] = dear_now();
     }
     return rc;
 }
 
 /* One (collective, size) sample: the barrier lines the ranks up, an untimed stream fills the
  * pipes and drains any burst allowance, then a timed stream of collectives, up to k in flight as
- * the progress thread keeps them (k = 1: back to back), gives the mean seconds per collective in
- * the steady state (what the planner's FIFO channel assumes). The i-th runs on the i % k-th
- * slice of count elements of recvbuf, with the tag the progress thread would give it.
+ * the progress thread keeps them (k = 1: back to back), gives the seconds per collective in the
+ * steady state (what the planner's FIFO channel assumes), by dear_stream_median. The i-th runs
+ * on the i % k-th slice of count elements of recvbuf, with the tag the progress thread would
+ * give it.
  * DEAR_ERR_UNSUPPORTED from start (size limits) is returned without logging: the same on every
  * rank, it only means the size is skipped. *parked is set when a failure left collectives in
  * flight: recvbuf must then never be freed. */
@@ -106,17 +112,18 @@ static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int
     DEAR_MPI_CHECK(MPI_Barrier(ctx->cm.comm));
     int warm = reps_for(bytes, CALIB_WARM_BYTES, k), reps = reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS * k);
     dear_coll_req_t *req[CALIB_MAX_BURST];
-    int nin = 0, rc = DEAR_OK;
+    int nin = 0, rc = DEAR_OK, ndone = 0;
     dear_coll_args_t a = *args;
-    double t0 = 0;
+    double t0 = 0, done[CALIB_MAX_REPS], *timed = NULL;
     for (int r = -warm; r < reps && rc == DEAR_OK; r++) {
         if (r == 0) { /* the timed stream starts on an empty channel: the warm-up drained, untimed */
             while (nin > 0 && rc == DEAR_OK)
-                rc = reap_one(req, &nin);
+                rc = reap_one(req, &nin, NULL, NULL);
             t0 = dear_now();
+            timed = done;
         }
         if (rc == DEAR_OK && nin == k)
-            rc = reap_one(req, &nin);
+            rc = reap_one(req, &nin, timed, &ndone);
         if (rc != DEAR_OK)
             break;
         a.tag = (r + warm) % CALIB_TAG_SPAN;
@@ -125,7 +132,7 @@ static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int
         nin += rc == DEAR_OK;
     }
     while (nin > 0 && rc == DEAR_OK)
-        rc = reap_one(req, &nin);
+        rc = reap_one(req, &nin, timed, &ndone);
     if (rc != DEAR_OK) {
         if (rc != DEAR_ERR_UNSUPPORTED || nin > 0)
             ctx->cm.keep = 1; /* a peer's messages of it may be left unmatched */
@@ -134,7 +141,7 @@ static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int
         *parked = nin > 0;
         return rc;
     }
-    *seconds = (dear_now() - t0) / reps;
+    *seconds = dear_stream_median(done, (size_t)ndone, k, t0);
     return DEAR_OK;
 }
 

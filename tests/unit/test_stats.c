@@ -1,7 +1,8 @@
 /* Statistics of timings (base/stats.c): the median, and dear_samples_compare, the judgement of
  * auto's check, against hand computations: a difference beyond the margin decides, one within it
  * is inconclusive, one stall moves neither the medians nor the spread, and the relative floor
- * holds when the samples show no spread at all; and dear_check_verdict, the plan auto keeps. */
+ * holds when the samples show no spread at all; dear_check_verdict, the plan auto keeps; and
+ * dear_stream_median, calibration's time per collective of a stream that a stall does not move. */
 #include <check.h>
 #include <math.h>
 
@@ -15,6 +16,25 @@ START_TEST(test_median)
     ck_assert(dear_median(v, 4) == 3); /* 5 1 4 2: (2 + 4) / 2 */
     ck_assert(v[0] == 5 && v[4] == 3); /* left as it was */
     ck_assert(dear_median(v, 0) == 0);
+}
+END_TEST
+
+START_TEST(test_stream_median)
+{
+    /* Back to back from t0 = 1: 0.1 each, one stall of 0.3 in the third: the median is 0.1,
+     * where the stream's mean would be 0.16. */
+    double done[] = { 1.1, 1.2, 1.6, 1.7, 1.8 };
+    ck_assert(fabs(dear_stream_median(done, 5, 1, 1.0) - 0.1) < 1e-12);
+    ck_assert(fabs((done[4] - 1.0) / 5 - 0.16) < 1e-12);
+    /* Two in flight, completions in pairs 0.2 apart: windows of two give 0.1 per item, where the
+     * gaps between single completions (0 or 0.2) would not. */
+    double pairs[] = { 0.2, 0.2, 0.4, 0.4, 0.6, 0.6, 0.8, 0.8 };
+    ck_assert(fabs(dear_stream_median(pairs, 8, 2, 0.0) - 0.1) < 1e-12);
+    /* Two windows of 0.1 and 0.5 per item: the median of an even count is their mean */
+    double two[] = { 0.1, 0.6 };
+    ck_assert(fabs(dear_stream_median(two, 2, 1, 0.0) - 0.3) < 1e-12);
+    ck_assert(dear_stream_median(done, 1, 2, 1.0) == 0); /* fewer completions than in flight */
+    ck_assert(dear_stream_median(done, 5, 0, 1.0) == 0);
 }
 END_TEST
 
@@ -106,6 +126,7 @@ int main(void)
     Suite *s = suite_create("stats");
     TCase *tc = tcase_create("stats");
     tcase_add_test(tc, test_median);
+    tcase_add_test(tc, test_stream_median);
     tcase_add_test(tc, test_compare);
     tcase_add_test(tc, test_compare_noise);
     tcase_add_test(tc, test_compare_floor);
