@@ -30,8 +30,9 @@
  * extended with. Each size is timed as a stream of back-to-back collectives of at least
  * CALIB_STREAM_BYTES (and CALIB_REPS) after an untimed CALIB_WARM_BYTES, because the runtime's
  * channel runs them one behind the other and a network's burst allowance flatters collectives
- * timed alone. A stream gives the median of its collectives' times (dear_stream_median) and
- * CALIB_PASSES passes the median of theirs, because stalls only ever add time
+ * timed alone. A stream gives the median time per collective of the slowest rank's completions
+ * (dear_stream_median) and CALIB_PASSES passes the median of theirs, because stalls only ever
+ * add time
  * (docs/PERFORMANCE.md#calibration). */
 static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
@@ -100,21 +101,20 @@ static int reap_one(dear_coll_req_t **req, int *nin, double *done, int *ndone)
 
 /* One (collective, size) sample: the barrier lines the ranks up, an untimed stream fills the
  * pipes and drains any burst allowance, then a timed stream of collectives, up to k in flight as
- * the progress thread keeps them (k = 1: back to back), gives the seconds per collective in the
- * steady state (what the planner's FIFO channel assumes), by dear_stream_median. The i-th runs
- * on the i % k-th slice of count elements of recvbuf, with the tag the progress thread would
- * give it.
+ * the progress thread keeps them (k = 1: back to back), whose completions, in seconds from the
+ * stream's start, go to done[0..reps_for()). The i-th runs on the i % k-th slice of count
+ * elements of recvbuf, with the tag the progress thread would give it.
  * DEAR_ERR_UNSUPPORTED from start (size limits) is returned without logging: the same on every
  * rank, it only means the size is skipped. *parked is set when a failure left collectives in
  * flight: recvbuf must then never be freed. */
-static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int k, double *seconds, int *parked)
+static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int k, double *done, int *parked)
 {
     DEAR_MPI_CHECK(MPI_Barrier(ctx->cm.comm));
     int warm = reps_for(bytes, CALIB_WARM_BYTES, k), reps = reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS * k);
     dear_coll_req_t *req[CALIB_MAX_BURST];
     int nin = 0, rc = DEAR_OK, ndone = 0;
     dear_coll_args_t a = *args;
-    double t0 = 0, done[CALIB_MAX_REPS], *timed = NULL;
+    double t0 = 0, *timed = NULL;
     for (int r = -warm; r < reps && rc == DEAR_OK; r++) {
         if (r == 0) { /* the timed stream starts on an empty channel: the warm-up drained, untimed */
             while (nin > 0 && rc == DEAR_OK)
@@ -141,7 +141,8 @@ static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int
         *parked = nin > 0;
         return rc;
     }
-    *seconds = dear_stream_median(done, (size_t)ndone, k, t0);
+    for (int i = 0; i < ndone; i++)
+        done[i] -= t0;
     return DEAR_OK;
 }
 
@@ -242,8 +243,9 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_it
     int rc = DEAR_OK, parked = 0;
     size_t maxb = calib_bytes[CALIB_NSIZES - 1];
     float *buf = NULL;
-    double *t = NULL, *tmax = NULL;
+    double *t = NULL, *tmax = NULL, *c = NULL, *cmax = NULL;
     size_t nk = (size_t)nits * CALIB_NSIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
+    size_t nc = nt * CALIB_MAX_REPS; /* sample k's completions: c[k * CALIB_MAX_REPS + i] */
     double t_start = dear_now();
 
     /* The buffers the gradients' collectives run on: device memory under NCCL, else host. */
@@ -251,6 +253,9 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_it
     DEAR_CHECK_GOTO(mo->alloc(maxb, 0, (void **)&buf), rc, out);
     DEAR_ALLOC_GOTO(t, calloc(nt, sizeof *t), nt * sizeof *t, rc, out);
     DEAR_ALLOC_GOTO(tmax, calloc(nt, sizeof *tmax), nt * sizeof *tmax, rc, out);
+    DEAR_ALLOC_GOTO(c, calloc(nc, sizeof *c), nc * sizeof *c, rc, out);
+    if (ctx->cm.rank == 0)
+        DEAR_ALLOC_GOTO(cmax, calloc(nc, sizeof *cmax), nc * sizeof *cmax, rc, out);
     DEAR_CHECK_GOTO(mo->zero(NULL, buf, maxb), rc, out); /* values stay 0 */
     for (int pass = 0; pass < CALIB_PASSES; pass++)
         for (int i = 0; i < nits; i++)
@@ -274,7 +279,8 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_it
                     continue;
                 }
                 args.count = calib_bytes[s] / sizeof(float);
-                int r1 = time_burst(ctx, &args, calib_bytes[s], its[i].k ? its[i].k : 1, &t[k], &parked);
+                int r1 = time_burst(ctx, &args, calib_bytes[s], its[i].k ? its[i].k : 1, &c[k * CALIB_MAX_REPS],
+                                    &parked);
                 if (r1 == DEAR_ERR_UNSUPPORTED) {
                     t[k] = -1; /* this size is beyond the algorithm: no sample */
                     continue;
@@ -288,7 +294,17 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_it
                 }
             }
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
+    /* The slowest rank's completions: the stream as the channel runs it, whichever rank lags. */
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(c, cmax, (int)nc, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
     if (ctx->cm.rank == 0) {
+        for (size_t k = 0; k < nt; k++) {
+            if (tmax[k] < 0)
+                continue; /* no sample */
+            int s = (int)(k % CALIB_NSIZES), kk = its[(k % nk) / CALIB_NSIZES].k;
+            kk = kk ? kk : 1;
+            tmax[k] = dear_stream_median(&cmax[k * CALIB_MAX_REPS],
+                                         (size_t)reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS * kk), kk, 0);
+        }
         dear_cost_model_t *m = &ctx->online.cost;
         m->comm_size = ctx->cm.size;
         m->ranks_per_host = ctx->cm.topo.max_local_size;
@@ -345,6 +361,8 @@ out:
         dear_rt_work_ops(ctx)->release(buf, 0);
     free(t);
     free(tmax);
+    free(c);
+    free(cmax);
     return rc;
 }
 
