@@ -32,8 +32,7 @@
  * channel runs them one behind the other and a network's burst allowance flatters collectives
  * timed alone. A stream gives the median time per collective of the slowest rank's completions
  * (dear_stream_median) and CALIB_PASSES passes the median of theirs, because stalls only ever
- * add time
- * (docs/PERFORMANCE.md#calibration). */
+ * add time (docs/PERFORMANCE.md#calibration). */
 static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
 #define CALIB_REPS 5
