@@ -76,6 +76,12 @@ static int reps_for(size_t bytes, size_t volume, int least)
     return r < (size_t)least ? least : r > CALIB_MAX_REPS ? CALIB_MAX_REPS : (int)r;
 }
 
+/* The timed collectives of a stream of this size, k in flight. */
+static int stream_reps(size_t bytes, int k)
+{
+    return reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS * k);
+}
+
 /* A collective abandoned in flight: its receives cancelled; it is left allocated with its buffer,
  * since a message that had matched may still land (the communicator is kept, cm.keep). */
 static void cancel_one(dear_net_req_t *q, void *arg)
@@ -101,7 +107,7 @@ static int reap_one(dear_coll_req_t **req, int *nin, double *done, int *ndone)
 /* One (collective, size) sample: the barrier lines the ranks up, an untimed stream fills the
  * pipes and drains any burst allowance, then a timed stream of collectives, up to k in flight as
  * the progress thread keeps them (k = 1: back to back), whose completions, in seconds from the
- * stream's start, go to done[0..reps_for()). The i-th runs on the i % k-th slice of count
+ * stream's start, go to done[0..stream_reps()). The i-th runs on the i % k-th slice of count
  * elements of recvbuf, with the tag the progress thread would give it.
  * DEAR_ERR_UNSUPPORTED from start (size limits) is returned without logging: the same on every
  * rank, it only means the size is skipped. *parked is set when a failure left collectives in
@@ -109,7 +115,7 @@ static int reap_one(dear_coll_req_t **req, int *nin, double *done, int *ndone)
 static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int k, double *done, int *parked)
 {
     DEAR_MPI_CHECK(MPI_Barrier(ctx->cm.comm));
-    int warm = reps_for(bytes, CALIB_WARM_BYTES, k), reps = reps_for(bytes, CALIB_STREAM_BYTES, CALIB_REPS * k);
+    int warm = reps_for(bytes, CALIB_WARM_BYTES, k), reps = stream_reps(bytes, k);
     dear_coll_req_t *req[CALIB_MAX_BURST];
     int nin = 0, rc = DEAR_OK, ndone = 0;
     dear_coll_args_t a = *args;
@@ -166,6 +172,9 @@ typedef struct {
     int k;      /* >= 2: the burst curve of k in flight (float32), else 0 */
 } calib_item_t;
 #define CALIB_MAX_ITEMS (3 * DEAR_COLL_OP_COUNT)
+
+/* How many of its collectives the item's streams keep in flight. */
+static int item_inflight(calib_item_t it) { return it.k ? it.k : 1; }
 
 static dear_cost_line_t *item_line(dear_cost_model_t *m, calib_item_t it)
 {
@@ -278,8 +287,7 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_it
                     continue;
                 }
                 args.count = calib_bytes[s] / sizeof(float);
-                int r1 = time_burst(ctx, &args, calib_bytes[s], its[i].k ? its[i].k : 1, &c[k * CALIB_MAX_REPS],
-                                    &parked);
+                int r1 = time_burst(ctx, &args, calib_bytes[s], item_inflight(its[i]), &c[k * CALIB_MAX_REPS], &parked);
                 if (r1 == DEAR_ERR_UNSUPPORTED) {
                     t[k] = -1; /* this size is beyond the algorithm: no sample */
                     continue;
@@ -296,26 +304,21 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_it
     /* The slowest rank's completions: the stream as the channel runs it, whichever rank lags. */
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(c, cmax, (int)nc, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
     if (ctx->cm.rank == 0) {
-        for (size_t k = 0; k < nt; k++) {
-            if (tmax[k] < 0)
-                continue; /* no sample */
-            int s = (int)(k % CALIB_NSIZES), kk = its[(k % nk) / CALIB_NSIZES].k;
-            kk = kk ? kk : 1;
-            tmax[k] = dear_stream_median(&cmax[k * CALIB_MAX_REPS],
-                                         (size_t)reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS * kk), kk, 0);
-        }
         dear_cost_model_t *m = &ctx->online.cost;
         m->comm_size = ctx->cm.size;
         m->ranks_per_host = ctx->cm.topo.max_local_size;
         snprintf(m->source, sizeof m->source, "fit");
         for (int i = 0; i < nits; i++) {
-            int op = its[i].op;
+            int op = its[i].op, kin = item_inflight(its[i]);
             double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
             int n = 0;
             for (int s = 0; s < CALIB_NSIZES; s++) {
                 double pv[CALIB_PASSES], lo = INFINITY, hi = 0;
                 for (int pass = 0; pass < CALIB_PASSES; pass++) {
-                    pv[pass] = tmax[(size_t)pass * nk + (size_t)i * CALIB_NSIZES + (size_t)s];
+                    size_t k = (size_t)pass * nk + (size_t)i * CALIB_NSIZES + (size_t)s;
+                    pv[pass] = tmax[k] < 0 ? -1 /* no sample */
+                                           : dear_stream_median(&cmax[k * CALIB_MAX_REPS],
+                                                                (size_t)stream_reps(calib_bytes[s], kin), kin, 0);
                     lo = pv[pass] < lo ? pv[pass] : lo;
                     hi = pv[pass] > hi ? pv[pass] : hi;
                 }
@@ -325,12 +328,11 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_it
                 /* A format's curve is by the bytes on the wire, which is how the simulator asks. */
                 xs[n] = (double)calib_bytes[s] * dear_compress_ratio((dear_compress_t)its[i].fmt);
                 ys[n++] = v;
-                DEAR_DEBUG("plan", "calibration: %s (%s) %zu B: %.1f us per collective over a stream of %d, %d in "
-                                   "flight (slowest rank, median of %d passes, %.1f..%.1f us)",
+                DEAR_DEBUG("plan", "calibration: %s (%s) %zu B: %.1f us per collective, the median over a stream "
+                                   "of %d, %d in flight (slowest rank, median of %d passes, %.1f..%.1f us)",
                            dear_coll_op_short((dear_coll_op_t)op), dear_compress_name((dear_compress_t)its[i].fmt),
                            calib_bytes[s], 1e6 * v,
-                           reps_for(calib_bytes[s], CALIB_STREAM_BYTES, CALIB_REPS * (its[i].k ? its[i].k : 1)),
-                           its[i].k ? its[i].k : 1, CALIB_PASSES, 1e6 * lo, 1e6 * hi);
+                           stream_reps(calib_bytes[s], kin), kin, CALIB_PASSES, 1e6 * lo, 1e6 * hi);
             }
             if (its[i].k)
                 m->burst_k = its[i].k; /* the loaded model has no other (dear_cost_load_ex) */
