@@ -108,4 +108,9 @@ DEAR_ELEM_FN int8_t f_to_q8(float x, float scale)
 
 DEAR_ELEM_FN float q8_to_f(int8_t q, float scale) { return (float)q * scale; }
 
+/* |x| as bits, whose maximum over a block is the block's largest magnitude: for non-negative
+ * floats the integer order is the float order, and a NaN's bits lie above an infinity's, so the
+ * maximum of a block holding one is a NaN and q8_scale makes its scale NaN. */
+DEAR_ELEM_FN uint32_t q8_mag(float x) { return f_bits(x) & 0x7FFFFFFFu; }
+
 #endif

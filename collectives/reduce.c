@@ -182,14 +182,13 @@ void dear_reduce_narrow(dear_dtype_t dtype, void *dst, const float *src, size_t 
         dear_reduce_scale(DEAR_FLOAT32, dst, src, n, scale);
 }
 
-/* int8 blocks (elem.h). The largest magnitude is taken on the bits (for non-negative floats the
- * integer order is the float order, and an integer max vectorises where a float one does not);
- * bits above an infinity's are a NaN, which q8_scale turns into a NaN scale. */
+/* int8 blocks (elem.h). The largest magnitude is taken on the bits (q8_mag): an integer max
+ * vectorises where a float one does not. */
 KERNEL static float q8_amax(const float *restrict x, size_t n)
 {
     uint32_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t a = f_bits(x[i]) & 0x7FFFFFFFu;
+        uint32_t a = q8_mag(x[i]);
         m = a > m ? a : m;
     }
     return bits_f(m);

@@ -18,6 +18,8 @@
 int dear_cuda_built(void);
 /* 1 if built with NCCL. */
 int dear_nccl_built(void);
+/* 1 if the NCCL loaded has ncclAlltoAll (2.28 and newer), which int8 compression needs there. */
+int dear_nccl_alltoall(void);
 /* Number of visible CUDA devices in *n. DEAR_ERR_UNSUPPORTED without CUDA in the build,
  * DEAR_ERR_CUDA when the driver cannot be queried (no GPU, no driver): *n is 0 then. */
 int dear_cuda_device_count(int *n);

@@ -91,6 +91,37 @@ DEAR_ELEM_FN void kern_feedback_at(dear_dtype_t t, float *v, float *e, size_t i)
     v[i] = q;
 }
 
+/* int8 blocks (collectives/elem.h; the host row's dear_reduce_q8_pack and _unpack): n elements
+ * packed are their ceil(n / DEAR_Q8_BLOCK) float32 scales, then n codes. */
+DEAR_ELEM_FN size_t kern_q8_nblocks(size_t n) { return (n + DEAR_Q8_BLOCK - 1) / DEAR_Q8_BLOCK; }
+
+/* Element i before quantization: with error feedback (e set) what was dropped last time is added. */
+DEAR_ELEM_FN float kern_q8_in_at(const float *src, const float *e, size_t i)
+{
+    return e != NULL ? e[i] + src[i] : src[i];
+}
+
+/* Element i's code in its block of scale s (q8_scale of the block's largest q8_mag), x its value
+ * from kern_q8_in_at, and e[i] what the code drops: nothing, and codes of 0, in a zero block; a
+ * non-finite block's residual restarts from zero. */
+DEAR_ELEM_FN void kern_q8_code_at(void *dst, size_t n, float *e, size_t i, float x, float s)
+{
+    int8_t *codes = (int8_t *)((char *)dst + kern_q8_nblocks(n) * sizeof(float));
+    int live = s - s == 0.0f && s > 0.0f;
+    int8_t q = live ? f_to_q8(x, s) : (int8_t)0;
+    codes[i] = q;
+    if (e != NULL)
+        e[i] = live ? x - q8_to_f(q, s) : 0.0f;
+}
+
+/* dst[i] = its value in packed src of n elements (acc: dst[i] += it). */
+DEAR_ELEM_FN void kern_q8_value_at(float *dst, const void *src, size_t n, size_t i, int acc)
+{
+    const int8_t *codes = (const int8_t *)((const char *)src + kern_q8_nblocks(n) * sizeof(float));
+    float v = q8_to_f(codes[i], ((const float *)src)[i / DEAR_Q8_BLOCK]);
+    dst[i] = acc ? dst[i] + v : v;
+}
+
 /* The square of element i, in float64 (the squared norm for clipping). */
 DEAR_ELEM_FN double kern_sq_at(dear_dtype_t t, const void *src, size_t i)
 {

@@ -1,5 +1,6 @@
 // The CUDA memory row's kernels on the GPU (kern.h): grid-stride loops over kern_body.h's
-// per-element arithmetic, and a two-pass, fixed-order squared norm.
+// per-element arithmetic, int8 packing a thread block per int8 block, and a two-pass,
+// fixed-order squared norm.
 #include "cuda/kern.h"
 #include "cuda/kern_body.h"
 
@@ -45,6 +46,39 @@ __global__ void feedback_k(dear_dtype_t t, float *v, float *e, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         kern_feedback_at(t, v, e, i);
+}
+
+static_assert(DEAR_KERN_THREADS == DEAR_Q8_BLOCK, "q8_pack_k runs one thread per element of an int8 block");
+
+// One thread block per int8 block (grid-stride over them): the block's largest magnitude by a
+// tree of maxima in shared memory (exact in any order), then each thread's code and residual.
+__global__ void q8_pack_k(void *dst, const float *src, float *e, size_t n)
+{
+    __shared__ uint32_t mag[kThreads];
+    size_t nb = kern_q8_nblocks(n);
+    for (size_t b = blockIdx.x; b < nb; b += gridDim.x) {
+        size_t i = b * DEAR_Q8_BLOCK + threadIdx.x;
+        float x = i < n ? kern_q8_in_at(src, e, i) : 0.0f;
+        mag[threadIdx.x] = i < n ? q8_mag(x) : 0u;
+        __syncthreads();
+        for (int w = kThreads / 2; w > 0; w /= 2) {
+            if ((int)threadIdx.x < w && mag[threadIdx.x + w] > mag[threadIdx.x])
+                mag[threadIdx.x] = mag[threadIdx.x + w];
+            __syncthreads();
+        }
+        float s = q8_scale(bits_f(mag[0]));
+        if (threadIdx.x == 0)
+            ((float *)dst)[b] = s;
+        if (i < n)
+            kern_q8_code_at(dst, n, e, i, x, s);
+        __syncthreads(); // mag[0] is read by all before the next block overwrites it
+    }
+}
+
+__global__ void q8_unpack_k(float *dst, const void *src, size_t n, int acc)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        kern_q8_value_at(dst, src, n, i, acc);
 }
 
 // Pass 1: block b adds the squares of its stride of elements and reduces them in a fixed tree.
@@ -124,6 +158,22 @@ cudaError_t dear_kern_feedback(cudaStream_t s, dear_dtype_t t, float *v, float *
     if (n == 0)
         return cudaSuccess;
     feedback_k<<<blocks_for(n), kThreads, 0, s>>>(t, v, e, n);
+    return cudaGetLastError();
+}
+
+cudaError_t dear_kern_q8_pack(cudaStream_t s, void *dst, const float *src, float *e, size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    q8_pack_k<<<blocks_for(n), kThreads, 0, s>>>(dst, src, e, n);
+    return cudaGetLastError();
+}
+
+cudaError_t dear_kern_q8_unpack(cudaStream_t s, float *dst, const void *src, size_t n, int acc)
+{
+    if (n == 0)
+        return cudaSuccess;
+    q8_unpack_k<<<blocks_for(n), kThreads, 0, s>>>(dst, src, n, acc);
     return cudaGetLastError();
 }
 

@@ -13,7 +13,11 @@
  * Compressed float32 (coll.h, args.compress): the vector is rounded into a 16-bit copy in device
  * scratch by a kernel on the stream, NCCL runs the collective in that type (its own partial sums
  * in 16 bits, hop by hop, the average rounded too) and a kernel widens what came back, all in
- * stream order.
+ * stream order. int8 cannot be summed by NCCL, so it runs the host's direct shape
+ * (collectives/coll_direct.c) with NCCL moving bytes only: kernels pack each rank's chunk for
+ * each owner once, one ncclAlltoAll carries them, the owner adds them to its own float32 chunk;
+ * the owner packs its averaged chunk once and ncclAllGather carries it to every rank, itself
+ * included, so all ranks hold the same values. An all-reduce is its two phases.
  */
 #include "config.h"
 
@@ -25,6 +29,7 @@
 #include "base/mpi_check.h"
 #include "base/util.h"
 #include "collectives/coll.h"
+#include "collectives/reduce.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_impl.h"
 #include "cuda/kern.h"
@@ -34,8 +39,12 @@ typedef struct {
     cudaStream_t stream;
     int rank, size;
     int broken;                 /* an asynchronous error was seen: abort, do not destroy */
-    char *wire;                 /* compression's 16-bit copies (device scratch, used in stream order) */
+    char *wire;                 /* compression's 16-bit copies and int8 chunks (device scratch, used in
+                                 * stream order) */
     size_t wire_cap;
+    char *stage;                /* int8 multi-block collectives: the pieces in rank order, float32, and
+                                 * their residuals (device scratch) */
+    size_t stage_cap;
 } nccl_t;
 
 typedef struct {
@@ -183,22 +192,24 @@ static int run_group(nccl_t *n, const dear_coll_args_t *a, ncclDataType_t type, 
 
 /* ---- compression ---- */
 
-/* Room for bytes of 16-bit copies. Work enqueued earlier may still read the old buffer, so the
- * stream is waited for before it goes: only when a larger collective than any before comes. */
-static int wire_room(nccl_t *n, size_t bytes)
+/* Room for bytes of device scratch in *buf. Work enqueued earlier may still read the old buffer,
+ * so the stream is waited for before it goes: only when a larger collective than any before comes. */
+static int room(nccl_t *n, char **buf, size_t *cap, size_t bytes)
 {
-    if (bytes <= n->wire_cap)
+    if (bytes <= *cap)
         return DEAR_OK;
-    if (n->wire != NULL) {
+    if (*buf != NULL) {
         DEAR_CUDA_CHECK(cudaStreamSynchronize(n->stream));
-        cudaFree(n->wire);
-        n->wire = NULL;
-        n->wire_cap = 0;
+        cudaFree(*buf);
+        *buf = NULL;
+        *cap = 0;
     }
-    DEAR_CUDA_CHECK(cudaMalloc((void **)&n->wire, bytes));
-    n->wire_cap = bytes;
+    DEAR_CUDA_CHECK(cudaMalloc((void **)buf, bytes));
+    *cap = bytes;
     return DEAR_OK;
 }
+
+static int wire_room(nccl_t *n, size_t bytes) { return room(n, &n->wire, &n->wire_cap, bytes); }
 
 static int kern(cudaError_t e, const char *what)
 {
@@ -292,15 +303,218 @@ static int wire_enqueue(nccl_t *n, const dear_coll_args_t *a, dear_dtype_t wt, n
     return kern(dear_kern_widen(n->stream, wt, out, n->wire + (rs ? o * 2 : 0), rs ? len : a->count), "widen");
 }
 
+/* ---- int8 ---- */
+
+/* ncclAlltoAll came with NCCL 2.28: weak, so that libdear still loads with an older libnccl, and
+ * int8 is refused at commit there (dear_nccl_alltoall). */
+#pragma weak ncclAlltoAll
+
+int dear_nccl_alltoall(void) { return ncclAlltoAll != NULL; }
+
+/* An int8 phase over a float32 vector v cut into the ranks' chunks: rank p's at v + at[p], len[p]
+ * long, its residuals at e + at[p] (e NULL: none); slot bytes per packed chunk, the same on every
+ * rank, so that NCCL moves equal counts. */
+typedef struct {
+    float *v, *e;
+    size_t *at, *len;
+    size_t slot;
+} q8_t;
+
+/* NCCL moving packed chunks: one all-to-all (chunk p of send to rank p, rank p's into chunk p of
+ * recv) or, recv NULL, this rank's chunk p of send gathered into every rank's send. */
+static int q8_move(nccl_t *n, char *send, char *recv, size_t slot)
+{
+    if (ncclGroupStart() != ncclSuccess)
+        return DEAR_ERR_CUDA;
+    ncclResult_t r = recv != NULL ? ncclAlltoAll(send, recv, slot, ncclInt8, n->comm, n->stream)
+                                  : ncclAllGather(send + (size_t)n->rank * slot, send, slot, ncclInt8, n->comm, n->stream);
+    ncclResult_t end = ncclGroupEnd();
+    if (r != ncclSuccess || (end != ncclSuccess && end != ncclInProgress)) {
+        DEAR_ERROR("nccl", "%s of int8 chunks failed: %s (%s)", recv != NULL ? "ncclAlltoAll" : "ncclAllGather",
+                   ncclGetErrorString(r != ncclSuccess ? r : end), ncclGetLastError(n->comm));
+        return DEAR_ERR_CUDA;
+    }
+    return settle(n);
+}
+
+/* Reduce-scatter: this rank's chunk for every other rank packed with its residuals, the chunks
+ * exchanged, and out = (this rank's own float32 chunk + the P - 1 received, in the host's order) *
+ * scale. */
+static int q8_rs(nccl_t *n, const q8_t *q, float *out, double scale)
+{
+    int P = n->size, me = n->rank;
+    DEAR_CHECK(wire_room(n, 2 * (size_t)P * q->slot + 1));
+    char *send = n->wire, *recv = n->wire + (size_t)P * q->slot;
+    for (int p = 0; p < P; p++)
+        if (p != me)
+            DEAR_CHECK(kern(dear_kern_q8_pack(n->stream, send + (size_t)p * q->slot, q->v + q->at[p],
+                                              q->e != NULL ? q->e + q->at[p] : NULL, q->len[p]),
+                            "int8 pack"));
+    DEAR_CHECK(q8_move(n, send, recv, q->slot));
+    size_t mine = q->len[me];
+    if (out != q->v + q->at[me] && mine > 0)
+        DEAR_CUDA_CHECK(cudaMemcpyAsync(out, q->v + q->at[me], mine * sizeof(float), cudaMemcpyDeviceToDevice,
+                                        n->stream));
+    for (int i = 1; i < P; i++)
+        DEAR_CHECK(kern(dear_kern_q8_unpack(n->stream, out, recv + (size_t)((me + i) % P) * q->slot, mine, 1),
+                        "int8 unpack"));
+    return scale == 1.0 ? DEAR_OK : kern(dear_kern_scale(n->stream, DEAR_FLOAT32, out, out, mine, scale), "scale");
+}
+
+/* All-gather: this rank's chunk packed once with its residuals, gathered, and every chunk, this
+ * rank's too, the values of those bytes. */
+static int q8_ag(nccl_t *n, const q8_t *q)
+{
+    int P = n->size, me = n->rank;
+    DEAR_CHECK(wire_room(n, (size_t)P * q->slot + 1));
+    DEAR_CHECK(kern(dear_kern_q8_pack(n->stream, n->wire + (size_t)me * q->slot, q->v + q->at[me],
+                                      q->e != NULL ? q->e + q->at[me] : NULL, q->len[me]),
+                    "int8 pack"));
+    DEAR_CHECK(q8_move(n, n->wire, NULL, q->slot));
+    for (int p = 0; p < P; p++)
+        DEAR_CHECK(kern(dear_kern_q8_unpack(n->stream, q->v + q->at[p], n->wire + (size_t)p * q->slot, q->len[p], 0),
+                        "int8 unpack"));
+    return DEAR_OK;
+}
+
+/* Ranks [p0, p1)'s pieces of a multi-block collective, block after block, copied between the
+ * blocks (their vectors, or with ef their residuals) and the staging vector at at[p] (to: into it). */
+static int blocks_move(nccl_t *n, const dear_coll_args_t *a, float *stage, const size_t *at, int p0, int p1, int to,
+                       int ef)
+{
+    for (int p = p0; p < p1; p++) {
+        float *st = stage + at[p];
+        for (int b = 0; b < a->nblocks; b++) {
+            const dear_coll_block_t *bl = &a->blocks[b];
+            size_t lo, cnt = piece(bl->count, bl->lo, bl->hi, n->size, p, &lo);
+            if (cnt == 0)
+                continue;
+            float *blk = (ef ? bl->ef : (float *)bl->buf) + lo;
+            DEAR_CUDA_CHECK(cudaMemcpyAsync(to ? st : blk, to ? blk : st, cnt * sizeof(float), cudaMemcpyDeviceToDevice,
+                                            n->stream));
+            st += cnt;
+        }
+    }
+    return DEAR_OK;
+}
+
+/* What a multi-block phase reads into the staging vector (to) or writes back from it: a
+ * reduce-scatter reads every rank's pieces and writes back its own, an all-gather the reverse;
+ * the residuals are the other ranks' pieces' in a reduce-scatter and its own in an all-gather,
+ * so that a phase never writes back residuals another phase owns. */
+static int blocks_stage(nccl_t *n, const dear_coll_args_t *a, const q8_t *q, int to)
+{
+    int P = n->size, me = n->rank, rs = a->op == DEAR_COLL_REDUCE_SCATTER;
+    if (rs == to)
+        DEAR_CHECK(blocks_move(n, a, q->v, q->at, 0, P, to, 0));
+    else
+        DEAR_CHECK(blocks_move(n, a, q->v, q->at, me, me + 1, to, 0));
+    if (q->e == NULL)
+        return DEAR_OK;
+    if (!rs)
+        return blocks_move(n, a, q->e, q->at, me, me + 1, to, 1);
+    DEAR_CHECK(blocks_move(n, a, q->e, q->at, 0, me, to, 1));
+    return blocks_move(n, a, q->e, q->at, me + 1, P, to, 1);
+}
+
+/* One int8 phase (a reduce-scatter or an all-gather) of a: the ranks' chunks are the shard rule's
+ * of the vector, or of a multi-block collective its pieces in rank order (one block in place,
+ * several through the staging vector). */
+static int q8_phase(nccl_t *n, const dear_coll_args_t *a)
+{
+    int P = n->size, me = n->rank, rs = a->op == DEAR_COLL_REDUCE_SCATTER, rc = DEAR_OK;
+    size_t *at = malloc(2 * (size_t)P * sizeof *at), total = 0, most = 0;
+    if (at == NULL)
+        return DEAR_ERR_NOMEM;
+    q8_t q = { .at = at, .len = at + P };
+    for (int p = 0; p < P; p++) {
+        if (a->nblocks == 0) {
+            dear_coll_shard(a->count, P, p, &q.at[p], &q.len[p]);
+        } else {
+            q.at[p] = total;
+            q.len[p] = 0;
+            for (int b = 0; b < a->nblocks; b++) {
+                size_t lo;
+                q.len[p] += piece(a->blocks[b].count, a->blocks[b].lo, a->blocks[b].hi, P, p, &lo);
+            }
+            total += q.len[p];
+        }
+        most = q.len[p] > most ? q.len[p] : most;
+    }
+    q.slot = dear_q8_stride(most);
+    float *recv = a->recvbuf, *out;
+    const float *send = a->sendbuf && a->sendbuf != a->recvbuf ? a->sendbuf : NULL;
+    if (a->nblocks == 0) {
+        q.v = rs && send ? (float *)send : recv;
+        q.e = a->ef;
+        out = rs && send ? recv : recv + q.at[me];
+        if (!rs && send && q.len[me] > 0)
+            DEAR_CUDA_CHECK_GOTO(cudaMemcpyAsync(recv + q.at[me], send, q.len[me] * sizeof(float),
+                                                 cudaMemcpyDeviceToDevice, n->stream),
+                                 rc, out);
+    } else if (a->nblocks == 1) {
+        const dear_coll_block_t *bl = &a->blocks[0];
+        q.v = (float *)bl->buf + bl->lo;
+        q.e = bl->ef != NULL ? bl->ef + bl->lo : NULL;
+        out = q.v + q.at[me];
+    } else {
+        int ef = a->blocks[0].ef != NULL;
+        rc = room(n, &n->stage, &n->stage_cap, (ef ? 2 : 1) * total * sizeof(float) + 1);
+        q.v = (float *)n->stage;
+        q.e = ef ? q.v + total : NULL;
+        out = q.v + q.at[me];
+        if (rc == DEAR_OK)
+            rc = blocks_stage(n, a, &q, 1);
+    }
+    if (rc == DEAR_OK)
+        rc = rs ? q8_rs(n, &q, out, a->scale) : q8_ag(n, &q);
+    if (rc == DEAR_OK && a->nblocks > 1)
+        rc = blocks_stage(n, a, &q, 0);
+out:
+    free(at);
+    return rc;
+}
+
+/* A phase of a compressed collective in its format: int8 here, 16 bits through the wire copy,
+ * none as NCCL's own. */
+static int phase(nccl_t *n, const dear_coll_args_t *a, ncclRedOp_t redop)
+{
+    if (a->compress == DEAR_COMPRESS_INT8)
+        return q8_phase(n, a);
+    if (a->compress != DEAR_COMPRESS_NONE)
+        return wire_enqueue(n, a, dear_compress_dtype(a->compress), redop);
+    return run_group(n, a, ncclFloat32, redop);
+}
+
+/* A float32 collective with an int8 phase: an all-reduce runs as its reduce-scatter, in place on
+ * recvbuf, then its all-gather, each in its own format. */
+static int q8_enqueue(nccl_t *n, const dear_coll_args_t *a, ncclRedOp_t redop)
+{
+    if (a->op != DEAR_COLL_ALLREDUCE)
+        return phase(n, a, redop);
+    if (a->sendbuf != NULL && a->sendbuf != a->recvbuf && a->count > 0)
+        DEAR_CUDA_CHECK(cudaMemcpyAsync(a->recvbuf, a->sendbuf, a->count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                        n->stream));
+    dear_coll_args_t h = *a;
+    h.sendbuf = NULL;
+    h.op = DEAR_COLL_REDUCE_SCATTER;
+    DEAR_CHECK(phase(n, &h, redop));
+    h.op = DEAR_COLL_ALLGATHER;
+    h.compress = a->compress_ag;
+    h.scale = 1.0;
+    return phase(n, &h, ncclSum);
+}
+
 static int nccl_coll_start(const dear_net_t *ep, const dear_coll_args_t *a, void **handle)
 {
     nccl_t *n = ep->tp->impl;
     ncclDataType_t type;
     ncclRedOp_t redop = ncclSum;
-    /* NCCL adds what travels, so it cannot sum 8-bit codes of different scales. */
-    if (a->dtype == DEAR_FLOAT32 && (a->compress == DEAR_COMPRESS_INT8 || a->compress_ag == DEAR_COMPRESS_INT8)) {
-        DEAR_ERROR("nccl", "int8 compression on the NCCL transport: NCCL sums what travels and cannot add int8 "
-                           "blocks (accepted here: none, bf16 or fp16; int8 with DEAR_CUDA_TRANSPORT=staged)");
+    int q8 = a->dtype == DEAR_FLOAT32 && n->size > 1 &&
+             (a->compress == DEAR_COMPRESS_INT8 || (a->op == DEAR_COLL_ALLREDUCE && a->compress_ag == DEAR_COMPRESS_INT8));
+    if (q8 && !dear_nccl_alltoall()) {
+        DEAR_ERROR("nccl", "int8 compression on the NCCL transport needs ncclAlltoAll (NCCL 2.28 or newer); this "
+                           "libnccl has none (accepted here: none, bf16 or fp16; int8 with DEAR_CUDA_TRANSPORT=staged)");
         return DEAR_ERR_UNSUPPORTED;
     }
     DEAR_CHECK(nccl_type(a->dtype, &type));
@@ -314,7 +528,9 @@ static int nccl_coll_start(const dear_net_t *ep, const dear_coll_args_t *a, void
     DEAR_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), rc, err);
     /* Compressed: an all-reduce runs in its reduce-scatter half's format, as the host's own
      * all-reduces do. */
-    if (a->dtype == DEAR_FLOAT32 && a->compress != DEAR_COMPRESS_NONE && n->size > 1)
+    if (q8)
+        rc = q8_enqueue(n, a, redop);
+    else if (a->dtype == DEAR_FLOAT32 && a->compress != DEAR_COMPRESS_NONE && n->size > 1)
         rc = wire_enqueue(n, a, dear_compress_dtype(a->compress), redop);
     else
         rc = run_group(n, a, type, redop);
@@ -366,8 +582,12 @@ static void nccl_destroy(dear_transport_t *tp)
         ncclCommAbort(n->comm); /* a failed communicator may never finish its work */
     else
         ncclCommDestroy(n->comm);
-    if (n->wire != NULL && !n->broken) /* a broken communicator's work may never end: left */
-        cudaFree(n->wire);
+    if (!n->broken) { /* a broken communicator's work may never end: its scratch is left */
+        if (n->wire != NULL)
+            cudaFree(n->wire);
+        if (n->stage != NULL)
+            cudaFree(n->stage);
+    }
     free(n);
     free(tp);
 }

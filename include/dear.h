@@ -270,7 +270,7 @@ DEAR_API int dear_set_clip_norm(dear_ctx_t *ctx, double max_norm);
  * (the all-reduces under wfbp and sync), ag that of the all-gathers (the all-reduces' second
  * half): DEAR_COMPRESS_NONE, DEAR_COMPRESS_BF16, DEAR_COMPRESS_FP16 or DEAR_COMPRESS_INT8 (8-bit
  * integers with a float32 scale per 256 values, about a quarter of the bytes, on the direct
- * exchange; not on the NCCL transport). Every sum is still taken in float32, values are rounded
+ * exchange; on the NCCL transport through ncclAlltoAll, NCCL 2.28 or newer). Every sum is still taken in float32, values are rounded
  * only to cross the wire, and the averaged gradient arrives as float32 in the registered buffer;
  * tensors of other types travel as they are. error_feedback 1 keeps, on each rank, what rounding
  * its own gradient dropped and adds it to the next iteration's gradient (one float32 per element;

@@ -19,6 +19,7 @@
 #include "base/mpi_check.h"
 #include "base/params.h"
 #include "base/util.h"
+#include "cuda/cuda.h"
 #include "runtime/rt.h"
 
 static int set_compress_claimed(dear_ctx_t *ctx, dear_compress_t rs, dear_compress_t ag, int error_feedback)
@@ -55,8 +56,9 @@ int dear_compress_int8_refused(int deterministic, int nccl, char *msg, size_t le
                            "on the plan; accepted: bf16 or fp16 with it, or int8 without it");
     else if (nccl)
         snprintf(msg, len, "int8 compression (DEAR_COMPRESS, DEAR_COMPRESS_AG) and CUDA memory on the NCCL "
-                           "transport: NCCL sums what travels and cannot add int8 blocks; accepted: bf16 or fp16 "
-                           "there, or int8 with the gradients staged (DEAR_CUDA_TRANSPORT=staged)");
+                           "transport with an NCCL older than 2.28: int8 chunks travel by ncclAlltoAll, which it "
+                           "lacks; accepted: bf16 or fp16 there, int8 with NCCL 2.28 or newer, or with the gradients "
+                           "staged (DEAR_CUDA_TRANSPORT=staged)");
     return deterministic || nccl;
 }
 
@@ -138,8 +140,8 @@ static int compress_mem(dear_ctx_t *ctx)
 {
     dear_compress_ctl_t *c = &ctx->comp;
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
-    char msg[256];
-    int nccl = !(mo->flags & DEAR_MEM_F_HOST_ACCESS);
+    char msg[512];
+    int nccl = !(mo->flags & DEAR_MEM_F_HOST_ACCESS) && !dear_nccl_alltoall();
     if ((c->rs == DEAR_COMPRESS_INT8 || c->ag == DEAR_COMPRESS_INT8) &&
         dear_compress_int8_refused(dear_determ_on(ctx), nccl, msg, sizeof msg)) {
         DEAR_ERROR("api", "dear_commit: %s", msg);
@@ -168,16 +170,22 @@ static int compress_mem(dear_ctx_t *ctx)
     return mo->zero(dear_rt_work_queue(ctx), c->resid, n * sizeof(float));
 }
 
+static void resid8_free(dear_ctx_t *ctx)
+{
+    if (ctx->comp.resid8 != NULL)
+        dear_rt_work_ops(ctx)->release(ctx->comp.resid8, 0);
+    ctx->comp.resid8 = NULL;
+}
+
 static void compress_free(dear_ctx_t *ctx)
 {
     dear_compress_ctl_t *c = &ctx->comp;
     if (c->resid != NULL)
         dear_rt_work_ops(ctx)->release(c->resid, 0);
     free(c->resid_off);
-    free(c->resid8);
+    resid8_free(ctx);
     c->resid = NULL;
     c->resid_off = NULL;
-    c->resid8 = NULL;
 }
 
 /* The bucket's buffer is filled: each unit's gradient gets its residual added and is rounded to
@@ -243,7 +251,13 @@ static int resid8_graph(dear_ctx_t *ctx)
     }
     if (n == 0)
         goto out;
-    DEAR_ALLOC_GOTO(c->resid8, calloc(n, sizeof(float)), n * sizeof(float), rc, out);
+    /* In the buffers' memory, zeroed in order on their queue: the device's under NCCL. */
+    const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
+    rc = mo->alloc(n * sizeof(float), 0, (void **)&c->resid8);
+    if (rc == DEAR_OK)
+        rc = mo->zero(dear_rt_work_queue(ctx), c->resid8, n * sizeof(float));
+    if (rc != DEAR_OK)
+        goto out;
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         int ar = bk->op.kind == DEAR_COLL_ALLREDUCE;
@@ -262,11 +276,7 @@ out:
     return rc;
 }
 
-static void compress_graph_free(dear_ctx_t *ctx)
-{
-    free(ctx->comp.resid8);
-    ctx->comp.resid8 = NULL;
-}
+static void compress_graph_free(dear_ctx_t *ctx) { resid8_free(ctx); }
 
 static int compress_graph(dear_ctx_t *ctx)
 {

@@ -371,7 +371,7 @@ typedef struct {
                              * rank's gradient dropped (the buckets' memory); the progress thread's */
     size_t *resid_off;      /* per tensor: its first element in resid (SIZE_MAX: not float32) */
     float *resid8;          /* int8 error feedback: per element of the dense float32 buckets, in their
-                             * layout (the collectives' ef), zero at each graph build; the progress
+                             * layout (the collectives' ef) and memory, zero at each graph build; the progress
                              * thread's through the collectives */
 } dear_compress_ctl_t;
 
@@ -742,7 +742,7 @@ void dear_compress_args(const dear_ctx_t *ctx, dear_op_t *op);
 void dear_compress_formats(const dear_ctx_t *ctx, dear_compress_t *rs, dear_compress_t *ag);
 /* The pairs int8 refuses at commit, a pure function so that tests/mpi/test_combo.c asks the same:
  * 1 and the message (both named, what is accepted) under the deterministic mode (its blocks follow
- * the plan's shards) or with CUDA memory on the NCCL transport (nccl: NCCL cannot add int8). */
+ * the plan's shards) or with CUDA memory on an NCCL transport without ncclAlltoAll (nccl). */
 int dear_compress_int8_refused(int deterministic, int nccl, char *msg, size_t len);
 
 /* determ.c */

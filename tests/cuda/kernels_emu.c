@@ -77,6 +77,54 @@ cudaError_t dear_kern_feedback(cudaStream_t s, dear_dtype_t t, float *v, float *
 }
 
 typedef struct {
+    void *dst;
+    const void *src;
+    float *e;
+    size_t n;
+    int pack, acc;
+} q8_args_t;
+
+/* int8 blocks one after another: the largest magnitude, then the codes (the GPU's block). */
+static void run_q8(void *arg)
+{
+    const q8_args_t *k = arg;
+    void *dst = cuemu_device_view(k->dst);
+    const void *src = cuemu_device_view(k->src);
+    float *e = k->e != NULL ? cuemu_device_view(k->e) : NULL;
+    if (dst == NULL || src == NULL || (k->e != NULL && e == NULL))
+        return;
+    if (!k->pack) {
+        for (size_t i = 0; i < k->n; i++)
+            kern_q8_value_at(dst, src, k->n, i, k->acc);
+        return;
+    }
+    for (size_t b = 0; b < kern_q8_nblocks(k->n); b++) {
+        size_t lo = b * DEAR_Q8_BLOCK, hi = lo + DEAR_Q8_BLOCK < k->n ? lo + DEAR_Q8_BLOCK : k->n;
+        uint32_t m = 0;
+        for (size_t i = lo; i < hi; i++) {
+            uint32_t a = q8_mag(kern_q8_in_at(src, e, i));
+            m = a > m ? a : m;
+        }
+        float s = q8_scale(bits_f(m));
+        ((float *)dst)[b] = s;
+        for (size_t i = lo; i < hi; i++)
+            kern_q8_code_at(dst, k->n, e, i, kern_q8_in_at(src, e, i), s);
+    }
+}
+
+cudaError_t dear_kern_q8_pack(cudaStream_t s, void *dst, const float *src, float *e, size_t n)
+{
+    q8_args_t k = { dst, src, e, n, 1, 0 };
+    return n == 0 ? cudaSuccess : cuemu_kernel_args(s, run_q8, &k, sizeof k);
+}
+
+cudaError_t dear_kern_q8_unpack(cudaStream_t s, float *dst, const void *src, size_t n, int acc)
+{
+    q8_args_t k = { dst, src, NULL, n, 0, acc };
+    return n == 0 ? cudaSuccess : cuemu_kernel_args(s, run_q8, &k, sizeof k);
+}
+
+typedef struct {
     dear_dtype_t t;
     const void *src;
     size_t n;

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "cuda/cuda.h"
 #include "include/dear.h"
 #include "runtime/features.h"
 #include "runtime/rt.h"
@@ -187,7 +188,7 @@ static int refused(const combo_t *c, char *msg, size_t len)
     int split = c->dim[0] == 0 || on(c->feat, F_SHARD);
     if (dear_feature_refused(lib_features(c), split, msg ? msg : tmp, msg ? len : sizeof tmp))
         return 1;
-    int nccl = c->dim[3] == MEM_CUDA && strcmp(cuda_transport(c), "nccl") == 0;
+    int nccl = c->dim[3] == MEM_CUDA && strcmp(cuda_transport(c), "nccl") == 0 && !dear_nccl_alltoall();
     return on(c->feat, F_COMPRESS) && wire_format(c) == DEAR_COMPRESS_INT8 &&
            dear_compress_int8_refused(on(c->feat, F_DETERM), nccl, msg ? msg : tmp, msg ? len : sizeof tmp);
 }
@@ -241,7 +242,8 @@ static void make_cases(void)
     static const combo_t known[] = {
         { (1u << F_SHARD) | (1u << F_COMPRESS) | (1u << F_EF), { 0, 0, 0, 0, 1, 0, 0 } },
         { (1u << F_SHARD) | (1u << F_COMPRESS) | (1u << F_EF) | (1u << F_FREEZE), { 1, 0, 0, 0, 2, 1, 1 } },
-        /* int8 on CUDA memory through NCCL, refused (no feature pair: the format and the transport) */
+        /* int8 on CUDA memory through NCCL: its chunks by all-to-all (no feature pair: the format and
+         * the transport) */
         { 1u << F_COMPRESS, { 0, 0, 0, MEM_CUDA, 1, 0, 2 } },
         /* Sharded slices stepped during backward under dear (no clipping, no count of ranks with a
          * gradient): with partitions under the deterministic mode (a second plan, bit for bit),

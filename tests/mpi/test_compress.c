@@ -16,7 +16,7 @@
  *     int8 under DEAR_DETERMINISTIC;
  *   - error feedback's kernel, the host's (reduce.c) and the device's (cuda/kern_body.h) alike:
  *     v + e unchanged exactly, v then exact in 16 bits, e within half its unit; infinities and
- *     NaN leave e zero;
+ *     NaN leave e zero; int8 packing and unpacking alike too, byte for byte;
  *   - int8: every algorithm asked for (each runs direct; sparse stays sparse, in float32), and
  *     hier over the synthetic hosts (hier, and auto where it picks hier, run hier: float32 inside
  *     a host, int8 across) x op x in / out of place x counts x the all-gather half int8, bf16 or
@@ -415,6 +415,55 @@ START_TEST(test_feedback_kernel)
 }
 END_TEST
 
+/* int8 packing, the host's (reduce.c) and the device's (kern_body.h, as kernels.cu runs it: each
+ * block's largest magnitude, then every element's code and residual): the same bytes and
+ * residuals, with and without feedback, over a tail block, a zero block, an infinity's and a
+ * NaN's; and the same values unpacked, set and added. */
+START_TEST(test_q8_kernel)
+{
+    enum { N = 3 * DEAR_Q8_BLOCK + 77 };
+    static float x[N], e[N], e2[N], d[N], d2[N];
+    static char p[N + N], p2[N + N];
+    for (int fb = 0; fb < 2; fb++) {
+        for (size_t i = 0; i < N; i++) {
+            x[i] = (float)ldexp(rand_value(0, i), (int)(i % 23) - 11);
+            e[i] = e2[i] = fb ? (float)ldexp(rand_value(1, i), -12) : 0.0f;
+        }
+        for (size_t i = DEAR_Q8_BLOCK; i < 2 * DEAR_Q8_BLOCK; i++)
+            x[i] = e[i] = e2[i] = 0.0f;
+        x[2 * DEAR_Q8_BLOCK + 3] = INFINITY;
+        x[N - 5] = NAN;
+        size_t bytes = dear_q8_bytes(N);
+        memset(p, 0x5a, sizeof p);
+        memset(p2, 0x5a, sizeof p2);
+        dear_reduce_q8_pack(p, x, fb ? e : NULL, N);
+        float *ek = fb ? e2 : NULL;
+        for (size_t b = 0; b < kern_q8_nblocks(N); b++) {
+            size_t lo = b * DEAR_Q8_BLOCK, hi = lo + DEAR_Q8_BLOCK < N ? lo + DEAR_Q8_BLOCK : N;
+            uint32_t m = 0;
+            for (size_t i = lo; i < hi; i++)
+                m = q8_mag(kern_q8_in_at(x, ek, i)) > m ? q8_mag(kern_q8_in_at(x, ek, i)) : m;
+            float sc = q8_scale(bits_f(m));
+            memcpy(p2 + b * sizeof(float), &sc, sizeof sc);
+            for (size_t i = lo; i < hi; i++)
+                kern_q8_code_at(p2, N, ek, i, kern_q8_in_at(x, ek, i), sc);
+        }
+        ck_assert_msg(memcmp(p, p2, bytes) == 0, "feedback %d: the device body packs other bytes", fb);
+        ck_assert_msg(memcmp(e, e2, sizeof e) == 0, "feedback %d: the device body keeps other residuals", fb);
+        for (int acc = 0; acc < 2; acc++) {
+            for (size_t i = 0; i < N; i++)
+                d[i] = d2[i] = (float)i;
+            dear_reduce_q8_unpack(d, p, N, acc);
+            for (size_t i = 0; i < N; i++)
+                kern_q8_value_at(d2, p2, N, i, acc);
+            ck_assert_msg(memcmp(d, d2, sizeof d) == 0, "feedback %d, acc %d: other values unpacked", fb, acc);
+            if (!acc) /* a zero block arrives zero; an infinity's block, and a NaN's, arrive NaN */
+                ck_assert(d[DEAR_Q8_BLOCK] == 0.0f && isnan(d[2 * DEAR_Q8_BLOCK]) && isnan(d[N - 5]));
+        }
+    }
+}
+END_TEST
+
 /* int8: the largest magnitude, in float64, of rank p's (or of the float64 sum's, p < 0) values in
  * the int8 block element i lies in: blocks of DEAR_COMPRESS_INT8_BLOCK from the start of i's
  * shard. */
@@ -778,6 +827,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("compress");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_feedback_kernel);
+    tcase_add_test(tc, test_q8_kernel);
     tcase_add_test(tc, test_other_types);
     tcase_add_test(tc, test_flat);
     tcase_add_test(tc, test_blocks);

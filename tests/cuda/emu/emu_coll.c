@@ -123,6 +123,8 @@ static uint16_t f32_to_bf16(float f)
 size_t emu_dtype_size(int dtype)
 {
     switch (dtype) {
+    case ncclInt8:
+    case ncclUint8: return 1;
     case ncclFloat16:
     case ncclBfloat16: return 2;
     case ncclFloat32:
@@ -140,6 +142,8 @@ static const char *dtype_name(int t)
     case ncclFloat32: return "float32";
     case ncclFloat64: return "float64";
     case ncclInt32: return "int32";
+    case ncclInt8: return "int8";
+    case ncclUint8: return "uint8";
     default: return "unsupported-type";
     }
 }
@@ -152,14 +156,14 @@ static const char *op_name(int op)
 
 static const char *kind_name(int k)
 {
-    static const char *const names[] = {"AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Reduce"};
-    return k >= 0 && k < 5 ? names[k] : "?";
+    static const char *const names[] = {"AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Reduce", "AlltoAll"};
+    return k >= 0 && k < 6 ? names[k] : "?";
 }
 
 void emu_opdesc_str(const struct emu_opdesc *d, char *buf, size_t len)
 {
     int rooted = d->kind == EMU_COLL_BROADCAST || d->kind == EMU_COLL_REDUCE;
-    int reduces = d->kind != EMU_COLL_ALLGATHER && d->kind != EMU_COLL_BROADCAST;
+    int reduces = d->kind != EMU_COLL_ALLGATHER && d->kind != EMU_COLL_BROADCAST && d->kind != EMU_COLL_ALLTOALL;
     int n = snprintf(buf, len, "%s(count=%llu, %s", kind_name(d->kind), (unsigned long long)d->count,
                      dtype_name(d->dtype));
     if (n >= 0 && (size_t)n < len && reduces)
@@ -578,8 +582,9 @@ ncclResult_t emu_coll_run(struct emu_shm *sh, const struct emu_coll *c, const at
     const char *send = emu_ptr_view(c->send);
     char *recv = emu_ptr_view(c->recv);
     const char *src[EMU_MAX_RANKS];
-    /* The index space staged chunk by chunk: a reduce-scatter stages every rank's whole input. */
-    size_t total = d->kind == EMU_COLL_REDUCESCATTER ? n * (size_t)nr : n;
+    /* The index space staged chunk by chunk: a reduce-scatter and an all-to-all stage every rank's
+     * whole input. */
+    size_t total = d->kind == EMU_COLL_REDUCESCATTER || d->kind == EMU_COLL_ALLTOALL ? n * (size_t)nr : n;
     if (total == 0)
         return barrier(sh, abort, what); /* no one rewrites its desc before all compared */
     for (size_t a = 0; a < total; a += per) {
@@ -610,6 +615,12 @@ ncclResult_t emu_coll_run(struct emu_shm *sh, const struct emu_coll *c, const at
             for (int r = 0; r < nr; r++)
                 memcpy(recv + ((size_t)r * n + a) * es, src[r], m * es);
             break;
+        case EMU_COLL_ALLTOALL: { /* rank r's chunk me lands at chunk r */
+            size_t lo = a > me * n ? a : me * n, hi = a + m < (me + 1) * n ? a + m : (me + 1) * n;
+            for (int r = 0; r < nr && lo < hi; r++)
+                memcpy(recv + ((size_t)r * n + lo - me * n) * es, src[r] + (lo - a) * es, (hi - lo) * es);
+            break;
+        }
         case EMU_COLL_BROADCAST:
             memcpy(recv + a * es, src[d->root], m * es);
             break;

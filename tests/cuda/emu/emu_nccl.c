@@ -640,9 +640,12 @@ static ncclResult_t coll_check(struct ncclComm *c, const char *call, int kind, c
     int rooted = kind == EMU_COLL_BROADCAST || kind == EMU_COLL_REDUCE;
     if (es == 0)
         return nccl_err(ncclInvalidArgument, "%s: data type %d is not emulated (float32, float16, bfloat16, "
-                        "float64 and int32 are)", call, (int)dt);
+                        "float64, int32, int8 and uint8 are)", call, (int)dt);
     if ((int)op < 0 || op > ncclAvg)
         return nccl_err(ncclInvalidArgument, "%s: reduction op %d is not emulated", call, (int)op);
+    int moves = kind == EMU_COLL_ALLGATHER || kind == EMU_COLL_BROADCAST || kind == EMU_COLL_ALLTOALL;
+    if (es == 1 && !moves)
+        return nccl_err(ncclInvalidArgument, "%s: reductions of 8-bit types are not emulated (moving them is)", call);
     if (rooted && (root < 0 || root >= c->nranks))
         return nccl_err(ncclInvalidArgument, "%s: root %d of %d ranks", call, root, c->nranks);
     cudaError_t ce = emu_stream_get(stream, call, s);
@@ -654,7 +657,8 @@ static ncclResult_t coll_check(struct ncclComm *c, const char *call, int kind, c
         return nccl_err(ncclUnhandledCudaError, "%s: the stream belongs to another device", call);
     }
     size_t all = count * (size_t)c->nranks * es, one = count * es;
-    size_t in = kind == EMU_COLL_REDUCESCATTER ? all : one, out = kind == EMU_COLL_ALLGATHER ? all : one;
+    int a2a = kind == EMU_COLL_ALLTOALL;
+    size_t in = kind == EMU_COLL_REDUCESCATTER || a2a ? all : one, out = kind == EMU_COLL_ALLGATHER || a2a ? all : one;
     int me_root = c->rank == root;
     ncclResult_t r = kind == EMU_COLL_BROADCAST && !me_root ? ncclSuccess : check_buf(c, call, "sendbuff", send, in);
     if (r == ncclSuccess && (kind != EMU_COLL_REDUCE || me_root))
@@ -663,9 +667,10 @@ static ncclResult_t coll_check(struct ncclComm *c, const char *call, int kind, c
         return r;
     /* In place is NCCL's exact layout; any other overlap is undefined there. */
     const char *sp = send, *rp = recv;
-    int inplace = kind == EMU_COLL_REDUCESCATTER ? sp + (size_t)c->rank * one == rp
-                  : kind == EMU_COLL_ALLGATHER   ? rp + (size_t)c->rank * one == sp
-                                                 : sp == rp;
+    int inplace = a2a                              ? 0 /* NCCL has no in-place all-to-all */
+                  : kind == EMU_COLL_REDUCESCATTER ? sp + (size_t)c->rank * one == rp
+                  : kind == EMU_COLL_ALLGATHER     ? rp + (size_t)c->rank * one == sp
+                                                   : sp == rp;
     if (!inplace && sp < rp + out && rp < sp + in)
         emu_flag(CUEMU_FLAG_NCCL_MISUSE, call, "sendbuff %p (%zu bytes) and recvbuff %p (%zu bytes) overlap but are "
                  "not NCCL's in-place layout", send, in, recv, out);
@@ -688,7 +693,7 @@ static ncclResult_t coll(const char *call, int kind, const void *send, void *rec
         return r;
     }
     int rooted = kind == EMU_COLL_BROADCAST || kind == EMU_COLL_REDUCE;
-    int reduces = kind != EMU_COLL_ALLGATHER && kind != EMU_COLL_BROADCAST;
+    int reduces = kind != EMU_COLL_ALLGATHER && kind != EMU_COLL_BROADCAST && kind != EMU_COLL_ALLTOALL;
     struct pending_op o = {.comm = c, .stream = s, .c = {.send = send, .recv = recv}};
     o.c.d = (struct emu_opdesc){.kind = kind, .dtype = dt, .op = reduces ? op : 0, .root = rooted ? root : 0,
                                 .count = count};
@@ -728,6 +733,12 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclD
                            cudaStream_t stream)
 {
     return coll("ncclAllGather", EMU_COLL_ALLGATHER, send, recv, sendcount, dt, ncclSum, 0, comm, stream);
+}
+
+ncclResult_t ncclAlltoAll(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclComm_t comm,
+                          cudaStream_t stream)
+{
+    return coll("ncclAlltoAll", EMU_COLL_ALLTOALL, send, recv, count, dt, ncclSum, 0, comm, stream);
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root, ncclComm_t comm,

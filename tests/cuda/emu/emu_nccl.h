@@ -25,7 +25,7 @@ ncclResult_t ncclGroupEnd(void);
 #define EMU_MAX_RANKS 256
 
 enum emu_coll_kind { EMU_COLL_ALLREDUCE, EMU_COLL_REDUCESCATTER, EMU_COLL_ALLGATHER, EMU_COLL_BROADCAST,
-                     EMU_COLL_REDUCE };
+                     EMU_COLL_REDUCE, EMU_COLL_ALLTOALL };
 
 /* What every rank must agree on for one collective; count is per rank (recvcount of a
  * reduce-scatter, sendcount of an all-gather). */
