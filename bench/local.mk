@@ -12,6 +12,7 @@ bench_dear_overhead_LDADD = libdear.la $(DEAR_DEP_LIBS)
 bench_finite_cost_SOURCES = bench/finite-cost.c
 bench_finite_cost_LDADD = $(DEAR_COLL_LIBS) $(DEAR_DEP_LIBS)
 EXTRA_DIST += bench/emucluster bench/README.md bench/coll-perf.sh bench/perf-report.py bench/loop-overhead.py bench/docsection.py bench/torch-ddp.sh bench/torch-ddp.py bench/torch-overhead.py \
+    bench/torch-accuracy.sh bench/torch-accuracy.py \
     bench/auto-repeat.sh bench/sparse-perf.sh bench/sparse-report.py bench/gpt-sparse.sh bench/shard-perf.sh \
     bench/torch-first.sh bench/torch-first.py bench/ab-builds.sh bench/ab-report.py bench/env-ab.sh \
     bench/finite-cost.sh

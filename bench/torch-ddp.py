@@ -148,13 +148,10 @@ def warmup_of(config, a):
     return max(a.warmup, a.auto_warmup) if auto else a.warmup
 
 
-def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu")):
-    """One round of a configuration ('plain', 'ddp', 'zero' or 'dear:SCHEDULE[:FUSION][+shard]'): the
-    slowest rank's mean iteration time (s), every rank's single iteration times, the CPU seconds
-    (user + system, all threads of this process) per measured iteration, averaged over the ranks,
-    and the largest rank's optimizer state in bytes."""
-    model = make(name).to(device)
-    opt = make_opt(opt_kind, model.parameters(), zero=config == "zero")
+def wrap_config(config, model, opt):
+    """The model and optimizer as configuration config trains them ('plain', 'ddp', 'ddp+HOOK',
+    'zero' or 'dear:SCHEDULE[:FUSION][+...]'): (net, opt). dear's configurations are closed with
+    dear.close(net) after use."""
     if config == "plain":   # no communication at all: the binding's own cost at np 1
         net = model
     elif config in ("ddp", "zero") or config.startswith("ddp+"):
@@ -197,6 +194,17 @@ def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu
         comp = next((c for c in ("bf16", "fp16", "int8") if c in suffixes), None)
         net, opt = dear.wrap(model, opt, shard=shard, compress=comp,
                              sparse="off" if "dense" in suffixes else None)
+    return net, opt
+
+
+def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu")):
+    """One round of a configuration ('plain', 'ddp', 'zero' or 'dear:SCHEDULE[:FUSION][+shard]'): the
+    slowest rank's mean iteration time (s), every rank's single iteration times, the CPU seconds
+    (user + system, all threads of this process) per measured iteration, averaged over the ranks,
+    and the largest rank's optimizer state in bytes."""
+    model = make(name).to(device)
+    opt = make_opt(opt_kind, model.parameters(), zero=config == "zero")
+    net, opt = wrap_config(config, model, opt)
     x, y = batch(name, b, device)
     # An iteration's time is the span from its start to the next one's on each rank, with no
     # barrier or MPI call in between: in a real loop nothing else shares the connections with
@@ -222,6 +230,19 @@ def run(name, config, iters, warmup, b, opt_kind="sgd", device=torch.device("cpu
     if config.startswith("dear:"):
         dear.close(net)
     return slowest, spans, COMM.allreduce(cpu) / SIZE, state
+
+
+def init_dist(backend="gloo"):
+    """torch.distributed's process group over the MPI job's ranks (rank 0's host and a free port)."""
+    host = socket.gethostbyname(socket.gethostname())
+    port = None
+    if RANK == 0:
+        s = socket.socket()
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+        s.close()
+    host, port = COMM.bcast((host, port), root=0)
+    dist.init_process_group(backend, init_method="tcp://%s:%d" % (host, port), rank=RANK, world_size=SIZE)
 
 
 def write_csv(path, rows):
@@ -263,15 +284,7 @@ def main():
     if a.device == "cuda":
         device = torch.device("cuda", RANK % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    host = socket.gethostbyname(socket.gethostname())
-    port = None
-    if RANK == 0:
-        s = socket.socket()
-        s.bind((host, 0))
-        port = s.getsockname()[1]
-        s.close()
-    host, port = COMM.bcast((host, port), root=0)
-    dist.init_process_group(a.backend, init_method="tcp://%s:%d" % (host, port), rank=RANK, world_size=SIZE)
+    init_dist(a.backend)
     configs = a.configs.split(";")
     rounds = {c: [] for c in configs}
     spans = {c: [] for c in configs}
