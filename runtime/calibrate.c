@@ -258,13 +258,25 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_it
 
     /* The buffers the gradients' collectives run on: device memory under NCCL, else host. */
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
-    DEAR_CHECK_GOTO(mo->alloc(maxb, 0, (void **)&buf), rc, out);
-    DEAR_ALLOC_GOTO(t, calloc(nt, sizeof *t), nt * sizeof *t, rc, out);
-    DEAR_ALLOC_GOTO(tmax, calloc(nt, sizeof *tmax), nt * sizeof *tmax, rc, out);
-    DEAR_ALLOC_GOTO(c, calloc(nc, sizeof *c), nc * sizeof *c, rc, out);
+    DEAR_CHECK_GOTO(mo->alloc(maxb, 0, (void **)&buf), rc, agree);
+    DEAR_ALLOC_GOTO(t, calloc(nt, sizeof *t), nt * sizeof *t, rc, agree);
+    DEAR_ALLOC_GOTO(tmax, calloc(nt, sizeof *tmax), nt * sizeof *tmax, rc, agree);
+    DEAR_ALLOC_GOTO(c, calloc(nc, sizeof *c), nc * sizeof *c, rc, agree);
     if (ctx->cm.rank == 0)
-        DEAR_ALLOC_GOTO(cmax, calloc(nc, sizeof *cmax), nc * sizeof *cmax, rc, out);
-    DEAR_CHECK_GOTO(mo->zero(NULL, buf, maxb), rc, out); /* values stay 0 */
+        DEAR_ALLOC_GOTO(cmax, calloc(nc, sizeof *cmax), nc * sizeof *cmax, rc, agree);
+    rc = mo->zero(NULL, buf, maxb); /* values stay 0 */
+agree:;
+    /* Agreed before the first collective: a rank that could not set up alone would leave the
+     * others waiting for it in time_burst's barrier, and itself in dear_cost_setup's agreement. */
+    int any = rc != DEAR_OK, all = 0;
+    DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, ctx->cm.comm), rc, out);
+    if (all) {
+        if (rc == DEAR_OK) {
+            DEAR_ERROR("plan", "calibration: another rank could not set up its buffers; see its message");
+            rc = DEAR_ERR_NOMEM;
+        }
+        goto out;
+    }
     for (int pass = 0; pass < CALIB_PASSES; pass++)
         for (int i = 0; i < nits; i++)
             for (int s = 0; s < CALIB_NSIZES; s++) {

@@ -63,6 +63,8 @@ endif
 #   tests/cuda/gpu-refused-np2.mpi      nccl on ranks sharing a GPU fails commit, naming them;
 #                                     auto runs staged
 #   tests/cuda/gpu-broken-np2.mpi       nccl where NCCL cannot set up fails commit; auto runs staged
+#   tests/cuda/gpu-calib-oom-np2.mpi    one rank cannot allocate calibration's buffers: commit fails
+#                                     on both, neither waits for the other
 #   tests/cuda/gpu-mutation.sh          DEAR_DEBUG_DROP_WAIT=ready and =done, each leaving one wait
 #                                     of the backend out, make the results wrong
 #   tests/cuda/gpu-real-np{1,2}.mpi     test_gpu_real against libcudart and libnccl (skip without a GPU)
@@ -74,7 +76,8 @@ endif
 # The runs of test_combo_cuda and dear-gpu-bench-emu, below, are listed here too.
 CK_NCCL_RUNS += tests/cuda/gpu-nccl-np1.mpi tests/cuda/gpu-nccl-np2.mpi tests/cuda/gpu-nccl-np4.mpi \
     tests/cuda/gpu-staged-np2.mpi tests/cuda/gpu-staged-np3.mpi tests/cuda/gpu-refused-np2.mpi \
-    tests/cuda/gpu-broken-np2.mpi tests/cuda/gpu-real-np1.mpi tests/cuda/gpu-real-np2.mpi \
+    tests/cuda/gpu-broken-np2.mpi tests/cuda/gpu-calib-oom-np2.mpi tests/cuda/gpu-real-np1.mpi \
+    tests/cuda/gpu-real-np2.mpi \
     tests/cuda/gpu-mutation.sh tests/cuda/combo-np2-cuda.mpi tests/cuda/combo-np3-cuda.mpi \
     tests/cuda/gpu-check-emu.sh
 EXTRA_DIST += tests/cuda/gpu_kern.cu tests/cuda/gpu_kern_emu.c tests/cuda/kernels_emu.c cuda/gpu-check.sh \

@@ -552,9 +552,51 @@ START_TEST(test_nccl_refused)
 }
 END_TEST
 
+/* --calib-oom: the last rank's device has too little memory for calibration's buffers (the
+ * emulator's CUEMU_DEVICE_MEM_MB, set before the first CUDA call), the others enough. Commit
+ * fails on every rank, the last naming the allocation and the others the rank it waits for; no
+ * rank is left waiting for a collective the other never starts. */
+START_TEST(test_calib_oom)
+{
+    static const case_t c = { "dear", "threshold", DEAR_FLOAT32, 0, 1, 0, NULL, NULL };
+    model_t m;
+    model_init(&m, &c);
+    setenv("DEAR_CALIBRATE", "auto", 1);
+    unsetenv("DEAR_CALIBRATION_FILE");
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_set_stream(ctx, (void *)g_stream), DEAR_OK);
+    for (int t = 0; t < NT; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", t);
+        ck_assert_int_eq(dear_register(ctx, name, t, (float *)m.g + m.off[t], counts[t], DEAR_FLOAT32, DEAR_MEM_CUDA,
+                                       NULL, NULL),
+                         DEAR_OK);
+    }
+    log_capture_start();
+    int rc = dear_commit(ctx);
+    log_capture_stop();
+    ck_assert_msg(rc != DEAR_OK, "rank %d: commit succeeded where a rank cannot calibrate", g_rank);
+    const char *want = g_rank == g_size - 1 ? "cudaMalloc" : "another rank could not set up its buffers";
+    ck_assert_msg(strstr(log_buf, want) != NULL, "rank %d: the log does not say '%s': %s", g_rank, want, log_buf);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     mpi_suite_init(&argc, &argv, &g_rank, &g_size);
+    int calib_oom = argc > 1 && strcmp(argv[1], "--calib-oom") == 0;
+#ifdef CUEMU_BUILD
+    if (calib_oom && g_rank == g_size - 1)
+        setenv("CUEMU_DEVICE_MEM_MB", "4", 1); /* calibration needs 8 MiB at once */
+#else
+    if (calib_oom) { /* a real device's memory cannot be shrunk for one rank */
+        MPI_Finalize();
+        return 77;
+    }
+#endif
     if (cudaGetDeviceCount(&g_ndev) != cudaSuccess || g_ndev < 1) {
         if (g_rank == 0)
             fprintf(stderr, "test_gpu: no CUDA device: skipped\n");
@@ -571,6 +613,8 @@ int main(int argc, char **argv)
     TCase *tcc = NULL;
     if (strcmp(only, "--refused") == 0) {
         tcase_add_test(tc, test_nccl_refused);
+    } else if (calib_oom) {
+        tcase_add_test(tc, test_calib_oom);
     } else {
         tcase_add_loop_test(tc, test_train, 0, strcmp(only, "--quick") == 0 ? 3 : NCASES);
         tcase_add_test(tc, test_hooks_async);
