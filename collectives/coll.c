@@ -641,15 +641,10 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
     }
 
     /* The selection table sees the bytes that travel: half for a 16-bit vector. int8 quantizes
-     * once per phase, which the direct exchange does, and hier across its hosts (inside them it
-     * moves float32): either phase int8, it runs hier where that was chosen, else direct. */
+     * once per phase, which the direct exchange does, hier across its hosts (inside them it
+     * moves float32) and sparse (its values only): either phase int8, it runs hier or sparse
+     * where that was chosen, else direct. */
     dear_compress_t comp = args->compress, comp_ag = args->compress_ag;
-    /* Block-sparse vectors send only their non-zero blocks, which the direct exchange would send
-     * dense: int8 leaves them as they are (float32). */
-    if (args->algo == DEAR_ALGO_SPARSE) {
-        comp = comp == DEAR_COMPRESS_INT8 ? DEAR_COMPRESS_NONE : comp;
-        comp_ag = comp_ag == DEAR_COMPRESS_INT8 ? DEAR_COMPRESS_NONE : comp_ag;
-    }
     dear_compress_t wire = wire_format(r, comp);
     dear_compress_t wire_ag = args->op == DEAR_COLL_ALLREDUCE ? wire_format(r, comp_ag) : DEAR_COMPRESS_NONE;
     int q8 = wire == DEAR_COMPRESS_INT8 || wire_ag == DEAR_COMPRESS_INT8;
@@ -673,7 +668,9 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         goto err;
     }
     r->algo = args->algo == DEAR_ALGO_AUTO ? dear_coll_select(args->op, bytes, nranks, args->topo) : args->algo;
-    if (q8 && !(r->algo == DEAR_ALGO_HIER && hier_fits(args->topo, nranks)))
+    int q8_runs = (r->algo == DEAR_ALGO_HIER && hier_fits(args->topo, nranks)) ||
+                  (r->algo == DEAR_ALGO_SPARSE && args->sparse_block > 0);
+    if (q8 && !q8_runs)
         r->algo = DEAR_ALGO_DIRECT;
     if (r->algo == DEAR_ALGO_HIER && !hier_fits(args->topo, nranks)) {
         DEAR_ERROR("coll", "dear_coll_start: algo hier needs the topology of a communicator spanning 2..64 hosts of "

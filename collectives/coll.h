@@ -58,8 +58,9 @@
  *                   so the sum does not depend on which rank owns an element.
  *                   int8 (DEAR_COMPRESS_INT8, a quarter of the bytes plus a float32 scale per 256
  *                   values) quantizes each value once per phase, which the direct exchange does,
- *                   and hier across its hosts, so a collective with an int8 phase runs hier where
- *                   hier was asked for or auto picks it, else algo direct, whatever was asked
+ *                   hier across its hosts and sparse (values only), so a collective with an int8
+ *                   phase runs hier where hier was asked for or auto picks it, sparse where asked
+ *                   for with a sparse_block, else algo direct, whatever was asked
  *                   (its all-reduce composed of the two phases): a reduce-scatter quantizes rank
  *                   p's chunk for p (under hier, inside a host float32 and the host's partial
  *                   sum of p's chunk quantized for p), which adds the values to its own float32
@@ -67,9 +68,11 @@
  *                   once at its owner and every rank takes the values of those bytes.
  *                   With ef, each quantization quantizes value + ef and leaves in ef what it
  *                   dropped: the reduce-scatter at the other ranks' chunks, the all-gather at this
- *                   rank's shard (an all-reduce uses both, disjoint). Algo sparse asked for: int8
- *                   does not apply (its non-zero blocks travel float32). Under DEAR_DETERMINISTIC
- *                   int8 is DEAR_ERR_UNSUPPORTED (a sum would depend on its owner).
+ *                   rank's shard (an all-reduce uses both, disjoint). Algo sparse packs each
+ *                   non-zero block's values on their own (a dense message: the shard packed),
+ *                   without ef (a residual would make every touched block travel). Under
+ *                   DEAR_DETERMINISTIC int8 is DEAR_ERR_UNSUPPORTED (a sum would depend on its
+ *                   owner).
  */
 #ifndef DEAR_COLL_H
 #define DEAR_COLL_H

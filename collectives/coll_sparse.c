@@ -31,6 +31,14 @@
  * the largest: the exchange when its bytes, weighted by that round, are fewer than the ring
  * would send, else the algorithm the selection table picks for the dense vector, as a
  * sub-collective (16-bit sums still rounded once: ring and direct carry float32 partial sums).
+ * int8 (r->q8, float32 vectors) quantizes the values only, once per phase as `direct` does: every
+ * piece that travels is packed on its own (collectives/reduce.h: its scales, then its codes, blocks
+ * from the piece's start), a dense message is the whole shard packed, and the indices stay as
+ * they are. The owner adds the values to its own float32 shard; in the all-gather it takes the
+ * values of the bytes it sends, so that every rank holds the same bits. Its messages arrive in
+ * scratch slots, not in place (values widen as they land). The exchange is always taken: its
+ * dense messages are the direct exchange's, and no other algorithm quantizes once. No error
+ * feedback: a residual would make every touched block travel.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -75,6 +83,7 @@ typedef struct {
     size_t pack_cap, pack_used;
     uint32_t *idx;              /* piece indices of the shard being scanned or unpacked */
     float *acc;                 /* 16-bit reduce-scatter: the float32 sums of the own shard */
+    size_t *slot_at;            /* int8 all-gather: peer i's message at slots + slot_at[i - 1] */
     uint32_t *cover;            /* reduce-scatter of floats: per own piece, sparse messages with it */
     int ndense_in;              /* reduce-scatter: dense messages added */
 } sparse_state_t;
@@ -97,6 +106,9 @@ static void piece_of(const dear_coll_req_t *r, const shard_t *s, size_t j, size_
     *n = b - a;
 }
 
+/* Bytes of n elements as they travel: packed under int8, else as they are. */
+static size_t wire_bytes(const dear_coll_req_t *r, size_t n) { return r->q8 ? dear_q8_bytes(n) : n * r->esize; }
+
 /* Element index (within shard s) of the first element at or after lo that is not all-bits-zero,
  * or s->len. */
 static size_t next_nonzero(const dear_coll_req_t *r, const shard_t *s, const char *shard, size_t lo)
@@ -109,7 +121,7 @@ static size_t next_nonzero(const dear_coll_req_t *r, const shard_t *s, const cha
  * zero pieces are skipped in one call, so small blocks cost no call each. */
 static size_t scan_shard(const dear_coll_req_t *r, const shard_t *s, const char *shard, uint32_t *idx, size_t *k)
 {
-    size_t dense = s->len * r->esize, bytes = IDX_BYTES;
+    size_t dense = wire_bytes(r, s->len), bytes = IDX_BYTES;
     *k = 0;
     for (size_t j = 0; j < s->n && bytes < dense;) {
         size_t lo, n;
@@ -119,7 +131,7 @@ static size_t scan_shard(const dear_coll_req_t *r, const shard_t *s, const char 
             j = nz < s->len ? (s->off + nz) / r->block - s->b0 : s->n;  /* the piece holding nz */
             continue;
         }
-        bytes += n * r->esize + IDX_BYTES;
+        bytes += wire_bytes(r, n) + IDX_BYTES;
         idx[(*k)++] = (uint32_t)j++;
     }
     return bytes < dense ? bytes : 0;
@@ -131,8 +143,11 @@ static void pack_shard(const dear_coll_req_t *r, const shard_t *s, const char *s
     for (size_t i = 0; i < k; i++) {
         size_t lo, n;
         piece_of(r, s, idx[i], &lo, &n);
-        memcpy(dst, shard + lo * r->esize, n * r->esize);
-        dst += n * r->esize;
+        if (r->q8)
+            dear_reduce_q8_pack(dst, (const float *)(shard + lo * r->esize), NULL, n);
+        else
+            memcpy(dst, shard + lo * r->esize, n * r->esize);
+        dst += wire_bytes(r, n);
     }
     uint32_t k32 = (uint32_t)k;
     memcpy(dst, idx, k * IDX_BYTES);
@@ -159,7 +174,7 @@ static int parse_msg(const dear_coll_req_t *r, const shard_t *s, const char *msg
             ok = idx[i] < s->n && (i == 0 || idx[i] > idx[i - 1]);
             if (ok) {
                 piece_of(r, s, idx[i], &lo, &n);
-                bytes += n * r->esize;
+                bytes += wire_bytes(r, n);
             }
         }
         ok = ok && bytes + ((size_t)k32 + 1) * IDX_BYTES == m;
@@ -199,24 +214,58 @@ static int test_all(dear_coll_req_t *r, sparse_state_t *st, int *busy)
 }
 
 /* Shard s (at shard) as a message: packed at the end of the pack buffer when sparse is smaller,
- * else the shard itself. */
+ * else the shard itself (int8: the shard packed there). */
 static void prepare_msg(const dear_coll_req_t *r, sparse_state_t *st, const shard_t *s, const char *shard, msg_t *m)
 {
     size_t k, bytes = scan_shard(r, s, shard, st->idx, &k);
     m->dense = bytes == 0;
-    m->bytes = m->dense ? s->len * r->esize : bytes;
+    m->bytes = m->dense ? wire_bytes(r, s->len) : bytes;
     m->off = st->pack_used;
-    if (!m->dense) {
+    if (!m->dense)
         pack_shard(r, s, shard, st->idx, k, st->pack + st->pack_used);
-        st->pack_used += bytes;
+    else if (r->q8)
+        dear_reduce_q8_pack(st->pack + st->pack_used, (const float *)shard, NULL, s->len);
+    if (!m->dense || r->q8)
+        st->pack_used += m->bytes;
+}
+
+/* The pack buffer's bytes for the messages a phase sends: every other rank's shard (a
+ * reduce-scatter) or the own one (an all-gather), each at its dense size on the wire, which bounds
+ * its sparse message. */
+static size_t pack_bound(const dear_coll_req_t *r, int others)
+{
+    size_t b = 0;
+    for (int p = 0; p < r->nranks; p++)
+        b += (p != r->rank) == others ? wire_bytes(r, r->counts[p]) : 0;
+    return b;
+}
+
+/* int8: the values of message msg (m bytes) for shard s into the float32 shard at base: a dense
+ * one's every element, a sparse one's pieces, zeros between them. */
+static int q8_unpack_msg(const dear_coll_req_t *r, sparse_state_t *st, const shard_t *s, const char *msg, size_t m,
+                         int from, float *base)
+{
+    if (m == wire_bytes(r, s->len)) {
+        dear_reduce_q8_unpack(base, msg, s->len, 0);
+        return DEAR_OK;
     }
+    size_t k, payload;
+    DEAR_CHECK(parse_msg(r, s, msg, m, from, st->idx, &k, &payload));
+    memset(base, 0, s->len * sizeof(float));
+    for (size_t j = 0; j < k; j++) {
+        size_t lo, n;
+        piece_of(r, s, st->idx[j], &lo, &n);
+        dear_reduce_q8_unpack(base + lo, msg, n, 0);
+        msg += wire_bytes(r, n);
+    }
+    return DEAR_OK;
 }
 
 /* Send m (shard: the dense shard it stands for) to peer i, rank-i (mod P). */
 static int send_msg(dear_coll_req_t *r, sparse_state_t *st, const msg_t *m, const char *shard, int i)
 {
     int p = (r->rank - i + r->nranks) % r->nranks;
-    const char *data = m->dense ? shard : st->pack + m->off;
+    const char *data = m->dense && !r->q8 ? shard : st->pack + m->off;
     DEAR_CHECK(dear_net_isend(r->net, data, m->bytes, p, r->tag, &st->sreq[i - 1]));
     r->bytes_sent += m->bytes;
     if (m->dense)
@@ -234,7 +283,7 @@ static int rs_prepare(dear_coll_req_t *r, sparse_state_t *st, unsigned long long
     shard_t own;
     shard_of(r, r->rank, &own);
     /* Sparse messages are smaller than their shards, so the other shards' bytes bound them all. */
-    st->pack = dear_coll_scratch_get((r->total - own.len) * r->esize, &st->pack_cap);
+    st->pack = dear_coll_scratch_get(pack_bound(r, 1), &st->pack_cap);
     if (st->pack == NULL)
         return DEAR_ERR_NOMEM;
     *bytes = 0;
@@ -254,11 +303,13 @@ static int rs_reduce(dear_coll_req_t *r, sparse_state_t *st, int i)
     shard_t s;
     shard_of(r, r->rank, &s);
     size_t m = (size_t)st->rbytes[i - 1];
-    const char *msg = st->slots + (size_t)(i - 1) * s.len * r->esize;
+    const char *msg = st->slots + (size_t)(i - 1) * wire_bytes(r, s.len);
     if (s.len == 0)
         return DEAR_OK;
-    if (m == s.len * r->esize) {
-        if (st->acc != NULL)
+    if (m == wire_bytes(r, s.len)) {
+        if (r->q8)
+            dear_reduce_q8_unpack((float *)r->out, msg, s.len, 1);
+        else if (st->acc != NULL)
             coll_widen_acc(r, r->dtype, st->acc, msg, s.len);
         else
             coll_sum(r, r->dtype, r->out, r->out, msg, s.len, 1.0);
@@ -270,13 +321,15 @@ static int rs_reduce(dear_coll_req_t *r, sparse_state_t *st, int i)
     for (size_t j = 0; j < k; j++) {
         size_t lo, n;
         piece_of(r, &s, st->idx[j], &lo, &n);
-        if (st->acc != NULL)
+        if (r->q8)
+            dear_reduce_q8_unpack((float *)r->out + lo, msg, n, 1);
+        else if (st->acc != NULL)
             coll_widen_acc(r, r->dtype, st->acc + lo, msg, n);
         else
             coll_sum(r, r->dtype, r->out + lo * r->esize, r->out + lo * r->esize, msg, n, 1.0);
         if (st->cover != NULL)
             st->cover[st->idx[j]]++;
-        msg += n * r->esize;
+        msg += wire_bytes(r, n);
     }
     return DEAR_OK;
 }
@@ -325,7 +378,7 @@ static int rs_start(dear_coll_req_t *r, sparse_state_t *st)
         size_t cb = s.n * sizeof(uint32_t) + 1;
         DEAR_ALLOC_GOTO(st->cover, calloc(1, cb), cb, rc, out);
     }
-    size_t sb = (size_t)st->npeers * s.len * r->esize + 1;
+    size_t slot = wire_bytes(r, s.len), sb = (size_t)st->npeers * slot + 1;
     DEAR_ALLOC_GOTO(st->slots, malloc(sb), sb, rc, out);
     for (int i = 1; i <= st->npeers; i++) {
         int p = (r->rank + i) % r->nranks;
@@ -333,8 +386,7 @@ static int rs_start(dear_coll_req_t *r, sparse_state_t *st)
         if (s.len == 0)
             continue;  /* an empty shard: nobody sends */
         st->rbytes[i - 1] = -1;
-        DEAR_CHECK(dear_net_irecv(r->net, st->slots + (size_t)(i - 1) * s.len * r->esize, s.len * r->esize, p, r->tag,
-                                  &st->rreq[i - 1]));
+        DEAR_CHECK(dear_net_irecv(r->net, st->slots + (size_t)(i - 1) * slot, slot, p, r->tag, &st->rreq[i - 1]));
     }
     st->next_reduce = 1;
     for (int i = 1; i <= st->npeers; i++) {
@@ -395,30 +447,45 @@ static int ag_prepare(dear_coll_req_t *r, sparse_state_t *st, unsigned long long
     *bytes = 0;
     if (s.len == 0)
         return DEAR_OK;
-    st->pack = dear_coll_scratch_get(s.len * r->esize, &st->pack_cap);
+    st->pack = dear_coll_scratch_get(pack_bound(r, 0), &st->pack_cap);
     if (st->pack == NULL)
         return DEAR_ERR_NOMEM;
     prepare_msg(r, st, &s, r->buf + s.off * r->esize, &st->msgs[0]);
     *bytes = (unsigned long long)st->msgs[0].bytes * (unsigned long long)st->npeers;
+    /* int8: the owner holds what the others will, the values of the bytes it sends */
+    if (r->q8)
+        return q8_unpack_msg(r, st, &s, st->pack + st->msgs[0].off, st->msgs[0].bytes, r->rank,
+                             (float *)(r->buf + s.off * r->esize));
     return DEAR_OK;
 }
 
 static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
 {
+    int rc = DEAR_OK;
     shard_t s;
     shard_of(r, r->rank, &s);
+    if (r->q8) { /* the messages land in slots, widened into place as they complete */
+        size_t nb = (size_t)st->npeers * sizeof(size_t), at = 0;
+        DEAR_ALLOC_GOTO(st->slot_at, malloc(nb), nb, rc, out);
+        for (int i = 1; i <= st->npeers; i++) {
+            st->slot_at[i - 1] = at;
+            at += wire_bytes(r, r->counts[(r->rank + i) % r->nranks]);
+        }
+        DEAR_ALLOC_GOTO(st->slots, malloc(at + 1), at + 1, rc, out);
+    }
     for (int i = 1; i <= st->npeers; i++) {
         int p = (r->rank + i) % r->nranks;
         st->rbytes[i - 1] = 0;
         if (r->counts[p] == 0)
             continue;
         st->rbytes[i - 1] = -1;
-        DEAR_CHECK(dear_net_irecv(r->net, r->buf + r->displs[p] * r->esize, r->counts[p] * r->esize, p, r->tag,
-                                  &st->rreq[i - 1]));
+        char *into = r->q8 ? st->slots + st->slot_at[i - 1] : r->buf + r->displs[p] * r->esize;
+        DEAR_CHECK(dear_net_irecv(r->net, into, wire_bytes(r, r->counts[p]), p, r->tag, &st->rreq[i - 1]));
     }
     for (int i = 1; i <= st->npeers && s.len > 0; i++)
         DEAR_CHECK(send_msg(r, st, &st->msgs[0], r->buf + s.off * r->esize, i));
-    return DEAR_OK;
+out:
+    return rc;
 }
 
 static int ag_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
@@ -428,7 +495,13 @@ static int ag_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
     for (int i = 1; i <= st->npeers; i++) {
         int p = (r->rank + i) % r->nranks;
         long m = st->rbytes[i - 1];
-        if (m >= 0 && (size_t)m < r->counts[p] * r->esize) {
+        if (m >= 0 && r->q8 && r->counts[p] > 0) {
+            shard_t ps;
+            shard_of(r, p, &ps);
+            DEAR_CHECK(q8_unpack_msg(r, st, &ps, st->slots + st->slot_at[i - 1], (size_t)m, p,
+                                     (float *)(r->buf + ps.off * r->esize)));
+            st->rbytes[i - 1] = -2; /* widened into place */
+        } else if (m >= 0 && (size_t)m < r->counts[p] * r->esize) {
             DEAR_CHECK(ag_unpack(r, st, p, (size_t)m));
             st->rbytes[i - 1] = (long)(r->counts[p] * r->esize); /* in place now: as if dense */
         }
@@ -544,7 +617,7 @@ static int sparse_start(dear_coll_req_t *r)
     /* Each message is at most one shard and MPI counts are ints. */
     size_t max_pieces = 0;
     for (int p = 0; p < r->nranks; p++) {
-        if (r->counts[p] > INT_MAX / r->esize) {
+        if (r->counts[p] > INT_MAX / r->esize || wire_bytes(r, r->counts[p]) > INT_MAX) {
             DEAR_ERROR("coll", "sparse: shard of %zu elements exceeds one MPI message (2 GiB); use ring",
                        r->counts[p]);
             return DEAR_ERR_UNSUPPORTED;
@@ -568,7 +641,7 @@ static int sparse_start(dear_coll_req_t *r)
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
     DEAR_CHECK_GOTO(rs ? rs_prepare(r, st, &st->abytes[0]) : ag_prepare(r, st, &st->abytes[0]), rc, out);
     /* One tiny message per peer first: a latency, small against large vectors' transfer. */
-    if (r->total * r->esize >= (size_t)dear_param_int(DEAR_P_SPARSE_AGREE)) {
+    if (!r->q8 && r->total * r->esize >= (size_t)dear_param_int(DEAR_P_SPARSE_AGREE)) {
         st->form = FORM_AGREE;
         rc = agree_start(r, st);
     } else {
@@ -611,6 +684,7 @@ static void sparse_cleanup(dear_coll_req_t *r)
     free(st->idx);
     free(st->acc);
     free(st->cover);
+    free(st->slot_at);
     free(st);
     r->state = NULL;
 }

@@ -119,8 +119,13 @@ double dear_prof_wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op)
     if (t->block_bytes == 0)
         return dense;
     double d = op == DEAR_COLL_ALLGATHER ? t->density_ag : t->density_rs;
-    /* Non-zero blocks travel as they are under int8 (the collectives leave sparse ones float32). */
-    double fs = c == DEAR_COMPRESS_INT8 ? 1.0 : f;
+    /* Non-zero blocks' values in the format, each with its index; int8 packs each block on its
+     * own, so a block has its own scales (one per 256 values, at least one). */
+    double fs = f;
+    if (c == DEAR_COMPRESS_INT8) {
+        double vals = (double)t->block_bytes / sizeof(float);
+        fs = 0.25 + (double)sizeof(float) * ceil(vals / DEAR_COMPRESS_INT8_BLOCK) / (double)t->block_bytes;
+    }
     double wire = d * (double)t->bytes * (fs + (double)DEAR_PROF_SPARSE_IDX_BYTES / (double)t->block_bytes);
     return wire < dense ? wire : dense;
 }

@@ -202,8 +202,8 @@ size_t dear_sim_ws_bytes(const dear_sim_ws_t *ws, int lo, int hi)
 }
 
 /* One collective of the run starting at tensor a, `wire` bytes: a dense compressed run by its
- * format's cost when the cost function has one; sparse runs by their wire bytes alone (the
- * sparse collectives leave their blocks' values as they are under int8). */
+ * format's cost when the cost function has one; sparse runs by their wire bytes alone (values
+ * in the format, indices as they are). */
 static double wire_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int a, size_t wire)
 {
     int f = op == DEAR_COLL_ALLGATHER ? ws->fmt_ag[a] : ws->fmt_rs[a];

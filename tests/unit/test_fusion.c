@@ -1049,10 +1049,11 @@ START_TEST(sim_compress_by_hand)
     double values = (double)p.tensors[0].bytes / sizeof(float);
     EQ(dear_prof_wire_bytes(&p.tensors[0], DEAR_COLL_REDUCE_SCATTER), values + values / 256 * sizeof(float));
     EQ(dear_prof_wire_bytes(&p.tensors[0], DEAR_COLL_ALLGATHER), (double)p.tensors[0].bytes);
-    /* a sparse tensor's non-zero blocks stay float32 under int8; dense when that is smaller */
+    /* a sparse tensor's non-zero blocks under int8: a byte per value, a scale and an index per
+     * block (blocks of 30 bytes, 7.5 values, below 256); dense when that is smaller */
     dear_prof_set_compress(&p, 2, DEAR_COMPRESS_INT8, DEAR_COMPRESS_INT8);
     p.tensors[2].density_rs = 0.2;
-    EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 0.2 * (300 + 300 / 30 * 4));
+    EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 0.2 * (75 + 300 / 30 * (4 + 4)));
     p.tensors[2].density_rs = 1;
     EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 75 + 75.0 / 256 * 4);
     /* With a format cost, a dense compressed run is priced by it; float32 and sparse runs keep
@@ -1070,7 +1071,7 @@ START_TEST(sim_compress_by_hand)
     p.tensors[2].block_bytes = 30;
     p.tensors[2].density_rs = 0.2;
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
-    double sparse = 0.2 * (300 + 300 / 30 * 4);
+    double sparse = 0.2 * (75 + 300 / 30 * (4 + 4)); /* int8 values, a scale and an index per block */
     EQ(dear_sim_ws_group(ws, &cf, DEAR_COLL_REDUCE_SCATTER, 0, 3),
        (0.5 + 0.005 * 100) + fmt_cost(NULL, DEAR_COLL_REDUCE_SCATTER, (size_t)llround(200 / 4.0 * (1 + 4.0 / 256)), DEAR_COMPRESS_INT8) +
            (0.5 + 0.005 * (double)llround(sparse)));
