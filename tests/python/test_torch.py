@@ -219,13 +219,14 @@ def compressed():
     # AdamW divides by the root of its second moment, so a parameter whose gradients are tiny moves
     # by about lr whatever their size: rounding them moves it visibly (bfloat16 has 8 bits).
     # int8 (a scale per 256 values, error feedback) drifts furthest: up to 0.0035 and 0.048 here
-    # at 2 to 4 ranks; the limits leave twice that.
+    # at 2 to 4 ranks; the limits leave about twice that.
     for kind, opt_name, tols in (("cnn", "sgd", (2e-3, 1e-2, 1e-2)), ("transformer", "adamw", (2e-2, 0.2, 0.1))):
         ref = ddp_params(kind, opt_name)
         hooked = ddp_params(kind, opt_name, hook=default_hooks.fp16_compress_hook)
         d_hook = rel_diff(hooked, ref)
         for fmt, tol in zip(("fp16", "bf16", "int8"), tols):
-            for schedule in ("dear", "wfbp"):
+            # int8's collectives are the same under both schedules: dear alone keeps the run short
+            for schedule in ("dear",) if fmt == "int8" else ("dear", "wfbp"):
                 got = dear_params(kind, opt_name, schedule, compress=fmt)
                 d = rel_diff(got, ref)
                 what = "%s %s %s compress=%s np %d" % (kind, opt_name, schedule, fmt, SIZE)
