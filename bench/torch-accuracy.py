@@ -32,20 +32,6 @@ V, CTX = 32, 32          # lm: symbols, positions
 DIN, CLASSES = 64, 10    # mlp: input dimension, classes
 
 
-class CausalLM(nn.Module):
-    def __init__(self, dim=128, heads=4, layers=2):
-        super().__init__()
-        self.embed = nn.Embedding(V, dim)
-        self.pos = nn.Parameter(torch.randn(CTX, dim) * 0.02)
-        block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=4 * dim, dropout=0.0, batch_first=True)
-        self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(dim, V)
-        self.register_buffer("mask", torch.triu(torch.full((CTX, CTX), float("-inf")), diagonal=1))
-
-    def forward(self, x):
-        return self.head(self.blocks(self.embed(x) + self.pos, mask=self.mask))
-
-
 def mlp():
     return nn.Sequential(nn.Linear(DIN, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, CLASSES))
 
@@ -94,7 +80,7 @@ def lm_loss(model, w):
 
 def train(task, config, seed, steps, batch, data):
     torch.manual_seed(1000 + seed)
-    model = CausalLM() if task == "lm" else mlp()
+    model = tdp.Encoder(vocab=V, dim=128, heads=4, layers=2, seq=CTX, causal=True) if task == "lm" else mlp()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3) if task == "lm" else \
         torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     net, opt = tdp.wrap_config(config, model, opt)

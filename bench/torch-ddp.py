@@ -55,18 +55,21 @@ RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 
 
 class Encoder(nn.Module):
-    """A character-level transformer encoder: 4 blocks, d_model 256, 4 heads, 64 positions."""
+    """A character-level transformer encoder: 4 blocks, d_model 256, 4 heads, 64 positions; with
+    causal, each position attends only to those before it (a language model's)."""
 
-    def __init__(self, vocab=96, dim=256, heads=4, layers=4, seq=64):
+    def __init__(self, vocab=96, dim=256, heads=4, layers=4, seq=64, causal=False):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.randn(seq, dim) * 0.02)
         block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=4 * dim, dropout=0.0, batch_first=True)
         self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
         self.head = nn.Linear(dim, vocab)
+        mask = torch.triu(torch.full((seq, seq), float("-inf")), diagonal=1) if causal else None
+        self.register_buffer("mask", mask)
 
     def forward(self, x):
-        return self.head(self.blocks(self.embed(x) + self.pos))
+        return self.head(self.blocks(self.embed(x) + self.pos, mask=self.mask))
 
 
 class WordLM(nn.Module):

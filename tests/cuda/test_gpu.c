@@ -165,6 +165,24 @@ static void reference(const model_t *m, double *ref_w, double *ref_sum)
     free(avg);
 }
 
+/* A context on g_stream with the model's tensors registered (t0, t1, ...), each stepped by sgd
+ * when with_updates, else updated by nobody. */
+static dear_ctx_t *register_model(model_t *m, int with_updates)
+{
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    ck_assert_int_eq(dear_set_stream(ctx, (void *)g_stream), DEAR_OK);
+    for (int t = 0; t < NT; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", t);
+        targs[t] = (tensor_arg_t){ m, t };
+        ck_assert_int_eq(dear_register(ctx, name, t, (char *)m->g + m->off[t] * esize(m->c->dt), counts[t], m->c->dt,
+                                       DEAR_MEM_CUDA, with_updates ? sgd : NULL, with_updates ? &targs[t] : NULL),
+                         DEAR_OK);
+    }
+    return ctx;
+}
+
 static dear_ctx_t *setup(model_t *m)
 {
     const case_t *c = m->c;
@@ -181,17 +199,7 @@ static dear_ctx_t *setup(model_t *m)
     snprintf(comp, sizeof comp, "%.4s", c->compress ? c->compress : "none");
     setenv("DEAR_COMPRESS", comp, 1);
     setenv("DEAR_COMPRESS_EF", c->compress && strstr(c->compress, "+ef") ? "1" : "0", 1);
-    dear_ctx_t *ctx = NULL;
-    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
-    ck_assert_int_eq(dear_set_stream(ctx, (void *)g_stream), DEAR_OK);
-    for (int t = 0; t < NT; t++) {
-        char name[16];
-        snprintf(name, sizeof name, "t%d", t);
-        targs[t] = (tensor_arg_t){ m, t };
-        ck_assert_int_eq(dear_register(ctx, name, t, (char *)m->g + m->off[t] * esize(c->dt), counts[t], c->dt,
-                                       DEAR_MEM_CUDA, sgd, &targs[t]),
-                         DEAR_OK);
-    }
+    dear_ctx_t *ctx = register_model(m, 1);
     if (c->clip > 0)
         ck_assert_int_eq(dear_set_clip_norm(ctx, c->clip), DEAR_OK);
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
@@ -563,16 +571,7 @@ START_TEST(test_calib_oom)
     model_init(&m, &c);
     setenv("DEAR_CALIBRATE", "auto", 1);
     unsetenv("DEAR_CALIBRATION_FILE");
-    dear_ctx_t *ctx = NULL;
-    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
-    ck_assert_int_eq(dear_set_stream(ctx, (void *)g_stream), DEAR_OK);
-    for (int t = 0; t < NT; t++) {
-        char name[16];
-        snprintf(name, sizeof name, "t%d", t);
-        ck_assert_int_eq(dear_register(ctx, name, t, (float *)m.g + m.off[t], counts[t], DEAR_FLOAT32, DEAR_MEM_CUDA,
-                                       NULL, NULL),
-                         DEAR_OK);
-    }
+    dear_ctx_t *ctx = register_model(&m, 0);
     log_capture_start();
     int rc = dear_commit(ctx);
     log_capture_stop();
