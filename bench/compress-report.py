@@ -210,8 +210,8 @@ def speedup_goal_cell(base_ms, iter_ms, bound_ms, goal):
     ratio, ceiling = base_ms / iter_ms, base_ms / bound_ms
     if ratio >= goal:
         return "%.2fx (pass)" % ratio
-    return "%.2fx (fail; %s %.2fx)" % (ratio, "the bound allows" if ceiling >= goal else "unreachable: the bound allows",
-                                       ceiling)
+    why = "the bound allows" if ceiling >= goal else "unreachable: the bound allows"
+    return "%.2fx (fail; %s %.2fx)" % (ratio, why, ceiling)
 
 
 def e2e_section(res, rate_text):
@@ -299,7 +299,8 @@ def layouts_section(res, rate_text):
         err = lambda r: "%+.1f%%" % float(r["pred_err_pct"]) if r and r.get("pred_err_pct", "nan") != "nan" else "-"
         cells.append("%s / %s" % (err(b), err(q)))
         out.append("| %s | %s | %s |" % (layout, case, " | ".join(cells)))
-    out += ["", BOUND_ALLOWS, "", "Prediction error: the simulator's iteration for the plan that ran, with the runtime's calibration "
+    out += ["", BOUND_ALLOWS, "",
+            "Prediction error: the simulator's iteration for the plan that ran, with the runtime's calibration "
             "(compressed collectives by the curves measured in their format), against the measured median; "
             "negative: the run was slower."]
     return out
