@@ -121,11 +121,21 @@ def measured_rate(results, rate_text):
     return r, "95%% of the nominal %s = %.1f MB/s" % (rate_text, r / 1e6)
 
 
-def link_bound(row, hosts, rate, parts=False, sparse=False):
+def least_updates(rows):
+    """The least update time (ms) any schedule of a case needs per iteration, as dear-bench's
+    bound counts it: a sharded configuration's own, an unsharded one's over P; 0 when the CSV
+    predates update_ms."""
+    v = [float(r["update_ms"]) / (1 if "+shard" in r["config"] else int(r["np"]))
+         for r in rows if r.get("update_ms") and r["check"] == "ok"]
+    return min(v) if v else 0.0
+
+
+def link_bound(row, hosts, rate, parts=False, sparse=False, upd_ms=0.0):
     """The lower bound at the link rate, in ms, for one CSV row; with parts, also its tail (ms)
     and the first layer's share of the gradient bytes. With sparse, the profile's sparse tensors
     count by the bytes their non-zero rows and 4-byte indices put on the wire in each phase, at
-    the densities dear-bench replays (never more than dense), instead of their whole size."""
+    the densities dear-bench replays (never more than dense), instead of their whole size.
+    upd_ms of updates count as compute (least_updates)."""
     prof = os.path.join(PROFILES_DIR, row["model"] + ".prof")
     if not os.path.exists(prof):
         return (float("nan"),) * 3 if parts else float("nan")
@@ -148,7 +158,7 @@ def link_bound(row, hosts, rate, parts=False, sparse=False):
     per_phase = lambda s: (hosts - 1) / hosts * s / rate
     comm = per_phase(sum(w[1] for w in wire)) + per_phase(sum(w[2] for w in wire))
     tail = sum(per_phase(w[1]) + per_phase(w[2]) for w in wire if w[0] == tb[0][1])
-    comp = float(row["compute_ms"]) / 1e3
+    comp = (float(row["compute_ms"]) + upd_ms) / 1e3
     # The tail's bytes are part of comm: counted once, either beside compute or within comm.
     bound = 1e3 * max(comp + tail, comm)
     return (bound, 1e3 * tail, first / total) if parts else bound
@@ -294,14 +304,17 @@ def cmd_report(a):
            "same runs (each size timed as a stream of back-to-back collectives, the model the online "
            "planner used), `bench-fit-mpi` a fallback fit of MPI's collectives; *bound* = the "
            "lower bound at %s. The machine has 2 shared cores: figures are noisy." % rate_note, ""]
+    md += updates_note(cases)
     summary = []
     for name, rows in cases:
         m = re.search(r"-(\d+)x(\d+)$", name)
         hosts = int(m.group(1)) if m else int(rows[0]["np"])
         ok = [r for r in rows if r["check"] == "ok"]
-        bound, tail, first_share = link_bound(rows[0], hosts, rate, parts=True)
+        upd = least_updates(rows)
+        bound, tail, first_share = link_bound(rows[0], hosts, rate, parts=True, upd_ms=upd)
         sparse_case = any(r["config"].endswith("+sparse") for r in rows)
-        sbound, stail, _ = link_bound(rows[0], hosts, rate, parts=True, sparse=True) if sparse_case else (bound, tail, 0)
+        sbound, stail, _ = (link_bound(rows[0], hosts, rate, parts=True, sparse=True, upd_ms=upd) if sparse_case
+                            else (bound, tail, 0))
         bound_of = lambda r: sbound if r["config"].endswith("+sparse") else bound
         md += ["### %s" % name, "",
                "%s, %s ranks on %d host(s); gradients %.2f MiB (size x %s), compute %.1f ms (time x %s)."
@@ -444,6 +457,20 @@ def why_missed(summary):
     return out
 
 
+def updates_note(cases):
+    """Which cases' *pred* and *bound* count the optimizer's updates (CSVs with update_ms)."""
+    with_upd = [name for name, rows in cases if rows and rows[0].get("update_ms")]
+    if not with_upd:
+        return []
+    which = "every case" if len(with_upd) == len(cases) else "the cases " + ", ".join(with_upd)
+    return ["In %s, *pred* counts each layer's measured update (dear-bench's SGD callback, the "
+            "slowest rank's, column `update_ms` of the CSV) as forward compute, where the runtime runs "
+            "it (before the layer's forward pass, on the application's thread), and *bound* the least "
+            "update time any schedule needs (a sharded configuration's, or an unsharded one's over P)%s."
+            % (which, "" if len(with_upd) == len(cases) else "; the other cases were measured before "
+               "dear-bench timed its updates, and their predictions leave them out"), ""]
+
+
 def prediction_table(summary):
     """Every configuration's prediction against its measurement, case by case: the simulator's
     error per planner, beside whether the machine disturbed the run (then the error says less)."""
@@ -505,6 +532,7 @@ def doc_section(command, meta, summary, section="e2e", title=None):
          "this section by hand. Per-case tables, quartiles, the plans that ran, bar charts and Gantt charts: "
          "[bench/results/%se2e.md](../bench/results/%se2e.md)." % (command, sub, sub), ""]
     L += meta
+    L += updates_note([(t["case"], list(t["rows"].values())) for t in summary])
     any_sparse = any(t["product"] != "dear:auto" for t in summary)
     cols = ORDER if any_sparse else DENSE
     heads = ["sync", "wfbp+64M", "wfbp+25M", "wfbp+mgwfbp", "dear+25M", "dear+gradssa", "dear+auto",

@@ -37,12 +37,15 @@ typedef struct {
     int check_ok;
     double iter_s, iter_min_s, iter_max_s, compute_s, blocked_s, pred_s;
     double iter_q1_s, iter_q3_s;  /* quartiles of the measured iterations: the run-to-run noise */
+    double upd_s;               /* update callback time per iteration (slowest rank, mean of rounds) */
     char status[96];
     dear_plan_t plan;           /* rank 0: the plan the runtime ran last (dear_plan_save); empty if unknown */
     /* accumulated over the rounds, then summarised by result_finish */
     double *samples, *comp;     /* slowest rank's measured iterations and their compute */
     int nsamples;
     double blocked_sum;         /* per-iteration blocked time, summed over rounds */
+    double *upd_sum;            /* per layer index: update callback time per iteration, the slowest
+                                 * rank's, summed over rounds */
     int nrounds;
     /* time to train, per round (slowest rank): dear_init to the end of commit, to the end of
      * iteration --first-n (NAN when the run is shorter) and of the whole run */
@@ -185,8 +188,10 @@ static int measure(dear_ctx_t *ctx, const bench_opts_t *o, bench_model_t *m, int
 {
     int rc = DEAR_OK;
     for (long it = 0; it < total && rc == DEAR_OK; it++) {
-        if (it == warmup)
+        if (it == warmup) {
             rc = dear_get_stats(ctx, st0);
+            bench_model_upd_zero(m);
+        }
         int fault = o->fault == 1 && bench_rank == bench_size - 1 && it == total / 2;
         double t0 = MPI_Wtime();
         if (rc == DEAR_OK)
@@ -221,6 +226,28 @@ static int pool_round(result_t *res, times_t *t, int warmup, int iters, double b
     res->blocked_sum += blocked_max;
     res->nrounds++;
     return DEAR_OK;
+}
+
+/* Add a round's update callback time per layer and iteration (the slowest rank's) to res. The
+ * runtime calls the updates in its hooks, on the application's thread, so the predictions count
+ * them as compute. Collective. */
+static int pool_updates(result_t *res, const bench_model_t *m, int iters)
+{
+    int nl = m->prof.nlayers;
+    double *mine = malloc(sizeof(double) * (size_t)nl), *most = malloc(sizeof(double) * (size_t)nl);
+    if (!res->upd_sum)
+        res->upd_sum = calloc((size_t)nl, sizeof(double));
+    int rc = mine && most && res->upd_sum ? DEAR_OK : DEAR_ERR_NOMEM, any;
+    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD); /* DEAR_OK is 0, errors below */
+    if (any == DEAR_OK) {
+        bench_model_upd_per_layer(m, iters, mine);
+        MPI_Allreduce(mine, most, nl, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        for (int l = 0; l < nl; l++)
+            res->upd_sum[l] += most[l];
+    }
+    free(mine);
+    free(most);
+    return any == DEAR_OK ? DEAR_OK : DEAR_ERR_NOMEM;
 }
 
 /* Time to train, this round's: from dear_init to the end of iteration first_n and of the run,
@@ -298,6 +325,8 @@ static int run_config(const bench_config_t *c, const bench_opts_t *o, int iters,
     if (o->fault == 2 && bench_rank == bench_size - 1)
         m->param[m->nelem / 2] += 1e-3f;
     rc = pool_round(res, &tm, warmup, iters, (st1.blocked_s - st0.blocked_s) / iters);
+    if (rc == DEAR_OK)
+        rc = pool_updates(res, m, iters);
     if (rc == DEAR_OK)
         rc = time_to_train(res, &tm, startup, total, o->first_n);
     times_free(&tm);
@@ -464,9 +493,38 @@ static int load_prediction_model(bench_t *b)
     return rc;
 }
 
+/* Configuration i's update time per iteration: per layer index into upd_s (NULL: only the sum),
+ * averaged over its rounds; the sum is returned (0 when it did not run). */
+static double config_updates(const bench_t *b, int i, double *upd_s)
+{
+    const result_t *r = &b->res[i];
+    double sum = 0;
+    for (int l = 0; l < b->m.prof.nlayers; l++) {
+        double u = r->ok_run && r->upd_sum && r->nrounds > 0 ? r->upd_sum[l] / r->nrounds : 0;
+        if (upd_s)
+            upd_s[l] = u;
+        sum += u;
+    }
+    return sum;
+}
+
+/* The least update time any schedule must spend per iteration: a configuration's own with
+ * sharded updates (each rank steps its slices), else its time over P (what sharding would
+ * leave it), the smallest of those that ran. */
+static double least_updates(const bench_t *b)
+{
+    double least = INFINITY;
+    for (int i = 0; i < b->o.nconfigs; i++)
+        if (b->res[i].ok_run)
+            least = fmin(least, config_updates(b, i, NULL) / (b->o.configs[i].shard ? 1 : bench_size));
+    return isfinite(least) ? least : 0;
+}
+
 static void predict_configs(bench_t *b)
 {
-    b->bound = bench_lower_bound(&b->m, &b->links);
+    double upd_least = least_updates(b);
+    double *upd_s = malloc(sizeof(double) * (size_t)b->m.prof.nlayers);
+    b->bound = bench_lower_bound(&b->m, &b->links, upd_least);
     if (!b->o.quiet) {
         bench_say("\n");
         if (bench_rank == 0)
@@ -478,11 +536,13 @@ static void predict_configs(bench_t *b)
         const bench_config_t *c = &b->o.configs[i];
         bench_model_price_sparse(&b->m, c->sparse);
         dear_prof_set_compress(&b->m.prof, -1, (dear_compress_t)c->comp_rs, (dear_compress_t)c->comp_ag);
-        b->bounds[i] = bench_lower_bound(&b->m, &b->links);
-        if (bench_predict(&b->m, &b->model, c, &b->o, &b->res[i].plan, &p) == DEAR_OK)
+        b->bounds[i] = bench_lower_bound(&b->m, &b->links, upd_least);
+        b->res[i].upd_s = config_updates(b, i, upd_s);
+        if (upd_s && bench_predict(&b->m, &b->model, c, &b->o, &b->res[i].plan, upd_s, &p) == DEAR_OK)
             b->res[i].pred_s = p;
     }
     dear_prof_set_compress(&b->m.prof, -1, DEAR_COMPRESS_NONE, DEAR_COMPRESS_NONE);
+    free(upd_s);
 }
 
 /* ---- results ---- */
@@ -496,7 +556,7 @@ static const char *csv_header = "model,np,config,schedule,fusion,threshold_bytes
                                 "grad_bytes,compute_ms,compute_meas_ms,iter_ms,iter_min_ms,iter_max_ms,exposed_ms,"
                                 "blocked_ms,speedup_sync,speedup_wfbp64,pred_ms,pred_err_pct,bound_ms,iter_over_bound,"
                                 "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early,partition_bytes,units,"
-                                "first_plan,startup_s,first_n,first_n_s,run_iters,run_s";
+                                "first_plan,startup_s,first_n,first_n_s,run_iters,run_s,update_ms";
 
 /* References measured in this invocation: ref[0] sync, ref[1] wfbp + threshold 64 MiB with every
  * tensor whole (Horovod), both unsharded, dense and uncompressed; NAN when not run. */
@@ -565,7 +625,7 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
             r->pred_s * 1e3, "-", "-", r->status);
     if (csv)
         fprintf(csv, "%s,%d,%s,%s,%s,%zu,%d,%d,%g,%g,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
-                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d,%s,%.4f,%d,%.4f,%d,%.4f\n",
+                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d,%s,%.4f,%d,%.4f,%d,%.4f,%.4f\n",
                 p->model, bench_size, c->text, c->sched, c->fusion, bench_scaled_threshold(c, o), o->iters, c->warmup,
                 o->time_scale, o->size_scale, dear_prof_bytes_total(p),
                 (dear_prof_fwd_total(p) + dear_prof_bwd_total(p)) * 1e3, r->compute_s * 1e3, it * 1e3,
@@ -574,7 +634,7 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
                 r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
                 pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
                 bench_scaled_partition(c, o), pl->nunits, c->first[0] ? c->first : "default", r->startup_s,
-                o->first_n, r->first_n_s, r->run_iters, r->whole_s);
+                o->first_n, r->first_n_s, r->run_iters, r->whole_s, r->upd_s * 1e3);
 }
 
 static void free_results(bench_t *b)
@@ -586,6 +646,7 @@ static void free_results(bench_t *b)
         free(b->res[i].startup);
         free(b->res[i].first_n);
         free(b->res[i].whole);
+        free(b->res[i].upd_sum);
     }
 }
 
@@ -613,8 +674,9 @@ static void report(bench_t *b)
         b->broken = 1;
     bench_say("compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
         "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); vs_w64: over "
-        "wfbp:threshold:64m with every tensor whole; pred: "
-        "simulator with cost model %s\n",
+        "wfbp:threshold:64m with every tensor whole; pred: simulator with cost model %s, each layer's "
+        "measured update (SGD) time counted as forward compute; bound: with the least update time any schedule "
+        "needs (a sharded one's, or an unsharded one's over P)\n",
         (dear_prof_fwd_total(&b->m.prof) + dear_prof_bwd_total(&b->m.prof)) * 1e3, b->model.source);
 }
 

@@ -105,6 +105,11 @@ static void fill_grad(bench_model_t *m, int t, long it, int r, int fault)
             g[i] += 0.5f;
 }
 
+static double ts_diff(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) * 1e-9;
+}
+
 static int update_sgd(const dear_update_info_t *info)
 {
     upd_arg_t *u = info->arg;
@@ -112,9 +117,13 @@ static int update_sgd(const dear_update_info_t *info)
     float *p = info->param;
     if (info->dtype != DEAR_FLOAT32)
         return 1;
+    struct timespec s, e;
+    clock_gettime(CLOCK_MONOTONIC, &s);
     for (size_t i = 0; i < info->count; i++)
         p[i] -= LR * g[i];
+    clock_gettime(CLOCK_MONOTONIC, &e);
     u->elems += (long)info->count;
+    u->secs += ts_diff(&s, &e);
     return 0;
 }
 
@@ -342,6 +351,21 @@ void bench_model_reset(bench_model_t *m)
         m->param[e] = param0(e);
     for (int t = 0; t < m->prof.ntensors; t++)
         m->upd[t].elems = 0;
+    bench_model_upd_zero(m);
+}
+
+void bench_model_upd_zero(bench_model_t *m)
+{
+    for (int t = 0; t < m->prof.ntensors; t++)
+        m->upd[t].secs = 0;
+}
+
+void bench_model_upd_per_layer(const bench_model_t *m, int iters, double *upd_s)
+{
+    for (int l = 0; l < m->prof.nlayers; l++)
+        upd_s[l] = 0;
+    for (int t = 0; t < m->prof.ntensors && iters > 0; t++)
+        upd_s[m->prof.tensors[t].lidx] += m->upd[t].secs / iters;
 }
 
 int bench_model_register(dear_ctx_t *ctx, bench_model_t *m, int hints)
@@ -378,11 +402,6 @@ static void sleep_until(const struct timespec *start, double target)
     }
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &d, NULL) == EINTR)
         ;
-}
-
-static double ts_diff(const struct timespec *a, const struct timespec *b)
-{
-    return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) * 1e-9;
 }
 
 /* Emulated compute of `want` seconds, part of which may already be spent writing gradients.

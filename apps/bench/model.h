@@ -15,9 +15,11 @@
 #include "apps/bench/args.h"
 
 /* One tensor's update: SGD on the parameters libdear hands over (the tensor, or a slice of it
- * under +shard), its elements counted so a missing or repeated update is caught. */
+ * under +shard), its elements counted so a missing or repeated update is caught, and the time
+ * it took (the optimizer step is compute the predictions must count). */
 typedef struct {
     long elems;
+    double secs;
 } upd_arg_t;
 
 /* A sparse tensor's replay: each rank and iteration touches the rows of `tokens` draws from a
@@ -57,6 +59,11 @@ void bench_model_price_sparse(bench_model_t *m, int on);
 
 /* Fresh parameters and update counts, for a run from the start. */
 void bench_model_reset(bench_model_t *m);
+
+/* Zero the time spent in the update callbacks, or add it up per layer index into upd_s
+ * (m->prof.nlayers entries), divided by iters. */
+void bench_model_upd_zero(bench_model_t *m);
+void bench_model_upd_per_layer(const bench_model_t *m, int iters, double *upd_s);
 
 /* Register every tensor with ctx, its update being SGD on its parameters, the profile's sparse
  * tensors with their rows (dear_register_sparse) and, if hints, the --hints (dear_set_layer_cost); stops at

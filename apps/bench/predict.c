@@ -171,7 +171,7 @@ char *bench_runtime_calibration_file(const bench_opts_t *o, int *created)
  * runtime ran when known (ran, over its own units), else planned the way the runtime plans it
  * (same units, same planner, same scaled threshold). Optionally its Gantt chart. */
 int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const bench_config_t *c, const bench_opts_t *o,
-            const dear_plan_t *ran, double *iter_s)
+            const dear_plan_t *ran, const double *upd_s, double *iter_s)
 {
     dear_sched_t s;
     if (dear_sched_parse(c->sched, &s))
@@ -188,6 +188,8 @@ int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const 
     else
         /* the units the runtime cuts the scaled profile into for this configuration */
         rc = dear_prof_cut(&m->prof, bench_scaled_partition(c, o), &units, &nunits, &uprof);
+    for (int l = 0; rc == DEAR_OK && l < uprof.nlayers && l < m->prof.nlayers; l++)
+        uprof.layers[l].fwd_s += upd_s[l];
     if (rc == DEAR_OK)
         rc = dear_plan_problem_init(&prob, &uprof, s, model, 0, &marg);
     if (rc != DEAR_OK)
@@ -307,9 +309,9 @@ int bench_measure_links(double mbps, bench_links_t *links)
     return DEAR_OK;
 }
 
-double bench_lower_bound(const bench_model_t *m, const bench_links_t *links)
+double bench_lower_bound(const bench_model_t *m, const bench_links_t *links, double upd_s)
 {
-    double comp = dear_prof_fwd_total(&m->prof) + dear_prof_bwd_total(&m->prof);
+    double comp = dear_prof_fwd_total(&m->prof) + dear_prof_bwd_total(&m->prof) + upd_s;
     double all = 0, first = 0;
     int l0 = m->prof.tensors[0].lidx;
     for (int t = 0; t < m->prof.ntensors; t++)

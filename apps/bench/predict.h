@@ -20,10 +20,12 @@ char *bench_runtime_calibration_file(const bench_opts_t *o, int *created);
 int bench_load_model(const bench_opts_t *o, int use_runtime, const char *runtime_calib, size_t total_bytes,
                dear_cost_model_t *model);
 
-/* The simulator's iteration time of configuration c, of the plan ran when known; with --svg-dir,
- * its Gantt chart too. */
+/* The simulator's iteration time of configuration c, of the plan ran when known, each layer's
+ * update time (upd_s, per layer index) added to its forward compute: the runtime runs a layer's
+ * updates before its forward pass (dear) or ahead of the first one (sync, wfbp), on the
+ * application's thread. With --svg-dir, its Gantt chart too. */
 int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const bench_config_t *c, const bench_opts_t *o,
-            const dear_plan_t *ran, double *iter_s);
+            const dear_plan_t *ran, const double *upd_s, double *iter_s);
 
 /* The links the lower bound counts: the one-way rate of the bottleneck link (bytes/s: between
  * hosts where there are several, else between two ranks of the one host), the hosts, and where
@@ -42,7 +44,7 @@ int bench_measure_links(double mbps, bench_links_t *links);
 /* The iteration time no schedule can beat over these links: every phase must move, through the
  * bottleneck link, at least (H-1)/H of the bytes its gradient puts on the wire (H hosts; with one
  * host, (P-1)/P through each rank's), and the first layer's reduce-scatter and all-gather cannot
- * overlap compute: max(compute + that tail, all phases). */
-double bench_lower_bound(const bench_model_t *m, const bench_links_t *links);
+ * overlap compute, which includes upd_s of updates: max(compute + that tail, all phases). */
+double bench_lower_bound(const bench_model_t *m, const bench_links_t *links, double upd_s);
 
 #endif /* DEAR_APPS_BENCH_PREDICT_H */
