@@ -170,8 +170,9 @@ def size_text(b):
     return "%d MiB" % (b >> 20) if b >= 1 << 20 else "%d KiB" % (b >> 10)
 
 
-def wire_bound(row, hosts, rate, f_rs, f_ag):
-    """e2e-report's link bound with each phase's bytes scaled by f_rs, f_ag (wire_of)."""
+def wire_bound(row, hosts, rate, f_rs, f_ag, upd_ms=0.0):
+    """e2e-report's link bound with each phase's bytes scaled by f_rs, f_ag (wire_of), upd_ms of
+    updates counted as compute (e2e-report's least_updates)."""
     prof = os.path.join(e2e.PROFILES_DIR, row["model"] + ".prof")
     _, tensors = e2e.load_profile(prof)
     tb = e2e.scaled_bytes(tensors, float(row["size_scale"]))
@@ -181,7 +182,7 @@ def wire_bound(row, hosts, rate, f_rs, f_ag):
     first = sum(b for _, l, b in tb if l == tb[0][1])
     comm = per_phase(total * f[0]) + per_phase(total * f[1])
     tail = per_phase(first * f[0]) + per_phase(first * f[1])
-    return 1e3 * max(float(row["compute_ms"]) / 1e3 + tail, comm)
+    return 1e3 * max((float(row["compute_ms"]) + upd_ms) / 1e3 + tail, comm)
 
 
 def wire_of(config):
@@ -231,10 +232,11 @@ def e2e_section(res, rate_text):
     targets = []
     for case in cases:
         by = {r["config"]: r for r in rows if r["case"] == case}
+        upd = e2e.least_updates(list(by.values()))
         w64 = by.get("wfbp:threshold:64m")
         for cfg, r in by.items():
             it = float(r["iter_ms"])
-            bound = wire_bound(r, 4, rate, *wire_of(cfg))
+            bound = wire_bound(r, 4, rate, *wire_of(cfg), upd)
             vs = float(w64["iter_ms"]) / it if w64 else float("nan")
             out.append("| %s | %s | %.1f [%.1f, %.1f] | %.1f | %.2fx | %.1f | %.2f | %s |" % (
                 case, cfg, it, float(r["iter_q1_ms"]), float(r["iter_q3_ms"]), float(r["compute_meas_ms"]), vs, bound,
@@ -244,13 +246,13 @@ def e2e_section(res, rate_text):
             it = float(p["iter_ms"])
             cells = ["%.2fx" % (float(w64["iter_ms"]) / it), "%.2fx" % (float(wb["iter_ms"]) / it),
                      "%.2f" % (it / float(p["compute_meas_ms"])), "%.2f" % (it / wire_bound(p, 4, rate, *wire_of(
-                         "dear:auto+bf16")))]
+                         "dear:auto+bf16"), upd))]
             if q:
                 qi = float(q["iter_ms"])
                 over_w64, over_bf16 = float(w64["iter_ms"]) / qi, it / qi
                 # the goals are the communication-bound cases'; balanced ones show the ratios only
                 comm = case.endswith("-comm")
-                qbound = wire_bound(q, 4, rate, *wire_of("dear:auto+int8"))
+                qbound = wire_bound(q, 4, rate, *wire_of("dear:auto+int8"), upd)
                 cells += [speedup_goal_cell(float(w64["iter_ms"]), qi, qbound, 2.5) if comm else "%.2fx" % over_w64,
                           goal_cell(over_bf16, over_bf16 > 1) if comm else "%.2fx" % over_bf16]
             else:
@@ -284,6 +286,7 @@ def layouts_section(res, rate_text):
             keys.append((r["layout"], r["case"]))
     for layout, case in keys:
         by = {r["config"]: r for r in rows if r["layout"] == layout and r["case"] == case}
+        upd = e2e.least_updates(list(by.values()))
         w, b, q = by.get("wfbp:threshold:64m"), by.get("dear:auto+bf16"), by.get("dear:auto+int8")
         cell = lambda r: "%.1f [%.1f, %.1f]" % (float(r["iter_ms"]), float(r["iter_q1_ms"]), float(
             r["iter_q3_ms"])) if r else NOT_MEASURED
@@ -291,7 +294,7 @@ def layouts_section(res, rate_text):
         if q and w and b:
             qi = float(q["iter_ms"])
             hosts = int(layout.split("x")[0])
-            qbound = wire_bound(q, hosts, rate, *wire_of("dear:auto+int8"))
+            qbound = wire_bound(q, hosts, rate, *wire_of("dear:auto+int8"), upd)
             cells += ["%.2f" % (qi / qbound), speedup_goal_cell(float(w["iter_ms"]), qi, qbound, 2.5),
                       goal_cell(float(b["iter_ms"]) / qi, float(b["iter_ms"]) / qi > 1)]
         else:
@@ -315,12 +318,13 @@ def phases_section(res, rate_text):
            "|---|---|---|---|---|"]
     for case in sorted({r["case"] for r in rows}):
         by = {r["config"]: r for r in rows if r["case"] == case}
+        upd = e2e.least_updates(list(by.values()))
         base = by.get("dear:auto")
         for cfg, r in by.items():
             it = float(r["iter_ms"])
             out.append("| %s | %s | %.1f [%.1f, %.1f] | %.2fx | %.2f |" % (
                 case, cfg, it, float(r["iter_q1_ms"]), float(r["iter_q3_ms"]),
-                float(base["iter_ms"]) / it if base else float("nan"), it / wire_bound(r, 4, rate, *wire_of(cfg))))
+                float(base["iter_ms"]) / it if base else float("nan"), it / wire_bound(r, 4, rate, *wire_of(cfg), upd)))
     return out
 
 
