@@ -272,15 +272,19 @@ static void shard_layout(dear_coll_req_t *r, size_t count)
     r->total = count;
 }
 
-/* Rank p's piece of a block: its shard of the block's vector cut to [lo, hi); *n is 0 when they
- * do not meet. */
-static size_t block_piece(const dear_coll_block_t *b, int nranks, int p, size_t *lo)
+typedef struct {
+    dear_coll_req_t *r;
+    int to_staging, ef;
+} blocks_copy_arg_t;
+
+static int blocks_copy_piece(void *arg, const dear_coll_block_t *b, size_t at, size_t n, size_t pos)
 {
-    size_t off, len;
-    dear_coll_shard(b->count, nranks, p, &off, &len);
-    size_t l = off > b->lo ? off : b->lo, h = off + len < b->hi ? off + len : b->hi;
-    *lo = l;
-    return h > l ? h - l : 0;
+    const blocks_copy_arg_t *c = arg;
+    size_t es = c->ef ? sizeof(float) : c->r->esize;
+    char *st = (c->ef ? (char *)c->r->ef_staging : c->r->staging) + pos * es;
+    char *blk = (c->ef ? (char *)b->ef : (char *)b->buf) + at * es;
+    coll_copy(c->r, c->to_staging ? st : blk, c->to_staging ? blk : st, n * es);
+    return 0;
 }
 
 /* Copy the pieces of ranks [p0, p1) between the blocks and the staging vector (to_staging: into
@@ -288,17 +292,8 @@ static size_t block_piece(const dear_coll_block_t *b, int nranks, int p, size_t 
  * travels may have a NULL buf. */
 static void blocks_copy_of(dear_coll_req_t *r, int p0, int p1, int to_staging, int ef)
 {
-    size_t es = ef ? sizeof(float) : r->esize;
-    for (int p = p0; p < p1; p++) {
-        char *st = (ef ? (char *)r->ef_staging : r->staging) + r->displs[p] * es;
-        for (int b = 0; b < r->nblocks; b++) {
-            size_t lo, n = block_piece(&r->blocks[b], r->nranks, p, &lo);
-            char *at = (ef ? (char *)r->blocks[b].ef : (char *)r->blocks[b].buf) + lo * es;
-            if (n > 0)
-                coll_copy(r, to_staging ? st : at, to_staging ? at : st, n * es);
-            st += n * es;
-        }
-    }
+    blocks_copy_arg_t c = { r, to_staging, ef };
+    (void)dear_coll_blocks_each(r->blocks, r->nblocks, r->nranks, r->displs, p0, p1, blocks_copy_piece, &c);
 }
 
 static void blocks_copy(dear_coll_req_t *r, int p0, int p1, int to_staging)
@@ -331,7 +326,7 @@ static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
         size_t c = 0;
         for (int b = 0; b < a->nblocks; b++) {
             size_t lo;
-            c += block_piece(&a->blocks[b], r->nranks, p, &lo);
+            c += dear_coll_block_piece(&a->blocks[b], r->nranks, p, &lo);
         }
         r->counts[p] = c;
         r->displs[p] = total;

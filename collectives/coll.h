@@ -169,6 +169,16 @@ typedef struct {
 
 /* The shard rule above. */
 void dear_coll_shard(size_t count, int nranks, int rank, size_t *offset, size_t *len);
+/* Rank p's piece of a block: its shard of the block's vector cut to [lo, hi); the count, 0 when
+ * they do not meet, its first element at *at. */
+size_t dear_coll_block_piece(const dear_coll_block_t *b, int nranks, int p, size_t *at);
+/* Ranks [p0, p1)'s pieces of blocks[0..nblocks), rank after rank and block after block, as a
+ * staging vector in rank order holds them (rank p's from displs[p]): fn(arg, block, at, n, pos)
+ * for each piece of n > 0 elements, from element `at` of the block's vector and `pos` of the
+ * staging vector. Stops at the first non-zero return of fn and returns it. */
+typedef int (*dear_coll_piece_fn)(void *arg, const dear_coll_block_t *b, size_t at, size_t n, size_t pos);
+int dear_coll_blocks_each(const dear_coll_block_t *blocks, int nblocks, int nranks, const size_t *displs, int p0,
+                          int p1, dear_coll_piece_fn fn, void *arg);
 
 /* Blocks of sparse_block elements of vec (count elements of dtype) that are not all-bits-zero:
  * the zero-block scan of algo sparse, for density measurements and benchmarks. */

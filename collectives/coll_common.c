@@ -11,6 +11,33 @@ void dear_coll_shard(size_t count, int nranks, int rank, size_t *offset, size_t 
     *offset = r * base + (r < rem ? r : rem);
 }
 
+size_t dear_coll_block_piece(const dear_coll_block_t *b, int nranks, int p, size_t *at)
+{
+    size_t off, len;
+    dear_coll_shard(b->count, nranks, p, &off, &len);
+    size_t l = off > b->lo ? off : b->lo, h = off + len < b->hi ? off + len : b->hi;
+    *at = l;
+    return h > l ? h - l : 0;
+}
+
+int dear_coll_blocks_each(const dear_coll_block_t *blocks, int nblocks, int nranks, const size_t *displs, int p0,
+                          int p1, dear_coll_piece_fn fn, void *arg)
+{
+    for (int p = p0; p < p1; p++) {
+        size_t pos = displs[p];
+        for (int b = 0; b < nblocks; b++) {
+            size_t at, n = dear_coll_block_piece(&blocks[b], nranks, p, &at);
+            if (n == 0)
+                continue;
+            int rc = fn(arg, &blocks[b], at, n, pos);
+            if (rc != 0)
+                return rc;
+            pos += n;
+        }
+    }
+    return 0;
+}
+
 /* Elements converted per pass: the float32 temporary stays in the first-level cache. */
 #define WIRE_CHUNK 2048
 

@@ -98,16 +98,6 @@ static int settle(nccl_t *n)
     }
 }
 
-/* Rank r's piece of a vector of count elements cut to [lo, hi): its shard of it, clipped. */
-static size_t piece(size_t count, size_t lo, size_t hi, int size, int r, size_t *at)
-{
-    size_t off, len;
-    dear_coll_shard(count, size, r, &off, &len);
-    size_t l = off > lo ? off : lo, h = off + len < hi ? off + len : hi;
-    *at = l;
-    return h > l ? h - l : 0;
-}
-
 /* One owner's share at p: reduced onto it (reduce-scatter) or sent from it to all (all-gather). */
 static int owner_step(nccl_t *n, dear_coll_op_t op, char *p, size_t cnt, int root, ncclDataType_t type,
                       ncclRedOp_t redop)
@@ -128,7 +118,7 @@ static int enqueue(nccl_t *n, const dear_coll_args_t *a, ncclDataType_t type, nc
     if (a->nblocks > 0) {
         for (int b = 0; b < a->nblocks; b++)
             for (int r = 0; r < n->size; r++) {
-                size_t at, cnt = piece(a->blocks[b].count, a->blocks[b].lo, a->blocks[b].hi, n->size, r, &at);
+                size_t at, cnt = dear_coll_block_piece(&a->blocks[b], n->size, r, &at);
                 DEAR_CHECK(owner_step(n, a->op, (char *)a->blocks[b].buf + at * es, cnt, r, type, redop));
             }
         return DEAR_OK;
@@ -170,7 +160,8 @@ static int enqueue(nccl_t *n, const dear_coll_args_t *a, ncclDataType_t type, nc
     default: return DEAR_ERR_ARG;
     }
     for (int r = 0; r < n->size; r++) {
-        size_t at, cnt = piece(a->count, 0, a->count, n->size, r, &at);
+        size_t at, cnt;
+        dear_coll_shard(a->count, n->size, r, &at, &cnt);
         DEAR_CHECK(owner_step(n, a->op, recv + at * es, cnt, r, type, redop));
     }
     return DEAR_OK;
@@ -229,7 +220,7 @@ static int wire_blocks(nccl_t *n, const dear_coll_args_t *a, dear_dtype_t wt, co
         const dear_coll_block_t *bl = &a->blocks[b];
         size_t at = bl->lo, cnt = bl->hi - bl->lo;
         if (to_wire != rs)
-            cnt = piece(bl->count, bl->lo, bl->hi, n->size, n->rank, &at);
+            cnt = dear_coll_block_piece(bl, n->size, n->rank, &at);
         if (cnt == 0)
             continue;
         float *f = (float *)bl->buf + at;
@@ -267,7 +258,7 @@ static int wire_enqueue(nccl_t *n, const dear_coll_args_t *a, dear_dtype_t wt, n
             for (int b = 0; b < a->nblocks && rc == DEAR_OK; b++)
                 for (int r = 0; r < n->size && rc == DEAR_OK; r++) {
                     const dear_coll_block_t *bl = &a->blocks[b];
-                    size_t at, cnt = piece(bl->count, bl->lo, bl->hi, n->size, r, &at);
+                    size_t at, cnt = dear_coll_block_piece(bl, n->size, r, &at);
                     rc = owner_step(n, a->op, n->wire + (off[b] + at - bl->lo) * 2, cnt, r, type, redop);
                 }
             ncclResult_t end = ncclGroupEnd();
@@ -377,25 +368,28 @@ static int q8_ag(nccl_t *n, const q8_t *q)
     return DEAR_OK;
 }
 
+typedef struct {
+    nccl_t *n;
+    float *stage;
+    int to, ef;
+} move_arg_t;
+
+static int move_piece(void *arg, const dear_coll_block_t *b, size_t at, size_t cnt, size_t pos)
+{
+    const move_arg_t *m = arg;
+    float *st = m->stage + pos, *blk = (m->ef ? b->ef : (float *)b->buf) + at;
+    DEAR_CUDA_CHECK(cudaMemcpyAsync(m->to ? st : blk, m->to ? blk : st, cnt * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    m->n->stream));
+    return DEAR_OK;
+}
+
 /* Ranks [p0, p1)'s pieces of a multi-block collective, block after block, copied between the
  * blocks (their vectors, or with ef their residuals) and the staging vector at at[p] (to: into it). */
 static int blocks_move(nccl_t *n, const dear_coll_args_t *a, float *stage, const size_t *at, int p0, int p1, int to,
                        int ef)
 {
-    for (int p = p0; p < p1; p++) {
-        float *st = stage + at[p];
-        for (int b = 0; b < a->nblocks; b++) {
-            const dear_coll_block_t *bl = &a->blocks[b];
-            size_t lo, cnt = piece(bl->count, bl->lo, bl->hi, n->size, p, &lo);
-            if (cnt == 0)
-                continue;
-            float *blk = (ef ? bl->ef : (float *)bl->buf) + lo;
-            DEAR_CUDA_CHECK(cudaMemcpyAsync(to ? st : blk, to ? blk : st, cnt * sizeof(float), cudaMemcpyDeviceToDevice,
-                                            n->stream));
-            st += cnt;
-        }
-    }
-    return DEAR_OK;
+    move_arg_t m = { n, stage, to, ef };
+    return dear_coll_blocks_each(a->blocks, a->nblocks, n->size, at, p0, p1, move_piece, &m);
 }
 
 /* What a multi-block phase reads into the staging vector (to) or writes back from it: a
@@ -435,7 +429,7 @@ static int q8_phase(nccl_t *n, const dear_coll_args_t *a)
             q.len[p] = 0;
             for (int b = 0; b < a->nblocks; b++) {
                 size_t lo;
-                q.len[p] += piece(a->blocks[b].count, a->blocks[b].lo, a->blocks[b].hi, P, p, &lo);
+                q.len[p] += dear_coll_block_piece(&a->blocks[b], P, p, &lo);
             }
             total += q.len[p];
         }
