@@ -801,6 +801,11 @@ int dear_coll_wait(dear_coll_req_t *req)
 
 int dear_coll_waitany(dear_coll_req_t *const *reqs, int n, int *which)
 {
+    return dear_coll_waitany_until(reqs, n, which, INFINITY);
+}
+
+int dear_coll_waitany_until(dear_coll_req_t *const *reqs, int n, int *which, double deadline)
+{
     if (reqs == NULL || which == NULL || n < 1)
         return DEAR_ERR_ARG;
     double since = dear_now();
@@ -825,6 +830,8 @@ int dear_coll_waitany(dear_coll_req_t *const *reqs, int n, int *which)
             }
             ev += reqs[i]->events;
         }
+        if (isfinite(deadline) && dear_now() >= deadline)
+            return DEAR_ERR_TIMEOUT;
         if (tp) {
             /* Sleep until the transport has something, unless this round moved a message (then
              * the algorithm may have more to post). The timeout only bounds a missed case. */

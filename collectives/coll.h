@@ -202,6 +202,9 @@ int dear_coll_wait(dear_coll_req_t *req);
 /* The same for reqs[0..n) (n >= 1) until one of them has finished: its index in *which.
  * Collectives in flight together are advanced alike, as the progress thread does. */
 int dear_coll_waitany(dear_coll_req_t *const *reqs, int n, int *which);
+/* dear_coll_waitany bounded by deadline (seconds of dear_now): DEAR_ERR_TIMEOUT, the requests
+ * left as they are, when none has finished by then. */
+int dear_coll_waitany_until(dear_coll_req_t *const *reqs, int n, int *which, double deadline);
 
 void dear_coll_get_info(const dear_coll_req_t *req, dear_coll_info_t *info);
 

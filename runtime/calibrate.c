@@ -90,11 +90,12 @@ static void cancel_one(dear_net_req_t *q, void *arg)
     dear_net_cancel(q);
 }
 
-/* Wait for whichever of req[0..*nin) finishes first and free it; its time is appended to
- * done[*ndone] when done is given (the timed stream). */
-static int reap_one(dear_coll_req_t **req, int *nin, double *done, int *ndone)
+/* Wait for whichever of req[0..*nin) finishes first, until wait_s (0: no bound) has passed
+ * without one, and free it; its time is appended to done[*ndone] when done is given (the timed
+ * stream). */
+static int reap_one(dear_coll_req_t **req, int *nin, double *done, int *ndone, double wait_s)
 {
-    int w = 0, rc = dear_coll_waitany(req, *nin, &w);
+    int w = 0, rc = dear_coll_waitany_until(req, *nin, &w, wait_s > 0 ? dear_now() + wait_s : INFINITY);
     if (rc == DEAR_OK) {
         dear_coll_free(req[w]);
         req[w] = req[--*nin];
@@ -104,17 +105,18 @@ static int reap_one(dear_coll_req_t **req, int *nin, double *done, int *ndone)
     return rc;
 }
 
-/* One (collective, size) sample: the barrier lines the ranks up, an untimed stream fills the
- * pipes and drains any burst allowance, then a timed stream of collectives, up to k in flight as
- * the progress thread keeps them (k = 1: back to back), whose completions, in seconds from the
- * stream's start, go to done[0..stream_reps()). The i-th runs on the i % k-th slice of count
- * elements of recvbuf, with the tag the progress thread would give it.
+/* One (collective, size) sample, the ranks lined up by the agreement that ended the last: an
+ * untimed stream fills the pipes and drains any burst allowance, then a timed stream of
+ * collectives, up to k in flight as the progress thread keeps them (k = 1: back to back), whose
+ * completions, in seconds from the stream's start, go to done[0..stream_reps()). The i-th runs on
+ * the i % k-th slice of count elements of recvbuf, with the tag the progress thread would give it.
  * DEAR_ERR_UNSUPPORTED from start (size limits) is returned without logging: the same on every
- * rank, it only means the size is skipped. *parked is set when a failure left collectives in
- * flight: recvbuf must then never be freed. */
-static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int k, double *done, int *parked)
+ * rank, it only means the size is skipped. DEAR_ERR_TIMEOUT when no collective finished within
+ * wait_s (0: no bound). inject: abandon the stream halfway (DEAR_DEBUG_CALIB_FAIL). *parked is
+ * set when a failure left collectives in flight: recvbuf must then never be freed. */
+static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int k, double wait_s, int inject,
+                      double *done, int *parked)
 {
-    DEAR_MPI_CHECK(MPI_Barrier(ctx->cm.comm));
     int warm = reps_for(bytes, CALIB_WARM_BYTES, k), reps = stream_reps(bytes, k);
     dear_coll_req_t *req[CALIB_MAX_BURST];
     int nin = 0, rc = DEAR_OK, ndone = 0;
@@ -123,21 +125,27 @@ static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int
     for (int r = -warm; r < reps && rc == DEAR_OK; r++) {
         if (r == 0) { /* the timed stream starts on an empty channel: the warm-up drained, untimed */
             while (nin > 0 && rc == DEAR_OK)
-                rc = reap_one(req, &nin, NULL, NULL);
+                rc = reap_one(req, &nin, NULL, NULL, wait_s);
             t0 = dear_now();
             timed = done;
         }
         if (rc == DEAR_OK && nin == k)
-            rc = reap_one(req, &nin, timed, &ndone);
+            rc = reap_one(req, &nin, timed, &ndone, wait_s);
         if (rc != DEAR_OK)
             break;
         a.tag = (r + warm) % CALIB_TAG_SPAN;
         a.recvbuf = (char *)args->recvbuf + (size_t)((r + warm) % k) * bytes;
         rc = dear_coll_start(&a, &req[nin]);
         nin += rc == DEAR_OK;
+        if (rc == DEAR_OK && inject && r == reps / 2) {
+            DEAR_ERROR("plan", "calibration: DEAR_DEBUG_CALIB_FAIL: this rank abandons its stream halfway, %d "
+                               "collective(s) in flight",
+                       nin);
+            rc = DEAR_ERR_NET;
+        }
     }
     while (nin > 0 && rc == DEAR_OK)
-        rc = reap_one(req, &nin, timed, &ndone);
+        rc = reap_one(req, &nin, timed, &ndone, wait_s);
     if (rc != DEAR_OK) {
         if (rc != DEAR_ERR_UNSUPPORTED || nin > 0)
             ctx->cm.keep = 1; /* a peer's messages of it may be left unmatched */
@@ -277,6 +285,10 @@ agree:;
         }
         goto out;
     }
+    /* A collective of calibration pending DEAR_STALL_ABORT_S fails the stream: a rank whose stream
+     * broke halfway left it unmatched. DEAR_DEBUG_CALIB_FAIL (tests) breaks one on purpose. */
+    double wait_s = ctx->cfg.stall_abort_s;
+    long long inject_at = dear_param_int(DEAR_P_DEBUG_CALIB_FAIL), nstream = 0;
     for (int pass = 0; pass < CALIB_PASSES; pass++)
         for (int i = 0; i < nits; i++)
             for (int s = 0; s < CALIB_NSIZES; s++) {
@@ -299,18 +311,34 @@ agree:;
                     continue;
                 }
                 args.count = calib_bytes[s] / sizeof(float);
-                int r1 = time_burst(ctx, &args, calib_bytes[s], item_inflight(its[i]), &c[k * CALIB_MAX_REPS], &parked);
-                if (r1 == DEAR_ERR_UNSUPPORTED) {
-                    t[k] = -1; /* this size is beyond the algorithm: no sample */
-                    continue;
-                }
-                if (r1 != DEAR_OK) {
-                    DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed: %s",
-                               dear_coll_op_short((dear_coll_op_t)op), dear_compress_name((dear_compress_t)its[i].fmt),
-                               calib_bytes[s], dear_status_string(r1));
-                    rc = r1;
+                int r1 = time_burst(ctx, &args, calib_bytes[s], item_inflight(its[i]), wait_s,
+                                    ++nstream == inject_at, &c[k * CALIB_MAX_REPS], &parked);
+                const char *what = dear_coll_op_short((dear_coll_op_t)op);
+                const char *fmt = dear_compress_name((dear_compress_t)its[i].fmt);
+                if (r1 == DEAR_ERR_TIMEOUT)
+                    DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes: no collective finished in %g s "
+                                       "(DEAR_STALL_ABORT_S): a rank probably failed in this stream (its message "
+                                       "says why)",
+                               what, fmt, calib_bytes[s], wait_s);
+                else if (r1 != DEAR_OK && r1 != DEAR_ERR_UNSUPPORTED)
+                    DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed: %s", what, fmt, calib_bytes[s],
+                               dear_status_string(r1));
+                /* Every rank learns how the others' streams ended before the next starts (this also
+                 * lines them up for it): a rank whose stream broke halfway must not leave the others
+                 * waiting in the next one, nor in a collective it never joins. Failures are
+                 * negative, a size beyond the algorithm (the same on every rank) is 1. */
+                int mine = r1 == DEAR_ERR_UNSUPPORTED ? 1 : r1, agreed = 0;
+                DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&mine, &agreed, 1, MPI_INT, MPI_MIN, ctx->cm.comm), rc, out);
+                if (agreed < 0) {
+                    if (mine >= 0)
+                        DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed on another rank (its message "
+                                           "says why): %s",
+                                   what, fmt, calib_bytes[s], dear_status_string(agreed));
+                    rc = mine < 0 ? mine : agreed;
                     goto out;
                 }
+                if (agreed == 1)
+                    t[k] = -1; /* this size is beyond the algorithm: no sample */
             }
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
     /* The slowest rank's completions: the stream as the channel runs it, whichever rank lags. */

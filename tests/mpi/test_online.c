@@ -9,8 +9,9 @@
  * must equal, bit for bit, a reference loop with one MPI_Allreduce per tensor. Also checked: every
  * rank ends on the same plan, the plan really changed, updates still run at the documented hook;
  * the calibration cache is written, then used without measuring (ctx->online.calib_measured), a
- * corrupt cache is reported, kept as PATH.corrupt, measured again and replaced; DEAR_CALIBRATE=off
- * takes each DEAR_COST_PRESET. auto's measured check (DEAR_VERIFY_ITERS) under injected noise:
+ * corrupt cache is reported, kept as PATH.corrupt, measured again and replaced; a calibration
+ * stream that breaks halfway on one rank fails every rank's commit within a bounded wait;
+ * DEAR_CALIBRATE=off takes each DEAR_COST_PRESET. auto's measured check (DEAR_VERIFY_ITERS) under injected noise:
  * a jitter of up to 20 ms slept in every iteration's compute (the same values for both plans)
  * and a penalty slept while one chosen plan is in force make that plan slower by a known
  * amount; a clear difference decides, a difference within the noise leaves the plan the model
@@ -239,7 +240,7 @@ static void unset_all(void)
                            "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_CALIBRATION_FILE",
                            "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS", "DEAR_VERIFY_MARGIN", "DEAR_FIRST_PLAN",
                            "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN", "DEAR_VERIFY_TRIES", "DEAR_COMPRESS",
-                           "DEAR_MAX_INFLIGHT" };
+                           "DEAR_MAX_INFLIGHT", "DEAR_STALL_ABORT_S", "DEAR_DEBUG_CALIB_FAIL" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -813,6 +814,55 @@ END_TEST
 
 /* ---- DEAR_CALIBRATE=off with each preset; DEAR_PLAN_FILE and threshold stay fixed ---- */
 
+/* The last rank abandons its third calibration stream halfway (DEAR_DEBUG_CALIB_FAIL), its
+ * collectives in flight, as a transport error would leave them. Every rank's dear_commit fails,
+ * each saying why, within seconds: DEAR_STALL_ABORT_S bounds the wait of a rank whose stream
+ * lacks the other's messages, and no rank goes on to a collective the others never join. */
+START_TEST(test_calib_fail)
+{
+    if (nranks < 2)
+        return;
+    set_common();
+    setenv("DEAR_CALIBRATE", "auto", 1);
+    unsetenv("DEAR_CALIBRATION_FILE");
+    setenv("DEAR_STALL_ABORT_S", "3", 1);
+    if (rank == nranks - 1)
+        setenv("DEAR_DEBUG_CALIB_FAIL", "3", 1);
+    model_t m;
+    model_init(&m);
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    register_model(ctx, &m);
+    double t0 = MPI_Wtime();
+    capture_start();
+    int rc = dear_commit(ctx);
+    capture_stop();
+    double took = MPI_Wtime() - t0;
+    ck_assert_msg(rc != DEAR_OK, "rank %d: commit succeeded although a calibration stream broke", rank);
+    if (rank == nranks - 1)
+        ck_assert_msg(strstr(logbuf, "DEAR_DEBUG_CALIB_FAIL: this rank abandons its stream halfway") != NULL,
+                      "rank %d: %s", rank, log_tail());
+    else
+        ck_assert_msg(strstr(logbuf, "no collective finished in 3 s (DEAR_STALL_ABORT_S)") != NULL ||
+                          strstr(logbuf, "failed on another rank") != NULL,
+                      "rank %d: the log names neither the wait nor the other rank: %s", rank, log_tail());
+    /* Three streams' time and one bounded wait; the default bound would take 10 minutes. */
+    ck_assert_msg(took < 30, "rank %d: commit took %.1f s to fail", rank, took);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+    unset_all();
+    /* The communicator still works for everyone: a fresh context calibrates and commits. */
+    set_common();
+    setenv("DEAR_CALIBRATE", "auto", 1);
+    model_init(&m);
+    ctx = commit_logged(&m);
+    ck_assert_int_eq(ctx->online.calib_measured, 1);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
 START_TEST(test_presets)
 {
     for (size_t p = 0; p < sizeof presets / sizeof presets[0]; p++) {
@@ -1212,6 +1262,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_recheck);
     tcase_add_loop_test(tc, test_runner_up, 0, 2);
     tcase_add_test(tc, test_calibration);
+    tcase_add_test(tc, test_calib_fail);
     tcase_add_test(tc, test_presets);
     suite_add_tcase(s, tc);
     tc = tcase_create("first");
