@@ -650,7 +650,9 @@ static int write_plan(const char *path, const model_t *mu, const row_t *r)
 
 /* Where the collectives of row r fall in what a measured model (a calibration cache: curves)
  * covers: below a curve's smallest size a collective is priced at that size, not extrapolated
- * down; a queued one is priced by the burst curve up to its largest size, and as alone beyond. */
+ * down, and the line states what that adds over the first segment's slope carried down (the
+ * penalty for what was not measured); a queued one is priced by the burst curve up to its
+ * largest size, and as alone beyond. */
 static void print_measured_range(const model_t *mu, const dear_cost_model_t *model, const plan_opts_t *o,
                                  const row_t *r)
 {
@@ -660,6 +662,7 @@ static void print_measured_range(const model_t *mu, const dear_cost_model_t *mod
     if (dear_sim_run(&mu->prof, &cost, r->sched, &r->plan, 1, &res) != DEAR_OK)
         return;
     int n[DEAR_COLL_OP_COUNT] = { 0 }, below[DEAR_COLL_OP_COUNT] = { 0 }, burst[DEAR_COLL_OP_COUNT] = { 0 };
+    double pen[DEAR_COLL_OP_COUNT] = { 0 };
     for (int i = 0; i < res.nops; i++) {
         int k = res.ops[i].kind;
         const dear_cost_line_t *l = k < DEAR_COLL_OP_COUNT ? &model->line[k][DEAR_ALGO_AUTO] : NULL;
@@ -669,15 +672,19 @@ static void print_measured_range(const model_t *mu, const dear_cost_model_t *mod
         double bytes = (double)res.ops[i].bytes;
         n[k]++;
         below[k] += bytes < l->pt_bytes[0];
+        double slope = (l->pt_sec[1] - l->pt_sec[0]) / (l->pt_bytes[1] - l->pt_bytes[0]);
+        if (bytes < l->pt_bytes[0] && slope > 0)
+            pen[k] += slope * (l->pt_bytes[0] - bytes);
         burst[k] += b && bytes <= b->pt_bytes[b->npts - 1];
     }
     for (int k = 0; k < DEAR_COLL_OP_COUNT; k++) {
         if (n[k] == 0)
             continue;
         const dear_cost_line_t *l = &model->line[k][DEAR_ALGO_AUTO], *b = dear_cost_burst(model, (dear_coll_op_t)k);
-        printf("measured range, %s + %s: %d of %d %s below the smallest size calibrated (%.0f B), priced at it",
+        printf("measured range, %s + %s: %d of %d %s below the smallest size calibrated (%.0f B), priced at it "
+               "(+%.3f ms per iteration over its first segment carried down)",
                dear_sched_name(r->sched), r->planner, below[k], n[k], dear_coll_op_short((dear_coll_op_t)k),
-               l->pt_bytes[0]);
+               l->pt_bytes[0], pen[k] * 1e3);
         if (b)
             printf("; %d within the %d-in-flight burst curve (<= %.0f B), priced by it when queued\n", burst[k],
                    model->burst_k, b->pt_bytes[b->npts - 1]);

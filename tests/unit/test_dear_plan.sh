@@ -148,18 +148,25 @@ awk -v a="$(col "$p4" dear)" -v b="$(col "$p1" dear)" 'BEGIN { exit !(a > b * 1.
     fail "dear none: $(col "$p4" dear) ms with bursts, $(col "$p1" dear) ms without"
 [ "$(col "$p4" wfbp)" = "$(col "$p1" wfbp)" ] || fail "wfbp moved without an all-reduce burst curve"
 # The best row's collectives against what was measured: dear + none, one bucket per layer with
-# tensors (107), those of resnet50's layers under 8 KiB priced at it, those up to 256 KiB by the
+# tensors (107), those of resnet50's layers under 8 KiB priced at it, which adds what the first
+# segment's slope (1 ms over 57344 B) would have taken off below 8 KiB, those up to 256 KiB by the
 # bursts; and as many all-gather groups alike.
 layers() { # LO HI: layers whose tensors hold LO <= bytes < HI
     awk -v lo="$1" -v hi="$2" '$1 == "tensor" { b[$3] += $4 } END { for (l in b) if (b[l] >= lo && b[l] < hi) n++; print n }' "$prof"
 }
 small=$(layers 0 8192)
 burst=$(layers 0 262145)
+pen=$(awk '$1 == "tensor" { b[$3] += $4 } END { for (l in b) if (b[l] < 8192) s += (8192 - b[l]) * 0.001 / 57344; printf "%.3f", s * 1e3 }' "$prof")
 d4=$("$exe" --profile "$prof" --cost "$cost" --workers 4 --planner none --schedule dear) || fail "dear none with bursts"
-echo "$d4" | grep -q "^measured range, dear + none: $small of 107 rs below the smallest size calibrated (8192 B), priced at it; $burst within the 4-in-flight burst curve (<= 262144 B), priced by it when queued$" ||
-    fail "measured range ($small below, $burst in bursts): $d4"
+echo "$d4" | grep -q "^measured range, dear + none: $small of 107 rs below the smallest size calibrated (8192 B), priced at it (+[0-9.]* ms per iteration over its first segment carried down); $burst within the 4-in-flight burst curve (<= 262144 B), priced by it when queued$" ||
+    fail "measured range ($small below, +$pen ms, $burst in bursts): $d4"
 [ "$(echo "$d4" | grep -c "^measured range, dear + none: $small of 107 [ra][sg] below")" -eq 2 ] ||
     fail "measured range: want the reduce-scatters and the all-gathers alike: $d4"
+# The penalty each phase states, to the printed digits (its sum's order may move the last one).
+for got in $(echo "$d4" | sed -n 's/^measured range, dear + none: .* priced at it (+\([0-9.]*\) ms per iteration.*/\1/p'); do
+    awk -v g="$got" -v w="$pen" 'BEGIN { exit !(g - w <= 0.0015 && w - g <= 0.0015) }' ||
+        fail "measured range: penalty +$got ms, want +$pen ms"
+done
 echo "$p1" | grep -q "^measured range, .*no burst curve: queued ones priced as alone$" || fail "measured range without bursts: $p1"
 expect_err() {   # expected-status pattern args...
     want=$1; pat=$2; shift 2
