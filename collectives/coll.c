@@ -323,11 +323,7 @@ static int blocks_layout(dear_coll_req_t *r, const dear_coll_args_t *a)
     int rc = DEAR_OK;
     size_t total = 0;
     for (int p = 0; p < r->nranks; p++) {
-        size_t c = 0;
-        for (int b = 0; b < a->nblocks; b++) {
-            size_t lo;
-            c += dear_coll_block_piece(&a->blocks[b], r->nranks, p, &lo);
-        }
+        size_t c = dear_coll_blocks_count(a->blocks, a->nblocks, r->nranks, p);
         r->counts[p] = c;
         r->displs[p] = total;
         total += c;

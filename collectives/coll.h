@@ -172,6 +172,8 @@ void dear_coll_shard(size_t count, int nranks, int rank, size_t *offset, size_t 
 /* Rank p's piece of a block: its shard of the block's vector cut to [lo, hi); the count, 0 when
  * they do not meet, its first element at *at. */
 size_t dear_coll_block_piece(const dear_coll_block_t *b, int nranks, int p, size_t *at);
+/* Rank p's elements of a multi-block collective: its pieces of every block added up. */
+size_t dear_coll_blocks_count(const dear_coll_block_t *blocks, int nblocks, int nranks, int p);
 /* Ranks [p0, p1)'s pieces of blocks[0..nblocks), rank after rank and block after block, as a
  * staging vector in rank order holds them (rank p's from displs[p]): fn(arg, block, at, n, pos)
  * for each piece of n > 0 elements, from element `at` of the block's vector and `pos` of the

@@ -20,6 +20,14 @@ size_t dear_coll_block_piece(const dear_coll_block_t *b, int nranks, int p, size
     return h > l ? h - l : 0;
 }
 
+size_t dear_coll_blocks_count(const dear_coll_block_t *blocks, int nblocks, int nranks, int p)
+{
+    size_t c = 0, at;
+    for (int b = 0; b < nblocks; b++)
+        c += dear_coll_block_piece(&blocks[b], nranks, p, &at);
+    return c;
+}
+
 int dear_coll_blocks_each(const dear_coll_block_t *blocks, int nblocks, int nranks, const size_t *displs, int p0,
                           int p1, dear_coll_piece_fn fn, void *arg)
 {

@@ -426,11 +426,7 @@ static int q8_phase(nccl_t *n, const dear_coll_args_t *a)
             dear_coll_shard(a->count, P, p, &q.at[p], &q.len[p]);
         } else {
             q.at[p] = total;
-            q.len[p] = 0;
-            for (int b = 0; b < a->nblocks; b++) {
-                size_t lo;
-                q.len[p] += dear_coll_block_piece(&a->blocks[b], P, p, &lo);
-            }
+            q.len[p] = dear_coll_blocks_count(a->blocks, a->nblocks, P, p);
             total += q.len[p];
         }
         most = q.len[p] > most ? q.len[p] : most;
