@@ -24,6 +24,11 @@ int dear_iter_profile_alloc(dear_iter_t *it, int nlayers)
     size_t n = (size_t)(nlayers ? nlayers : 1), sb = sizeof *it->fwd_times * n;
     DEAR_ALLOC_GOTO(it->fwd_times, calloc(n, sizeof *it->fwd_times), sb, rc, err);
     DEAR_ALLOC_GOTO(it->bwd_times, calloc(n, sizeof *it->bwd_times), sb, rc, err);
+    DEAR_ALLOC_GOTO(it->upd_times, calloc(n, sizeof *it->upd_times), sb, rc, err);
+    DEAR_ALLOC_GOTO(it->upd_sum, calloc(n, sizeof *it->upd_sum), sizeof *it->upd_sum * n, rc, err);
+    DEAR_ALLOC_GOTO(it->upd_iter, calloc(n, sizeof *it->upd_iter), sizeof *it->upd_iter * n, rc, err);
+    for (size_t l = 0; l < n; l++)
+        it->upd_iter[l] = -1;
     return DEAR_OK;
 err:
     dear_iter_profile_free(it, 0);
@@ -36,9 +41,16 @@ void dear_iter_profile_free(dear_iter_t *it, int nlayers)
         dear_samples_free(&it->fwd_times[l]);
     for (int l = 0; it->bwd_times && l < nlayers; l++)
         dear_samples_free(&it->bwd_times[l]);
+    for (int l = 0; it->upd_times && l < nlayers; l++)
+        dear_samples_free(&it->upd_times[l]);
     free(it->fwd_times);
     free(it->bwd_times);
-    it->fwd_times = it->bwd_times = NULL;
+    free(it->upd_times);
+    free(it->upd_sum);
+    free(it->upd_iter);
+    it->fwd_times = it->bwd_times = it->upd_times = NULL;
+    it->upd_sum = NULL;
+    it->upd_iter = NULL;
 }
 
 int dear_layer_index(const dear_registry_t *reg, int layer)
@@ -125,6 +137,20 @@ const dear_sched_ops_t *dear_sched_ops(dear_sched_t s)
     return sched_ops[(unsigned)s < DEAR_SCHED_COUNT ? s : DEAR_SCHED_DEAR];
 }
 
+/* The time of an update callback of layer lidx for `iteration`, into that layer's samples: one
+ * per iteration, the sum of its tensors' (and slices') callbacks. Why: the updates are compute on
+ * the application's thread that the forward and backward spans leave out. */
+static void update_time(dear_iter_t *it, int lidx, long long iteration, double s)
+{
+    if (it->upd_iter[lidx] != iteration) {
+        if (it->upd_iter[lidx] >= 0)
+            dear_samples_add(&it->upd_times[lidx], it->upd_sum[lidx]);
+        it->upd_iter[lidx] = iteration;
+        it->upd_sum[lidx] = 0;
+    }
+    it->upd_sum[lidx] += s;
+}
+
 /* Tensor t's callback for elements [first, first + count) (all of it, or a slice at shard_offset
  * in this rank's shard). */
 static int call_update(dear_ctx_t *ctx, int t, long long iteration, size_t first, size_t count, size_t shard_offset)
@@ -141,7 +167,9 @@ static int call_update(dear_ctx_t *ctx, int t, long long iteration, size_t first
         .shard_offset = shard_offset,
     };
     dear_clip_result(ctx, iteration, &info.grad_norm, &info.clip_coef);
+    double t0 = dear_now();
     int r = tt->update(&info);
+    update_time(&ctx->it, tt->lidx, iteration, dear_now() - t0);
     if (r != 0) {
         DEAR_ERROR("api", "update callback of tensor '%s' (layer %d, iteration %lld, elements %zu..%zu) returned %d",
                    tt->name, tt->layer, iteration, first, first + count, r);
@@ -523,6 +551,15 @@ int dear_profile_structure(const dear_ctx_t *ctx, dear_profile_t *prof)
     return rc;
 }
 
+/* Layer l's update time per iteration: the median of the iterations closed, or, before any
+ * closed, the one still gathering (0 with no update yet). */
+static double layer_update_s(const dear_iter_t *it, int l)
+{
+    if (it->upd_times[l].n > 0)
+        return dear_samples_median(&it->upd_times[l]);
+    return it->upd_iter[l] >= 0 ? it->upd_sum[l] : 0;
+}
+
 int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, dear_profile_t *prof)
 {
     int rc = DEAR_OK, nl = ctx->reg.nlayers, nt = ctx->reg.ntensors;
@@ -538,6 +575,11 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
     for (int l = 0; med && l < nl; l++) {
         med[2 * l] = dear_samples_median(&ctx->it.fwd_times[l]);
         med[2 * l + 1] = dear_samples_median(&ctx->it.bwd_times[l]);
+        /* Planning places a layer's updates on its forward pass, where dear runs them (sync and
+         * wfbp run them all at backward_end, the same total); a saved profile holds the model's
+         * passes only, as dear-bench adds the updates of its own optimizer. */
+        if (communicated)
+            med[2 * l] += layer_update_s(&ctx->it, l);
     }
     if (cnt) {
         dear_lock(&ctx->eng.lock);

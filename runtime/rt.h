@@ -309,6 +309,11 @@ typedef struct {
     double t_commit;
     dear_samples_t iter_times;
     dear_samples_t *fwd_times, *bwd_times;  /* per layer */
+    /* Per layer: the update callbacks' time, one sample per iteration they ran for (upd_sum
+     * gathers the iteration upd_iter until an update of a later one closes it). */
+    dear_samples_t *upd_times;
+    double *upd_sum;
+    long long *upd_iter;
     double blocked_s;
 } dear_iter_t;
 
@@ -771,7 +776,8 @@ int dear_call_update_slice(dear_ctx_t *ctx, int u, long long iteration);
 int dear_switch_plan(dear_ctx_t *ctx, dear_switch_t kind);
 /* The per-layer profile of the iterations so far as the slowest rank ran them (each layer's
  * median forward and backward times, the maximum over the ranks: a plan must fit the slowest
- * worker) with the registered tensors, checked. Collective; rank 0 gets it in *prof (init'ed
+ * worker) with the registered tensors, checked. communicated: as planning prices it (the bytes
+ * that travel, and each layer's update callbacks added to its forward time); else the model's. Collective; rank 0 gets it in *prof (init'ed
  * empty on the others; free it everywhere). DEAR_ERR_MPI or DEAR_ERR_NOMEM on every rank alike;
  * rank 0 alone may also return the profile's own errors (logged). */
 int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, dear_profile_t *prof);

@@ -11,7 +11,8 @@
  * the calibration cache is written, then used without measuring (ctx->online.calib_measured), a
  * corrupt cache is reported, kept as PATH.corrupt, measured again and replaced; a calibration
  * stream that breaks halfway on one rank fails every rank's commit within a bounded wait;
- * DEAR_CALIBRATE=off takes each DEAR_COST_PRESET. auto's measured check (DEAR_VERIFY_ITERS) under injected noise:
+ * DEAR_CALIBRATE=off takes each DEAR_COST_PRESET; the planning profile adds each layer's update
+ * callbacks to its forward time under every schedule, a saved profile does not. auto's measured check (DEAR_VERIFY_ITERS) under injected noise:
  * a jitter of up to 20 ms slept in every iteration's compute (the same values for both plans)
  * and a penalty slept while one chosen plan is in force make that plan slower by a known
  * amount; a clear difference decides, a difference within the noise leaves the plan the model
@@ -863,6 +864,72 @@ START_TEST(test_calib_fail)
 }
 END_TEST
 
+/* ---- the update callbacks' time in the planning profile ---- */
+
+#define SLOW_MS 15.0
+static int slow_layer = -1; /* the layer id whose update callbacks sleep SLOW_MS each */
+
+static int slow_update_cb(const dear_update_info_t *u)
+{
+    if (u->layer == slow_layer)
+        sleep_ms(SLOW_MS);
+    return update_cb(u);
+}
+
+/* Planning's profile adds each layer's update callbacks to its forward time, where dear runs
+ * them, under every schedule; a saved profile (communicated 0) holds the passes alone. The two
+ * profiles come from the same samples, so they differ by the updates only. */
+START_TEST(test_update_time)
+{
+    const char *sched = scheds[_i];
+    set_common();
+    setenv("DEAR_SCHEDULE", sched, 1);
+    setenv("DEAR_FUSION", "threshold", 1);
+    setenv("DEAR_CALIBRATE", "off", 1);
+    setenv("DEAR_COST_PRESET", "shm", 1);
+    model_t m;
+    model_init(&m);
+    int sl = m.nlayers / 2, nslow = m.llast[sl] - m.lfirst[sl] + 1;
+    slow_layer = m.layer_ids[sl];
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    for (int i = 0; i < NT; i++)
+        ck_assert_int_eq(dear_register(ctx, m.t[i].name, m.t[i].layer, m.t[i].grad, m.t[i].count, m.t[i].dtype,
+                                       DEAR_MEM_HOST, slow_update_cb, &m.t[i]),
+                         DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    train(ctx, &m, sched, 6);
+    dear_profile_t with = { 0 }, without = { 0 };
+    ck_assert_int_eq(dear_profile_measured(ctx, "planning", 1, &with), DEAR_OK);
+    ck_assert_int_eq(dear_profile_measured(ctx, "model", 0, &without), DEAR_OK);
+    /* Rank 0 holds the profiles; every rank fails alike, as a lone failure would hang the rest. */
+    char why[256] = "";
+    for (int l = 0; rank == 0 && l < m.nlayers && !why[0]; l++) {
+        double d_ms = 1e3 * (with.layers[l].fwd_s - without.layers[l].fwd_s);
+        if (with.nlayers != m.nlayers || without.nlayers != m.nlayers)
+            snprintf(why, sizeof why, "%s: profiles of %d and %d layers, not %d", sched, with.nlayers,
+                     without.nlayers, m.nlayers);
+        else if (with.layers[l].bwd_s != without.layers[l].bwd_s)
+            snprintf(why, sizeof why, "%s: layer %d's backward differs", sched, m.layer_ids[l]);
+        else if (l == sl && !(d_ms >= nslow * SLOW_MS && d_ms < nslow * SLOW_MS + 100))
+            snprintf(why, sizeof why, "%s: layer %d's updates slept %d x %.0f ms, its forward grew %.2f ms", sched,
+                     slow_layer, nslow, SLOW_MS, d_ms);
+        else if (l != sl && !(d_ms >= 0 && d_ms < SLOW_MS / 2))
+            snprintf(why, sizeof why, "%s: layer %d's forward grew %.2f ms by its updates", sched, m.layer_ids[l],
+                     d_ms);
+    }
+    MPI_Bcast(why, sizeof why, MPI_CHAR, 0, MPI_COMM_WORLD);
+    ck_assert_msg(why[0] == 0, "%s", why);
+    dear_prof_free(&with);
+    dear_prof_free(&without);
+    slow_layer = -1;
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    compare(&m, 6, sched);
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
 START_TEST(test_presets)
 {
     for (size_t p = 0; p < sizeof presets / sizeof presets[0]; p++) {
@@ -1264,6 +1331,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_calibration);
     tcase_add_test(tc, test_calib_fail);
     tcase_add_test(tc, test_presets);
+    tcase_add_loop_test(tc, test_update_time, 0, 3);
     suite_add_tcase(s, tc);
     tc = tcase_create("first");
     tcase_set_timeout(tc, 120);
