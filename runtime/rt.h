@@ -777,9 +777,10 @@ int dear_switch_plan(dear_ctx_t *ctx, dear_switch_t kind);
 /* The per-layer profile of the iterations so far as the slowest rank ran them (each layer's
  * median forward and backward times, the maximum over the ranks: a plan must fit the slowest
  * worker) with the registered tensors, checked. communicated: as planning prices it (the bytes
- * that travel, and each layer's update callbacks added to its forward time); else the model's. Collective; rank 0 gets it in *prof (init'ed
- * empty on the others; free it everywhere). DEAR_ERR_MPI or DEAR_ERR_NOMEM on every rank alike;
- * rank 0 alone may also return the profile's own errors (logged). */
+ * that travel, and each layer's update callbacks added to its forward time); else the model's.
+ * Collective; rank 0 gets it in *prof (init'ed empty on the others; free it everywhere).
+ * DEAR_ERR_MPI or DEAR_ERR_NOMEM on every rank alike; rank 0 alone may also return the
+ * profile's own errors (logged). */
 int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, dear_profile_t *prof);
 /* The registered model without times (a model description: layers with their hints, tensors as
  * planning prices them, sparse ones dense but cut at their blocks); what planning without a

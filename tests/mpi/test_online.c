@@ -12,8 +12,9 @@
  * corrupt cache is reported, kept as PATH.corrupt, measured again and replaced; a calibration
  * stream that breaks halfway on one rank fails every rank's commit within a bounded wait;
  * DEAR_CALIBRATE=off takes each DEAR_COST_PRESET; the planning profile adds each layer's update
- * callbacks to its forward time under every schedule, a saved profile does not. auto's measured check (DEAR_VERIFY_ITERS) under injected noise:
- * a jitter of up to 20 ms slept in every iteration's compute (the same values for both plans)
+ * callbacks to its forward time under every schedule, a saved profile does not. auto's
+ * measured check (DEAR_VERIFY_ITERS) under injected noise: a jitter of up to 20 ms slept in
+ * every iteration's compute (the same values for both plans)
  * and a penalty slept while one chosen plan is in force make that plan slower by a known
  * amount; a clear difference decides, a difference within the noise leaves the plan the model
  * predicts faster, every rank ends on the same plan, and a re-plan after a revert checks again.
