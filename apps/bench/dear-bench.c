@@ -39,7 +39,10 @@ typedef struct {
     double iter_q1_s, iter_q3_s;  /* quartiles of the measured iterations: the run-to-run noise */
     double upd_s;               /* update callback time per iteration (slowest rank, mean of rounds) */
     char status[96];
-    dear_plan_t plan;           /* rank 0: the plan the runtime ran last (dear_plan_save); empty if unknown */
+    /* rank 0: the plan each round ran (dear_plan_save; empty if unknown), so each round's time is
+     * predicted from its own plan: a planner fed noisy measurements may plan differently per run */
+    dear_plan_t *plans;
+    double *round_s;            /* each round's median iteration (slowest rank) */
     /* accumulated over the rounds, then summarised by result_finish */
     double *samples, *comp;     /* slowest rank's measured iterations and their compute */
     int nsamples;
@@ -149,19 +152,42 @@ static int set_env(const bench_config_t *c, const bench_opts_t *o)
 /* Rank 0: what the runtime ran, read back through a plan file, so the prediction simulates
  * that plan (auto may have kept the warm-up plan after timing its own). Best effort: without
  * it the prediction plans the configuration itself. */
-static void keep_plan(dear_ctx_t *ctx, const bench_model_t *m, result_t *res)
+static int keep_plan(dear_ctx_t *ctx, const bench_model_t *m, result_t *res)
 {
+    dear_plan_t *np = realloc(res->plans, sizeof *np * (size_t)(res->nrounds + 1));
+    if (!np)
+        return DEAR_ERR_NOMEM;
+    res->plans = np;
+    dear_plan_t *pl = &np[res->nrounds];
+    memset(pl, 0, sizeof *pl);
     const char *dir = getenv("TMPDIR");
     char path[4096];
     snprintf(path, sizeof path, "%s/dear-bench-plan-XXXXXX", dir && dir[0] ? dir : "/tmp");
     int fd = mkstemp(path);
     if (fd < 0)
-        return;
+        return DEAR_OK;
     close(fd);
-    if (dear_plan_save(ctx, path) != DEAR_OK ||
-        dear_planfile_load(path, m->prof.ntensors, NULL, NULL, &res->plan) != DEAR_OK)
-        dear_plan_free(&res->plan);
+    if (dear_plan_save(ctx, path) != DEAR_OK || dear_planfile_load(path, m->prof.ntensors, NULL, NULL, pl) != DEAR_OK)
+        dear_plan_free(pl);
     unlink(path);
+    return DEAR_OK;
+}
+
+/* The plan of res's last round (an empty one when none was kept). */
+static const dear_plan_t *last_plan(const result_t *res)
+{
+    static const dear_plan_t none = { 0 };
+    return res->plans && res->nrounds > 0 ? &res->plans[res->nrounds - 1] : &none;
+}
+
+/* A plan in a few characters: planner, buckets/groups/early, and whether tensors were cut. */
+static void plan_brief(const dear_plan_t *pl, char *buf, size_t len)
+{
+    if (pl->ntensors > 0)
+        snprintf(buf, len, "%s %d/%d/%d%s", pl->planner, pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
+                 pl->nunits > pl->ntensors ? " cut" : "");
+    else
+        snprintf(buf, len, "-");
 }
 
 /* Per-iteration wall and compute times of one run: this rank's, then the slowest rank's. */
@@ -214,14 +240,18 @@ static int pool_round(result_t *res, times_t *t, int warmup, int iters, double b
     MPI_Allreduce(&blocked, &blocked_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     double *ns = realloc(res->samples, sizeof(double) * (size_t)(res->nsamples + iters));
     double *nc = ns ? realloc(res->comp, sizeof(double) * (size_t)(res->nsamples + iters)) : NULL;
+    double *nr = nc ? realloc(res->round_s, sizeof(double) * (size_t)(res->nrounds + 1)) : NULL;
     if (ns)
         res->samples = ns;
     if (nc)
         res->comp = nc;
-    if (!ns || !nc)
+    if (nr)
+        res->round_s = nr;
+    if (!ns || !nc || !nr)
         return DEAR_ERR_NOMEM;
     memcpy(res->samples + res->nsamples, t->it_max + warmup, sizeof(double) * (size_t)iters);
     memcpy(res->comp + res->nsamples, t->comp_max + warmup, sizeof(double) * (size_t)iters);
+    nr[res->nrounds] = median(res->samples + res->nsamples, iters); /* reorders this round's copy only */
     res->nsamples += iters;
     res->blocked_sum += blocked_max;
     res->nrounds++;
@@ -306,10 +336,8 @@ static int run_config(const bench_config_t *c, const bench_opts_t *o, int iters,
         rc = measure(ctx, o, m, warmup, total, &tm, &st0, &st1);
     if (rc == DEAR_OK)
         rc = dear_flush(ctx);
-    if (rc == DEAR_OK && bench_rank == 0) {
-        dear_plan_free(&res->plan);
-        keep_plan(ctx, m, res);
-    }
+    if (rc == DEAR_OK && bench_rank == 0)
+        rc = keep_plan(ctx, m, res);
     int frc = dear_finalize(&ctx);
     if (rc == DEAR_OK)
         rc = frc;
@@ -520,6 +548,46 @@ static double least_updates(const bench_t *b)
     return isfinite(least) ? least : 0;
 }
 
+/* Configuration i's prediction: each round's plan simulated and the median taken, as the
+ * measured time pools the rounds. Rounds that ran different plans are listed, each with its own
+ * measured and predicted time, since the pooled figures then mix plans. */
+static void predict_rounds(bench_t *b, int i, const double *upd_s)
+{
+    result_t *r = &b->res[i];
+    const bench_config_t *c = &b->o.configs[i];
+    int n = r->plans ? r->nrounds : 0, differ = 0;
+    double *p = malloc(sizeof(double) * (size_t)(2 * n + 1)), *sorted = p ? p + n : NULL;
+    if (!p)
+        return;
+    if (n == 0) {
+        if (bench_predict(&b->m, &b->model, c, &b->o, last_plan(r), upd_s, &p[0]) == DEAR_OK)
+            r->pred_s = p[0];
+        free(p);
+        return;
+    }
+    char first[96], brief[96];
+    plan_brief(&r->plans[0], first, sizeof first);
+    int np = 0;
+    for (int k = 0; k < n; k++) {
+        plan_brief(&r->plans[k], brief, sizeof brief);
+        differ |= strcmp(brief, first) != 0;
+        p[k] = NAN;
+        if (bench_predict(&b->m, &b->model, c, &b->o, &r->plans[k], upd_s, &p[k]) == DEAR_OK)
+            sorted[np++] = p[k];
+    }
+    if (np > 0)
+        r->pred_s = median(sorted, np);
+    if (differ && !b->o.quiet) {
+        bench_say("%s ran different plans in its rounds (its prediction: their median):\n", c->text);
+        for (int k = 0; k < n; k++) {
+            plan_brief(&r->plans[k], brief, sizeof brief);
+            bench_say("  round %d: %-28s %9.3f ms, predicted %9.3f ms (%+.1f%%)\n", k + 1, brief, r->round_s[k] * 1e3,
+                p[k] * 1e3, 100 * (p[k] - r->round_s[k]) / r->round_s[k]);
+        }
+    }
+    free(p);
+}
+
 static void predict_configs(bench_t *b)
 {
     double upd_least = least_updates(b);
@@ -532,14 +600,13 @@ static void predict_configs(bench_t *b)
         bench_say("lower bound: %.3f ms (%d host(s), link %s)\n", b->bound * 1e3, b->links.hosts, b->links.source);
     }
     for (int i = 0; i < b->o.nconfigs; i++) {
-        double p;
         const bench_config_t *c = &b->o.configs[i];
         bench_model_price_sparse(&b->m, c->sparse);
         dear_prof_set_compress(&b->m.prof, -1, (dear_compress_t)c->comp_rs, (dear_compress_t)c->comp_ag);
         b->bounds[i] = bench_lower_bound(&b->m, &b->links, upd_least);
         b->res[i].upd_s = config_updates(b, i, upd_s);
-        if (upd_s && bench_predict(&b->m, &b->model, c, &b->o, &b->res[i].plan, upd_s, &p) == DEAR_OK)
-            b->res[i].pred_s = p;
+        if (upd_s)
+            predict_rounds(b, i, upd_s);
     }
     dear_prof_set_compress(&b->m.prof, -1, DEAR_COMPRESS_NONE, DEAR_COMPRESS_NONE);
     free(upd_s);
@@ -606,11 +673,9 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
         else
             snprintf(vs[k], sizeof vs[k], "-");
     }
-    const dear_plan_t *pl = &r->plan;
-    char ran[96] = "-";
-    if (pl->ntensors > 0)
-        snprintf(ran, sizeof ran, "%s %d/%d/%d%s", pl->planner, pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
-                 pl->nunits > pl->ntensors ? " cut" : "");
+    const dear_plan_t *pl = last_plan(r);
+    char ran[96];
+    plan_brief(pl, ran, sizeof ran);
     /* A run below its bound means the bound's link rate is too low: said, never hidden. */
     if (r->ok_run && it < b->bounds[i] && bench_rank == 0)
         fprintf(stderr, "dear-bench: warning: %s ran %.3f ms, below its lower bound %.3f ms (link %s): the link "
@@ -640,7 +705,10 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
 static void free_results(bench_t *b)
 {
     for (int i = 0; i < b->o.nconfigs; i++) {
-        dear_plan_free(&b->res[i].plan);
+        for (int k = 0; b->res[i].plans && k < b->res[i].nrounds; k++)
+            dear_plan_free(&b->res[i].plans[k]);
+        free(b->res[i].plans);
+        free(b->res[i].round_s);
         free(b->res[i].samples);
         free(b->res[i].comp);
         free(b->res[i].startup);

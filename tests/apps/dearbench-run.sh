@@ -90,11 +90,17 @@ PY
 # Partitioned tensors (+part=SIZE): the runtime cuts the registered tensors where dear-plan cuts
 # the profile, so under the same cost model (--alpha/--beta) dear-bench's prediction of the plan
 # the runtime ran is dear-plan's, unit for unit, plus at most the measured updates; wfbp keeps
-# every tensor whole unless told.
+# every tensor whole unless told. Two rounds: each round's plan is predicted, and fixed plans are
+# the same in both, so none is listed as having run different plans.
 PLANX=$top_builddir/apps/tools/dear-plan
 PCONF="wfbp:threshold:64m;dear:threshold:100k+part=20k;dear:none+part=20k;wfbp:threshold:100k+part=50k"
-bench 2 --profile "$TINY" --iters 3 --warmup 3 --alpha 1e-4 --beta 1e-9 --configs "$PCONF" --csv "$TMPD/p.csv"
+bench 2 --profile "$TINY" --iters 4 --rounds 2 --warmup 3 --alpha 1e-4 --beta 1e-9 --configs "$PCONF" \
+    --csv "$TMPD/p.csv"
 [ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "partitioned run: exit status $rc"; }
+if grep -q "ran different plans" "$TMPD/out"; then
+    cat "$TMPD/out" >&2
+    fail "partitioned run: a fixed plan reported as different between rounds"
+fi
 python3 - "$TMPD/p.csv" "$PLANX" "$TINY" <<'PY' || fail "partitioned run: CSV check against dear-plan"
 import csv, subprocess, sys
 rows = {r["config"]: r for r in csv.DictReader(open(sys.argv[1]))}
