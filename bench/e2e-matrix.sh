@@ -73,9 +73,10 @@ usage: bench/e2e-matrix.sh [options]
                     meta file then lists each run's cases, date and commit
   --quick           resnet50 balanced on 4x1 only, --iters 4 --rounds 1, --comm-ms 150
   --many-ranks      many ranks per host behind a slow link: 2 hosts x 4 ranks (--layouts 2x4)
-                    at 100mbit unless --rate says otherwise, densenet201 and bert-base balanced,
-                    no sparse cases; results in bench/results/e2e-many/ and the e2e-many section
-                    of docs/PERFORMANCE.md (every planner's predicted against measured time).
+                    at 100mbit unless --rate says otherwise, densenet201, bert-base and resnet152
+                    (467 tensors) balanced, no sparse cases; results in bench/results/e2e-many/
+                    and the e2e-many section of docs/PERFORMANCE.md (every planner's predicted
+                    against measured time).
                     With --quick: densenet201 only, --iters 4 --rounds 1, --comm-ms 150.
                     The measurement: bench/e2e-matrix.sh --many-ranks; a try: --many-ranks --quick
   --report-only     do not measure; regenerate the report from bench/results/e2e-*.csv
@@ -95,7 +96,7 @@ bench_options --builddir=BUILDDIR --rate=RATE --comm-ms=COMM_MS --iters=ITERS --
 SECTION=e2e TITLE="End-to-end: dear-bench on the emulated cluster"
 if ((MANY)); then
     # Two hosts are all the layout needs: fewer namespaces and daemons on the shared cores.
-    HOSTS=2 LAYOUTS=2x4 PROFILES="densenet201 bert-base" SPARSE_PROFILES= SPARSE_LAYOUTS= RATE=${RATE:-100mbit}
+    HOSTS=2 LAYOUTS=2x4 PROFILES="densenet201 bert-base resnet152" SPARSE_PROFILES= SPARSE_LAYOUTS= RATE=${RATE:-100mbit}
     RES=$RES/e2e-many SECTION=e2e-many TITLE="End-to-end, 4 ranks per host behind a slow link: predicted against measured"
     ((QUICK)) && PROFILES=densenet201 ITERS=4 ROUNDS=1 COMM_MS=150
 elif ((QUICK)); then

@@ -8,10 +8,10 @@ fusion_libdearfusion_la_SOURCES = fusion/plan.h fusion/plan.c fusion/cost.h fusi
     fusion/planfile.h fusion/planfile.c fusion/units.h fusion/units.c fusion/estimate.h fusion/estimate.c
 fusion_libdearfusion_la_CFLAGS = $(AM_CFLAGS) $(VIS_CFLAGS)
 fusion_profilesdir = $(pkgdatadir)/profiles
-dist_fusion_profiles_DATA = fusion/profiles/resnet50.prof fusion/profiles/vgg16.prof \
+dist_fusion_profiles_DATA = fusion/profiles/resnet50.prof fusion/profiles/resnet152.prof fusion/profiles/vgg16.prof \
     fusion/profiles/densenet201.prof fusion/profiles/bert-base.prof fusion/profiles/gpt2-small.prof \
-    fusion/profiles/gpt2-small-untied.prof fusion/profiles/resnet50.model fusion/profiles/vgg16.model \
-    fusion/profiles/densenet201.model fusion/profiles/bert-base.model fusion/profiles/gpt2-small.model \
-    fusion/profiles/gpt2-small-untied.model
+    fusion/profiles/gpt2-small-untied.prof fusion/profiles/resnet50.model fusion/profiles/resnet152.model \
+    fusion/profiles/vgg16.model fusion/profiles/densenet201.model fusion/profiles/bert-base.model \
+    fusion/profiles/gpt2-small.model fusion/profiles/gpt2-small-untied.model
 EXTRA_DIST += fusion/profiles/gen.py fusion/plan-figures.sh
 dist_doc_DATA += docs/FORMATS.md

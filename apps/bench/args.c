@@ -48,7 +48,7 @@ static void usage(void)
         "through libdear, check the parameters, and compare measured iteration times with the\n"
         "simulator's prediction for each configuration.\n"
         "\n"
-        "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships six)\n"
+        "  --profile FILE       model profile (docs/FORMATS.md; fusion/profiles/ ships seven)\n"
         "  --configs LIST       configurations run one after another, ';' or ',' separated, each\n"
         "                       SCHEDULE[:PLANNER[:THRESHOLD]][+sparse][+shard][+part=SIZE]\n"
         "                       [+first=MODE][+hold][+nohints][+bf16|+fp16|+int8|+compress=RS/AG]\n"

@@ -38,7 +38,7 @@ static void usage(FILE *out)
             "\n"
             "  --profile FILE      model profile, or model description ('dear-model 1': no times,\n"
             "                      planned from its structure; docs/FORMATS.md; fusion/profiles/\n"
-            "                      ships six of each)\n"
+            "                      ships seven of each)\n"
             "  --estimate HOW      plan from the structure, as the runtime does before it has a\n"
             "                      profile: the layers' compute hints (FLOPs) or parameter bytes\n"
             "                      spread the compute; HOW says its total: range (unknown: the plan\n"

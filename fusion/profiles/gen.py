@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Generate the shipped model profiles (fusion/profiles/*.prof, format in docs/FORMATS.md).
 
-Tensor sizes are exact: they follow the published architecture definitions (ResNet-50 and
-VGG-16 as in torchvision, DenseNet-201 as in torchvision (growth 32, bn_size 4, blocks 6-12-48-32),
-BERT-Base (uncased vocabulary 30522, 12 layers, hidden 768, with pooler), GPT-2 small (vocabulary
-50257, context 1024, 12 layers, hidden 768, tied output embedding, and a variant with its own
-output projection)), float32 gradients.
+Tensor sizes are exact: they follow the published architecture definitions (ResNet-50, ResNet-152
+and VGG-16 as in torchvision, DenseNet-201 as in torchvision (growth 32, bn_size 4, blocks
+6-12-48-32), BERT-Base (uncased vocabulary 30522, 12 layers, hidden 768, with pooler), GPT-2 small
+(vocabulary 50257, context 1024, 12 layers, hidden 768, tied output embedding, and a variant with
+its own output projection)), float32 gradients.
 
 Token embeddings whose gradient is row-sparse (a batch touches only the rows of its tokens) get a
 `sparse` record: the block is the row, and the densities are the expected share of rows touched
@@ -126,16 +126,16 @@ def layernorm(m, name, d, tokens):
     m.layer(name, 8.0 * d * tokens, [(name + ".weight", d), (name + ".bias", d)])
 
 
-def resnet50():
-    m = Model("resnet50", 64, """ResNet-50 (He et al. 2016; torchvision layout: bottleneck stride on the 3x3
+def resnet(name, blocks, params):
+    m = Model(name, 64, """ResNet-%d (He et al. 2016; torchvision layout: bottleneck stride on the 3x3
         conv, convolutions without bias, batch-norm weight and bias), 224x224 input, batch 64 per GPU.
         Layers: every convolution, batch norm and the final fully connected layer; ReLU, pooling and
-        residual adds are folded into the batch norms.""")
+        residual adds are folded into the batch norms.""" % (sum(blocks) * 3 + 2))
     conv(m, "conv1", 3, 64, 7, 112)
     bn(m, "bn1", 64, 112)
     cin, h = 64, 56
-    for s, (blocks, width) in enumerate([(3, 64), (4, 128), (6, 256), (3, 512)]):
-        for b in range(blocks):
+    for s, (nblocks, width) in enumerate(zip(blocks, (64, 128, 256, 512))):
+        for b in range(nblocks):
             stride = 2 if (b == 0 and s > 0) else 1
             hout = h // stride
             p = "layer%d.%d." % (s + 1, b)
@@ -150,8 +150,17 @@ def resnet50():
                 bn(m, p + "downsample.1", width * 4, hout)
             cin, h = width * 4, hout
     linear(m, "fc", 2048, 1000)
-    assert m.params() == 25557032, m.params()
+    assert m.params() == params, m.params()
     return m
+
+
+def resnet50():
+    return resnet("resnet50", (3, 4, 6, 3), 25557032)
+
+
+def resnet152():
+    """Many small tensors: 467, most of them batch-norm vectors."""
+    return resnet("resnet152", (3, 8, 36, 3), 60192808)
 
 
 def vgg16():
@@ -266,7 +275,7 @@ def gpt2_small(untied=False):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-    for m in (resnet50(), vgg16(), densenet201(), bert_base(), gpt2_small(), gpt2_small(untied=True)):
+    for m in (resnet50(), resnet152(), vgg16(), densenet201(), bert_base(), gpt2_small(), gpt2_small(untied=True)):
         fw = m.write(os.path.join(out, m.name + ".prof"))
         m.write_model(os.path.join(out, m.name + ".model"))
         print("%-18s %5d layers %4d tensors %11d params  forward %.1f ms" %
