@@ -48,12 +48,13 @@ static int candidates(const dear_plan_problem_t *prob, dear_plan_t *p, int *nc)
     return rc;
 }
 
-/* The best all-gather side for the buckets of plan rs (schedule dear: any candidate's groups,
- * with every number of early groups, 0 = all in the forward; the others have buckets only):
- * the index of the candidate whose groups it takes in *bj, the early count in *be, the predicted
- * iteration returned (INFINITY on failure, in *rc). */
+/* The best all-gather side for the buckets of plan rs (schedule dear: any candidate's groups
+ * other than avoid's (NULL: none), with every number of early groups, 0 = all in the forward; the
+ * others have buckets only): the index of the candidate whose groups it takes in *bj, the early
+ * count in *be, the predicted iteration returned (INFINITY on failure, in *rc, or when every
+ * grouping is avoid's). */
 static double best_pairing(const dear_plan_problem_t *prob, const dear_plan_t *rs, const dear_plan_t *p, int nc,
-                           int self, int *bj, int *be, int *rc)
+                           int self, const dear_partition_t *avoid, int *bj, int *be, int *rc)
 {
     int nag = prob->sched == DEAR_SCHED_DEAR ? nc : 1;
     double best = INFINITY;
@@ -61,6 +62,8 @@ static double best_pairing(const dear_plan_problem_t *prob, const dear_plan_t *r
     *be = 0;
     for (int j = 0; j < nag && *rc == DEAR_OK; j++) {
         int k = nag > 1 ? j : self;
+        if (nag > 1 && avoid && dear_partition_equal(&p[k].ag, avoid))
+            continue;
         int emax = nag > 1 && !prob->no_early ? p[k].ag.ngroups : 0;
         for (int ne = 0; ne <= emax && *rc == DEAR_OK; ne++) {
             dear_plan_t mix = { .nunits = rs->nunits, .ntensors = rs->ntensors, .rs = rs->rs, .ag = p[k].ag,
@@ -99,7 +102,11 @@ static int compose(dear_plan_t *out, const dear_plan_t *rs, const dear_plan_t *a
  * reduce-scatter buckets unlike the best plan's and each other's: the other candidates' buckets,
  * and the best plan's with every two neighbouring buckets joined (half as many: where the cost
  * model underprices a collective's start-up, a plan of many small buckets is the one it gets
- * wrong). *nrun gets how many; pred[k] their predicted iterations. */
+ * wrong). Under schedule dear each takes the best all-gather groups unlike the best plan's where
+ * a candidate offers others: a runner-up is tried because the best plan lost, and the model may
+ * have mispriced either phase, so one phase changed alone may repeat the loss (seen: three tries
+ * on the same 49 all-gather groups, each ~25% slower than predicted). *nrun gets how many;
+ * pred[k] their predicted iterations. */
 static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_plan_t *runners, double *pred,
                      int max, int *nrun)
 {
@@ -116,7 +123,7 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
     double t[DEAR_PLANNER_COUNT + 1];
     int bj[DEAR_PLANNER_COUNT + 1], be[DEAR_PLANNER_COUNT + 1], bi = 0;
     for (int i = 0; i < NC && rc == DEAR_OK; i++) {
-        t[i] = best_pairing(prob, &p[i], p, NC, i, &bj[i], &be[i], &rc);
+        t[i] = best_pairing(prob, &p[i], p, NC, i, NULL, &bj[i], &be[i], &rc);
         if (t[i] < t[bi])
             bi = i;
     }
@@ -149,11 +156,19 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
                 /* buckets only: best_pairing gives it its all-gather side (under wfbp and
                  * sync the best plan's, self = bi) */
                 rc = dear_partition_set(&p[n].rs, p[n].nunits, k, first);
-                if (rc == DEAR_OK)
-                    t[n] = best_pairing(prob, &p[n], p, NC, bi, &bj[n], &be[n], &rc);
                 n++;
             }
             free(first);
+        }
+        /* Every bucketing's all-gather side again, unlike the best plan's where one can be. */
+        const dear_partition_t *avoid = &p[bj[bi]].ag;
+        for (int i = 0; i < n && rc == DEAR_OK; i++) {
+            int j2 = 0, e2 = 0, self = i < NC ? i : bi;
+            double t2 = best_pairing(prob, &p[i], p, NC, self, avoid, &j2, &e2, &rc);
+            if (isfinite(t2))
+                t[i] = t2, bj[i] = j2, be[i] = e2;
+            else if (i == NC && rc == DEAR_OK) /* the halved plan: its own best pairing */
+                t[i] = best_pairing(prob, &p[i], p, NC, self, NULL, &bj[i], &be[i], &rc);
         }
         /* The distinct bucketings, fastest first (selection: a handful of candidates). */
         int used[DEAR_PLANNER_COUNT + 1] = { 0 };

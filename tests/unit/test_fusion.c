@@ -1591,8 +1591,10 @@ START_TEST(gradssa_deterministic_and_never_worse)
 END_TEST
 
 /* auto's runners-up: auto's own plan unchanged; each runner-up's buckets unlike the plan's and
- * each other's, predicted as the simulator says, no faster than the plan and in order; the plan's
- * buckets halved among them (wherever the plan has more than one bucket). */
+ * each other's, and under schedule dear its all-gather groups unlike the plan's too (the
+ * candidates always offer others: one group, one per tensor); predicted as the simulator says, no
+ * faster than the plan and in order; the plan's buckets halved among them (wherever the plan has
+ * more than one bucket). */
 START_TEST(auto_runners_up)
 {
     static const char *const models[] = { "resnet50", "bert-base", "gpt2-small" };
@@ -1625,6 +1627,9 @@ START_TEST(auto_runners_up)
                 ck_assert(pred[k] >= tauto * (1 - 1e-12));
                 ck_assert(k == 0 || pred[k] >= pred[k - 1]);
                 ck_assert_int_eq(dear_plan_validate(&run[k], p.ntensors, NULL, 0), DEAR_OK);
+                ck_assert_msg(scheds[si] != DEAR_SCHED_DEAR || !dear_partition_equal(&run[k].ag, &au.ag),
+                              "%s: runner %d (%s) has the plan's %d all-gather groups", models[mi], k, run[k].planner,
+                              au.ag.ngroups);
                 for (int j = -1; j < k; j++) {
                     const dear_partition_t *a = j < 0 ? &au.rs : &run[j].rs, *b = &run[k].rs;
                     ck_assert_msg(a->ngroups != b->ngroups ||
