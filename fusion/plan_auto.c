@@ -104,9 +104,8 @@ static int compose(dear_plan_t *out, const dear_plan_t *rs, const dear_plan_t *a
  * model underprices a collective's start-up, a plan of many small buckets is the one it gets
  * wrong). Under schedule dear each takes the best all-gather groups unlike the best plan's where
  * a candidate offers others: a runner-up is tried because the best plan lost, and the model may
- * have mispriced either phase, so one phase changed alone may repeat the loss (seen: three tries
- * on the same 49 all-gather groups, each ~25% slower than predicted). *nrun gets how many;
- * pred[k] their predicted iterations. */
+ * have mispriced either phase, so one phase changed alone may repeat the loss. *nrun gets how
+ * many; pred[k] their predicted iterations. */
 static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_plan_t *runners, double *pred,
                      int max, int *nrun)
 {
