@@ -205,7 +205,7 @@ for c in "${cases[@]}"; do
 done
 elapsed=$(($(date +%s) - start))
 if ((KEEP_OTHERS)) && [[ -f $RES/e2e.meta ]]; then
-    echo "rerun:$names: $(meta_date), commit $(meta_head), $elapsed s" >>"$RES/e2e.meta"
+    echo "rerun:$names: $(meta_date), commit $(meta_commit -- . ':!bench/results'), $elapsed s" >>"$RES/e2e.meta"
 else {
     echo "date: $(meta_date)"
     echo "commit: $(meta_commit -- . ':!bench/results')"
