@@ -155,6 +155,8 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
                 /* buckets only: best_pairing gives it its all-gather side (under wfbp and
                  * sync the best plan's, self = bi) */
                 rc = dear_partition_set(&p[n].rs, p[n].nunits, k, first);
+                if (rc == DEAR_OK)
+                    t[n] = best_pairing(prob, &p[n], p, NC, bi, NULL, &bj[n], &be[n], &rc);
                 n++;
             }
             free(first);
@@ -162,12 +164,12 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
         /* Every bucketing's all-gather side again, unlike the best plan's where one can be. */
         const dear_partition_t *avoid = &p[bj[bi]].ag;
         for (int i = 0; i < n && rc == DEAR_OK; i++) {
-            int j2 = 0, e2 = 0, self = i < NC ? i : bi;
-            double t2 = best_pairing(prob, &p[i], p, NC, self, avoid, &j2, &e2, &rc);
+            if (i == bi) /* the best plan itself is never a runner-up */
+                continue;
+            int j2 = 0, e2 = 0;
+            double t2 = best_pairing(prob, &p[i], p, NC, i < NC ? i : bi, avoid, &j2, &e2, &rc);
             if (isfinite(t2))
                 t[i] = t2, bj[i] = j2, be[i] = e2;
-            else if (i == NC && rc == DEAR_OK) /* the halved plan: its own best pairing */
-                t[i] = best_pairing(prob, &p[i], p, NC, self, NULL, &bj[i], &be[i], &rc);
         }
         /* The distinct bucketings, fastest first (selection: a handful of candidates). */
         int used[DEAR_PLANNER_COUNT + 1] = { 0 };

@@ -555,24 +555,19 @@ static void predict_rounds(bench_t *b, int i, const double *upd_s)
 {
     result_t *r = &b->res[i];
     const bench_config_t *c = &b->o.configs[i];
-    int n = r->plans ? r->nrounds : 0, differ = 0;
-    double *p = malloc(sizeof(double) * (size_t)(2 * n + 1)), *sorted = p ? p + n : NULL;
+    /* Without kept plans (other ranks, a refused configuration): one prediction, of last_plan's. */
+    int kept = r->plans && r->nrounds > 0, n = kept ? r->nrounds : 1, differ = 0, np = 0;
+    const dear_plan_t *plans = kept ? r->plans : last_plan(r);
+    double *p = malloc(sizeof(double) * (size_t)(2 * n)), *sorted = p ? p + n : NULL;
     if (!p)
         return;
-    if (n == 0) {
-        if (bench_predict(&b->m, &b->model, c, &b->o, last_plan(r), upd_s, &p[0]) == DEAR_OK)
-            r->pred_s = p[0];
-        free(p);
-        return;
-    }
     char first[96], brief[96];
-    plan_brief(&r->plans[0], first, sizeof first);
-    int np = 0;
+    plan_brief(&plans[0], first, sizeof first);
     for (int k = 0; k < n; k++) {
-        plan_brief(&r->plans[k], brief, sizeof brief);
+        plan_brief(&plans[k], brief, sizeof brief);
         differ |= strcmp(brief, first) != 0;
         p[k] = NAN;
-        if (bench_predict(&b->m, &b->model, c, &b->o, &r->plans[k], upd_s, &p[k]) == DEAR_OK)
+        if (bench_predict(&b->m, &b->model, c, &b->o, &plans[k], upd_s, &p[k]) == DEAR_OK)
             sorted[np++] = p[k];
     }
     if (np > 0)
@@ -580,7 +575,7 @@ static void predict_rounds(bench_t *b, int i, const double *upd_s)
     if (differ && !b->o.quiet) {
         bench_say("%s ran different plans in its rounds (its prediction: their median):\n", c->text);
         for (int k = 0; k < n; k++) {
-            plan_brief(&r->plans[k], brief, sizeof brief);
+            plan_brief(&plans[k], brief, sizeof brief);
             bench_say("  round %d: %-28s %9.3f ms, predicted %9.3f ms (%+.1f%%)\n", k + 1, brief, r->round_s[k] * 1e3,
                 p[k] * 1e3, 100 * (p[k] - r->round_s[k]) / r->round_s[k]);
         }
