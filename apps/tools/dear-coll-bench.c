@@ -65,6 +65,7 @@ static const char *const op_short[DEAR_COLL_OP_COUNT] = { "rs", "ag", "ar" };
 typedef struct {
     size_t min_bytes, max_bytes;
     int iters, warmup, overlap, scan;
+    int stream;                 /* --stream: collectives back to back per timed iteration */
     double density;             /* < 0: every block as it comes (dense data) */
     size_t block;
     int ops[DEAR_COLL_OP_COUNT];
@@ -86,6 +87,9 @@ static void usage(FILE *f)
             "  --max BYTES        largest size, reached by doubling (default 67108864)\n"
             "  --iters N          timed iterations per row, median reported (default 20)\n"
             "  --warmup N         untimed iterations first (default 3)\n"
+            "  --stream N         each timed iteration runs N collectives back to back, one after the\n"
+            "                     other, as the runtime's channel runs a phase, and reports the time per\n"
+            "                     collective (default 1: alone, which a link's burst allowance flatters)\n"
             "  --ops LIST         rs,ag,ar (default all three)\n"
             "  --algos LIST       ring,rhd,direct,auto,mpi,hier,sparse,ompi-blocking,ompi-nb (default all\n"
             "                     but sparse, which --density adds; hier only where the job spans several\n"
@@ -170,11 +174,11 @@ static int parse_args(int argc, char **argv, opts_t *o)
         { "density", required_argument, 0, 'd' }, { "block", required_argument, 0, 'k' },
         { "scan", no_argument, 0, 's' }, { "transport", required_argument, 0, 'T' },
         { "compress", required_argument, 0, 'z' }, { "accuracy", no_argument, 0, 'A' },
-        { "convert", no_argument, 0, 'V' }, { 0, 0, 0, 0 }
+        { "convert", no_argument, 0, 'V' }, { "stream", required_argument, 0, 'S' }, { 0, 0, 0, 0 }
     };
     static const char *const comp_names[DEAR_COMPRESS_COUNT] = { "none", "bf16", "fp16", "int8" };
     *o = (opts_t){ .min_bytes = 1024, .max_bytes = 64u << 20, .iters = 20, .warmup = 3,
-                   .dtype = DEAR_FLOAT32, .density = -1, .block = 256 };
+                   .dtype = DEAR_FLOAT32, .density = -1, .block = 256, .stream = 1 };
     int algos_given = 0;
     for (int i = 0; i < DEAR_COLL_OP_COUNT; i++)
         o->ops[i] = 1;
@@ -208,6 +212,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         case 'z': bad = parse_list(optarg, comp_names, DEAR_COMPRESS_COUNT, o->compress, "compress format"); break;
         case 'A': o->accuracy = 1; break;
         case 'V': o->convert = 1; break;
+        case 'S': o->stream = atoi(optarg); bad = o->stream < 1 || o->stream > 100000; break;
         case 'h': if (g_rank == 0) usage(stdout); return 1;
         default: bad = 1; break;
         }
@@ -461,8 +466,9 @@ static void time_algos(bench_t *b, const entry_t *alg, int n, const opts_t *o, d
                 memset(b->recv, 0, rbytes);
             MPI_Barrier(b->comm);
             double t0 = dear_now();
-            fail[k] |= run_once(b, alg[k]) != DEAR_OK;
-            double dt = dear_now() - t0, mx;
+            for (int r = 0; r < o->stream; r++)
+                fail[k] |= run_once(b, alg[k]) != DEAR_OK;
+            double dt = (dear_now() - t0) / o->stream, mx;
             MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, b->comm);
             if (i >= o->warmup)
                 v[(size_t)k * (size_t)o->iters + (size_t)(i - o->warmup)] = mx;
