@@ -52,17 +52,11 @@ static const size_t rhd_max[2][DEAR_COLL_OP_COUNT] = {
     { [DEAR_COLL_REDUCE_SCATTER] = 0, [DEAR_COLL_ALLGATHER] = 0, [DEAR_COLL_ALLREDUCE] = 65536 },
 };
 
-/* Several hosts of several ranks each: in [hier_min, hier_max] two levels (coll_hier.c) carry
- * (H-1)/H of the vector over each host's link instead of the flat ring's (P-1)/P, and its
- * segments keep the link busy while the hosts reduce and gather, so it wins at every size from
- * hier_min up (docs/PERFORMANCE.md#hier); below, its extra round inside the host costs more
- * than the bytes it saves. */
-static const size_t hier_min[DEAR_COLL_OP_COUNT] = {
-    [DEAR_COLL_REDUCE_SCATTER] = 64 << 10, [DEAR_COLL_ALLGATHER] = 64 << 10, [DEAR_COLL_ALLREDUCE] = 64 << 10,
-};
-static const size_t hier_max[DEAR_COLL_OP_COUNT] = {
-    [DEAR_COLL_REDUCE_SCATTER] = SIZE_MAX, [DEAR_COLL_ALLGATHER] = SIZE_MAX, [DEAR_COLL_ALLREDUCE] = SIZE_MAX,
-};
+/* Several hosts of several ranks each: two levels (coll_hier.c) at every size. They carry
+ * (H-1)/H of the vector over each host's link, where the flat ring carries (P-1)/P and the direct
+ * exchange L times that, and their segments keep the link busy while the hosts reduce and
+ * gather. Timed as streams, as the runtime runs a phase, their extra round inside the host
+ * costs less than those bytes from 1 KiB up (docs/PERFORMANCE.md#hier). */
 
 static long env_long(const char *name)
 {
@@ -103,7 +97,7 @@ dear_coll_algo_t dear_coll_select(dear_coll_op_t op, size_t bytes, int nranks, c
     }
     if (nranks <= 1 || (unsigned)op >= DEAR_COLL_OP_COUNT)
         return DEAR_ALGO_RING;  /* nothing travels */
-    if (hier_fits(topo, nranks) && bytes >= hier_min[op] && bytes <= hier_max[op])
+    if (hier_fits(topo, nranks))
         return DEAR_ALGO_HIER;
     if (nranks <= DIRECT_MAX_RANKS)
         return bytes <= direct_max[spans_hosts(nranks)][op] ? DEAR_ALGO_DIRECT : DEAR_ALGO_RING;
@@ -585,6 +579,32 @@ int dear_coll_queued(const dear_coll_req_t *req)
     return req != NULL && req->algo == DEAR_ALGO_NATIVE;
 }
 
+/* The algorithm a collective runs: algo, or the selection table's for auto, on the bytes that
+ * travel; an int8 phase (q8) where the choice cannot quantize once per phase takes the direct
+ * exchange; an algorithm needing blocks on a vector without them, the ring (DEAR_COLL_ALGO may
+ * force one). hier on a communicator it does not fit is left for the caller to refuse. */
+static dear_coll_algo_t pick_algo(dear_coll_op_t op, dear_coll_algo_t algo, size_t bytes, int q8,
+                                  size_t sparse_block, int nranks, const dear_coll_topo_t *topo)
+{
+    dear_coll_algo_t a = algo == DEAR_ALGO_AUTO ? dear_coll_select(op, bytes, nranks, topo) : algo;
+    int q8_runs = (a == DEAR_ALGO_HIER && hier_fits(topo, nranks)) || (a == DEAR_ALGO_SPARSE && sparse_block > 0);
+    if (q8 && !q8_runs)
+        a = DEAR_ALGO_DIRECT;
+    if ((dear_coll_algo_flags(a) & DEAR_ALGO_F_NEEDS_BLOCK) && sparse_block == 0)
+        a = DEAR_ALGO_RING;
+    return a;
+}
+
+dear_coll_algo_t dear_coll_algo_for(dear_coll_op_t op, size_t count, dear_compress_t comp, int nranks,
+                                    const dear_coll_topo_t *topo)
+{
+    if ((unsigned)op >= DEAR_COLL_OP_COUNT || (unsigned)comp >= DEAR_COMPRESS_COUNT)
+        return DEAR_ALGO_RING;
+    dear_compress_t wire = nranks > 1 ? comp : DEAR_COMPRESS_NONE;
+    size_t bytes = (size_t)((double)(count * sizeof(float)) * dear_compress_ratio(wire));
+    return pick_algo(op, DEAR_ALGO_AUTO, bytes, wire == DEAR_COMPRESS_INT8, 0, nranks, topo);
+}
+
 int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
 {
     int rank = 0, nranks = 1, rc;
@@ -658,11 +678,7 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         rc = DEAR_ERR_UNSUPPORTED;
         goto err;
     }
-    r->algo = args->algo == DEAR_ALGO_AUTO ? dear_coll_select(args->op, bytes, nranks, args->topo) : args->algo;
-    int q8_runs = (r->algo == DEAR_ALGO_HIER && hier_fits(args->topo, nranks)) ||
-                  (r->algo == DEAR_ALGO_SPARSE && args->sparse_block > 0);
-    if (q8 && !q8_runs)
-        r->algo = DEAR_ALGO_DIRECT;
+    r->algo = pick_algo(args->op, args->algo, bytes, q8, args->sparse_block, nranks, args->topo);
     if (r->algo == DEAR_ALGO_HIER && !hier_fits(args->topo, nranks)) {
         DEAR_ERROR("coll", "dear_coll_start: algo hier needs the topology of a communicator spanning 2..64 hosts of "
                            "2 or more ranks each, all alike (args.topo from dear_coll_topo_create); this one has %s",
@@ -670,8 +686,6 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         rc = DEAR_ERR_UNSUPPORTED;
         goto err;
     }
-    if ((dear_coll_algo_flags(r->algo) & DEAR_ALGO_F_NEEDS_BLOCK) && args->sparse_block == 0)
-        r->algo = DEAR_ALGO_RING;  /* forced by DEAR_COLL_ALGO onto a vector without blocks */
     r->block = args->sparse_block;
     r->ops = algo_table[r->algo];
     compose_setup(r, q8);

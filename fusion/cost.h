@@ -21,7 +21,7 @@
 #include "base/algo_table.h"
 #include "include/dear_types.h"
 
-#define DEAR_COST_MAXPTS 8
+#define DEAR_COST_MAXPTS 12
 
 typedef struct {
     int valid;          /* 0: no data for this collective and algorithm */

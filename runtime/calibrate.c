@@ -25,9 +25,10 @@
 #include "fusion/cost.h"
 #include "runtime/rt.h"
 
-/* Sizes from start-up dominated to bandwidth dominated, around the selection table's switch
- * from the direct exchange to the ring at 1 MiB; the largest sets the time per byte the curve is
- * extended with. Each size is timed as a stream of back-to-back collectives of at least
+/* Sizes from start-up dominated to bandwidth dominated; the largest sets the time per byte the
+ * curve is extended with. Where the selection table changes algorithm between two of them, both
+ * sides of the change are timed too (item_sizes): a curve drawn across the change would price
+ * the sizes between by neither algorithm. Each size is timed as a stream of back-to-back collectives of at least
  * CALIB_STREAM_BYTES (and CALIB_REPS) after an untimed CALIB_WARM_BYTES, because the runtime's
  * channel runs them one behind the other and a network's burst allowance flatters collectives
  * timed alone. A stream gives the median time per collective of the slowest rank's completions
@@ -35,6 +36,7 @@
  * add time (docs/PERFORMANCE.md#calibration). */
 static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
+#define CALIB_MAX_SIZES DEAR_COST_MAXPTS /* with the sides of the algorithm changes */
 #define CALIB_REPS 5
 #define CALIB_STREAM_BYTES ((size_t)4 << 20)
 #define CALIB_WARM_BYTES ((size_t)1 << 20)
@@ -178,6 +180,8 @@ static int op_needed(const dear_ctx_t *ctx, int op)
 typedef struct {
     int op, fmt;
     int k;      /* >= 2: the burst curve of k in flight (float32), else 0 */
+    int nsizes; /* the sizes timed, increasing (item_sizes) */
+    size_t bytes[CALIB_MAX_SIZES];
 } calib_item_t;
 #define CALIB_MAX_ITEMS (3 * DEAR_COLL_OP_COUNT)
 
@@ -196,7 +200,7 @@ static void item_add(calib_item_t *its, int *n, int op, int fmt, int k)
     for (int i = 0; i < *n; i++)
         if (its[i].op == op && its[i].fmt == fmt && its[i].k == k)
             return;
-    its[(*n)++] = (calib_item_t){ op, fmt, k };
+    its[(*n)++] = (calib_item_t){ .op = op, .fmt = fmt, .k = k };
 }
 
 /* Rank 0's DEAR_MAX_INFLIGHT and DEAR_INFLIGHT_BYTES: what the bursts are measured with, the
@@ -205,11 +209,11 @@ typedef struct {
     long long k, window;
 } calib_burst_t;
 
-/* Whether size index s is measured for a burst of k (0: alone, always): only where the runtime
- * keeps k of that size in flight (k of them within DEAR_INFLIGHT_BYTES) and they fit the buffer. */
-static int burst_size(const calib_burst_t *b, int k, int s, size_t maxb)
+/* Whether a size is measured for a burst of k (0: alone, always): only where the runtime keeps k
+ * of that size in flight (k of them within DEAR_INFLIGHT_BYTES) and they fit the buffer. */
+static int burst_size(const calib_burst_t *b, int k, size_t bytes, size_t maxb)
 {
-    size_t kb = (size_t)k * calib_bytes[s];
+    size_t kb = (size_t)k * bytes;
     return k == 0 || (kb <= maxb && (b->window == 0 || kb <= (size_t)b->window));
 }
 
@@ -221,7 +225,7 @@ static int burst_k(const calib_burst_t *b)
     if (k < 2 || k > CALIB_MAX_BURST)
         return 0;
     for (int s = 0; s < CALIB_NSIZES; s++)
-        n += burst_size(b, k, s, calib_bytes[CALIB_NSIZES - 1]);
+        n += burst_size(b, k, calib_bytes[s], calib_bytes[CALIB_NSIZES - 1]);
     return n >= 2 ? k : 0;
 }
 
@@ -252,17 +256,61 @@ static int items_needed(const dear_ctx_t *ctx, const calib_burst_t *burst, int c
     return n;
 }
 
-/* Measure the curves its[0..nits) into ctx->online.cost (rank 0 assembles, everyone receives);
- * the curves it already holds (loaded from the cache) are kept. */
-static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, const calib_item_t *its, int nits)
+/* The algorithm a float32 size of item it runs on this context's communicator. */
+static dear_coll_algo_t item_algo(const dear_ctx_t *ctx, calib_item_t it, size_t bytes)
+{
+    return dear_coll_algo_for((dear_coll_op_t)it.op, bytes / sizeof(float), (dear_compress_t)it.fmt, ctx->cm.size,
+                              ctx->cm.coll_topo);
+}
+
+/* it->bytes: the calibration sizes, and where the algorithm changes between two of them, the
+ * last size before the change and the first after it (whole floats, found by bisection; the
+ * table's choice changes at thresholds, so each run of one algorithm is an interval). A
+ * transport running its own collectives (NCCL) picks no algorithm here: the sizes alone. */
+static void item_sizes(const dear_ctx_t *ctx, calib_item_t *it)
+{
+    const dear_net_t *net = ctx->mem.net ? ctx->mem.net : ctx->cm.net;
+    int native = net != NULL && net->tp->ops->coll_start != NULL;
+    const size_t f = sizeof(float);
+    int n = 0;
+    for (int s = 0; s < CALIB_NSIZES; s++) {
+        size_t lo = s > 0 ? calib_bytes[s - 1] : 0, hi = calib_bytes[s];
+        /* Each change of algorithm in (lo, hi): its two sides, while room is left for the sizes. */
+        while (s > 0 && !native && n + 2 + (CALIB_NSIZES - s) <= CALIB_MAX_SIZES &&
+               item_algo(ctx, *it, lo) != item_algo(ctx, *it, hi)) {
+            dear_coll_algo_t a = item_algo(ctx, *it, lo);
+            size_t last = lo, first = hi; /* last runs a, first does not */
+            while (first - last > f) {
+                size_t mid = last + (first - last) / f / 2 * f;
+                *(item_algo(ctx, *it, mid) == a ? &last : &first) = mid;
+            }
+            if (last != lo)
+                it->bytes[n++] = last;
+            if (first == hi)
+                break;
+            it->bytes[n++] = lo = first;
+        }
+        it->bytes[n++] = hi;
+    }
+    it->nsizes = n;
+}
+
+/* Measure the curves its[0..nits), each at its item_sizes, into ctx->online.cost (rank 0
+ * assembles, everyone receives); the curves it already holds (loaded from the cache) are kept. */
+static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, calib_item_t *its, int nits)
 {
     int rc = DEAR_OK, parked = 0;
     size_t maxb = calib_bytes[CALIB_NSIZES - 1];
     float *buf = NULL;
     double *t = NULL, *tmax = NULL, *c = NULL, *cmax = NULL;
-    size_t nk = (size_t)nits * CALIB_NSIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
+    size_t nk = (size_t)nits * CALIB_MAX_SIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
     size_t nc = nt * CALIB_MAX_REPS; /* sample k's completions: c[k * CALIB_MAX_REPS + i] */
     double t_start = dear_now();
+    int nsizes = 0;
+    for (int i = 0; i < nits; i++) {
+        item_sizes(ctx, &its[i]);
+        nsizes += its[i].nsizes;
+    }
 
     /* The buffers the gradients' collectives run on: device memory under NCCL, else host. */
     const dear_mem_ops_t *mo = dear_rt_work_ops(ctx);
@@ -291,8 +339,9 @@ agree:;
     long long inject_at = dear_param_int(DEAR_P_DEBUG_CALIB_FAIL), nstream = 0;
     for (int pass = 0; pass < CALIB_PASSES; pass++)
         for (int i = 0; i < nits; i++)
-            for (int s = 0; s < CALIB_NSIZES; s++) {
+            for (int s = 0; s < its[i].nsizes; s++) {
                 int op = its[i].op;
+                size_t bytes = its[i].bytes[s];
                 dear_coll_args_t args = { 0 };
                 args.op = (dear_coll_op_t)op;
                 args.algo = DEAR_ALGO_AUTO;
@@ -305,13 +354,13 @@ agree:;
                 args.tag = 0; /* nothing else runs on the communicator before commit ends */
                 args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->cm.size;
                 args.recvbuf = buf;
-                size_t k = (size_t)pass * nk + (size_t)i * CALIB_NSIZES + (size_t)s;
-                if (!burst_size(burst, its[i].k, s, maxb)) {
+                size_t k = (size_t)pass * nk + (size_t)i * CALIB_MAX_SIZES + (size_t)s;
+                if (!burst_size(burst, its[i].k, bytes, maxb)) {
                     t[k] = -1; /* the runtime never has k of this size in flight: no sample */
                     continue;
                 }
-                args.count = calib_bytes[s] / sizeof(float);
-                int r1 = time_burst(ctx, &args, calib_bytes[s], item_inflight(its[i]), wait_s,
+                args.count = bytes / sizeof(float);
+                int r1 = time_burst(ctx, &args, bytes, item_inflight(its[i]), wait_s,
                                     ++nstream == inject_at, &c[k * CALIB_MAX_REPS], &parked);
                 const char *what = dear_coll_op_short((dear_coll_op_t)op);
                 const char *fmt = dear_compress_name((dear_compress_t)its[i].fmt);
@@ -319,9 +368,9 @@ agree:;
                     DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes: no collective finished in %g s "
                                        "(DEAR_STALL_ABORT_S): a rank probably failed in this stream (its message "
                                        "says why)",
-                               what, fmt, calib_bytes[s], wait_s);
+                               what, fmt, bytes, wait_s);
                 else if (r1 != DEAR_OK && r1 != DEAR_ERR_UNSUPPORTED)
-                    DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed: %s", what, fmt, calib_bytes[s],
+                    DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed: %s", what, fmt, bytes,
                                dear_status_string(r1));
                 /* Every rank learns how the others' streams ended before the next starts (this also
                  * lines them up for it): a rank whose stream broke halfway must not leave the others
@@ -333,7 +382,7 @@ agree:;
                     if (mine >= 0)
                         DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed on another rank (its message "
                                            "says why): %s",
-                                   what, fmt, calib_bytes[s], dear_status_string(agreed));
+                                   what, fmt, bytes, dear_status_string(agreed));
                     rc = mine < 0 ? mine : agreed;
                     goto out;
                 }
@@ -350,15 +399,16 @@ agree:;
         snprintf(m->source, sizeof m->source, "fit");
         for (int i = 0; i < nits; i++) {
             int op = its[i].op, kin = item_inflight(its[i]);
-            double xs[CALIB_NSIZES], ys[CALIB_NSIZES];
+            double xs[CALIB_MAX_SIZES], ys[CALIB_MAX_SIZES];
             int n = 0;
-            for (int s = 0; s < CALIB_NSIZES; s++) {
+            for (int s = 0; s < its[i].nsizes; s++) {
+                size_t bytes = its[i].bytes[s];
                 double pv[CALIB_PASSES], lo = INFINITY, hi = 0;
                 for (int pass = 0; pass < CALIB_PASSES; pass++) {
-                    size_t k = (size_t)pass * nk + (size_t)i * CALIB_NSIZES + (size_t)s;
+                    size_t k = (size_t)pass * nk + (size_t)i * CALIB_MAX_SIZES + (size_t)s;
                     pv[pass] = tmax[k] < 0 ? -1 /* no sample */
                                            : dear_stream_median(&cmax[k * CALIB_MAX_REPS],
-                                                                (size_t)stream_reps(calib_bytes[s], kin), kin, 0);
+                                                                (size_t)stream_reps(bytes, kin), kin, 0);
                     lo = pv[pass] < lo ? pv[pass] : lo;
                     hi = pv[pass] > hi ? pv[pass] : hi;
                 }
@@ -366,13 +416,13 @@ agree:;
                     continue;
                 double v = dear_median(pv, CALIB_PASSES);
                 /* A format's curve is by the bytes on the wire, which is how the simulator asks. */
-                xs[n] = (double)calib_bytes[s] * dear_compress_ratio((dear_compress_t)its[i].fmt);
+                xs[n] = (double)bytes * dear_compress_ratio((dear_compress_t)its[i].fmt);
                 ys[n++] = v;
                 DEAR_DEBUG("plan", "calibration: %s (%s) %zu B: %.1f us per collective, the median over a stream "
                                    "of %d, %d in flight (slowest rank, median of %d passes, %.1f..%.1f us)",
                            dear_coll_op_short((dear_coll_op_t)op), dear_compress_name((dear_compress_t)its[i].fmt),
-                           calib_bytes[s], 1e6 * v,
-                           stream_reps(calib_bytes[s], kin), kin, CALIB_PASSES, 1e6 * lo, 1e6 * hi);
+                           bytes, 1e6 * v,
+                           stream_reps(bytes, kin), kin, CALIB_PASSES, 1e6 * lo, 1e6 * hi);
             }
             if (its[i].k)
                 m->burst_k = its[i].k; /* the loaded model has no other (dear_cost_load_ex) */
@@ -394,9 +444,9 @@ agree:;
     }
     DEAR_MPI_CHECK_GOTO(MPI_Bcast(&ctx->online.cost, (int)sizeof ctx->online.cost, MPI_BYTE, 0, ctx->cm.comm), rc, out);
     ctx->online.calib_measured++;
-    DEAR_INFO("plan", "calibration: measured %d curve(s) of %d size(s), each as a stream of at least %zu bytes, "
-                      "median of %d passes, in %.3f s",
-              nits, CALIB_NSIZES, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
+    DEAR_INFO("plan", "calibration: measured %d curve(s), %d size(s) in all, each as a stream of at least %zu "
+                      "bytes, median of %d passes, in %.3f s",
+              nits, nsizes, CALIB_STREAM_BYTES, CALIB_PASSES, dear_now() - t_start);
 out:
     if (buf && !parked)
         dear_rt_work_ops(ctx)->release(buf, 0);

@@ -708,8 +708,8 @@ static void hier_segments(void)
  * they all share one machine, so this checks the algorithm, not its speed): every grid H x L
  * of this run's ranks with H, L >= 2, ranks placed blocked (host = rank / L) and interleaved
  * (host = rank % H), so rank_of is not the identity. The sweeps, random floats, several in
- * flight and multi-block all-gathers run with hier and with auto (which picks hier from 64 KiB
- * up, whatever the size), against the same float64 MPI_Allreduce reference; then again around the segment size
+ * flight and multi-block all-gathers run with hier and with auto (which picks hier at every
+ * size), against the same float64 MPI_Allreduce reference; then again around the segment size
  * (hier_segments). Two hosts take the exchange between shifted partners, more the rings. */
 /* --socket: route a layout's communicators through the transport (they stop with the layout). */
 static void topo_route(dear_coll_topo_t *t)
@@ -749,8 +749,8 @@ START_TEST(test_hier)
             if (g_rank == 0)
                 fprintf(stderr, "hier: %d hosts x %d ranks, %s\n", H, L, inter ? "interleaved" : "blocked");
             for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
-                ck_assert_int_ne(dear_coll_select((dear_coll_op_t)op, (64 << 10) - 4, g_size, t), DEAR_ALGO_HIER);
-                ck_assert_int_eq(dear_coll_select((dear_coll_op_t)op, 64 << 10, g_size, t), DEAR_ALGO_HIER);
+                ck_assert_int_eq(dear_coll_select((dear_coll_op_t)op, 4, g_size, t), DEAR_ALGO_HIER);
+                ck_assert_int_eq(dear_coll_select((dear_coll_op_t)op, 8 << 10, g_size, t), DEAR_ALGO_HIER);
                 ck_assert_int_eq(dear_coll_select((dear_coll_op_t)op, (size_t)1 << 30, g_size, t), DEAR_ALGO_HIER);
             }
             g_topo = t;

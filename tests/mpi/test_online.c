@@ -618,6 +618,37 @@ static void burst_curves(const dear_cost_model_t *m, int k, int npts, int ops)
     }
 }
 
+/* The auto curve c of op: every calibration size, and no two neighbouring points on different
+ * algorithms unless they lie one float apart (both sides of the change, so that no size is
+ * priced between two algorithms); as many changes as the selection table makes between the
+ * sizes, at least one on one host (the direct exchange to 1 MiB, the ring above). */
+static void auto_curve_sides(const dear_ctx_t *ctx, dear_coll_op_t op, const dear_cost_line_t *c)
+{
+    static const double sizes[] = { 8 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20 };
+    const int ns = (int)(sizeof sizes / sizeof sizes[0]);
+    int found = 0, gaps = 0, changes = 0;
+    for (int i = 0; i < c->npts; i++)
+        for (int j = 0; j < ns; j++)
+            found += c->pt_bytes[i] == sizes[j];
+    ck_assert_msg(found == ns, "%s: %d of the %d calibration sizes in the curve", dear_coll_op_short(op), found, ns);
+#define ALGO_AT(b) dear_coll_algo_for(op, (size_t)(b) / sizeof(float), DEAR_COMPRESS_NONE, ctx->cm.size, ctx->cm.coll_topo)
+    for (int i = 1; i < c->npts; i++) {
+        int gap = c->pt_bytes[i] - c->pt_bytes[i - 1] == sizeof(float);
+        gaps += gap;
+        ck_assert_msg(gap || ALGO_AT(c->pt_bytes[i]) == ALGO_AT(c->pt_bytes[i - 1]),
+                      "%s: %.0f B runs %s, %.0f B %s, with no point at the change between",
+                      dear_coll_op_short(op), c->pt_bytes[i - 1], dear_coll_algo_name(ALGO_AT(c->pt_bytes[i - 1])),
+                      c->pt_bytes[i], dear_coll_algo_name(ALGO_AT(c->pt_bytes[i])));
+    }
+    for (int j = 1; j < ns; j++)
+        changes += ALGO_AT(sizes[j]) != ALGO_AT(sizes[j - 1]);
+#undef ALGO_AT
+    ck_assert_msg(gaps == changes, "%s: %d change(s) of algorithm sampled on both sides, %d made",
+                  dear_coll_op_short(op), gaps, changes);
+    if (ctx->cm.coll_topo == NULL && ctx->cm.size <= 8 && getenv("DEAR_COLL_ALGO") == NULL)
+        ck_assert_msg(changes >= 1, "%s: no change of algorithm on one host", dear_coll_op_short(op));
+}
+
 START_TEST(test_calibration)
 {
     long long id = (long long)getpid();
@@ -660,11 +691,12 @@ START_TEST(test_calibration)
         ck_assert_msg(any, "no fitted line for %s", dear_coll_op_short((dear_coll_op_t)op));
         /* what the selection table runs, measured at every calibration size: a curve */
         const dear_cost_line_t *c = &ctx->online.cost.line[op][DEAR_ALGO_AUTO];
-        ck_assert_msg(c->valid && c->npts == 7, "%s: auto curve valid %d with %d points",
+        ck_assert_msg(c->valid && c->npts >= 7, "%s: auto curve valid %d with %d points",
                       dear_coll_op_short((dear_coll_op_t)op), c->valid, c->npts);
         for (int i = 1; i < c->npts; i++)
             ck_assert(c->pt_bytes[i] > c->pt_bytes[i - 1] && c->pt_sec[i] >= c->pt_sec[i - 1]);
         ck_assert(c->pt_sec[0] > 0);
+        auto_curve_sides(ctx, (dear_coll_op_t)op, c);
     }
     /* and each with DEAR_MAX_INFLIGHT (4) in flight, at 8, 64 and 256 KiB */
     burst_curves(&ctx->online.cost, 4, 3, 7);
