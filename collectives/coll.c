@@ -32,8 +32,9 @@ static const dear_coll_algo_ops_t *const algo_table[DEAR_ALGO_COUNT] = {
 #undef ALGO_OPS_
 
 /* The selection table (figures: docs/PERFORMANCE.md#selection-table), for communicators hier
- * does not fit (see hier below). From 2 to DIRECT_MAX_RANKS ranks: the direct exchange up to direct_max[multihost][op] bytes (one round instead of P-1),
- * the pipelined ring above it (overlaps reduction with transfer, one flow per link). Row 1, a
+ * does not fit (see hier below). From 2 to DIRECT_MAX_RANKS ranks: the direct exchange up to
+ * direct_max[multihost][op] bytes (one round instead of P-1), the pipelined ring above it
+ * (overlaps reduction with transfer, one flow per link). Row 1, a
  * communicator over several hosts, keeps reduce-scatters and larger all-gathers and all-reduces
  * on the ring: P-1 senders converging on each receiver's link lose to it there. Above
  * DIRECT_MAX_RANKS (not measured) rhd up to rhd_max[pow2 ? 0 : 1], the ring above.

@@ -28,12 +28,12 @@
 /* Sizes from start-up dominated to bandwidth dominated; the largest sets the time per byte the
  * curve is extended with. Where the selection table changes algorithm between two of them, both
  * sides of the change are timed too (item_sizes): a curve drawn across the change would price
- * the sizes between by neither algorithm. Each size is timed as a stream of back-to-back collectives of at least
- * CALIB_STREAM_BYTES (and CALIB_REPS) after an untimed CALIB_WARM_BYTES, because the runtime's
- * channel runs them one behind the other and a network's burst allowance flatters collectives
- * timed alone. A stream gives the median time per collective of the slowest rank's completions
- * (dear_stream_median) and CALIB_PASSES passes the median of theirs, because stalls only ever
- * add time (docs/PERFORMANCE.md#calibration). */
+ * the sizes between by neither algorithm. Each size is timed as a stream of back-to-back
+ * collectives of at least CALIB_STREAM_BYTES (and CALIB_REPS) after an untimed
+ * CALIB_WARM_BYTES, because the runtime's channel runs them one behind the other and a
+ * network's burst allowance flatters collectives timed alone. A stream gives the median time
+ * per collective of the slowest rank's completions (dear_stream_median) and CALIB_PASSES passes
+ * the median of theirs, because stalls only ever add time (docs/PERFORMANCE.md#calibration). */
 static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20 };
 #define CALIB_NSIZES ((int)(sizeof calib_bytes / sizeof calib_bytes[0]))
 #define CALIB_MAX_SIZES DEAR_COST_MAXPTS /* with the sides of the algorithm changes */
