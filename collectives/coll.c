@@ -443,10 +443,16 @@ static void widen_finish(dear_coll_req_t *r)
     r->buf = r->saved_buf;
 }
 
-/* The format r's phase (r->op) travels in: compression applies to float32 on two or more ranks. */
+/* The format a phase travels in: compression applies to float32 on two or more ranks. */
+static dear_compress_t wire_of(dear_dtype_t dtype, int nranks, dear_compress_t c)
+{
+    return dtype == DEAR_FLOAT32 && nranks > 1 ? c : DEAR_COMPRESS_NONE;
+}
+
+/* The format r's phase (r->op) travels in. */
 static dear_compress_t wire_format(const dear_coll_req_t *r, dear_compress_t c)
 {
-    return r->user_dtype == DEAR_FLOAT32 && r->nranks > 1 ? c : DEAR_COMPRESS_NONE;
+    return wire_of(r->user_dtype, r->nranks, c);
 }
 
 /* Compression (coll.h): the phase about to run moves onto a 16-bit copy of the vector, made
@@ -580,13 +586,15 @@ int dear_coll_queued(const dear_coll_req_t *req)
     return req != NULL && req->algo == DEAR_ALGO_NATIVE;
 }
 
-/* The algorithm a collective runs: algo, or the selection table's for auto, on the bytes that
- * travel; an int8 phase (q8) where the choice cannot quantize once per phase takes the direct
- * exchange; an algorithm needing blocks on a vector without them, the ring (DEAR_COLL_ALGO may
- * force one). hier on a communicator it does not fit is left for the caller to refuse. */
-static dear_coll_algo_t pick_algo(dear_coll_op_t op, dear_coll_algo_t algo, size_t bytes, int q8,
-                                  size_t sparse_block, int nranks, const dear_coll_topo_t *topo)
+/* The algorithm a collective of payload bytes runs: algo, or the selection table's for auto on
+ * the bytes that travel in wire (half for a 16-bit vector); an int8 phase (q8) where the choice
+ * cannot quantize once per phase takes the direct exchange; an algorithm needing blocks on a
+ * vector without them, the ring (DEAR_COLL_ALGO may force one). hier on a communicator it does
+ * not fit is left for the caller to refuse. */
+static dear_coll_algo_t pick_algo(dear_coll_op_t op, dear_coll_algo_t algo, size_t payload, dear_compress_t wire,
+                                  int q8, size_t sparse_block, int nranks, const dear_coll_topo_t *topo)
 {
+    size_t bytes = (size_t)((double)payload * dear_compress_ratio(wire));
     dear_coll_algo_t a = algo == DEAR_ALGO_AUTO ? dear_coll_select(op, bytes, nranks, topo) : algo;
     int q8_runs = (a == DEAR_ALGO_HIER && hier_fits(topo, nranks)) || (a == DEAR_ALGO_SPARSE && sparse_block > 0);
     if (q8 && !q8_runs)
@@ -597,13 +605,14 @@ static dear_coll_algo_t pick_algo(dear_coll_op_t op, dear_coll_algo_t algo, size
 }
 
 dear_coll_algo_t dear_coll_algo_for(dear_coll_op_t op, size_t count, dear_compress_t comp, int nranks,
-                                    const dear_coll_topo_t *topo)
+                                    const dear_coll_topo_t *topo, const dear_net_t *net)
 {
+    if (net && net->tp->ops->coll_start) /* as dear_coll_start: the transport's own */
+        return DEAR_ALGO_NATIVE;
     if ((unsigned)op >= DEAR_COLL_OP_COUNT || (unsigned)comp >= DEAR_COMPRESS_COUNT)
         return DEAR_ALGO_RING;
-    dear_compress_t wire = nranks > 1 ? comp : DEAR_COMPRESS_NONE;
-    size_t bytes = (size_t)((double)(count * sizeof(float)) * dear_compress_ratio(wire));
-    return pick_algo(op, DEAR_ALGO_AUTO, bytes, wire == DEAR_COMPRESS_INT8, 0, nranks, topo);
+    dear_compress_t wire = wire_of(DEAR_FLOAT32, nranks, comp);
+    return pick_algo(op, DEAR_ALGO_AUTO, count * sizeof(float), wire, wire == DEAR_COMPRESS_INT8, 0, nranks, topo);
 }
 
 int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
@@ -652,15 +661,13 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         }
     }
 
-    /* The selection table sees the bytes that travel: half for a 16-bit vector. int8 quantizes
-     * once per phase, which the direct exchange does, hier across its hosts (inside them it
-     * moves float32) and sparse (its values only): either phase int8, it runs hier or sparse
-     * where that was chosen, else direct. */
+    /* int8 quantizes once per phase, which the direct exchange does, hier across its hosts
+     * (inside them it moves float32) and sparse (its values only): either phase int8, it runs
+     * hier or sparse where that was chosen, else direct (pick_algo). */
     dear_compress_t comp = args->compress, comp_ag = args->compress_ag;
     dear_compress_t wire = wire_format(r, comp);
     dear_compress_t wire_ag = args->op == DEAR_COLL_ALLREDUCE ? wire_format(r, comp_ag) : DEAR_COMPRESS_NONE;
     int q8 = wire == DEAR_COMPRESS_INT8 || wire_ag == DEAR_COMPRESS_INT8;
-    size_t bytes = (size_t)((double)(r->total * r->esize) * dear_compress_ratio(wire));
     if (args->nblocks == 0 && q8)
         r->ef = args->ef;
     r->topo = args->topo;
@@ -679,7 +686,7 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req)
         rc = DEAR_ERR_UNSUPPORTED;
         goto err;
     }
-    r->algo = pick_algo(args->op, args->algo, bytes, q8, args->sparse_block, nranks, args->topo);
+    r->algo = pick_algo(args->op, args->algo, r->total * r->esize, wire, q8, args->sparse_block, nranks, args->topo);
     if (r->algo == DEAR_ALGO_HIER && !hier_fits(args->topo, nranks)) {
         DEAR_ERROR("coll", "dear_coll_start: algo hier needs the topology of a communicator spanning 2..64 hosts of "
                            "2 or more ranks each, all alike (args.topo from dear_coll_topo_create); this one has %s",

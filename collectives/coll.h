@@ -234,10 +234,11 @@ void dear_coll_each_req(dear_coll_req_t *req, dear_net_req_fn_t fn, void *arg);
 dear_coll_algo_t dear_coll_select(dear_coll_op_t op, size_t bytes, int nranks, const dear_coll_topo_t *topo);
 
 /* The algorithm dear_coll_start runs for a dense float32 vector of count elements with algo
- * auto, both phases travelling in comp, on nranks ranks with these hosts: the selection table
- * on the bytes that travel, then what compression requires. The calibration times each size as
- * it will run and samples both sides of every change of algorithm. */
+ * auto, both phases travelling in comp, on nranks ranks with these hosts over net (NULL: a host
+ * transport): native where the transport runs its own collectives, else the selection table on
+ * the bytes that travel, then what compression requires. The calibration times each size as it
+ * will run and samples both sides of every change of algorithm. */
 dear_coll_algo_t dear_coll_algo_for(dear_coll_op_t op, size_t count, dear_compress_t comp, int nranks,
-                                    const dear_coll_topo_t *topo);
+                                    const dear_coll_topo_t *topo, const dear_net_t *net);
 
 #endif

@@ -256,33 +256,32 @@ static int items_needed(const dear_ctx_t *ctx, const calib_burst_t *burst, int c
     return n;
 }
 
-/* The algorithm a float32 size of item it runs on this context's communicator. */
-static dear_coll_algo_t item_algo(const dear_ctx_t *ctx, calib_item_t it, size_t bytes)
+/* The algorithm a float32 size of item it runs on this context's communicator over net. */
+static dear_coll_algo_t item_algo(const dear_ctx_t *ctx, const dear_net_t *net, calib_item_t it, size_t bytes)
 {
     return dear_coll_algo_for((dear_coll_op_t)it.op, bytes / sizeof(float), (dear_compress_t)it.fmt, ctx->cm.size,
-                              ctx->cm.coll_topo);
+                              ctx->cm.coll_topo, net);
 }
 
 /* it->bytes: the calibration sizes, and where the algorithm changes between two of them, the
  * last size before the change and the first after it (whole floats, found by bisection; the
  * table's choice changes at thresholds, so each run of one algorithm is an interval). A
- * transport running its own collectives (NCCL) picks no algorithm here: the sizes alone. */
-static void item_sizes(const dear_ctx_t *ctx, calib_item_t *it)
+ * transport running its own collectives (NCCL) runs native at every size: the sizes alone. */
+static void item_sizes(const dear_ctx_t *ctx, const dear_net_t *net, calib_item_t *it)
 {
-    const dear_net_t *net = ctx->mem.net ? ctx->mem.net : ctx->cm.net;
-    int native = net != NULL && net->tp->ops->coll_start != NULL;
     const size_t f = sizeof(float);
     int n = 0;
     for (int s = 0; s < CALIB_NSIZES; s++) {
         size_t lo = s > 0 ? calib_bytes[s - 1] : 0, hi = calib_bytes[s];
         /* Each change of algorithm in (lo, hi): its two sides, while room is left for the sizes. */
-        while (s > 0 && !native && n + 2 + (CALIB_NSIZES - s) <= CALIB_MAX_SIZES &&
-               item_algo(ctx, *it, lo) != item_algo(ctx, *it, hi)) {
-            dear_coll_algo_t a = item_algo(ctx, *it, lo);
+        while (s > 0 && n + 2 + (CALIB_NSIZES - s) <= CALIB_MAX_SIZES) {
+            dear_coll_algo_t a = item_algo(ctx, net, *it, lo);
+            if (a == item_algo(ctx, net, *it, hi))
+                break;
             size_t last = lo, first = hi; /* last runs a, first does not */
             while (first - last > f) {
                 size_t mid = last + (first - last) / f / 2 * f;
-                *(item_algo(ctx, *it, mid) == a ? &last : &first) = mid;
+                *(item_algo(ctx, net, *it, mid) == a ? &last : &first) = mid;
             }
             if (last != lo)
                 it->bytes[n++] = last;
@@ -306,9 +305,10 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, calib_item_t *
     size_t nk = (size_t)nits * CALIB_MAX_SIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
     size_t nc = nt * CALIB_MAX_REPS; /* sample k's completions: c[k * CALIB_MAX_REPS + i] */
     double t_start = dear_now();
+    dear_net_t *net = ctx->mem.net ? ctx->mem.net : ctx->cm.net; /* the gradients' */
     int nsizes = 0;
     for (int i = 0; i < nits; i++) {
-        item_sizes(ctx, &its[i]);
+        item_sizes(ctx, net, &its[i]);
         nsizes += its[i].nsizes;
     }
 
@@ -348,7 +348,7 @@ agree:;
                 args.dtype = DEAR_FLOAT32;
                 args.compress = args.compress_ag = (dear_compress_t)its[i].fmt; /* no error feedback */
                 args.comm = ctx->cm.comm;
-                args.net = ctx->mem.net ? ctx->mem.net : ctx->cm.net;
+                args.net = net;
                 args.mem = mo;
                 args.topo = ctx->cm.coll_topo;
                 args.tag = 0; /* nothing else runs on the communicator before commit ends */

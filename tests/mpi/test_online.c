@@ -632,7 +632,8 @@ static void auto_curve_sides(const dear_ctx_t *ctx, dear_coll_op_t op, const dea
             found += c->pt_bytes[i] == sizes[j];
     ck_assert_msg(found == ns, "%s: %d of the %d calibration sizes in the curve", dear_coll_op_short(op), found, ns);
 #define ALGO_AT(b) \
-    dear_coll_algo_for(op, (size_t)(b) / sizeof(float), DEAR_COMPRESS_NONE, ctx->cm.size, ctx->cm.coll_topo)
+    dear_coll_algo_for(op, (size_t)(b) / sizeof(float), DEAR_COMPRESS_NONE, ctx->cm.size, ctx->cm.coll_topo, \
+                       ctx->cm.net)
     for (int i = 1; i < c->npts; i++) {
         int gap = c->pt_bytes[i] - c->pt_bytes[i - 1] == sizeof(float);
         gaps += gap;
