@@ -2,8 +2,8 @@
 """compress-report.py: the "Gradient compression" section of docs/PERFORMANCE.md from
 bench/results/compress-*.csv (bench/compress-perf.sh writes them), standard library only.
 
-Lower bound of a configuration: as bench/e2e-report.py's (max(compute + the first layer's
-tail, reduce-scatter + all-gather at the link rate)), each phase counting the bytes that
+Lower bound of a configuration: bench/e2e-report.py's (compute, or for some layer k the compute
+of layers k..L-1 plus the link time of layers 0..k), each phase counting the bytes that
 travel: half for a phase compressed to 16 bits, (256 + 4) / 1024 for int8 (a byte per value and
 a float32 scale per 256).
 
@@ -173,16 +173,7 @@ def size_text(b):
 def wire_bound(row, hosts, rate, f_rs, f_ag, upd_ms=0.0):
     """e2e-report's link bound with each phase's bytes scaled by f_rs, f_ag (wire_of), upd_ms of
     updates counted as compute (e2e-report's least_updates)."""
-    prof = os.path.join(e2e.PROFILES_DIR, row["model"] + ".prof")
-    _, tensors = e2e.load_profile(prof)
-    tb = e2e.scaled_bytes(tensors, float(row["size_scale"]))
-    f = [f_rs, f_ag]
-    per_phase = lambda s: (hosts - 1) / hosts * s / rate
-    total = sum(b for _, _, b in tb)
-    first = sum(b for _, l, b in tb if l == tb[0][1])
-    comm = per_phase(total * f[0]) + per_phase(total * f[1])
-    tail = per_phase(first * f[0]) + per_phase(first * f[1])
-    return 1e3 * max((float(row["compute_ms"]) + upd_ms) / 1e3 + tail, comm)
+    return e2e.link_bound(row, hosts, rate, upd_ms=upd_ms, f_rs=f_rs, f_ag=f_ag)
 
 
 def wire_of(config):

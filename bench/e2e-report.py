@@ -14,13 +14,15 @@
           predicted iteration and the error; exit 0 within --max-err percent, 1 off by more,
           3 when the machine stalled the run (then the error says little: run it again).
 
-Lower bound: max(compute + the unavoidable tail, reduce-scatter + all-gather of all gradients
-at the link rate), the tail being the reduce-scatter of the first layer's gradients, ready only
-when backward ends, and their all-gather, needed before the first forward layer (its bytes are
-part of the second term: counted once, beside compute or within all the bytes). At the link rate
-each host must send (H-1)/H of the gradient bytes per phase over its own link (H hosts), which
-no algorithm can beat; the rate is the measured one-way TCP rate of bench/results/p2p-*.csv
-when present, else 95% of the nominal rate (TCP payload per frame).
+Lower bound (as dear-bench's, apps/bench/predict.c): compute runs on one thread, updates
+included, and a layer's gradients exist only when its backward ends and are needed all-gathered
+when its forward begins. So for each layer k the bytes of layers 0..k cross the link between the
+end of k's backward and the start of its next forward, while the forward and backward of layers
+k..L-1 fill the rest of the iteration: the bound is max(compute + updates, max over k of
+compute(k..L-1) + link time of layers 0..k). k = 0 is the first layer's tail; the last k is all
+the bytes. At the link rate each host must send (H-1)/H of the gradient bytes per phase over its
+own link (H hosts), which no algorithm can beat; the rate is the measured one-way TCP rate of
+bench/results/p2p-*.csv when present, else 95% of the nominal rate (TCP payload per frame).
 """
 import argparse
 import html
@@ -130,38 +132,51 @@ def least_updates(rows):
     return min(v) if v else 0.0
 
 
-def link_bound(row, hosts, rate, parts=False, sparse=False, upd_ms=0.0):
-    """The lower bound at the link rate, in ms, for one CSV row; with parts, also its tail (ms)
-    and the first layer's share of the gradient bytes. With sparse, the profile's sparse tensors
-    count by the bytes their non-zero rows and 4-byte indices put on the wire in each phase, at
-    the densities dear-bench replays (never more than dense), instead of their whole size.
-    upd_ms of updates count as compute (least_updates)."""
+def link_bound(row, hosts, rate, parts=False, sparse=False, upd_ms=0.0, f_rs=1.0, f_ag=1.0):
+    """The lower bound at the link rate, in ms, for one CSV row (as dear-bench's): the compute
+    with upd_ms of updates (least_updates), or for some layer k the compute of layers k..L-1 plus
+    the link time of layers 0..k, whose gradients exist only once backward has passed k and are
+    needed all-gathered when the next forward reaches k. With parts, also how far the bound lies
+    above compute (ms), and the layers 0..k of the cut that sets it (their count and share of the
+    gradient bytes). With sparse, the profile's sparse tensors count by the bytes their non-zero
+    rows and 4-byte indices put on the wire in each phase, at the densities dear-bench replays
+    (never more than dense), instead of their whole size. f_rs, f_ag scale each phase's wire
+    bytes (compression)."""
     prof = os.path.join(PROFILES_DIR, row["model"] + ".prof")
     if not os.path.exists(prof):
-        return (float("nan"),) * 3 if parts else float("nan")
+        return (float("nan"),) * 4 if parts else float("nan")
     records = {}
-    _, tensors = load_profile(prof, records)
+    layers, tensors = load_profile(prof, records)
     sscale = float(row["size_scale"])
     tb = scaled_bytes(tensors, sscale)
-    wire = []   # (layer, reduce-scatter bytes, all-gather bytes)
+    pos = {lid: k for k, (lid, _, _) in enumerate(layers)}
+    link = [0.0] * len(layers)   # per layer, seconds on the link (both phases)
+    per_phase = lambda s: (hosts - 1) / hosts * s / rate
     for (name, layer, b), (_, _, full) in zip(tb, tensors):
+        rs = ag = b
         if sparse and name in records:
             block, drs, _ = records[name]
             rows = max(1, math.floor(full // block * sscale + 0.5))
             b = rows * block
-            rs, ag = replay_densities(rows, drs, int(row["np"]))
-            wire.append((layer, min(b, rs * b * (1 + 4 / block)), min(b, ag * b * (1 + 4 / block))))
-        else:
-            wire.append((layer, b, b))
+            d_rs, d_ag = replay_densities(rows, drs, int(row["np"]))
+            rs, ag = min(b, d_rs * b * (1 + 4 / block)), min(b, d_ag * b * (1 + 4 / block))
+        link[pos[layer]] += per_phase(rs * f_rs) + per_phase(ag * f_ag)
+    # The CSV's compute, spread over the layers as the profile spreads it (time_scale times the
+    # profile's, as dear-bench replays it).
+    comp = float(row["compute_ms"]) / 1e3
+    prof_comp = sum(f + b for _, f, b in layers) or 1.0
+    fb = [comp * (f + b) / prof_comp for _, f, b in layers]
+    bound, cut, after, sent = comp + upd_ms / 1e3, -1, comp, 0.0
+    for k in range(len(layers)):
+        sent += link[k]
+        if after + sent > bound:
+            bound, cut = after + sent, k
+        after -= fb[k]
+    if not parts:
+        return 1e3 * bound
     total = sum(b for _, _, b in tb)
-    first = sum(b for _, l, b in tb if l == tb[0][1])
-    per_phase = lambda s: (hosts - 1) / hosts * s / rate
-    comm = per_phase(sum(w[1] for w in wire)) + per_phase(sum(w[2] for w in wire))
-    tail = sum(per_phase(w[1]) + per_phase(w[2]) for w in wire if w[0] == tb[0][1])
-    comp = (float(row["compute_ms"]) + upd_ms) / 1e3
-    # The tail's bytes are part of comm: counted once, either beside compute or within comm.
-    bound = 1e3 * max(comp + tail, comm)
-    return (bound, 1e3 * tail, first / total) if parts else bound
+    share = sum(b for _, l, b in tb if pos[l] <= cut) / total if cut >= 0 else 0.0
+    return 1e3 * bound, 1e3 * (bound - comp), cut + 1, share
 
 
 def product(by):
@@ -311,10 +326,10 @@ def cmd_report(a):
         hosts = int(m.group(1)) if m else int(rows[0]["np"])
         ok = [r for r in rows if r["check"] == "ok"]
         upd = least_updates(rows)
-        bound, tail, first_share = link_bound(rows[0], hosts, rate, parts=True, upd_ms=upd)
+        bound, over, ncut, cut_share = link_bound(rows[0], hosts, rate, parts=True, upd_ms=upd)
         sparse_case = any(r["config"].endswith("+sparse") for r in rows)
-        sbound, stail, _ = (link_bound(rows[0], hosts, rate, parts=True, sparse=True, upd_ms=upd) if sparse_case
-                            else (bound, tail, 0))
+        sbound, sover, sncut, scut_share = (link_bound(rows[0], hosts, rate, parts=True, sparse=True, upd_ms=upd)
+                                            if sparse_case else (bound, over, ncut, cut_share))
         bound_of = lambda r: sbound if r["config"].endswith("+sparse") else bound
         md += ["### %s" % name, "",
                "%s, %s ranks on %d host(s); gradients %.2f MiB (size x %s), compute %.1f ms (time x %s)."
@@ -347,7 +362,7 @@ def cmd_report(a):
         # The end-to-end targets, judged on the product configuration (dear+auto, sparse where it ran).
         auto = by.get(prod)
         t = {"case": name, "rows": by, "product": prod, "bound_ms": sbound if sparse_case else bound,
-             "tail": stail if sparse_case else tail, "first_share": first_share}
+             "over": sover if sparse_case else over, "cut": (sncut, scut_share) if sparse_case else (ncut, cut_share)}
         if auto:
             ta = float(auto["iter_ms"])
             others = [(float(r["iter_ms"]), r["config"]) for r in ok if r["config"] != prod]
@@ -405,26 +420,25 @@ def why_missed(summary):
     out = ["Where a target is missed, from the figures above (the timelines and predicted Gantt charts "
            "show the same):", ""]
     for t in summary:
-        by, b, tail = t["rows"], t["bound_ms"], t["tail"]
+        by, b, over = t["rows"], t["bound_ms"], t["over"]
         auto = by.get(t["product"])
         if not auto:
             continue
         ta = float(auto["iter_ms"])
         notes = []
-        big_tail = tail > 0.05 * b
+        big_over = over > 0.05 * b
+        why_over = ("%.1f ms of it beyond compute: the gradients of the first %d layer(s) (%.0f%% of the bytes) "
+                    "must cross the link between the end of their backward and the start of their next forward"
+                    % (over, t["cut"][0], 100 * t["cut"][1]))
         if "x1.3" in t and not t["x1.3"][0]:
             w64 = float(by["wfbp:threshold:64m"]["iter_ms"])
             notes.append("1.3x over wfbp+64M needs %.1f ms or less (auto %.1f ms); even the lower bound, %.1f ms, "
-                         "would be %.2fx%s" % (w64 / 1.3, ta, b, w64 / b,
-                                               ", %.1f ms of it the tail: the first layer's gradients (%.0f%% of the "
-                                               "bytes) are reduced only after backward and gathered before "
-                                               "forward, with nothing to overlap" % (tail, 100 * t["first_share"])
-                                               if big_tail else ""))
+                         "would be %.2fx%s" % (w64 / 1.3, ta, b, w64 / b, ", " + why_over if big_over else ""))
         if "bound" in t and not t["bound"][0]:
             notes.append("auto at %.2f x the bound: %.1f ms exposed%s; the rest is collectives running below the "
                          "link rate (the calibration's stream rate is %s) and waits the plan could not hide"
                          % (ta / b, float(auto["exposed_ms"]),
-                            ", %.1f ms of it the tail at the link rate" % tail if big_tail else "",
+                            ", %.1f ms of it the bound's own beyond compute" % over if big_over else "",
                             "below the one-way TCP rate, and smaller buckets pay their start-up"))
         if "x_wfbp_sparse" in t and not t["x_wfbp_sparse"][0]:
             ws = by["wfbp:threshold:64m+sparse"]
@@ -540,7 +554,10 @@ def doc_section(command, meta, summary, section="e2e", title=None):
     L += ["Median iteration time in ms (slowest rank), compute emulated by sleeping, real gradients through "
           "libdear; *x w64* = wfbp+64M / dear+auto (dear+auto+sparse in the sparse cases, which also run "
           "wfbp+64M with sparse communication); *bound* = the lower bound (for sparse communication, with "
-          "the embedding's expected wire bytes); *pred* = the simulator's error for that configuration.", "",
+          "the embedding's expected wire bytes), the most of: the compute with the least updates, and for "
+          "each layer k the compute of layers k..L-1 plus the link time of layers 0..k (their gradients "
+          "exist only once backward has passed k and must be all-gathered before the next forward reaches "
+          "it); *pred* = the simulator's error for that configuration.", "",
           "| case | %s | x w64 | auto/bound | pred |" % " | ".join(heads),
           "|---|%s---|---|---|" % ("---|" * len(cols))]
     for t in summary:

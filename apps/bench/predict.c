@@ -311,18 +311,22 @@ int bench_measure_links(double mbps, bench_links_t *links)
 
 double bench_lower_bound(const bench_model_t *m, const bench_links_t *links, double upd_s)
 {
-    double comp = dear_prof_fwd_total(&m->prof) + dear_prof_bwd_total(&m->prof) + upd_s;
-    double all = 0, first = 0;
-    int l0 = m->prof.tensors[0].lidx;
-    for (int t = 0; t < m->prof.ntensors; t++)
-        for (int ph = 0; ph < 2; ph++) {
-            double w = dear_prof_wire_bytes(&m->prof.tensors[t], ph ? DEAR_COLL_ALLGATHER : DEAR_COLL_REDUCE_SCATTER);
-            all += w;
-            first += m->prof.tensors[t].lidx == l0 ? w : 0;
-        }
+    const dear_profile_t *p = &m->prof;
     /* the share of each phase's bytes that must cross the bottleneck link */
     int n = links->hosts > 1 ? links->hosts : bench_size;
     double share = n > 1 ? (double)(n - 1) / n : 0;
-    double comm = share * all / links->rate, tail = share * first / links->rate;
-    return fmax(comp + tail, comm);
+    double fb = 0, link = 0, bound;
+    for (int l = 0; l < p->nlayers; l++)
+        fb += p->layers[l].fwd_s + p->layers[l].bwd_s;
+    bound = fb + upd_s;
+    /* Cut after layer k: fb holds compute(k..L-1), link the link time of layers 0..k. */
+    for (int l = 0, t = 0; l < p->nlayers; l++) {
+        for (; t < p->ntensors && p->tensors[t].lidx == l; t++)
+            for (int ph = 0; ph < 2; ph++)
+                link += share * dear_prof_wire_bytes(&p->tensors[t], ph ? DEAR_COLL_ALLGATHER
+                                                                           : DEAR_COLL_REDUCE_SCATTER) / links->rate;
+        bound = fmax(bound, fb + link);
+        fb -= p->layers[l].fwd_s + p->layers[l].bwd_s;
+    }
+    return bound;
 }

@@ -41,10 +41,13 @@ typedef struct {
  * (on its own host when there is one). Collective. */
 int bench_measure_links(double mbps, bench_links_t *links);
 
-/* The iteration time no schedule can beat over these links: every phase must move, through the
- * bottleneck link, at least (H-1)/H of the bytes its gradient puts on the wire (H hosts; with one
- * host, (P-1)/P through each rank's), and the first layer's reduce-scatter and all-gather cannot
- * overlap compute, which includes upd_s of updates: max(compute + that tail, all phases). */
+/* The iteration time no schedule can beat over these links, with compute running on one thread
+ * (updates too, upd_s of them per iteration) and a layer's gradients ready when its backward ends,
+ * needed all-gathered when its forward begins. Every phase must move, through the bottleneck link,
+ * at least (H-1)/H of the bytes its gradient puts on the wire (H hosts; with one host, (P-1)/P
+ * through each rank's). For each layer k, the bytes of layers 0..k travel between the end of k's
+ * backward and the start of k's next forward, while the forward and backward of layers k..L-1 take
+ * the rest of the iteration: max(compute + upd_s, max over k of compute(k..L-1) + link(0..k)). */
 double bench_lower_bound(const bench_model_t *m, const bench_links_t *links, double upd_s);
 
 #endif /* DEAR_APPS_BENCH_PREDICT_H */
