@@ -738,8 +738,9 @@ static void report(bench_t *b)
     bench_say("compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
         "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); vs_w64: over "
         "wfbp:threshold:64m with every tensor whole; pred: simulator with cost model %s, each layer's "
-        "measured update (SGD) time counted as forward compute; bound: with the least update time any schedule "
-        "needs (a sharded one's, or an unsharded one's over P)\n",
+        "measured update (SGD) time counted as forward compute; bound: what no schedule beats, the most of compute "
+        "with the least update time any schedule needs (a sharded one's, or an unsharded one's over P) and, for "
+        "each layer k, the compute of layers k.. plus the link time of layers 0..k\n",
         (dear_prof_fwd_total(&b->m.prof) + dear_prof_bwd_total(&b->m.prof)) * 1e3, b->model.source);
 }
 
