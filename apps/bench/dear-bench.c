@@ -597,7 +597,9 @@ static void predict_configs(bench_t *b)
     for (int i = 0; i < b->o.nconfigs; i++) {
         const bench_config_t *c = &b->o.configs[i];
         bench_model_price_sparse(&b->m, c->sparse);
-        dear_prof_set_compress(&b->m.prof, -1, (dear_compress_t)c->comp_rs, (dear_compress_t)c->comp_ag);
+        /* Sharded, the all-gathers carry parameters, which the runtime sends uncompressed. */
+        dear_prof_set_compress(&b->m.prof, -1, (dear_compress_t)c->comp_rs,
+                               c->shard ? DEAR_COMPRESS_NONE : (dear_compress_t)c->comp_ag);
         b->bounds[i] = bench_lower_bound(&b->m, &b->links, upd_least);
         b->res[i].upd_s = config_updates(b, i, upd_s);
         if (upd_s)

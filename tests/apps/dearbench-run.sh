@@ -68,6 +68,17 @@ for lr in 100 1000 0.01; do
     *) fail "--link-rate $lr: $warned warning(s)" ;;
     esac
 done
+# A compressed configuration's bound counts the bytes that travel; sharded, the all-gathers carry
+# parameters, which travel in float32. At 100 MB/s the cut after layer 1 (200400 bytes) sets both:
+# bf16 in both phases 2.5 + 1.002 ms, sharded bf16 (the reduce-scatter only) 2.5 + 1.503 ms.
+bench 2 --profile "$TINY" --iters 2 --warmup 3 --configs "dear:auto+bf16;dear:auto+shard+bf16" --link-rate 100 \
+    --csv "$TMPD/sb.csv"
+[ $rc -eq 0 ] || { cat "$TMPD/out" >&2; fail "sharded bf16 bound: exit status $rc"; }
+python3 - "$TMPD/sb.csv" <<'PY' || fail "sharded bf16: the bound does not count float32 all-gathers"
+import csv, sys
+by = {r["config"]: float(r["bound_ms"]) for r in csv.DictReader(open(sys.argv[1]))}
+assert abs(by["dear:auto+bf16"] - 3.502) < 2e-4 and abs(by["dear:auto+shard+bf16"] - 4.003) < 2e-4, by
+PY
 # --rounds: the configurations run twice, 5 measured iterations split 3 + 2, pooled; the
 # default warm-up per planner (3 for a fixed plan).
 bench 2 --profile "$TINY" --iters 5 --rounds 2 --configs "dear:threshold:100k;wfbp:none" --csv "$TMPD/rr.csv"
