@@ -5,6 +5,9 @@ EXTRA_DIST += tests/apps/dearbench-lib.sh tests/apps/dearbench-tiny.prof
 # The end-to-end matrix (needs root and the emulated cluster; not run by make check);
 # its report, the judge of the issue's targets, on made-up CSVs with known verdicts.
 SH_TESTS += tests/apps/e2e-report.sh
+# The compression report's int8 ceilings and int4 rows, on made-up CSVs, against hand figures.
+SH_TESTS += tests/apps/compress-report.sh
+EXTRA_DIST += bench/compress-report.py bench/compress-perf.sh
 # The simulator's prediction of dear+auto on the emulated cluster, 2 hosts x 2 ranks, within 10%
 # of the measured iteration (skips without root, namespaces or tbf).
 SH_TESTS += tests/apps/e2e-predict.sh

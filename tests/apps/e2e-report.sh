@@ -58,21 +58,7 @@ python3 "$report" report --results "$dir" --rate 1gbit --command "test" --doc "$
 md=$dir/e2e.md
 [ -s "$md" ] || fail "no e2e.md"
 
-# The bound by hand, from the profile: compute C ms spread over the layers as the profile spreads
-# it, each tensor's bytes scaled as dear-bench rounds them (whole floats), both phases of each
-# host's 3/4 at 100 MB/s; the largest of C and, for each layer k, the compute of layers k.. plus
-# the link time of layers 0..k (the bytes of layers 0..k cross while those layers wait). A tensor
-# named NAME travels RS + AG bytes instead of twice its size (the sparse case's embedding).
-cut_bound() {   # PROFILE SCALE C [NAME RS AG]
-    awk -v s="$2" -v C="$3" -v name="${4:-}" -v rs="${5:-0}" -v ag="${6:-0}" '
-        $1 == "layer" { pos[$2] = n + 0; fb[n++] = $3 + $4; tot += $3 + $4 }
-        $1 == "tensor" { b = 4 * int($4 / 4 * s + 0.5); if (b < 4) b = 4
-                         link[pos[$3]] += ($2 == name ? rs + ag : 2 * b) * 0.75 / 1e8 * 1e3 }
-        END { bound = C; after = C; sent = 0
-              for (k = 0; k < n; k++) { sent += link[k]; if (after + sent > bound) bound = after + sent
-                                        after -= C * fb[k] / tot }
-              printf "%.1f", bound }' "$srcdir/fusion/profiles/$1.prof"
-}
+# The bound by hand (report-lib.sh's cut_bound), 4 hosts at 100 MB/s.
 want=$(cut_bound resnet50 0.232324 300)
 grep -q "^Lower bound: $want ms" "$md" || { grep "Lower bound" "$md"; fail "lower bound is not $want ms"; }
 
