@@ -125,7 +125,7 @@ static void op_init(const dear_ctx_t *ctx, dear_op_t *op, dear_coll_op_t kind, i
     op->args.algo = DEAR_ALGO_AUTO;
     op->args.dtype = dtype;
     op->args.comm = ctx->cm.comm;
-    op->args.net = gradients && ctx->mem.net ? ctx->mem.net : ctx->cm.net;
+    op->args.net = gradients ? dear_rt_work_net(ctx) : ctx->cm.net;
     op->args.topo = ctx->cm.coll_topo;
     op->args.mem = gradients ? dear_rt_work_ops(ctx) : &dear_mem_host_ops;
     op->args.scale = 1.0;

@@ -305,7 +305,7 @@ static int calibrate(dear_ctx_t *ctx, const calib_burst_t *burst, calib_item_t *
     size_t nk = (size_t)nits * CALIB_MAX_SIZES, nt = nk * CALIB_PASSES; /* t[pass * nk + k] */
     size_t nc = nt * CALIB_MAX_REPS; /* sample k's completions: c[k * CALIB_MAX_REPS + i] */
     double t_start = dear_now();
-    dear_net_t *net = ctx->mem.net ? ctx->mem.net : ctx->cm.net; /* the gradients' */
+    dear_net_t *net = dear_rt_work_net(ctx);
     int nsizes = 0;
     for (int i = 0; i < nits; i++) {
         item_sizes(ctx, net, &its[i]);

@@ -624,6 +624,11 @@ static inline dear_memq_t *dear_rt_work_queue(const dear_ctx_t *ctx)
 {
     return ctx->mem.staged ? NULL : ctx->mem.comm;
 }
+/* The net the gradients' collectives run on: the memory's own transport (NCCL) where it has one. */
+static inline dear_net_t *dear_rt_work_net(const dear_ctx_t *ctx)
+{
+    return ctx->mem.net ? ctx->mem.net : ctx->cm.net;
+}
 
 /* engine.c */
 int dear_engine_start(dear_ctx_t *ctx);

@@ -315,10 +315,7 @@ double bench_lower_bound(const bench_model_t *m, const bench_links_t *links, dou
     /* the share of each phase's bytes that must cross the bottleneck link */
     int n = links->hosts > 1 ? links->hosts : bench_size;
     double share = n > 1 ? (double)(n - 1) / n : 0;
-    double fb = 0, link = 0, bound;
-    for (int l = 0; l < p->nlayers; l++)
-        fb += p->layers[l].fwd_s + p->layers[l].bwd_s;
-    bound = fb + upd_s;
+    double fb = dear_prof_fwd_total(p) + dear_prof_bwd_total(p), link = 0, bound = fb + upd_s;
     /* Cut after layer k: fb holds compute(k..L-1), link the link time of layers 0..k. */
     for (int l = 0, t = 0; l < p->nlayers; l++) {
         for (; t < p->ntensors && p->tensors[t].lidx == l; t++)
