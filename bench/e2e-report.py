@@ -206,12 +206,21 @@ def fnum(x, fmt="%.1f"):
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt % x
 
 
+def iter_ms(r):
+    """A configuration's iteration time: the period (the ranks' mean iteration, median over the
+    iterations), which the simulator predicts and which is the training's pace; CSVs from before
+    dear-bench measured it have only the slowest rank's (iter_ms), which jitter between the ranks
+    leaves above the period."""
+    p = r.get("period_ms")
+    return float(p) if p not in (None, "", "nan") else float(r["iter_ms"])
+
+
 def bar_svg(case, rows, bound, path):
     """Horizontal bars: measured iteration time per configuration (compute part darker), the
     simulator's prediction as a tick, the lower bound as a dashed line."""
     w, left, top, bh = 760, 170, 40, 22
     h = top + bh * len(rows) + 62
-    vals = [float(r["iter_ms"]) for r in rows if r["check"] == "ok"] + [float(r["pred_ms"]) for r in rows
+    vals = [iter_ms(r) for r in rows if r["check"] == "ok"] + [float(r["pred_ms"]) for r in rows
                                                                          if r["pred_ms"] not in ("nan", "")]
     vmax = max(vals + [bound if math.isfinite(bound) else 0]) * 1.1 or 1
     x = lambda v: left + (w - left - 20) * v / vmax
@@ -223,7 +232,8 @@ def bar_svg(case, rows, bound, path):
         y = top + i * bh
         out.append('<text x="%d" y="%d" text-anchor="end">%s</text>' % (left - 6, y + 15, html.escape(r["config"])))
         if r["check"] == "ok":
-            it, comp = float(r["iter_ms"]), min(float(r["compute_meas_ms"]), float(r["iter_ms"]))
+            it = iter_ms(r)
+            comp = min(float(r["compute_meas_ms"]), it)
             color = "#d62728" if r["schedule"] == "dear" else "#1f77b4" if r["schedule"] == "wfbp" else "#7f7f7f"
             out.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s" opacity="0.45"/>'
                        % (left, y + 3, x(it) - left, bh - 6, color))
@@ -311,7 +321,8 @@ def cmd_report(a):
     md += ["Each case runs the configurations one after another in one job (dear-bench: compute emulated "
            "by sleeping for the profiled times, real float32 gradients through libdear, parameters checked "
            "against a float64 reference after every configuration). Times are medians over the measured "
-           "iterations of the slowest rank, *q1..q3* their quartiles (the run-to-run noise); *exposed* = "
+           "iterations (of which statistic: below), *q1..q3* and *min..max* those of the slowest rank's "
+           "iterations (the run-to-run noise); *exposed* = "
            "iteration - emulated compute; *pred* = the simulator (fusion/sim.c) on the plan the runtime "
            "ran (read back with dear_plan_save; *plan* gives its planner and, for dear, reduce-scatter "
            "buckets / all-gather groups / groups gathered early, during backward), with the cost model "
@@ -319,7 +330,7 @@ def cmd_report(a):
            "same runs (each size timed as a stream of back-to-back collectives, the model the online "
            "planner used), `bench-fit-mpi` a fallback fit of MPI's collectives; *bound* = the "
            "lower bound at %s. The machine has 2 shared cores: figures are noisy." % rate_note, ""]
-    md += updates_note(cases)
+    md += updates_note(cases) + period_note(cases)
     summary = []
     for name, rows in cases:
         m = re.search(r"-(\d+)x(\d+)$", name)
@@ -338,14 +349,16 @@ def cmd_report(a):
                "| configuration | iter ms | q1..q3 | min..max | exposed ms | blocked ms | vs sync | vs wfbp+64M "
                "| pred ms | pred err | iter/bound | check | plan |",
                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        ref = {c: iter_ms(r) for r in ok for c in ("sync", "wfbp:threshold:64m") if r["config"] == c}
         for r in rows:
             good = r["check"] == "ok"
-            it = float(r["iter_ms"]) if good else float("nan")
+            it = iter_ms(r) if good else float("nan")
+            vs = [ref[c] / it if c in ref else float("nan") for c in ("sync", "wfbp:threshold:64m")]
             md.append("| %s | %s | %s..%s | %s..%s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 r["config"], fnum(it), fnum(quart(r, "iter_q1_ms")), fnum(quart(r, "iter_q3_ms")),
                 fnum(float(r["iter_min_ms"])), fnum(float(r["iter_max_ms"])),
-                fnum(float(r["exposed_ms"]) if good else None), fnum(float(r["blocked_ms"]) if good else None),
-                fnum(float(r["speedup_sync"]), "%.2fx"), fnum(float(r["speedup_wfbp64"]), "%.2fx"),
+                fnum(it - float(r["compute_meas_ms"]) if good else None), fnum(float(r["blocked_ms"]) if good else None),
+                fnum(vs[0], "%.2fx"), fnum(vs[1], "%.2fx"),
                 fnum(float(r["pred_ms"])), fnum(float(r["pred_err_pct"]), "%+.1f%%"),
                 fnum(it / bound_of(r), "%.2f"), r["check"], plan_text(r)))
         md += ["", "Lower bound: %.1f ms%s. ![iteration times](e2e-%s.svg)"
@@ -364,8 +377,8 @@ def cmd_report(a):
         t = {"case": name, "rows": by, "product": prod, "bound_ms": sbound if sparse_case else bound,
              "over": sover if sparse_case else over, "cut": (sncut, scut_share) if sparse_case else (ncut, cut_share)}
         if auto:
-            ta = float(auto["iter_ms"])
-            others = [(float(r["iter_ms"]), r["config"]) for r in ok if r["config"] != prod]
+            ta = iter_ms(auto)
+            others = [(iter_ms(r), r["config"]) for r in ok if r["config"] != prod]
             best = min(others) if others else None
             # Slower beyond noise: more than NOISE, and auto's first quartile above the other's
             # third (the middle halves of the two samples do not overlap).
@@ -377,11 +390,11 @@ def cmd_report(a):
             t["best_other"] = best
             w64 = by.get("wfbp:threshold:64m")
             if "balanced" in name and w64:
-                s = float(w64["iter_ms"]) / ta
+                s = iter_ms(w64) / ta
                 t["x1.3"] = (s >= 1.3, "%.2fx" % s)
             w64s = by.get("wfbp:threshold:64m+sparse")
             if sparse_case and w64s:
-                s = float(w64s["iter_ms"]) / ta
+                s = iter_ms(w64s) / ta
                 t["x_wfbp_sparse"] = (s > 1, "%.2fx" % s)
             t["bound"] = (ta / t["bound_ms"] <= 1.15, "%.2f x bound" % (ta / t["bound_ms"]))
         errs = [(abs(float(r["pred_err_pct"])), r["config"]) for r in ok if r["pred_err_pct"] not in ("nan", "")]
@@ -424,14 +437,14 @@ def why_missed(summary):
         auto = by.get(t["product"])
         if not auto:
             continue
-        ta = float(auto["iter_ms"])
+        ta = iter_ms(auto)
         notes = []
         big_over = over > 0.05 * b
         why_over = ("%.1f ms of it beyond compute: the gradients of the first %d layer(s) (%.0f%% of the bytes) "
                     "must cross the link between the end of their backward and the start of their next forward"
                     % (over, t["cut"][0], 100 * t["cut"][1]))
         if "x1.3" in t and not t["x1.3"][0]:
-            w64 = float(by["wfbp:threshold:64m"]["iter_ms"])
+            w64 = iter_ms(by["wfbp:threshold:64m"])
             notes.append("1.3x over wfbp+64M needs %.1f ms or less (auto %.1f ms); even the lower bound, %.1f ms, "
                          "would be %.2fx%s" % (w64 / 1.3, ta, b, w64 / b, ", " + why_over if big_over else ""))
         if "bound" in t and not t["bound"][0]:
@@ -444,12 +457,12 @@ def why_missed(summary):
             ws = by["wfbp:threshold:64m+sparse"]
             notes.append("wfbp+64M+sparse ran %.1f ms (%s), auto+sparse %.1f ms (%s): with the sparse embedding's "
                          "bytes gone, little communication is left for dear's schedule to hide beyond what wfbp "
-                         "hides in backward" % (float(ws["iter_ms"]), plan_text(ws), ta, plan_text(auto)))
+                         "hides in backward" % (iter_ms(ws), plan_text(ws), ta, plan_text(auto)))
         if "never_slower" in t and not t["never_slower"][0] and t.get("best_other"):
             bo = by[t["best_other"][1]]
             pa, pb = float(auto["pred_ms"]), float(bo["pred_ms"])
             notes.append("auto ran %s, %.1f ms (predicted %s); %s ran %s, %.1f ms (predicted %s)%s"
-                         % (plan_text(auto), ta, fnum(pa), bo["config"], plan_text(bo), float(bo["iter_ms"]),
+                         % (plan_text(auto), ta, fnum(pa), bo["config"], plan_text(bo), iter_ms(bo),
                             fnum(pb), ": the simulator ranked them the other way and auto's measured check did not "
                             "overturn it" if pa < pb else ""))
         if "pred" in t and not t["pred"][0]:
@@ -457,10 +470,11 @@ def why_missed(summary):
             stalled = disturbance(w)
             notes.append("prediction off by %s for %s (%s): measured %.1f ms, predicted %s; %s"
                          % (fnum(float(w["pred_err_pct"]), "%+.1f%%"), w["config"], plan_text(w),
-                            float(w["iter_ms"]), fnum(float(w["pred_ms"])),
+                            iter_ms(w), fnum(float(w["pred_ms"])),
                             ("the machine stalled this run (%s)" % ", ".join(stalled)) if stalled else
-                            "its collectives ran slower than their calibrated means (jitter of single collectives "
-                            "on 2 shared cores; a tight plan has no slack to absorb it)"
+                            "the model leaves out what made it slower: collectives slower in training than "
+                            "calibrated on idle cores, or waits for the last rank beyond its median lateness "
+                            "(the Gantt charts above show which)"
                             if float(w["pred_err_pct"]) < 0 else
                             "it ran faster than its calibrated means (a burst allowance after idle gaps, or a "
                             "calibration stream a stall of the host slowed)"))
@@ -485,6 +499,23 @@ def updates_note(cases):
                "dear-bench timed its updates, and their predictions leave them out"), ""]
 
 
+def period_note(cases):
+    """Which cases' times are the period and whose *pred* counts the last rank's lateness (CSVs
+    with period_ms and late_ms)."""
+    with_p = [name for name, rows in cases if rows and rows[0].get("period_ms")]
+    if not with_p:
+        return ["Times are the slowest rank's: each iteration's most over the ranks.", ""]
+    which = "every case" if len(with_p) == len(cases) else "the cases " + ", ".join(with_p)
+    return ["In %s, times are the **period**: each iteration's mean over the ranks (the pace of training, "
+            "which the simulator predicts; the slowest rank's times, column `iter_ms` of the CSV, lie above "
+            "it by the jitter between the ranks), and *pred* adds the last rank's lateness to the end of "
+            "backward (column `late_ms`: how much after the median rank the last one ends its backward "
+            "pass, median over the iterations), which every collective there waits for%s."
+            % (which, "" if len(with_p) == len(cases) else "; the other cases were measured before "
+               "dear-bench measured the period: their times are the slowest rank's, their predictions "
+               "without the lateness"), ""]
+
+
 def prediction_table(summary):
     """Every configuration's prediction against its measurement, case by case: the simulator's
     error per planner, beside whether the machine disturbed the run (then the error says less)."""
@@ -496,7 +527,7 @@ def prediction_table(summary):
         for c, r in t["rows"].items():
             err = float(r["pred_err_pct"]) if r["pred_err_pct"] not in ("nan", "") else float("nan")
             out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                t["case"], c, plan_text(r), fnum(float(r["iter_ms"])), fnum(float(r["pred_ms"])),
+                t["case"], c, plan_text(r), fnum(iter_ms(r)), fnum(float(r["pred_ms"])),
                 fnum(err, "%+.1f%%"), "-" if not math.isfinite(err) else "yes" if abs(err) <= PRED_LIMIT else "**no**",
                 ", ".join(disturbance(r)) or "-"))
     return out + [""]
@@ -547,11 +578,12 @@ def doc_section(command, meta, summary, section="e2e", title=None):
          "[bench/results/%se2e.md](../bench/results/%se2e.md)." % (command, sub, sub), ""]
     L += meta
     L += updates_note([(t["case"], list(t["rows"].values())) for t in summary])
+    L += period_note([(t["case"], list(t["rows"].values())) for t in summary])
     any_sparse = any(t["product"] != "dear:auto" for t in summary)
     cols = ORDER if any_sparse else DENSE
     heads = ["sync", "wfbp+64M", "wfbp+25M", "wfbp+mgwfbp", "dear+25M", "dear+gradssa", "dear+auto",
              "wfbp+64M+sparse", "dear+auto+sparse"][:len(cols)]
-    L += ["Median iteration time in ms (slowest rank), compute emulated by sleeping, real gradients through "
+    L += ["Median iteration time in ms (the period where measured, above), compute emulated by sleeping, real gradients through "
           "libdear; *x w64* = wfbp+64M / dear+auto (dear+auto+sparse in the sparse cases, which also run "
           "wfbp+64M with sparse communication); *bound* = the lower bound (for sparse communication, with "
           "the embedding's expected wire bytes), the most of: the compute with the least updates, and for "
@@ -562,13 +594,13 @@ def doc_section(command, meta, summary, section="e2e", title=None):
           "|---|%s---|---|---|" % ("---|" * len(cols))]
     for t in summary:
         by = t["rows"]
-        cell = lambda c: fnum(float(by[c]["iter_ms"])) if c in by else "-"
+        cell = lambda c: fnum(iter_ms(by[c])) if c in by else "-"
         auto = by.get(t["product"])
         w64 = by.get("wfbp:threshold:64m")
         L.append("| %s | %s | %s | %s | %s |" % (
             t["case"], " | ".join(("**%s**" if c == t["product"] else "%s") % cell(c) for c in cols),
-            fnum(float(w64["iter_ms"]) / float(auto["iter_ms"]), "%.2fx") if auto and w64 else "-",
-            fnum(float(auto["iter_ms"]) / t["bound_ms"], "%.2f") if auto else "-",
+            fnum(iter_ms(w64) / iter_ms(auto), "%.2fx") if auto and w64 else "-",
+            fnum(iter_ms(auto) / t["bound_ms"], "%.2f") if auto else "-",
             fnum(float(auto["pred_err_pct"]), "%+.1f%%") if auto else "-"))
     L += ["", "Targets (never slower: within %.0f%% or the middle halves of the samples overlap):" % (100 * NOISE),
           "", "| case | auto never slower | balanced: >= 1.3x wfbp+64M | sparse: faster than wfbp+64M+sparse "
@@ -602,8 +634,9 @@ def cmd_check(a):
         print("check: %s did not run right (%s) or has no prediction" % (a.config, r["check"]))
         return 1
     err, why = float(r["pred_err_pct"]), disturbance(r)
-    print("check: %s (%s): measured %.1f ms (q1..q3 %s..%s), predicted %.1f ms, error %+.1f%% (limit %g%%)%s"
-          % (a.config, plan_text(r), float(r["iter_ms"]), fnum(quart(r, "iter_q1_ms")), fnum(quart(r, "iter_q3_ms")),
+    print("check: %s (%s): measured %.1f ms (%sq1..q3 %s..%s), predicted %.1f ms, error %+.1f%% (limit %g%%)%s"
+          % (a.config, plan_text(r), iter_ms(r), "the period; the slowest rank's " if r.get("period_ms") else "",
+             fnum(quart(r, "iter_q1_ms")), fnum(quart(r, "iter_q3_ms")),
              float(r["pred_ms"]), err, a.max_err, "; the machine stalled: %s" % ", ".join(why) if why else ""))
     if why:
         return 3

@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include "base/fileio.h"
+#include "base/stats.h"
 #include "base/util.h"
 #include "fusion/cost.h"
 #include "fusion/plan.h"
@@ -31,20 +32,25 @@
 #include "apps/bench/predict.h"
 
 #define REF64M ((size_t)64 << 20)
+#define CLOCK_TAG 7301 /* clock_offsets' messages on MPI_COMM_WORLD, which libdear never uses as is */
 
 typedef struct {
     int ok_run;                 /* the runtime accepted and ran the configuration */
     int check_ok;
     double iter_s, iter_min_s, iter_max_s, compute_s, blocked_s, pred_s;
+    double period_s;            /* median over iterations of the ranks' mean iteration: the period */
     double iter_q1_s, iter_q3_s;  /* quartiles of the measured iterations: the run-to-run noise */
     double upd_s;               /* update callback time per iteration (slowest rank, mean of rounds) */
+    double late_s;              /* the last rank's lateness at the end of backward (median over iterations) */
     char status[96];
     /* rank 0: the plan each round ran (dear_plan_save; empty if unknown), so each round's time is
      * predicted from its own plan: a planner fed noisy measurements may plan differently per run */
     dear_plan_t *plans;
-    double *round_s;            /* each round's median iteration (slowest rank) */
+    double *round_s;            /* each round's period (median of the ranks' mean iteration) */
     /* accumulated over the rounds, then summarised by result_finish */
     double *samples, *comp;     /* slowest rank's measured iterations and their compute */
+    double *means;              /* the ranks' mean of each measured iteration */
+    double *late;               /* per measured iteration, the last rank's lateness at the end of backward */
     int nsamples;
     double blocked_sum;         /* per-iteration blocked time, summed over rounds */
     double *upd_sum;            /* per layer index: update callback time per iteration, the slowest
@@ -190,21 +196,67 @@ static void plan_brief(const dear_plan_t *pl, char *buf, size_t len)
         snprintf(buf, len, "-");
 }
 
-/* Per-iteration wall and compute times of one run: this rank's, then the slowest rank's. */
+/* Per-iteration wall and compute times of one run, this rank's, then the slowest rank's; when
+ * this rank's backward passes ended (arr_s), then every rank's (arr_all, rank by rank). */
 typedef struct {
-    double *it_s, *comp_s, *it_max, *comp_max;
+    double *it_s, *comp_s, *arr_s, *it_max, *it_sum, *comp_max, *arr_all;
 } times_t;
 
 static int times_alloc(times_t *t, int total)
 {
-    t->it_s = calloc((size_t)total, sizeof(double)), t->comp_s = calloc((size_t)total, sizeof(double));
-    t->it_max = calloc((size_t)total, sizeof(double)), t->comp_max = calloc((size_t)total, sizeof(double));
-    return t->it_s && t->comp_s && t->it_max && t->comp_max ? DEAR_OK : DEAR_ERR_NOMEM;
+    double **v[6] = { &t->it_s, &t->comp_s, &t->arr_s, &t->it_max, &t->it_sum, &t->comp_max };
+    int ok = 1;
+    for (int k = 0; k < 6; k++)
+        ok &= (*v[k] = calloc((size_t)total, sizeof(double))) != NULL;
+    ok &= (t->arr_all = calloc((size_t)total * (size_t)bench_size, sizeof(double))) != NULL;
+    return ok ? DEAR_OK : DEAR_ERR_NOMEM;
 }
 
 static void times_free(times_t *t)
 {
-    free(t->it_s), free(t->comp_s), free(t->it_max), free(t->comp_max);
+    free(t->it_s), free(t->comp_s), free(t->arr_s), free(t->it_max), free(t->it_sum), free(t->comp_max);
+    free(t->arr_all);
+}
+
+/* Each rank's MPI_Wtime minus rank 0's (NULL until clock_offsets): the ranks' arrival times are
+ * compared across hosts, whose clocks need not agree. */
+static double *clock_off;
+
+/* Estimate clock_off on every rank: rank 0 exchanges eight timestamps with each other rank and
+ * keeps the exchange of least round trip, taking the other clock's reading to fall at its
+ * midpoint (zeros where MPI says its clock is global). Collective. */
+static int clock_offsets(void)
+{
+    int *global = NULL, found = 0, ok, all;
+    clock_off = calloc((size_t)bench_size, sizeof(double));
+    ok = clock_off != NULL;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all)
+        return DEAR_ERR_NOMEM;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_WTIME_IS_GLOBAL, &global, &found);
+    if (found && global && *global)
+        return DEAR_OK;
+    for (int r = 1; r < bench_size; r++) {
+        double best = INFINITY, t0, t1, tr;
+        for (int k = 0; k < 8; k++) {
+            if (bench_rank == 0) {
+                t0 = MPI_Wtime();
+                MPI_Send(&t0, 1, MPI_DOUBLE, r, CLOCK_TAG, MPI_COMM_WORLD);
+                MPI_Recv(&tr, 1, MPI_DOUBLE, r, CLOCK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                t1 = MPI_Wtime();
+                if (t1 - t0 < best) {
+                    best = t1 - t0;
+                    clock_off[r] = tr - (t0 + t1) / 2;
+                }
+            } else if (bench_rank == r) {
+                MPI_Recv(&t0, 1, MPI_DOUBLE, 0, CLOCK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                tr = MPI_Wtime();
+                MPI_Send(&tr, 1, MPI_DOUBLE, 0, CLOCK_TAG, MPI_COMM_WORLD);
+            }
+        }
+    }
+    MPI_Bcast(clock_off, bench_size, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return DEAR_OK;
 }
 
 /* Warm-up and measured iterations, total in all; the runtime's statistics when the measured
@@ -221,12 +273,28 @@ static int measure(dear_ctx_t *ctx, const bench_opts_t *o, bench_model_t *m, int
         int fault = o->fault == 1 && bench_rank == bench_size - 1 && it == total / 2;
         double t0 = MPI_Wtime();
         if (rc == DEAR_OK)
-            rc = bench_model_iterate(ctx, m, it, fault, &t->comp_s[it]);
+            rc = bench_model_iterate(ctx, m, it, fault, &t->comp_s[it], &t->arr_s[it]);
         t->it_s[it] = MPI_Wtime() - t0;
     }
     if (rc == DEAR_OK)
         rc = dear_get_stats(ctx, st1);
     return rc;
+}
+
+/* How much later than the median rank the last rank ended the backward pass of iteration it
+ * (every collective of the pass's end waits for it; the profile is one rank's), on rank 0's clock. */
+static double lateness(const times_t *t, int total, int it)
+{
+    double most = -INFINITY, *v = malloc(sizeof(double) * (size_t)bench_size);
+    if (!v)
+        return 0;
+    for (int r = 0; r < bench_size; r++) {
+        v[r] = t->arr_all[(size_t)r * (size_t)total + (size_t)it] - clock_off[r];
+        most = fmax(most, v[r]);
+    }
+    double late = most - dear_median(v, (size_t)bench_size);
+    free(v);
+    return late;
 }
 
 /* Add a round's measured iterations to res: an iteration lasts as long as its slowest rank,
@@ -235,23 +303,35 @@ static int pool_round(result_t *res, times_t *t, int warmup, int iters, double b
 {
     int total = warmup + iters;
     MPI_Allreduce(t->it_s, t->it_max, total, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(t->it_s, t->it_sum, total, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(t->comp_s, t->comp_max, total, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allgather(t->arr_s, total, MPI_DOUBLE, t->arr_all, total, MPI_DOUBLE, MPI_COMM_WORLD);
     double blocked_max;
     MPI_Allreduce(&blocked, &blocked_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     double *ns = realloc(res->samples, sizeof(double) * (size_t)(res->nsamples + iters));
     double *nc = ns ? realloc(res->comp, sizeof(double) * (size_t)(res->nsamples + iters)) : NULL;
-    double *nr = nc ? realloc(res->round_s, sizeof(double) * (size_t)(res->nrounds + 1)) : NULL;
+    double *na = nc ? realloc(res->late, sizeof(double) * (size_t)(res->nsamples + iters)) : NULL;
+    double *nm = na ? realloc(res->means, sizeof(double) * (size_t)(res->nsamples + iters)) : NULL;
+    double *nr = nm ? realloc(res->round_s, sizeof(double) * (size_t)(res->nrounds + 1)) : NULL;
     if (ns)
         res->samples = ns;
     if (nc)
         res->comp = nc;
+    if (na)
+        res->late = na;
+    if (nm)
+        res->means = nm;
     if (nr)
         res->round_s = nr;
-    if (!ns || !nc || !nr)
+    if (!ns || !nc || !na || !nm || !nr)
         return DEAR_ERR_NOMEM;
     memcpy(res->samples + res->nsamples, t->it_max + warmup, sizeof(double) * (size_t)iters);
     memcpy(res->comp + res->nsamples, t->comp_max + warmup, sizeof(double) * (size_t)iters);
-    nr[res->nrounds] = median(res->samples + res->nsamples, iters); /* reorders this round's copy only */
+    for (int i = 0; i < iters; i++) {
+        res->late[res->nsamples + i] = lateness(t, total, warmup + i);
+        res->means[res->nsamples + i] = t->it_sum[warmup + i] / bench_size;
+    }
+    nr[res->nrounds] = dear_median(res->means + res->nsamples, (size_t)iters);
     res->nsamples += iters;
     res->blocked_sum += blocked_max;
     res->nrounds++;
@@ -383,6 +463,7 @@ static void result_finish(result_t *res)
         res->iter_max_s = fmax(res->iter_max_s, v[i]);
     }
     res->iter_s = median(v, n);
+    res->period_s = dear_median(res->means, (size_t)n);
     res->iter_q1_s = quantile(v, n, 0.25);
     res->iter_q3_s = quantile(v, n, 0.75);
     res->compute_s = median(res->comp, n);
@@ -567,7 +648,7 @@ static void predict_rounds(bench_t *b, int i, const double *upd_s)
         plan_brief(&plans[k], brief, sizeof brief);
         differ |= strcmp(brief, first) != 0;
         p[k] = NAN;
-        if (bench_predict(&b->m, &b->model, c, &b->o, &plans[k], upd_s, &p[k]) == DEAR_OK)
+        if (bench_predict(&b->m, &b->model, c, &b->o, &plans[k], upd_s, r->late_s, &p[k]) == DEAR_OK)
             sorted[np++] = p[k];
     }
     if (np > 0)
@@ -602,6 +683,8 @@ static void predict_configs(bench_t *b)
                                c->shard ? DEAR_COMPRESS_NONE : (dear_compress_t)c->comp_ag);
         b->bounds[i] = bench_lower_bound(&b->m, &b->links, upd_least);
         b->res[i].upd_s = config_updates(b, i, upd_s);
+        if (b->res[i].ok_run)
+            b->res[i].late_s = dear_median(b->res[i].late, (size_t)b->res[i].nsamples);
         if (upd_s)
             predict_rounds(b, i, upd_s);
     }
@@ -620,7 +703,7 @@ static const char *csv_header = "model,np,config,schedule,fusion,threshold_bytes
                                 "grad_bytes,compute_ms,compute_meas_ms,iter_ms,iter_min_ms,iter_max_ms,exposed_ms,"
                                 "blocked_ms,speedup_sync,speedup_wfbp64,pred_ms,pred_err_pct,bound_ms,iter_over_bound,"
                                 "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early,partition_bytes,units,"
-                                "first_plan,startup_s,first_n,first_n_s,run_iters,run_s,update_ms";
+                                "first_plan,startup_s,first_n,first_n_s,run_iters,run_s,update_ms,late_ms,period_ms";
 
 /* References measured in this invocation: ref[0] sync, ref[1] wfbp + threshold 64 MiB with every
  * tensor whole (Horovod), both unsharded, dense and uncompressed; NAN when not run. */
@@ -661,8 +744,9 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
     const bench_config_t *c = &b->o.configs[i];
     const bench_opts_t *o = &b->o;
     const dear_profile_t *p = &b->m.prof;
-    double it = r->ok_run ? r->iter_s : NAN;
-    double err = 100 * (r->pred_s - it) / it;
+    double it = r->ok_run ? r->iter_s : NAN, per = r->ok_run ? r->period_s : NAN;
+    /* The simulator gives the steady-state period, which the slowest rank's times overstate. */
+    double err = 100 * (r->pred_s - per) / per;
     char vs[2][16];
     for (int k = 0; k < 2; k++) {
         if (isfinite(ref[k]) && r->ok_run)
@@ -679,15 +763,15 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
                         "carried more than that rate\n",
                 c->text, it * 1e3, b->bounds[i] * 1e3, b->links.source);
     if (r->ok_run)
-        bench_say("%-24s %9.3f %9.3f %9.3f %9.3f %8s %8s %9.3f %+6.1f%% %8.3f %-5s %s\n", c->text, it * 1e3,
-            r->compute_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, vs[0], vs[1], r->pred_s * 1e3, err,
-            it / b->bounds[i], r->status, ran);
+        bench_say("%-24s %9.3f %9.3f %9.3f %9.3f %9.3f %8s %8s %9.3f %+6.1f%% %8.3f %-5s %s\n", c->text, it * 1e3,
+            per * 1e3, r->compute_s * 1e3, (it - r->compute_s) * 1e3, r->blocked_s * 1e3, vs[0], vs[1],
+            r->pred_s * 1e3, err, it / b->bounds[i], r->status, ran);
     else
-        bench_say("%-24s %9s %9s %9s %9s %8s %8s %9.3f %7s %8s %s\n", c->text, "-", "-", "-", "-", "-", "-",
+        bench_say("%-24s %9s %9s %9s %9s %9s %8s %8s %9.3f %7s %8s %s\n", c->text, "-", "-", "-", "-", "-", "-", "-",
             r->pred_s * 1e3, "-", "-", r->status);
     if (csv)
         fprintf(csv, "%s,%d,%s,%s,%s,%zu,%d,%d,%g,%g,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
-                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d,%s,%.4f,%d,%.4f,%d,%.4f,%.4f\n",
+                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d,%s,%.4f,%d,%.4f,%d,%.4f,%.4f,%.4f,%.4f\n",
                 p->model, bench_size, c->text, c->sched, c->fusion, bench_scaled_threshold(c, o), o->iters, c->warmup,
                 o->time_scale, o->size_scale, dear_prof_bytes_total(p),
                 (dear_prof_fwd_total(p) + dear_prof_bwd_total(p)) * 1e3, r->compute_s * 1e3, it * 1e3,
@@ -696,7 +780,7 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
                 r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
                 pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
                 bench_scaled_partition(c, o), pl->nunits, c->first[0] ? c->first : "default", r->startup_s,
-                o->first_n, r->first_n_s, r->run_iters, r->whole_s, r->upd_s * 1e3);
+                o->first_n, r->first_n_s, r->run_iters, r->whole_s, r->upd_s * 1e3, r->late_s * 1e3, per * 1e3);
 }
 
 static void free_results(bench_t *b)
@@ -708,6 +792,8 @@ static void free_results(bench_t *b)
         free(b->res[i].round_s);
         free(b->res[i].samples);
         free(b->res[i].comp);
+        free(b->res[i].late);
+        free(b->res[i].means);
         free(b->res[i].startup);
         free(b->res[i].first_n);
         free(b->res[i].whole);
@@ -720,8 +806,8 @@ static void report(bench_t *b)
 {
     double ref[2];
     reference_times(b, ref);
-    bench_say("\n%-24s %9s %9s %9s %9s %8s %8s %9s %7s %8s %-5s %s\n", "config", "iter_ms", "compute", "exposed",
-        "blocked", "vs_sync", "vs_w64", "pred_ms", "err%", "/bound", "check", "plan run (buckets/groups/early, cut: tensors cut into chunks)");
+    bench_say("\n%-24s %9s %9s %9s %9s %9s %8s %8s %9s %7s %8s %-5s %s\n", "config", "iter_ms", "period", "compute",
+        "exposed", "blocked", "vs_sync", "vs_w64", "pred_ms", "err%", "/bound", "check", "plan run (buckets/groups/early, cut: tensors cut into chunks)");
     dear_file_out_t csv_out;
     FILE *csv = open_csv(b, &csv_out);
     for (int i = 0; i < b->o.nconfigs; i++)
@@ -737,10 +823,15 @@ static void report(bench_t *b)
     free_results(b);
     if (csv && dear_file_out_commit(&csv_out) != DEAR_OK)
         b->broken = 1;
-    bench_say("compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
+    bench_say("iter_ms: median of the slowest rank's iterations; period: median of the ranks' mean iteration (the "
+        "steady-state period, which jitter between the ranks leaves below the slowest rank's times); "
+        "compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
         "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); vs_w64: over "
-        "wfbp:threshold:64m with every tensor whole; pred: simulator with cost model %s, each layer's "
-        "measured update (SGD) time counted as forward compute; bound: what no schedule beats, the most of compute "
+        "wfbp:threshold:64m with every tensor whole; pred: simulator with cost model %s (err%%: against the period), "
+        "each layer's "
+        "measured update (SGD) time counted as forward compute, and the last rank's lateness (late_ms in the CSV: "
+        "how much after the median rank the last one ends its backward pass, median over the iterations) added to "
+        "the backward pass; bound: what no schedule beats, the most of compute "
         "with the least update time any schedule needs (a sharded one's, or an unsharded one's over P) and, for "
         "each layer k, the compute of layers k.. plus the link time of layers 0..k\n",
         (dear_prof_fwd_total(&b->m.prof) + dear_prof_bwd_total(&b->m.prof)) * 1e3, b->model.source);
@@ -780,6 +871,12 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
+    if (clock_offsets() != DEAR_OK) {
+        bench_say("dear-bench: out of memory\n");
+        bench_model_free(&b.m);
+        MPI_Finalize();
+        return 2;
+    }
     open_runtime_calibration(&b);
     run_configs(&b);
     check_results(&b);
@@ -791,5 +888,6 @@ int main(int argc, char **argv)
     predict_configs(&b);
     report(&b);
     bench_model_free(&b.m);
+    free(clock_off);
     return exit_status(&b);
 }

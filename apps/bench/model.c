@@ -532,7 +532,7 @@ static double jitter(const bench_model_t *m, long it)
 
 /* Forward in layer order, backward in reverse, exactly the trainer's sequence; the jitter is
  * slept with the first layer's forward compute. */
-int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, double *compute_s)
+int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, double *compute_s, double *arrive_s)
 {
     const dear_profile_t *p = &m->prof;
     double late = 0, comp = 0, noise = jitter(m, it);
@@ -552,6 +552,8 @@ int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, d
         compute(&s, p->layers[l].bwd_s, &late);
         clock_gettime(CLOCK_MONOTONIC, &e);
         comp += ts_diff(&s, &e);
+        if (l == 0)
+            *arrive_s = MPI_Wtime();
         if (m->lcount[l])
             RT_CHECK(dear_backward_done(ctx, p->layers[l].id));
     }

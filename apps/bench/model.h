@@ -72,8 +72,9 @@ int bench_model_register(dear_ctx_t *ctx, bench_model_t *m, int hints);
 
 /* One iteration it through ctx, exactly a trainer's sequence of hooks, with this rank's
  * gradients (fault: perturbed) and the injected jitter; *compute_s: the emulated compute it
- * took, jitter included. */
-int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, double *compute_s);
+ * took, jitter included; *arrive_s: when (MPI_Wtime) its backward pass ended, before the hook
+ * that hands over the last gradients. */
+int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, double *compute_s, double *arrive_s);
 
 /* Every rank: same bytes as rank 0? Sampled elements equal to the float64 recomputation of
  * total_iters iterations? Each element updated exactly once per iteration (sharded: by one rank)?

@@ -169,9 +169,10 @@ char *bench_runtime_calibration_file(const bench_opts_t *o, int *created)
 
 /* The simulator's iteration time for a configuration on the scaled profile: of the plan the
  * runtime ran when known (ran, over its own units), else planned the way the runtime plans it
- * (same units, same planner, same scaled threshold). Optionally its Gantt chart. */
+ * (same units, same planner, same scaled threshold), the last rank's lateness on the backward
+ * pass's end. Optionally its Gantt chart. */
 int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const bench_config_t *c, const bench_opts_t *o,
-            const dear_plan_t *ran, const double *upd_s, double *iter_s)
+            const dear_plan_t *ran, const double *upd_s, double late_s, double *iter_s)
 {
     dear_sched_t s;
     if (dear_sched_parse(c->sched, &s))
@@ -190,6 +191,9 @@ int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const 
         rc = dear_prof_cut(&m->prof, bench_scaled_partition(c, o), &units, &nunits, &uprof);
     for (int l = 0; rc == DEAR_OK && l < uprof.nlayers && l < m->prof.nlayers; l++)
         uprof.layers[l].fwd_s += upd_s[l];
+    /* The collectives at the end of backward wait that much longer for the last rank. */
+    if (rc == DEAR_OK && uprof.nlayers > 0)
+        uprof.layers[0].bwd_s += late_s;
     if (rc == DEAR_OK)
         rc = dear_plan_problem_init(&prob, &uprof, s, model, 0, &marg);
     if (rc != DEAR_OK)

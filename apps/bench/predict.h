@@ -23,9 +23,11 @@ int bench_load_model(const bench_opts_t *o, int use_runtime, const char *runtime
 /* The simulator's iteration time of configuration c, of the plan ran when known, each layer's
  * update time (upd_s, per layer index) added to its forward compute: the runtime runs a layer's
  * updates before its forward pass (dear) or ahead of the first one (sync, wfbp), on the
- * application's thread. With --svg-dir, its Gantt chart too. */
+ * application's thread. late_s, how much after the median rank the last one ends its backward
+ * pass, is added to the last backward (the first layer's): the profile is one rank's, and the
+ * collectives of the pass's end wait for the last. With --svg-dir, its Gantt chart too. */
 int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const bench_config_t *c, const bench_opts_t *o,
-            const dear_plan_t *ran, const double *upd_s, double *iter_s);
+            const dear_plan_t *ran, const double *upd_s, double late_s, double *iter_s);
 
 /* The links the lower bound counts: the one-way rate of the bottleneck link (bytes/s: between
  * hosts where there are several, else between two ranks of the one host), the hosts, and where

@@ -129,4 +129,26 @@ judge 0 "measured 370.0 ms (q1..q3 366.3..373.7), predicted 388.5 ms, error +5.0
 judge 1 "predicted 325.6 ms, error -12.0% (limit 10%)" dear:auto dear 370 -12
 judge 3 "error -12.0% (limit 10%); the machine stalled: compute +10%" dear:auto dear 370 -12 330
 judge 3 "error +1.0% (limit 10%); the machine stalled: spread 20%" dear:auto dear 370 1 300.2 330 404
+# CSVs with the period (the ranks' mean iteration): the report and check judge it, not the slowest
+# rank's iter_ms. Here every period is 10 ms under iter_ms.
+prow() { echo "$(row "$@"),$(($3 - 10))"; }
+mkdir -p "$dir/p"
+p2p_csv "$dir/p/p2p-4x1gbit.csv"
+{
+    echo "$H,period_ms"
+    prow sync sync 700 2
+    prow wfbp:threshold:64m wfbp 500 -3
+    prow dear:auto dear 370 5
+} >"$dir/p/e2e-resnet50-balanced-4x1.csv"
+printf '%s\n<!-- END e2e -->\n' "$begin" >"$dir/p/P.md"
+python3 "$report" report --results "$dir/p" --rate 1gbit --command "test" --doc "$dir/p/P.md" >"$dir/out" 2>&1 ||
+    { cat "$dir/out"; fail "the report of CSVs with the period failed"; }
+grep -q "^| resnet50-balanced-4x1 | 690.0 | 490.0 | - | - | - | - | \*\*360.0\*\* | 1.36x |" "$dir/p/P.md" ||
+    { grep "^| resnet50" "$dir/p/P.md"; fail "the summary row does not give the periods (690, 490, 360; 490 / 360)"; }
+grep -q "In every case, times are the \*\*period\*\*" "$dir/p/P.md" || fail "the period is not said"
+grep -qF "| dear:auto | 360.0 | 366.3..373.7 | 370.0..370.0 | 59.8 | 0.0 | 1.92x | 1.36x |" "$dir/p/e2e.md" ||
+    { grep "^| dear:auto" "$dir/p/e2e.md"; fail "the case table does not give the period and its ratios"; }
+out=$(python3 "$report" check --csv "$dir/p/e2e-resnet50-balanced-4x1.csv" --config dear:auto --max-err 10)
+echo "$out" | grep -qF "measured 360.0 ms (the period; the slowest rank's q1..q3 366.3..373.7)" ||
+    fail "check does not judge the period: $out"
 echo "e2e-report.sh: bound $want ms and every verdict as constructed: ok"
