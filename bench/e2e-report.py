@@ -450,7 +450,7 @@ def why_missed(summary):
         if "bound" in t and not t["bound"][0]:
             notes.append("auto at %.2f x the bound: %.1f ms exposed%s; the rest is collectives running below the "
                          "link rate (the calibration's stream rate is %s) and waits the plan could not hide"
-                         % (ta / b, float(auto["exposed_ms"]),
+                         % (ta / b, ta - float(auto["compute_meas_ms"]),
                             ", %.1f ms of it the bound's own beyond compute" % over if big_over else "",
                             "below the one-way TCP rate, and smaller buckets pay their start-up"))
         if "x_wfbp_sparse" in t and not t["x_wfbp_sparse"][0]:
