@@ -491,12 +491,17 @@ def updates_note(cases):
     if not with_upd:
         return []
     which = "every case" if len(with_upd) == len(cases) else "the cases " + ", ".join(with_upd)
+    typ = [name for name, rows in cases if rows and rows[0].get("update_typ_ms")]
     return ["In %s, *pred* counts each layer's measured update (dear-bench's SGD callback, the "
             "slowest rank's, column `update_ms` of the CSV) as forward compute, where the runtime runs "
             "it (before the layer's forward pass, on the application's thread), and *bound* the least "
-            "update time any schedule needs (a sharded configuration's, or an unsharded one's over P)%s."
+            "update time any schedule needs (a sharded configuration's, or an unsharded one's over P)%s.%s"
             % (which, "" if len(with_upd) == len(cases) else "; the other cases were measured before "
-               "dear-bench timed its updates, and their predictions leave them out"), ""]
+               "dear-bench timed its updates, and their predictions leave them out",
+               "" if not typ else " In %s, *pred* counts each layer's median rank instead (column "
+               "`update_typ_ms`; sharded configurations keep the slowest): the last rank's lateness "
+               "adds the rest." % ("every case" if len(typ) == len(cases) else "the cases " + ", ".join(typ))),
+            ""]
 
 
 def period_note(cases):

@@ -41,6 +41,7 @@ typedef struct {
     double period_s;            /* median over iterations of the ranks' mean iteration: the period */
     double iter_q1_s, iter_q3_s;  /* quartiles of the measured iterations: the run-to-run noise */
     double upd_s;               /* update callback time per iteration (slowest rank, mean of rounds) */
+    double upd_typ_s;           /* what the prediction counts: each layer's median rank's (sharded: slowest) */
     double late_s;              /* the last rank's lateness at the end of backward (median over iterations) */
     char status[96];
     /* rank 0: the plan each round ran (dear_plan_save; empty if unknown), so each round's time is
@@ -55,6 +56,9 @@ typedef struct {
     double blocked_sum;         /* per-iteration blocked time, summed over rounds */
     double *upd_sum;            /* per layer index: update callback time per iteration, the slowest
                                  * rank's, summed over rounds */
+    double *upd_typ;            /* the same, the median rank's (the prediction's: the last rank's lateness
+                                 * adds the rest; the sum over layers of each layer's slowest rank stands
+                                 * above any one rank's) */
     int nrounds;
     /* time to train, per round (slowest rank): dear_init to the end of commit, to the end of
      * iteration --first-n (NAN when the run is shorter) and of the whole run */
@@ -343,20 +347,30 @@ static int pool_round(result_t *res, times_t *t, int warmup, int iters, double b
  * them as compute. Collective. */
 static int pool_updates(result_t *res, const bench_model_t *m, int iters)
 {
-    int nl = m->prof.nlayers;
+    int nl = m->prof.nlayers, np = bench_size;
     double *mine = malloc(sizeof(double) * (size_t)nl), *most = malloc(sizeof(double) * (size_t)nl);
+    double *all = malloc(sizeof(double) * (size_t)nl * (size_t)np), *col = malloc(sizeof(double) * (size_t)np);
     if (!res->upd_sum)
         res->upd_sum = calloc((size_t)nl, sizeof(double));
-    int rc = mine && most && res->upd_sum ? DEAR_OK : DEAR_ERR_NOMEM, any;
+    if (!res->upd_typ)
+        res->upd_typ = calloc((size_t)nl, sizeof(double));
+    int rc = mine && most && all && col && res->upd_sum && res->upd_typ ? DEAR_OK : DEAR_ERR_NOMEM, any;
     MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD); /* DEAR_OK is 0, errors below */
     if (any == DEAR_OK) {
         bench_model_upd_per_layer(m, iters, mine);
         MPI_Allreduce(mine, most, nl, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        for (int l = 0; l < nl; l++)
+        MPI_Allgather(mine, nl, MPI_DOUBLE, all, nl, MPI_DOUBLE, MPI_COMM_WORLD);
+        for (int l = 0; l < nl; l++) {
             res->upd_sum[l] += most[l];
+            for (int r = 0; r < np; r++)
+                col[r] = all[(size_t)r * (size_t)nl + (size_t)l];
+            res->upd_typ[l] += dear_median(col, (size_t)np);
+        }
     }
     free(mine);
     free(most);
+    free(all);
+    free(col);
     return any == DEAR_OK ? DEAR_OK : DEAR_ERR_NOMEM;
 }
 
@@ -602,14 +616,16 @@ static int load_prediction_model(bench_t *b)
     return rc;
 }
 
-/* Configuration i's update time per iteration: per layer index into upd_s (NULL: only the sum),
- * averaged over its rounds; the sum is returned (0 when it did not run). */
-static double config_updates(const bench_t *b, int i, double *upd_s)
+/* Configuration i's update time per iteration, the slowest rank's per layer (typical: the
+ * median rank's): per layer index into upd_s (NULL: only the sum), averaged over its rounds;
+ * the sum is returned (0 when it did not run). */
+static double config_updates(const bench_t *b, int i, int typical, double *upd_s)
 {
     const result_t *r = &b->res[i];
+    const double *v = typical ? r->upd_typ : r->upd_sum;
     double sum = 0;
     for (int l = 0; l < b->m.prof.nlayers; l++) {
-        double u = r->ok_run && r->upd_sum && r->nrounds > 0 ? r->upd_sum[l] / r->nrounds : 0;
+        double u = r->ok_run && v && r->nrounds > 0 ? v[l] / r->nrounds : 0;
         if (upd_s)
             upd_s[l] = u;
         sum += u;
@@ -625,7 +641,7 @@ static double least_updates(const bench_t *b)
     double least = INFINITY;
     for (int i = 0; i < b->o.nconfigs; i++)
         if (b->res[i].ok_run)
-            least = fmin(least, config_updates(b, i, NULL) / (b->o.configs[i].shard ? 1 : bench_size));
+            least = fmin(least, config_updates(b, i, 0, NULL) / (b->o.configs[i].shard ? 1 : bench_size));
     return isfinite(least) ? least : 0;
 }
 
@@ -682,7 +698,10 @@ static void predict_configs(bench_t *b)
         dear_prof_set_compress(&b->m.prof, -1, (dear_compress_t)c->comp_rs,
                                c->shard ? DEAR_COMPRESS_NONE : (dear_compress_t)c->comp_ag);
         b->bounds[i] = bench_lower_bound(&b->m, &b->links, upd_least);
-        b->res[i].upd_s = config_updates(b, i, upd_s);
+        b->res[i].upd_s = config_updates(b, i, 0, NULL);
+        /* Sharded, a layer's slices are mostly one rank's, whose time is the layer's: its median
+         * rank's would drop them. */
+        b->res[i].upd_typ_s = config_updates(b, i, !c->shard, upd_s);
         if (b->res[i].ok_run)
             b->res[i].late_s = dear_median(b->res[i].late, (size_t)b->res[i].nsamples);
         if (upd_s)
@@ -703,7 +722,7 @@ static const char *csv_header = "model,np,config,schedule,fusion,threshold_bytes
                                 "grad_bytes,compute_ms,compute_meas_ms,iter_ms,iter_min_ms,iter_max_ms,exposed_ms,"
                                 "blocked_ms,speedup_sync,speedup_wfbp64,pred_ms,pred_err_pct,bound_ms,iter_over_bound,"
                                 "cost_model,check,iter_q1_ms,iter_q3_ms,plan,rs_buckets,ag_groups,ag_early,partition_bytes,units,"
-                                "first_plan,startup_s,first_n,first_n_s,run_iters,run_s,update_ms,late_ms,period_ms";
+                                "first_plan,startup_s,first_n,first_n_s,run_iters,run_s,update_ms,late_ms,period_ms,update_typ_ms";
 
 /* References measured in this invocation: ref[0] sync, ref[1] wfbp + threshold 64 MiB with every
  * tensor whole (Horovod), both unsharded, dense and uncompressed; NAN when not run. */
@@ -771,7 +790,7 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
             r->pred_s * 1e3, "-", "-", r->status);
     if (csv)
         fprintf(csv, "%s,%d,%s,%s,%s,%zu,%d,%d,%g,%g,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
-                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d,%s,%.4f,%d,%.4f,%d,%.4f,%.4f,%.4f,%.4f\n",
+                     "%.4f,%.4f,%s,%s,%.4f,%.4f,%s,%d,%d,%d,%zu,%d,%s,%.4f,%d,%.4f,%d,%.4f,%.4f,%.4f,%.4f,%.4f\n",
                 p->model, bench_size, c->text, c->sched, c->fusion, bench_scaled_threshold(c, o), o->iters, c->warmup,
                 o->time_scale, o->size_scale, dear_prof_bytes_total(p),
                 (dear_prof_fwd_total(p) + dear_prof_bwd_total(p)) * 1e3, r->compute_s * 1e3, it * 1e3,
@@ -780,7 +799,7 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
                 r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
                 pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
                 bench_scaled_partition(c, o), pl->nunits, c->first[0] ? c->first : "default", r->startup_s,
-                o->first_n, r->first_n_s, r->run_iters, r->whole_s, r->upd_s * 1e3, r->late_s * 1e3, per * 1e3);
+                o->first_n, r->first_n_s, r->run_iters, r->whole_s, r->upd_s * 1e3, r->late_s * 1e3, per * 1e3, r->upd_typ_s * 1e3);
 }
 
 static void free_results(bench_t *b)
@@ -798,6 +817,7 @@ static void free_results(bench_t *b)
         free(b->res[i].first_n);
         free(b->res[i].whole);
         free(b->res[i].upd_sum);
+        free(b->res[i].upd_typ);
     }
 }
 
@@ -829,7 +849,7 @@ static void report(bench_t *b)
         "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); vs_w64: over "
         "wfbp:threshold:64m with every tensor whole; pred: simulator with cost model %s (err%%: against the period), "
         "each layer's "
-        "measured update (SGD) time counted as forward compute, and the last rank's lateness (late_ms in the CSV: "
+        "measured update (SGD) time, the median rank's, counted as forward compute, and the last rank's lateness (late_ms in the CSV: "
         "how much after the median rank the last one ends its backward pass, median over the iterations) added to "
         "the backward pass; bound: what no schedule beats, the most of compute "
         "with the least update time any schedule needs (a sharded one's, or an unsharded one's over P) and, for "
