@@ -357,7 +357,8 @@ def cmd_report(a):
             md.append("| %s | %s | %s..%s | %s..%s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 r["config"], fnum(it), fnum(quart(r, "iter_q1_ms")), fnum(quart(r, "iter_q3_ms")),
                 fnum(float(r["iter_min_ms"])), fnum(float(r["iter_max_ms"])),
-                fnum(it - float(r["compute_meas_ms"]) if good else None), fnum(float(r["blocked_ms"]) if good else None),
+                fnum(it - float(r["compute_meas_ms"]) if good else None),
+                fnum(float(r["blocked_ms"]) if good else None),
                 fnum(vs[0], "%.2fx"), fnum(vs[1], "%.2fx"),
                 fnum(float(r["pred_ms"])), fnum(float(r["pred_err_pct"]), "%+.1f%%"),
                 fnum(it / bound_of(r), "%.2f"), r["check"], plan_text(r)))
@@ -588,7 +589,8 @@ def doc_section(command, meta, summary, section="e2e", title=None):
     cols = ORDER if any_sparse else DENSE
     heads = ["sync", "wfbp+64M", "wfbp+25M", "wfbp+mgwfbp", "dear+25M", "dear+gradssa", "dear+auto",
              "wfbp+64M+sparse", "dear+auto+sparse"][:len(cols)]
-    L += ["Median iteration time in ms (the period where measured, above), compute emulated by sleeping, real gradients through "
+    L += ["Median iteration time in ms (the period where measured, above), compute emulated by sleeping, "
+          "real gradients through "
           "libdear; *x w64* = wfbp+64M / dear+auto (dear+auto+sparse in the sparse cases, which also run "
           "wfbp+64M with sparse communication); *bound* = the lower bound (for sparse communication, with "
           "the embedding's expected wire bytes), the most of: the compute with the least updates, and for "

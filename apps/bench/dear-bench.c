@@ -285,20 +285,25 @@ static int measure(dear_ctx_t *ctx, const bench_opts_t *o, bench_model_t *m, int
     return rc;
 }
 
-/* How much later than the median rank the last rank ended the backward pass of iteration it
- * (every collective of the pass's end waits for it; the profile is one rank's), on rank 0's clock. */
-static double lateness(const times_t *t, int total, int it)
+/* Entry i of every rank's row of all (bench_size rows of n, as MPI_Allgather leaves them), less
+ * off[rank] when off is not NULL, into col; returns their median and sets *most to their largest. */
+static double ranks_median(const double *all, int n, int i, const double *off, double *col, double *most)
 {
-    double most = -INFINITY, *v = malloc(sizeof(double) * (size_t)bench_size);
-    if (!v)
-        return 0;
+    *most = -INFINITY;
     for (int r = 0; r < bench_size; r++) {
-        v[r] = t->arr_all[(size_t)r * (size_t)total + (size_t)it] - clock_off[r];
-        most = fmax(most, v[r]);
+        col[r] = all[(size_t)r * (size_t)n + (size_t)i] - (off ? off[r] : 0);
+        *most = fmax(*most, col[r]);
     }
-    double late = most - dear_median(v, (size_t)bench_size);
-    free(v);
-    return late;
+    return dear_median(col, (size_t)bench_size);
+}
+
+/* How much later than the median rank the last rank ended the backward pass of iteration it
+ * (every collective of the pass's end waits for it; the profile is one rank's), on rank 0's clock;
+ * col: bench_size doubles of scratch. */
+static double lateness(const times_t *t, int total, int it, double *col)
+{
+    double most, med = ranks_median(t->arr_all, total, it, clock_off, col, &most);
+    return most - med;
 }
 
 /* Add a round's measured iterations to res: an iteration lasts as long as its slowest rank,
@@ -310,6 +315,7 @@ static int pool_round(result_t *res, times_t *t, int warmup, int iters, double b
     MPI_Allreduce(t->it_s, t->it_sum, total, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(t->comp_s, t->comp_max, total, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allgather(t->arr_s, total, MPI_DOUBLE, t->arr_all, total, MPI_DOUBLE, MPI_COMM_WORLD);
+    double *col = malloc(sizeof(double) * (size_t)bench_size);
     double blocked_max;
     MPI_Allreduce(&blocked, &blocked_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     double *ns = realloc(res->samples, sizeof(double) * (size_t)(res->nsamples + iters));
@@ -327,14 +333,17 @@ static int pool_round(result_t *res, times_t *t, int warmup, int iters, double b
         res->means = nm;
     if (nr)
         res->round_s = nr;
-    if (!ns || !nc || !na || !nm || !nr)
+    if (!ns || !nc || !na || !nm || !nr || !col) {
+        free(col);
         return DEAR_ERR_NOMEM;
+    }
     memcpy(res->samples + res->nsamples, t->it_max + warmup, sizeof(double) * (size_t)iters);
     memcpy(res->comp + res->nsamples, t->comp_max + warmup, sizeof(double) * (size_t)iters);
     for (int i = 0; i < iters; i++) {
-        res->late[res->nsamples + i] = lateness(t, total, warmup + i);
+        res->late[res->nsamples + i] = lateness(t, total, warmup + i, col);
         res->means[res->nsamples + i] = t->it_sum[warmup + i] / bench_size;
     }
+    free(col);
     nr[res->nrounds] = dear_median(res->means + res->nsamples, (size_t)iters);
     res->nsamples += iters;
     res->blocked_sum += blocked_max;
@@ -342,33 +351,30 @@ static int pool_round(result_t *res, times_t *t, int warmup, int iters, double b
     return DEAR_OK;
 }
 
-/* Add a round's update callback time per layer and iteration (the slowest rank's) to res. The
- * runtime calls the updates in its hooks, on the application's thread, so the predictions count
- * them as compute. Collective. */
+/* Add a round's update callback time per layer and iteration to res, the slowest rank's and the
+ * median rank's. The runtime calls the updates in its hooks, on the application's thread, so the
+ * predictions count them as compute. Collective. */
 static int pool_updates(result_t *res, const bench_model_t *m, int iters)
 {
-    int nl = m->prof.nlayers, np = bench_size;
-    double *mine = malloc(sizeof(double) * (size_t)nl), *most = malloc(sizeof(double) * (size_t)nl);
-    double *all = malloc(sizeof(double) * (size_t)nl * (size_t)np), *col = malloc(sizeof(double) * (size_t)np);
+    int nl = m->prof.nlayers;
+    double *mine = malloc(sizeof(double) * (size_t)nl), *col = malloc(sizeof(double) * (size_t)bench_size);
+    double *all = malloc(sizeof(double) * (size_t)nl * (size_t)bench_size);
     if (!res->upd_sum)
         res->upd_sum = calloc((size_t)nl, sizeof(double));
     if (!res->upd_typ)
         res->upd_typ = calloc((size_t)nl, sizeof(double));
-    int rc = mine && most && all && col && res->upd_sum && res->upd_typ ? DEAR_OK : DEAR_ERR_NOMEM, any;
+    int rc = mine && all && col && res->upd_sum && res->upd_typ ? DEAR_OK : DEAR_ERR_NOMEM, any;
     MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD); /* DEAR_OK is 0, errors below */
     if (any == DEAR_OK) {
         bench_model_upd_per_layer(m, iters, mine);
-        MPI_Allreduce(mine, most, nl, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         MPI_Allgather(mine, nl, MPI_DOUBLE, all, nl, MPI_DOUBLE, MPI_COMM_WORLD);
         for (int l = 0; l < nl; l++) {
-            res->upd_sum[l] += most[l];
-            for (int r = 0; r < np; r++)
-                col[r] = all[(size_t)r * (size_t)nl + (size_t)l];
-            res->upd_typ[l] += dear_median(col, (size_t)np);
+            double most;
+            res->upd_typ[l] += ranks_median(all, nl, l, NULL, col, &most);
+            res->upd_sum[l] += most;
         }
     }
     free(mine);
-    free(most);
     free(all);
     free(col);
     return any == DEAR_OK ? DEAR_OK : DEAR_ERR_NOMEM;
@@ -799,7 +805,8 @@ static void report_config(const bench_t *b, int i, const double ref[2], FILE *cs
                 r->ok_run ? r->status : "refused", it_q(r->iter_q1_s, r), it_q(r->iter_q3_s, r),
                 pl->ntensors > 0 ? pl->planner : "-", pl->rs.ngroups, pl->ag.ngroups, pl->ag_early,
                 bench_scaled_partition(c, o), pl->nunits, c->first[0] ? c->first : "default", r->startup_s,
-                o->first_n, r->first_n_s, r->run_iters, r->whole_s, r->upd_s * 1e3, r->late_s * 1e3, per * 1e3, r->upd_typ_s * 1e3);
+                o->first_n, r->first_n_s, r->run_iters, r->whole_s, r->upd_s * 1e3, r->late_s * 1e3, per * 1e3,
+                r->upd_typ_s * 1e3);
 }
 
 static void free_results(bench_t *b)
@@ -848,10 +855,9 @@ static void report(bench_t *b)
         "compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
         "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); vs_w64: over "
         "wfbp:threshold:64m with every tensor whole; pred: simulator with cost model %s (err%%: against the period), "
-        "each layer's "
-        "measured update (SGD) time, the median rank's, counted as forward compute, and the last rank's lateness (late_ms in the CSV: "
-        "how much after the median rank the last one ends its backward pass, median over the iterations) added to "
-        "the backward pass; bound: what no schedule beats, the most of compute "
+        "each layer's measured update (SGD) time, the median rank's, counted as forward compute, and the last "
+        "rank's lateness (late_ms in the CSV: how much after the median rank the last one ends its backward "
+        "pass, median over the iterations) added to the backward pass; bound: what no schedule beats, the most of compute "
         "with the least update time any schedule needs (a sharded one's, or an unsharded one's over P) and, for "
         "each layer k, the compute of layers k.. plus the link time of layers 0..k\n",
         (dear_prof_fwd_total(&b->m.prof) + dear_prof_bwd_total(&b->m.prof)) * 1e3, b->model.source);
