@@ -487,21 +487,29 @@ def why_missed(summary):
 
 
 def updates_note(cases):
-    """Which cases' *pred* and *bound* count the optimizer's updates (CSVs with update_ms)."""
+    """Which cases' *pred* and *bound* count the optimizer's updates (CSVs with update_ms), and
+    whose *pred* takes the median rank's (CSVs with update_typ_ms)."""
     with_upd = [name for name, rows in cases if rows and rows[0].get("update_ms")]
     if not with_upd:
         return []
     which = "every case" if len(with_upd) == len(cases) else "the cases " + ", ".join(with_upd)
     typ = [name for name, rows in cases if rows and rows[0].get("update_typ_ms")]
-    return ["In %s, *pred* counts each layer's measured update (dear-bench's SGD callback, the "
-            "slowest rank's, column `update_ms` of the CSV) as forward compute, where the runtime runs "
-            "it (before the layer's forward pass, on the application's thread), and *bound* the least "
-            "update time any schedule needs (a sharded configuration's, or an unsharded one's over P)%s.%s"
-            % (which, "" if len(with_upd) == len(cases) else "; the other cases were measured before "
-               "dear-bench timed its updates, and their predictions leave them out",
-               "" if not typ else " In %s, *pred* counts each layer's median rank instead (column "
-               "`update_typ_ms`; sharded configurations keep the slowest): the last rank's lateness "
-               "adds the rest." % ("every case" if len(typ) == len(cases) else "the cases " + ", ".join(typ))),
+    # One statement of whose updates *pred* counts: where every such case has the median rank's,
+    # say only that, since "the slowest rank's ... instead the median's" reads as a contradiction.
+    if len(typ) == len(with_upd):
+        whose, also = ("the median rank's, column `update_typ_ms` of the CSV; sharded configurations the "
+                       "slowest rank's, column `update_ms`, and the last rank's lateness adds the rest"), ""
+    else:
+        whose = "the slowest rank's, column `update_ms` of the CSV"
+        also = "" if not typ else (" In the cases %s, *pred* counts each layer's median rank instead (column "
+                                   "`update_typ_ms`; sharded configurations keep the slowest): the last rank's "
+                                   "lateness adds the rest." % ", ".join(typ))
+    return ["In %s, *pred* counts each layer's measured update (dear-bench's SGD callback, %s) as forward "
+            "compute, where the runtime runs it (before the layer's forward pass, on the application's "
+            "thread), and *bound* the least update time any schedule needs (a sharded configuration's, or "
+            "an unsharded one's over P)%s.%s"
+            % (which, whose, "" if len(with_upd) == len(cases) else "; the other cases were measured before "
+               "dear-bench timed its updates, and their predictions leave them out", also),
             ""]
 
 

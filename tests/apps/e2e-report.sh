@@ -151,4 +151,20 @@ grep -qF "| dear:auto | 360.0 | 366.3..373.7 | 370.0..370.0 | 59.8 | 0.0 | 1.92x
 out=$(python3 "$report" check --csv "$dir/p/e2e-resnet50-balanced-4x1.csv" --config dear:auto --max-err 10)
 echo "$out" | grep -qF "measured 360.0 ms (the period; the slowest rank's q1..q3 366.3..373.7)" ||
     fail "check does not judge the period: $out"
+# CSVs with the median rank's updates: the report says once whose updates *pred* counts.
+mkdir -p "$dir/u"
+p2p_csv "$dir/u/p2p-4x1gbit.csv"
+{
+    echo "$H,period_ms,update_ms,update_typ_ms"
+    echo "$(prow sync sync 700 2),3.0,1.0"
+    echo "$(prow dear:auto dear 370 5),3.0,1.0"
+} >"$dir/u/e2e-resnet50-balanced-4x1.csv"
+printf '%s\n<!-- END e2e -->\n' "$begin" >"$dir/u/P.md"
+python3 "$report" report --results "$dir/u" --rate 1gbit --command test --doc "$dir/u/P.md" >"$dir/out" 2>&1 ||
+    { cat "$dir/out"; fail "the report of CSVs with the median rank's updates failed"; }
+want_u="In every case, *pred* counts each layer's measured update"
+grep -qF "$want_u (dear-bench's SGD callback, the median rank's, column \`update_typ_ms\`" "$dir/u/P.md" ||
+    { grep "^In every case" "$dir/u/P.md"; fail "the median rank's updates are not said"; }
+grep -qF "median rank instead" "$dir/u/P.md" &&
+    fail "the updates are said twice, the slowest rank's and then the median's"
 echo "e2e-report.sh: bound $want ms and every verdict as constructed: ok"
