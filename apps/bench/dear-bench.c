@@ -855,11 +855,12 @@ static void report(bench_t *b)
         "compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
         "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); vs_w64: over "
         "wfbp:threshold:64m with every tensor whole; pred: simulator with cost model %s (err%%: against the period), "
-        "each layer's measured update (SGD) time, the median rank's, counted as forward compute, and the last "
-        "rank's lateness (late_ms in the CSV: how much after the median rank the last one ends its backward "
-        "pass, median over the iterations) added to the backward pass; bound: what no schedule beats, the most of compute "
-        "with the least update time any schedule needs (a sharded one's, or an unsharded one's over P) and, for "
-        "each layer k, the compute of layers k.. plus the link time of layers 0..k\n",
+        "each layer's measured update (SGD) time, the median rank's (sharded configurations: the slowest "
+        "rank's), counted as forward compute, and the last rank's lateness (late_ms in the CSV: how much after "
+        "the median rank the last one ends its backward pass, median over the iterations) added to the backward "
+        "pass; bound: what no schedule beats, the most of compute with the least update time any schedule "
+        "needs (a sharded one's, or an unsharded one's over P) and, for each layer k, the compute of layers k.. "
+        "plus the link time of layers 0..k\n",
         (dear_prof_fwd_total(&b->m.prof) + dear_prof_bwd_total(&b->m.prof)) * 1e3, b->model.source);
 }
 
