@@ -506,8 +506,7 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
             dear_text_long(fld[8], 0, 1000000000L, &ns)) {
             DEAR_ERROR("cost",
                        "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto|auto+FORMAT|auto/K|auto@idle "
-                       "alpha "
-                       "beta gamma fit_err nsamples [points]' (FORMAT: bf16, fp16 or int8; K: 2 to %d) with 1 <= "
+                       "alpha beta gamma fit_err nsamples [points]' (FORMAT: bf16, fp16 or int8; K: 2 to %d) with 1 <= "
                        "ranks_per_host <= P <= %d, alpha in [0, %g] s, beta and gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
                        path, lineno, COST_MAX_BURST, COST_MAX_RANKS, COST_MAX_ALPHA_S, COST_MAX_S_PER_BYTE,
                        COST_MAX_FIT_ERR);
@@ -561,7 +560,9 @@ int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cos
 /* Where a record goes in a model (its key without P and ranks per host). */
 static dear_cost_line_t *rec_slot(dear_cost_model_t *m, const cost_rec_t *c)
 {
-    return c->k == COST_IDLE ? &m->idle[c->op] : c->k ? &m->burst[c->op] : c->fmt ? &m->fmt[c->fmt][c->op] : &m->line[c->op][c->algo];
+    if (c->k == COST_IDLE)
+        return &m->idle[c->op];
+    return c->k ? &m->burst[c->op] : c->fmt ? &m->fmt[c->fmt][c->op] : &m->line[c->op][c->algo];
 }
 
 int dear_cost_load_ex(const char *path, int comm_size, int ranks_per_host, int inflight, dear_cost_model_t *model,

@@ -129,9 +129,10 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
 /* Cache file (docs/FORMATS.md). load: fills model with every line stored for
  * (comm_size, ranks_per_host) and sets *found to the number of lines (0: none, model has no
  * valid line); the burst curves (algo auto/K) only for K = inflight (load_ex; none for
- * dear_cost_load or inflight < 2); the idle curves (algo auto@idle) always. A missing file is found = 0, not an error. Bad lines: DEAR_ERR_FORMAT naming file
- * and line. save: merges model's valid lines into the file (replacing the same key), written to
- * a temporary file and renamed. */
+ * dear_cost_load or inflight < 2); the idle curves (algo auto@idle) always. A missing file is
+ * found = 0, not an error. Bad lines: DEAR_ERR_FORMAT naming file and line. save: merges
+ * model's valid lines into the file (replacing the same key), written to a temporary file and
+ * renamed. */
 int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cost_model_t *model, int *found);
 int dear_cost_load_ex(const char *path, int comm_size, int ranks_per_host, int inflight, dear_cost_model_t *model,
                       int *found);
