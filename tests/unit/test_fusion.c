@@ -536,63 +536,6 @@ START_TEST(cost_burst_curves)
 }
 END_TEST
 
-/* The idle curve (auto@idle): the factor on a collective starting on an idle link is the idle
- * curve over the auto line from the idle curve's smallest size (below it, 1), at the largest's
- * ratio beyond it, and never above 1. The cache keeps it whatever K is loaded; a malformed name is
- * refused at its line. */
-START_TEST(cost_idle_curves)
-{
-    dear_cost_model_t m;
-    memset(&m, 0, sizeof m);
-    m.comm_size = 8;
-    m.ranks_per_host = 4;
-    dear_coll_op_t ar = DEAR_COLL_ALLREDUCE;
-    double xa[3] = { 65536, 1 << 20, 4 << 20 }, ya[3] = { 1e-3, 0.1, 0.4 };
-    double xi[2] = { 1 << 20, 4 << 20 }, yi[2] = { 0.09, 0.38 };
-    ck_assert_int_eq(dear_cost_fit_curve(xa, ya, 3, &m.line[ar][DEAR_ALGO_AUTO]), DEAR_OK);
-    EQ(dear_cost_idle_factor(&m, ar, 2 << 20), 1);       /* no idle curve */
-    ck_assert_int_eq(dear_cost_fit_curve(xi, yi, 2, &m.idle[ar]), DEAR_OK);
-    EQ(dear_cost_idle_factor(&m, ar, 1 << 20), 0.9);
-    EQ(dear_cost_idle_factor(&m, ar, 4 << 20), 0.95);
-    EQ(dear_cost_idle_factor(&m, ar, 8 << 20), 0.95);    /* beyond: the largest size's ratio */
-    EQ(dear_cost_idle_factor(&m, ar, 65536), 1);         /* below: not measured, the stream's price */
-    EQ(dear_cost_idle_factor(&m, DEAR_COLL_REDUCE_SCATTER, 2 << 20), 1);
-    dear_sim_model_arg_t marg = { .model = &m };
-    EQ(dear_sim_cost_model_idle(&marg, ar, 1 << 20), 0.9);
-    dear_cost_model_t slow = m;
-    slow.idle[ar].pt_sec[0] = 0.2;                       /* alone slower than back to back: noise */
-    slow.idle[ar].pt_sec[1] = 0.5;
-    EQ(dear_cost_idle_factor(&slow, ar, 2 << 20), 1);
-
-    const char *path = tmpfile_path("idle.txt");
-    unlink(path);
-    ck_assert_int_eq(dear_cost_save(path, &m), DEAR_OK);
-    dear_cost_model_t back;
-    int found = -1;
-    ck_assert_int_eq(dear_cost_load_ex(path, 8, 4, 4, &back, &found), DEAR_OK);
-    ck_assert_int_eq(found, 2);
-    ck_assert_int_eq(back.burst_k, 0);
-    EQ(dear_cost_idle_factor(&back, ar, 1 << 20), 0.9);
-    ck_assert_int_eq(dear_cost_load(path, 8, 4, &back, &found), DEAR_OK);
-    ck_assert_int_eq(found, 2);
-    /* Saving again replaces the record rather than adding one. */
-    ck_assert_int_eq(dear_cost_save(path, &slow), DEAR_OK);
-    ck_assert_int_eq(dear_cost_load(path, 8, 4, &back, &found), DEAR_OK);
-    ck_assert_int_eq(found, 2);
-    EQ(back.idle[ar].pt_sec[0], 0.2);
-    dear_cost_model_t m16;
-    ck_assert_int_eq(dear_cost_scale(&m, 16, &m16), DEAR_OK);
-    ck_assert(m16.idle[ar].valid && m16.idle[ar].pt_sec[1] > yi[1]);
-
-    static const char *const bad[] = { "auto@idl", "ring@idle", "auto@idle/4", "auto+bf16@idle", "auto@", "@idle" };
-    capture();
-    cache_refuses(path, "dear-cost 1\n4 1 ar ", " 1e-4 1e-9 0 0 2\n", bad, sizeof bad / sizeof bad[0], "idle.txt:2:",
-                  "auto@idle");
-    uncapture();
-    unlink(path);
-}
-END_TEST
-
 /* ---- profiles ---- */
 
 START_TEST(profile_round_trip)
@@ -807,7 +750,7 @@ START_TEST(sim_sync_and_wfbp_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 }, split[3] = { 0, 1, 3 };
     dear_plan_t pn, po, ps;
     plan2(&pn, 3, 3, none, 3, none);
@@ -845,7 +788,7 @@ START_TEST(sim_dear_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, pm;
     plan2(&pn, 3, 3, none, 3, none);
@@ -884,7 +827,7 @@ START_TEST(sim_dear_early_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     dear_plan_t pl;
     hand_plan_early(&pl);
     /* Steady state: backward runs fw..fw+6 with gradients at fw+2, +4, +6. RS2 fw+2..+4, early
@@ -920,7 +863,7 @@ START_TEST(sim_dear_early_stepped_by_hand)
     dear_profile_t p;
     hand_prof_bytes(&p, 100, 20, 420);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG: 1, 0.6, 2.6 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     hand_plan_early(&pl);
@@ -969,7 +912,7 @@ START_TEST(sim_sparse_by_hand)
     p.tensors[2].density_rs = 0.2;
     p.tensors[2].density_ag = 0.5;
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     dear_sim_ws_t *ws;
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
     /* A group spanning dense and sparse tensors is two collectives, each paying its start-up. */
@@ -1018,7 +961,7 @@ START_TEST(sim_queued_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, queued_double, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, queued_double };
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pn;
     plan2(&pn, 3, 3, none, 3, none);
@@ -1060,61 +1003,6 @@ START_TEST(sim_queued_by_hand)
 }
 END_TEST
 
-/* A collective ready after the channel was idle DEAR_COST_IDLE_GAP_S or more costs its price
- * times idle_fn; one ready as the channel frees, or queued, does not; the planners' group price
- * (dear_sim_ws_group) is the back-to-back one. */
-static double idle_half(void *arg, dear_coll_op_t op, size_t bytes)
-{
-    (void)arg;
-    (void)op;
-    (void)bytes;
-    return 0.5;
-}
-
-START_TEST(sim_idle_by_hand)
-{
-    dear_profile_t p;
-    hand_prof(&p);
-    lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, idle_half };
-    int none[4] = { 0, 1, 2, 3 };
-    dear_plan_t pn;
-    plan2(&pn, 3, 3, none, 3, none);
-    /* sync: the link idle through forward and backward (9 s): the 600 B all-reduce takes half of
-     * its 7 s. */
-    EQ(sim_T(&p, &c, DEAR_SCHED_SYNC, &pn), 9 + 3.5);
-    /* wfbp, one bucket per layer: AR 300 B ready at 5 on a channel idle since 0: half of 4 s,
-     * 5..7; 200 B ready at 7 as the channel frees: 3 s, 7..10; 100 B ready at 9, queued (no
-     * queued_fn): 2 s, 10..12. */
-    dear_sim_result_t r = { 0 };
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
-    EQ(r.iter_s, 12);
-    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 2)->end, 7);
-    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 1)->end, 10);
-    /* A compressed collective keeps its price: tensor 2 in bf16 (150 B on the wire, 2.5 s). */
-    dear_profile_t pc;
-    hand_prof(&pc);
-    dear_prof_set_compress(&pc, 2, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16);
-    ck_assert_int_eq(dear_sim_run(&pc, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
-    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 2)->end, 7.5);
-    dear_prof_free(&pc);
-    /* dear: never slower than without the factor, and the workspace path agrees. */
-    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pn, 1, &r), DEAR_OK);
-    ck_assert(r.iter_s <= 12.5 + 1e-12);
-    dear_sim_ws_t *ws;
-    ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
-    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), r.iter_s);
-    EQ(dear_sim_ws_group(ws, &c, DEAR_COLL_ALLREDUCE, 2, 3), 4); /* tensor 2, 300 B: not halved */
-    c.idle_fn = NULL;
-    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), 12.5);
-    EQ(sim_T(&p, &c, DEAR_SCHED_SYNC, &pn), 16);
-    dear_sim_ws_free(ws);
-    dear_sim_result_free(&r);
-    dear_plan_free(&pn);
-    dear_prof_free(&p);
-}
-END_TEST
-
 /* Compressed tensors are priced at their wire bytes: with both phases in 16 bits every schedule
  * predicts what the same profile with half the bytes predicts; with the all-gathers in float32 an
  * all-reduce is a reduce-scatter of half the bytes and an all-gather of all; a tensor left
@@ -1130,7 +1018,7 @@ START_TEST(sim_compress_by_hand)
     make_prof(&half, 3, fw, bw, 3, lay, by);
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, po;
     plan2(&pn, 3, 3, none, 3, none);
@@ -1170,7 +1058,7 @@ START_TEST(sim_compress_by_hand)
     EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 75 + 75.0 / 256 * 4);
     /* With a format cost, a dense compressed run is priced by it; float32 and sparse runs keep
      * the plain cost; an all-reduce whose halves travel alike is one collective in its format. */
-    dear_sim_cost_t cf = { lin_cost, &l, fmt_cost, NULL, NULL };
+    dear_sim_cost_t cf = { lin_cost, &l, fmt_cost, NULL };
     p.tensors[2].block_bytes = 0;
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_INT8, DEAR_COMPRESS_INT8);
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
@@ -1205,7 +1093,7 @@ START_TEST(sim_dear_layers_without_tensors)
     dear_profile_t p;
     make_prof(&p, 4, fw, bw, 3, lay, by);
     lin_arg_t l = lin(1, 0.01, 1, 0.01);   /* RS/AG of 100 B: 2 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
     int rs[2] = { 0, 3 }, ag[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     plan2(&pl, 3, 1, rs, 3, ag);
@@ -1391,7 +1279,7 @@ START_TEST(dp_equals_brute_force)
         dear_profile_t p;
         lin_arg_t l;
         any_instance(&p, n, &l, inst, 120);
-        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         int rs[16], ag[16], nrs, nag;
         /* wfbp: brute force over all-reduce bucketings. */
@@ -1504,7 +1392,7 @@ START_TEST(dp_split_equals_brute_force)
         if (inst % 2) /* backward-heavy: the link idles in backward, early groups pay */
             for (int i = 0; i < p.nlayers; i++)
                 p.layers[i].bwd_s *= 3;
-        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
         dear_sim_ws_t *ws;
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         dear_plan_problem_t prob;
@@ -1582,7 +1470,7 @@ START_TEST(dp_search_equals_best_split)
          * and read back for the other shows. */
         l.alpha[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
         l.beta[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
-        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
         dear_plan_problem_t prob;
         problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
         double best = INFINITY;
@@ -2651,7 +2539,6 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, cost_curve);
     tcase_add_test(tc, cost_format_curves);
     tcase_add_test(tc, cost_burst_curves);
-    tcase_add_test(tc, cost_idle_curves);
     suite_add_tcase(s, tc);
     tc = tcase_create("profile");
     tcase_add_test(tc, profile_round_trip);
@@ -2665,7 +2552,6 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, sim_dear_early_stepped_by_hand);
     tcase_add_test(tc, sim_dear_layers_without_tensors);
     tcase_add_test(tc, sim_queued_by_hand);
-    tcase_add_test(tc, sim_idle_by_hand);
     suite_add_tcase(s, tc);
     tc = tcase_create("planners");
     tcase_set_timeout(tc, 120);
