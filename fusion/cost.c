@@ -78,6 +78,34 @@ double dear_cost_queued_factor(const dear_cost_model_t *model, dear_coll_op_t op
     return alone > 0 ? dear_cost_line_eval(b, x) / alone : 1.0;
 }
 
+const dear_cost_line_t *dear_cost_idle(const dear_cost_model_t *model, dear_coll_op_t op)
+{
+    const dear_cost_line_t *l = &model->idle[op];
+    return l->valid && l->npts >= 2 ? l : NULL;
+}
+
+double dear_cost_idle_factor(const dear_cost_model_t *model, dear_coll_op_t op, double bytes)
+{
+    const dear_cost_line_t *l = dear_cost_idle(model, op), *a = &model->line[op][DEAR_ALGO_AUTO];
+    if (!l || !a->valid || bytes <= l->pt_bytes[0])
+        return 1.0;
+    /* The idle curve's slope by least squares over its points: a burst allowance shifts every
+     * lone collective by the same time, so it leaves the slope alone. */
+    double mx = 0, my = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < l->npts; i++)
+        mx += l->pt_bytes[i] / l->npts, my += l->pt_sec[i] / l->npts;
+    for (int i = 0; i < l->npts; i++) {
+        sxx += (l->pt_bytes[i] - mx) * (l->pt_bytes[i] - mx);
+        sxy += (l->pt_bytes[i] - mx) * (l->pt_sec[i] - my);
+    }
+    double slope = sxx > 0 ? sxy / sxx : 0, back = dear_cost_line_eval(a, bytes);
+    if (!(slope > 0) || !(back > 0))
+        return 1.0;
+    double x0 = l->pt_bytes[0], lone = dear_cost_line_eval(a, x0) + slope * (bytes - x0);
+    double f = lone / back + DEAR_COST_IDLE_TOL;
+    return f < 1.0 ? f : 1.0;
+}
+
 /* Weighted least squares of y = a + b x with weights w; returns -1 if degenerate. */
 static int wls(const double *x, const double *y, const double *w, int n, double *a, double *b)
 {
@@ -336,6 +364,7 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
         for (int c = 1; c < DEAR_COMPRESS_COUNT; c++) /* auto curves: scaled like the ring */
             scale_line(&m.fmt[c][op], ring, bw);
         scale_line(&m.burst[op], ring, bw);
+        scale_line(&m.idle[op], ring, bw);
     }
     m.comm_size = p1;
     *out = m;
@@ -349,12 +378,14 @@ typedef struct {
     dear_coll_op_t op;
     dear_coll_algo_t algo;
     int fmt;            /* a compressed format's curve (algo auto+FORMAT), else 0 */
-    int k;              /* a burst curve (algo auto/K), else 0 */
+    int k;              /* a burst curve (algo auto/K), COST_IDLE for the idle curve (auto@idle), else 0 */
     dear_cost_line_t line;
 } cost_rec_t;
 
 /* The longest burst a record may name: DEAR_MAX_INFLIGHT's range. */
 #define COST_MAX_BURST 64
+#define COST_IDLE (-1)
+#define COST_IDLE_SUFFIX "@idle"
 
 #define COST_MAGIC "dear-cost 1"
 /* Bounds a measured model cannot break: a cache line is short (a record and at most
@@ -397,12 +428,14 @@ static int parse_points(char *text, dear_cost_line_t *line)
 }
 
 /* One record of a cache file, with its points when it has them; a format's curve (fmt > 0) is
- * algo auto+FORMAT, a burst curve (k > 0) auto/K. */
+ * algo auto+FORMAT, a burst curve (k > 0) auto/K, the idle curve auto@idle. */
 static void write_record(FILE *f, int p, int rph, int op, int algo, int fmt, int k, const dear_cost_line_t *l)
 {
     char suffix[32] = "";
     if (fmt)
         snprintf(suffix, sizeof suffix, "+%s", dear_compress_name((dear_compress_t)fmt));
+    else if (k == COST_IDLE)
+        snprintf(suffix, sizeof suffix, "%s", COST_IDLE_SUFFIX);
     else if (k)
         snprintf(suffix, sizeof suffix, "/%d", k);
     fprintf(f, "%d %d %s %s%s %.9g %.9g %.9g %.6g %d", p, rph, dear_coll_op_short((dear_coll_op_t)op),
@@ -413,12 +446,20 @@ static void write_record(FILE *f, int p, int rph, int op, int algo, int fmt, int
     fputc('\n', f);
 }
 
-/* An algorithm's name, auto+FORMAT for a compressed format's curve or auto/K for a burst curve
- * (2 <= K <= COST_MAX_BURST); -1 if none of them. */
+/* An algorithm's name, auto+FORMAT for a compressed format's curve, auto/K for a burst curve
+ * (2 <= K <= COST_MAX_BURST) or auto@idle for the idle curve; -1 if none of them. */
 static int parse_algo(const char *text, dear_coll_algo_t *algo, int *fmt, int *k)
 {
     char name[32];
-    const char *plus = strchr(text, '+'), *slash = strchr(text, '/');
+    const char *plus = strchr(text, '+'), *slash = strchr(text, '/'), *at = strchr(text, '@');
+    if (at) {
+        if (plus || slash || strcmp(at, COST_IDLE_SUFFIX) != 0)
+            return -1;
+        snprintf(name, sizeof name, "%.*s", (int)(at - text), text);
+        *fmt = 0;
+        *k = COST_IDLE;
+        return dear_coll_algo_parse(name, algo) || *algo != DEAR_ALGO_AUTO ? -1 : 0;
+    }
     const char *cut = plus ? plus : slash;
     dear_compress_t c = DEAR_COMPRESS_NONE;
     long burst = 0;
@@ -476,8 +517,8 @@ static int cost_read(const char *path, cost_rec_t **recs, int *nrecs)
             dear_text_double(fld[7], 0, COST_MAX_FIT_ERR, &c.line.fit_err) ||
             dear_text_long(fld[8], 0, 1000000000L, &ns)) {
             DEAR_ERROR("cost",
-                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto|auto+FORMAT|auto/K alpha "
-                       "beta gamma fit_err nsamples [points]' (FORMAT: bf16, fp16 or int8; K: 2 to %d) with 1 <= "
+                       "%s:%d: expected 'P ranks_per_host rs|ag|ar ring|rhd|mpi|auto|auto+FORMAT|auto/K|auto@idle "
+                       "alpha beta gamma fit_err nsamples [points]' (FORMAT: bf16, fp16 or int8; K: 2 to %d) with 1 <= "
                        "ranks_per_host <= P <= %d, alpha in [0, %g] s, beta and gamma in [0, %g] s/byte, fit_err in [0, %g], nsamples >= 0",
                        path, lineno, COST_MAX_BURST, COST_MAX_RANKS, COST_MAX_ALPHA_S, COST_MAX_S_PER_BYTE,
                        COST_MAX_FIT_ERR);
@@ -531,6 +572,8 @@ int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cos
 /* Where a record goes in a model (its key without P and ranks per host). */
 static dear_cost_line_t *rec_slot(dear_cost_model_t *m, const cost_rec_t *c)
 {
+    if (c->k == COST_IDLE)
+        return &m->idle[c->op];
     return c->k ? &m->burst[c->op] : c->fmt ? &m->fmt[c->fmt][c->op] : &m->line[c->op][c->algo];
 }
 
@@ -548,9 +591,9 @@ int dear_cost_load_ex(const char *path, int comm_size, int ranks_per_host, int i
     model_clear(&m, comm_size, ranks_per_host, "file");
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (recs[i].p == comm_size && recs[i].rph == ranks_per_host && (!recs[i].k || recs[i].k == inflight)) {
+        if (recs[i].p == comm_size && recs[i].rph == ranks_per_host && (recs[i].k <= 0 || recs[i].k == inflight)) {
             *rec_slot(&m, &recs[i]) = recs[i].line;
-            m.burst_k = recs[i].k ? recs[i].k : m.burst_k;
+            m.burst_k = recs[i].k > 0 ? recs[i].k : m.burst_k;
             k++;
         }
     free(recs);
@@ -582,14 +625,14 @@ int dear_cost_save(const char *path, const dear_cost_model_t *model)
     fprintf(f, "%s\n# dear calibration cache (docs/FORMATS.md): time = alpha + (beta + gamma) * bytes, or\n"
                "# interpolated between the points bytes:seconds when a record has them; algo auto+FORMAT:\n"
                "# float32 vectors travelling compressed, by the bytes on the wire; algo auto/K: seconds per\n"
-               "# collective with K in flight\n"
+               "# collective with K in flight; algo auto@idle: each alone, after the link was idle\n"
                "# P ranks_per_host op algo alpha_s beta_s_per_byte gamma_s_per_byte fit_err nsamples [points]\n",
             COST_MAGIC);
     for (int i = 0; i < n; i++) {
         const cost_rec_t *c = &recs[i];
         const dear_cost_line_t *mine = rec_slot((dear_cost_model_t *)model, c);
         if (c->p == model->comm_size && c->rph == model->ranks_per_host && mine->valid &&
-            (!c->k || c->k == model->burst_k))
+            (c->k <= 0 || c->k == model->burst_k))
             continue;   /* replaced below */
         write_record(f, c->p, c->rph, c->op, c->algo, c->fmt, c->k, &c->line);
     }
@@ -605,6 +648,9 @@ int dear_cost_save(const char *path, const dear_cost_model_t *model)
         if (model->burst_k >= 2 && model->burst[op].valid)
             write_record(f, model->comm_size, model->ranks_per_host, op, DEAR_ALGO_AUTO, 0, model->burst_k,
                          &model->burst[op]);
+        if (model->idle[op].valid)
+            write_record(f, model->comm_size, model->ranks_per_host, op, DEAR_ALGO_AUTO, 0, COST_IDLE,
+                         &model->idle[op]);
     }
     return dear_file_out_commit(&out);
 }
@@ -646,6 +692,16 @@ void dear_cost_print(FILE *out, const dear_cost_model_t *model)
                 fprintf(out, "%s x%.2f at %.0f B", i ? "," : "",
                         dear_cost_queued_factor(model, (dear_coll_op_t)op, bl->pt_bytes[i]), bl->pt_bytes[i]);
             fprintf(out, " of its time alone; x1 above %.0f B (not measured there)\n", bl->pt_bytes[bl->npts - 1]);
+        }
+        const dear_cost_line_t *il = dear_cost_idle(model, (dear_coll_op_t)op);
+        if (il) {
+            print_line(out, op, "auto" COST_IDLE_SUFFIX, il);
+            fprintf(out, "    starting on a link idle for %g ms, a %s costs", 1e3 * DEAR_COST_IDLE_GAP_S,
+                    dear_coll_op_short((dear_coll_op_t)op));
+            for (int i = 0; i < il->npts; i++)
+                fprintf(out, "%s x%.2f at %.0f B", i ? "," : "",
+                        dear_cost_idle_factor(model, (dear_coll_op_t)op, il->pt_bytes[i]), il->pt_bytes[i]);
+            fprintf(out, " of its time back to back; x1 up to %.0f B\n", il->pt_bytes[0]);
         }
     }
 }

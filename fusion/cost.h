@@ -51,7 +51,22 @@ typedef struct {
      * another is priced by the ratio of this curve to the auto line (dear_cost_queued_factor). */
     int burst_k;
     dear_cost_line_t burst[DEAR_COLL_OP_COUNT];
+    /* The auto curve of float32 collectives each timed alone after the link was idle for
+     * DEAR_COST_IDLE_GAP_S, at the sizes from DEAR_COST_IDLE_MIN_BYTES: its slope prices the
+     * bytes of a large collective that starts on an idle link (dear_cost_idle_factor), since the
+     * line's back-to-back stream of large collectives can build a queue on a slow link that a lone
+     * one never meets. */
+    dear_cost_line_t idle[DEAR_COLL_OP_COUNT];
 } dear_cost_model_t;
+
+/* What "idle" means for the idle curve: nothing of the channel in flight for this long before a
+ * collective starts (longer than the ranks' skew and a token bucket's refill), and the smallest
+ * size it is measured at: below it a lone collective's time is mostly the network's burst
+ * allowance. DEAR_COST_IDLE_TOL: a lone collective's price departs from the stream's only beyond
+ * this share, since a slope taken from a few noisy points carries more noise than the points. */
+#define DEAR_COST_IDLE_GAP_S 0.01
+#define DEAR_COST_IDLE_MIN_BYTES ((size_t)1 << 20)
+#define DEAR_COST_IDLE_TOL 0.03
 
 /* Time of one line at a size: alpha + (beta + gamma) * bytes, or for a curve the interpolation
  * between its points: below the first point the first point's time (start-up dominated), above
@@ -72,6 +87,16 @@ const dear_cost_line_t *dear_cost_burst(const dear_cost_model_t *model, dear_col
  * and without a burst curve or an auto line, 1: the runtime then keeps fewer in flight, and no
  * ratio is extrapolated past what was measured. */
 double dear_cost_queued_factor(const dear_cost_model_t *model, dear_coll_op_t op, double bytes);
+/* op's idle curve when the model has one usable (a curve of 2 or more points), else NULL. */
+const dear_cost_line_t *dear_cost_idle(const dear_cost_model_t *model, dear_coll_op_t op);
+/* What a collective of op and `bytes` (float32 bytes) costs when it starts on a link idle for
+ * DEAR_COST_IDLE_GAP_S, relative to the auto line (back to back): the line's time at the idle
+ * curve's smallest size plus the idle curve's least-squares slope for the bytes beyond it, over
+ * the line at `bytes`, plus DEAR_COST_IDLE_TOL, and never above 1. Why the slope and not the
+ * curve: a network's burst allowance makes every lone collective faster by one fixed time, which
+ * training's buckets do not each get, while a queue that back-to-back streams build costs per
+ * byte. At or below the smallest size, without an idle curve or an auto line, 1. */
+double dear_cost_idle_factor(const dear_cost_model_t *model, dear_coll_op_t op, double bytes);
 /* One line standing for op when a planner needs a linear cost (MG-WFBP, DP): the only valid
  * algorithm if there is one, else a relative least-squares line through dear_cost_eval at
  * sizes 4 KiB..256 MiB. DEAR_ERR_ARG when op has no valid algorithm. */
@@ -108,9 +133,10 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
 /* Cache file (docs/FORMATS.md). load: fills model with every line stored for
  * (comm_size, ranks_per_host) and sets *found to the number of lines (0: none, model has no
  * valid line); the burst curves (algo auto/K) only for K = inflight (load_ex; none for
- * dear_cost_load or inflight < 2). A missing file is found = 0, not an error. Bad lines: DEAR_ERR_FORMAT naming file
- * and line. save: merges model's valid lines into the file (replacing the same key), written to
- * a temporary file and renamed. */
+ * dear_cost_load or inflight < 2); the idle curves (algo auto@idle) always. A missing file is
+ * found = 0, not an error. Bad lines: DEAR_ERR_FORMAT naming file and line. save: merges
+ * model's valid lines into the file (replacing the same key), written to a temporary file and
+ * renamed. */
 int dear_cost_load(const char *path, int comm_size, int ranks_per_host, dear_cost_model_t *model, int *found);
 int dear_cost_load_ex(const char *path, int comm_size, int ranks_per_host, int inflight, dear_cost_model_t *model,
                       int *found);

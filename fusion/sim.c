@@ -33,6 +33,12 @@ double dear_sim_cost_model_queued(void *arg, dear_coll_op_t op, size_t bytes)
     return dear_cost_queued_factor(m->model, op, (double)bytes);
 }
 
+double dear_sim_cost_model_idle(void *arg, dear_coll_op_t op, size_t bytes)
+{
+    const dear_sim_model_arg_t *m = arg;
+    return dear_cost_idle_factor(m->model, op, (double)bytes);
+}
+
 struct dear_sim_ws {
     int nlayers, ntensors;
     double F, B;
@@ -212,16 +218,30 @@ static double wire_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, de
     return cost->fn(cost->arg, op, wire);
 }
 
-/* Factor on a float32 collective of `bytes` that starts queued: queued_fn's, else 1. */
-static double queued(const dear_sim_cost_t *cost, dear_coll_op_t op, size_t bytes, int q)
+/* How a collective finds the channel when it becomes ready: busy (it starts queued), idle for
+ * DEAR_COST_IDLE_GAP_S or more, or neither (it starts as the channel frees). */
+enum { CH_FREEING, CH_QUEUED, CH_IDLE };
+
+/* The state of a channel free from chan for a collective ready at `ready`. */
+static int chan_state(double ready, double chan)
 {
-    return q && cost->queued_fn ? cost->queued_fn(cost->arg, op, bytes) : 1.0;
+    return ready < chan ? CH_QUEUED : ready - chan >= DEAR_COST_IDLE_GAP_S ? CH_IDLE : CH_FREEING;
 }
 
-/* The group [lo, hi) as the channel runs it: q, queued (ready while the channel was busy), its
- * dense float32 collectives run in flight with the ones ahead (dear_sim_cost_t.queued_fn, by
- * each collective's bytes). Compressed and sparse runs keep their price alone: their bursts
- * (the conversions on the progress thread, the index exchange) were never measured. */
+/* Factor on a float32 collective of `bytes` that finds the channel in state q: queued_fn's or
+ * idle_fn's, else 1. */
+static double queued(const dear_sim_cost_t *cost, dear_coll_op_t op, size_t bytes, int q)
+{
+    if (q == CH_QUEUED && cost->queued_fn)
+        return cost->queued_fn(cost->arg, op, bytes);
+    return q == CH_IDLE && cost->idle_fn ? cost->idle_fn(cost->arg, op, bytes) : 1.0;
+}
+
+/* The group [lo, hi) as the channel runs it in state q (chan_state): its dense float32
+ * collectives run in flight with the ones ahead when queued (dear_sim_cost_t.queued_fn), alone
+ * on an idle link when idle (idle_fn), by each collective's bytes. Compressed and sparse runs keep
+ * their price back to back: their bursts (the conversions on the progress thread, the index
+ * exchange) were never measured. */
 static double group_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi,
                          int q)
 {
@@ -253,7 +273,7 @@ static double group_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, d
 
 double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi)
 {
-    return group_cost(ws, cost, op, lo, hi, 0);
+    return group_cost(ws, cost, op, lo, hi, CH_FREEING);
 }
 
 static void rec(dear_sim_ws_t *ws, int kind, int index, double start, double end, size_t bytes)
@@ -291,7 +311,8 @@ typedef struct {
 static double sim_sync(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double *comm)
 {
     size_t bytes = ws->prefix[ws->ntensors];
-    double c = dear_sim_ws_group(ws, cost, DEAR_COLL_ALLREDUCE, 0, ws->ntensors);
+    /* The link has been idle since the previous iteration's all-reduce: through F + B. */
+    double c = group_cost(ws, cost, DEAR_COLL_ALLREDUCE, 0, ws->ntensors, chan_state(ws->F + ws->B, 0));
     if (ws->record) {
         double t = 0;
         for (int l = 0; l < ws->nlayers; l++) {
@@ -314,7 +335,7 @@ static double run_buckets(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_c
         size_t bytes = ws->prefix[first[g + 1]] - ws->prefix[first[g]];
         double ready = bwd_start + ws->ready[first[g]];
         double start = ready > chan ? ready : chan;
-        double c = group_cost(ws, cost, op, first[g], first[g + 1], ready < chan);
+        double c = group_cost(ws, cost, op, first[g], first[g + 1], chan_state(ready, chan));
         chan = start + c;
         *comm += c;
         rec(ws, (int)op, g, start, chan, bytes);
@@ -376,7 +397,7 @@ static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int 
 {
     for (; *e >= nreg && *eb >= b; (*e)--) {
         size_t gb = ws->prefix[ag[*e + 1]] - ws->prefix[ag[*e]];
-        double cg = group_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[*e], ag[*e + 1], ready < *chan);
+        double cg = group_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[*e], ag[*e + 1], chan_state(ready, *chan));
         double start = ready > *chan ? ready : *chan;
         rec(ws, DEAR_COLL_ALLGATHER, *e, start, start + cg, gb);
         *chan = start + cg;
@@ -387,10 +408,10 @@ static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int 
     }
 }
 
-/* One dear iteration. The channel is free from c0 (>= 0) after the forward start; the early
- * all-gather groups (the last ne of nag) ended at ws->early_prev[g] in the previous iteration's
- * backward (same origin: usually negative). Returns the iteration time, the next iteration's c0
- * and, in ws->early_prev, the early groups' ends for the next iteration. */
+/* One dear iteration. The channel is free from c0 after the forward start (c0 <= 0: it freed -c0
+ * before it); the early all-gather groups (the last ne of nag) ended at ws->early_prev[g] in the
+ * previous iteration's backward (same origin: usually negative). Returns the iteration time, the
+ * next iteration's c0 and, in ws->early_prev, the early groups' ends for the next iteration. */
 static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, const int *rs, int nag,
                         const int *ag, int ne, double c0, double *c0_next, double *comm)
 {
@@ -398,7 +419,7 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
     int nreg = nag - ne;
     /* Regular all-gathers, queued at the end of the previous backward, run back to back from
      * c0, in forward order; layer l starts once every group holding one of its tensors is done. */
-    double chan = c0, t = 0;
+    double chan = c0 > 0 ? c0 : 0, t = 0;
     int g = 0, g0 = 0, g1 = 0;
     for (int l = 0; l < ws->nlayers; l++) {
         int ft = ws->first_tensor[l], lt = ws->last_tensor[l];
@@ -413,7 +434,8 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
                 size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
                 /* Queued together at the previous backward's end: all but a first that finds the
                  * channel free run in flight with the ones ahead. */
-                double c = group_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1], g > 0 || c0 > 0);
+                double c = group_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1],
+                                      g > 0 ? CH_QUEUED : chan_state(0, c0));
                 rec(ws, DEAR_COLL_ALLGATHER, g, chan, chan + c, bytes);
                 chan += c;
                 ws->ag_end[g] = chan;
@@ -441,7 +463,7 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
         size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
         double ready = fw + ws->ready[rs[b]];
         double start = ready > chan ? ready : chan;
-        double c = group_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1], ready < chan);
+        double c = group_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1], chan_state(ready, chan));
         rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
         chan = start + c;
         *comm += c;
@@ -455,7 +477,7 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
     double iter = fw + ws->B;
     for (int k = nreg; k < nag; k++)
         ws->early_prev[k] = ws->ag_end[k] - iter;
-    *c0_next = chan > iter ? chan - iter : 0;
+    *c0_next = chan - iter;
     return iter;
 }
 
@@ -471,13 +493,12 @@ static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim
     double next = 0, iter = 0;
     /* Without early groups the channel is always free when backward starts (the last
      * all-gather group holds the last tensor, whose layer waits for it), so the reduce-scatter
-     * tail past the end of backward depends on plan.rs alone: that is the fixed point c0, and
-     * one pass confirms it. Early groups make the next forward depend on this backward (their
-     * ends, the channel's tail): the monotone map (c0, ends) -> next is iterated from that
+     * tail past the end of backward depends on plan.rs and on how long the channel was idle
+     * before each bucket: run_buckets from an idle channel is the start. Early groups make the
+     * next forward depend on this backward (their ends, the channel's tail), and the idle time
+     * before the first all-gather prices it: the map (c0, ends) -> next is iterated from that
      * start to its fixed point. */
     double c0 = run_buckets(ws, cost, DEAR_COLL_REDUCE_SCATTER, 0, 0, nrs, rs, comm) - ws->B;
-    if (c0 < 0)
-        c0 = 0;
     for (int k = nag - ne; k < nag; k++)
         ws->early_prev[k] = -INFINITY;
     double prev_iter = -1;

@@ -28,6 +28,10 @@
  * flight with the ones ahead, and a dense float32 one costs its price times queued_fn (the measured burst curve
  * over the alone curve, where one was measured), so a stream of n small buckets costs what a
  * burst of n costs on the real communicator rather than n collectives timed alone.
+ * One that becomes ready after the channel has been idle for DEAR_COST_IDLE_GAP_S starts on an
+ * idle link: a dense float32 one costs its price times idle_fn (from the measured idle curve's
+ * slope: dear_cost_idle_factor), since its bytes meet no queue that earlier collectives built.
+ * Anything else (ready as the channel frees, or after a shorter gap) costs its price.
  * Sparse and compressed tensors (profile.h) are priced by the bytes they put on the wire in each
  * phase (a dense compressed run by its format's cost, fmt_fn, when the cost has one: the measured
  * curve of that format), and a group is cut where the block or the formats change, as the
@@ -54,11 +58,14 @@ typedef double (*dear_sim_cost_fmt_fn)(void *arg, dear_coll_op_t op, size_t wire
 /* Factor on the cost of a collective of `bytes` (dense) that starts queued behind another, i.e.
  * that was ready while the channel was still busy: the runtime keeps several in flight. */
 typedef double (*dear_sim_queued_fn)(void *arg, dear_coll_op_t op, size_t bytes);
+/* Factor on the cost of a collective of `bytes` (dense) that starts on an idle link. */
+typedef double (*dear_sim_idle_fn)(void *arg, dear_coll_op_t op, size_t bytes);
 typedef struct {
     dear_sim_cost_fn fn;
     void *arg;
     dear_sim_cost_fmt_fn fmt_fn; /* NULL: fn at the wire bytes */
     dear_sim_queued_fn queued_fn; /* NULL: 1, a queued collective costs what it costs alone */
+    dear_sim_idle_fn idle_fn; /* NULL: 1, an idle link changes nothing */
 } dear_sim_cost_t;
 
 /* arg for dear_sim_cost_model: the cheapest valid algorithm of the model at each size; buckets
@@ -73,6 +80,8 @@ double dear_sim_cost_model(void *arg, dear_coll_op_t op, size_t bytes);
 double dear_sim_cost_model_fmt(void *arg, dear_coll_op_t op, size_t wire, int c);
 /* The model's burst curve over its auto line (dear_cost_queued_factor). */
 double dear_sim_cost_model_queued(void *arg, dear_coll_op_t op, size_t bytes);
+/* The model's idle curve over its auto line (dear_cost_idle_factor). */
+double dear_sim_cost_model_idle(void *arg, dear_coll_op_t op, size_t bytes);
 
 /* A recorded operation's kind: a collective (a dear_coll_op_t value) or a layer's compute. */
 enum { DEAR_SIM_FWD = DEAR_COLL_OP_COUNT, DEAR_SIM_BWD };

@@ -5,7 +5,8 @@
  * (DEAR_COMPRESS, DEAR_COMPRESS_AG), unless DEAR_CALIBRATION_FILE already holds those curves for
  * this communicator size and ranks per host (what it lacks is measured and added).
  * Small collectives are also timed DEAR_MAX_INFLIGHT at a time, as the progress thread keeps them,
- * for the burst curve that prices a collective queued behind others (fusion/cost.h).
+ * for the burst curve that prices a collective queued behind others, and large ones each alone
+ * after an idle gap, for the idle curve that prices one starting on an idle link (fusion/cost.h).
  * DEAR_CALIBRATE=off takes DEAR_COST_PRESET. Rank 0 reads the cache and every rank receives the
  * model, so all plan from the same numbers. A corrupt cache is reported, kept as PATH.corrupt,
  * measured again and replaced. This runs before the progress thread starts: the communicator is
@@ -42,6 +43,9 @@ static const size_t calib_bytes[] = { 8u << 10, 64u << 10, 256u << 10, 1u << 20,
 #define CALIB_WARM_BYTES ((size_t)1 << 20)
 #define CALIB_MAX_REPS 512
 #define CALIB_PASSES 3
+/* The idle curve's collectives timed per size and pass, each after the ranks lined up and the
+ * link stayed idle DEAR_COST_IDLE_GAP_S. */
+#define CALIB_IDLE_REPS 3
 /* DEAR_MAX_INFLIGHT's bound, and the tags' span as the progress thread's (engine.c). */
 #define CALIB_MAX_BURST 64
 #define CALIB_TAG_SPAN 16384
@@ -70,6 +74,13 @@ static void log_model(const dear_ctx_t *ctx, const char *how)
                 DEAR_INFO("plan", "    %.0f B: %.1f us (%.0f MB/s)", l->pt_bytes[i], 1e6 * l->pt_sec[i],
                           l->pt_sec[i] > 0 ? 1e-6 * l->pt_bytes[i] / l->pt_sec[i] : 0.0);
         }
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        const dear_cost_line_t *l = dear_cost_idle(&ctx->online.cost, (dear_coll_op_t)op);
+        for (int i = 0; l && i < l->npts; i++)
+            DEAR_INFO("plan", "  %s auto@idle %.0f B: %.1f us alone on an idle link, x%.2f of back to back",
+                      dear_coll_op_short((dear_coll_op_t)op), l->pt_bytes[i], 1e6 * l->pt_sec[i],
+                      dear_cost_idle_factor(&ctx->online.cost, (dear_coll_op_t)op, l->pt_bytes[i]));
+    }
 }
 
 static int reps_for(size_t bytes, size_t volume, int least)
@@ -161,6 +172,35 @@ static int time_burst(dear_ctx_t *ctx, dear_coll_args_t *args, size_t bytes, int
     return DEAR_OK;
 }
 
+/* One collective of the idle curve: the link left idle DEAR_COST_IDLE_GAP_S after the agreement
+ * that lined the ranks up, then one collective alone, its duration on this rank to *done. The
+ * rest as time_burst. */
+static int time_idle(dear_ctx_t *ctx, dear_coll_args_t *args, double wait_s, int inject, double *done, int *parked)
+{
+    dear_coll_req_t *req;
+    int nin = 0, ndone = 0;
+    dear_sleep(DEAR_COST_IDLE_GAP_S);
+    double t0 = dear_now();
+    int rc = dear_coll_start(args, &req);
+    nin = rc == DEAR_OK;
+    if (rc == DEAR_OK && inject) {
+        DEAR_ERROR("plan", "calibration: DEAR_DEBUG_CALIB_FAIL: this rank abandons its collective alone, in flight");
+        rc = DEAR_ERR_NET;
+    }
+    if (rc == DEAR_OK)
+        rc = reap_one(&req, &nin, done, &ndone, wait_s);
+    if (rc != DEAR_OK) {
+        if (rc != DEAR_ERR_UNSUPPORTED || nin > 0)
+            ctx->cm.keep = 1;
+        if (nin > 0)
+            dear_coll_each_req(req, cancel_one, NULL);
+        *parked = nin > 0;
+        return rc;
+    }
+    *done -= t0;
+    return DEAR_OK;
+}
+
 /* Measure each collective as the runtime will run it (DEAR_ALGO_AUTO: the selection table, or
  * the algorithm DEAR_COLL_ALGO forces) at every calibration size, and keep the median pass's
  * means as the auto curve of the model; the model is the same on every rank (rank 0 takes the
@@ -179,17 +219,20 @@ static int op_needed(const dear_ctx_t *ctx, int op)
  * auto line, else the format's curve, by wire bytes). */
 typedef struct {
     int op, fmt;
-    int k;      /* >= 2: the burst curve of k in flight (float32), else 0 */
+    int k;      /* >= 2: the burst curve of k in flight (float32); CALIB_IDLE: the idle curve; else 0 */
     int nsizes; /* the sizes timed, increasing (item_sizes) */
     size_t bytes[CALIB_MAX_SIZES];
 } calib_item_t;
-#define CALIB_MAX_ITEMS (3 * DEAR_COLL_OP_COUNT)
+#define CALIB_MAX_ITEMS (4 * DEAR_COLL_OP_COUNT)
+#define CALIB_IDLE (-1)
 
 /* How many of its collectives the item's streams keep in flight. */
-static int item_inflight(calib_item_t it) { return it.k ? it.k : 1; }
+static int item_inflight(calib_item_t it) { return it.k > 0 ? it.k : 1; }
 
 static dear_cost_line_t *item_line(dear_cost_model_t *m, calib_item_t it)
 {
+    if (it.k == CALIB_IDLE)
+        return &m->idle[it.op];
     if (it.k)
         return m->burst_k == it.k ? &m->burst[it.op] : NULL;
     return it.fmt ? &m->fmt[it.fmt][it.op] : &m->line[it.op][DEAR_ALGO_AUTO];
@@ -244,6 +287,10 @@ static int items_needed(const dear_ctx_t *ctx, const calib_burst_t *burst, int c
             item_add(its, &n, op, DEAR_COMPRESS_NONE, 0);
             if (k)
                 item_add(its, &n, op, DEAR_COMPRESS_NONE, k);
+            /* Only across hosts: within one, nothing shapes the link an idle gap would refill, and
+             * the lone collectives would only lengthen every commit. */
+            if (ctx->cm.topo.nnodes > 1)
+                item_add(its, &n, op, DEAR_COMPRESS_NONE, CALIB_IDLE);
         }
     if (rs == DEAR_COMPRESS_NONE && ag == DEAR_COMPRESS_NONE)
         return n;
@@ -291,7 +338,39 @@ static void item_sizes(const dear_ctx_t *ctx, const dear_net_t *net, calib_item_
         }
         it->bytes[n++] = hi;
     }
-    it->nsizes = n;
+    /* The idle curve from DEAR_COST_IDLE_MIN_BYTES: below, the lone collective's time would be the
+     * network's burst allowance (fusion/cost.h). */
+    int keep = 0;
+    for (int s = 0; s < n; s++)
+        if (it->k != CALIB_IDLE || it->bytes[s] >= DEAR_COST_IDLE_MIN_BYTES)
+            it->bytes[keep++] = it->bytes[s];
+    it->nsizes = keep;
+}
+
+/* After one sample (a stream, or a collective of the idle curve) that ended with r1 on this rank:
+ * every rank learns how the others' ended before the next starts (this also lines them up for
+ * it): a rank whose sample broke halfway must not leave the others waiting in the next one, nor
+ * in a collective it never joins. Returns the failure (negative, logged), 1 when the size is
+ * beyond the algorithm (the same on every rank), else 0. */
+static int sample_agree(dear_ctx_t *ctx, int r1, int op, int fmt_id, size_t bytes, double wait_s)
+{
+    const char *what = dear_coll_op_short((dear_coll_op_t)op);
+    const char *fmt = dear_compress_name((dear_compress_t)fmt_id);
+    if (r1 == DEAR_ERR_TIMEOUT)
+        DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes: no collective finished in %g s "
+                           "(DEAR_STALL_ABORT_S): a rank probably failed in this stream (its message says why)",
+                   what, fmt, bytes, wait_s);
+    else if (r1 != DEAR_OK && r1 != DEAR_ERR_UNSUPPORTED)
+        DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed: %s", what, fmt, bytes, dear_status_string(r1));
+    int mine = r1 == DEAR_ERR_UNSUPPORTED ? 1 : r1, agreed = 0;
+    DEAR_MPI_CHECK(MPI_Allreduce(&mine, &agreed, 1, MPI_INT, MPI_MIN, ctx->cm.comm));
+    if (agreed < 0) {
+        if (mine >= 0)
+            DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed on another rank (its message says why): %s",
+                       what, fmt, bytes, dear_status_string(agreed));
+        return mine < 0 ? mine : agreed;
+    }
+    return agreed;
 }
 
 /* Measure the curves its[0..nits), each at its item_sizes, into ctx->online.cost (rank 0
@@ -355,39 +434,27 @@ agree:;
                 args.scale = op == DEAR_COLL_ALLGATHER ? 1.0 : 1.0 / ctx->cm.size;
                 args.recvbuf = buf;
                 size_t k = (size_t)pass * nk + (size_t)i * CALIB_MAX_SIZES + (size_t)s;
-                if (!burst_size(burst, its[i].k, bytes, maxb)) {
+                if (!burst_size(burst, its[i].k > 0 ? its[i].k : 0, bytes, maxb)) {
                     t[k] = -1; /* the runtime never has k of this size in flight: no sample */
                     continue;
                 }
                 args.count = bytes / sizeof(float);
-                int r1 = time_burst(ctx, &args, bytes, item_inflight(its[i]), wait_s,
-                                    ++nstream == inject_at, &c[k * CALIB_MAX_REPS], &parked);
-                const char *what = dear_coll_op_short((dear_coll_op_t)op);
-                const char *fmt = dear_compress_name((dear_compress_t)its[i].fmt);
-                if (r1 == DEAR_ERR_TIMEOUT)
-                    DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes: no collective finished in %g s "
-                                       "(DEAR_STALL_ABORT_S): a rank probably failed in this stream (its message "
-                                       "says why)",
-                               what, fmt, bytes, wait_s);
-                else if (r1 != DEAR_OK && r1 != DEAR_ERR_UNSUPPORTED)
-                    DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed: %s", what, fmt, bytes,
-                               dear_status_string(r1));
-                /* Every rank learns how the others' streams ended before the next starts (this also
-                 * lines them up for it): a rank whose stream broke halfway must not leave the others
-                 * waiting in the next one, nor in a collective it never joins. Failures are
-                 * negative, a size beyond the algorithm (the same on every rank) is 1. */
-                int mine = r1 == DEAR_ERR_UNSUPPORTED ? 1 : r1, agreed = 0;
-                DEAR_MPI_CHECK_GOTO(MPI_Allreduce(&mine, &agreed, 1, MPI_INT, MPI_MIN, ctx->cm.comm), rc, out);
-                if (agreed < 0) {
-                    if (mine >= 0)
-                        DEAR_ERROR("plan", "calibration: %s (%s) on %zu bytes failed on another rank (its message "
-                                           "says why): %s",
-                                   what, fmt, bytes, dear_status_string(agreed));
-                    rc = mine < 0 ? mine : agreed;
-                    goto out;
+                int idle = its[i].k == CALIB_IDLE;
+                for (int rep = 0; rep < (idle ? CALIB_IDLE_REPS : 1); rep++) {
+                    int inject = ++nstream == inject_at;
+                    int r1 = idle ? time_idle(ctx, &args, wait_s, inject, &c[k * CALIB_MAX_REPS + rep], &parked)
+                                  : time_burst(ctx, &args, bytes, item_inflight(its[i]), wait_s, inject,
+                                               &c[k * CALIB_MAX_REPS], &parked);
+                    int agreed = sample_agree(ctx, r1, op, its[i].fmt, bytes, wait_s);
+                    if (agreed < 0) {
+                        rc = agreed;
+                        goto out;
+                    }
+                    if (agreed == 1) {
+                        t[k] = -1; /* this size is beyond the algorithm: no sample */
+                        break;
+                    }
                 }
-                if (agreed == 1)
-                    t[k] = -1; /* this size is beyond the algorithm: no sample */
             }
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(t, tmax, (int)nt, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
     /* The slowest rank's completions: the stream as the channel runs it, whichever rank lags. */
@@ -406,9 +473,10 @@ agree:;
                 double pv[CALIB_PASSES], lo = INFINITY, hi = 0;
                 for (int pass = 0; pass < CALIB_PASSES; pass++) {
                     size_t k = (size_t)pass * nk + (size_t)i * CALIB_MAX_SIZES + (size_t)s;
-                    pv[pass] = tmax[k] < 0 ? -1 /* no sample */
-                                           : dear_stream_median(&cmax[k * CALIB_MAX_REPS],
-                                                                (size_t)stream_reps(bytes, kin), kin, 0);
+                    pv[pass] = tmax[k] < 0                ? -1 /* no sample */
+                               : its[i].k == CALIB_IDLE ? dear_median(&cmax[k * CALIB_MAX_REPS], CALIB_IDLE_REPS)
+                                                        : dear_stream_median(&cmax[k * CALIB_MAX_REPS],
+                                                                             (size_t)stream_reps(bytes, kin), kin, 0);
                     lo = pv[pass] < lo ? pv[pass] : lo;
                     hi = pv[pass] > hi ? pv[pass] : hi;
                 }
@@ -418,16 +486,25 @@ agree:;
                 /* A format's curve is by the bytes on the wire, which is how the simulator asks. */
                 xs[n] = (double)bytes * dear_compress_ratio((dear_compress_t)its[i].fmt);
                 ys[n++] = v;
-                DEAR_DEBUG("plan", "calibration: %s (%s) %zu B: %.1f us per collective, the median over a stream "
-                                   "of %d, %d in flight (slowest rank, median of %d passes, %.1f..%.1f us)",
-                           dear_coll_op_short((dear_coll_op_t)op), dear_compress_name((dear_compress_t)its[i].fmt),
-                           bytes, 1e6 * v,
-                           stream_reps(bytes, kin), kin, CALIB_PASSES, 1e6 * lo, 1e6 * hi);
+                if (its[i].k == CALIB_IDLE)
+                    DEAR_DEBUG("plan", "calibration: %s %zu B: %.1f us alone on a link idle %g ms, the median of %d "
+                                       "(slowest rank, median of %d passes, %.1f..%.1f us)",
+                               dear_coll_op_short((dear_coll_op_t)op), bytes, 1e6 * v, 1e3 * DEAR_COST_IDLE_GAP_S,
+                               CALIB_IDLE_REPS, CALIB_PASSES, 1e6 * lo, 1e6 * hi);
+                else
+                    DEAR_DEBUG("plan", "calibration: %s (%s) %zu B: %.1f us per collective, the median over a "
+                                       "stream of %d, %d in flight (slowest rank, median of %d passes, %.1f..%.1f us)",
+                               dear_coll_op_short((dear_coll_op_t)op), dear_compress_name((dear_compress_t)its[i].fmt),
+                               bytes, 1e6 * v, stream_reps(bytes, kin), kin, CALIB_PASSES, 1e6 * lo, 1e6 * hi);
             }
-            if (its[i].k)
+            if (its[i].k > 0)
                 m->burst_k = its[i].k; /* the loaded model has no other (dear_cost_load_ex) */
             if (n < 2 || dear_cost_fit_curve(xs, ys, n, item_line(m, its[i])) != DEAR_OK) {
-                if (its[i].k)
+                if (its[i].k == CALIB_IDLE)
+                    DEAR_WARN("plan", "calibration: %d usable size(s) of %s alone, no idle curve: one starting on "
+                                      "an idle link priced back to back",
+                              n, dear_coll_op_short((dear_coll_op_t)op));
+                else if (its[i].k)
                     DEAR_WARN("plan", "calibration: %d usable size(s) of %s with %d in flight, no burst curve: "
                                       "queued collectives priced as alone",
                               n, dear_coll_op_short((dear_coll_op_t)op), its[i].k);

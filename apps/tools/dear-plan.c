@@ -607,7 +607,8 @@ static int write_svg(const plan_opts_t *o, const model_t *mu, const dear_cost_mo
     const dear_profile_t *prof = &mu->prof;
     int status = 0;
     dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
-    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt, dear_sim_cost_model_queued };
+    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt, dear_sim_cost_model_queued,
+                             dear_sim_cost_model_idle };
     dear_sim_result_t res = { 0 };
     dear_file_out_t out;
     char title[256];
@@ -652,16 +653,19 @@ static int write_plan(const char *path, const model_t *mu, const row_t *r)
  * covers: below a curve's smallest size a collective is priced at that size, not extrapolated
  * down, and the line states what that adds over the first segment's slope carried down (the
  * penalty for what was not measured); a queued one is priced by the burst curve up to its
- * largest size, and as alone beyond. */
+ * largest size, and as alone beyond; one on an idle link above the idle curve's smallest size by
+ * that curve's slope. */
 static void print_measured_range(const model_t *mu, const dear_cost_model_t *model, const plan_opts_t *o,
                                  const row_t *r)
 {
     dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
-    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt, dear_sim_cost_model_queued };
+    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt, dear_sim_cost_model_queued,
+                             dear_sim_cost_model_idle };
     dear_sim_result_t res = { 0 };
     if (dear_sim_run(&mu->prof, &cost, r->sched, &r->plan, 1, &res) != DEAR_OK)
         return;
     int n[DEAR_COLL_OP_COUNT] = { 0 }, below[DEAR_COLL_OP_COUNT] = { 0 }, burst[DEAR_COLL_OP_COUNT] = { 0 };
+    int idle[DEAR_COLL_OP_COUNT] = { 0 };
     double pen[DEAR_COLL_OP_COUNT] = { 0 };
     for (int i = 0; i < res.nops; i++) {
         int k = res.ops[i].kind;
@@ -676,6 +680,8 @@ static void print_measured_range(const model_t *mu, const dear_cost_model_t *mod
         if (bytes < l->pt_bytes[0] && slope > 0)
             pen[k] += slope * (l->pt_bytes[0] - bytes);
         burst[k] += b && bytes <= b->pt_bytes[b->npts - 1];
+        const dear_cost_line_t *il = dear_cost_idle(model, (dear_coll_op_t)k);
+        idle[k] += il && bytes > il->pt_bytes[0];
     }
     for (int k = 0; k < DEAR_COLL_OP_COUNT; k++) {
         if (n[k] == 0)
@@ -686,10 +692,17 @@ static void print_measured_range(const model_t *mu, const dear_cost_model_t *mod
                dear_sched_name(r->sched), r->planner, below[k], n[k], dear_coll_op_short((dear_coll_op_t)k),
                l->pt_bytes[0], pen[k] * 1e3);
         if (b)
-            printf("; %d within the %d-in-flight burst curve (<= %.0f B), priced by it when queued\n", burst[k],
+            printf("; %d within the %d-in-flight burst curve (<= %.0f B), priced by it when queued", burst[k],
                    model->burst_k, b->pt_bytes[b->npts - 1]);
         else
-            printf("; no burst curve: queued ones priced as alone\n");
+            printf("; no burst curve: queued ones priced as alone");
+        const dear_cost_line_t *il = dear_cost_idle(model, (dear_coll_op_t)k);
+        if (il)
+            printf("; %d above the idle curve's smallest size (%.0f B), priced by its slope when the link was idle "
+                   "%g ms\n",
+                   idle[k], il->pt_bytes[0], 1e3 * DEAR_COST_IDLE_GAP_S);
+        else
+            printf("; no idle curve: one on an idle link priced back to back\n");
     }
     dear_sim_result_free(&res);
 }

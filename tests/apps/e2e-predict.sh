@@ -42,10 +42,16 @@ sscale=${scales% *} tscale=${scales#* }
 # run N: dear+auto on the cluster, then the judgement; its status is check's (0, 1, 3).
 run() {
     csv=$tmpd/run$1.csv
-    timeout -k 5 100 "$EMU" mpirun -np 4 --host "$hosts" -x DEAR_VERIFY_ITERS=0 "$BENCH" --profile "$PROFILE" --configs dear:auto \
+    timeout -k 5 100 "$EMU" mpirun -np 4 --host "$hosts" -x DEAR_VERIFY_ITERS=0 -x DEAR_LOG_LEVEL=info \
+        "$BENCH" --profile "$PROFILE" --configs dear:auto \
         --iters 9 --size-scale "$sscale" --time-scale "$tscale" --csv "$csv" --quiet >"$tmpd/out$1" 2>&1
     rc=$?
     [ $rc -eq 0 ] || { cat "$tmpd/out$1"; fail "dear-bench (run $1) exited with $rc"; }
+    # Across hosts the calibration also prices each phase alone on an idle link, from 1 MiB.
+    for op in rs ag; do
+        grep -q "info plan:   $op auto@idle 1048576 B: " "$tmpd/out$1" ||
+            { grep "auto" "$tmpd/out$1" | head -20; fail "run $1: no idle curve for $op in the log"; }
+    done
     python3 "$top_srcdir/bench/e2e-report.py" check --csv "$csv" --config dear:auto --max-err $MAX_ERR
 }
 

@@ -598,6 +598,7 @@ static void same_lines(const dear_cost_model_t *a, const dear_cost_model_t *b)
 static uint64_t cost_hash(const dear_ctx_t *ctx)
 {
     uint64_t h = fnv(1469598103934665603ULL, &ctx->online.cost.line, sizeof ctx->online.cost.line);
+    h = fnv(h, &ctx->online.cost.idle, sizeof ctx->online.cost.idle);
     return fnv(h, &ctx->online.cost.burst, sizeof ctx->online.cost.burst);
 }
 
@@ -615,6 +616,23 @@ static void burst_curves(const dear_cost_model_t *m, int k, int npts, int ops)
         ck_assert_msg(c->valid && c->npts == npts, "%s: burst curve valid %d with %d points",
                       dear_coll_op_short((dear_coll_op_t)op), c->valid, c->npts);
         ck_assert(c->pt_bytes[0] == 8192 && c->pt_bytes[npts - 1] * k <= (1 << 20) && c->pt_sec[0] > 0);
+    }
+}
+
+/* The idle curves (each collective alone after an idle gap) of each op of `ops`, no other op:
+ * from DEAR_COST_IDLE_MIN_BYTES up to the largest calibration size. */
+static void idle_curves(const dear_cost_model_t *m, int ops)
+{
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        const dear_cost_line_t *c = &m->idle[op];
+        if (!(ops & (1 << op))) {
+            ck_assert_msg(!c->valid, "%s: an idle curve", dear_coll_op_short((dear_coll_op_t)op));
+            continue;
+        }
+        ck_assert_msg(c->valid && c->npts >= 4, "%s: idle curve valid %d with %d points",
+                      dear_coll_op_short((dear_coll_op_t)op), c->valid, c->npts);
+        ck_assert(c->pt_bytes[0] == DEAR_COST_IDLE_MIN_BYTES && c->pt_bytes[c->npts - 1] == 8 << 20);
+        ck_assert(c->pt_sec[0] > 0);
     }
 }
 
@@ -700,8 +718,11 @@ START_TEST(test_calibration)
         ck_assert(c->pt_sec[0] > 0);
         auto_curve_sides(ctx, (dear_coll_op_t)op, c);
     }
-    /* and each with DEAR_MAX_INFLIGHT (4) in flight, at 8, 64 and 256 KiB */
+    /* and each with DEAR_MAX_INFLIGHT (4) in flight, at 8, 64 and 256 KiB, and alone on an idle
+     * link from 1 MiB where the ranks span hosts */
+    int nodes = ctx->cm.topo.nnodes;
     burst_curves(&ctx->online.cost, 4, 3, 7);
+    idle_curves(&ctx->online.cost, nodes > 1 ? 7 : 0);
     ck_assert_msg(same_everywhere(cost_hash(ctx)), "ranks hold different cost models");
     dear_cost_model_t fitted = ctx->online.cost;
     if (rank == 0)
@@ -718,6 +739,7 @@ START_TEST(test_calibration)
     ck_assert_msg(same_everywhere(cost_hash(ctx)), "ranks hold different cost models");
     same_lines(&fitted, &ctx->online.cost);
     burst_curves(&ctx->online.cost, 4, 3, 7);
+    idle_curves(&ctx->online.cost, nodes > 1 ? 7 : 0);
     train(ctx, &m, "dear", ITERS);
     ck_assert_int_eq(ctx->online.nplans, 4);
     ck_assert_msg(same_everywhere(plan_hash(&ctx->graph.plan)), "ranks ended on different plans");
@@ -836,12 +858,14 @@ START_TEST(test_calibration)
     unsetenv("DEAR_MAX_INFLIGHT");
 
     /* 7: without a cache, only what the schedule runs: int8's two phases, no all-reduce, and the
-     * two phases in bursts */
+     * two phases in bursts and alone on an idle link */
     unsetenv("DEAR_CALIBRATION_FILE");
     model_init(&m);
     ctx = commit_logged(&m);
-    ck_assert_msg(strstr(logbuf, "measured 6 curve(s)") != NULL, "log ends: %s", log_tail());
+    ck_assert_msg(strstr(logbuf, nodes > 1 ? "measured 8 curve(s)" : "measured 6 curve(s)") != NULL, "log ends: %s",
+                  log_tail());
     burst_curves(&ctx->online.cost, 4, 3, (1 << DEAR_COLL_REDUCE_SCATTER) | (1 << DEAR_COLL_ALLGATHER));
+    idle_curves(&ctx->online.cost, nodes > 1 ? (1 << DEAR_COLL_REDUCE_SCATTER) | (1 << DEAR_COLL_ALLGATHER) : 0);
     ck_assert(ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_REDUCE_SCATTER].valid);
     ck_assert(ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_ALLGATHER].valid);
     ck_assert(!ctx->online.cost.fmt[DEAR_COMPRESS_INT8][DEAR_COLL_ALLREDUCE].valid);

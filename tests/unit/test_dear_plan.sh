@@ -158,7 +158,7 @@ small=$(layers 0 8192)
 burst=$(layers 0 262145)
 pen=$(awk '$1 == "tensor" { b[$3] += $4 } END { for (l in b) if (b[l] < 8192) s += (8192 - b[l]) * 0.001 / 57344; printf "%.3f", s * 1e3 }' "$prof")
 d4=$("$exe" --profile "$prof" --cost "$cost" --workers 4 --planner none --schedule dear) || fail "dear none with bursts"
-echo "$d4" | grep -q "^measured range, dear + none: $small of 107 rs below the smallest size calibrated (8192 B), priced at it (+[0-9.]* ms per iteration over its first segment carried down); $burst within the 4-in-flight burst curve (<= 262144 B), priced by it when queued$" ||
+echo "$d4" | grep -q "^measured range, dear + none: $small of 107 rs below the smallest size calibrated (8192 B), priced at it (+[0-9.]* ms per iteration over its first segment carried down); $burst within the 4-in-flight burst curve (<= 262144 B), priced by it when queued; no idle curve: .*$" ||
     fail "measured range ($small below, +$pen ms, $burst in bursts): $d4"
 [ "$(echo "$d4" | grep -c "^measured range, dear + none: $small of 107 [ra][sg] below")" -eq 2 ] ||
     fail "measured range: want the reduce-scatters and the all-gathers alike: $d4"
@@ -167,7 +167,26 @@ for got in $(echo "$d4" | sed -n 's/^measured range, dear + none: .* priced at i
     awk -v g="$got" -v w="$pen" 'BEGIN { exit !(g - w <= 0.0015 && w - g <= 0.0015) }' ||
         fail "measured range: penalty +$got ms, want +$pen ms"
 done
-echo "$p1" | grep -q "^measured range, .*no burst curve: queued ones priced as alone$" || fail "measured range without bursts: $p1"
+echo "$p1" | grep -q "^measured range, .*no burst curve: queued .* alone; no idle curve: .* back to back$" ||
+    fail "measured range without bursts: $p1"
+# An idle curve (auto@idle) for the all-reduce, from 5 ms at 1 MiB to 50 ms at 8 MiB: a slope
+# near half the back-to-back one, so a lone all-reduce costs the stream's price at 1 MiB plus
+# that slope beyond it (plus the 3% tolerance). sync's one all-reduce (97.5 MiB) starts on a
+# link idle through forward and backward, so its exposed time is that share of the stream's; the
+# pricing line and the measured range say so.
+icost=$tmp/i.cost
+{ cat "$cost"; echo "4 1 ar auto@idle 0 6e-9 0 0.1 2 1048576:0.005,8388608:0.05"; } > "$icost"
+pi=$("$exe" --profile "$prof" --cost "$icost" --workers 4 --planner none) || fail "--cost with an idle curve"
+echo "$pi" | grep -q "starting on a link idle for 10 ms, a ar costs x1.00 at 1048576 B, x0.61 at 8388608 B of its time back to back" ||
+    fail "no idle pricing line: $pi"
+exposed() { echo "$1" | awk '$1 == "sync" { print $4 }'; }
+share=$(awk '$1 == "tensor" { S += $4 }
+             END { b1 = 0.004 + 0.096 * (1048576 - 262144) / (8388608 - 262144); s = 0.045 / (8388608 - 1048576)
+                   printf "%.6f", (b1 + s * (S - 1048576)) / (0.1 / 8388608 * S) + 0.03 }' "$prof")
+awk -v a="$(exposed "$pi")" -v b="$(exposed "$p4")" -v f="$share" 'BEGIN { d = a - b * f; exit !(d < 0.01 && d > -0.01) }' ||
+    fail "sync exposed $(exposed "$pi") ms with the idle curve, want $share of $(exposed "$p4") ms"
+echo "$pi" | grep -q "^measured range, sync + -: .*; 1 above the idle curve.s smallest size (1048576 B), priced by its slope .* 10 ms$" ||
+    fail "measured range with the idle curve: $pi"
 expect_err() {   # expected-status pattern args...
     want=$1; pat=$2; shift 2
     err=$("$exe" "$@" 2>&1 >/dev/null); rc=$?

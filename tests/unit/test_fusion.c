@@ -536,6 +536,78 @@ START_TEST(cost_burst_curves)
 }
 END_TEST
 
+/* The idle curve (auto@idle): a collective starting on an idle link costs the auto line at the
+ * idle curve's smallest size plus the idle curve's least-squares slope beyond it, over the line,
+ * plus DEAR_COST_IDLE_TOL, never above 1. A curve shifted down by one fixed time (a burst
+ * allowance) prices nothing; one of a lower slope (a queue the stream builds) does, more the
+ * larger the collective. The cache keeps it whatever K is loaded; a malformed name is refused at
+ * its line. */
+START_TEST(cost_idle_curves)
+{
+    dear_cost_model_t m;
+    memset(&m, 0, sizeof m);
+    m.comm_size = 8;
+    m.ranks_per_host = 4;
+    dear_coll_op_t ar = DEAR_COLL_ALLREDUCE;
+    const double MiB = 1 << 20, tol = DEAR_COST_IDLE_TOL;
+    /* back to back: 0.1 s per MiB from 1 MiB on */
+    double xa[3] = { 65536, MiB, 4 * MiB }, ya[3] = { 1e-3, 0.1, 0.4 };
+    double xi[3] = { MiB, 2 * MiB, 4 * MiB }, burst[3] = { 0.05, 0.15, 0.35 }, yi[3] = { 0.08, 0.16, 0.32 };
+    ck_assert_int_eq(dear_cost_fit_curve(xa, ya, 3, &m.line[ar][DEAR_ALGO_AUTO]), DEAR_OK);
+    EQ(dear_cost_idle_factor(&m, ar, 2 * MiB), 1);       /* no idle curve */
+    ck_assert_int_eq(dear_cost_fit_curve(xi, burst, 3, &m.idle[ar]), DEAR_OK);
+    for (int k = 0; k < 4; k++) /* 50 ms faster at every size, at the same slope: a burst allowance */
+        EQ(dear_cost_idle_factor(&m, ar, MiB * (1 << k)), 1);
+    ck_assert_int_eq(dear_cost_fit_curve(xi, yi, 3, &m.idle[ar]), DEAR_OK);
+    /* 0.08 s per MiB alone: from the line's 0.1 s at 1 MiB, 0.18 s at 2 MiB, 0.34 at 4, 0.66 at 8
+     * (beyond both curves: the line at its largest point's rate, 0.8 s) */
+    EQ(dear_cost_idle_factor(&m, ar, MiB), 1);           /* at the smallest size: the stream's price */
+    EQ(dear_cost_idle_factor(&m, ar, 2 * MiB), 0.18 / 0.2 + tol);
+    EQ(dear_cost_idle_factor(&m, ar, 4 * MiB), 0.34 / 0.4 + tol);
+    EQ(dear_cost_idle_factor(&m, ar, 8 * MiB), 0.66 / 0.8 + tol);
+    EQ(dear_cost_idle_factor(&m, ar, 65536), 1);         /* below: not measured, the stream's price */
+    EQ(dear_cost_idle_factor(&m, DEAR_COLL_REDUCE_SCATTER, 2 * MiB), 1);
+    dear_sim_model_arg_t marg = { .model = &m };
+    EQ(dear_sim_cost_model_idle(&marg, ar, 4 * MiB), 0.34 / 0.4 + tol);
+    dear_cost_model_t slow = m;
+    slow.idle[ar].pt_sec[0] = 0.2;                       /* steeper alone than back to back: noise */
+    slow.idle[ar].pt_sec[1] = 0.35;
+    slow.idle[ar].pt_sec[2] = 0.7;
+    EQ(dear_cost_idle_factor(&slow, ar, 4 * MiB), 1);
+    dear_cost_model_t near = m;                          /* 2% below the stream's slope: within the tolerance */
+    for (int i = 0; i < 3; i++)
+        near.idle[ar].pt_sec[i] = 0.098 * (1 << i);
+    EQ(dear_cost_idle_factor(&near, ar, 8 * MiB), 1);
+
+    const char *path = tmpfile_path("idle.txt");
+    unlink(path);
+    ck_assert_int_eq(dear_cost_save(path, &m), DEAR_OK);
+    dear_cost_model_t back;
+    int found = -1;
+    ck_assert_int_eq(dear_cost_load_ex(path, 8, 4, 4, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 2);
+    ck_assert_int_eq(back.burst_k, 0);
+    EQ(dear_cost_idle_factor(&back, ar, 4 * MiB), 0.34 / 0.4 + tol);
+    ck_assert_int_eq(dear_cost_load(path, 8, 4, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 2);
+    /* Saving again replaces the record rather than adding one. */
+    ck_assert_int_eq(dear_cost_save(path, &slow), DEAR_OK);
+    ck_assert_int_eq(dear_cost_load(path, 8, 4, &back, &found), DEAR_OK);
+    ck_assert_int_eq(found, 2);
+    EQ(back.idle[ar].pt_sec[0], 0.2);
+    dear_cost_model_t m16;
+    ck_assert_int_eq(dear_cost_scale(&m, 16, &m16), DEAR_OK);
+    ck_assert(m16.idle[ar].valid && m16.idle[ar].pt_sec[1] > yi[1]);
+
+    static const char *const bad[] = { "auto@idl", "ring@idle", "auto@idle/4", "auto+bf16@idle", "auto@", "@idle" };
+    capture();
+    cache_refuses(path, "dear-cost 1\n4 1 ar ", " 1e-4 1e-9 0 0 2\n", bad, sizeof bad / sizeof bad[0], "idle.txt:2:",
+                  "auto@idle");
+    uncapture();
+    unlink(path);
+}
+END_TEST
+
 /* ---- profiles ---- */
 
 START_TEST(profile_round_trip)
@@ -750,7 +822,7 @@ START_TEST(sim_sync_and_wfbp_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 }, split[3] = { 0, 1, 3 };
     dear_plan_t pn, po, ps;
     plan2(&pn, 3, 3, none, 3, none);
@@ -788,7 +860,7 @@ START_TEST(sim_dear_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, pm;
     plan2(&pn, 3, 3, none, 3, none);
@@ -827,7 +899,7 @@ START_TEST(sim_dear_early_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
     dear_plan_t pl;
     hand_plan_early(&pl);
     /* Steady state: backward runs fw..fw+6 with gradients at fw+2, +4, +6. RS2 fw+2..+4, early
@@ -863,7 +935,7 @@ START_TEST(sim_dear_early_stepped_by_hand)
     dear_profile_t p;
     hand_prof_bytes(&p, 100, 20, 420);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG: 1, 0.6, 2.6 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     hand_plan_early(&pl);
@@ -912,7 +984,7 @@ START_TEST(sim_sparse_by_hand)
     p.tensors[2].density_rs = 0.2;
     p.tensors[2].density_ag = 0.5;
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
     dear_sim_ws_t *ws;
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
     /* A group spanning dense and sparse tensors is two collectives, each paying its start-up. */
@@ -956,15 +1028,24 @@ static double queued_by_bytes(void *arg, dear_coll_op_t op, size_t bytes)
     return 1 + (double)bytes / 1000;
 }
 
+/* The hand profile, the linear cost of the by-hand tests and one bucket and one all-gather group
+ * per tensor. */
+static void hand_per_tensor(dear_profile_t *p, lin_arg_t *l, dear_plan_t *pn)
+{
+    int none[4] = { 0, 1, 2, 3 };
+    hand_prof(p);
+    *l = lin(1, 0.01, 0.5, 0.005);
+    plan2(pn, 3, 3, none, 3, none);
+}
+
 START_TEST(sim_queued_by_hand)
 {
     dear_profile_t p;
-    hand_prof(&p);
-    lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, queued_double };
-    int none[4] = { 0, 1, 2, 3 };
+    lin_arg_t l;
     dear_plan_t pn;
-    plan2(&pn, 3, 3, none, 3, none);
+    int none[4] = { 0, 1, 2, 3 };
+    hand_per_tensor(&p, &l, &pn);
+    dear_sim_cost_t c = { lin_cost, &l, NULL, queued_double, NULL };
     /* wfbp, one bucket per layer: AR 300 B ready at 5 on a free channel, 5..9; 200 B ready at
      * 7, queued: 2 x 3 s, 9..15; 100 B ready at 9, queued: 2 x 2 s, 15..19. */
     dear_sim_result_t r = { 0 };
@@ -1003,6 +1084,60 @@ START_TEST(sim_queued_by_hand)
 }
 END_TEST
 
+/* A collective ready after the channel was idle DEAR_COST_IDLE_GAP_S or more costs its price
+ * times idle_fn; one ready as the channel frees, or queued, does not; the planners' group price
+ * (dear_sim_ws_group) is the back-to-back one. */
+static double idle_half(void *arg, dear_coll_op_t op, size_t bytes)
+{
+    (void)arg;
+    (void)op;
+    (void)bytes;
+    return 0.5;
+}
+
+START_TEST(sim_idle_by_hand)
+{
+    dear_profile_t p;
+    lin_arg_t l;
+    dear_plan_t pn;
+    int none[4] = { 0, 1, 2, 3 };
+    hand_per_tensor(&p, &l, &pn);
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, idle_half };
+    /* sync: the link idle through forward and backward (9 s): the 600 B all-reduce takes half of
+     * its 7 s. */
+    EQ(sim_T(&p, &c, DEAR_SCHED_SYNC, &pn), 9 + 3.5);
+    /* wfbp, one bucket per layer: AR 300 B ready at 5 on a channel idle since 0: half of 4 s,
+     * 5..7; 200 B ready at 7 as the channel frees: 3 s, 7..10; 100 B ready at 9, queued (no
+     * queued_fn): 2 s, 10..12. */
+    dear_sim_result_t r = { 0 };
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 12);
+    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 2)->end, 7);
+    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 1)->end, 10);
+    /* A compressed collective keeps its price: tensor 2 in bf16 (150 B on the wire, 2.5 s). */
+    dear_profile_t pc;
+    hand_prof(&pc);
+    dear_prof_set_compress(&pc, 2, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16);
+    ck_assert_int_eq(dear_sim_run(&pc, &c, DEAR_SCHED_WFBP, &pn, 1, &r), DEAR_OK);
+    EQ(find_op(&r, DEAR_COLL_ALLREDUCE, 2)->end, 7.5);
+    dear_prof_free(&pc);
+    /* dear: never slower than without the factor, and the workspace path agrees. */
+    ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pn, 1, &r), DEAR_OK);
+    ck_assert(r.iter_s <= 12.5 + 1e-12);
+    dear_sim_ws_t *ws;
+    ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), r.iter_s);
+    EQ(dear_sim_ws_group(ws, &c, DEAR_COLL_ALLREDUCE, 2, 3), 4); /* tensor 2, 300 B: not halved */
+    c.idle_fn = NULL;
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), 12.5);
+    EQ(sim_T(&p, &c, DEAR_SCHED_SYNC, &pn), 16);
+    dear_sim_ws_free(ws);
+    dear_sim_result_free(&r);
+    dear_plan_free(&pn);
+    dear_prof_free(&p);
+}
+END_TEST
+
 /* Compressed tensors are priced at their wire bytes: with both phases in 16 bits every schedule
  * predicts what the same profile with half the bytes predicts; with the all-gathers in float32 an
  * all-reduce is a reduce-scatter of half the bytes and an all-gather of all; a tensor left
@@ -1018,7 +1153,7 @@ START_TEST(sim_compress_by_hand)
     make_prof(&half, 3, fw, bw, 3, lay, by);
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, po;
     plan2(&pn, 3, 3, none, 3, none);
@@ -1058,7 +1193,7 @@ START_TEST(sim_compress_by_hand)
     EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 75 + 75.0 / 256 * 4);
     /* With a format cost, a dense compressed run is priced by it; float32 and sparse runs keep
      * the plain cost; an all-reduce whose halves travel alike is one collective in its format. */
-    dear_sim_cost_t cf = { lin_cost, &l, fmt_cost, NULL };
+    dear_sim_cost_t cf = { lin_cost, &l, fmt_cost, NULL, NULL };
     p.tensors[2].block_bytes = 0;
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_INT8, DEAR_COMPRESS_INT8);
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
@@ -1093,7 +1228,7 @@ START_TEST(sim_dear_layers_without_tensors)
     dear_profile_t p;
     make_prof(&p, 4, fw, bw, 3, lay, by);
     lin_arg_t l = lin(1, 0.01, 1, 0.01);   /* RS/AG of 100 B: 2 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
     int rs[2] = { 0, 3 }, ag[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     plan2(&pl, 3, 1, rs, 3, ag);
@@ -1279,7 +1414,7 @@ START_TEST(dp_equals_brute_force)
         dear_profile_t p;
         lin_arg_t l;
         any_instance(&p, n, &l, inst, 120);
-        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         int rs[16], ag[16], nrs, nag;
         /* wfbp: brute force over all-reduce bucketings. */
@@ -1392,7 +1527,7 @@ START_TEST(dp_split_equals_brute_force)
         if (inst % 2) /* backward-heavy: the link idles in backward, early groups pay */
             for (int i = 0; i < p.nlayers; i++)
                 p.layers[i].bwd_s *= 3;
-        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
         dear_sim_ws_t *ws;
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         dear_plan_problem_t prob;
@@ -1470,7 +1605,7 @@ START_TEST(dp_search_equals_best_split)
          * and read back for the other shows. */
         l.alpha[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
         l.beta[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
-        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL };
+        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
         dear_plan_problem_t prob;
         problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
         double best = INFINITY;
@@ -2539,6 +2674,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, cost_curve);
     tcase_add_test(tc, cost_format_curves);
     tcase_add_test(tc, cost_burst_curves);
+    tcase_add_test(tc, cost_idle_curves);
     suite_add_tcase(s, tc);
     tc = tcase_create("profile");
     tcase_add_test(tc, profile_round_trip);
@@ -2552,6 +2688,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, sim_dear_early_stepped_by_hand);
     tcase_add_test(tc, sim_dear_layers_without_tensors);
     tcase_add_test(tc, sim_queued_by_hand);
+    tcase_add_test(tc, sim_idle_by_hand);
     suite_add_tcase(s, tc);
     tc = tcase_create("planners");
     tcase_set_timeout(tc, 120);
