@@ -78,34 +78,6 @@ double dear_cost_queued_factor(const dear_cost_model_t *model, dear_coll_op_t op
     return alone > 0 ? dear_cost_line_eval(b, x) / alone : 1.0;
 }
 
-const dear_cost_line_t *dear_cost_idle(const dear_cost_model_t *model, dear_coll_op_t op)
-{
-    const dear_cost_line_t *l = &model->idle[op];
-    return l->valid && l->npts >= 2 ? l : NULL;
-}
-
-double dear_cost_idle_factor(const dear_cost_model_t *model, dear_coll_op_t op, double bytes)
-{
-    const dear_cost_line_t *l = dear_cost_idle(model, op), *a = &model->line[op][DEAR_ALGO_AUTO];
-    if (!l || !a->valid || bytes <= l->pt_bytes[0])
-        return 1.0;
-    /* The idle curve's slope by least squares over its points: a burst allowance shifts every
-     * lone collective by the same time, so it leaves the slope alone. */
-    double mx = 0, my = 0, sxx = 0, sxy = 0;
-    for (int i = 0; i < l->npts; i++)
-        mx += l->pt_bytes[i] / l->npts, my += l->pt_sec[i] / l->npts;
-    for (int i = 0; i < l->npts; i++) {
-        sxx += (l->pt_bytes[i] - mx) * (l->pt_bytes[i] - mx);
-        sxy += (l->pt_bytes[i] - mx) * (l->pt_sec[i] - my);
-    }
-    double slope = sxx > 0 ? sxy / sxx : 0, back = dear_cost_line_eval(a, bytes);
-    if (!(slope > 0) || !(back > 0))
-        return 1.0;
-    double x0 = l->pt_bytes[0], lone = dear_cost_line_eval(a, x0) + slope * (bytes - x0);
-    double f = lone / back + DEAR_COST_IDLE_TOL;
-    return f < 1.0 ? f : 1.0;
-}
-
 /* Weighted least squares of y = a + b x with weights w; returns -1 if degenerate. */
 static int wls(const double *x, const double *y, const double *w, int n, double *a, double *b)
 {
@@ -123,6 +95,29 @@ static int wls(const double *x, const double *y, const double *w, int n, double 
     *b = (sw * sxy - sx * sy) / det;
     *a = (sy - *b * sx) / sw;
     return 0;
+}
+
+const dear_cost_line_t *dear_cost_idle(const dear_cost_model_t *model, dear_coll_op_t op)
+{
+    const dear_cost_line_t *l = &model->idle[op];
+    return l->valid && l->npts >= 2 ? l : NULL;
+}
+
+double dear_cost_idle_factor(const dear_cost_model_t *model, dear_coll_op_t op, double bytes)
+{
+    const dear_cost_line_t *l = dear_cost_idle(model, op), *a = &model->line[op][DEAR_ALGO_AUTO];
+    if (!l || !a->valid || bytes <= l->pt_bytes[0])
+        return 1.0;
+    /* The idle curve's slope by least squares over its points: a burst allowance shifts every
+     * lone collective by the same time, so it leaves the slope alone. */
+    double w[DEAR_COST_MAXPTS], icpt, slope, back = dear_cost_line_eval(a, bytes);
+    for (int i = 0; i < l->npts; i++)
+        w[i] = 1.0;
+    if (wls(l->pt_bytes, l->pt_sec, w, l->npts, &icpt, &slope) != 0 || !(slope > 0) || !(back > 0))
+        return 1.0;
+    double x0 = l->pt_bytes[0], lone = dear_cost_line_eval(a, x0) + slope * (bytes - x0);
+    double f = lone / back + DEAR_COST_IDLE_TOL;
+    return f < 1.0 ? f : 1.0;
 }
 
 int dear_cost_fit(const double *bytes, const double *seconds, int n, dear_cost_line_t *line)
