@@ -29,8 +29,10 @@
  * first scans and packs all it will send and tells the others the bytes (one tiny message to
  * each peer, on the collective's tag, ahead of any data); all then take the same decision from
  * the largest: the exchange when its bytes, weighted by that round, are fewer than the ring
- * would send, else the algorithm the selection table picks for the dense vector, as a
- * sub-collective (16-bit sums still rounded once: ring and direct carry float32 partial sums).
+ * would send (with several ranks per host and hier as the dense algorithm: fewer on a host's
+ * link than hier puts there, exchange_pays), else the algorithm the selection table picks for
+ * the dense vector, as a sub-collective (16-bit sums still rounded once: ring and direct carry
+ * float32 partial sums).
  * int8 (r->q8, float32 vectors) quantizes the values only, once per phase as `direct` does: every
  * piece that travels is packed on its own (collectives/reduce.h: its scales, then its codes, blocks
  * from the piece's start), a dense message is the whole shard packed, and the indices stay as
@@ -512,17 +514,37 @@ static int ag_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
 
 /* ---- choosing the form: every rank's bytes, one decision ---- */
 
-/* The exchange, or the dense algorithm when the exchange would not be faster: the largest
- * bytes any rank sends, times P/(P-1) at an even P >= 4 (the round of ranks sending to each
- * other), against the bytes the ring sends per rank, (P-1)/P of the vector at the least. */
+/* The dense algorithm that replaces the exchange: the selection table's for the dense vector,
+ * unless it cannot run here as it is (no block, no MPI collective, 16-bit sums exact): ring. */
+static dear_coll_algo_t dense_algo(const dear_coll_req_t *r)
+{
+    dear_coll_algo_t algo = dear_coll_select(r->op, r->total * r->esize, r->nranks, r->topo);
+    int exact16 = !dear_dtype_is16(r->dtype) || r->op == DEAR_COLL_ALLGATHER ||
+                  (dear_coll_algo_flags(algo) & DEAR_ALGO_F_EXACT16);
+    return algo == DEAR_ALGO_SPARSE || algo == DEAR_ALGO_MPI || !exact16 ? DEAR_ALGO_RING : algo;
+}
+
+/* The exchange, or the dense algorithm when the exchange would not be faster. The exchange's
+ * cost is the largest bytes any rank sends, times P/(P-1) at an even P >= 4 (the round of ranks
+ * sending to each other). Against a flat dense algorithm it is weighed against the bytes the
+ * ring sends per rank, (P-1)/P of the vector at the least. Against hier, on H hosts of L ranks,
+ * both are counted on a host's link, which bounds them: hier sends (H-1)/H of the vector across
+ * once combined inside the host, while the exchange sends every rank's pieces straight to the
+ * P-L ranks elsewhere, L ranks' worth, (P-L)/(P-1) of each rank's bytes if spread evenly. */
 static int exchange_pays(const dear_coll_req_t *r, unsigned long long most)
 {
+    int P = r->nranks, even = P >= 4 && P % 2 == 0;
+    const dear_coll_topo_t *tp = r->topo;
+    if (tp != NULL && tp->local_size > 1 && tp->nhosts > 1 && dense_algo(r) == DEAR_ALGO_HIER) {
+        int H = tp->nhosts, L = tp->local_size;
+        double x = (double)most * (even ? (double)P / (P - 1) : 1.0) * L * (P - L) / (P - 1);
+        return x < (double)r->total * (double)r->esize * (H - 1) / H;
+    }
     size_t biggest = 0;
-    for (int p = 0; p < r->nranks; p++)
+    for (int p = 0; p < P; p++)
         biggest = r->counts[p] > biggest ? r->counts[p] : biggest;
     unsigned long long ring = (unsigned long long)(r->total - biggest) * r->esize;
-    int P = r->nranks;
-    if (P >= 4 && P % 2 == 0)
+    if (even)
         return most * (unsigned long long)P < ring * (unsigned long long)(P - 1);
     return most < ring;
 }
@@ -549,11 +571,7 @@ out:
 /* The dense algorithm in the exchange's place, on the same vectors. */
 static int dense_start(dear_coll_req_t *r, sparse_state_t *st)
 {
-    dear_coll_algo_t algo = dear_coll_select(r->op, r->total * r->esize, r->nranks, r->topo);
-    int exact16 = !dear_dtype_is16(r->dtype) || r->op == DEAR_COLL_ALLGATHER ||
-                  (dear_coll_algo_flags(algo) & DEAR_ALGO_F_EXACT16);
-    if (algo == DEAR_ALGO_SPARSE || algo == DEAR_ALGO_MPI || !exact16)
-        algo = DEAR_ALGO_RING;  /* one that runs here as it is: no block, no MPI collective, exact */
+    dear_coll_algo_t algo = dense_algo(r);
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
     return dear_coll_sub_start32(r, r->op, algo, r->net, r->rank, r->nranks, r->counts, r->displs,
                                  rs ? r->src : r->buf, rs ? r->src32 : NULL, rs ? r->work : r->buf,

@@ -31,11 +31,7 @@ int dear_plan_problem_init(dear_plan_problem_t *prob, const dear_profile_t *prof
     marg->model = model;
     marg->cap_bytes = cap_bytes;
     p.cap_bytes = cap_bytes;
-    p.cost.fn = dear_sim_cost_model;
-    p.cost.fmt_fn = dear_sim_cost_model_fmt;
-    p.cost.queued_fn = dear_sim_cost_model_queued;
-    p.cost.idle_fn = dear_sim_cost_model_idle;
-    p.cost.arg = marg;
+    p.cost = dear_sim_model_cost(marg);
     *prob = p;
     return DEAR_OK;
 }

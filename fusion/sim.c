@@ -9,6 +9,7 @@
 
 #include "include/dear_types.h"
 #include "base/log.h"
+#include "base/util.h"
 
 static double cap_penalty(const dear_sim_model_arg_t *m, size_t bytes)
 {
@@ -37,6 +38,13 @@ double dear_sim_cost_model_idle(void *arg, dear_coll_op_t op, size_t bytes)
 {
     const dear_sim_model_arg_t *m = arg;
     return dear_cost_idle_factor(m->model, op, (double)bytes);
+}
+
+dear_sim_cost_t dear_sim_model_cost(dear_sim_model_arg_t *marg)
+{
+    return (dear_sim_cost_t){ .fn = dear_sim_cost_model, .arg = marg, .fmt_fn = dear_sim_cost_model_fmt,
+                              .queued_fn = dear_sim_cost_model_queued, .idle_fn = dear_sim_cost_model_idle,
+                              .spread = marg->model->ranks_per_host };
 }
 
 struct dear_sim_ws {
@@ -207,14 +215,22 @@ size_t dear_sim_ws_bytes(const dear_sim_ws_t *ws, int lo, int hi)
     return ws->prefix[hi] - ws->prefix[lo];
 }
 
-/* One collective of the run starting at tensor a, `wire` bytes: a dense compressed run by its
- * format's cost when the cost function has one; sparse runs by their wire bytes alone (values
- * in the format, indices as they are). */
-static double wire_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int a, size_t wire)
+/* One collective of the run [a, b), `wire` bytes: a dense compressed run by its format's cost
+ * when the cost function has one; a sparse run by its wire bytes (values in the format, indices
+ * as they are), with spread ranks per host spread times over while that stays under the run's
+ * dense bytes in its format, else by those, as the runtime then runs the dense algorithm
+ * (collectives/coll_sparse.c); int8 always runs the exchange (sim.h). */
+static double wire_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int a, int b,
+                        size_t wire)
 {
     int f = op == DEAR_COLL_ALLGATHER ? ws->fmt_ag[a] : ws->fmt_rs[a];
     if (cost->fmt_fn && ws->block[a] == 0 && f != DEAR_COMPRESS_NONE)
         return cost->fmt_fn(cost->arg, op, wire, f);
+    if (ws->block[a] > 0 && cost->spread > 1) {
+        double dense = (double)(ws->prefix[b] - ws->prefix[a]) * dear_compress_ratio((dear_compress_t)f);
+        double x = (double)wire * cost->spread;
+        wire = (size_t)llround(f == DEAR_COMPRESS_INT8 || x < dense ? x : dense);
+    }
     return cost->fn(cost->arg, op, wire);
 }
 
@@ -260,12 +276,12 @@ static double group_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, d
                       (op != DEAR_COLL_ALLREDUCE || ws->fmt_ag[a] == DEAR_COMPRESS_NONE);
         double k = dense32 ? queued(cost, op, ws->prefix[b] - ws->prefix[a], q) : 1.0;
         if (op != DEAR_COLL_ALLREDUCE)
-            c += k * wire_cost(ws, cost, op, a, op == DEAR_COLL_ALLGATHER ? ag : rs);
+            c += k * wire_cost(ws, cost, op, a, b, op == DEAR_COLL_ALLGATHER ? ag : rs);
         else if (ws->block[a] == 0 && ws->fmt_rs[a] == ws->fmt_ag[a])
-            c += k * wire_cost(ws, cost, op, a, rs);
+            c += k * wire_cost(ws, cost, op, a, b, rs);
         else
-            c += wire_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, a, rs) +
-                 wire_cost(ws, cost, DEAR_COLL_ALLGATHER, a, ag);
+            c += wire_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, a, b, rs) +
+                 wire_cost(ws, cost, DEAR_COLL_ALLGATHER, a, b, ag);
         a = b;
     }
     return c;

@@ -34,9 +34,14 @@
  * Anything else (ready as the channel frees, or after a shorter gap) costs its price.
  * Sparse and compressed tensors (profile.h) are priced by the bytes they put on the wire in each
  * phase (a dense compressed run by its format's cost, fmt_fn, when the cost has one: the measured
- * curve of that format), and a group is cut where the block or the formats change, as the
- * runtime cuts it where the block or the type does (dear_sim_ws_group). The runtime
- * also cuts a sparse all-gather group at bucket boundaries; that cut is not priced.
+ * curve of that format); a sparse run costs the dense price of spread (ranks per host) times its
+ * wire bytes, or of its dense bytes where those are fewer: the exchange sends each rank's pieces
+ * straight to every other rank, so each host's link carries spread times what the hierarchical
+ * dense collective of the same bytes carries across (it combines inside the host first), and
+ * the runtime runs the dense algorithm where it would carry less. A group is cut where the block
+ * or the formats change, as the runtime cuts it where the block or the type does
+ * (dear_sim_ws_group). The runtime also cuts a sparse all-gather group at bucket boundaries;
+ * that cut is not priced.
  * Pure C.
  */
 #ifndef DEAR_FUSION_SIM_H
@@ -66,6 +71,7 @@ typedef struct {
     dear_sim_cost_fmt_fn fmt_fn; /* NULL: fn at the wire bytes */
     dear_sim_queued_fn queued_fn; /* NULL: 1, a queued collective costs what it costs alone */
     dear_sim_idle_fn idle_fn; /* NULL: 1, an idle link changes nothing */
+    int spread; /* ranks per host, for sparse exchanges (model above); 0 or 1: one */
 } dear_sim_cost_t;
 
 /* arg for dear_sim_cost_model: the cheapest valid algorithm of the model at each size; buckets
@@ -82,6 +88,9 @@ double dear_sim_cost_model_fmt(void *arg, dear_coll_op_t op, size_t wire, int c)
 double dear_sim_cost_model_queued(void *arg, dear_coll_op_t op, size_t bytes);
 /* The model's idle curve over its auto line (dear_cost_idle_factor). */
 double dear_sim_cost_model_idle(void *arg, dear_coll_op_t op, size_t bytes);
+/* The cost of a measured model: marg's model through the four functions above, spread its ranks
+ * per host. marg must outlive the result. */
+dear_sim_cost_t dear_sim_model_cost(dear_sim_model_arg_t *marg);
 
 /* A recorded operation's kind: a collective (a dear_coll_op_t value) or a layer's compute. */
 enum { DEAR_SIM_FWD = DEAR_COLL_OP_COUNT, DEAR_SIM_BWD };
@@ -127,7 +136,8 @@ double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sch
                         const int *rs_first, int nag, const int *ag_first, int ag_early);
 /* Seconds of the collective(s) op of the group of tensors [lo, hi), as the simulator prices it
  * alone (queued, times queued_fn): one collective of its bytes; with sparse tensors one per run of tensors of the same block (the
- * runtime cuts buckets there), a sparse run priced at its wire bytes (dear_prof_wire_bytes) and
+ * runtime cuts buckets there), a sparse run priced at its wire bytes (dear_prof_wire_bytes, spread
+ * as above) and
  * its all-reduce as a reduce-scatter then an all-gather. Non-decreasing as the group grows. */
 double dear_sim_ws_group(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int lo, int hi);
 /* Dense bytes of the group [lo, hi) (bucket memory). */

@@ -535,6 +535,10 @@ static void print_table(const char *profile, const model_t *mu, const plan_opts_
                    100 * pt->density_rs, 100 * pt->density_ag,
                    dear_prof_wire_bytes(pt, DEAR_COLL_REDUCE_SCATTER) / 1048576.0,
                    dear_prof_wire_bytes(pt, DEAR_COLL_ALLGATHER) / 1048576.0);
+        if (pt->block_bytes > 0 && model->ranks_per_host > 1)
+            printf("  with %d ranks per host the exchange sends each rank's pieces across the link: priced as the "
+                   "dense collective of %d times its wire bytes, or of its dense bytes where fewer\n",
+                   model->ranks_per_host, model->ranks_per_host);
     }
     if (o->comp_rs != DEAR_COMPRESS_NONE || o->comp_ag != DEAR_COMPRESS_NONE)
         printf("compressed: reduce-scatters (all-reduces) %s, all-gathers %s; priced at %.1f and %.1f MiB on the "
@@ -607,8 +611,7 @@ static int write_svg(const plan_opts_t *o, const model_t *mu, const dear_cost_mo
     const dear_profile_t *prof = &mu->prof;
     int status = 0;
     dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
-    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt, dear_sim_cost_model_queued,
-                             dear_sim_cost_model_idle };
+    dear_sim_cost_t cost = dear_sim_model_cost(&marg);
     dear_sim_result_t res = { 0 };
     dear_file_out_t out;
     char title[256];
@@ -659,8 +662,7 @@ static void print_measured_range(const model_t *mu, const dear_cost_model_t *mod
                                  const row_t *r)
 {
     dear_sim_model_arg_t marg = { .model = model, .cap_bytes = (size_t)o->cap };
-    dear_sim_cost_t cost = { dear_sim_cost_model, &marg, dear_sim_cost_model_fmt, dear_sim_cost_model_queued,
-                             dear_sim_cost_model_idle };
+    dear_sim_cost_t cost = dear_sim_model_cost(&marg);
     dear_sim_result_t res = { 0 };
     if (dear_sim_run(&mu->prof, &cost, r->sched, &r->plan, 1, &res) != DEAR_OK)
         return;

@@ -718,6 +718,8 @@ static void topo_route(dear_coll_topo_t *t)
         ck_assert_int_eq(dear_coll_topo_attach(t, g_tp), DEAR_OK);
 }
 
+static void sp_hosts(void);
+
 START_TEST(test_hier)
 {
     int grids = 0;
@@ -763,6 +765,7 @@ START_TEST(test_hier)
             test_many_in_flight_fn(0);
             test_multi_block_fn(0);
             hier_segments();
+            sp_hosts();
             algos = flat_algos;
             NALGOS = n_flat;
             g_topo = NULL;
@@ -909,7 +912,8 @@ static int sp_run(dear_coll_op_t op, dear_coll_algo_t algo, dear_dtype_t t, int 
     else
         send = memcpy(xmalloc(sn * es + 1), input + soff * es, sn * es);
     dear_coll_args_t a = { .op = op, .algo = algo, .dtype = t, .comm = g_comm, .net = g_net, .tag = 11, .scale = scale,
-                           .sendbuf = send, .recvbuf = recv, .count = count, .sparse_block = block };
+                           .sendbuf = send, .recvbuf = recv, .count = count, .sparse_block = block,
+                           .topo = g_topo };
     dear_coll_req_t *req = NULL;
     int rc = dear_coll_start(&a, &req);
     if (rc == DEAR_OK)
@@ -1032,6 +1036,58 @@ static int sp_case(dear_coll_op_t op, dear_dtype_t t, int in_place, size_t count
     seen->fallbacks += expect.fallbacks;
     free(input), free(got), free(want), free(mine), free(ref), free(mabs), free(absref);
     return bad;
+}
+
+/* On the hosts of g_topo, where the dense algorithm is hier, the sparse collective takes the
+ * exchange only while it puts fewer bytes on a host's link than hier would (collectives/
+ * coll_sparse.c): every rank the same blocks of 4 floats non-zero, 3 in 20 (the exchange, with
+ * either rule) and 9 in 20 (where the bytes per rank alone would still take it, but the
+ * exchange's L copies across the link outweigh hier's one), checked by value and by form. */
+static void sp_hosts(void)
+{
+    const size_t block = 4, count = block * 64 * (size_t)g_size;
+    size_t off, len, es = sizeof(float);
+    dear_coll_shard(count, g_size, g_rank, &off, &len);
+    float *in = xmalloc(count * es), *got = xmalloc(count * es);
+    setenv("DEAR_SPARSE_AGREE", "0", 1);
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+    for (int per20 = 3; per20 <= 9; per20 += 6)
+        for (int ag = 0; ag < 2; ag++) {
+            dear_coll_op_t op = ag ? DEAR_COLL_ALLGATHER : DEAR_COLL_REDUCE_SCATTER;
+            size_t nz = 0;
+            for (size_t i = 0; i < count; i++) {
+                int on = (i / block * 7) % 20 < (size_t)per20;
+                in[i] = on ? (float)(1 + i % 5) : 0.0f;
+                nz += on && (ag ? i >= off && i < off + len : i < off || i >= off + len);
+            }
+            /* This rank's bytes: values and an index per block, a count per message; the
+             * all-gather sends its own shard's to every peer. */
+            size_t mine = ag ? (nz * es + nz / block * 4 + 4) * (size_t)(g_size - 1)
+                             : nz * es + nz / block * 4 + 4 * (size_t)(g_size - 1);
+            int flat_takes = sp_exchange(DEAR_FLOAT32, count, mine);
+            dear_coll_info_t info;
+            memset(got, 0, count * es);
+            int bad = sp_run(op, DEAR_ALGO_SPARSE, DEAR_FLOAT32, 1, count, block, 1.0, (char *)in,
+                             (char *)got, &info);
+            double k = ag ? 1 : g_size;
+            for (size_t i = ag ? 0 : off; !bad && i < (ag ? count : off + len); i++)
+                bad = note(got[i] != (float)(k * in[i]), "sparse on hosts: %s element %zu is %g, want %g",
+                           dear_coll_op_short(op), i, got[i], k * in[i]);
+            ck_assert_msg(!bad, "%s", g_first_err);
+            ck_assert_msg(flat_takes, "%d in 20 blocks: the bytes per rank should take the exchange", per20);
+            if (per20 == 3)
+                ck_assert_msg(info.msgs_sparse > 0, "%s, 3 in 20 blocks on %d hosts: the exchange was not taken",
+                              dear_coll_op_short(op), g_topo->nhosts);
+            else
+                ck_assert_msg(info.msgs_sparse + info.msgs_dense == 0,
+                              "%s, 9 in 20 blocks on %d hosts of %d: the exchange ran (%zu sparse messages) though "
+                              "hier puts fewer bytes on the link",
+                              dear_coll_op_short(op), g_topo->nhosts, g_topo->local_size, info.msgs_sparse);
+        }
+    unsetenv("DEAR_SPARSE_AGREE");
+    ck_assert_int_eq(dear_params_load(), DEAR_OK);
+    free(in);
+    free(got);
 }
 
 /* Every type x op x in/out of place x (block, count) x pattern set, each rank its own pattern;

@@ -995,6 +995,19 @@ START_TEST(sim_sparse_by_hand)
     /* A sparse all-reduce is its reduce-scatter then its all-gather. */
     EQ(dear_sim_ws_group(ws, &c, DEAR_COLL_ALLREDUCE, 2, 3), 0.84 + 1.35);
     EQ(dear_sim_ws_bytes(ws, 0, 3), 600);
+    /* With 2 ranks per host the exchange's 68 B cost what 136 B of the dense collective cost;
+     * the all-gather's 340 B would be more than its 300 dense bytes, which it then costs (the
+     * runtime runs the dense algorithm); with 3, 204 B and again the dense 300. Dense tensors
+     * keep their price. */
+    dear_sim_cost_t c2 = c, c3 = c;
+    c2.spread = 2;
+    c3.spread = 3;
+    EQ(dear_sim_ws_group(ws, &c2, DEAR_COLL_REDUCE_SCATTER, 2, 3), 0.5 + 0.005 * 136);
+    EQ(dear_sim_ws_group(ws, &c2, DEAR_COLL_ALLGATHER, 2, 3), 0.5 + 0.005 * 300);
+    EQ(dear_sim_ws_group(ws, &c2, DEAR_COLL_ALLREDUCE, 2, 3), 0.5 + 0.005 * 136 + 0.5 + 0.005 * 300);
+    EQ(dear_sim_ws_group(ws, &c3, DEAR_COLL_REDUCE_SCATTER, 2, 3), 0.5 + 0.005 * 204);
+    EQ(dear_sim_ws_group(ws, &c3, DEAR_COLL_ALLGATHER, 2, 3), 0.5 + 0.005 * 300);
+    EQ(dear_sim_ws_group(ws, &c3, DEAR_COLL_REDUCE_SCATTER, 0, 3), 0.5 + 0.005 * 300 + 0.5 + 0.005 * 204);
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pn;
     plan2(&pn, 3, 3, none, 3, none);
@@ -1210,6 +1223,12 @@ START_TEST(sim_compress_by_hand)
     EQ(dear_sim_ws_group(ws, &cf, DEAR_COLL_REDUCE_SCATTER, 0, 3),
        (0.5 + 0.005 * 100) + fmt_cost(NULL, DEAR_COLL_REDUCE_SCATTER, (size_t)llround(200 / 4.0 * (1 + 4.0 / 256)), DEAR_COMPRESS_INT8) +
            (0.5 + 0.005 * (double)llround(sparse)));
+    /* int8 always runs the exchange: 4 ranks per host send 4 times its bytes, though they are
+     * more than its 75 dense int8 bytes. */
+    dear_sim_cost_t c4 = c;
+    c4.spread = 4;
+    ck_assert(4 * llround(sparse) > 75);
+    EQ(dear_sim_ws_group(ws, &c4, DEAR_COLL_REDUCE_SCATTER, 2, 3), 0.5 + 0.005 * 4 * (double)llround(sparse));
     dear_sim_ws_free(ws);
     dear_plan_free(&pn);
     dear_plan_free(&po);
