@@ -3,7 +3,7 @@
 # ranks on both hosts with their own host names and shared-memory nodes (2 ranks per host),
 # and that the measured point-to-point rate is what tbf was told (TCP goodput is ~95.6% of
 # the line rate: 1448 payload bytes per 1514-byte frame), and that the runtime's training loop
-# runs right across them on the socket transport, which auto picks there. Skips (77) where namespaces or tbf
+# (dense and sparse) runs right across them on the socket transport, which auto picks there. Skips (77) where namespaces or tbf
 # cannot be made. Uses its own host prefix, bridge and subnet so it never touches a cluster
 # someone brought up with the defaults, and tears down even on failure.
 set -u
@@ -72,6 +72,21 @@ if [ -x "$top_builddir/tests/mpi/test_loop" ]; then
     rc=$?
     tail -3 "$out"
     [ $rc -eq 0 ] || fail "test_loop across $h1,$h2 (socket transport) exited with $rc"
+fi
+
+# Sparse tensors across the hosts: test_sparse's loops must match their MPI_Allreduce reference,
+# and DEAR_SPARSE=auto must weigh the exchange's bytes by the 2 ranks per host (it crosses the
+# link once per rank, hier once per host), which changes some of the test's phase decisions (the
+# cost model plays no part: calibration off).
+if [ -x "$top_builddir/tests/mpi/test_sparse" ]; then
+    timeout -k 5 300 "$EMU" mpirun -np 4 --host "$h1:2,$h2:2" -x CK_FORK=no -x DEAR_CALIBRATE=off \
+        "$top_builddir/tests/mpi/test_sparse" >"$out" 2>&1
+    rc=$?
+    tail -3 "$out"
+    [ $rc -eq 0 ] || fail "test_sparse across $h1,$h2 exited with $rc"
+    flips=$(sed -n 's/^test_sparse: 2 ranks per host: .*; \([0-9]*\) phase decision(s) so far.*/\1/p' "$out" | tail -1)
+    [ "${flips:-0}" -gt 0 ] || fail "test_sparse across $h1,$h2: no phase decision weighed by 2 ranks per host"
+    echo "$TEST: test_sparse across $h1,$h2: $flips phase decision(s) changed by weighing 2 ranks per host"
 fi
 
 # Ranks that cannot reach each other's sockets: each host's loopback (DEAR_SOCKET_IFNAME=lo)
