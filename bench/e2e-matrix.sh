@@ -42,7 +42,7 @@ PROFILES="resnet50 vgg16 densenet201 bert-base gpt2-small"
 LAYOUTS="4x1 2x2 2x3"
 CONFIGS="sync;wfbp:threshold:64m;wfbp:threshold:25m;wfbp:mgwfbp;dear:threshold:25m;dear:gradssa;dear:auto"
 SPARSE_PROFILES="bert-base gpt2-small-untied"
-SPARSE_LAYOUTS="4x1 2x2"
+SPARSE_LAYOUTS="4x1 2x2 2x3"
 SPARSE_CONFIGS="wfbp:threshold:64m+sparse;dear:auto+sparse"
 emu_names e 10.213.49
 
@@ -205,7 +205,18 @@ for c in "${cases[@]}"; do
 done
 elapsed=$(($(date +%s) - start))
 if ((KEEP_OTHERS)) && [[ -f $RES/e2e.meta ]]; then
-    echo "rerun:$names: $(meta_date), commit $(meta_commit -- . ':!bench/results'), $elapsed s" >>"$RES/e2e.meta"
+    # A case the first run did not have joins its list, and the sparse layouts are those of the
+    # sparse cases listed, so that the meta describes every result kept.
+    listed=$(sed -n 's/^cases://p' "$RES/e2e.meta")
+    added=
+    for n in $names; do [[ " $listed " == *" $n "* ]] || added="$added $n"; done
+    if [[ -n $added ]]; then
+        listed="$listed$added"
+        spl=$(for n in $listed; do [[ $n == *-sparse-balanced-* ]] && echo "${n##*-}"; done | sort -u | tr '\n' ' ')
+        sed -i -e "s/^cases:.*/cases:$listed/" -e "s/(sparse cases: [^)]*)/(sparse cases: ${spl% })/" "$RES/e2e.meta"
+    fi
+    echo "rerun:$names: $(meta_date), commit $(meta_commit -- . ':!bench/results'), $elapsed s${added:+ (added:$added)}" \
+        >>"$RES/e2e.meta"
 else {
     echo "date: $(meta_date)"
     echo "commit: $(meta_commit -- . ':!bench/results')"
