@@ -8,12 +8,18 @@
 # turn, for each size. Then tears the cluster down, keeps bench/results/sparse-NxRATE.csv and
 # regenerates the "Sparse collectives" section of docs/PERFORMANCE.md (bench/sparse-report.py).
 # --report-only redoes the last step from the kept CSV.
+# With --ranks-per-host R >= 2 the dense algorithm is hier, and each density also runs the
+# exchange forced (DEAR_SPARSE_AGREE above every vector: no agreement, no fall-back; rows named
+# `exchange`), what a rule counting the bytes per rank alone would run; the results go to
+# bench/results/sparse-HxRxRATE.csv and the "Sparse collectives with several ranks per host"
+# section.
 set -euo pipefail
 PROG="sparse-perf.sh"
 # shellcheck source=bench/bench-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 HOSTS=4
+RPH=1
 RATE=1gbit
 MIN=4m
 MAX=64m
@@ -30,7 +36,9 @@ usage() {
 usage: bench/sparse-perf.sh [options]
   --builddir DIR    build directory holding apps/tools/dear-coll-bench (default: the current
                     directory if it has it, else the source tree)
-  --hosts N         emulated hosts, one rank each (default $HOSTS)
+  --hosts N         emulated hosts (default $HOSTS)
+  --ranks-per-host R
+                    ranks on each host (default $RPH); from 2, the exchange forced runs too
   --rate RATE       link rate, tc syntax (default $RATE)
   --min BYTES       smallest vector (default $MIN; k, m, g suffixes: 1024-based)
   --max BYTES       largest vector, reached by doubling (default $MAX)
@@ -41,14 +49,16 @@ usage: bench/sparse-perf.sh [options]
   --report-only     do not measure; regenerate docs/PERFORMANCE.md from the kept CSV
   --help            this text
 Environment: EMU_PREFIX (default $EMU_PREFIX), EMU_SUBNET (default $EMU_SUBNET).
-Writes bench/results/sparse-NxRATE.{csv,meta} and the "Sparse collectives" section of
+Writes bench/results/sparse-NxRATE.{csv,meta} (sparse-NxRxRATE with R ranks per host) and the
+"Sparse collectives" section (with R: "... with several ranks per host") of
 docs/PERFORMANCE.md. Needs root (network namespaces); about 10 minutes at the defaults.
 EOF
 }
 
-bench_options --builddir=BUILDDIR --hosts=HOSTS --rate=RATE --min=MIN --max=MAX --iters=ITERS \
+bench_options --builddir=BUILDDIR --hosts=HOSTS --ranks-per-host=RPH --rate=RATE --min=MIN --max=MAX --iters=ITERS \
     --warmup=WARMUP --block=BLOCK --densities=DENSITIES --report-only=REPORT_ONLY! -- "$@"
 [[ $HOSTS =~ ^[0-9]+$ ]] && ((HOSTS >= 2)) || die "bad --hosts '$HOSTS': expected 2 or more"
+[[ $RPH =~ ^[0-9]+$ ]] && ((RPH >= 1 && RPH <= 8)) || die "bad --ranks-per-host '$RPH': expected 1 to 8"
 [[ $ITERS =~ ^[0-9]+$ && $WARMUP =~ ^[0-9]+$ && $BLOCK =~ ^[0-9]+$ ]] && ((ITERS >= 1 && BLOCK >= 1)) ||
     die "bad --iters/--warmup/--block '$ITERS'/'$WARMUP'/'$BLOCK': expected counts (iters, block >= 1)"
 for d in $DENSITIES; do
@@ -56,11 +66,14 @@ for d in $DENSITIES; do
 done
 
 TAG=${HOSTS}x$RATE
+((RPH > 1)) && TAG=${HOSTS}x${RPH}x$RATE
 CSV=$RES/sparse-$TAG.csv
 META=$RES/sparse-$TAG.meta
 report() {
-    python3 "$SRCDIR/bench/sparse-report.py" --csv "$CSV" --meta "$META" --doc "$DOC" \
-        --command "bench/sparse-perf.sh --hosts $HOSTS --rate $RATE --min $MIN --max $MAX --iters $ITERS --warmup $WARMUP --block $BLOCK --densities '$DENSITIES'"
+    local more=() rph=
+    ((RPH > 1)) && more=(--hosts-section) rph=" --ranks-per-host $RPH"
+    python3 "$SRCDIR/bench/sparse-report.py" --csv "$CSV" --meta "$META" --doc "$DOC" "${more[@]}" \
+        --command "bench/sparse-perf.sh --hosts $HOSTS$rph --rate $RATE --min $MIN --max $MAX --iters $ITERS --warmup $WARMUP --block $BLOCK --densities '$DENSITIES'"
 }
 if ((REPORT_ONLY)); then
     [[ -f $CSV ]] || die "no $CSV: run without --report-only first"
@@ -75,25 +88,31 @@ mkdir -p "$RES"
 bench_start
 
 emu_up "$HOSTS" "$RATE"
-hosts=$(emu_hosts "$HOSTS")
+hosts=$(emu_hosts "$HOSTS" "$( ((RPH > 1)) && echo "$RPH")")
+np=$((HOSTS * RPH))
 start=$(date +%s)
 first=1
 for d in $DENSITIES; do
     echo "$PROG: density $d"
-    emu_mpirun "$HOSTS" "$hosts" "$BENCH" --min "$MIN" --max "$MAX" --iters "$ITERS" \
+    emu_mpirun "$np" "$hosts" "$BENCH" --min "$MIN" --max "$MAX" --iters "$ITERS" \
         --warmup "$WARMUP" --algos auto,sparse --density "$d" --block "$BLOCK" --csv "$tmp/d.csv"
     [[ -s $tmp/d.csv ]] || die "dear-coll-bench --density $d wrote no CSV"
     # One CSV for all densities: dear-coll-bench's columns with the density and block first.
     if ((first)); then echo "density,block,$(head -n 1 "$tmp/d.csv")"; fi >>"$tmp/all.csv"
     tail -n +2 "$tmp/d.csv" | sed "s/^/$d,$BLOCK,/" >>"$tmp/all.csv"
     first=0
+    ((RPH > 1)) || continue
+    emu_mpirun "$np" "$hosts" -x DEAR_SPARSE_AGREE=1073741824 "$BENCH" --min "$MIN" --max "$MAX" \
+        --iters "$ITERS" --warmup "$WARMUP" --algos sparse --density "$d" --block "$BLOCK" --csv "$tmp/d.csv"
+    [[ -s $tmp/d.csv ]] || die "dear-coll-bench --density $d (the exchange forced) wrote no CSV"
+    tail -n +2 "$tmp/d.csv" | sed -e "s/^/$d,$BLOCK,/" -e "s/,sparse,/,exchange,/" >>"$tmp/all.csv"
 done
 {
     echo "date: $(meta_date)"
     echo "commit: $(meta_commit -- . ':!bench/results')"
-    echo "cluster: $HOSTS hosts, $RATE each way per host (bench/emucluster), one rank per host"
+    echo "cluster: $HOSTS hosts, $RATE each way per host (bench/emucluster), $RPH rank(s) per host"
     echo "machine: $(meta_machine)"
-    echo "bench: dear-coll-bench --min $MIN --max $MAX --iters $ITERS --warmup $WARMUP --algos auto,sparse --block $BLOCK, --density in $DENSITIES ($(($(date +%s) - start)) s in all)"
+    echo "bench: dear-coll-bench --min $MIN --max $MAX --iters $ITERS --warmup $WARMUP --algos auto,sparse --block $BLOCK, --density in $DENSITIES$( ((RPH > 1)) && echo "; then --algos sparse with DEAR_SPARSE_AGREE=1073741824 (exchange)") ($(($(date +%s) - start)) s in all)"
 } >"$tmp/meta"
 cp "$tmp/all.csv" "$CSV"
 cp "$tmp/meta" "$META"
