@@ -24,6 +24,7 @@ RATE=1gbit
 MIN=4m
 MAX=64m
 ITERS=5
+ROUNDS=1
 WARMUP=1
 BLOCK=256
 DENSITIES="0.001 0.01 0.05 0.2 0.5 1"
@@ -43,6 +44,9 @@ usage: bench/sparse-perf.sh [options]
   --min BYTES       smallest vector (default $MIN; k, m, g suffixes: 1024-based)
   --max BYTES       largest vector, reached by doubling (default $MAX)
   --iters N         timed iterations per row, median reported (default $ITERS)
+  --rounds N        every density (and the forced exchange) N times in turn; the report takes
+                    the median over the rounds, so that a slow spell of the link spoils a part of
+                    each column, not one whole (default $ROUNDS)
   --warmup N        untimed iterations per row (default $WARMUP)
   --block N         elements per block (default $BLOCK)
   --densities LIST  fractions of non-zero blocks per rank (default "$DENSITIES")
@@ -56,9 +60,11 @@ EOF
 }
 
 bench_options --builddir=BUILDDIR --hosts=HOSTS --ranks-per-host=RPH --rate=RATE --min=MIN --max=MAX --iters=ITERS \
+    --rounds=ROUNDS \
     --warmup=WARMUP --block=BLOCK --densities=DENSITIES --report-only=REPORT_ONLY! -- "$@"
 [[ $HOSTS =~ ^[0-9]+$ ]] && ((HOSTS >= 2)) || die "bad --hosts '$HOSTS': expected 2 or more"
 [[ $RPH =~ ^[0-9]+$ ]] && ((RPH >= 1 && RPH <= 8)) || die "bad --ranks-per-host '$RPH': expected 1 to 8"
+[[ $ROUNDS =~ ^[0-9]+$ ]] && ((ROUNDS >= 1)) || die "bad --rounds '$ROUNDS': expected a count >= 1"
 [[ $ITERS =~ ^[0-9]+$ && $WARMUP =~ ^[0-9]+$ && $BLOCK =~ ^[0-9]+$ ]] && ((ITERS >= 1 && BLOCK >= 1)) ||
     die "bad --iters/--warmup/--block '$ITERS'/'$WARMUP'/'$BLOCK': expected counts (iters, block >= 1)"
 for d in $DENSITIES; do
@@ -73,7 +79,7 @@ report() {
     local more=() rph=
     ((RPH > 1)) && more=(--hosts-section) rph=" --ranks-per-host $RPH"
     python3 "$SRCDIR/bench/sparse-report.py" --csv "$CSV" --meta "$META" --doc "$DOC" "${more[@]}" \
-        --command "bench/sparse-perf.sh --hosts $HOSTS$rph --rate $RATE --min $MIN --max $MAX --iters $ITERS --warmup $WARMUP --block $BLOCK --densities '$DENSITIES'"
+        --command "bench/sparse-perf.sh --hosts $HOSTS$rph --rate $RATE --min $MIN --max $MAX --iters $ITERS$( ((ROUNDS > 1)) && echo " --rounds $ROUNDS") --warmup $WARMUP --block $BLOCK --densities '$DENSITIES'"
 }
 if ((REPORT_ONLY)); then
     [[ -f $CSV ]] || die "no $CSV: run without --report-only first"
@@ -92,8 +98,9 @@ hosts=$(emu_hosts "$HOSTS" "$( ((RPH > 1)) && echo "$RPH")")
 np=$((HOSTS * RPH))
 start=$(date +%s)
 first=1
+for r in $(seq "$ROUNDS"); do
 for d in $DENSITIES; do
-    echo "$PROG: density $d"
+    echo "$PROG: density $d (round $r of $ROUNDS)"
     emu_mpirun "$np" "$hosts" "$BENCH" --min "$MIN" --max "$MAX" --iters "$ITERS" \
         --warmup "$WARMUP" --algos auto,sparse --density "$d" --block "$BLOCK" --csv "$tmp/d.csv"
     [[ -s $tmp/d.csv ]] || die "dear-coll-bench --density $d wrote no CSV"
@@ -107,12 +114,13 @@ for d in $DENSITIES; do
     [[ -s $tmp/d.csv ]] || die "dear-coll-bench --density $d (the exchange forced) wrote no CSV"
     tail -n +2 "$tmp/d.csv" | sed -e "s/^/$d,$BLOCK,/" -e "s/,sparse,/,exchange,/" >>"$tmp/all.csv"
 done
+done
 {
     echo "date: $(meta_date)"
     echo "commit: $(meta_commit -- . ':!bench/results')"
     echo "cluster: $HOSTS hosts, $RATE each way per host (bench/emucluster), $RPH rank(s) per host"
     echo "machine: $(meta_machine)"
-    echo "bench: dear-coll-bench --min $MIN --max $MAX --iters $ITERS --warmup $WARMUP --algos auto,sparse --block $BLOCK, --density in $DENSITIES$( ((RPH > 1)) && echo "; then --algos sparse with DEAR_SPARSE_AGREE=1073741824 (exchange)") ($(($(date +%s) - start)) s in all)"
+    echo "bench: $ROUNDS round(s) of dear-coll-bench --min $MIN --max $MAX --iters $ITERS --warmup $WARMUP --algos auto,sparse --block $BLOCK, --density in $DENSITIES$( ((RPH > 1)) && echo "; then --algos sparse with DEAR_SPARSE_AGREE=1073741824 (exchange)") ($(($(date +%s) - start)) s in all)"
 } >"$tmp/meta"
 cp "$tmp/all.csv" "$CSV"
 cp "$tmp/meta" "$META"

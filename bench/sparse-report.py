@@ -12,6 +12,7 @@ sparse (the exchange or hier, as agreed) was slower than the faster of the two b
 """
 import argparse
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,10 +41,14 @@ def main():
     t = {}   # (op, density, bytes) -> {algo: time_us}
     wrong = 0
     for r in read_csv(a.csv):
-        t.setdefault((r["op"], float(r["density"]), int(r["bytes"])), {})[r["algo"]] = float(r["time_us"])
+        t.setdefault((r["op"], float(r["density"]), int(r["bytes"])), {}).setdefault(r["algo"], []).append(
+            float(r["time_us"]))
         wrong += int(r["wrong"])
     if not t:
         sys.exit("sparse-report.py: %s holds no rows" % a.csv)
+    for c in t.values():   # rounds (bench/sparse-perf.sh --rounds): the median of their medians
+        for algo in c:
+            c[algo] = statistics.median(c[algo])
     dens = sorted({k[1] for k in t})
     sizes = sorted({k[2] for k in t})
     L = [BEGIN, "## " + title, "",
@@ -52,15 +57,16 @@ def main():
     L += ["Each rank zeroes each block of its own input with probability 1 - density (its own random "
           "pattern), so the reduce-scatter's messages carry about `density` of their blocks and the "
           "all-gather's the union over the ranks, 1 - (1 - density)^P. *dense* is the selection table's "
-          "algorithm on the same data (the ring at these sizes), *sparse* the block-sparse one "
+          "algorithm on the same data (%s), *sparse* the block-sparse one "
           "(collectives/coll_sparse.c); time in ms, median; *ratio* = sparse / dense. Every result was "
-          "checked by the benchmark (%d wrong)." % wrong, ""]
+          "checked by the benchmark (%d wrong)." % (
+              "hier, with several ranks per host" if a.hosts_section else "the ring at these sizes", wrong), ""]
     if a.hosts_section:
-        L += ["With several ranks per host the dense algorithm is hier. *exchange* is the block-sparse "
-              "exchange forced (DEAR_SPARSE_AGREE above the vector), which a rule counting each rank's "
-              "bytes alone would run; *sparse* decides by the bytes on a host's link, where the exchange "
-              "sends every rank's blocks across and hier one combined vector, and runs hier where the "
-              "exchange would carry more. *vs exchange* = sparse / exchange.", ""]
+        L += ["*exchange* is the block-sparse exchange forced (DEAR_SPARSE_AGREE above the vector: no "
+              "agreement, no fall-back); *sparse* agrees and decides by the bytes on a host's link, where "
+              "the exchange sends every rank's blocks across and hier one combined vector, and runs hier "
+              "where the exchange would carry more. *vs exchange* = sparse / exchange. Each time is the "
+              "median over the rounds of each round's median.", ""]
     slower = []
     for op, title in OPS:
         if not any(k[0] == op for k in t):
