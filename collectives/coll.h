@@ -186,6 +186,14 @@ int dear_coll_blocks_each(const dear_coll_block_t *blocks, int nblocks, int nran
  * the zero-block scan of algo sparse, for density measurements and benchmarks. */
 size_t dear_coll_sparse_nonzero(dear_dtype_t dtype, const void *vec, size_t count, size_t sparse_block);
 
+/* How many times over a host's link carries algo sparse's exchange against the dense algorithm
+ * that replaces it for op on a vector of `bytes` of dtype: the ranks per host where that
+ * algorithm is hier, which crosses once per host after combining inside it, while the exchange
+ * sends every rank's blocks across; 1 where it is flat (the ring: a host's link then carries
+ * about what each rank sends). */
+int dear_coll_sparse_copies(dear_coll_op_t op, dear_dtype_t dtype, size_t bytes, int nranks,
+                            const dear_coll_topo_t *topo);
+
 /* Validate args, pick the algorithm, post the first round (an out-of-place all-gather copies its
  * shard into place and posts in its first progress call instead). *req is set only on success.
  * Errors: DEAR_ERR_ARG (NULL buffer with count > 0, unknown type/op/algo, overlapping

@@ -516,12 +516,22 @@ static int ag_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
 
 /* The dense algorithm that replaces the exchange: the selection table's for the dense vector,
  * unless it cannot run here as it is (no block, no MPI collective, 16-bit sums exact): ring. */
-static dear_coll_algo_t dense_algo(const dear_coll_req_t *r)
+static dear_coll_algo_t dense_algo(dear_coll_op_t op, dear_dtype_t dtype, size_t bytes, int nranks,
+                                   const dear_coll_topo_t *topo)
 {
-    dear_coll_algo_t algo = dear_coll_select(r->op, r->total * r->esize, r->nranks, r->topo);
-    int exact16 = !dear_dtype_is16(r->dtype) || r->op == DEAR_COLL_ALLGATHER ||
+    dear_coll_algo_t algo = dear_coll_select(op, bytes, nranks, topo);
+    int exact16 = !dear_dtype_is16(dtype) || op == DEAR_COLL_ALLGATHER ||
                   (dear_coll_algo_flags(algo) & DEAR_ALGO_F_EXACT16);
     return algo == DEAR_ALGO_SPARSE || algo == DEAR_ALGO_MPI || !exact16 ? DEAR_ALGO_RING : algo;
+}
+
+int dear_coll_sparse_copies(dear_coll_op_t op, dear_dtype_t dtype, size_t bytes, int nranks,
+                            const dear_coll_topo_t *topo)
+{
+    if (topo == NULL || topo->local_size < 2 || topo->nhosts < 2 ||
+        dense_algo(op, dtype, bytes, nranks, topo) != DEAR_ALGO_HIER)
+        return 1;
+    return topo->local_size;
 }
 
 /* The exchange, or the dense algorithm when the exchange would not be faster. The exchange's
@@ -534,9 +544,9 @@ static dear_coll_algo_t dense_algo(const dear_coll_req_t *r)
 static int exchange_pays(const dear_coll_req_t *r, unsigned long long most)
 {
     int P = r->nranks, even = P >= 4 && P % 2 == 0;
-    const dear_coll_topo_t *tp = r->topo;
-    if (tp != NULL && tp->local_size > 1 && tp->nhosts > 1 && dense_algo(r) == DEAR_ALGO_HIER) {
-        int H = tp->nhosts, L = tp->local_size;
+    int L = dear_coll_sparse_copies(r->op, r->dtype, r->total * r->esize, P, r->topo);
+    if (L > 1) {
+        int H = r->topo->nhosts;
         double x = (double)most * (even ? (double)P / (P - 1) : 1.0) * L * (P - L) / (P - 1);
         return x < (double)r->total * (double)r->esize * (H - 1) / H;
     }
@@ -571,7 +581,7 @@ out:
 /* The dense algorithm in the exchange's place, on the same vectors. */
 static int dense_start(dear_coll_req_t *r, sparse_state_t *st)
 {
-    dear_coll_algo_t algo = dense_algo(r);
+    dear_coll_algo_t algo = dense_algo(r->op, r->dtype, r->total * r->esize, r->nranks, r->topo);
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
     return dear_coll_sub_start32(r, r->op, algo, r->net, r->rank, r->nranks, r->counts, r->displs,
                                  rs ? r->src : r->buf, rs ? r->src32 : NULL, rs ? r->work : r->buf,

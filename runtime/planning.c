@@ -51,12 +51,16 @@ static int estimated_units(const dear_ctx_t *ctx, int nunits, const dear_unit_t 
     return rc;
 }
 
-/* Sharded: a parameter leaves after its update, during backward only when slices are stepped
- * there, and then behind the hook that steps them. */
-static void shard_problem(const dear_ctx_t *ctx, dear_plan_problem_t *prob)
+/* What the context adds to a planning problem. Sharded: a parameter leaves after its update,
+ * during backward only when slices are stepped there, and then behind the hook that steps them.
+ * Sparse: the exchange is spread over hier's curves only on hosts alike (hier serves no others);
+ * elsewhere the curves are the flat ring's, which price its bytes as they are. */
+static void context_problem(const dear_ctx_t *ctx, dear_plan_problem_t *prob)
 {
     prob->early_stepped = dear_shard_steps_early(ctx);
     prob->no_early = dear_shard_on(ctx) && !prob->early_stepped;
+    prob->cost.spread = dear_coll_sparse_copies(DEAR_COLL_REDUCE_SCATTER, DEAR_FLOAT32, (size_t)1 << 20,
+                                                ctx->cm.size, ctx->cm.coll_topo);
 }
 
 /* Rank 0 at commit: the plan of the model-driven planner from the structure alone, the one that
@@ -85,7 +89,7 @@ static int estimate_plan(dear_ctx_t *ctx, int nunits, const dear_unit_t *units, 
     if (rc == DEAR_OK) {
         prob.threshold = thr_bytes;
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
-        shard_problem(ctx, &prob);
+        context_problem(ctx, &prob);
         dear_robust_range_t range = { DEAR_ROBUST_LO, DEAR_ROBUST_HI, DEAR_ROBUST_POINTS };
         rc = dear_plan_robust(plan, &prob, (dear_planner_t)dear_param_enum(DEAR_P_FUSION), &range, &regret);
     }
@@ -387,7 +391,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
-        shard_problem(ctx, &prob);
+        context_problem(ctx, &prob);
         runners_free(ctx);
         /* auto's check may go on to the runners-up when the plan loses (DEAR_VERIFY_TRIES). */
         if (which == DEAR_PLANNER_AUTO && ctx->check.iters > 0 && ctx->check.tries > 1)

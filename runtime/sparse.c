@@ -11,10 +11,10 @@
  * collectives: before the reduce-scatter (this rank's gradient) and after the all-gather (the
  * averaged one, the union over ranks). DEAR_SPARSE=auto then drains, takes the largest counts over
  * the ranks, and keeps a phase sparse only where its non-zero blocks with their indices are fewer
- * bytes than the dense blocks (with L ranks per host behind hier, L times them: on a host's link
- * the exchange sends every rank's blocks, hier one combined vector): the bytes are what the sparse
- * form saves, and the slowest rank's density decides because every rank must run the same
- * algorithm.
+ * bytes than the dense blocks (with L ranks per host where the phase falls back to hier, L times
+ * them: on a host's link the exchange sends every rank's blocks, hier one combined vector;
+ * dear_coll_sparse_copies): the bytes are what the sparse form saves, and the slowest rank's
+ * density decides because every rank must run the same algorithm.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -228,19 +228,8 @@ void dear_sparse_record(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_in
  * times over are fewer bytes than all `blocks` of them. */
 static int pays(uint64_t nz, uint64_t blocks, size_t row, int copies)
 {
-    return blocks > 0 && (double)copies * (double)nz * (double)(row + SPARSE_IDX_BYTES) < (double)blocks * (double)row;
-}
-
-/* How many times over a host's link carries the exchange's bytes against the dense algorithm's
- * for a vector of `bytes`: the ranks per host where that algorithm is hier, which crosses once per
- * host after combining inside it, while the exchange sends every rank's blocks across; else 1. */
-static int link_copies(const dear_ctx_t *ctx, size_t bytes)
-{
-    const dear_coll_topo_t *tp = ctx->cm.coll_topo;
-    if (tp == NULL || tp->local_size < 2 || tp->nhosts < 2 ||
-        dear_coll_select(DEAR_COLL_REDUCE_SCATTER, bytes, ctx->cm.size, tp) != DEAR_ALGO_HIER)
-        return 1;
-    return tp->local_size;
+    return blocks > 0 &&
+           (double)copies * (double)nz * (double)(row + SPARSE_IDX_BYTES) < (double)blocks * (double)row;
 }
 
 static double ratio(uint64_t nz, uint64_t blocks) { return blocks > 0 ? (double)nz / (double)blocks : -1; }
@@ -270,15 +259,22 @@ int dear_sparse_decide(dear_ctx_t *ctx)
         dear_unlock(&ctx->eng.lock);
         DEAR_MPI_CHECK(MPI_Allreduce(mine, most, 4, MPI_UINT64_T, MPI_MAX, ctx->cm.comm));
         size_t row = tt->sparse_block * dear_dtype_size(tt->dtype);
-        int copies = link_copies(ctx, tt->count * dear_dtype_size(tt->dtype));
+        size_t bytes = tt->count * dear_dtype_size(tt->dtype);
+        /* Each phase by its own fall-back: an all-reduce's exchange is a reduce-scatter's, then an
+         * all-gather's, and 16-bit sums fall back to the ring, not hier. */
+        int copies = dear_coll_sparse_copies(DEAR_COLL_REDUCE_SCATTER, tt->dtype, bytes, ctx->cm.size,
+                                             ctx->cm.coll_topo);
+        int copies_ag = dear_coll_sparse_copies(DEAR_COLL_ALLGATHER, tt->dtype, bytes, ctx->cm.size,
+                                                ctx->cm.coll_topo);
         char phases[64];
         tt->sparse_rs = pays(most[0], most[2], row, copies);
-        tt->sparse_ag = pays(most[1], most[3], row, copies);
+        tt->sparse_ag = pays(most[1], most[3], row, copies_ag);
         DEAR_INFO("sparse", "tensor '%s' (block %zu): %.3f of its blocks non-zero on this rank, %.3f on the densest "
                             "rank, %.3f in the average over %lld warm-up iteration(s)%s: %s",
                   tt->name, tt->sparse_block, ratio(mine[0], mine[2]), ratio(most[0], most[2]),
                   ratio(most[1], most[3]), ctx->sparse.measure_iters,
-                  copies > 1 ? "; the exchange crosses the link once per rank, hier once per host" : "",
+                  copies > 1 || copies_ag > 1 ? "; the exchange crosses the link once per rank, hier once per host"
+                                              : "",
                   dear_sparse_phases(ctx, tt->sparse_rs, tt->sparse_ag, phases, sizeof phases));
     }
     return sparse_ops(ctx, 0);
