@@ -3,8 +3,8 @@
 # ranks on both hosts with their own host names and shared-memory nodes (2 ranks per host),
 # and that the measured point-to-point rate is what tbf was told (TCP goodput is ~95.6% of
 # the line rate: 1448 payload bytes per 1514-byte frame), and that the runtime's training loop
-# (dense and sparse) runs right across them on the socket transport, which auto picks there. Skips (77) where namespaces or tbf
-# cannot be made. Uses its own host prefix, bridge and subnet so it never touches a cluster
+# (dense and sparse) runs right across them on the socket transport, which auto picks there.
+# Skips (77) where namespaces or tbf cannot be made. Uses its own host prefix, bridge and subnet so it never touches a cluster
 # someone brought up with the defaults, and tears down even on failure.
 set -u
 TEST=emucluster.sh
