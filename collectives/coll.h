@@ -187,10 +187,11 @@ int dear_coll_blocks_each(const dear_coll_block_t *blocks, int nblocks, int nran
 size_t dear_coll_sparse_nonzero(dear_dtype_t dtype, const void *vec, size_t count, size_t sparse_block);
 
 /* How many times over a host's link carries algo sparse's exchange against the dense algorithm
- * that replaces it for op on a vector of `bytes` of dtype: the ranks per host where that
- * algorithm is hier, which crosses once per host after combining inside it, while the exchange
- * sends every rank's blocks across; 1 where it is flat (the ring: a host's link then carries
- * about what each rank sends). */
+ * that replaces it for op on a vector of `bytes` of dtype: for a reduce-scatter, the ranks per
+ * host where that algorithm is hier, which crosses once per host after combining inside it,
+ * while the exchange sends every rank's blocks across; 1 where it is flat (the ring: a host's
+ * link then carries about what each rank sends), and for an all-gather, whose messages cross
+ * once per host through a partner there. */
 int dear_coll_sparse_copies(dear_coll_op_t op, dear_dtype_t dtype, size_t bytes, int nranks,
                             const dear_coll_topo_t *topo);
 

@@ -13,6 +13,11 @@
  *   all-gather      every owner sends its shard's non-zero pieces (those of the union over ranks
  *                   after a reduce-scatter), packed once, to every other rank, which receives in
  *                   place and unpacks there, writing zeros for the pieces that did not travel.
+ *                   On H >= 2 hosts of L >= 2 ranks (r->topo) the owner sends it to the ranks of
+ *                   its host and to one partner on each other host, which passes it on, as
+ *                   received, to the ranks of its host before unpacking it: each message crosses
+ *                   a host's link once, not L times, as in hier (forwarding, below); it pays a
+ *                   second hop inside the host.
  * Message form: a sparse message is the packed pieces, then one uint32 piece index (within the
  * shard, increasing) per piece, then the uint32 piece count; it is sent only when strictly
  * smaller than the dense shard, so the receiver tells the forms apart by the received size alone
@@ -88,6 +93,13 @@ typedef struct {
     size_t *slot_at;            /* int8 all-gather: peer i's message at slots + slot_at[i - 1] */
     uint32_t *cover;            /* reduce-scatter of floats: per own piece, sparse messages with it */
     int ndense_in;              /* reduce-scatter: dense messages added */
+    /* all-gather through partners (fwd_on): */
+    int fwd;
+    int *host_of, *local_of;    /* every rank's host and local index */
+    int *fwd_of;                /* per rank: its place among the owners this rank passes on, or -1 */
+    int *fwd_owner, *fwd_slot;  /* those owners, ascending, and the first send slot of each */
+    int nfwd, next_fwd;         /* how many; passed on so far */
+    int nsends;                 /* send slots used */
 } sparse_state_t;
 
 static void shard_of(const dear_coll_req_t *r, int p, shard_t *s)
@@ -263,18 +275,23 @@ static int q8_unpack_msg(const dear_coll_req_t *r, sparse_state_t *st, const sha
     return DEAR_OK;
 }
 
-/* Send m (shard: the dense shard it stands for) to peer i, rank-i (mod P). */
-static int send_msg(dear_coll_req_t *r, sparse_state_t *st, const msg_t *m, const char *shard, int i)
+/* Send m's bytes at data to rank `to` in send slot `slot`, counted by form. */
+static int post_send(dear_coll_req_t *r, sparse_state_t *st, const char *data, const msg_t *m, int to, int slot)
 {
-    int p = (r->rank - i + r->nranks) % r->nranks;
-    const char *data = m->dense && !r->q8 ? shard : st->pack + m->off;
-    DEAR_CHECK(dear_net_isend(r->net, data, m->bytes, p, r->tag, &st->sreq[i - 1]));
+    DEAR_CHECK(dear_net_isend(r->net, data, m->bytes, to, r->tag, &st->sreq[slot]));
     r->bytes_sent += m->bytes;
     if (m->dense)
         r->msgs_dense++;
     else
         r->msgs_sparse++;
     return DEAR_OK;
+}
+
+/* Send m (shard: the dense shard it stands for) to peer i, rank-i (mod P). */
+static int send_msg(dear_coll_req_t *r, sparse_state_t *st, const msg_t *m, const char *shard, int i)
+{
+    const char *data = m->dense && !r->q8 ? shard : st->pack + m->off;
+    return post_send(r, st, data, m, (r->rank - i + r->nranks) % r->nranks, i - 1);
 }
 
 /* ---- reduce-scatter: peer i sends to rank-i and receives from rank+i (mod P) ---- */
@@ -461,6 +478,106 @@ static int ag_prepare(dear_coll_req_t *r, sparse_state_t *st, unsigned long long
     return DEAR_OK;
 }
 
+/* ---- all-gather through partners: each message crosses a host's link once ---- */
+
+static int fwd_on(const dear_coll_req_t *r)
+{
+    return r->topo != NULL && r->topo->nhosts >= 2 && r->topo->local_size >= 2;
+}
+
+/* The rank of host h that receives rank o's message across the link and passes it on: o's local
+ * index from a lower host, the one below it (mod L) from a higher host, so that no connection
+ * carries both directions (Open MPI's TCP carries such a pair at about half the rate; coll_hier.c
+ * pairs its two hosts alike). */
+static int partner(const dear_coll_req_t *r, const sparse_state_t *st, int o, int h)
+{
+    int L = r->topo->local_size, l = st->local_of[o];
+    return r->topo->rank_of[h * L + (h > st->host_of[o] ? (l + L - 1) % L : l)];
+}
+
+/* Whom this rank receives rank p's message from: p on this host or where this rank is p's
+ * partner, else p's partner here. */
+static int source_of(const dear_coll_req_t *r, const sparse_state_t *st, int p)
+{
+    if (st->host_of[p] == r->topo->host)
+        return p;
+    int q = partner(r, st, p, r->topo->host);
+    return q == r->rank ? p : q;
+}
+
+/* The hosts of every rank, and the owners this rank passes on (one per other host), ascending:
+ * the order it passes them on in, and its host's ranks receive them in. */
+static int fwd_setup(dear_coll_req_t *r, sparse_state_t *st)
+{
+    const dear_coll_topo_t *t = r->topo;
+    int rc = DEAR_OK, L = t->local_size;
+    size_t pb = (size_t)r->nranks * sizeof(int);
+    DEAR_ALLOC_GOTO(st->host_of, malloc(pb), pb, rc, out);
+    DEAR_ALLOC_GOTO(st->local_of, malloc(pb), pb, rc, out);
+    DEAR_ALLOC_GOTO(st->fwd_of, malloc(pb), pb, rc, out);
+    DEAR_ALLOC_GOTO(st->fwd_owner, malloc(pb), pb, rc, out);
+    DEAR_ALLOC_GOTO(st->fwd_slot, malloc(pb), pb, rc, out);
+    for (int h = 0; h < t->nhosts; h++)
+        for (int l = 0; l < L; l++)
+            st->host_of[t->rank_of[h * L + l]] = h, st->local_of[t->rank_of[h * L + l]] = l;
+    for (int p = 0; p < r->nranks; p++) {
+        st->fwd_of[p] = -1;
+        if (st->host_of[p] != t->host && partner(r, st, p, t->host) == r->rank)
+            st->fwd_of[p] = st->nfwd, st->fwd_owner[st->nfwd++] = p;
+    }
+    st->fwd = 1;
+out:
+    return rc;
+}
+
+/* Pass on, as they arrive and in ascending order of owner, the messages this rank receives for
+ * its host: to every other rank of the host, as received (their size tells their form). */
+static int fwd_pass(dear_coll_req_t *r, sparse_state_t *st)
+{
+    const dear_coll_topo_t *t = r->topo;
+    for (; st->next_fwd < st->nfwd; st->next_fwd++) {
+        int p = st->fwd_owner[st->next_fwd], i = (p - r->rank + r->nranks) % r->nranks;
+        if (st->rbytes[i - 1] < 0)
+            return DEAR_OK;
+        st->fwd_slot[st->next_fwd] = st->nsends;
+        if (r->counts[p] == 0)
+            continue;
+        msg_t m = { 0, (size_t)st->rbytes[i - 1], 0 };
+        m.dense = m.bytes == wire_bytes(r, r->counts[p]);
+        const char *data = r->q8 ? st->slots + st->slot_at[i - 1] : r->buf + r->displs[p] * r->esize;
+        for (int l = 0; l < t->local_size; l++)
+            if (l != t->local)
+                DEAR_CHECK(post_send(r, st, data, &m, t->rank_of[t->host * t->local_size + l], st->nsends++));
+    }
+    return DEAR_OK;
+}
+
+/* Whether rank p's message, which this rank passes on, has left: until then it stays as it
+ * arrived (unpacking moves it in place). */
+static int fwd_left(const dear_coll_req_t *r, sparse_state_t *st, int p)
+{
+    int k = st->fwd_of[p];
+    if (k >= st->next_fwd)
+        return 0;
+    int n = r->counts[p] > 0 ? r->topo->local_size - 1 : 0;
+    for (int j = st->fwd_slot[k]; j < st->fwd_slot[k] + n; j++)
+        if (dear_net_active(&st->sreq[j]))
+            return 0;
+    return 1;
+}
+
+/* Post the receive of rank p's message from rank src. */
+static int ag_recv(dear_coll_req_t *r, sparse_state_t *st, int p, int src)
+{
+    int i = (p - r->rank + r->nranks) % r->nranks;
+    st->rbytes[i - 1] = 0;
+    if (r->counts[p] == 0)
+        return DEAR_OK;
+    st->rbytes[i - 1] = -1;
+    char *into = r->q8 ? st->slots + st->slot_at[i - 1] : r->buf + r->displs[p] * r->esize;
+    return dear_net_irecv(r->net, into, wire_bytes(r, r->counts[p]), src, r->tag, &st->rreq[i - 1]);
+}
+
 static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
 {
     int rc = DEAR_OK;
@@ -475,17 +592,28 @@ static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
         }
         DEAR_ALLOC_GOTO(st->slots, malloc(at + 1), at + 1, rc, out);
     }
+    /* A source's messages match in the order it sends them: its own first, then (through
+     * partners) those it passes on, ascending. */
     for (int i = 1; i <= st->npeers; i++) {
         int p = (r->rank + i) % r->nranks;
-        st->rbytes[i - 1] = 0;
-        if (r->counts[p] == 0)
-            continue;
-        st->rbytes[i - 1] = -1;
-        char *into = r->q8 ? st->slots + st->slot_at[i - 1] : r->buf + r->displs[p] * r->esize;
-        DEAR_CHECK(dear_net_irecv(r->net, into, wire_bytes(r, r->counts[p]), p, r->tag, &st->rreq[i - 1]));
+        if (!st->fwd || source_of(r, st, p) == p)
+            DEAR_CHECK(ag_recv(r, st, p, p));
     }
-    for (int i = 1; i <= st->npeers && s.len > 0; i++)
-        DEAR_CHECK(send_msg(r, st, &st->msgs[0], r->buf + s.off * r->esize, i));
+    for (int p = 0; st->fwd && p < r->nranks; p++)
+        if (p != r->rank && source_of(r, st, p) != p)
+            DEAR_CHECK(ag_recv(r, st, p, source_of(r, st, p)));
+    if (s.len == 0)
+        goto out;
+    if (!st->fwd) {
+        for (int i = 1; i <= st->npeers; i++)
+            DEAR_CHECK(send_msg(r, st, &st->msgs[0], r->buf + s.off * r->esize, i));
+        goto out;
+    }
+    const msg_t *m = &st->msgs[0];
+    const char *data = m->dense && !r->q8 ? r->buf + s.off * r->esize : st->pack + m->off;
+    for (int p = 0; p < r->nranks; p++)  /* the host's ranks and one partner on each other host */
+        if (p != r->rank && (st->host_of[p] == r->topo->host || partner(r, st, r->rank, st->host_of[p]) == p))
+            DEAR_CHECK(post_send(r, st, data, m, p, st->nsends++));
 out:
     return rc;
 }
@@ -494,10 +622,15 @@ static int ag_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
 {
     int busy;
     DEAR_CHECK(test_all(r, st, &busy));
+    if (st->fwd)
+        DEAR_CHECK(fwd_pass(r, st));
+    int held = st->next_fwd < st->nfwd;
     for (int i = 1; i <= st->npeers; i++) {
         int p = (r->rank + i) % r->nranks;
         long m = st->rbytes[i - 1];
-        if (m >= 0 && r->q8 && r->counts[p] > 0) {
+        if (m >= 0 && st->fwd && st->fwd_of[p] >= 0 && !fwd_left(r, st, p)) {
+            held = 1;
+        } else if (m >= 0 && r->q8 && r->counts[p] > 0) {
             shard_t ps;
             shard_of(r, p, &ps);
             DEAR_CHECK(q8_unpack_msg(r, st, &ps, st->slots + st->slot_at[i - 1], (size_t)m, p,
@@ -508,7 +641,7 @@ static int ag_progress(dear_coll_req_t *r, sparse_state_t *st, int *done)
             st->rbytes[i - 1] = (long)(r->counts[p] * r->esize); /* in place now: as if dense */
         }
     }
-    *done = !busy;
+    *done = !busy && !held;
     return DEAR_OK;
 }
 
@@ -528,7 +661,7 @@ static dear_coll_algo_t dense_algo(dear_coll_op_t op, dear_dtype_t dtype, size_t
 int dear_coll_sparse_copies(dear_coll_op_t op, dear_dtype_t dtype, size_t bytes, int nranks,
                             const dear_coll_topo_t *topo)
 {
-    if (topo == NULL || topo->local_size < 2 || topo->nhosts < 2 ||
+    if (op == DEAR_COLL_ALLGATHER || topo == NULL || topo->local_size < 2 || topo->nhosts < 2 ||
         dense_algo(op, dtype, bytes, nranks, topo) != DEAR_ALGO_HIER)
         return 1;
     return topo->local_size;
@@ -539,11 +672,17 @@ int dear_coll_sparse_copies(dear_coll_op_t op, dear_dtype_t dtype, size_t bytes,
  * sending to each other). Against a flat dense algorithm it is weighed against the bytes the
  * ring sends per rank, (P-1)/P of the vector at the least. Against hier, on H hosts of L ranks,
  * both are counted on a host's link, which bounds them: hier sends (H-1)/H of the vector across
- * once combined inside the host, while the exchange sends every rank's pieces straight to the
- * P-L ranks elsewhere, L ranks' worth, (P-L)/(P-1) of each rank's bytes if spread evenly. */
+ * once combined inside the host, while the reduce-scatter's exchange sends every rank's pieces
+ * straight to the P-L ranks elsewhere, L ranks' worth, (P-L)/(P-1) of each rank's bytes if spread
+ * evenly; the all-gather's goes through partners. */
 static int exchange_pays(const dear_coll_req_t *r, unsigned long long most)
 {
     int P = r->nranks, even = P >= 4 && P % 2 == 0;
+    /* Through partners each of a host's L owners sends one message, at most most/(P-1) bytes,
+     * across to each of the H-1 other hosts, where hier sends (H-1)/H of the vector: no round of
+     * ranks sending to each other. */
+    if (r->op == DEAR_COLL_ALLGATHER && fwd_on(r))
+        return (double)most * P / (P - 1) < (double)r->total * (double)r->esize;
     int L = dear_coll_sparse_copies(r->op, r->dtype, r->total * r->esize, P, r->topo);
     if (L > 1) {
         int H = r->topo->nhosts;
@@ -667,6 +806,8 @@ static int sparse_start(dear_coll_req_t *r)
     for (int i = 0; i < st->npeers; i++)
         st->rreq[i] = st->sreq[i] = DEAR_NET_REQ_NULL;
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
+    if (!rs && fwd_on(r))
+        DEAR_CHECK_GOTO(fwd_setup(r, st), rc, out);
     DEAR_CHECK_GOTO(rs ? rs_prepare(r, st, &st->abytes[0]) : ag_prepare(r, st, &st->abytes[0]), rc, out);
     /* One tiny message per peer first: a latency, small against large vectors' transfer. */
     if (!r->q8 && r->total * r->esize >= (size_t)dear_param_int(DEAR_P_SPARSE_AGREE)) {
@@ -713,6 +854,11 @@ static void sparse_cleanup(dear_coll_req_t *r)
     free(st->acc);
     free(st->cover);
     free(st->slot_at);
+    free(st->host_of);
+    free(st->local_of);
+    free(st->fwd_of);
+    free(st->fwd_owner);
+    free(st->fwd_slot);
     free(st);
     r->state = NULL;
 }

@@ -719,6 +719,7 @@ static void topo_route(dear_coll_topo_t *t)
 }
 
 static void sp_hosts(void);
+static void sp_sweep(void);
 
 START_TEST(test_hier)
 {
@@ -766,6 +767,7 @@ START_TEST(test_hier)
             test_multi_block_fn(0);
             hier_segments();
             sp_hosts();
+            sp_sweep();
             algos = flat_algos;
             NALGOS = n_flat;
             g_topo = NULL;
@@ -895,6 +897,31 @@ static void sp_count(sp_forms_t *f, dear_dtype_t t, const char *v, size_t off, s
     f->bytes += bytes * (size_t)times;
 }
 
+/* Adds the all-gather's messages from this rank for v's shards (count elements): its own shard
+ * to every peer; through partners (g_topo of H >= 2 hosts of L >= 2 ranks) to the host's ranks
+ * and one partner on each other host, and L-1 times each shard it passes on: from each other
+ * host, the owner whose partner on this host it is, the owner's local index from a lower host,
+ * the one below (mod L) from a higher one (mirrors collectives/coll_sparse.c). */
+static void sp_count_ag(sp_forms_t *f, dear_dtype_t t, const char *v, size_t count, size_t block)
+{
+    size_t off, len;
+    dear_coll_shard(count, g_size, g_rank, &off, &len);
+    const dear_coll_topo_t *tp = g_topo;
+    if (tp == NULL || tp->nhosts < 2 || tp->local_size < 2) {
+        sp_count(f, t, v, off, len, block, g_size - 1);
+        return;
+    }
+    int L = tp->local_size, H = tp->nhosts;
+    sp_count(f, t, v, off, len, block, L - 1 + H - 1);
+    for (int h = 0; h < H; h++)
+        for (int l = 0; l < L && h != tp->host; l++)
+            if ((tp->host > h ? (l + L - 1) % L : l) == tp->local) {
+                size_t po, pl;
+                dear_coll_shard(count, g_size, tp->rank_of[h * L + l], &po, &pl);
+                sp_count(f, t, v, po, pl, block, L - 1);
+            }
+}
+
 /* One run of op by algo on input (count elements, as the caller of an in-place call holds it; an
  * out-of-place all-gather sends the own shard of it). result gets count elements (a
  * reduce-scatter's at [off, off+len), the rest untouched). 1 on failure (noted). */
@@ -993,8 +1020,6 @@ static int sp_case(dear_coll_op_t op, dear_dtype_t t, int in_place, size_t count
             ref[i] = expected_of(t, ref[i], 1.0);
             absref[i] = 0;
         }
-        sp_count(&ag, t, input, off, len, block, g_size - 1);
-        sp_half(&expect, &ag, t, n, direct_ag);
     } else {
         for (int p = 0; p < g_size; p++) {
             size_t po, pl;
@@ -1009,8 +1034,8 @@ static int sp_case(dear_coll_op_t op, dear_dtype_t t, int in_place, size_t count
     memset(want, 0, n * es);
     bad |= sp_run(op, DEAR_ALGO_SPARSE, t, in_place, count, block, scale, input, got, &info);
     bad |= sp_run(op, DEAR_ALGO_DIRECT, t, in_place, count, block, scale, input, want, &dinfo);
-    if (op == DEAR_COLL_ALLREDUCE) { /* its all-gather half sends the own shard of the result */
-        sp_count(&ag, t, got, off, len, block, g_size - 1);
+    if (op != DEAR_COLL_REDUCE_SCATTER) { /* the all-gather sends shards of the result */
+        sp_count_ag(&ag, t, got, n, block);
         sp_half(&expect, &ag, t, n, direct_ag);
     }
     size_t lo = op == DEAR_COLL_REDUCE_SCATTER ? off : 0, hi = op == DEAR_COLL_REDUCE_SCATTER ? off + len : n;
@@ -1041,10 +1066,11 @@ static int sp_case(dear_coll_op_t op, dear_dtype_t t, int in_place, size_t count
 /* On the hosts of g_topo, where the dense algorithm is hier, the sparse collective takes the
  * exchange only while it puts fewer bytes on a host's link than hier would (collectives/
  * coll_sparse.c): every rank the same blocks of 4 values non-zero, 3 in 20 (the exchange, with
- * either rule) and 9 in 20 (where the bytes per rank alone would still take it, but the
- * exchange's L copies across the link outweigh hier's one), checked by value and by form; in
- * bfloat16 a reduce-scatter falls back to the ring (hier's 16-bit sums are not exact), so the
- * bytes per rank decide it and 9 in 20 keeps the exchange. */
+ * either rule), 9 in 20 (where the bytes per rank alone would still take it, but the
+ * reduce-scatter's L copies across the link outweigh hier's one; the all-gather, through
+ * partners, crosses once and keeps the exchange) and 19 in 20 (dense: hier), checked by value
+ * and by form; in bfloat16 a reduce-scatter falls back to the ring (hier's 16-bit sums are not
+ * exact), so the bytes per rank decide it and 9 in 20 keeps the exchange. */
 static void sp_hosts(void)
 {
     static const dear_dtype_t types[] = { DEAR_FLOAT32, DEAR_BFLOAT16 };
@@ -1053,14 +1079,14 @@ static void sp_hosts(void)
     size_t off, len;
     dear_coll_shard(count, g_size, g_rank, &off, &len);
     ck_assert_int_eq(dear_coll_sparse_copies(DEAR_COLL_REDUCE_SCATTER, DEAR_FLOAT32, count * 4, g_size, g_topo), L);
-    ck_assert_int_eq(dear_coll_sparse_copies(DEAR_COLL_ALLGATHER, DEAR_BFLOAT16, count * 2, g_size, g_topo), L);
+    ck_assert_int_eq(dear_coll_sparse_copies(DEAR_COLL_ALLGATHER, DEAR_FLOAT32, count * 4, g_size, g_topo), 1);
     ck_assert_int_eq(dear_coll_sparse_copies(DEAR_COLL_REDUCE_SCATTER, DEAR_BFLOAT16, count * 2, g_size, g_topo), 1);
     ck_assert_int_eq(dear_coll_sparse_copies(DEAR_COLL_REDUCE_SCATTER, DEAR_FLOAT32, count * 4, g_size, NULL), 1);
     char *in = xmalloc(count * 4), *got = xmalloc(count * 4);
     setenv("DEAR_SPARSE_AGREE", "0", 1);
     ck_assert_int_eq(dear_params_load(), DEAR_OK);
     for (int ti = 0; ti < 2; ti++)
-        for (int per20 = 3; per20 <= 9; per20 += 6)
+        for (int per20 = 3; per20 <= 19; per20 += per20 == 3 ? 6 : 10)
             for (int ag = 0; ag < 2; ag++) {
                 dear_dtype_t t = types[ti];
                 size_t es = dear_dtype_size(t), nz = 0;
@@ -1084,13 +1110,16 @@ static void sp_hosts(void)
                                "sparse on hosts: %s %s element %zu is %g, want %g", dear_dtype_name(t),
                                dear_coll_op_short(op), i, dear_elem_get(t, got, i), k * dear_elem_get(t, in, i));
                 ck_assert_msg(!bad, "%s", g_first_err);
-                ck_assert_msg(flat_takes, "%s, %d in 20 blocks: the bytes per rank should take the exchange",
-                              dear_dtype_name(t), per20);
-                int want = per20 == 3 || (t == DEAR_BFLOAT16 && !ag);
+                ck_assert_msg(flat_takes == (per20 < 19), "%s, %d in 20 blocks: the bytes per rank should %s",
+                              dear_dtype_name(t), per20, per20 < 19 ? "take the exchange" : "fall back");
+                int want = per20 == 3 || (per20 == 9 && (ag || t == DEAR_BFLOAT16));
                 ck_assert_msg(want ? info.msgs_sparse > 0 : info.msgs_sparse + info.msgs_dense == 0,
                               "%s %s, %d in 20 blocks on %d hosts of %d: %zu sparse message(s); want %s",
                               dear_dtype_name(t), dear_coll_op_short(op), per20, g_topo->nhosts, L,
                               info.msgs_sparse, want ? "the exchange" : "hier, which puts fewer bytes on the link");
+                ck_assert_msg(!want || info.msgs_sparse + info.msgs_dense == (size_t)g_size - 1,
+                              "%s %s: %zu messages sent; the exchange sends P-1 (through partners too)",
+                              dear_dtype_name(t), dear_coll_op_short(op), info.msgs_sparse + info.msgs_dense);
             }
     unsetenv("DEAR_SPARSE_AGREE");
     ck_assert_int_eq(dear_params_load(), DEAR_OK);
@@ -1100,8 +1129,10 @@ static void sp_hosts(void)
 
 /* Every type x op x in/out of place x (block, count) x pattern set, each rank its own pattern;
  * then with DEAR_SPARSE_AGREE=0, so that every half first agrees on its form, float32 and
- * bfloat16 in place again: dense patterns must fall back, sparse ones keep the exchange. */
-START_TEST(test_sparse)
+ * bfloat16 in place again: dense patterns must fall back, sparse ones keep the exchange. On
+ * hosts (g_topo: all-gathers through partners) the first pass alone, in float32 and bfloat16
+ * (sp_hosts weighs the agreement there). */
+static void sp_sweep(void)
 {
     static const dear_dtype_t types[] = { DEAR_FLOAT32, DEAR_BFLOAT16, DEAR_FLOAT16, DEAR_FLOAT64, DEAR_INT32 };
     size_t P = (size_t)g_size;
@@ -1112,12 +1143,12 @@ START_TEST(test_sparse)
     int nshapes = (int)(sizeof shapes / sizeof shapes[0]), bad = 0, ncases = 0;
     sp_forms_t seen = { 0, 0, 0, 0 }, agreed = { 0, 0, 0, 0 };
     g_first_err[0] = '\0';
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < (g_topo ? 1 : 2); pass++) {
         if (pass == 1) {
             setenv("DEAR_SPARSE_AGREE", "0", 1);
             ck_assert_int_eq(dear_params_load(), DEAR_OK);
         }
-        for (int t = 0; t < (pass ? 2 : 5); t++)
+        for (int t = 0; t < (pass || g_topo ? 2 : 5); t++)
             for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
                 for (int ip = 0; ip < (pass ? 1 : 2); ip++)
                     for (int sh = 0; sh < nshapes; sh++)
@@ -1144,12 +1175,18 @@ START_TEST(test_sparse)
     ck_assert_msg(g_size == 1 || (seen.sparse > 0 && seen.dense > 0), "forms seen: %zu sparse, %zu dense",
                   seen.sparse, seen.dense);
     ck_assert_uint_eq(seen.fallbacks, 0);
-    ck_assert_msg(g_size == 1 || (agreed.sparse > 0 && agreed.fallbacks > 0),
+    ck_assert_msg(g_size == 1 || g_topo || (agreed.sparse > 0 && agreed.fallbacks > 0),
                   "agreeing: %zu sparse messages, %zu fallbacks", agreed.sparse, agreed.fallbacks);
     if (g_rank == 0)
-        fprintf(stderr, "sparse: %d cases passed on %d ranks (rank 0 sent %zu sparse, %zu dense messages; "
+        fprintf(stderr, "sparse%s: %d cases passed on %d ranks (rank 0 sent %zu sparse, %zu dense messages; "
                         "agreeing first: %zu sparse, %zu dense, %zu halves fell back to direct)\n",
-                ncases, g_size, seen.sparse, seen.dense, agreed.sparse, agreed.dense, agreed.fallbacks);
+                g_topo ? " on hosts" : "", ncases, g_size, seen.sparse, seen.dense, agreed.sparse, agreed.dense,
+                agreed.fallbacks);
+}
+
+START_TEST(test_sparse)
+{
+    sp_sweep();
 }
 END_TEST
 

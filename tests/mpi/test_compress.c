@@ -177,7 +177,9 @@ static int algo_list(dear_coll_algo_t *out)
         unsigned f = dear_coll_algo_flags((dear_coll_algo_t)a);
         if (f & DEAR_ALGO_F_NATIVE)
             continue;
-        if (g_topo != NULL ? (a == DEAR_ALGO_AUTO || (f & DEAR_ALGO_F_NEEDS_HOSTS)) : !(f & DEAR_ALGO_F_NEEDS_HOSTS))
+        /* on hosts: sparse too, whose all-gather goes through partners there */
+        if (g_topo != NULL ? (a == DEAR_ALGO_AUTO || a == DEAR_ALGO_SPARSE || (f & DEAR_ALGO_F_NEEDS_HOSTS))
+                           : !(f & DEAR_ALGO_F_NEEDS_HOSTS))
             out[n++] = (dear_coll_algo_t)a;
     }
     return n;
@@ -675,11 +677,19 @@ static int q8_case(const case_t *k)
             direct += p != g_rank && !ag ? dear_q8_bytes(pl) : 0;
         }
         direct += rs ? 0 : (size_t)(g_size - 1) * dear_q8_bytes(len);
-        bad = note(info.algo != DEAR_ALGO_SPARSE || info.bytes_sent > direct ||
+        /* On hosts the all-gather passes other ranks' messages on (through partners): each still
+         * travels P-1 times, so only the sum over the ranks is bounded. */
+        unsigned long long sent = info.bytes_sent, bound = direct;
+        if (g_topo != NULL) {
+            unsigned long long mine[2] = { sent, bound }, all[2];
+            MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, g_comm);
+            sent = all[0], bound = all[1];
+        }
+        bad = note(info.algo != DEAR_ALGO_SPARSE || sent > bound ||
                        (g_size > 1 && n > 10000 && info.msgs_sparse == 0),
-                   "int8 %s asked for sparse ran %s and sent %zu bytes (direct's: %zu), %zu sparse message(s)",
-                   dear_coll_op_name(k->op), dear_coll_algo_name(info.algo), info.bytes_sent, direct,
-                   info.msgs_sparse);
+                   "int8 %s asked for sparse ran %s and sent %llu bytes (direct's: %llu)%s, %zu sparse message(s)",
+                   dear_coll_op_name(k->op), dear_coll_algo_name(info.algo), sent, bound,
+                   g_topo ? " over all ranks" : "", info.msgs_sparse);
     } else if (!bad && hier) {
         /* an all-reduce is the two phases in turn; bytes checked where both are int8 */
         int both = !rs && (ag || k->c_ag == DEAR_COMPRESS_INT8);
@@ -713,7 +723,9 @@ static int q8_case(const case_t *k)
                    k->in_place ? "in place" : "out of place", n, k->random ? "random" : "integers", i, res[i], want,
                    tol);
     }
-    if (!bad && !rs && n > 0) {
+    int anybad = bad; /* every rank decides alike whether to compare, or a failure on one would hang */
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, g_comm);
+    if (!anybad && !rs && n > 0) {
         float *root = xmalloc(n * sizeof(float));
         memcpy(root, recv, n * sizeof(float));
         MPI_Bcast(root, (int)n, MPI_FLOAT, 0, g_comm);
