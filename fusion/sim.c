@@ -217,16 +217,17 @@ size_t dear_sim_ws_bytes(const dear_sim_ws_t *ws, int lo, int hi)
 
 /* One collective of the run [a, b), `wire` bytes: a dense compressed run by its format's cost
  * when the cost function has one; a sparse run by its wire bytes (values in the format, indices
- * as they are), with spread ranks per host spread times over while that stays under the run's
- * dense bytes in its format, else by those, as the runtime then runs the dense algorithm
- * (collectives/coll_sparse.c); int8 always runs the exchange (sim.h). */
+ * as they are), a reduce-scatter's with spread ranks per host spread times over while that stays
+ * under the run's dense bytes in its format, else by those, as the runtime then runs the dense
+ * algorithm (collectives/coll_sparse.c; an all-gather crosses once per host, through partners);
+ * int8 always runs the exchange (sim.h). */
 static double wire_cost(const dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_coll_op_t op, int a, int b,
                         size_t wire)
 {
     int f = op == DEAR_COLL_ALLGATHER ? ws->fmt_ag[a] : ws->fmt_rs[a];
     if (cost->fmt_fn && ws->block[a] == 0 && f != DEAR_COMPRESS_NONE)
         return cost->fmt_fn(cost->arg, op, wire, f);
-    if (ws->block[a] > 0 && cost->spread > 1) {
+    if (ws->block[a] > 0 && cost->spread > 1 && op != DEAR_COLL_ALLGATHER) {
         double dense = (double)(ws->prefix[b] - ws->prefix[a]) * dear_compress_ratio((dear_compress_t)f);
         double x = (double)wire * cost->spread;
         wire = (size_t)llround(f == DEAR_COMPRESS_INT8 || x < dense ? x : dense);

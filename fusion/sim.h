@@ -34,11 +34,13 @@
  * Anything else (ready as the channel frees, or after a shorter gap) costs its price.
  * Sparse and compressed tensors (profile.h) are priced by the bytes they put on the wire in each
  * phase (a dense compressed run by its format's cost, fmt_fn, when the cost has one: the measured
- * curve of that format); a sparse run costs the dense price of spread (ranks per host) times its
- * wire bytes, or of its dense bytes where those are fewer: the exchange sends each rank's pieces
- * straight to every other rank, so each host's link carries spread times what the hierarchical
- * dense collective of the same bytes carries across (it combines inside the host first), and
- * the runtime runs the dense algorithm where it would carry less. A group is cut where the block
+ * curve of that format); a sparse reduce-scatter costs the dense price of spread (ranks per host)
+ * times its wire bytes, or of its dense bytes where those are fewer: its exchange sends each
+ * rank's pieces straight to every other rank, so each host's link carries spread times what the
+ * hierarchical dense collective of the same bytes carries across (it combines inside the host
+ * first), and the runtime runs the dense algorithm where it would carry less. A sparse
+ * all-gather's messages cross once per host (a partner there passes them on), so it costs the
+ * dense price of its wire bytes. A group is cut where the block
  * or the formats change, as the runtime cuts it where the block or the type does
  * (dear_sim_ws_group). The runtime also cuts a sparse all-gather group at bucket boundaries;
  * that cut is not priced.
@@ -71,7 +73,7 @@ typedef struct {
     dear_sim_cost_fmt_fn fmt_fn; /* NULL: fn at the wire bytes */
     dear_sim_queued_fn queued_fn; /* NULL: 1, a queued collective costs what it costs alone */
     dear_sim_idle_fn idle_fn; /* NULL: 1, an idle link changes nothing */
-    int spread; /* ranks per host, for sparse exchanges (model above); 0 or 1: one */
+    int spread; /* ranks per host, for sparse reduce-scatters (model above); 0 or 1: one */
 } dear_sim_cost_t;
 
 /* arg for dear_sim_cost_model: the cheapest valid algorithm of the model at each size; buckets

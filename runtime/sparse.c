@@ -11,10 +11,11 @@
  * collectives: before the reduce-scatter (this rank's gradient) and after the all-gather (the
  * averaged one, the union over ranks). DEAR_SPARSE=auto then drains, takes the largest counts over
  * the ranks, and keeps a phase sparse only where its non-zero blocks with their indices are fewer
- * bytes than the dense blocks (with L ranks per host where the phase falls back to hier, L times
- * them: on a host's link the exchange sends every rank's blocks, hier one combined vector;
- * dear_coll_sparse_copies): the bytes are what the sparse form saves, and the slowest rank's
- * density decides because every rank must run the same algorithm.
+ * bytes than the dense blocks (with L ranks per host where a reduce-scatter falls back to hier,
+ * L times them: on a host's link its exchange sends every rank's blocks, hier one combined
+ * vector; an all-gather's cross once per host, through partners; dear_coll_sparse_copies): the
+ * bytes are what the sparse form saves, and the slowest rank's density decides because every
+ * rank must run the same algorithm.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -273,8 +274,8 @@ int dear_sparse_decide(dear_ctx_t *ctx)
                             "rank, %.3f in the average over %lld warm-up iteration(s)%s: %s",
                   tt->name, tt->sparse_block, ratio(mine[0], mine[2]), ratio(most[0], most[2]),
                   ratio(most[1], most[3]), ctx->sparse.measure_iters,
-                  copies > 1 || copies_ag > 1 ? "; the exchange crosses the link once per rank, hier once per host"
-                                              : "",
+                  copies > 1 ? "; the reduce-scatter's exchange crosses the link once per rank, hier once per host"
+                             : "",
                   dear_sparse_phases(ctx, tt->sparse_rs, tt->sparse_ag, phases, sizeof phases));
     }
     return sparse_ops(ctx, 0);

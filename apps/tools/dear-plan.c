@@ -536,9 +536,9 @@ static void print_table(const char *profile, const model_t *mu, const plan_opts_
                    dear_prof_wire_bytes(pt, DEAR_COLL_REDUCE_SCATTER) / 1048576.0,
                    dear_prof_wire_bytes(pt, DEAR_COLL_ALLGATHER) / 1048576.0);
         if (pt->block_bytes > 0 && model->ranks_per_host > 1)
-            printf("  with %d ranks per host the exchange sends each rank's pieces across the link: priced as the "
-                   "dense collective of %d times its wire bytes, or of its dense bytes where fewer\n",
-                   model->ranks_per_host, model->ranks_per_host);
+            printf("  with %d ranks per host the reduce-scatter's exchange sends each rank's pieces across the link: "
+                   "priced as the dense collective of %d times its wire bytes, or of its dense bytes where fewer; "
+                   "the all-gather's cross once per host\n", model->ranks_per_host, model->ranks_per_host);
     }
     if (o->comp_rs != DEAR_COMPRESS_NONE || o->comp_ag != DEAR_COMPRESS_NONE)
         printf("compressed: reduce-scatters (all-reduces) %s, all-gathers %s; priced at %.1f and %.1f MiB on the "

@@ -69,7 +69,7 @@ static int touched(int t, size_t row, int r, long long it)
     }
     int p = (int)((r + it) % 4);
     return p == 1 ? row == (size_t)((it * 3 + 2 * r) % 32)
-         : p == 2 ? (row * 5 + (size_t)(r + it)) % 7 == 0
+         : p == 2 ? (row * 5 + (size_t)(r + it)) % 7 < 2
                   : p == 3;
 }
 
@@ -211,8 +211,9 @@ static long rows_touched(int t, int r)
     return n;
 }
 
-/* Where the ranks span hosts of `copies` ranks each (2 or more), the exchange crosses a host's link
- * once per rank and hier once per host; else 1. Phase decisions that weighing changed (auto). */
+/* Where the ranks span hosts of `copies` ranks each (2 or more), the reduce-scatter's exchange
+ * crosses a host's link once per rank and hier once per host; else 1. Phase decisions that
+ * weighing changed (auto). */
 static int copies = 1, flips;
 
 /* DEAR_SPARSE=auto's rule: the densest rank's non-zero rows, each with a 4-byte index, k times
@@ -224,10 +225,11 @@ static int pays_times(int t, long nz, size_t es, int k)
 }
 
 /* The reduce-scatter (or all-reduce) weighs by copies where it falls back to hier: not in 16
- * bits, whose sums fall back to the ring; the all-gather always. */
+ * bits, whose sums fall back to the ring; never the all-gather, which crosses once per host
+ * (through partners). */
 static int pays(int t, long nz, size_t es, int ag)
 {
-    return pays_times(t, nz, es, ag || es != 2 ? copies : 1);
+    return pays_times(t, nz, es, !ag && es != 2 ? copies : 1);
 }
 
 /* copies from MPI's view of the hosts: ranks sharing memory form a host. */

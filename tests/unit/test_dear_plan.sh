@@ -41,9 +41,10 @@ awk -v s="$t_sparse" -v d="$t_dense" 'BEGIN { exit !(s > 0 && s < d) }' ||
     grep -q "^sparse wte.weight: 147.2 MiB in blocks of 3072 bytes; non-zero blocks 5.00%" ||
     fail "the table does not describe the sparse tensor"
 
-# With 2 ranks per host the exchange crosses the link once per rank: the same curves keyed for
-# 2 ranks per host price the sparse embedding as the dense collective of twice its wire bytes,
-# so dear's prediction with a bucket per tensor grows, and the table says so; with 1 it does not.
+# With 2 ranks per host the reduce-scatter's exchange crosses the link once per rank: the same
+# curves keyed for 2 ranks per host price the sparse embedding's reduce-scatter as the dense
+# collective of twice its wire bytes, so dear's prediction with a bucket per tensor grows, and the
+# table says so; with 1 it does not.
 rcost=$tmp/r.cost
 {
     echo "dear-cost 1"
@@ -58,9 +59,9 @@ t1=$(echo "$r1" | awk '$1 == "dear" && $2 == "none" { print $3 }')
 t2=$(echo "$r2" | awk '$1 == "dear" && $2 == "none" { print $3 }')
 awk -v a="$t1" -v b="$t2" 'BEGIN { exit !(a > 0 && b > a) }' ||
     fail "sparse embedding at 2 ranks per host: dear none predicts $t2 ms, at 1 rank $t1 ms"
-echo "$r2" | grep -q "^  with 2 ranks per host the exchange sends each rank's pieces across the link: priced as the dense" ||
+echo "$r2" | grep -q "^  with 2 ranks per host the reduce-scatter's exchange sends each rank's pieces across the link: pr" ||
     fail "the table does not say how the exchange is priced at 2 ranks per host: $r2"
-echo "$r1" | grep -q "ranks per host the exchange" && fail "1 rank per host: the exchange's line printed"
+echo "$r1" | grep -q "ranks per host the reduce-scatter's exchange" && fail "1 rank per host: the exchange's line printed"
 
 # Partitioned tensors: vgg16's fc6 (74% of the bytes) is cut at the default partition and the plan
 # file records its chunks; with compute about equal to the all-reduce, auto's predicted iteration

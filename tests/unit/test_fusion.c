@@ -995,18 +995,21 @@ START_TEST(sim_sparse_by_hand)
     /* A sparse all-reduce is its reduce-scatter then its all-gather. */
     EQ(dear_sim_ws_group(ws, &c, DEAR_COLL_ALLREDUCE, 2, 3), 0.84 + 1.35);
     EQ(dear_sim_ws_bytes(ws, 0, 3), 600);
-    /* With 2 ranks per host the exchange's 68 B cost what 136 B of the dense collective cost;
-     * the all-gather's 340 B would be more than its 300 dense bytes, which it then costs (the
-     * runtime runs the dense algorithm); with 3, 204 B and again the dense 300. Dense tensors
-     * keep their price. */
-    dear_sim_cost_t c2 = c, c3 = c;
+    /* With 2 ranks per host the reduce-scatter's 68 B cost what 136 B of the dense collective
+     * cost; with 3, 204 B; with 5, 340 B would be more than its 300 dense bytes, which it then
+     * costs (the runtime runs the dense algorithm). The all-gather crosses once per host: its
+     * 170 B cost their own price at any spread. Dense tensors keep their price. */
+    dear_sim_cost_t c2 = c, c3 = c, c5 = c;
     c2.spread = 2;
     c3.spread = 3;
+    c5.spread = 5;
+    EQ(dear_sim_ws_group(ws, &c5, DEAR_COLL_REDUCE_SCATTER, 2, 3), 0.5 + 0.005 * 300);
+    EQ(dear_sim_ws_group(ws, &c5, DEAR_COLL_ALLGATHER, 2, 3), 1.35);
     EQ(dear_sim_ws_group(ws, &c2, DEAR_COLL_REDUCE_SCATTER, 2, 3), 0.5 + 0.005 * 136);
-    EQ(dear_sim_ws_group(ws, &c2, DEAR_COLL_ALLGATHER, 2, 3), 0.5 + 0.005 * 300);
-    EQ(dear_sim_ws_group(ws, &c2, DEAR_COLL_ALLREDUCE, 2, 3), 0.5 + 0.005 * 136 + 0.5 + 0.005 * 300);
+    EQ(dear_sim_ws_group(ws, &c2, DEAR_COLL_ALLGATHER, 2, 3), 1.35);
+    EQ(dear_sim_ws_group(ws, &c2, DEAR_COLL_ALLREDUCE, 2, 3), 0.5 + 0.005 * 136 + 1.35);
     EQ(dear_sim_ws_group(ws, &c3, DEAR_COLL_REDUCE_SCATTER, 2, 3), 0.5 + 0.005 * 204);
-    EQ(dear_sim_ws_group(ws, &c3, DEAR_COLL_ALLGATHER, 2, 3), 0.5 + 0.005 * 300);
+    EQ(dear_sim_ws_group(ws, &c3, DEAR_COLL_ALLGATHER, 2, 3), 1.35);
     EQ(dear_sim_ws_group(ws, &c3, DEAR_COLL_REDUCE_SCATTER, 0, 3), 0.5 + 0.005 * 300 + 0.5 + 0.005 * 204);
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pn;
