@@ -64,7 +64,8 @@ def main():
     if a.hosts_section:
         L += ["*exchange* is the block-sparse exchange forced (DEAR_SPARSE_AGREE above the vector: no "
               "agreement, no fall-back); *sparse* agrees and decides by the bytes on a host's link, where "
-              "the exchange sends every rank's blocks across and hier one combined vector, and runs hier "
+              "the reduce-scatter's exchange sends every rank's blocks across, the all-gather's each "
+              "message once per host (through a partner there) and hier one combined vector, and runs hier "
               "where the exchange would carry more. *vs exchange* = sparse / exchange. Each time is the "
               "median over the rounds of each round's median.", ""]
     slower = []
