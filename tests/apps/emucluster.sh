@@ -4,8 +4,9 @@
 # and that the measured point-to-point rate is what tbf was told (TCP goodput is ~95.6% of
 # the line rate: 1448 payload bytes per 1514-byte frame), and that the runtime's training loop
 # (dense and sparse) runs right across them on the socket transport, which auto picks there.
-# Skips (77) where namespaces or tbf cannot be made. Uses its own host prefix, bridge and subnet so it never touches a cluster
-# someone brought up with the defaults, and tears down even on failure.
+# Skips (77) where namespaces or tbf cannot be made. Uses its own host prefix, bridge and subnet
+# so it never touches a cluster someone brought up with the defaults, and tears down even on
+# failure.
 set -u
 TEST=emucluster.sh
 . "${top_srcdir:-.}/tests/apps/emucluster-lib.sh"
@@ -63,27 +64,30 @@ for r in 2 3; do
     grep -q "^emu-hello: rank $r on $h2 " "$out" || fail "rank $r is not on $h2"
 done
 
+# Test program tests/mpi/PROG on 2 ranks per host across the two hosts, with mpirun's
+# arguments ARGS: its output in $out (last lines shown); a non-zero exit fails the test.
+run_across() {
+    prog=$1
+    shift
+    timeout -k 5 300 "$EMU" mpirun -np 4 --host "$h1:2,$h2:2" -x CK_FORK=no "$@" "$top_builddir/tests/mpi/$prog" \
+        >"$out" 2>&1
+    rc=$?
+    tail -3 "$out"
+    [ $rc -eq 0 ] || fail "$prog across $h1,$h2 ($*) exited with $rc"
+}
+
 # The runtime across the hosts: DEAR_TRANSPORT=auto must take the socket transport there (every
 # context asserts it through DEAR_TEST_TRANSPORT), and test_loop's training patterns must match
 # its MPI_Allreduce reference over it, hier's communicators included (2 hosts of 2 ranks).
-if [ -x "$top_builddir/tests/mpi/test_loop" ]; then
-    timeout -k 5 300 "$EMU" mpirun -np 4 --host "$h1:2,$h2:2" -x CK_FORK=no -x DEAR_TEST_TRANSPORT=socket \
-        "$top_builddir/tests/mpi/test_loop" >"$out" 2>&1
-    rc=$?
-    tail -3 "$out"
-    [ $rc -eq 0 ] || fail "test_loop across $h1,$h2 (socket transport) exited with $rc"
-fi
+[ -x "$top_builddir/tests/mpi/test_loop" ] && run_across test_loop -x DEAR_TEST_TRANSPORT=socket
 
-# Sparse tensors across the hosts: test_sparse's loops must match their MPI_Allreduce reference,
-# and DEAR_SPARSE=auto must weigh the exchange's bytes by the 2 ranks per host (it crosses the
-# link once per rank, hier once per host), which changes some of the test's phase decisions (the
-# cost model plays no part: calibration off).
+# Sparse tensors across the hosts: test_sparse's loops must match their MPI_Allreduce reference
+# (the all-gathers pass through a partner on each host), and DEAR_SPARSE=auto must weigh the
+# reduce-scatter's bytes by the 2 ranks per host (its exchange crosses the link once per rank,
+# hier once per host), which changes some of the test's phase decisions (the cost model plays no
+# part: calibration off).
 if [ -x "$top_builddir/tests/mpi/test_sparse" ]; then
-    timeout -k 5 300 "$EMU" mpirun -np 4 --host "$h1:2,$h2:2" -x CK_FORK=no -x DEAR_CALIBRATE=off \
-        "$top_builddir/tests/mpi/test_sparse" >"$out" 2>&1
-    rc=$?
-    tail -3 "$out"
-    [ $rc -eq 0 ] || fail "test_sparse across $h1,$h2 exited with $rc"
+    run_across test_sparse -x DEAR_CALIBRATE=off
     flips=$(sed -n 's/^test_sparse: 2 ranks per host: .*; \([0-9]*\) phase decision(s) so far.*/\1/p' "$out" | tail -1)
     [ "${flips:-0}" -gt 0 ] || fail "test_sparse across $h1,$h2: no phase decision weighed by 2 ranks per host"
     echo "$TEST: test_sparse across $h1,$h2: $flips phase decision(s) changed by weighing 2 ranks per host"
