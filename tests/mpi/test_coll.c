@@ -1155,8 +1155,8 @@ static void sp_sweep(void)
                         /* sets 0..SP_NKINDS-1: rank r takes kind (set + r) (different on every
                          * rank); then every rank all-zero, all-dense, one block */
                         for (int set = 0; set < SP_NKINDS + 3; set++) {
-                            if ((t > 0 || ip || pass) && set % 3 != (op + sh) % 3 && set < SP_NKINDS)
-                                continue;  /* float32 in place sees every set; the rest a third (time) */
+                            if ((t > 0 || ip || pass || g_topo) && set % 3 != (op + sh) % 3 && set < SP_NKINDS)
+                                continue;  /* float32 in place on one host sees every set; the rest a third (time) */
                             int kinds[8], nk = set < SP_NKINDS ? 8 : 1;
                             for (int k = 0; k < nk; k++)
                                 kinds[k] = set < SP_NKINDS ? (set + k) % SP_NKINDS
