@@ -287,11 +287,16 @@ static int post_send(dear_coll_req_t *r, sparse_state_t *st, const char *data, c
     return DEAR_OK;
 }
 
+/* Where prepared message m's bytes lie: the dense shard itself, else the pack buffer. */
+static const char *msg_data(const dear_coll_req_t *r, const sparse_state_t *st, const msg_t *m, const char *shard)
+{
+    return m->dense && !r->q8 ? shard : st->pack + m->off;
+}
+
 /* Send m (shard: the dense shard it stands for) to peer i, rank-i (mod P). */
 static int send_msg(dear_coll_req_t *r, sparse_state_t *st, const msg_t *m, const char *shard, int i)
 {
-    const char *data = m->dense && !r->q8 ? shard : st->pack + m->off;
-    return post_send(r, st, data, m, (r->rank - i + r->nranks) % r->nranks, i - 1);
+    return post_send(r, st, msg_data(r, st, m, shard), m, (r->rank - i + r->nranks) % r->nranks, i - 1);
 }
 
 /* ---- reduce-scatter: peer i sends to rank-i and receives from rank+i (mod P) ---- */
@@ -609,11 +614,10 @@ static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
             DEAR_CHECK(send_msg(r, st, &st->msgs[0], r->buf + s.off * r->esize, i));
         goto out;
     }
-    const msg_t *m = &st->msgs[0];
-    const char *data = m->dense && !r->q8 ? r->buf + s.off * r->esize : st->pack + m->off;
+    const char *data = msg_data(r, st, &st->msgs[0], r->buf + s.off * r->esize);
     for (int p = 0; p < r->nranks; p++)  /* the host's ranks and one partner on each other host */
         if (p != r->rank && (st->host_of[p] == r->topo->host || partner(r, st, r->rank, st->host_of[p]) == p))
-            DEAR_CHECK(post_send(r, st, data, m, p, st->nsends++));
+            DEAR_CHECK(post_send(r, st, data, &st->msgs[0], p, st->nsends++));
 out:
     return rc;
 }
