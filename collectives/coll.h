@@ -87,7 +87,7 @@
 
 /* The hosts of a communicator (coll_topo.c), for the hierarchical algorithm: H hosts of L ranks
  * each, communicators inside this rank's host (rank = local index) and across the hosts, and
- * rank_of[host * L + local]. Each comes twice, [0] for the reduce-scatter stages and [1] for the
+ * rank_of[host * L + local], with its inverse host_of[rank] and local_of[rank]. Each comes twice, [0] for the reduce-scatter stages and [1] for the
  * all-gather stages, so that both can be in flight at once. Across the hosts: with 3 or more,
  * the ranks of this local index (rank = host index); with 2, duplicates of the communicator
  * itself (rank as there), whose exchange pairs ranks of different local indices (coll_hier.c).
@@ -97,7 +97,7 @@ typedef struct {
     int host, local;            /* this rank's */
     MPI_Comm node[2], cross[2];
     const dear_net_t *node_net[2], *cross_net[2];
-    int *rank_of;
+    int *rank_of, *host_of, *local_of;
     dear_net_t mpi_net[4];      /* the MPI endpoints of node[0], cross[0], node[1], cross[1] */
     dear_net_t *opened[4];      /* endpoints opened by dear_coll_topo_attach, closed at free */
 } dear_coll_topo_t;

@@ -95,7 +95,6 @@ typedef struct {
     int ndense_in;              /* reduce-scatter: dense messages added */
     /* all-gather through partners (fwd_on): */
     int fwd;
-    int *host_of, *local_of;    /* every rank's host and local index */
     int *fwd_of;                /* per rank: its place among the owners this rank passes on, or -1 */
     int *fwd_owner, *fwd_slot;  /* those owners, ascending, and the first send slot of each */
     int nfwd, next_fwd;         /* how many; passed on so far */
@@ -494,40 +493,36 @@ static int fwd_on(const dear_coll_req_t *r)
  * index from a lower host, the one below it (mod L) from a higher host, so that no connection
  * carries both directions (Open MPI's TCP carries such a pair at about half the rate; coll_hier.c
  * pairs its two hosts alike). */
-static int partner(const dear_coll_req_t *r, const sparse_state_t *st, int o, int h)
+static int partner(const dear_coll_req_t *r, int o, int h)
 {
-    int L = r->topo->local_size, l = st->local_of[o];
-    return r->topo->rank_of[h * L + (h > st->host_of[o] ? (l + L - 1) % L : l)];
+    const dear_coll_topo_t *t = r->topo;
+    int L = t->local_size, l = t->local_of[o];
+    return t->rank_of[h * L + (h > t->host_of[o] ? (l + L - 1) % L : l)];
 }
 
 /* Whom this rank receives rank p's message from: p on this host or where this rank is p's
  * partner, else p's partner here. */
-static int source_of(const dear_coll_req_t *r, const sparse_state_t *st, int p)
+static int source_of(const dear_coll_req_t *r, int p)
 {
-    if (st->host_of[p] == r->topo->host)
+    if (r->topo->host_of[p] == r->topo->host)
         return p;
-    int q = partner(r, st, p, r->topo->host);
+    int q = partner(r, p, r->topo->host);
     return q == r->rank ? p : q;
 }
 
-/* The hosts of every rank, and the owners this rank passes on (one per other host), ascending:
- * the order it passes them on in, and its host's ranks receive them in. */
+/* The owners this rank passes on (one per other host), ascending: the order it passes them on
+ * in, and its host's ranks receive them in. */
 static int fwd_setup(dear_coll_req_t *r, sparse_state_t *st)
 {
     const dear_coll_topo_t *t = r->topo;
-    int rc = DEAR_OK, L = t->local_size;
+    int rc = DEAR_OK;
     size_t pb = (size_t)r->nranks * sizeof(int);
-    DEAR_ALLOC_GOTO(st->host_of, malloc(pb), pb, rc, out);
-    DEAR_ALLOC_GOTO(st->local_of, malloc(pb), pb, rc, out);
     DEAR_ALLOC_GOTO(st->fwd_of, malloc(pb), pb, rc, out);
     DEAR_ALLOC_GOTO(st->fwd_owner, malloc(pb), pb, rc, out);
     DEAR_ALLOC_GOTO(st->fwd_slot, malloc(pb), pb, rc, out);
-    for (int h = 0; h < t->nhosts; h++)
-        for (int l = 0; l < L; l++)
-            st->host_of[t->rank_of[h * L + l]] = h, st->local_of[t->rank_of[h * L + l]] = l;
     for (int p = 0; p < r->nranks; p++) {
         st->fwd_of[p] = -1;
-        if (st->host_of[p] != t->host && partner(r, st, p, t->host) == r->rank)
+        if (t->host_of[p] != t->host && partner(r, p, t->host) == r->rank)
             st->fwd_of[p] = st->nfwd, st->fwd_owner[st->nfwd++] = p;
     }
     st->fwd = 1;
@@ -601,12 +596,14 @@ static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
      * partners) those it passes on, ascending. */
     for (int i = 1; i <= st->npeers; i++) {
         int p = (r->rank + i) % r->nranks;
-        if (!st->fwd || source_of(r, st, p) == p)
+        if (!st->fwd || source_of(r, p) == p)
             DEAR_CHECK(ag_recv(r, st, p, p));
     }
-    for (int p = 0; st->fwd && p < r->nranks; p++)
-        if (p != r->rank && source_of(r, st, p) != p)
-            DEAR_CHECK(ag_recv(r, st, p, source_of(r, st, p)));
+    for (int p = 0; st->fwd && p < r->nranks; p++) {
+        int src = p != r->rank ? source_of(r, p) : p;
+        if (src != p)
+            DEAR_CHECK(ag_recv(r, st, p, src));
+    }
     if (s.len == 0)
         goto out;
     if (!st->fwd) {
@@ -615,8 +612,9 @@ static int ag_start(dear_coll_req_t *r, sparse_state_t *st)
         goto out;
     }
     const char *data = msg_data(r, st, &st->msgs[0], r->buf + s.off * r->esize);
+    const dear_coll_topo_t *t = r->topo;
     for (int p = 0; p < r->nranks; p++)  /* the host's ranks and one partner on each other host */
-        if (p != r->rank && (st->host_of[p] == r->topo->host || partner(r, st, r->rank, st->host_of[p]) == p))
+        if (p != r->rank && (t->host_of[p] == t->host || partner(r, r->rank, t->host_of[p]) == p))
             DEAR_CHECK(post_send(r, st, data, &st->msgs[0], p, st->nsends++));
 out:
     return rc;
@@ -858,8 +856,6 @@ static void sparse_cleanup(dear_coll_req_t *r)
     free(st->acc);
     free(st->cover);
     free(st->slot_at);
-    free(st->host_of);
-    free(st->local_of);
     free(st->fwd_of);
     free(st->fwd_owner);
     free(st->fwd_slot);

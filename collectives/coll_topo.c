@@ -29,6 +29,8 @@ void dear_coll_topo_free(dear_coll_topo_t *t, int keep_comms)
             MPI_Comm_free(&t->cross[i]);
     }
     free(t->rank_of);
+    free(t->host_of);
+    free(t->local_of);
     free(t);
 }
 
@@ -123,9 +125,15 @@ int dear_coll_topo_create(MPI_Comm comm, int host_id, dear_coll_topo_t **out)
     DEAR_ALLOC_GOTO(all, malloc(nb), nb, rc, out);
     int me[2] = { host, local };
     DEAR_MPI_CHECK_GOTO(MPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, comm), rc, out);
-    DEAR_ALLOC_GOTO(t->rank_of, malloc(sizeof(int) * (size_t)size), sizeof(int) * (size_t)size, rc, out);
-    for (int r = 0; r < size; r++)
+    nb = sizeof(int) * (size_t)size;
+    DEAR_ALLOC_GOTO(t->rank_of, malloc(nb), nb, rc, out);
+    DEAR_ALLOC_GOTO(t->host_of, malloc(nb), nb, rc, out);
+    DEAR_ALLOC_GOTO(t->local_of, malloc(nb), nb, rc, out);
+    for (int r = 0; r < size; r++) {
         t->rank_of[all[2 * r] * nlocal + all[2 * r + 1]] = r;
+        t->host_of[r] = all[2 * r];
+        t->local_of[r] = all[2 * r + 1];
+    }
     DEAR_INFO("coll", "topology: %d hosts x %d ranks; this rank is host %d, local %d: hierarchical collectives "
                       "available",
               nhosts, nlocal, host, local);

@@ -742,6 +742,11 @@ START_TEST(test_hier)
             ck_assert_int_eq(t->nhosts, H);
             ck_assert_int_eq(t->local_size, L);
             ck_assert_int_eq(t->rank_of[t->host * L + t->local], g_rank);
+            /* host_of and local_of invert rank_of, on every rank's entry */
+            for (int p = 0; p < g_size; p++) {
+                ck_assert_int_eq(t->host_of[p], inter ? p % H : p / L);
+                ck_assert_int_eq(t->rank_of[t->host_of[p] * L + t->local_of[p]], p);
+            }
             topo_route(t);
             for (int i = 0; i < 2; i++) {
                 MPI_Comm_size(t->node[i], &n);
