@@ -209,10 +209,13 @@ int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const 
         rc = dear_plan_by_name(&plan, &prob, c->fusion);
     if (rc != DEAR_OK)
         goto out;
-    rc = dear_sim_run_ex(&uprof, &prob.cost, s, &plan, prob.early_stepped, o->svg_dir != NULL, &res);
+    /* The chart is rank 0's, the one rank that knows the plan that ran: the others plan the
+     * configuration themselves, and their chart would overwrite its file. */
+    int chart = o->svg_dir != NULL && bench_rank == 0;
+    rc = dear_sim_run_ex(&uprof, &prob.cost, s, &plan, prob.early_stepped, chart, &res);
     if (rc == DEAR_OK)
         *iter_s = res.iter_s;
-    if (rc == DEAR_OK && o->svg_dir) {
+    if (rc == DEAR_OK && chart) {
         char path[1024], name[64], title[256];
         snprintf(name, sizeof name, "%s", c->text);
         for (char *p = name; *p; p++)
