@@ -47,6 +47,18 @@ static unsigned grad_index(size_t e, long it, int r)
                        29u * ((unsigned)r % GRAD_PERIOD)) % GRAD_PERIOD);
 }
 
+/* The dense sequence laid out once, GRAD_TILE elements (a multiple of the period) from any phase:
+ * g_pat[j] = g_tab[7 j mod 17]. A fill copies it, so the emulated backward spends little core time
+ * writing gradients, which on shared cores would hold back the progress threads. */
+#define GRAD_TILE (GRAD_PERIOD * 1024u)
+static float g_pat[GRAD_TILE + GRAD_PERIOD];
+
+static void grad_pattern_init(void)
+{
+    for (unsigned j = 0; j < GRAD_TILE + GRAD_PERIOD; j++)
+        g_pat[j] = g_tab[(7u * j) % GRAD_PERIOD];
+}
+
 static float param0(size_t e)
 {
     return (float)((int)((3u * (e % 11u)) % 11u) - 5) * 0.125f;
@@ -93,12 +105,12 @@ static void fill_grad(bench_model_t *m, int t, long it, int r, int fault)
                 g[i] = g_tab[grad_index(m->off[t] + i, it, r)];
         return;
     }
-    unsigned k = grad_index(m->off[t], it, r);
-    for (size_t i = 0; i < m->count[t]; i++) {
-        g[i] = g_tab[k];
-        k += 7;
-        if (k >= GRAD_PERIOD)
-            k -= GRAD_PERIOD;
+    /* Element i holds g_tab[k + 7 i mod 17], k element 0's index: g_pat from j0 = k / 7 mod 17
+     * (5 is 7's inverse mod 17), whole tiles keeping the phase. */
+    unsigned j0 = (5u * grad_index(m->off[t], it, r)) % GRAD_PERIOD;
+    for (size_t i = 0; i < m->count[t]; i += GRAD_TILE) {
+        size_t n = m->count[t] - i < GRAD_TILE ? m->count[t] - i : GRAD_TILE;
+        memcpy(g + i, g_pat + j0, n * sizeof *g);
     }
     if (fault && t == 0)
         for (size_t i = 0; i < m->count[t]; i++)
@@ -242,6 +254,7 @@ static int load_hints(const char *path, bench_model_t *m)
 int bench_model_build(const dear_profile_t *src, const bench_opts_t *o, bench_model_t *m)
 {
     char msg[256];
+    grad_pattern_init();
     m->sp = calloc((size_t)(src->ntensors > 0 ? src->ntensors : 1), sizeof *m->sp);
     if (!m->sp)
         return DEAR_ERR_NOMEM;
