@@ -822,7 +822,7 @@ START_TEST(sim_sync_and_wfbp_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 }, split[3] = { 0, 1, 3 };
     dear_plan_t pn, po, ps;
     plan2(&pn, 3, 3, none, 3, none);
@@ -860,7 +860,7 @@ START_TEST(sim_dear_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, pm;
     plan2(&pn, 3, 3, none, 3, none);
@@ -899,7 +899,7 @@ START_TEST(sim_dear_early_by_hand)
     dear_profile_t p;
     hand_prof(&p);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG of 100, 200, 300 B: 1, 1.5, 2 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
     dear_plan_t pl;
     hand_plan_early(&pl);
     /* Steady state: backward runs fw..fw+6 with gradients at fw+2, +4, +6. RS2 fw+2..+4, early
@@ -935,7 +935,7 @@ START_TEST(sim_dear_early_stepped_by_hand)
     dear_profile_t p;
     hand_prof_bytes(&p, 100, 20, 420);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG: 1, 0.6, 2.6 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     hand_plan_early(&pl);
@@ -984,7 +984,7 @@ START_TEST(sim_sparse_by_hand)
     p.tensors[2].density_rs = 0.2;
     p.tensors[2].density_ag = 0.5;
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
     dear_sim_ws_t *ws;
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
     /* A group spanning dense and sparse tensors is two collectives, each paying its start-up. */
@@ -1061,7 +1061,7 @@ START_TEST(sim_queued_by_hand)
     dear_plan_t pn;
     int none[4] = { 0, 1, 2, 3 };
     hand_per_tensor(&p, &l, &pn);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, queued_double, NULL };
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l, .queued_fn = queued_double };
     /* wfbp, one bucket per layer: AR 300 B ready at 5 on a free channel, 5..9; 200 B ready at
      * 7, queued: 2 x 3 s, 9..15; 100 B ready at 9, queued: 2 x 2 s, 15..19. */
     dear_sim_result_t r = { 0 };
@@ -1118,7 +1118,7 @@ START_TEST(sim_idle_by_hand)
     dear_plan_t pn;
     int none[4] = { 0, 1, 2, 3 };
     hand_per_tensor(&p, &l, &pn);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, idle_half };
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l, .idle_fn = idle_half };
     /* sync: the link idle through forward and backward (9 s): the 600 B all-reduce takes half of
      * its 7 s. */
     EQ(sim_T(&p, &c, DEAR_SCHED_SYNC, &pn), 9 + 3.5);
@@ -1169,7 +1169,7 @@ START_TEST(sim_compress_by_hand)
     make_prof(&half, 3, fw, bw, 3, lay, by);
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_BF16, DEAR_COMPRESS_BF16);
     lin_arg_t l = lin(1, 0.01, 0.5, 0.005);
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
     int none[4] = { 0, 1, 2, 3 }, one[2] = { 0, 3 };
     dear_plan_t pn, po;
     plan2(&pn, 3, 3, none, 3, none);
@@ -1209,7 +1209,7 @@ START_TEST(sim_compress_by_hand)
     EQ(dear_prof_wire_bytes(&p.tensors[2], DEAR_COLL_REDUCE_SCATTER), 75 + 75.0 / 256 * 4);
     /* With a format cost, a dense compressed run is priced by it; float32 and sparse runs keep
      * the plain cost; an all-reduce whose halves travel alike is one collective in its format. */
-    dear_sim_cost_t cf = { lin_cost, &l, fmt_cost, NULL, NULL };
+    dear_sim_cost_t cf = { .fn = lin_cost, .arg = &l, .fmt_fn = fmt_cost };
     p.tensors[2].block_bytes = 0;
     dear_prof_set_compress(&p, -1, DEAR_COMPRESS_INT8, DEAR_COMPRESS_INT8);
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
@@ -1250,7 +1250,7 @@ START_TEST(sim_dear_layers_without_tensors)
     dear_profile_t p;
     make_prof(&p, 4, fw, bw, 3, lay, by);
     lin_arg_t l = lin(1, 0.01, 1, 0.01);   /* RS/AG of 100 B: 2 s */
-    dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
     int rs[2] = { 0, 3 }, ag[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     plan2(&pl, 3, 1, rs, 3, ag);
@@ -1436,7 +1436,7 @@ START_TEST(dp_equals_brute_force)
         dear_profile_t p;
         lin_arg_t l;
         any_instance(&p, n, &l, inst, 120);
-        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+        dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         int rs[16], ag[16], nrs, nag;
         /* wfbp: brute force over all-reduce bucketings. */
@@ -1549,7 +1549,7 @@ START_TEST(dp_split_equals_brute_force)
         if (inst % 2) /* backward-heavy: the link idles in backward, early groups pay */
             for (int i = 0; i < p.nlayers; i++)
                 p.layers[i].bwd_s *= 3;
-        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+        dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
         dear_sim_ws_t *ws;
         ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
         dear_plan_problem_t prob;
@@ -1627,7 +1627,7 @@ START_TEST(dp_search_equals_best_split)
          * and read back for the other shows. */
         l.alpha[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
         l.beta[DEAR_COLL_ALLGATHER] *= 0.5 + urand();
-        dear_sim_cost_t c = { lin_cost, &l, NULL, NULL, NULL };
+        dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
         dear_plan_problem_t prob;
         problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
         double best = INFINITY;
