@@ -17,13 +17,33 @@ d = sys.argv[1]
 NMETA = 8
 LANES = {0: "compute", 1: "wait", 2: "comm"}
 
-def load(path):
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+def parse(path, text):
+    doc = json.loads(text)
     assert set(doc) == {"traceEvents"}, (path, list(doc))
     ev = doc["traceEvents"]
     assert isinstance(ev, list)
     return ev
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return parse(path, f.read())
+
+def load_killed(path):
+    """The killed writer's file; the one documented exception of runtime/timeline.c (a SIGKILL
+    inside the write of the record that spans a page boundary cuts that record at the boundary)
+    is cut back to the record before it, as test_timeline does, and must then be whole."""
+    with open(path, encoding="utf-8", errors="strict") as f:
+        text = f.read()
+    try:
+        return parse(path, text)
+    except json.JSONDecodeError:
+        size = os.path.getsize(path)
+        assert size % 4096 == 0, (path, "invalid JSON and not cut at a page boundary", size)
+        cut = text.rfind(",\n{")
+        assert cut > 0 and len(text) - cut < 4096, (path, "invalid JSON and not a cut record")
+        print("timeline-json.sh: %s: record cut at the page boundary %d, checked up to it"
+              % (os.path.basename(path), size))
+        return parse(path, text[:cut] + "\n]}\n")
 
 def check_events(path, ev):
     meta = [e for e in ev if e["ph"] == "M"]
@@ -82,7 +102,7 @@ assert got == want
 killed = sorted(glob.glob(os.path.join(d, "killed-*.json")))
 assert len(killed) == 4, killed
 for p in killed:
-    ev = load(p)
+    ev = load_killed(p)
     check_events(p, ev)
     recs = [e for e in ev if e["ph"] != "M"]
     assert len(recs) >= 10, (p, len(recs))
