@@ -6,9 +6,10 @@
 # three layouts: 4 hosts x 1 rank, 2 hosts x 2 ranks and 2 hosts x 3 ranks. Cases: each of five
 # shipped profiles scaled so that compute about equals the all-reduce of its gradients at the link
 # rate, counted on each host's link as the lower bound counts it ("balanced"), plus one compute-bound case (resnet50, compute 3x communication) and one
-# communication-bound case (bert-base, communication 3x compute). Every case runs the seven
-# configurations below one after another in one job. The sparse cases (PROFILE-sparse-balanced-*)
-# take the profiles whose token embedding is row-sparse (a `sparse` record) and run the seven
+# communication-bound case (bert-base, communication 3x compute). Every case runs the eight
+# configurations below one after another in one job: dear+auto, its baselines, and dear+auto with
+# sharded updates (`+shard`, the one that can reach the lower bound, which counts a sharded step). The sparse cases (PROFILE-sparse-balanced-*)
+# take the profiles whose token embedding is row-sparse (a `sparse` record) and run the eight
 # dense configurations plus wfbp+64M and dear+auto with sparse communication (`+sparse`), on the
 # same replayed batches, so each is compared with both dense and sparse baselines. Tensors are shrunk (--size-scale)
 # so one iteration's communication takes about --comm-ms, then compute is scaled to the wanted
@@ -40,7 +41,7 @@ ONLY_CASES=
 BUILDDIR=
 PROFILES="resnet50 vgg16 densenet201 bert-base gpt2-small"
 LAYOUTS="4x1 2x2 2x3"
-CONFIGS="sync;wfbp:threshold:64m;wfbp:threshold:25m;wfbp:mgwfbp;dear:threshold:25m;dear:gradssa;dear:auto"
+CONFIGS="sync;wfbp:threshold:64m;wfbp:threshold:25m;wfbp:mgwfbp;dear:threshold:25m;dear:gradssa;dear:auto;dear:auto+shard"
 SPARSE_PROFILES="bert-base gpt2-small-untied"
 SPARSE_LAYOUTS="4x1 2x2 2x3"
 SPARSE_CONFIGS="wfbp:threshold:64m+sparse;dear:auto+sparse"
@@ -61,7 +62,7 @@ usage: bench/e2e-matrix.sh [options]
                     waits for the online plan and auto's check)
   --profiles LIST   profiles to run, space separated (default: $PROFILES)
   --layouts LIST    HOSTSxRANKS, 1-4 hosts, 1-8 ranks each (default "$LAYOUTS")
-  --configs LIST    dear-bench --configs (default: the seven below)
+  --configs LIST    dear-bench --configs (default: the eight below)
   --sparse-profiles LIST
                     profiles with a sparse token embedding to run as sparse cases too, with
                     --configs plus "$SPARSE_CONFIGS" (default "$SPARSE_PROFILES";

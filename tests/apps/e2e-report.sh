@@ -88,7 +88,7 @@ grep -qF "Lower bound: $dense ms; with the sparse embedding's expected wire byte
 t=$(line bert-base-sparse-balanced-4x1 "x bound") || true
 echo "$t" | grep -q "| met: best other dear:auto 400.0 ms, auto -7.5% | met: 1.35x | met: 1.14x | \*\*missed\*\*: 1.17 x bound |" ||
     fail "sparse case: judged on dear:auto+sparse against dense and sparse wfbp+64M: $t"
-grep -q "^| bert-base-sparse-balanced-4x1 | - | 500.0 | - | - | - | - | 400.0 | 420.0 | \*\*370.0\*\* | 1.35x |" "$dir/P.md" ||
+grep -q "^| bert-base-sparse-balanced-4x1 | - | 500.0 | - | - | - | - | 400.0 | - | 420.0 | \*\*370.0\*\* | 1.35x |" "$dir/P.md" ||
     { grep "^| bert-base-sparse" "$dir/P.md"; fail "sparse case: the summary row"; }
 grep -q "^Met: never slower 2 of 3, 1.3x 2 of 2, faster than wfbp+sparse 1 of 1, bound 2 of 3, prediction 2 of 3\." "$dir/P.md" ||
     { grep "^Met:" "$dir/P.md"; fail "the tally is wrong"; }
@@ -143,7 +143,7 @@ p2p_csv "$dir/p/p2p-4x1gbit.csv"
 printf '%s\n<!-- END e2e -->\n' "$begin" >"$dir/p/P.md"
 python3 "$report" report --results "$dir/p" --rate 1gbit --command "test" --doc "$dir/p/P.md" >"$dir/out" 2>&1 ||
     { cat "$dir/out"; fail "the report of CSVs with the period failed"; }
-grep -q "^| resnet50-balanced-4x1 | 690.0 | 490.0 | - | - | - | - | \*\*360.0\*\* | 1.36x |" "$dir/p/P.md" ||
+grep -q "^| resnet50-balanced-4x1 | 690.0 | 490.0 | - | - | - | - | \*\*360.0\*\* | - | 1.36x |" "$dir/p/P.md" ||
     { grep "^| resnet50" "$dir/p/P.md"; fail "the summary row does not give the periods (690, 490, 360; 490 / 360)"; }
 grep -q "In every case, times are the \*\*period\*\*" "$dir/p/P.md" || fail "the period is not said"
 grep -qF "| dear:auto | 360.0 | 366.3..373.7 | 370.0..370.0 | 59.8 | 0.0 | 1.92x | 1.36x |" "$dir/p/e2e.md" ||
@@ -167,4 +167,29 @@ grep -qF "$want_u (dear-bench's SGD callback, the median rank's, column \`update
     { grep "^In every case" "$dir/u/P.md"; fail "the median rank's updates are not said"; }
 grep -qF "median rank instead" "$dir/u/P.md" &&
     fail "the updates are said twice, the slowest rank's and then the median's"
+# Sharded updates: dear:auto (80 ms of updates on the median rank, 90 summing each layer's slowest)
+# is judged "never slower" against the configurations that step alike, not against dear:auto+shard
+# (15 ms, its slices); the bound counts the least update (15 ms: sharded, or 90 / 4), so it stays the
+# cut bound; auto's own bound counts its median rank's 80 ms: max(300 + 80, cut) = 380 ms, and a
+# missed bound target says that share.
+mkdir -p "$dir/s"
+p2p_csv "$dir/s/p2p-4x1gbit.csv"
+{
+    echo "$H,period_ms,update_ms,update_typ_ms"
+    echo "$(prow sync sync 700 2),80.0,80.0"
+    echo "$(prow dear:auto dear 430 5),90.0,80.0"
+    echo "$(prow dear:auto+shard dear 390 1),15.0,15.0"
+} >"$dir/s/e2e-resnet50-balanced-4x1.csv"
+printf '%s\n<!-- END e2e -->\n' "$begin" >"$dir/s/P.md"
+python3 "$report" report --results "$dir/s" --rate 1gbit --command test --doc "$dir/s/P.md" >"$dir/out" 2>&1 ||
+    { cat "$dir/out"; fail "the report of a case with sharded updates failed"; }
+r=$(echo "$want" | awk '{ printf "%.2f %.2f", 420 / $1, 380 / $1 }')
+grep -qF "| resnet50-balanced-4x1 | 690.0 | - | - | - | - | - | **420.0** | 380.0 | - | ${r% *} | 1.11 | ${r#* } | +5.0% |" \
+    "$dir/s/P.md" || { grep "^| resnet50" "$dir/s/P.md"; fail "the summary row lacks auto's own bound or the sharded run"; }
+grep -qF "| met: best other sync 690.0 ms, auto -39.1% |" "$dir/s/P.md" ||
+    fail "never slower compares auto with the sharded configuration: $(grep '^| resnet50.*best other' "$dir/s/P.md")"
+own_gap=$(echo "$want" | awk '{ printf "%.1f", 380 - $1 }')
+grep -qF "auto at ${r% *} x the bound: $own_gap ms of it is the update it steps whole on every rank" "$dir/s/P.md" &&
+    grep -qF "against the bound with its own update, 380.0 ms, auto runs 1.11x" "$dir/s/P.md" ||
+    { grep "auto at" "$dir/s/P.md"; fail "the missed bound does not say the unsharded update's share"; }
 echo "e2e-report.sh: bound $want ms and every verdict as constructed: ok"
