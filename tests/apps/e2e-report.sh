@@ -132,17 +132,21 @@ judge 3 "error +1.0% (limit 10%); the machine stalled: spread 20%" dear:auto dea
 # CSVs with the period (the ranks' mean iteration): the report and check judge it, not the slowest
 # rank's iter_ms. Here every period is 10 ms under iter_ms.
 prow() { echo "$(row "$@"),$(($3 - 10))"; }
-mkdir -p "$dir/p"
-p2p_csv "$dir/p/p2p-4x1gbit.csv"
+# report_of SUB WHAT < CSV: the report, and a PERFORMANCE.md section, of that resnet50 4x1 CSV in $dir/SUB.
+report_of() {
+    mkdir -p "$dir/$1"
+    p2p_csv "$dir/$1/p2p-4x1gbit.csv"
+    cat >"$dir/$1/e2e-resnet50-balanced-4x1.csv"
+    printf '%s\n<!-- END e2e -->\n' "$begin" >"$dir/$1/P.md"
+    python3 "$report" report --results "$dir/$1" --rate 1gbit --command test --doc "$dir/$1/P.md" >"$dir/out" 2>&1 ||
+        { cat "$dir/out"; fail "the report of $2 failed"; }
+}
 {
     echo "$H,period_ms"
     prow sync sync 700 2
     prow wfbp:threshold:64m wfbp 500 -3
     prow dear:auto dear 370 5
-} >"$dir/p/e2e-resnet50-balanced-4x1.csv"
-printf '%s\n<!-- END e2e -->\n' "$begin" >"$dir/p/P.md"
-python3 "$report" report --results "$dir/p" --rate 1gbit --command "test" --doc "$dir/p/P.md" >"$dir/out" 2>&1 ||
-    { cat "$dir/out"; fail "the report of CSVs with the period failed"; }
+} | report_of p "CSVs with the period"
 grep -q "^| resnet50-balanced-4x1 | 690.0 | 490.0 | - | - | - | - | \*\*360.0\*\* | - | 1.36x |" "$dir/p/P.md" ||
     { grep "^| resnet50" "$dir/p/P.md"; fail "the summary row does not give the periods (690, 490, 360; 490 / 360)"; }
 grep -q "In every case, times are the \*\*period\*\*" "$dir/p/P.md" || fail "the period is not said"
@@ -152,16 +156,11 @@ out=$(python3 "$report" check --csv "$dir/p/e2e-resnet50-balanced-4x1.csv" --con
 echo "$out" | grep -qF "measured 360.0 ms (the period; the slowest rank's q1..q3 366.3..373.7)" ||
     fail "check does not judge the period: $out"
 # CSVs with the median rank's updates: the report says once whose updates *pred* counts.
-mkdir -p "$dir/u"
-p2p_csv "$dir/u/p2p-4x1gbit.csv"
 {
     echo "$H,period_ms,update_ms,update_typ_ms"
     echo "$(prow sync sync 700 2),3.0,1.0"
     echo "$(prow dear:auto dear 370 5),3.0,1.0"
-} >"$dir/u/e2e-resnet50-balanced-4x1.csv"
-printf '%s\n<!-- END e2e -->\n' "$begin" >"$dir/u/P.md"
-python3 "$report" report --results "$dir/u" --rate 1gbit --command test --doc "$dir/u/P.md" >"$dir/out" 2>&1 ||
-    { cat "$dir/out"; fail "the report of CSVs with the median rank's updates failed"; }
+} | report_of u "CSVs with the median rank's updates"
 want_u="In every case, *pred* counts each layer's measured update"
 grep -qF "$want_u (dear-bench's SGD callback, the median rank's, column \`update_typ_ms\`" "$dir/u/P.md" ||
     { grep "^In every case" "$dir/u/P.md"; fail "the median rank's updates are not said"; }
@@ -172,17 +171,12 @@ grep -qF "median rank instead" "$dir/u/P.md" &&
 # (15 ms, its slices); the bound counts the least update (15 ms: sharded, or 90 / 4), so it stays the
 # cut bound; auto's own bound counts its median rank's 80 ms: max(300 + 80, cut) = 380 ms, and a
 # missed bound target says that share.
-mkdir -p "$dir/s"
-p2p_csv "$dir/s/p2p-4x1gbit.csv"
 {
     echo "$H,period_ms,update_ms,update_typ_ms"
     echo "$(prow sync sync 700 2),80.0,80.0"
     echo "$(prow dear:auto dear 430 5),90.0,80.0"
     echo "$(prow dear:auto+shard dear 390 1),15.0,15.0"
-} >"$dir/s/e2e-resnet50-balanced-4x1.csv"
-printf '%s\n<!-- END e2e -->\n' "$begin" >"$dir/s/P.md"
-python3 "$report" report --results "$dir/s" --rate 1gbit --command test --doc "$dir/s/P.md" >"$dir/out" 2>&1 ||
-    { cat "$dir/out"; fail "the report of a case with sharded updates failed"; }
+} | report_of s "a case with sharded updates"
 r=$(echo "$want" | awk '{ printf "%.2f %.2f", 420 / $1, 380 / $1 }')
 grep -qF "| resnet50-balanced-4x1 | 690.0 | - | - | - | - | - | **420.0** | 380.0 | - | ${r% *} | 1.11 | ${r#* } | +5.0% |" \
     "$dir/s/P.md" || { grep "^| resnet50" "$dir/s/P.md"; fail "the summary row lacks auto's own bound or the sharded run"; }
