@@ -5,19 +5,20 @@
 # prefix and subnet, so it never disturbs a cluster someone else has up, and runs dear-bench on
 # three layouts: 4 hosts x 1 rank, 2 hosts x 2 ranks and 2 hosts x 3 ranks. Cases: each of five
 # shipped profiles scaled so that compute about equals the all-reduce of its gradients at the link
-# rate, counted on each host's link as the lower bound counts it ("balanced"), plus one compute-bound case (resnet50, compute 3x communication) and one
-# communication-bound case (bert-base, communication 3x compute). Every case runs the eight
-# configurations below one after another in one job: dear+auto, its baselines, and dear+auto with
-# sharded updates (`+shard`, the one that can reach the lower bound, which counts a sharded step). The sparse cases (PROFILE-sparse-balanced-*)
-# take the profiles whose token embedding is row-sparse (a `sparse` record) and run the eight
-# dense configurations plus wfbp+64M and dear+auto with sparse communication (`+sparse`), on the
-# same replayed batches, so each is compared with both dense and sparse baselines. Tensors are shrunk (--size-scale)
-# so one iteration's communication takes about --comm-ms, then compute is scaled to the wanted
-# ratio (--time-scale). A short extra run of dear+auto per case records the runtime's timeline
-# for a Gantt chart (drawn at once; the JSON is not kept). Then the cluster is torn down and
-# bench/e2e-report.py writes the tables, targets, lower bounds and SVG plots: bench/results/e2e.md,
-# bench/results/e2e-*.csv and bench/results/e2e-*.svg, and the summary section of
-# docs/PERFORMANCE.md.
+# rate, counted on each host's link as the lower bound counts it ("balanced"), plus one
+# compute-bound case (resnet50, compute 3x communication) and one communication-bound case
+# (bert-base, communication 3x compute). Every case runs the eight configurations below one after
+# another in one job: dear+auto, its baselines, and dear+auto with sharded updates (`+shard`, the
+# one that can reach the lower bound, which counts a sharded step). The sparse cases
+# (PROFILE-sparse-balanced-*) take the profiles whose token embedding is row-sparse (a `sparse`
+# record) and run the eight dense configurations plus wfbp+64M and dear+auto with sparse
+# communication (`+sparse`), on the same replayed batches, so each is compared with both dense and
+# sparse baselines. Tensors are shrunk (--size-scale) so one iteration's communication takes about
+# --comm-ms, then compute is scaled to the wanted ratio (--time-scale). A short extra run of
+# dear+auto per case records the runtime's timeline for a Gantt chart (drawn at once; the JSON is
+# not kept). Then the cluster is torn down and bench/e2e-report.py writes the tables, targets, lower
+# bounds and SVG plots: bench/results/e2e.md, bench/results/e2e-*.csv and bench/results/e2e-*.svg,
+# and the summary section of docs/PERFORMANCE.md.
 # --quick: one profile (resnet50, balanced, 4x1) for a few iterations. --report-only: redraw.
 # --many-ranks: its own run, 2 hosts x 4 ranks behind a slow link (100mbit), on the profiles of
 # many small tensors, where the per-host collectives price many ranks' start-ups; its results and
