@@ -29,21 +29,28 @@ def load(path):
         return parse(path, f.read())
 
 def load_killed(path):
-    """The killed writer's file; the one documented exception of runtime/timeline.c (a SIGKILL
-    inside the write of the record that spans a page boundary cuts that record at the boundary)
-    is cut back to the record before it, as test_timeline does, and must then be whole."""
-    with open(path, encoding="utf-8", errors="strict") as f:
-        text = f.read()
+    """The killed writer's file. The one documented exception of runtime/timeline.c, a SIGKILL
+    inside the write of the record that spans a page boundary, cuts that record there; the file
+    is cut back to the record's start, as test_timeline does, and must then be whole. The write
+    overwrote the old tail from the record's start: past the tail the file ends at the boundary;
+    within it (k = 1..3 bytes written) the tail's last 4 - k bytes remain after them."""
+    with open(path, "rb") as f:
+        data = f.read()
     try:
-        return parse(path, text)
-    except json.JSONDecodeError:
-        size = os.path.getsize(path)
-        assert size % 4096 == 0, (path, "invalid JSON and not cut at a page boundary", size)
-        cut = text.rfind(",\n{")
-        assert cut > 0 and len(text) - cut < 4096, (path, "invalid JSON and not a cut record")
-        print("timeline-json.sh: %s: record cut at the page boundary %d, checked up to it"
-              % (os.path.basename(path), size))
-        return parse(path, text[:cut] + "\n]}\n")
+        return parse(path, data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        in_page = len(data) % 4096
+        if 0 < in_page < 4:
+            cut = len(data) - 4
+            assert data[cut:].startswith(b",\n{"[:4 - in_page]) and data.endswith(b"\n]}\n"[4 - in_page:]), \
+                (path, "invalid JSON and not a record cut inside the old tail")
+        else:
+            assert in_page == 0, (path, "invalid JSON and not cut at a page boundary", len(data))
+            cut = data.rfind(b",\n{")
+            assert cut > 0 and len(data) - cut < 4096, (path, "invalid JSON and not a cut record")
+        print("timeline-json.sh: %s: record cut at a page boundary (%d bytes), checked up to it"
+              % (os.path.basename(path), len(data)))
+        return parse(path, (data[:cut] + b"\n]}\n").decode("utf-8"))
 
 def check_events(path, ev):
     meta = [e for e in ev if e["ph"] == "M"]
