@@ -125,11 +125,16 @@ def measured_rate(results, rate_text):
     return r, "95%% of the nominal %s = %.1f MB/s" % (rate_text, r / 1e6)
 
 
+def sharded(config):
+    """Whether a configuration steps its optimizer sharded (dear-bench's `+shard`)."""
+    return "+shard" in config
+
+
 def least_updates(rows):
     """The least update time (ms) any schedule of a case needs per iteration, as dear-bench's
     bound counts it: a sharded configuration's own, an unsharded one's over P; 0 when the CSV
     predates update_ms."""
-    v = [float(r["update_ms"]) / (1 if "+shard" in r["config"] else int(r["np"]))
+    v = [float(r["update_ms"]) / (1 if sharded(r["config"]) else int(r["np"]))
          for r in rows if r.get("update_ms") and r["check"] == "ok"]
     return min(v) if v else 0.0
 
@@ -190,7 +195,7 @@ def same_updates(a, b):
     """Whether two configurations step their optimizer alike (both sharded or both not): "never
     slower" compares only those, since sharding is the trainer's choice (it must step slices), not
     the planner's, and it saves (P-1)/P of the update that no schedule can."""
-    return ("+shard" in a) == ("+shard" in b)
+    return sharded(a) == sharded(b)
 
 
 def own_bound(row, hosts, rate, sparse=False):
@@ -199,7 +204,7 @@ def own_bound(row, hosts, rate, sparse=False):
     (update_typ_ms; the sum of each layer's slowest rank, update_ms, stands above any one rank's);
     sharded, the slowest rank's slices (update_ms), as *pred* counts them. NaN in CSVs without
     them. What the schedule alone can still win is its time over this."""
-    col = "update_ms" if "+shard" in row["config"] or not row.get("update_typ_ms") else "update_typ_ms"
+    col = "update_ms" if sharded(row["config"]) or not row.get("update_typ_ms") else "update_typ_ms"
     if not row.get(col):
         return float("nan")
     return link_bound(row, hosts, rate, sparse=sparse, upd_ms=float(row[col]))
