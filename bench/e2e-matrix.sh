@@ -88,7 +88,7 @@ Writes bench/results/e2e-CASE.csv, e2e-CASE.svg, e2e-gantt-CASE.svg, e2e.meta an
 end-to-end section of docs/PERFORMANCE.md (with --many-ranks: the same files under
 bench/results/e2e-many/ and the e2e-many section).
 Needs root (network namespaces). The full matrix takes about an hour and three quarters at 1gbit
-(its 17 dense cases alone took 74 minutes on 2 cores).
+on 2 cores.
 EOF
 }
 
