@@ -270,7 +270,7 @@ static int dp_plan(dear_plan_t *plan, const dear_plan_problem_t *prob, int split
     rc = dear_sim_ws_create(prob->prof, &ws);
     if (rc != DEAR_OK)
         goto out;
-    dear_sim_ws_set_early_stepped(ws, prob->early_stepped);
+    dear_sim_ws_set_shard(ws, prob->shard);
     if (prob->sched == DEAR_SCHED_WFBP) {
         dp_cost_t c = dp_cost(prob, ws, DEAR_COLL_ALLREDUCE, n, S, NULL);
         dp_rs_core(n, ready, &c, prob->cap_bytes, brs, &bnrs);

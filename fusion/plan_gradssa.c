@@ -188,7 +188,7 @@ int dear_plan_gradssa_seeded(dear_plan_t *plan, const dear_plan_problem_t *prob,
     rc = dear_sim_ws_create(prob->prof, &e.ws);
     if (rc != DEAR_OK)
         return rc;
-    dear_sim_ws_set_early_stepped(e.ws, prob->early_stepped);
+    dear_sim_ws_set_shard(e.ws, prob->shard);
     pos = malloc(sizeof(double) * (size_t)N * (size_t)dims);
     fit = malloc(sizeof(double) * (size_t)N);
     gbest = malloc(sizeof(double) * (size_t)dims);

@@ -96,7 +96,7 @@ int dear_planner_check(const dear_plan_problem_t *prob)
 double dear_planner_predict(const dear_plan_problem_t *prob, const dear_plan_t *plan, int *rc)
 {
     dear_sim_result_t r = { 0 };
-    *rc = dear_sim_run_ex(prob->prof, &prob->cost, prob->sched, plan, prob->early_stepped, 0, &r);
+    *rc = dear_sim_run_ex(prob->prof, &prob->cost, prob->sched, plan, prob->shard, 0, &r);
     return *rc == DEAR_OK ? r.iter_s : INFINITY;
 }
 

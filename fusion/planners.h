@@ -49,9 +49,8 @@ typedef struct {
                                      * whose slices are stepped only at backward_end: clipping,
                                      * DEAR_FIND_UNUSED, held, DEAR_SHARD_EARLY=0): every plan
                                      * has ag_early 0 */
-    int early_stepped;              /* dear: sharded slices stepped during backward: an early group
-                                     * follows the next bucket's reduce-scatter and the hook that
-                                     * steps its slices (dear_sim_run_ex) */
+    int shard;                      /* dear_sim_shard_t: sharded updates and where their slices are
+                                     * stepped (fusion/sim.h) */
 } dear_plan_problem_t;
 
 /* Fill prob for a profile, schedule and cost model: linear lines from dear_cost_linear, the

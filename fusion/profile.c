@@ -389,6 +389,21 @@ done:
     return DEAR_OK;
 }
 
+int dear_prof_set_steps(dear_profile_t *prof, const double *layer_s)
+{
+    double *lb = calloc((size_t)(prof->nlayers > 0 ? prof->nlayers : 1), sizeof *lb);
+    if (!lb)
+        return DEAR_ERR_NOMEM;
+    for (int t = 0; t < prof->ntensors; t++)
+        lb[prof->tensors[t].lidx] += (double)prof->tensors[t].bytes;
+    for (int t = 0; t < prof->ntensors; t++) {
+        dear_prof_tensor_t *pt = &prof->tensors[t];
+        pt->step_s = lb[pt->lidx] > 0 ? layer_s[pt->lidx] * (double)pt->bytes / lb[pt->lidx] : 0;
+    }
+    free(lb);
+    return DEAR_OK;
+}
+
 double dear_prof_fwd_total(const dear_profile_t *prof)
 {
     double s = 0;

@@ -40,6 +40,9 @@ typedef struct {
     dear_compress_t compress_rs, compress_ag; /* the 16-bit format the float32 gradient travels in
                          * per phase (an all-reduce: its two halves); NONE: as it is. Not in files:
                          * a run's setting, applied by dear_prof_set_compress */
+    double step_s;      /* sharded updates: seconds this rank's step of the tensor's slice takes on the
+                         * compute stream, after its reduce-scatter (fusion/sim.h); 0: none. Not in
+                         * files: a run's measurement */
 } dear_prof_tensor_t;
 
 typedef struct {
@@ -90,6 +93,10 @@ void dear_prof_set_compress(dear_profile_t *prof, int t, dear_compress_t rs, dea
  * sparse would be no smaller). All-reduce: the reduce-scatter's; one whose halves differ (sparse,
  * or compressed apart) is priced by the simulator as a reduce-scatter then an all-gather. */
 double dear_prof_wire_bytes(const dear_prof_tensor_t *t, dear_coll_op_t op);
+
+/* Sharded steps from per-layer times: each tensor's step_s is layer_s[its layer index] times its
+ * share of the layer's bytes (prof checked: lidx set). */
+int dear_prof_set_steps(dear_profile_t *prof, const double *layer_s);
 
 /* Totals, and the tensor list the plan functions take (bytes, layer, chunks, sparse row; caller
  * frees *descs). */

@@ -69,8 +69,13 @@ struct dear_sim_ws {
     double *ag_end;     /* per all-gather group (<= ntensors): end, seconds from this forward's start */
     double *early_prev; /* per early group: its end in the previous iteration, same origin */
     double *hook;       /* the backward hooks (ends of layers with tensors), ascending, from backward start */
+    int *hook_layer;    /* per hook: its layer */
     int nhooks;
-    int early_stepped;  /* dear_sim_ws_set_early_stepped */
+    int shard;          /* dear_sim_shard_t (dear_sim_ws_set_shard) */
+    double *step;       /* sharded steps (profile step_s): prefix sums (ntensors + 1); NULL: none */
+    double S;           /* their total */
+    double *rs_end;     /* per reduce-scatter bucket: its end in this iteration */
+    double *rs_ready, *stepped; /* sharded: per bucket, when it is queued and when its step ends */
     /* recording (dear_sim_run only) */
     dear_sim_op_t *ops;
     int nops, capops;
@@ -91,6 +96,11 @@ void dear_sim_ws_free(dear_sim_ws_t *ws)
     free(ws->ag_end);
     free(ws->early_prev);
     free(ws->hook);
+    free(ws->hook_layer);
+    free(ws->step);
+    free(ws->rs_end);
+    free(ws->rs_ready);
+    free(ws->stepped);
     free(ws->wire_rs);
     free(ws->wire_ag);
     free(ws->block);
@@ -158,8 +168,13 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
     ws->ag_end = malloc(sizeof(double) * (size_t)nt);
     ws->early_prev = malloc(sizeof(double) * (size_t)nt);
     ws->hook = malloc(sizeof(double) * (size_t)nl);
+    ws->hook_layer = malloc(sizeof(int) * (size_t)nl);
+    ws->rs_end = malloc(sizeof(double) * (size_t)nt);
+    ws->rs_ready = malloc(sizeof(double) * (size_t)nt);
+    ws->stepped = malloc(sizeof(double) * (size_t)nt);
     if (!ws->fwd || !ws->bwd || !ws->ready || !ws->prefix || !ws->first_tensor || !ws->last_tensor || !ws->lidx ||
-        !ws->ag_end || !ws->early_prev || !ws->hook) {
+        !ws->ag_end || !ws->early_prev || !ws->hook || !ws->hook_layer || !ws->rs_end || !ws->rs_ready ||
+        !ws->stepped) {
         dear_sim_ws_free(ws);
         return DEAR_ERR_NOMEM;
     }
@@ -198,9 +213,24 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
         ws->last_tensor[l] = t;
     }
     for (int l = nl - 1; l >= 0; l--)
-        if (ws->first_tensor[l] >= 0)
+        if (ws->first_tensor[l] >= 0) {
+            ws->hook_layer[ws->nhooks] = l;
             ws->hook[ws->nhooks++] = bwd_done[l];
+        }
     free(bwd_done);
+    int steps = 0;
+    for (int t = 0; t < nt; t++)
+        steps |= prof->tensors[t].step_s > 0;
+    if (steps && !(ws->step = malloc(sizeof(double) * (size_t)(nt + 1)))) {
+        dear_sim_ws_free(ws);
+        return DEAR_ERR_NOMEM;
+    }
+    if (steps) {
+        ws->step[0] = 0;
+        for (int t = 0; t < nt; t++)
+            ws->step[t + 1] = ws->step[t] + (prof->tensors[t].step_s > 0 ? prof->tensors[t].step_s : 0);
+        ws->S = ws->step[nt];
+    }
     int rc = wire_setup(ws, prof);
     if (rc != DEAR_OK) {
         dear_sim_ws_free(ws);
@@ -390,23 +420,6 @@ static int group_of(const int *first, int ng, int t)
     return lo;
 }
 
-/* When the slices a reduce-scatter ending at t (from the forward's start fw) reduced are
- * stepped: at the first backward hook from t on, or at t once backward is over (backward_end
- * waits for it). */
-static double step_time(const dear_sim_ws_t *ws, double fw, double t)
-{
-    double rel = t - fw;
-    int lo = 0, hi = ws->nhooks;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (ws->hook[mid] < rel)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < ws->nhooks ? fw + ws->hook[lo] : t;
-}
-
 /* The early groups *e, *e - 1, ... completed by buckets >= b (the last ne of nag, down to nreg),
  * one after another in the channel from *chan, none before ready. */
 static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int *rs, int nreg, const int *ag,
@@ -425,15 +438,140 @@ static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int 
     }
 }
 
+/* Queues reduce-scatter bucket b, ready at `ready`, in the channel. */
+static void rs_queue(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int *rs, int b, double ready,
+                     double *chan, double *comm)
+{
+    size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
+    double start = ready > *chan ? ready : *chan;
+    double c = group_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1], chan_state(ready, *chan));
+    rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
+    *chan = start + c;
+    *comm += c;
+    ws->rs_end[b] = *chan;
+}
+
+/* Backward from fw without sharded steps: reduce-scatters as backward completes their buckets
+ * (last first), an early all-gather group behind the bucket that completes its data, in the
+ * same FIFO channel. Returns the end of backward. */
+static double backward_plain(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double fw,
+                             double *chan, double *comm)
+{
+    if (ws->record)
+        rec_backward(ws, fw);
+    int nreg = p->nag - p->ne, e = p->nag - 1, eb = e >= nreg ? group_of(p->rs, p->nrs, p->ag[e]) : -1;
+    for (int b = p->nrs - 1; b >= 0; b--) {
+        rs_queue(ws, cost, p->rs, b, fw + ws->ready[p->rs[b]], chan, comm);
+        early_run(ws, cost, p->rs, nreg, p->ag, &e, &eb, b, 0, chan, comm);
+    }
+    return fw + ws->B;
+}
+
+/* Records the backward of layers *l down to `to`, the next starting *tb after backward's start,
+ * shifted by `shift`. */
+static void rec_bwd_to(dear_sim_ws_t *ws, int *l, int to, double *tb, double shift)
+{
+    for (; ws->record && *l >= to; (*l)--) {
+        rec(ws, DEAR_SIM_BWD, *l, shift + *tb, shift + *tb + ws->bwd[*l], 0);
+        *tb += ws->bwd[*l];
+    }
+}
+
+/* The channel of a sharded backward: it runs the runtime's sequence (runtime/buckets.c,
+ * ops_order), RS(n-1), then for each bucket b below it RS(b) and the early groups E(b + 1) that
+ * bucket b + 1 completes, then E(0); an op starts once the ones before it started and it is
+ * queued: a bucket at the hook that completes it (ready), E(b) when bucket b's step ends (an
+ * empty E(b) is no op). Unknown times are NAN. */
+typedef struct {
+    const sim_plan_t *p;
+    int k;              /* next op of the sequence, 0 .. 2 nrs - 1 */
+    int e, eb;          /* next early group, the bucket that completes it */
+    double *ready, *stepped; /* per bucket */
+} shard_chan_t;
+
+static void shard_advance(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, shard_chan_t *sc, double *chan,
+                          double *comm)
+{
+    const sim_plan_t *p = sc->p;
+    int n = p->nrs, nreg = p->nag - p->ne;
+    for (; sc->k < 2 * n; sc->k++) {
+        int k = sc->k;
+        if (k == 0 || (k % 2 == 1 && k < 2 * n - 1)) {
+            int b = k == 0 ? n - 1 : n - 1 - (k + 1) / 2;
+            if (isnan(sc->ready[b]))
+                return;
+            rs_queue(ws, cost, p->rs, b, sc->ready[b], chan, comm);
+        } else {
+            int b = k == 2 * n - 1 ? 0 : n - k / 2;
+            if (sc->e < nreg || sc->eb < b)
+                continue; /* bucket b completes no early group */
+            if (isnan(sc->stepped[b]))
+                return;
+            early_run(ws, cost, p->rs, nreg, p->ag, &sc->e, &sc->eb, b, sc->stepped[b], chan, comm);
+        }
+    }
+}
+
+/* Steps bucket b's slices from t on the compute stream, then lets the channel run what waited
+ * for it. Returns the step's end. */
+static double step_bucket(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, shard_chan_t *sc, int b, double t,
+                          double *chan, double *comm)
+{
+    const int *rs = sc->p->rs;
+    double end = t + (ws->step ? ws->step[rs[b + 1]] - ws->step[rs[b]] : 0);
+    if (end > t)
+        rec(ws, DEAR_SIM_STEP, b, t, end, 0);
+    sc->stepped[b] = end;
+    shard_advance(ws, cost, sc, chan, comm);
+    return end;
+}
+
+/* Backward from fw with sharded updates (runtime/shard.c): a bucket's slices are stepped on the
+ * compute stream once its reduce-scatter is done, in the order backward completed the buckets.
+ * With DEAR_SIM_SHARD_EARLY, at the first backward hook that finds it done: a hook first queues
+ * the buckets it completes, then steps, and the steps delay the rest of backward. backward_end
+ * steps the others, each once its reduce-scatter ends, and the next forward starts after it: the
+ * returned time. */
+static double backward_sharded(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double fw,
+                               double *chan, double *comm)
+{
+    int n = p->nrs, nreg = p->nag - p->ne;
+    shard_chan_t sc = { .p = p, .e = p->nag - 1, .ready = ws->rs_ready, .stepped = ws->stepped };
+    sc.eb = sc.e >= nreg ? group_of(p->rs, n, p->ag[sc.e]) : -1;
+    for (int b = 0; b < n; b++)
+        sc.ready[b] = sc.stepped[b] = ws->rs_end[b] = NAN;
+    int nb = n - 1, sb = n - 1, l = ws->nlayers - 1; /* next bucket to complete, to step; layer to record */
+    double delay = 0, tb = 0;                        /* the steps so far; recording */
+    for (int h = 0; h < ws->nhooks; h++) {
+        rec_bwd_to(ws, &l, ws->hook_layer[h], &tb, fw + delay);
+        double t = fw + ws->hook[h] + delay;
+        for (; nb >= 0 && ws->ready[p->rs[nb]] <= ws->hook[h]; nb--)
+            sc.ready[nb] = t;
+        shard_advance(ws, cost, &sc, chan, comm);
+        for (; ws->shard == DEAR_SIM_SHARD_EARLY && sb > nb && ws->rs_end[sb] <= t; sb--)
+            t = step_bucket(ws, cost, &sc, sb, t, chan, comm);
+        delay = t - fw - ws->hook[h];
+    }
+    rec_bwd_to(ws, &l, 0, &tb, fw + delay);
+    double t = fw + ws->B + delay;
+    for (; nb >= 0; nb--) /* buckets of no layer with a hook: none in a checked profile */
+        sc.ready[nb] = t;
+    shard_advance(ws, cost, &sc, chan, comm);
+    for (; sb >= 0; sb--)
+        t = step_bucket(ws, cost, &sc, sb, ws->rs_end[sb] > t ? ws->rs_end[sb] : t, chan, comm);
+    return t;
+}
+
 /* One dear iteration. The channel is free from c0 after the forward start (c0 <= 0: it freed -c0
  * before it); the early all-gather groups (the last ne of nag) ended at ws->early_prev[g] in the
  * previous iteration's backward (same origin: usually negative). Returns the iteration time, the
  * next iteration's c0 and, in ws->early_prev, the early groups' ends for the next iteration. */
-static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs, const int *rs, int nag,
-                        const int *ag, int ne, double c0, double *c0_next, double *comm)
+static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double c0,
+                        double *c0_next, double *comm)
 {
     *comm = 0;
-    int nreg = nag - ne;
+    int nag = p->nag, nreg = p->nag - p->ne;
+    const int *ag = p->ag;
     /* Regular all-gathers, queued at the end of the previous backward, run back to back from
      * c0, in forward order; layer l starts once every group holding one of its tensors is done. */
     double chan = c0 > 0 ? c0 : 0, t = 0;
@@ -468,30 +606,8 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
         t = start + ws->fwd[l];
     }
     double fw = t;
-    if (ws->record)
-        rec_backward(ws, fw);
-    /* Reduce-scatters as backward completes their buckets (last first); an early all-gather
-     * group follows, in the same FIFO channel, the bucket that completes its data, or with
-     * stepped slices the bucket after it (early_run). */
-    int e = nag - 1, eb = e >= nreg ? group_of(rs, nrs, ag[e]) : -1; /* bucket completing group e */
-    int lag = ws->early_stepped != 0;
-    double rs_end = 0;
-    for (int b = nrs - 1; b >= 0; b--) {
-        size_t bytes = ws->prefix[rs[b + 1]] - ws->prefix[rs[b]];
-        double ready = fw + ws->ready[rs[b]];
-        double start = ready > chan ? ready : chan;
-        double c = group_cost(ws, cost, DEAR_COLL_REDUCE_SCATTER, rs[b], rs[b + 1], chan_state(ready, chan));
-        rec(ws, DEAR_COLL_REDUCE_SCATTER, b, start, start + c, bytes);
-        chan = start + c;
-        *comm += c;
-        /* The hook's time is looked up only for a bucket that completes an early group. */
-        double stepped = lag && e >= nreg && eb > b ? step_time(ws, fw, rs_end) : 0;
-        early_run(ws, cost, rs, nreg, ag, &e, &eb, b + lag, stepped, &chan, comm);
-        rs_end = start + c;
-    }
-    if (lag)
-        early_run(ws, cost, rs, nreg, ag, &e, &eb, 0, step_time(ws, fw, rs_end), &chan, comm);
-    double iter = fw + ws->B;
+    double iter = ws->shard != DEAR_SIM_SHARD_NONE || ws->step ? backward_sharded(ws, cost, p, fw, &chan, comm)
+                                               : backward_plain(ws, cost, p, fw, &chan, comm);
     for (int k = nreg; k < nag; k++)
         ws->early_prev[k] = ws->ag_end[k] - iter;
     *c0_next = chan - iter;
@@ -501,7 +617,6 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, int nrs,
 static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double *comm)
 {
     int nrs = p->nrs, nag = p->nag, ne = p->ne;
-    const int *rs = p->rs, *ag = p->ag;
     if (ne < 0 || ne > nag)
         return INFINITY;
     *comm = 0;
@@ -515,12 +630,12 @@ static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim
      * next forward depend on this backward (their ends, the channel's tail), and the idle time
      * before the first all-gather prices it: the map (c0, ends) -> next is iterated from that
      * start to its fixed point. */
-    double c0 = run_buckets(ws, cost, DEAR_COLL_REDUCE_SCATTER, 0, 0, nrs, rs, comm) - ws->B;
+    double c0 = run_buckets(ws, cost, DEAR_COLL_REDUCE_SCATTER, 0, 0, nrs, p->rs, comm) - ws->B;
     for (int k = nag - ne; k < nag; k++)
         ws->early_prev[k] = -INFINITY;
     double prev_iter = -1;
     for (int k = 0; k < 64; k++) {
-        iter = dear_once(ws, cost, nrs, rs, nag, ag, ne, c0, &next, comm);
+        iter = dear_once(ws, cost, p, c0, &next, comm);
         if (fabs(next - c0) <= 1e-12 * (1 + iter) && (ne == 0 || fabs(iter - prev_iter) <= 1e-12 * (1 + iter)))
             break;
         c0 = next;
@@ -528,7 +643,7 @@ static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim
     }
     if (record) {
         ws->record = record;
-        iter = dear_once(ws, cost, nrs, rs, nag, ag, ne, c0, &next, comm);
+        iter = dear_once(ws, cost, p, c0, &next, comm);
     }
     return iter;
 }
@@ -549,19 +664,19 @@ double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sch
     return sim_fns[sched](ws, cost, &p, &comm);
 }
 
-void dear_sim_ws_set_early_stepped(dear_sim_ws_t *ws, int on)
+void dear_sim_ws_set_shard(dear_sim_ws_t *ws, int shard)
 {
-    ws->early_stepped = on != 0;
+    ws->shard = shard == DEAR_SIM_SHARD_END || shard == DEAR_SIM_SHARD_EARLY ? shard : DEAR_SIM_SHARD_NONE;
 }
 
 int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
                  const dear_plan_t *plan, int record, dear_sim_result_t *res)
 {
-    return dear_sim_run_ex(prof, cost, sched, plan, 0, record, res);
+    return dear_sim_run_ex(prof, cost, sched, plan, DEAR_SIM_SHARD_NONE, record, res);
 }
 
 int dear_sim_run_ex(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
-                    const dear_plan_t *plan, int early_stepped, int record, dear_sim_result_t *res)
+                    const dear_plan_t *plan, int shard, int record, dear_sim_result_t *res)
 {
     if (!prof || !cost || !cost->fn || !plan || !res || (unsigned)sched >= DEAR_SCHED_COUNT)
         return DEAR_ERR_ARG;
@@ -578,7 +693,7 @@ int dear_sim_run_ex(const dear_profile_t *prof, const dear_sim_cost_t *cost, dea
     if (rc != DEAR_OK)
         return rc;
     ws->record = record ? 1 : 0;
-    ws->early_stepped = early_stepped != 0;
+    dear_sim_ws_set_shard(ws, shard);
     double comm = 0;
     sim_plan_t p = { .nrs = plan->rs.ngroups, .rs = plan->rs.first, .nag = plan->ag.ngroups, .ag = plan->ag.first,
                      .ne = plan->ag_early };
@@ -587,7 +702,9 @@ int dear_sim_run_ex(const dear_profile_t *prof, const dear_sim_cost_t *cost, dea
         dear_sim_ws_free(ws);
         return DEAR_ERR_NOMEM;
     }
-    dear_sim_result_t r = { .sched = sched, .iter_s = iter, .compute_s = ws->F + ws->B, .comm_s = comm };
+    /* Sharded steps are compute where the schedule places them (dear only). */
+    double compute = ws->F + ws->B + (sched == DEAR_SCHED_DEAR ? ws->S : 0);
+    dear_sim_result_t r = { .sched = sched, .iter_s = iter, .compute_s = compute, .comm_s = comm };
     r.exposed_s = iter - r.compute_s;
     if (record) {
         r.ops = ws->ops;
@@ -609,16 +726,17 @@ void dear_sim_result_free(dear_sim_result_t *res)
     res->nops = 0;
 }
 
-/* Record kinds (dear_coll_op_t values, then DEAR_SIM_FWD, DEAR_SIM_BWD): names and colours,
- * and the legend's order. */
-#define SIM_NKINDS (DEAR_SIM_BWD + 1)
+/* Record kinds (dear_coll_op_t values, then DEAR_SIM_FWD, DEAR_SIM_BWD, DEAR_SIM_STEP): names
+ * and colours, and the legend's order. */
+#define SIM_NKINDS (DEAR_SIM_STEP + 1)
 static const char *kind_name(int k)
 {
     static const char *const n[SIM_NKINDS] = { [DEAR_COLL_REDUCE_SCATTER] = "reduce-scatter",
                                                [DEAR_COLL_ALLGATHER] = "all-gather",
                                                [DEAR_COLL_ALLREDUCE] = "all-reduce",
                                                [DEAR_SIM_FWD] = "forward",
-                                               [DEAR_SIM_BWD] = "backward" };
+                                               [DEAR_SIM_BWD] = "backward",
+                                               [DEAR_SIM_STEP] = "sharded step" };
     return (unsigned)k < SIM_NKINDS ? n[k] : "?";
 }
 
@@ -637,9 +755,10 @@ int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out)
     static const char *const fill[SIM_NKINDS] = { [DEAR_SIM_FWD] = "#4e79a7", [DEAR_SIM_BWD] = "#59a14f",
                                                   [DEAR_COLL_REDUCE_SCATTER] = "#f28e2b",
                                                   [DEAR_COLL_ALLGATHER] = "#b07aa1",
-                                                  [DEAR_COLL_ALLREDUCE] = "#e15759" };
-    static const int legend[SIM_NKINDS] = { DEAR_SIM_FWD, DEAR_SIM_BWD, DEAR_COLL_REDUCE_SCATTER, DEAR_COLL_ALLGATHER,
-                                            DEAR_COLL_ALLREDUCE };
+                                                  [DEAR_COLL_ALLREDUCE] = "#e15759",
+                                                  [DEAR_SIM_STEP] = "#edc948" };
+    static const int legend[SIM_NKINDS] = { DEAR_SIM_FWD, DEAR_SIM_BWD, DEAR_SIM_STEP, DEAR_COLL_REDUCE_SCATTER,
+                                            DEAR_COLL_ALLGATHER, DEAR_COLL_ALLREDUCE };
     fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                  "font-family=\"sans-serif\" font-size=\"12\">\n", W, top + 2 * row + 70);
     fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
@@ -659,7 +778,7 @@ int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out)
     fprintf(out, "<text x=\"10\" y=\"%.0f\">communication</text>\n", top + row * 1.6);
     for (int i = 0; i < res->nops; i++) {
         const dear_sim_op_t *o = &res->ops[i];
-        int r = (o->kind == DEAR_SIM_FWD || o->kind == DEAR_SIM_BWD) ? 0 : 1;
+        int r = o->kind >= DEAR_SIM_FWD ? 0 : 1;
         double x = left + o->start * scale, w = (o->end - o->start) * scale;
         fprintf(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
                      "stroke-width=\"0.3\"><title>%s %d: %.3f-%.3f ms",

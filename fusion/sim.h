@@ -13,12 +13,17 @@
  *         l's tensors. The last plan.ag_early groups instead run during backward, each behind
  *         the reduce-scatter bucket that completes its data (the one holding its first tensor),
  *         in the same FIFO channel. With sharded updates stepped during backward
- *         (early_stepped) a group's parameters leave only after the hook that steps its slices:
- *         it follows the next bucket's reduce-scatter instead (the last bucket's groups close the
- *         backward), and starts no sooner than the first backward hook after its bucket's
- *         reduce-scatter ends, as the runtime orders it (runtime/buckets.c). The iteration
- *         is the period of that cycle: the channel state carried from the previous iteration
- *         (its tail, the early groups' ends) is iterated to its fixed point.
+ *         The iteration is the period of that cycle: the channel state carried from the previous
+ *         iteration (its tail, the early groups' ends) is iterated to its fixed point.
+ *   dear, sharded (dear_sim_shard_t; runtime/shard.c): a bucket's slices are stepped on the
+ *         compute stream, in the order backward completed the buckets, each once its
+ *         reduce-scatter is done and taking its tensors' step_s. With DEAR_SIM_SHARD_EARLY a
+ *         backward hook (a layer with tensors ends) first queues the buckets it completes, then
+ *         steps every bucket whose reduce-scatter has ended, and those steps delay the rest of
+ *         backward; an early group leaves when its bucket's step ends. The end of backward steps
+ *         the rest, each after its reduce-scatter ends, and the next forward and the regular
+ *         all-gathers start after it. Under sync and wfbp step_s is not used (the caller counts
+ *         updates as forward compute).
  * Exposed communication = iteration time - (forward + backward compute).
  *
  * Costs come through a function so planners can use anything the runtime can do: the cheapest
@@ -94,12 +99,14 @@ double dear_sim_cost_model_idle(void *arg, dear_coll_op_t op, size_t bytes);
  * per host. marg must outlive the result. */
 dear_sim_cost_t dear_sim_model_cost(dear_sim_model_arg_t *marg);
 
-/* A recorded operation's kind: a collective (a dear_coll_op_t value) or a layer's compute. */
-enum { DEAR_SIM_FWD = DEAR_COLL_OP_COUNT, DEAR_SIM_BWD };
+/* A recorded operation's kind: a collective (a dear_coll_op_t value), a layer's compute or the
+ * sharded step of a bucket's slices. */
+enum { DEAR_SIM_FWD = DEAR_COLL_OP_COUNT, DEAR_SIM_BWD, DEAR_SIM_STEP };
 
 typedef struct {
-    int kind;           /* dear_coll_op_t, DEAR_SIM_FWD or DEAR_SIM_BWD */
-    int index;          /* profile layer index (FWD, BWD) or group index in its partition */
+    int kind;           /* dear_coll_op_t, DEAR_SIM_FWD, DEAR_SIM_BWD or DEAR_SIM_STEP */
+    int index;          /* profile layer index (FWD, BWD) or group index in its partition (STEP: the
+                         * reduce-scatter bucket) */
     double start, end;  /* seconds from the start of the forward pass */
     size_t bytes;       /* communication ops */
 } dear_sim_op_t;
@@ -107,7 +114,7 @@ typedef struct {
 typedef struct {
     dear_sched_t sched;
     double iter_s;      /* steady-state iteration time */
-    double compute_s;   /* forward + backward compute */
+    double compute_s;   /* forward + backward compute (dear: + sharded steps) */
     double exposed_s;   /* iter_s - compute_s */
     double comm_s;      /* busy time of the channel per iteration */
     int nops;
@@ -118,10 +125,12 @@ typedef struct {
  * dear_sim_result_free). The profile must have passed dear_prof_check; the plan must fit it. */
 int dear_sim_run(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
                  const dear_plan_t *plan, int record, dear_sim_result_t *res);
-/* dear_sim_run with early groups placed as sharded updates stepped during backward need them
- * (early_stepped != 0; see the model above). */
+/* Sharded updates: none, every slice stepped at backward_end, or during backward as soon as its
+ * reduce-scatter is done (see the model above). */
+typedef enum { DEAR_SIM_SHARD_NONE = 0, DEAR_SIM_SHARD_END, DEAR_SIM_SHARD_EARLY } dear_sim_shard_t;
+/* dear_sim_run with sharded updates (a dear_sim_shard_t). */
 int dear_sim_run_ex(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
-                    const dear_plan_t *plan, int early_stepped, int record, dear_sim_result_t *res);
+                    const dear_plan_t *plan, int shard, int record, dear_sim_result_t *res);
 void dear_sim_result_free(dear_sim_result_t *res);
 
 /* Gantt chart of a recorded result as SVG: a compute row and a communication row. */
@@ -132,8 +141,8 @@ int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out);
 typedef struct dear_sim_ws dear_sim_ws_t;
 int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **ws);
 void dear_sim_ws_free(dear_sim_ws_t *ws);
-/* Early groups placed as with stepped sharded slices (dear_sim_run_ex); off when created. */
-void dear_sim_ws_set_early_stepped(dear_sim_ws_t *ws, int on);
+/* Sharded updates as in dear_sim_run_ex (a dear_sim_shard_t); none when created. */
+void dear_sim_ws_set_shard(dear_sim_ws_t *ws, int shard);
 double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
                         const int *rs_first, int nag, const int *ag_first, int ag_early);
 /* Seconds of the collective(s) op of the group of tensors [lo, hi), as the simulator prices it

@@ -179,6 +179,9 @@ int dear_prof_units(const dear_profile_t *prof, int nunits, const dear_unit_t *u
         q->density_ag = pt->density_ag;
         q->compress_rs = pt->compress_rs;
         q->compress_ag = pt->compress_ag;
+        /* A chunk's step is its share of the tensor's. */
+        q->step_s = units && units[i].bytes > 0 && pt->bytes > 0 ? pt->step_s * (double)units[i].bytes / (double)pt->bytes
+                                                                 : pt->step_s;
         chunk_place(units, nunits, i, &q->chunk, &q->nchunks);
     }
     char msg[256];

@@ -565,21 +565,23 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
     int rc = DEAR_OK, nl = ctx->reg.nlayers, nt = ctx->reg.ntensors;
     double *med = NULL, *all = NULL;
     uint64_t *cnt = NULL, *most = NULL;
-    size_t bytes = sizeof(double) * 2 * (size_t)nl, cbytes = sizeof(uint64_t) * SPARSE_COUNTS * (size_t)(nt ? nt : 1);
+    size_t bytes = sizeof(double) * 3 * (size_t)nl, cbytes = sizeof(uint64_t) * SPARSE_COUNTS * (size_t)(nt ? nt : 1);
     dear_prof_init(prof, model);
     /* Allocation failures are the reduction's too: every rank must reach it. */
     med = malloc(bytes);
     all = malloc(bytes);
     cnt = malloc(cbytes);
     most = malloc(cbytes);
+    /* Planning places a layer's updates on its forward pass, where dear runs them (sync and
+     * wfbp run them all at backward_end, the same total), except sharded ones under dear: steps
+     * after the reduce-scatters (fusion/sim.h). A saved profile holds the model's passes only, as
+     * dear-bench adds the updates of its own optimizer. */
+    int steps = communicated && dear_shard_on(ctx) && ctx->cfg.sched == DEAR_SCHED_DEAR;
     for (int l = 0; med && l < nl; l++) {
-        med[2 * l] = dear_samples_median(&ctx->it.fwd_times[l]);
-        med[2 * l + 1] = dear_samples_median(&ctx->it.bwd_times[l]);
-        /* Planning places a layer's updates on its forward pass, where dear runs them (sync and
-         * wfbp run them all at backward_end, the same total); a saved profile holds the model's
-         * passes only, as dear-bench adds the updates of its own optimizer. */
-        if (communicated)
-            med[2 * l] += layer_update_s(&ctx->it, l);
+        double u = communicated ? layer_update_s(&ctx->it, l) : 0;
+        med[3 * l] = dear_samples_median(&ctx->it.fwd_times[l]) + (steps ? 0 : u);
+        med[3 * l + 1] = dear_samples_median(&ctx->it.bwd_times[l]);
+        med[3 * l + 2] = steps ? u : 0;
     }
     if (cnt) {
         dear_lock(&ctx->eng.lock);
@@ -598,16 +600,20 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
         goto out;
     }
     /* A plan must fit the slowest worker. */
-    DEAR_MPI_CHECK_GOTO(MPI_Reduce(med, all, 2 * nl, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
+    DEAR_MPI_CHECK_GOTO(MPI_Reduce(med, all, 3 * nl, MPI_DOUBLE, MPI_MAX, 0, ctx->cm.comm), rc, out);
     /* And the densest rank's sparse blocks, which every rank's collective waits for. */
     DEAR_MPI_CHECK_GOTO(MPI_Reduce(cnt, most, SPARSE_COUNTS * nt, MPI_UINT64_T, MPI_MAX, 0, ctx->cm.comm), rc, out);
     if (ctx->cm.rank != 0)
         goto out;
     for (int l = 0; l < nl && rc == DEAR_OK; l++)
-        rc = dear_prof_add_layer(prof, ctx->reg.layers[l].id, all[2 * l], all[2 * l + 1]);
+        rc = dear_prof_add_layer(prof, ctx->reg.layers[l].id, all[3 * l], all[3 * l + 1]);
     /* Planning prices what travels; a saved profile describes the model. */
     if (rc == DEAR_OK)
         rc = add_tensors(ctx, prof, communicated, most);
+    for (int l = 0; l < nl; l++)
+        all[l] = all[3 * l + 2];
+    if (rc == DEAR_OK && steps)
+        rc = dear_prof_set_steps(prof, all);
 out:
     free(med);
     free(all);

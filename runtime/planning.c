@@ -57,8 +57,10 @@ static int estimated_units(const dear_ctx_t *ctx, int nunits, const dear_unit_t 
  * elsewhere the curves are the flat ring's, which price its bytes as they are. */
 static void context_problem(const dear_ctx_t *ctx, dear_plan_problem_t *prob)
 {
-    prob->early_stepped = dear_shard_steps_early(ctx);
-    prob->no_early = dear_shard_on(ctx) && !prob->early_stepped;
+    prob->shard = !dear_shard_on(ctx)          ? DEAR_SIM_SHARD_NONE
+                  : dear_shard_steps_early(ctx) ? DEAR_SIM_SHARD_EARLY
+                                                : DEAR_SIM_SHARD_END;
+    prob->no_early = prob->shard == DEAR_SIM_SHARD_END;
     prob->cost.spread = dear_coll_sparse_copies(DEAR_COLL_REDUCE_SCATTER, DEAR_FLOAT32, (size_t)1 << 20,
                                                 ctx->cm.size, ctx->cm.coll_topo);
 }
@@ -350,7 +352,7 @@ out:
 static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
 {
     dear_sim_result_t r = { 0 };
-    if (dear_sim_run_ex(prob->prof, &prob->cost, prob->sched, plan, prob->early_stepped, 0, &r) != DEAR_OK)
+    if (dear_sim_run_ex(prob->prof, &prob->cost, prob->sched, plan, prob->shard, 0, &r) != DEAR_OK)
         return INFINITY;
     return r.iter_s;
 }

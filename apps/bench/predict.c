@@ -189,8 +189,14 @@ int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const 
     else
         /* the units the runtime cuts the scaled profile into for this configuration */
         rc = dear_prof_cut(&m->prof, bench_scaled_partition(c, o), &units, &nunits, &uprof);
-    for (int l = 0; rc == DEAR_OK && l < uprof.nlayers && l < m->prof.nlayers; l++)
+    /* Updates are forward compute (runtime/iteration.c runs each layer's before its forward),
+     * except sharded ones under dear: steps after the reduce-scatters, spread over a layer's
+     * tensors by bytes (fusion/sim.h). */
+    int steps = c->shard && s == DEAR_SCHED_DEAR;
+    for (int l = 0; rc == DEAR_OK && !steps && l < uprof.nlayers && l < m->prof.nlayers; l++)
         uprof.layers[l].fwd_s += upd_s[l];
+    if (rc == DEAR_OK && steps)
+        rc = dear_prof_set_steps(&uprof, upd_s);
     /* The collectives at the end of backward wait that much longer for the last rank. */
     if (rc == DEAR_OK && uprof.nlayers > 0)
         uprof.layers[0].bwd_s += late_s;
@@ -202,7 +208,7 @@ int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const 
     /* Sharded: the all-gathers follow the updates, during backward only when slices are stepped
      * there (dear-bench runs no clipping and no DEAR_FIND_UNUSED). */
     prob.no_early = c->shard && (s != DEAR_SCHED_DEAR || !bench_shard_early());
-    prob.early_stepped = c->shard && !prob.no_early;
+    prob.shard = !steps ? DEAR_SIM_SHARD_NONE : prob.no_early ? DEAR_SIM_SHARD_END : DEAR_SIM_SHARD_EARLY;
     if (ran && ran->ntensors == m->prof.ntensors && s != DEAR_SCHED_SYNC)
         rc = dear_plan_copy(&plan, ran);
     else
@@ -212,7 +218,7 @@ int bench_predict(const bench_model_t *m, const dear_cost_model_t *model, const 
     /* The chart is rank 0's, the one rank that knows the plan that ran: the others plan the
      * configuration themselves, and their chart would overwrite its file. */
     int chart = o->svg_dir != NULL && bench_rank == 0;
-    rc = dear_sim_run_ex(&uprof, &prob.cost, s, &plan, prob.early_stepped, chart, &res);
+    rc = dear_sim_run_ex(&uprof, &prob.cost, s, &plan, prob.shard, chart, &res);
     if (rc == DEAR_OK)
         *iter_s = res.iter_s;
     if (rc == DEAR_OK && chart) {

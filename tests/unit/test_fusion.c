@@ -927,9 +927,10 @@ START_TEST(sim_dear_early_by_hand)
 }
 END_TEST
 
-/* Sharded slices stepped during backward (early_stepped): the early group waits for the hook
- * that steps its bucket and runs behind the next bucket's reduce-scatter. With a long last
- * bucket and a short next one the channel idles until that hook. */
+/* Sharded slices stepped during backward (DEAR_SIM_SHARD_EARLY): the early group waits for the
+ * hook that steps its bucket, in the runtime's sequence behind the next bucket's reduce-scatter
+ * and ahead of the one after, and backward_end waits for the last reduce-scatter. With a long
+ * last bucket and a short next one the channel idles until that hook. */
 START_TEST(sim_dear_early_stepped_by_hand)
 {
     dear_profile_t p;
@@ -939,19 +940,21 @@ START_TEST(sim_dear_early_stepped_by_hand)
     int none[4] = { 0, 1, 2, 3 };
     dear_plan_t pl;
     hand_plan_early(&pl);
-    /* Hooks at fw+2, +4, +6. RS2 fw+2..+4.6, RS1 (ready +4) +4.6..+5.2; AG2 is stepped at the
-     * hook of +6 and runs +6..+8.6; RS0 +8.6..+9.6: tail c0 = 3.6, AG2 ends 2.6 into the next
-     * forward. Forward: AG0 3.6..4.6, fwd0 4.6..5.6, AG1 4.6..5.2, fwd1 5.6..6.6, fwd2 6.6..7.6;
-     * iteration 7.6 + 6 = 13.6. Behind its own bucket instead: AG2 +4.6..+7.2, RS1 +7.2..+7.8,
-     * RS0 +7.8..+8.8, c0 = 2.8, forward 6.8, iteration 12.8. */
+    /* Hooks at fw+2, +4, +6. RS2 fw+2..+4.6, RS1 (ready +4) +4.6..+5.2; RS0, queued at the hook
+     * of +6, waits behind AG2, which that hook's step of bucket 2 releases: AG2 +6..+8.6, RS0
+     * +8.6..+9.6; backward_end steps bucket 0 once RS0 ends, so the next forward starts at
+     * fw+9.6 on a free channel: AG0 0..1, AG1 1..1.6, fwd 1..4; iteration 4 + 9.6 = 13.6.
+     * Behind its own bucket, unsharded: AG2 +4.6..+7.2, RS1 +7.2..+7.8, RS0 +7.8..+8.8,
+     * c0 = 2.8, forward 6.8, iteration 12.8. */
     dear_sim_result_t r = { 0 };
-    ck_assert_int_eq(dear_sim_run_ex(&p, &c, DEAR_SCHED_DEAR, &pl, 1, 1, &r), DEAR_OK);
+    ck_assert_int_eq(dear_sim_run_ex(&p, &c, DEAR_SCHED_DEAR, &pl, DEAR_SIM_SHARD_EARLY, 1, &r), DEAR_OK);
     EQ(r.iter_s, 13.6);
-    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 2)->start, 9.6);
-    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 1)->start, 12.2);
-    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->start, 13.6);
-    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 0)->start, 16.2);
-    EQ(find_op(&r, DEAR_SIM_FWD, 2)->start, 6.6);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 2)->start, 6);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 1)->start, 8.6);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->start, 10);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->end, 12.6);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 0)->start, 12.6);
+    EQ(find_op(&r, DEAR_SIM_FWD, 2)->start, 3);
     double stepped = r.iter_s;
     ck_assert_int_eq(dear_sim_run(&p, &c, DEAR_SCHED_DEAR, &pl, 1, &r), DEAR_OK);
     EQ(r.iter_s, 12.8);
@@ -960,13 +963,73 @@ START_TEST(sim_dear_early_stepped_by_hand)
     dear_sim_ws_t *ws;
     ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
     EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 1), 12.8);
-    dear_sim_ws_set_early_stepped(ws, 1);
+    dear_sim_ws_set_shard(ws, DEAR_SIM_SHARD_EARLY);
     EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 1), stepped);
-    /* Without early groups the placement changes nothing. */
-    double t0 = dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0);
-    dear_sim_ws_set_early_stepped(ws, 0);
-    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), t0);
+    /* Without early groups free steps price alike wherever they run: backward_end waits for RS0
+     * (+6..+7), AG0..AG2 run 0..4.2, fwd2 4.2..5.2: 5.2 + 7. */
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), 12.2);
+    dear_sim_ws_set_shard(ws, DEAR_SIM_SHARD_END);
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), 12.2);
     dear_sim_ws_free(ws);
+    dear_sim_result_free(&r);
+    dear_plan_free(&pl);
+    dear_prof_free(&p);
+}
+END_TEST
+
+/* Sharded steps that take time (profile step_s, 0.4 s a bucket): a step at a hook delays the
+ * rest of backward, an early group leaves when its step ends, and backward_end steps the rest
+ * once their reduce-scatters end; without early steps every step waits for backward_end. */
+START_TEST(sim_dear_sharded_steps_by_hand)
+{
+    dear_profile_t p;
+    hand_prof_bytes(&p, 100, 20, 100);
+    for (int t = 0; t < 3; t++)
+        p.tensors[t].step_s = 0.4;
+    lin_arg_t l = lin(1, 0.01, 0.5, 0.005); /* RS/AG: 1, 0.6, 1 s */
+    dear_sim_cost_t c = { .fn = lin_cost, .arg = &l };
+    int none[4] = { 0, 1, 2, 3 };
+    dear_plan_t pl;
+    hand_plan_early(&pl);
+    /* Backward from fw = 4: RS2 +2..+3; the hook of +4 queues RS1 (+4..+4.6), steps bucket 2
+     * (+4..+4.4: AG2 +4.6..+5.6) and delays layer 0 to +4.4..+6.4; its hook queues RS0
+     * (+6.4..+7.4) and steps bucket 1 (+6.4..+6.8); backward_end steps bucket 0 at +7.4..+7.8.
+     * The channel idles 0.4 before the forward: AG0 0..1, AG1 1..1.6, fwd 1..4; iteration
+     * 4 + 7.8 = 11.8, compute 3 + 6 + 1.2. */
+    dear_sim_result_t r = { 0 };
+    ck_assert_int_eq(dear_sim_run_ex(&p, &c, DEAR_SCHED_DEAR, &pl, DEAR_SIM_SHARD_EARLY, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 11.8);
+    EQ(r.compute_s, 10.2);
+    EQ(find_op(&r, DEAR_SIM_STEP, 2)->start, 8);
+    EQ(find_op(&r, DEAR_SIM_BWD, 0)->start, 8.4);
+    EQ(find_op(&r, DEAR_COLL_ALLGATHER, 2)->start, 8.6);
+    EQ(find_op(&r, DEAR_COLL_REDUCE_SCATTER, 0)->start, 10.4);
+    EQ(find_op(&r, DEAR_SIM_STEP, 1)->start, 10.4);
+    EQ(find_op(&r, DEAR_SIM_STEP, 0)->start, 11.4);
+    EQ(find_op(&r, DEAR_SIM_FWD, 0)->start, 1);
+    double early = r.iter_s;
+    /* No early group, every step at backward_end (+6): bucket 2 +6..+6.4, 1 +6.4..+6.8, 0 after
+     * RS0 (+6..+7) at +7..+7.4; AG0 0..1, AG1 1..1.6, AG2 1.6..2.6, fwd 1..4: 4 + 7.4. */
+    pl.ag_early = 0;
+    ck_assert_int_eq(dear_sim_run_ex(&p, &c, DEAR_SCHED_DEAR, &pl, DEAR_SIM_SHARD_END, 1, &r), DEAR_OK);
+    EQ(r.iter_s, 11.4);
+    EQ(find_op(&r, DEAR_SIM_STEP, 0)->start, 11);
+    EQ(find_op(&r, DEAR_SIM_BWD, 0)->start, 8);
+    /* The planners' fast path reads the steps from the profile too. */
+    dear_sim_ws_t *ws;
+    ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 0), 11.4);
+    dear_sim_ws_set_shard(ws, DEAR_SIM_SHARD_EARLY);
+    EQ(dear_sim_ws_iter(ws, &c, DEAR_SCHED_DEAR, 3, none, 3, none, 1), early);
+    dear_sim_ws_free(ws);
+    /* Units carry their share of a tensor's step. */
+    dear_unit_t u[4] = { { .tensor = 0, .offset = 0, .bytes = 100 }, { .tensor = 1, .offset = 0, .bytes = 20 },
+                         { .tensor = 2, .offset = 0, .bytes = 25 }, { .tensor = 2, .offset = 25, .bytes = 75 } };
+    dear_profile_t up = { 0 };
+    ck_assert_int_eq(dear_prof_units(&p, 4, u, &up), DEAR_OK);
+    EQ(up.tensors[2].step_s, 0.1);
+    EQ(up.tensors[3].step_s, 0.3);
+    dear_prof_free(&up);
     dear_sim_result_free(&r);
     dear_plan_free(&pl);
     dear_prof_free(&p);
@@ -2708,6 +2771,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, sim_dear_by_hand);
     tcase_add_test(tc, sim_dear_early_by_hand);
     tcase_add_test(tc, sim_dear_early_stepped_by_hand);
+    tcase_add_test(tc, sim_dear_sharded_steps_by_hand);
     tcase_add_test(tc, sim_dear_layers_without_tensors);
     tcase_add_test(tc, sim_queued_by_hand);
     tcase_add_test(tc, sim_idle_by_hand);
