@@ -221,11 +221,11 @@ int dear_sim_ws_create(const dear_profile_t *prof, dear_sim_ws_t **out)
     int steps = 0;
     for (int t = 0; t < nt; t++)
         steps |= prof->tensors[t].step_s > 0;
-    if (steps && !(ws->step = malloc(sizeof(double) * (size_t)(nt + 1)))) {
-        dear_sim_ws_free(ws);
-        return DEAR_ERR_NOMEM;
-    }
     if (steps) {
+        if (!(ws->step = malloc(sizeof(double) * (size_t)(nt + 1)))) {
+            dear_sim_ws_free(ws);
+            return DEAR_ERR_NOMEM;
+        }
         ws->step[0] = 0;
         for (int t = 0; t < nt; t++)
             ws->step[t + 1] = ws->step[t] + (prof->tensors[t].step_s > 0 ? prof->tensors[t].step_s : 0);
@@ -340,13 +340,22 @@ static void rec(dear_sim_ws_t *ws, int kind, int index, double start, double end
     ws->ops[ws->nops++] = (dear_sim_op_t){ .kind = kind, .index = index, .start = start, .end = end, .bytes = bytes };
 }
 
+/* Records the backward of layers *l down to `to`, the next starting *tb after backward's start,
+ * shifted by `shift`. */
+static void rec_bwd_to(dear_sim_ws_t *ws, int *l, int to, double *tb, double shift)
+{
+    for (; ws->record && *l >= to; (*l)--) {
+        rec(ws, DEAR_SIM_BWD, *l, shift + *tb, shift + *tb + ws->bwd[*l], 0);
+        *tb += ws->bwd[*l];
+    }
+}
+
+/* Records the whole backward from t0, undelayed. */
 static void rec_backward(dear_sim_ws_t *ws, double t0)
 {
-    double t = t0;
-    for (int l = ws->nlayers - 1; l >= 0; l--) {
-        rec(ws, DEAR_SIM_BWD, l, t, t + ws->bwd[l], 0);
-        t += ws->bwd[l];
-    }
+    int l = ws->nlayers - 1;
+    double tb = 0;
+    rec_bwd_to(ws, &l, 0, &tb, t0);
 }
 
 /* The partitions of a plan as the schedules' functions take them. */
@@ -465,16 +474,6 @@ static double backward_plain(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, con
         early_run(ws, cost, p->rs, nreg, p->ag, &e, &eb, b, 0, chan, comm);
     }
     return fw + ws->B;
-}
-
-/* Records the backward of layers *l down to `to`, the next starting *tb after backward's start,
- * shifted by `shift`. */
-static void rec_bwd_to(dear_sim_ws_t *ws, int *l, int to, double *tb, double shift)
-{
-    for (; ws->record && *l >= to; (*l)--) {
-        rec(ws, DEAR_SIM_BWD, *l, shift + *tb, shift + *tb + ws->bwd[*l], 0);
-        *tb += ws->bwd[*l];
-    }
 }
 
 /* The channel of a sharded backward: it runs the runtime's sequence (runtime/buckets.c,

@@ -610,10 +610,11 @@ int dear_profile_measured(dear_ctx_t *ctx, const char *model, int communicated, 
     /* Planning prices what travels; a saved profile describes the model. */
     if (rc == DEAR_OK)
         rc = add_tensors(ctx, prof, communicated, most);
-    for (int l = 0; l < nl; l++)
-        all[l] = all[3 * l + 2];
-    if (rc == DEAR_OK && steps)
+    if (rc == DEAR_OK && steps) {
+        for (int l = 0; l < nl; l++) /* the steps, packed in place */
+            all[l] = all[3 * l + 2];
         rc = dear_prof_set_steps(prof, all);
+    }
 out:
     free(med);
     free(all);
