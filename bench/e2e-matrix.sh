@@ -12,7 +12,8 @@
 # one that can reach the lower bound, which counts a sharded step). The sparse cases
 # (PROFILE-sparse-balanced-*) take the profiles whose token embedding is row-sparse (a `sparse`
 # record) and run the eight dense configurations plus wfbp+64M and dear+auto with sparse
-# communication (`+sparse`), on the same replayed batches, so each is compared with both dense and
+# communication (`+sparse`), and dear+auto+sparse sharded (sparse reduce-scatters, dense
+# all-gathers of parameters), on the same replayed batches, so each is compared with both dense and
 # sparse baselines. Tensors are shrunk (--size-scale) so one iteration's communication takes about
 # --comm-ms, then compute is scaled to the wanted ratio (--time-scale). A short extra run of
 # dear+auto per case records the runtime's timeline for a Gantt chart (drawn at once; the JSON is
@@ -45,7 +46,7 @@ LAYOUTS="4x1 2x2 2x3"
 CONFIGS="sync;wfbp:threshold:64m;wfbp:threshold:25m;wfbp:mgwfbp;dear:threshold:25m;dear:gradssa;dear:auto;dear:auto+shard"
 SPARSE_PROFILES="bert-base gpt2-small-untied"
 SPARSE_LAYOUTS="4x1 2x2 2x3"
-SPARSE_CONFIGS="wfbp:threshold:64m+sparse;dear:auto+sparse"
+SPARSE_CONFIGS="wfbp:threshold:64m+sparse;dear:auto+sparse;dear:auto+sparse+shard"
 emu_names e 10.213.49
 
 usage() {

@@ -38,10 +38,12 @@ from docsection import markers, meta_block, read_csvs, replace_section  # noqa: 
 
 PROFILES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fusion", "profiles")
 ORDER = ["sync", "wfbp:threshold:64m", "wfbp:threshold:25m", "wfbp:mgwfbp", "dear:threshold:25m",
-         "dear:gradssa", "dear:auto", "dear:auto+shard", "wfbp:threshold:64m+sparse", "dear:auto+sparse"]
+         "dear:gradssa", "dear:auto", "dear:auto+shard", "wfbp:threshold:64m+sparse", "dear:auto+sparse",
+         "dear:auto+sparse+shard"]
 DENSE = ORDER[:8]   # every case runs these (CSVs before dear:auto+shard joined lack it); a sparse case also
-                    # the two '+sparse' ones
+                    # the '+sparse' ones (CSVs before dear:auto+sparse+shard joined lack it)
 SHARDED = "dear:auto+shard"
+SHARDED_SPARSE = "dear:auto+sparse+shard"  # a sparse case's: sparse reduce-scatters, dense all-gathers
 NOISE = 0.03  # run-to-run noise allowance for "never slower" (see the report for the measured spread)
 PRED_LIMIT = 10  # percent: the prediction target of every configuration, and check's default limit
 
@@ -367,7 +369,7 @@ def cmd_report(a):
         sparse_case = any(r["config"].endswith("+sparse") for r in rows)
         sbound, sover, sncut, scut_share = (link_bound(rows[0], hosts, rate, parts=True, sparse=True, upd_ms=upd)
                                             if sparse_case else (bound, over, ncut, cut_share))
-        bound_of = lambda r: sbound if r["config"].endswith("+sparse") else bound
+        bound_of = lambda r: sbound if "+sparse" in r["config"] else bound
         md += ["### %s" % name, "",
                "%s, %s ranks on %d host(s); gradients %.2f MiB (size x %s), compute %.1f ms (time x %s)."
                % (rows[0]["model"], rows[0]["np"], hosts, int(rows[0]["grad_bytes"]) / 2**20, rows[0]["size_scale"],
@@ -425,7 +427,9 @@ def cmd_report(a):
                 t["x_wfbp_sparse"] = (s > 1, "%.2fx" % s)
             t["bound"] = (ta / t["bound_ms"] <= 1.15, "%.2f x bound" % (ta / t["bound_ms"]))
             t["own_bound_ms"] = own_bound(auto, hosts, rate, sparse=sparse_case)
-        if SHARDED in by:
+        if sparse_case and SHARDED_SPARSE in by:
+            t["shard_bound"] = iter_ms(by[SHARDED_SPARSE]) / sbound
+        elif SHARDED in by:
             t["shard_bound"] = iter_ms(by[SHARDED]) / bound
         errs = [(abs(float(r["pred_err_pct"])), r["config"]) for r in ok if r["pred_err_pct"] not in ("nan", "")]
         if errs:
@@ -632,7 +636,7 @@ def doc_section(command, meta, summary, section="e2e", title=None):
     any_sparse = any(t["product"] != "dear:auto" for t in summary)
     cols = ORDER if any_sparse else DENSE
     heads = ["sync", "wfbp+64M", "wfbp+25M", "wfbp+mgwfbp", "dear+25M", "dear+gradssa", "dear+auto",
-             "dear+auto+shard", "wfbp+64M+sparse", "dear+auto+sparse"][:len(cols)]
+             "dear+auto+shard", "wfbp+64M+sparse", "dear+auto+sparse", "dear+auto+sparse+shard"][:len(cols)]
     L += ["Median iteration time in ms (the period where measured, above), compute emulated by sleeping, "
           "real gradients through "
           "libdear; *x w64* = wfbp+64M / dear+auto (dear+auto+sparse in the sparse cases, which also run "
@@ -642,7 +646,9 @@ def doc_section(command, meta, summary, section="e2e", title=None):
           "exist only once backward has passed k and must be all-gathered before the next forward reaches "
           "it); *own* = auto over that bound with the update time auto needs itself instead of the least (an "
           "unsharded step on every rank against a sharded one: what is left for a schedule to win); *shard* = "
-          "dear+auto+shard (sharded updates, a choice of the trainer) over the bound; *pred* = the simulator's "
+          "dear+auto+shard (sharded updates, a choice of the trainer) over the bound (in the sparse cases "
+          "dear+auto+sparse+shard, whose reduce-scatters run sparse and all-gathers dense, over the sparse "
+          "bound); *pred* = the simulator's "
           "error for the bold configuration. \"Never slower\" compares configurations that step alike (sharded "
           "or not).", "",
           "| case | %s | x w64 | auto/bound | own | shard | pred |" % " | ".join(heads),

@@ -179,12 +179,14 @@ typedef struct {
 typedef struct {
     size_t size;                /* set by the caller */
     size_t block;               /* elements per block (dear_register_sparse); 0: not sparse */
-    int sparse_rs;              /* its reduce-scatters (all-reduces under wfbp, sync) run sparse now
-                                 * (a bucket runs sparse when every tensor in it pays) */
-    int sparse_ag;              /* its all-gathers run sparse now (schedule dear) */
+    int sparse_rs;              /* its reduce-scatters (all-reduces under wfbp, sync, unsharded) run
+                                 * sparse now (a bucket runs sparse when every tensor in it pays) */
+    int sparse_ag;              /* its all-gathers run sparse now (schedule dear, unsharded: sharded,
+                                 * they carry parameters and run dense) */
     double density;             /* fraction of its blocks that were non-zero in this rank's gradient
                                  * over the warm-up iterations (DEAR_WARMUP_ITERS); -1: not measured */
-    double density_union;       /* the same fraction of the averaged gradient, the union over ranks */
+    double density_union;       /* the same fraction of the averaged gradient, the union over ranks
+                                 * (-1 sharded, where no rank holds the whole averaged gradient) */
     uint64_t bytes_sent;        /* payload this rank sent in its bucket's sparse collectives (shared
                                  * with the other tensors of its bucket) */
     uint64_t msgs_sparse;       /* of their messages, those sent as non-zero blocks with indices */

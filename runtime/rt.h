@@ -365,6 +365,7 @@ typedef struct {
     int mode;               /* DEAR_SPARSE of rank 0, fixed at commit */
     long long measure_iters; /* densities are measured in iterations below this (rank 0's warm-up) */
     long long decide_at;    /* auto: decide at the backward_end completing this iteration; -1: never */
+    int rs_only;            /* sharded updates: the all-gathers carry parameters and run dense */
 } dear_sparse_ctl_t;
 
 /* Compression of float32 gradients (compress.c): fixed at commit, the same on every rank. */

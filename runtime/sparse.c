@@ -5,7 +5,9 @@
  * rows (a sparse tensor is cut into chunks on rows only, fusion/units.h); an all-gather group of
  * sparse tensors gathers part of one bucket. Such a bucket's
  * collectives run the `sparse` algorithm (collectives/coll_sparse.c) with that block, per phase:
- * the reduce-scatter (or the all-reduce of wfbp and sync) and the all-gather.
+ * the reduce-scatter (or the all-reduce of wfbp and sync) and the all-gather. Under sharded
+ * updates only the reduce-scatters may: the all-gathers carry the updated parameters, which are
+ * dense, and no rank holds the averaged gradient whole to count the union's blocks.
  *
  * During the warm-up iterations the progress thread scans each sparse bucket around its
  * collectives: before the reduce-scatter (this rank's gradient) and after the all-gather (the
@@ -104,19 +106,24 @@ static int sparse_is_on(const dear_ctx_t *ctx)
     return 0;
 }
 
-/* Giving way (to sharded updates, to the deterministic mode) sends the sparse tensors dense. */
+/* Sharded updates narrow the sparse tensors to their reduce-scatters: the all-gathers carry the
+ * updated parameters, dense. Giving way to the deterministic mode sends them dense. */
 static void sparse_yield(dear_ctx_t *ctx, dear_feat_t other)
 {
-    (void)other;
-    ctx->sparse.mode = DEAR_SPARSE_OFF;
+    if (other == DEAR_FEAT_SHARD)
+        ctx->sparse.rs_only = 1;
+    else
+        ctx->sparse.mode = DEAR_SPARSE_OFF;
 }
 
-/* Each sparse tensor's phases start sparse; auto decides after the warm-up. */
+/* Each sparse tensor's phases start sparse (the reduce-scatter only, sharded); auto decides after
+ * the warm-up. */
 static int sparse_setup(dear_ctx_t *ctx)
 {
     for (int t = 0; t < ctx->reg.ntensors; t++) {
         dear_tensor_t *tt = &ctx->reg.tensors[t];
-        tt->sparse_rs = tt->sparse_ag = dear_tensor_block(ctx, t) > 0;
+        tt->sparse_rs = dear_tensor_block(ctx, t) > 0;
+        tt->sparse_ag = tt->sparse_rs && !ctx->sparse.rs_only;
         if (tt->sparse_rs && ctx->sparse.mode == DEAR_SPARSE_AUTO)
             ctx->sparse.decide_at = ctx->sparse.measure_iters;
     }
@@ -181,7 +188,7 @@ static void set_algo(dear_op_t *op, size_t block, int sparse)
  * scans of the warm-up around them (the graph step; a decision later changes the algorithms only). */
 static int sparse_ops(dear_ctx_t *ctx, int hooks)
 {
-    int split = ctx->cfg.sched_ops->bucket_op == DEAR_COLL_REDUCE_SCATTER;
+    int split = dear_rt_split(ctx);
     for (int b = 0; b < ctx->graph.nbuckets; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         if (bk->sparse_block == 0)
@@ -196,7 +203,7 @@ static int sparse_ops(dear_ctx_t *ctx, int hooks)
         if (block == 0)
             continue;
         set_algo(&gr->op, block, all_sparse(ctx, gr->u0, gr->u1, 1));
-        if (hooks)
+        if (hooks && !ctx->sparse.rs_only) /* sharded, it gathers parameters: nothing to count */
             DEAR_CHECK(dear_op_hook(&gr->op, NULL, scan_gathered));
     }
     return DEAR_OK;
@@ -237,7 +244,7 @@ static double ratio(uint64_t nz, uint64_t blocks) { return blocks > 0 ? (double)
 
 const char *dear_sparse_phases(const dear_ctx_t *ctx, int rs, int ag, char *buf, size_t len)
 {
-    if (ctx->cfg.sched_ops->bucket_op == DEAR_COLL_REDUCE_SCATTER)
+    if (dear_rt_split(ctx))
         snprintf(buf, len, "reduce-scatter %s, all-gather %s", rs ? "sparse" : "dense", ag ? "sparse" : "dense");
     else
         snprintf(buf, len, "all-reduce %s", rs ? "sparse" : "dense");
@@ -267,13 +274,15 @@ int dear_sparse_decide(dear_ctx_t *ctx)
                                              ctx->cm.coll_topo);
         int copies_ag = dear_coll_sparse_copies(DEAR_COLL_ALLGATHER, tt->dtype, bytes, ctx->cm.size,
                                                 ctx->cm.coll_topo);
-        char phases[64];
+        char phases[64], uni[48] = "";
         tt->sparse_rs = pays(most[0], most[2], row, copies);
-        tt->sparse_ag = pays(most[1], most[3], row, copies_ag);
+        tt->sparse_ag = !ctx->sparse.rs_only && pays(most[1], most[3], row, copies_ag);
+        if (!ctx->sparse.rs_only) /* sharded, the average is never whole on a rank */
+            snprintf(uni, sizeof uni, ", %.3f in the average", ratio(most[1], most[3]));
         DEAR_INFO("sparse", "tensor '%s' (block %zu): %.3f of its blocks non-zero on this rank, %.3f on the densest "
-                            "rank, %.3f in the average over %lld warm-up iteration(s)%s: %s",
-                  tt->name, tt->sparse_block, ratio(mine[0], mine[2]), ratio(most[0], most[2]),
-                  ratio(most[1], most[3]), ctx->sparse.measure_iters,
+                            "rank%s over %lld warm-up iteration(s)%s: %s",
+                  tt->name, tt->sparse_block, ratio(mine[0], mine[2]), ratio(most[0], most[2]), uni,
+                  ctx->sparse.measure_iters,
                   copies > 1 ? "; the reduce-scatter's exchange crosses the link once per rank, hier once per host"
                              : "",
                   dear_sparse_phases(ctx, tt->sparse_rs, tt->sparse_ag, phases, sizeof phases));
@@ -327,8 +336,9 @@ int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stat
 }
 
 static const dear_feature_rule_t sparse_rules[] = {
-    { DEAR_RULE_GIVES_WAY, DEAR_FEAT_SHARD, DEAR_WHEN_ALWAYS,
-      "tensors declared sparse travel dense (the all-gathers carry parameters, which are dense)" },
+    { DEAR_RULE_YIELDS, DEAR_FEAT_SHARD, DEAR_WHEN_ALWAYS,
+      "tensors declared sparse send only their reduce-scatters sparse (the all-gathers carry parameters, which "
+      "are dense)" },
     { DEAR_RULE_GIVES_WAY, DEAR_FEAT_DETERMINISTIC, DEAR_WHEN_ALWAYS,
       "tensors declared sparse travel dense (the sparse exchange sums in its own order, the direct one in rank "
       "order)" },

@@ -699,8 +699,8 @@ static void predict_configs(bench_t *b)
     }
     for (int i = 0; i < b->o.nconfigs; i++) {
         const bench_config_t *c = &b->o.configs[i];
-        bench_model_price_sparse(&b->m, c->sparse);
-        /* Sharded, the all-gathers carry parameters, which the runtime sends uncompressed. */
+        /* Sharded, the all-gathers carry parameters, which the runtime sends dense and uncompressed. */
+        bench_model_price_sparse(&b->m, c->sparse, !c->shard);
         dear_prof_set_compress(&b->m.prof, -1, (dear_compress_t)c->comp_rs,
                                c->shard ? DEAR_COMPRESS_NONE : (dear_compress_t)c->comp_ag);
         b->bounds[i] = bench_lower_bound(&b->m, &b->links, upd_least);

@@ -329,7 +329,7 @@ int bench_model_build(const dear_profile_t *src, const bench_opts_t *o, bench_mo
     return o->hints ? load_hints(o->hints, m) : DEAR_OK;
 }
 
-void bench_model_price_sparse(bench_model_t *m, int on)
+void bench_model_price_sparse(bench_model_t *m, int on, int ag)
 {
     for (int t = 0; t < m->prof.ntensors; t++) {
         const sparse_t *sp = &m->sp[t];
@@ -337,7 +337,7 @@ void bench_model_price_sparse(bench_model_t *m, int on)
             continue;
         m->prof.tensors[t].block_bytes = on ? sp->row_elems * sizeof(float) : 0;
         m->prof.tensors[t].density_rs = sp->dens_rs;
-        m->prof.tensors[t].density_ag = sp->dens_ag;
+        m->prof.tensors[t].density_ag = ag ? sp->dens_ag : 1.0;
     }
 }
 

@@ -54,8 +54,9 @@ int bench_model_build(const dear_profile_t *src, const bench_opts_t *o, bench_mo
 void bench_model_free(bench_model_t *m);
 
 /* The profile's sparse records as a configuration runs: sparse at the replay's expected
- * densities (on), or none, every tensor priced dense (off). For the predictions. */
-void bench_model_price_sparse(bench_model_t *m, int on);
+ * densities (on), or none, every tensor priced dense (off); the all-gathers dense unless ag
+ * (sharded, they carry parameters). For the predictions. */
+void bench_model_price_sparse(bench_model_t *m, int on, int ag);
 
 /* Fresh parameters and update counts, for a run from the start. */
 void bench_model_reset(bench_model_t *m);

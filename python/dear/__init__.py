@@ -1347,7 +1347,8 @@ def wrap(model, optimizer, comm=None, *, schedule=None, fusion=None, bucket_cap_
     DEAR_COMPRESS_EF), sparse ('auto', 'on', 'off'; DEAR_SPARSE): the weight of every nn.Embedding
     and nn.EmbeddingBag used by no other module (not tied) is declared row-sparse, so that only
     the rows a batch touched travel, where that sends fewer bytes (auto: measured over the
-    warm-up; dear.sparse_stats tells what ran); on a GPU, and sharded, they travel dense. libdear
+    warm-up; dear.sparse_stats tells what ran); on a GPU they travel dense, and sharded (their
+    all-gathers carry parameters) only their gradients' reduce-scatters travel sparse. libdear
     refuses an unknown value, naming the accepted ones."""
     _load()
     if hasattr(model, "_dear"):

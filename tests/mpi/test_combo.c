@@ -28,6 +28,9 @@
  *   - every rank holding the same parameters, bit for bit;
  *   - under the deterministic mode, a second run under another plan ending bit for bit the same;
  *   - a frozen tensor's gradient never written by the library;
+ *   - the sparse tensor's phases running sparse where the features leave them (DEAR_SPARSE=on):
+ *     both phases, the reduce-scatter only when sharded or its all-reduce (wfbp, sync), none
+ *     under the deterministic mode;
  *   - a pair the library refuses (dear_feature_refused) failing dear_commit on every rank, with
  *     both features named, never later.
  * COMBO_LIST=1 prints the cases and exits; COMBO_CASE=k runs case k alone; COMBO_VERBOSE=1 prints
@@ -658,6 +661,20 @@ static void env_set(const combo_t *c, int other_plan)
     }
 }
 
+/* The sparse tensor's phases as the features leave them: sharded updates keep the reduce-scatter
+ * sparse (the all-gathers carry parameters), the deterministic mode sends it dense. */
+static void check_sparse_phases(dear_ctx_t *ctx, const combo_t *c, const char *what)
+{
+    if (!on(c->feat, F_SPARSE))
+        return;
+    dear_sparse_stats_t st = { .size = sizeof st };
+    ck_assert_int_eq(dear_get_sparse_stats(ctx, T_SPARSE, &st), DEAR_OK);
+    int rs = !on(c->feat, F_DETERM), ag = rs && !on(c->feat, F_SHARD) && c->dim[0] == 0;
+    ck_assert_msg(st.sparse_rs == rs && st.sparse_ag == ag,
+                  "%s: the sparse tensor's phases run %s, %s; expected %s, %s", what, st.sparse_rs ? "sparse" : "dense", st.sparse_ag ? "sparse" : "dense", rs ? "sparse" : "dense",
+                  ag ? "sparse" : "dense");
+}
+
 /* Train case c; returns 0, or 1 when commit refused it (checked here). */
 static int run(const combo_t *c, model_t *m, int other_plan, const char *what)
 {
@@ -719,6 +736,7 @@ static int run(const combo_t *c, model_t *m, int other_plan, const char *what)
         ck_assert_msg(m->why[0] == 0, "%s: %s", what, m->why);
     }
     ck_assert_int_eq(dear_flush(ctx), DEAR_OK);
+    check_sparse_phases(ctx, c, what);
     to_host(m);
     check_guards(m, what, ITERS);
     check_frozen(m, what, ITERS);

@@ -4,11 +4,12 @@
  * tensors of different row lengths around a dense one; each rank's gradient touches different
  * rows per iteration: none, one, a ragged few, or (one tensor) all of them. Gradients are small
  * integers, so every sum is exact and the parameters must equal the reference bit for bit, in
- * float32 and bfloat16, under every schedule and DEAR_SPARSE=on|off|auto:
+ * float32 and bfloat16, under every schedule and DEAR_SPARSE=on|off|auto, and sharded (float32):
  *   loop     the parameters; which phases ran sparse (on: all, off: none, auto: what the bytes of
- *            the densest rank's warm-up blocks decide); the warm-up densities, this rank's and the
- *            union's, counted here from the row patterns; sparse messages really sent; fewer bytes
- *            in all than with DEAR_SPARSE=off
+ *            the densest rank's warm-up blocks decide; sharded, the reduce-scatters only); the
+ *            warm-up densities, this rank's and the union's (none sharded), counted here from the
+ *            row patterns; sparse messages really sent; fewer bytes in all than with
+ *            DEAR_SPARSE=off
  *   planned  auto's choice kept through a plan switch at the same backward_end (DEAR_FUSION=auto)
  *            and a freeze mid-run, with the clipping collective between the phases
  *   block    DEAR_SPARSE_BLOCK in place of the rows: half-rows, two rows; the same parameters, the
@@ -48,6 +49,7 @@ static const size_t rowlen[NT] = { 8, 0, 4, 4 };
 typedef struct {
     int bf16;
     int planned;                /* online planning, the clipping collective, pos frozen mid-run */
+    int shard;                  /* sharded updates: each rank steps its slices, the all-gathers carry w */
     float *w;
     void *g;                    /* one arena, float32 or bfloat16 */
     size_t off[NT + 1];
@@ -130,7 +132,7 @@ static int update(const dear_update_info_t *u)
     for (size_t i = 0; i < u->count; i++) {
         float g = u->dtype == DEAR_BFLOAT16 ? dear_bf16_to_float(((const unsigned short *)u->grad)[i])
                                             : ((const float *)u->grad)[i];
-        m->w[m->off[u->tensor] + i] -= LR * g;
+        m->w[m->off[u->tensor] + u->offset + i] -= LR * g;
     }
     return 0;
 }
@@ -184,7 +186,11 @@ static dear_ctx_t *setup(model_t *m, const char *sched, const char *mode)
                          DEAR_OK);
         if (rowlen[t])
             ck_assert_int_eq(dear_register_sparse(ctx, dear_tensor_index(ctx, names[t]), rowlen[t]), DEAR_OK);
+        if (m->shard)
+            ck_assert_int_eq(dear_set_param(ctx, t, m->w + m->off[t]), DEAR_OK);
     }
+    if (m->shard)
+        ck_assert_int_eq(dear_set_shard(ctx, DEAR_SHARD_ON), DEAR_OK);
     if (m->planned)
         ck_assert_int_eq(dear_set_clip_norm(ctx, INFINITY), DEAR_OK); /* its collective, no scaling */
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
@@ -251,7 +257,7 @@ static void find_copies(void)
 static const char *const scheds[] = { "dear", "wfbp", "sync" };
 static const char *const modes[] = { "on", "off", "auto" };
 
-static void check_stats(dear_ctx_t *ctx, int s, int mode, size_t es, const char *what)
+static void check_stats(dear_ctx_t *ctx, const model_t *m, int s, int mode, size_t es, const char *what)
 {
     for (int t = 0; t < NT; t++) {
         dear_sparse_stats_t st = { .size = sizeof st };
@@ -267,12 +273,13 @@ static void check_stats(dear_ctx_t *ctx, int s, int mode, size_t es, const char 
         }
         size_t rows = counts[t] / rowlen[t];
         double mine = (double)rows_touched(t, rank) / (double)(rows * WARMUP);
-        double uni = (double)rows_touched(t, -1) / (double)(rows * WARMUP);
+        /* Sharded, no rank holds the averaged gradient whole: nothing to count. */
+        double uni = m->shard ? -1 : (double)rows_touched(t, -1) / (double)(rows * WARMUP);
         ck_assert_msg(st.density == mine && st.density_union == uni,
                       "%s: tensor %d's warm-up densities are %g (this rank) and %g (union), the rows touched give %g "
                       "and %g", what, t, st.density, st.density_union, mine, uni);
         /* embed and pos share a bucket: it runs sparse when both pay. */
-        int rs = 1, ag = s == 0;
+        int rs = 1, ag = s == 0 && !m->shard;
         for (int u = t < 2 ? t : 2; u <= (t < 2 ? t : 3); u++) {
             long most = 0;
             for (int q = 0; q < nranks; q++)
@@ -281,7 +288,7 @@ static void check_stats(dear_ctx_t *ctx, int s, int mode, size_t es, const char 
             rs &= mode == 0 || pays(u, most, es, 0);
             ag &= mode == 0 || pays(u, u_uni, es, 1);
             flips += mode == 2 && pays(u, most, es, 0) != pays_times(u, most, es, 1);
-            flips += mode == 2 && s == 0 && pays(u, u_uni, es, 1) != pays_times(u, u_uni, es, 1);
+            flips += mode == 2 && ag && pays(u, u_uni, es, 1) != pays_times(u, u_uni, es, 1);
         }
         ck_assert_msg(st.sparse_rs == rs && st.sparse_ag == ag, "%s: tensor %d runs reduce-scatter %s, all-gather %s; "
                       "expected %s, %s", what, t, st.sparse_rs ? "sparse" : "dense", st.sparse_ag ? "sparse" : "dense",
@@ -306,7 +313,7 @@ static uint64_t finish(dear_ctx_t **ctx, model_t *m)
 /* The saved profile prices each sparse tensor by its warm-up densities: the densest rank's rows
  * for the reduce-scatter, the union's for the all-gather, 1 for a phase the tensor runs dense
  * (auto's rule per tensor); DEAR_SPARSE=off declares none. */
-static void check_profile(dear_ctx_t *ctx, int mode, size_t es, const char *what)
+static void check_profile(dear_ctx_t *ctx, int shard, int mode, size_t es, const char *what)
 {
     char path[64] = "/tmp/dear-sparse-prof-XXXXXX";
     if (rank == 0) {
@@ -333,7 +340,7 @@ static void check_profile(dear_ctx_t *ctx, int mode, size_t es, const char *what
             most = rows_touched(t, q) > most ? rows_touched(t, q) : most;
         long uni = rows_touched(t, -1);
         double rs = mode == 0 || pays(t, most, es, 0) ? (double)most / (double)blocks : 1;
-        double ag = mode == 0 || pays(t, uni, es, 1) ? (double)uni / (double)blocks : 1;
+        double ag = !shard && (mode == 0 || pays(t, uni, es, 1)) ? (double)uni / (double)blocks : 1;
         ck_assert_msg(pt->block_bytes == rowlen[t] * es && fabs(pt->density_rs - rs) <= 1e-8 &&
                           fabs(pt->density_ag - ag) <= 1e-8,
                       "%s: profile has tensor %d sparse in blocks of %zu bytes at densities %g/%g; expected %zu "
@@ -344,7 +351,7 @@ static void check_profile(dear_ctx_t *ctx, int mode, size_t es, const char *what
 
 START_TEST(test_loop)
 {
-    int s = _i / 2, bf16 = _i % 2;
+    int shard = _i >= 6, s = shard ? _i - 6 : _i / 2, bf16 = !shard && _i % 2;
     size_t es = bf16 ? 2 : 4;
     model_t ref;
     model_init(&ref, bf16);
@@ -353,19 +360,20 @@ START_TEST(test_loop)
     for (int mode = 0; mode < 3; mode++) {
         model_t m;
         model_init(&m, bf16);
+        m.shard = shard;
         dear_ctx_t *ctx = setup(&m, scheds[s], modes[mode]);
         train(ctx, &m);
         char what[96];
-        snprintf(what, sizeof what, "schedule %s, DEAR_SPARSE=%s, %s, np %d", scheds[s], modes[mode],
-                 bf16 ? "bfloat16" : "float32", nranks);
+        snprintf(what, sizeof what, "schedule %s%s, DEAR_SPARSE=%s, %s, np %d", scheds[s], shard ? ", sharded" : "",
+                 modes[mode], bf16 ? "bfloat16" : "float32", nranks);
         assert_same_params(&m, &ref, what);
-        check_stats(ctx, s, mode, es, what);
-        check_profile(ctx, mode, es, what);
+        check_stats(ctx, &m, s, mode, es, what);
+        check_profile(ctx, shard, mode, es, what);
         sent[mode] = finish(&ctx, &m);
     }
     if (nranks > 1)
-        ck_assert_msg(sent[0] < sent[1], "schedule %s: %llu bytes sent with DEAR_SPARSE=on, %llu with off", scheds[s],
-                      (unsigned long long)sent[0], (unsigned long long)sent[1]);
+        ck_assert_msg(sent[0] < sent[1], "schedule %s%s: %llu bytes sent with DEAR_SPARSE=on, %llu with off", scheds[s],
+                      shard ? ", sharded" : "", (unsigned long long)sent[0], (unsigned long long)sent[1]);
     if (rank == 0 && copies > 1)
         printf("test_sparse: %d ranks per host: DEAR_SPARSE=auto weighs the exchange %d times over; %d phase "
                "decision(s) so far differ from one host's\n", copies, copies, flips);
@@ -491,7 +499,7 @@ int main(int argc, char **argv)
     Suite *s = suite_create("sparse");
     TCase *tc = tcase_create("sparse");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_loop, 0, 6); /* schedule x (float32, bfloat16) */
+    tcase_add_loop_test(tc, test_loop, 0, 9); /* schedule x (float32, bfloat16), then sharded float32 */
     tcase_add_loop_test(tc, test_planned, 0, 2); /* dear, wfbp */
     tcase_add_loop_test(tc, test_block, 0, 3); /* schedule */
     tcase_add_test(tc, test_errors);
