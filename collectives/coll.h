@@ -36,8 +36,8 @@
  *                   not all-bits-zero travel, each message dense instead when that is no larger
  *                   (coll_sparse.c). The shards, buffers and results are those of the dense
  *                   collectives above: an all-gather's receiver needs no zeroed buffer, the pieces
- *                   that do not travel are written as zeros. A multi-block all-gather cuts its
- *                   blocks over the concatenation of what travels.
+ *                   that do not travel are written as zeros. A multi-block collective cuts each
+ *                   of its blocks from the block's lo, so a row stays one piece per shard.
  * Reductions are sums; 16-bit float types are added in float32 and rounded once, when the
  * result is final, whatever the algorithm and the rank count (partial sums travel and wait in
  * float32), so every rank gets round16(float32 sum * scale); integer-valued data stay exact.

@@ -1,7 +1,8 @@
 /*
  * Algorithm `sparse`: block-sparse reduce-scatter and all-gather over point-to-point messages, after
  * OmniReduce (the dispatcher composes the all-reduce). The vector is cut into blocks of r->block
- * elements from element 0; a block cut by a shard boundary gives one piece to each shard, so the
+ * elements from element 0 (multi-block: each block from its lo, grid_build, so that rows stay
+ * whole in the staging vector); a block cut by a shard boundary gives one piece to each shard, so the
  * shards are exactly the dense collectives' and the runtime can swap one for the other. Each
  * message is one shard's pieces that are not all-bits-zero (sparse) or the whole shard (dense),
  * whichever is smaller:
@@ -61,9 +62,11 @@
 
 #define IDX_BYTES sizeof(uint32_t)
 
-/* Shard p's place in the vector and its pieces: n pieces, the first of block b0. */
+/* Shard p's place in the vector and its pieces: n pieces, the first of block b0 of the vector, or
+ * (a multi-block collective) starting at start[0..n) within the shard. */
 typedef struct {
     size_t off, len, b0, n;
+    const uint32_t *start;
 } shard_t;
 
 /* One prepared message: the dense shard itself, or packed at off in the pack buffer. */
@@ -99,24 +102,53 @@ typedef struct {
     int *fwd_owner, *fwd_slot;  /* those owners, ascending, and the first send slot of each */
     int nfwd, next_fwd;         /* how many; passed on so far */
     int nsends;                 /* send slots used */
+    /* multi-block: every shard's piece starts, rank p's grid_at[p] .. grid_at[p + 1] - 1 of grid */
+    uint32_t *grid;
+    size_t *grid_at;
 } sparse_state_t;
 
 static void shard_of(const dear_coll_req_t *r, int p, shard_t *s)
 {
+    const sparse_state_t *st = r->state;
     s->off = r->displs[p];
     s->len = r->counts[p];
     s->b0 = s->off / r->block;
     s->n = s->len > 0 ? (s->off + s->len - 1) / r->block - s->b0 + 1 : 0;
+    s->start = NULL;
+    if (st != NULL && st->grid != NULL) {
+        s->start = st->grid + st->grid_at[p];
+        s->n = st->grid_at[p + 1] - st->grid_at[p];
+    }
 }
 
 /* Piece j of shard s: *lo elements into the shard, *n elements. */
 static void piece_of(const dear_coll_req_t *r, const shard_t *s, size_t j, size_t *lo, size_t *n)
 {
+    if (s->start != NULL) {
+        *lo = s->start[j];
+        *n = (j + 1 < s->n ? s->start[j + 1] : s->len) - *lo;
+        return;
+    }
     size_t a = (s->b0 + j) * r->block, b = a + r->block;
     a = a > s->off ? a : s->off;
     b = b < s->off + s->len ? b : s->off + s->len;
     *lo = a - s->off;
     *n = b - a;
+}
+
+/* The piece of shard s holding element e (within the shard), or s->n past its end. */
+static size_t piece_at(const dear_coll_req_t *r, const shard_t *s, size_t e)
+{
+    if (e >= s->len)
+        return s->n;
+    if (s->start == NULL)
+        return (s->off + e) / r->block - s->b0;
+    size_t a = 0, b = s->n; /* the last start at or before e */
+    while (b - a > 1) {
+        size_t m = a + (b - a) / 2;
+        *(s->start[m] <= e ? &a : &b) = m;
+    }
+    return a;
 }
 
 /* Bytes of n elements as they travel: packed under int8, else as they are. */
@@ -141,7 +173,7 @@ static size_t scan_shard(const dear_coll_req_t *r, const shard_t *s, const char 
         piece_of(r, s, j, &lo, &n);
         size_t nz = next_nonzero(r, s, shard, lo);
         if (nz >= lo + n) {
-            j = nz < s->len ? (s->off + nz) / r->block - s->b0 : s->n;  /* the piece holding nz */
+            j = piece_at(r, s, nz);
             continue;
         }
         bytes += wire_bytes(r, n) + IDX_BYTES;
@@ -772,6 +804,47 @@ static int sparse_progress(dear_coll_req_t *r, int *done)
     return r->op == DEAR_COLL_REDUCE_SCATTER ? rs_progress(r, st, done) : ag_progress(r, st, done);
 }
 
+typedef struct {
+    size_t block, base, k;
+    uint32_t *out;              /* NULL: count only */
+} grid_arg_t;
+
+/* A rank's piece [at, at + n) of block b, at pos of the staging vector: cut where a run of
+ * `block` elements from the block's lo ends, each start recorded within the rank's shard. */
+static int grid_piece(void *arg, const dear_coll_block_t *b, size_t at, size_t n, size_t pos)
+{
+    grid_arg_t *g = arg;
+    for (size_t x = at; x < at + n; x = b->lo + ((x - b->lo) / g->block + 1) * g->block) {
+        if (g->out != NULL)
+            g->out[g->k] = (uint32_t)(pos - g->base + (x - at));
+        g->k++;
+    }
+    return 0;
+}
+
+/* A multi-block collective cuts each block from its own lo, so that its rows stay whole in the
+ * staging vector (a grid over the concatenation would cut every row that a shard's start leaves
+ * out of step, sending it as two pieces). */
+static int grid_build(dear_coll_req_t *r, sparse_state_t *st)
+{
+    int rc = DEAR_OK;
+    grid_arg_t g = { r->block, 0, 0, NULL };
+    (void)dear_coll_blocks_each(r->blocks, r->nblocks, r->nranks, r->displs, 0, r->nranks, grid_piece, &g);
+    size_t gb = (g.k + 1) * sizeof(uint32_t), ab = ((size_t)r->nranks + 1) * sizeof(size_t);
+    DEAR_ALLOC_GOTO(st->grid, malloc(gb), gb, rc, out);
+    DEAR_ALLOC_GOTO(st->grid_at, malloc(ab), ab, rc, out);
+    g.out = st->grid;
+    g.k = 0;
+    for (int p = 0; p < r->nranks; p++) {
+        st->grid_at[p] = g.k;
+        g.base = r->displs[p];
+        (void)dear_coll_blocks_each(r->blocks, r->nblocks, r->nranks, r->displs, p, p + 1, grid_piece, &g);
+    }
+    st->grid_at[r->nranks] = g.k;
+out:
+    return rc;
+}
+
 static int sparse_start(dear_coll_req_t *r)
 {
     int rc = DEAR_OK;
@@ -783,7 +856,19 @@ static int sparse_start(dear_coll_req_t *r)
             coll_rs_final(r, r->src, r->total);
         return DEAR_OK;  /* nothing travels */
     }
-    /* Each message is at most one shard and MPI counts are ints. */
+    st->npeers = r->nranks - 1;
+    size_t nb = (size_t)st->npeers * sizeof(dear_net_req_t), lb = (size_t)st->npeers * sizeof(long);
+    size_t mb = (size_t)st->npeers * sizeof(msg_t), ab = ((size_t)st->npeers + 1) * sizeof(unsigned long long);
+    DEAR_ALLOC_GOTO(st->rreq, malloc(nb), nb, rc, out);
+    DEAR_ALLOC_GOTO(st->sreq, malloc(nb), nb, rc, out);
+    DEAR_ALLOC_GOTO(st->rbytes, malloc(lb), lb, rc, out);
+    DEAR_ALLOC_GOTO(st->msgs, calloc(1, mb), mb, rc, out);
+    DEAR_ALLOC_GOTO(st->abytes, calloc(1, ab), ab, rc, out);
+    for (int i = 0; i < st->npeers; i++)
+        st->rreq[i] = st->sreq[i] = DEAR_NET_REQ_NULL;
+    if (r->blocks != NULL)
+        DEAR_CHECK_GOTO(grid_build(r, st), rc, out);
+    /* Each message is at most one shard and MPI counts are ints (the grid's uint32 starts too). */
     size_t max_pieces = 0;
     for (int p = 0; p < r->nranks; p++) {
         if (r->counts[p] > INT_MAX / r->esize || wire_bytes(r, r->counts[p]) > INT_MAX) {
@@ -795,18 +880,8 @@ static int sparse_start(dear_coll_req_t *r)
         shard_of(r, p, &s);
         max_pieces = s.n > max_pieces ? s.n : max_pieces;
     }
-    st->npeers = r->nranks - 1;
-    size_t nb = (size_t)st->npeers * sizeof(dear_net_req_t), lb = (size_t)st->npeers * sizeof(long);
-    size_t ib = max_pieces * sizeof(uint32_t) + 1, mb = (size_t)st->npeers * sizeof(msg_t);
-    size_t ab = ((size_t)st->npeers + 1) * sizeof(unsigned long long);
-    DEAR_ALLOC_GOTO(st->rreq, malloc(nb), nb, rc, out);
-    DEAR_ALLOC_GOTO(st->sreq, malloc(nb), nb, rc, out);
-    DEAR_ALLOC_GOTO(st->rbytes, malloc(lb), lb, rc, out);
+    size_t ib = max_pieces * sizeof(uint32_t) + 1;
     DEAR_ALLOC_GOTO(st->idx, malloc(ib), ib, rc, out);
-    DEAR_ALLOC_GOTO(st->msgs, calloc(1, mb), mb, rc, out);
-    DEAR_ALLOC_GOTO(st->abytes, calloc(1, ab), ab, rc, out);
-    for (int i = 0; i < st->npeers; i++)
-        st->rreq[i] = st->sreq[i] = DEAR_NET_REQ_NULL;
     int rs = r->op == DEAR_COLL_REDUCE_SCATTER;
     if (!rs && fwd_on(r))
         DEAR_CHECK_GOTO(fwd_setup(r, st), rc, out);
@@ -859,6 +934,8 @@ static void sparse_cleanup(dear_coll_req_t *r)
     free(st->fwd_of);
     free(st->fwd_owner);
     free(st->fwd_slot);
+    free(st->grid);
+    free(st->grid_at);
     free(st);
     r->state = NULL;
 }

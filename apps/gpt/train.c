@@ -93,7 +93,8 @@ static void usage(FILE *f)
         "  --schedule S        dear|wfbp|sync (default: $DEAR_SCHEDULE, else dear)\n"
         "  --shard             sharded updates: each rank runs AdamW on its 1/P slice of every\n"
         "                      tensor and keeps only those moments; the all-gathers carry the\n"
-        "                      parameters (dear_set_shard; the embedding then travels dense)\n"
+        "                      parameters (dear_set_shard; the embedding's all-gathers then\n"
+        "                      travel dense, its reduce-scatters still sparse)\n"
         "Output\n"
         "  --print-every N     progress line every N iterations (default 50; 0: none)\n"
         "  --eval-every N      validation loss every N iterations (default 200; 0: end only)\n"
@@ -880,14 +881,16 @@ static void print_sparse_stats(const run_t *r)
         return;
     const char *sched = getenv("DEAR_SCHEDULE") ? getenv("DEAR_SCHEDULE") : "dear";
     printf("sparse embedding wte (%d rows of %zu): ", r->model.cfg.vocab, sp.block);
-    if (strcmp(sched, "dear") == 0)
+    if (strcmp(sched, "dear") == 0 || r->o.shard) /* sharded, every schedule splits the phases */
         printf("reduce-scatter %s, all-gather %s", sp.sparse_rs ? "sparse" : "dense",
                sp.sparse_ag ? "sparse" : "dense");
     else
         printf("all-reduce %s", sp.sparse_rs ? "sparse" : "dense");
-    if (sp.density >= 0)
+    if (sp.density >= 0 && sp.density_union >= 0)
         printf("; warm-up density %.4f on rank 0, %.4f of the averaged gradient", sp.density,
                sp.density_union);
+    else if (sp.density >= 0) /* sharded: no rank holds the averaged gradient whole */
+        printf("; warm-up density %.4f on rank 0", sp.density);
     else
         printf("; density not measured (DEAR_SPARSE=off)");
     printf("; %llu sparse and %llu dense messages, %.3f MB sent by rank 0\n",

@@ -37,10 +37,11 @@ ARGS="--data $tmp/words.txt --vocab words --vocab-size $K --iters $ITERS --batch
       --dim $DIM --heads 2 --layers 1 --lr 1e-2 --seed 3 --print-every 0 --eval-every 6
       --sample 20 --val-chars 8192"
 
-# sparse_check NAME NP on|off: the line "sparse embedding wte ..." of the run. on: every phase
-# sparse, only sparse messages, a density in (0, 0.1], and fewer bytes than a quarter of what
-# the dense collectives of the embedding send in ITERS iterations (2 (P-1)/P of its rows, all
-# of its bytes, each iteration); off: dense, density not measured, no sparse message.
+# sparse_check NAME NP on|off|shard: the line "sparse embedding wte ..." of the run. on: every
+# phase sparse, only sparse messages, a density in (0, 0.1], and fewer bytes than a quarter of
+# what the dense collectives of the embedding send in ITERS iterations (2 (P-1)/P of its rows, all
+# of its bytes, each iteration); shard: the same with the reduce-scatters sparse and the
+# all-gathers (parameters) dense; off: dense, density not measured, no sparse message.
 sparse_check() {
     line=$(grep '^sparse embedding wte' "$tmp/$1.out")
     if [ -z "$line" ]; then
@@ -52,10 +53,10 @@ sparse_check() {
             match($0, /[0-9]+ sparse and [0-9]+ dense messages, [0-9.]+ MB/)
             split(substr($0, RSTART, RLENGTH), m, " ")
             dense_mb = 2 * (np - 1) / np * (k + 1) * dim * 4 * iters / 1e6
-            if (want == "on") {
+            if (want == "on" || want == "shard") {
                 match($0, /warm-up density [0-9.]+/); d = substr($0, RSTART + 16, RLENGTH - 16) + 0
-                ok = phases !~ /dense/ && m[1] > 0 && m[4] == 0 && d > 0 && d <= 0.1 &&
-                     m[7] < dense_mb / 4
+                ok = (want == "on" ? phases !~ /dense/ : phases == "reduce-scatter sparse, all-gather dense") &&
+                     m[1] > 0 && m[4] == 0 && d > 0 && d <= 0.1 && m[7] < dense_mb / 4
             } else {
                 ok = phases !~ /sparse/ && /density not measured/ && m[1] == 0
             }
@@ -102,5 +103,13 @@ if run np2-dear-auto 2 dear DEAR_SPARSE=auto; then
     compare np2-sync-off np2-dear-auto
     sparse_check np2-dear-auto 2 on
 fi
+# sharded updates (--shard): the reduce-scatters still sparse, the all-gathers carry parameters
+unsharded=$ARGS ARGS="$ARGS --shard"
+if run np3-dear-shard 3 dear DEAR_SPARSE=on; then
+    compare_params np3-sync-off np3-dear-shard
+    compare np2-sync-off np3-dear-shard
+    sparse_check np3-dear-shard 3 shard
+fi
+ARGS=$unsharded
 [ $fails -eq 0 ] || { echo "gpt-words.sh: $fails check(s) failed"; exit 1; }
 echo "gpt-words.sh: sparse and dense runs agree"
