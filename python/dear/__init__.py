@@ -1428,7 +1428,8 @@ def sparse_stats(model):
     """What the sparse path did for each embedding weight the binding declared row-sparse
     ({name: {block, sparse_rs, sparse_ag, density, density_union, bytes_sent, msgs_sparse,
     msgs_dense}}; dear_get_sparse_stats): whether its reduce-scatters and all-gathers run sparse
-    now, the non-zero share of its rows measured over the warm-up, and what was sent."""
+    now, the non-zero share of its rows measured over the warm-up (of the averaged gradient: -1
+    sharded, where no rank holds it whole), and what was sent."""
     return model._dear.sparse_stats()
 
 
