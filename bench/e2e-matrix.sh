@@ -219,7 +219,7 @@ if ((KEEP_OTHERS)) && [[ -f $RES/e2e.meta ]]; then
         spl=$(for n in $listed; do [[ $n == *-sparse-balanced-* ]] && echo "${n##*-}"; done | sort -u | tr '\n' ' ')
         sed -i -e "s/^cases:.*/cases:$listed/" -e "s/(sparse cases: [^)]*)/(sparse cases: ${spl% })/" "$RES/e2e.meta"
     fi
-    echo "rerun:$names: $(meta_date), commit $(meta_commit -- . ':!bench/results'), $elapsed s${added:+ (added:$added)}" \
+    echo "rerun:$names: $(meta_date), commit $(meta_commit -- . ':!bench/results'), $elapsed s${added:+ (added:$added)}, $(meta_machine)" \
         >>"$RES/e2e.meta"
 else {
     echo "date: $(meta_date)"
