@@ -671,7 +671,8 @@ static void check_sparse_phases(dear_ctx_t *ctx, const combo_t *c, const char *w
     ck_assert_int_eq(dear_get_sparse_stats(ctx, T_SPARSE, &st), DEAR_OK);
     int rs = !on(c->feat, F_DETERM), ag = rs && !on(c->feat, F_SHARD) && c->dim[0] == 0;
     ck_assert_msg(st.sparse_rs == rs && st.sparse_ag == ag,
-                  "%s: the sparse tensor's phases run %s, %s; expected %s, %s", what, st.sparse_rs ? "sparse" : "dense", st.sparse_ag ? "sparse" : "dense", rs ? "sparse" : "dense",
+                  "%s: the sparse tensor's phases run %s, %s; expected %s, %s", what,
+                  st.sparse_rs ? "sparse" : "dense", st.sparse_ag ? "sparse" : "dense", rs ? "sparse" : "dense",
                   ag ? "sparse" : "dense");
 }
 
