@@ -69,7 +69,8 @@ static double best_pairing(const dear_plan_problem_t *prob, const dear_plan_t *r
             dear_plan_t mix = { .nunits = rs->nunits, .ntensors = rs->ntensors, .rs = rs->rs, .ag = p[k].ag,
                                 .ag_early = ne };
             double t = dear_planner_predict(prob, &mix, rc);
-            if (t < best) { /* ties keep the earlier, simpler choice */
+            /* An equal prediction goes to fewer groups, then to the earlier, simpler choice. */
+            if (t < best || (t == best && p[k].ag.ngroups < p[*bj].ag.ngroups)) {
                 best = t;
                 *bj = k;
                 *be = ne;
@@ -77,6 +78,15 @@ static double best_pairing(const dear_plan_problem_t *prob, const dear_plan_t *r
         }
     }
     return best;
+}
+
+/* The collectives a plan of rs's buckets and ag's groups starts per iteration. Between equal
+ * predictions auto takes the fewest: the model is least sure of a collective's start-up and of
+ * many in flight, so the plan with fewer leaves the least to its error (where the reduce-scatters
+ * hide under backward, every bucketing predicts the same iteration). */
+static int collectives(const dear_plan_problem_t *prob, const dear_plan_t *rs, const dear_plan_t *ag)
+{
+    return rs->rs.ngroups + (prob->sched == DEAR_SCHED_DEAR ? ag->ag.ngroups : 0);
 }
 
 /* *out: rs's buckets with the all-gather groups of ag (early groups ne), named name. */
@@ -123,7 +133,12 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
     int bj[DEAR_PLANNER_COUNT + 1], be[DEAR_PLANNER_COUNT + 1], bi = 0;
     for (int i = 0; i < NC && rc == DEAR_OK; i++) {
         t[i] = best_pairing(prob, &p[i], p, NC, i, NULL, &bj[i], &be[i], &rc);
-        if (t[i] < t[bi])
+        if (rc == DEAR_OK)
+            DEAR_DEBUG("plan", "auto: candidate %s, %d bucket(s), best with %s's %d all-gather group(s), %d early: "
+                               "predicted %.3f ms",
+                       p[i].planner, p[i].rs.ngroups, p[bj[i]].planner, p[bj[i]].ag.ngroups, be[i], 1e3 * t[i]);
+        if (t[i] < t[bi] || (t[i] == t[bi] && collectives(prob, &p[i], &p[bj[i]]) <
+                                                    collectives(prob, &p[bi], &p[bj[bi]])))
             bi = i;
     }
     char name[sizeof plan->planner];

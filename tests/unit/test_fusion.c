@@ -1923,6 +1923,59 @@ START_TEST(no_early_plans)
 END_TEST
 
 
+/* Equal predictions go to the plan of fewer collectives. Where compute hides the reduce-scatters,
+ * every bucketing predicts the same iteration; auto then takes the fewest buckets and all-gather
+ * groups among the equal pairings (brute force over every candidate's buckets, every candidate's
+ * groups and every early count), not the first candidate in its table. */
+START_TEST(auto_ties_fewest_collectives)
+{
+    static const char *const models[] = { "densenet201", "resnet50", "bert-base", "vgg16" };
+    static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp", "gradssa" };
+    static const double scales[] = { 1, 4, 16 };
+    int tied = 0; /* cases where an equal pairing had more collectives than auto's plan */
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++)
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+            dear_profile_t p;
+            dear_cost_model_t m;
+            shipped_10gbe(models[mi], &p, &m);
+            for (int l = 0; l < p.nlayers; l++) { /* more compute: more of the communication hidden */
+                p.layers[l].fwd_s *= scales[si];
+                p.layers[l].bwd_s *= scales[si];
+            }
+            dear_sim_model_arg_t marg;
+            dear_plan_problem_t prob;
+            ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
+            prob.rounds = 20;
+            prob.seed = 7;
+            dear_plan_t au = { 0 }, cp[5] = { { 0 } };
+            double tauto = plan_T(&prob, "auto", &au);
+            int nauto = au.rs.ngroups + au.ag.ngroups, more = 0;
+            for (int i = 0; i < 5; i++)
+                plan_T(&prob, cands[i], &cp[i]);
+            for (int i = 0; i < 5; i++)
+                for (int j = 0; j < 5; j++)
+                    for (int ne = 0; ne <= cp[j].ag.ngroups; ne++) {
+                        dear_plan_t mix = { .nunits = cp[i].nunits, .ntensors = cp[i].ntensors, .rs = cp[i].rs,
+                                            .ag = cp[j].ag, .ag_early = ne };
+                        double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix);
+                        ck_assert_msg(t >= tauto, "%s x%g: %s+%s (%d early) %.12g beats auto %.12g", models[mi],
+                                      scales[si], cands[i], cands[j], ne, t, tauto);
+                        int n = cp[i].rs.ngroups + cp[j].ag.ngroups;
+                        ck_assert_msg(t > tauto || n >= nauto,
+                                      "%s x%g: %s+%s predicts auto's %.12g with %d collectives, auto's %s %d",
+                                      models[mi], scales[si], cands[i], cands[j], t, n, au.planner, nauto);
+                        more |= t == tauto && n > nauto;
+                    }
+            tied += more;
+            for (int i = 0; i < 5; i++)
+                dear_plan_free(&cp[i]);
+            dear_plan_free(&au);
+            dear_prof_free(&p);
+        }
+    ck_assert_msg(tied > 0, "no case had equal predictions with more collectives: the rule went untested");
+}
+END_TEST
+
 /* ---- units: tensors cut into chunks ---- */
 
 /* Every cut tensor's chunks against the rule worked out independently: k = ceil(B / P) chunks
@@ -2788,6 +2841,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, gradssa_deterministic_and_never_worse);
     tcase_add_test(tc, gradssa_within_1pct_of_dp_on_shipped);
     tcase_add_test(tc, auto_runners_up);
+    tcase_add_test(tc, auto_ties_fewest_collectives);
     tcase_add_test(tc, no_early_plans);
     tcase_add_test(tc, planners_fast_on_2000_tensors);
     suite_add_tcase(s, tc);
