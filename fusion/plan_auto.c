@@ -48,6 +48,15 @@ static int candidates(const dear_plan_problem_t *prob, dear_plan_t *p, int *nc)
     return rc;
 }
 
+/* The collectives a plan of rs's buckets and ag's groups starts per iteration. Between equal
+ * predictions auto takes the fewest: the model is least sure of a collective's start-up and of
+ * many in flight, so the plan with fewer leaves the least to its error (where the reduce-scatters
+ * hide under backward, every bucketing predicts the same iteration). */
+static int collectives(const dear_plan_problem_t *prob, const dear_plan_t *rs, const dear_plan_t *ag)
+{
+    return rs->rs.ngroups + (prob->sched == DEAR_SCHED_DEAR ? ag->ag.ngroups : 0);
+}
+
 /* The best all-gather side for the buckets of plan rs (schedule dear: any candidate's groups
  * other than avoid's (NULL: none), with every number of early groups, 0 = all in the forward; the
  * others have buckets only): the index of the candidate whose groups it takes in *bj, the early
@@ -69,8 +78,8 @@ static double best_pairing(const dear_plan_problem_t *prob, const dear_plan_t *r
             dear_plan_t mix = { .nunits = rs->nunits, .ntensors = rs->ntensors, .rs = rs->rs, .ag = p[k].ag,
                                 .ag_early = ne };
             double t = dear_planner_predict(prob, &mix, rc);
-            /* An equal prediction goes to fewer groups, then to the earlier, simpler choice. */
-            if (t < best || (t == best && p[k].ag.ngroups < p[*bj].ag.ngroups)) {
+            /* An equal prediction goes to fewer collectives, then to the earlier, simpler choice. */
+            if (t < best || (t == best && collectives(prob, rs, &p[k]) < collectives(prob, rs, &p[*bj]))) {
                 best = t;
                 *bj = k;
                 *be = ne;
@@ -78,15 +87,6 @@ static double best_pairing(const dear_plan_problem_t *prob, const dear_plan_t *r
         }
     }
     return best;
-}
-
-/* The collectives a plan of rs's buckets and ag's groups starts per iteration. Between equal
- * predictions auto takes the fewest: the model is least sure of a collective's start-up and of
- * many in flight, so the plan with fewer leaves the least to its error (where the reduce-scatters
- * hide under backward, every bucketing predicts the same iteration). */
-static int collectives(const dear_plan_problem_t *prob, const dear_plan_t *rs, const dear_plan_t *ag)
-{
-    return rs->rs.ngroups + (prob->sched == DEAR_SCHED_DEAR ? ag->ag.ngroups : 0);
 }
 
 /* *out: rs's buckets with the all-gather groups of ag (early groups ne), named name. */
