@@ -125,8 +125,11 @@ for p in $SPARSE_PROFILES; do
         die "profile fusion/profiles/$p.prof has no sparse tensor: it cannot be a sparse case"
 done
 
+# The report; its floor column runs the build's dear-plan.
 report() {
-    python3 "$SRCDIR/bench/e2e-report.py" report --results "$RES" --rate "$RATE" \
+    local plan
+    plan=$(bench_prog "$BUILDDIR" apps/tools/dear-plan "build it") || exit 1
+    python3 "$SRCDIR/bench/e2e-report.py" report --results "$RES" --rate "$RATE" --dear-plan "$plan" \
         --command "bench/e2e-matrix.sh $*" --doc "$DOC" --section "$SECTION" --title "$TITLE"
 }
 

@@ -31,7 +31,9 @@ import math
 import os
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from docsection import markers, meta_block, read_csvs, replace_section  # noqa: E402
@@ -186,6 +188,44 @@ def link_bound(row, hosts, rate, parts=False, sparse=False, upd_ms=0.0, f_rs=1.0
     total = sum(b for _, _, b in tb)
     share = sum(b for _, l, b in tb if pos[l] <= cut) / total if cut >= 0 else 0.0
     return 1e3 * bound, 1e3 * (bound - comp), cut + 1, share
+
+
+def floor_ms(row, hosts, rate, dear_plan):
+    """dear's best schedule on ideal collectives, in ms, and the bound likewise, for one dense
+    CSV row: auto's plan for the row's profile at dear-bench's scales (compute spread as
+    link_bound spreads it, the CSV's partition), predicted by dear-plan with no start-ups and each
+    phase moving (H-1)/H of its bytes at the link rate, as the bound counts them; updates left out
+    of both. Their ratio is what dear's schedule and planners leave to the bound on perfect
+    collectives (their order, early all-gathers only as a trailing run of groups, the candidates
+    auto weighs): no start-up or link to fix can win it. (NaN, NaN) without dear-plan or the
+    profile, or when dear-plan fails."""
+    prof = os.path.join(PROFILES_DIR, row["model"] + ".prof")
+    if not dear_plan or not os.path.exists(prof):
+        return float("nan"), float("nan")
+    layers, tensors = load_profile(prof)
+    sscale = float(row["size_scale"])
+    comp = float(row["compute_ms"]) / 1e3
+    f = comp / (sum(a + b for _, a, b in layers) or 1.0)
+    part = row.get("partition_bytes") or str(int(16 * 2**20 * sscale))
+    with tempfile.NamedTemporaryFile("w", suffix=".prof", delete=False) as out:
+        out.write("dear-profile 1\nmodel %s\n" % row["model"])
+        out.writelines("layer %d %.9g %.9g\n" % (lid, a * f, b * f) for lid, a, b in layers)
+        out.writelines("tensor %s %d %d\n" % t for t in scaled_bytes(tensors, sscale))
+        out.write("end %d %d\n" % (len(layers), len(tensors)))
+    try:
+        run = subprocess.run([dear_plan, "--profile", out.name, "--alpha", "0", "--beta",
+                              "%.9g" % (2 * (hosts - 1) / hosts / rate), "--workers", row["np"],
+                              "--schedule", "dear", "--planner", "auto", "--partition", part, "--csv"],
+                             capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return float("nan"), float("nan")
+    finally:
+        os.unlink(out.name)
+    lines = run.stdout.splitlines()
+    if run.returncode != 0 or len(lines) < 2:
+        return float("nan"), float("nan")
+    best = dict(zip(lines[0].split(","), lines[1].split(",")))
+    return float(best["iter_ms"]), link_bound(row, hosts, rate)
 
 
 def product(by):
@@ -393,6 +433,11 @@ def cmd_report(a):
         md += ["", "Lower bound: %.1f ms%s. ![iteration times](e2e-%s.svg)"
                % (bound, "; with the sparse embedding's expected wire bytes (for the `+sparse` configurations) "
                   "%.1f ms" % sbound if sparse_case else "", name)]
+        dense_auto = [r for r in ok if r["config"] == "dear:auto"] if not sparse_case else []
+        floor = floor_ms(dense_auto[0], hosts, rate, a.dear_plan) if dense_auto else (float("nan"),) * 2
+        if math.isfinite(floor[0]):
+            md += ["", "Floor: dear:auto's best plan on ideal collectives (no start-ups, the link's rate; dear-plan) "
+                   "%.1f ms, %.3f x the bound without updates (%.1f ms)." % (floor[0], floor[0] / floor[1], floor[1])]
         bar_svg(name, rows, sbound if sparse_case else bound, os.path.join(res, "e2e-%s.svg" % name))
         by = {r["config"]: r for r in ok}
         prod = product(by) if by else ("dear:auto+sparse" if sparse_case else "dear:auto")
@@ -427,6 +472,8 @@ def cmd_report(a):
                 t["x_wfbp_sparse"] = (s > 1, "%.2fx" % s)
             t["bound"] = (ta / t["bound_ms"] <= 1.15, "%.2f x bound" % (ta / t["bound_ms"]))
             t["own_bound_ms"] = own_bound(auto, hosts, rate, sparse=sparse_case)
+            if prod == "dear:auto" and math.isfinite(floor[0]):
+                t["floor"] = floor[0] / floor[1]
         if sparse_case and SHARDED_SPARSE in by:
             t["shard_bound"] = iter_ms(by[SHARDED_SPARSE]) / sbound
         elif SHARDED in by:
@@ -645,24 +692,28 @@ def doc_section(command, meta, summary, section="e2e", title=None):
           "each layer k the compute of layers k..L-1 plus the link time of layers 0..k (their gradients "
           "exist only once backward has passed k and must be all-gathered before the next forward reaches "
           "it); *own* = auto over that bound with the update time auto needs itself instead of the least (an "
-          "unsharded step on every rank against a sharded one: what is left for a schedule to win); *shard* = "
+          "unsharded step on every rank against a sharded one: what is left for a schedule to win); *floor* = "
+          "dear:auto's best plan predicted on ideal collectives (no start-ups, every phase at the link's rate) "
+          "over the bound, updates left out of both: the part of the gap that dear's schedule and planners "
+          "leave, which no faster collective wins (- in the sparse cases); *shard* = "
           "dear+auto+shard (sharded updates, a choice of the trainer) over the bound (in the sparse cases "
           "dear+auto+sparse+shard, whose reduce-scatters run sparse and all-gathers dense, over the sparse "
           "bound); *pred* = the simulator's "
           "error for the bold configuration. \"Never slower\" compares configurations that step alike (sharded "
           "or not).", "",
-          "| case | %s | x w64 | auto/bound | own | shard | pred |" % " | ".join(heads),
-          "|---|%s---|---|---|---|---|" % ("---|" * len(cols))]
+          "| case | %s | x w64 | auto/bound | own | floor | shard | pred |" % " | ".join(heads),
+          "|---|%s---|---|---|---|---|---|" % ("---|" * len(cols))]
     for t in summary:
         by = t["rows"]
         cell = lambda c: fnum(iter_ms(by[c])) if c in by else "-"
         auto = by.get(t["product"])
         w64 = by.get("wfbp:threshold:64m")
-        L.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
             t["case"], " | ".join(("**%s**" if c == t["product"] else "%s") % cell(c) for c in cols),
             fnum(iter_ms(w64) / iter_ms(auto), "%.2fx") if auto and w64 else "-",
             fnum(iter_ms(auto) / t["bound_ms"], "%.2f") if auto else "-",
             fnum(iter_ms(auto) / t.get("own_bound_ms", float("nan")), "%.2f") if auto else "-",
+            fnum(t.get("floor", float("nan")), "%.3f"),
             fnum(t.get("shard_bound", float("nan")), "%.2f"),
             fnum(float(auto["pred_err_pct"]), "%+.1f%%") if auto else "-"))
     L += ["", "Targets (never slower: within %.0f%% or the middle halves of the samples overlap, against the "
@@ -680,8 +731,23 @@ def doc_section(command, meta, summary, section="e2e", title=None):
                 met[k][1] += 1
     L += ["", "Met: never slower %d of %d, 1.3x %d of %d, faster than wfbp+sparse %d of %d, bound %d of %d, "
           "prediction %d of %d." % tuple(v for k in keys for v in met[k]), ""]
+    L += near_bound(summary)
     L += disturbed(summary) + why_missed(summary) + [""] + prediction_table(summary) + [end]
     return "\n".join(L) + "\n"
+
+
+def near_bound(summary, limit=1.03):
+    """How many cases run auto within limit x the bound, and those where dear's best plan on
+    ideal collectives (the floor) already lies above it: there no collective can close the gap."""
+    judged = [t for t in summary if t["product"] in t["rows"]]
+    near = sum(iter_ms(t["rows"][t["product"]]) / t["bound_ms"] <= limit for t in judged)
+    above = ["%s (%.3f)" % (t["case"], t["floor"]) for t in judged if t.get("floor", 0) > limit]
+    floored = sum("floor" in t for t in judged)
+    if not judged:
+        return []
+    return ["Within %.0f%% of the bound (auto/bound <= %.2f): %d of %d. The floor lies above %.2f in %d of the %d "
+            "cases that have one%s" % (100 * (limit - 1), limit, near, len(judged), limit, len(above), floored,
+                                        ": " + ", ".join(above) + "." if above else "."), ""]
 
 
 def write_doc(path, text, section="e2e"):
@@ -732,6 +798,8 @@ def main():
     r.add_argument("--doc", help="also replace the generated section of this file (docs/PERFORMANCE.md)")
     r.add_argument("--section", default="e2e", help="the name of that section (default e2e)")
     r.add_argument("--title", help="its heading (default: End-to-end: dear-bench on the emulated cluster)")
+    r.add_argument("--dear-plan", default=os.path.join("apps", "tools", "dear-plan"),
+                   help="dear-plan, for the floor column (default: the build directory's, from the current one)")
     a = ap.parse_args()
     if a.cmd == "scale":
         if a.np < 2 or a.comm_ms <= 0 or a.ratio <= 0 or a.hosts < 0 or a.hosts == 1 or a.hosts > a.np:
@@ -743,6 +811,10 @@ def main():
         if not gantt_svg(a.case, a.timeline, a.svg):
             sys.exit("e2e-report.py gantt: %s holds fewer than three iterations" % a.timeline)
     else:
+        if not os.access(a.dear_plan, os.X_OK):
+            print("e2e-report.py: no %s: the floor column is left out (give --dear-plan)" % a.dear_plan,
+                  file=sys.stderr)
+            a.dear_plan = None
         cmd_report(a)
 
 

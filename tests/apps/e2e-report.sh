@@ -90,11 +90,41 @@ t=$(line bert-base-sparse-balanced-4x1 "x bound") || true
 echo "$t" | grep -q "| met: best other dear:auto 400.0 ms, auto -7.5% | met: 1.35x | met: 1.14x | \*\*missed\*\*: 1.17 x bound |" ||
     fail "sparse case: judged on dear:auto+sparse against dense and sparse wfbp+64M: $t"
 shard=$(echo "$sparse" | awk '{ printf "%.2f", 360 / $1 }')
-grep -q "^| bert-base-sparse-balanced-4x1 | - | 500.0 | - | - | - | - | 400.0 | - | 420.0 | \*\*370.0\*\* | 360.0 | 1.35x | [0-9.]* | [-0-9.]* | $shard |" "$dir/P.md" ||
+grep -q "^| bert-base-sparse-balanced-4x1 | - | 500.0 | - | - | - | - | 400.0 | - | 420.0 | \*\*370.0\*\* | 360.0 | 1.35x | [0-9.]* | [-0-9.]* | - | $shard |" "$dir/P.md" ||
     { grep "^| bert-base-sparse" "$dir/P.md"; fail "sparse case: the summary row (shard: 360 over the sparse bound, $shard)"; }
 grep -q "^Met: never slower 2 of 3, 1.3x 2 of 2, faster than wfbp+sparse 1 of 1, bound 2 of 3, prediction 2 of 3\." "$dir/P.md" ||
     { grep "^Met:" "$dir/P.md"; fail "the tally is wrong"; }
 grep -q "resnet50-balanced-4x1 dear:gradssa (compute +10%)" "$dir/P.md" || fail "the disturbed run is not listed"
+# The floor: dear-plan's (the build's) best plan for the case on ideal collectives (no start-ups, 100 MB/s, the
+# bound's 3/4 per phase) over the bound without updates (the cut bound here). The simulator on
+# any plan can never beat the bound, and the summary gives the same ratio; the sparse case has none.
+fl=$(sed -n 's/^Floor: .* \([0-9.]*\) ms, \([0-9.]*\) x the bound without updates (\([0-9.]*\) ms)\.$/\1 \2 \3/p' "$md" | head -1)
+set -- $fl
+[ $# = 3 ] || fail "no floor line in e2e.md for resnet50-balanced-4x1"
+floor_r=$2 # the same case again below
+[ "$3" = "$want" ] || fail "the floor's bound $3 ms is not the cut bound $want ms"
+# dear-plan run by hand on the profile scaled here (300 ms spread as the profile spreads it, bytes
+# as dear-bench rounds them, the partition at 16 MiB x the size scale): the floor is its time.
+awk -v s=0.232324 'FNR == NR { if ($1 == "layer") tot += $3 + $4; next }
+    $1 == "layer" { printf "layer %s %.9g %.9g\n", $2, $3 * 0.3 / tot, $4 * 0.3 / tot; next }
+    $1 == "tensor" { b = 4 * int($4 / 4 * s + 0.5); if (b < 4) b = 4; print "tensor", $2, $3, b; next }
+    $1 == "sparse" || /^#/ { next } { print }' \
+    "$srcdir/fusion/profiles/resnet50.prof" "$srcdir/fusion/profiles/resnet50.prof" >"$dir/r50.prof"
+byhand=$(apps/tools/dear-plan --profile "$dir/r50.prof" --alpha 0 --beta 1.5e-8 --workers 4 --schedule dear \
+    --planner auto --partition 3897749 --csv | awk -F, 'NR == 2 { printf "%.1f", $5 }')
+[ "$1" = "$byhand" ] || fail "the floor is $1 ms, dear-plan by hand says ${byhand:-nothing}"
+awk -v f="$1" -v r="$2" -v b="$3" 'BEGIN { exit !(f >= b && r >= 1 && r < 1.2 && (f / b - r) ^ 2 < 1e-6) }' ||
+    fail "floor $1 ms is below the bound $3 ms, or its ratio $2 is not floor / bound"
+grep -q "^| resnet50-balanced-4x1 | .* | $2 | - | [-+0-9.%]* |$" "$dir/P.md" ||
+    { grep "^| resnet50-balanced-4x1 | [0-9]" "$dir/P.md"; fail "the summary row does not give the floor $2"; }
+[ "$(grep -c '^Floor: ' "$md")" = 2 ] || fail "the floor is given for other than the two dense cases"
+grep -q "^Within 3% of the bound (auto/bound <= 1.03): 0 of 3\. The floor lies above 1.03 in 0 of the 2 cases that have one\.$" \
+    "$dir/P.md" || { grep "^Within" "$dir/P.md"; fail "the count of cases within 3% of the bound"; }
+# Without dear-plan the report says so and leaves the column out.
+python3 "$report" report --results "$dir" --rate 1gbit --command test --dear-plan "$dir/none" >"$dir/out" 2>&1 ||
+    { cat "$dir/out"; fail "the report without dear-plan failed"; }
+grep -q "no $dir/none: the floor column is left out" "$dir/out" && ! grep -q "^Floor: " "$md" ||
+    fail "without dear-plan: no warning, or a floor line"
 grep -q "prediction off by +15.0% for dear:threshold:25m" "$dir/P.md" || fail "no why-missed line for the prediction"
 
 # The generated section replaced the old one; the text around it stayed.
@@ -180,7 +210,7 @@ grep -qF "median rank instead" "$dir/u/P.md" &&
     echo "$(prow dear:auto+shard dear 390 1),15.0,15.0"
 } | report_of s "a case with sharded updates"
 r=$(echo "$want" | awk '{ printf "%.2f %.2f", 420 / $1, 380 / $1 }')
-row_s="| resnet50-balanced-4x1 | 690.0 | - | - | - | - | - | **420.0** | 380.0 | - | ${r% *} | 1.11 | ${r#* } | +5.0% |"
+row_s="| resnet50-balanced-4x1 | 690.0 | - | - | - | - | - | **420.0** | 380.0 | - | ${r% *} | 1.11 | $floor_r | ${r#* } | +5.0% |"
 grep -qF "$row_s" "$dir/s/P.md" ||
     { grep "^| resnet50" "$dir/s/P.md"; fail "the summary row lacks auto's own bound or the sharded run"; }
 grep -qF "| met: best other sync 690.0 ms, auto -39.1% |" "$dir/s/P.md" ||
