@@ -41,6 +41,9 @@ void dear_plan_free(dear_plan_t *plan)
     dear_partition_free(&plan->ag);
     free(plan->units);
     plan->units = NULL;
+    free(plan->early);
+    plan->early = NULL;
+    plan->ag_early = 0;
     plan->nunits = plan->ntensors = 0;
 }
 
@@ -65,6 +68,13 @@ int dear_plan_copy(dear_plan_t *dst, const dear_plan_t *src)
         rc = dear_partition_set(&tmp.ag, src->nunits, src->ag.ngroups, src->ag.first);
     if (rc == DEAR_OK)
         tmp.units = units_dup(src->units, src->nunits, &rc);
+    if (rc == DEAR_OK && src->early) {
+        tmp.early = malloc((size_t)src->ag.ngroups);
+        if (tmp.early)
+            memcpy(tmp.early, src->early, (size_t)src->ag.ngroups);
+        else
+            rc = DEAR_ERR_NOMEM;
+    }
     if (rc != DEAR_OK) {
         dear_plan_free(&tmp);
         return rc;
@@ -148,7 +158,46 @@ int dear_plan_validate(const dear_plan_t *plan, int ntensors, char *msg, size_t 
                  plan->ag.ngroups);
         rc = DEAR_ERR_FORMAT;
     }
+    int marked = 0;
+    for (int g = 0; rc == DEAR_OK && plan->early && g < plan->ag.ngroups; g++) {
+        if (plan->early[g] > 1) {
+            snprintf(msg, msglen, "early mark %d of all-gather group %d, expected 0 or 1", plan->early[g], g);
+            rc = DEAR_ERR_FORMAT;
+        }
+        marked += plan->early[g];
+    }
+    if (rc == DEAR_OK && plan->early && marked != plan->ag_early) {
+        snprintf(msg, msglen, "%d all-gather group(s) marked early, the plan counts %d", marked, plan->ag_early);
+        rc = DEAR_ERR_FORMAT;
+    }
     return rc;
+}
+
+int dear_plan_is_early(const dear_plan_t *plan, int g)
+{
+    return plan->early ? plan->early[g] != 0 : g >= plan->ag.ngroups - plan->ag_early;
+}
+
+int dear_plan_set_early(dear_plan_t *plan, const unsigned char *early)
+{
+    int n = plan->ag.ngroups, count = 0, lo = n;
+    for (int g = 0; early && g < n; g++)
+        if (early[g]) {
+            count++;
+            lo = g < lo ? g : lo;
+        }
+    unsigned char *copy = NULL;
+    if (count > 0 && n - lo != count) { /* not a trailing run */
+        copy = malloc((size_t)n);
+        if (!copy)
+            return DEAR_ERR_NOMEM;
+        for (int g = 0; g < n; g++)
+            copy[g] = early[g] != 0;
+    }
+    free(plan->early);
+    plan->early = copy;
+    plan->ag_early = count;
+    return DEAR_OK;
 }
 
 int dear_partition_equal(const dear_partition_t *a, const dear_partition_t *b)
@@ -172,7 +221,12 @@ int dear_plan_equal(const dear_plan_t *a, const dear_plan_t *b)
         if (x.tensor != y.tensor || x.offset != y.offset || x.bytes != y.bytes)
             return 0;
     }
-    return a->ag_early == b->ag_early && dear_partition_equal(&a->rs, &b->rs) && dear_partition_equal(&a->ag, &b->ag);
+    if (a->ag_early != b->ag_early || !dear_partition_equal(&a->rs, &b->rs) || !dear_partition_equal(&a->ag, &b->ag))
+        return 0;
+    for (int g = 0; (a->early || b->early) && g < a->ag.ngroups; g++)
+        if (dear_plan_is_early(a, g) != dear_plan_is_early(b, g))
+            return 0;
+    return 1;
 }
 
 static void partition_print(FILE *out, const char *what, const dear_partition_t *p, const dear_tensor_desc_t *t)
@@ -203,9 +257,21 @@ void dear_plan_print(FILE *out, const dear_plan_t *plan, const dear_tensor_desc_
         }
     partition_print(out, "reduce-scatter buckets", &plan->rs, units);
     partition_print(out, "all-gather groups", &plan->ag, units);
-    if (plan->ag_early > 0)
-        fprintf(out, "  early all-gather groups (during backward): %d..%d\n", plan->ag.ngroups - plan->ag_early,
-                plan->ag.ngroups - 1);
+    if (plan->ag_early == 0)
+        return;
+    fprintf(out, "  early all-gather groups (during backward):");
+    for (int g = 0; g < plan->ag.ngroups; g++) {
+        if (!dear_plan_is_early(plan, g) || (g > 0 && dear_plan_is_early(plan, g - 1)))
+            continue;
+        int k = g;
+        while (k + 1 < plan->ag.ngroups && dear_plan_is_early(plan, k + 1))
+            k++;
+        if (k > g)
+            fprintf(out, " %d..%d", g, k);
+        else
+            fprintf(out, " %d", g);
+    }
+    fputc('\n', out);
 }
 
 int dear_plan_set(dear_plan_t *plan, int nunits, int nrs, const int *rs_first, int nag, const int *ag_first,

@@ -10,11 +10,13 @@
  * iteration time:
  *   rs: reduce-scatter buckets (all-reduce buckets for wfbp), launched last group first, as
  *       backward completes them;
- *   ag: all-gather groups, run in forward order during the next forward pass (schedule dear);
- *       the last ag_early of them (the last layers' tensors, needed last in forward and reduced
- *       first in backward) run early instead: during backward, each right behind the
- *       reduce-scatter that completes its data, so link time left idle by backward carries
- *       all-gather traffic and the next forward waits for less.
+  *   ag: all-gather groups, run in forward order during the next forward pass (schedule dear);
+ *       some of them run early instead: during backward, each right behind the reduce-scatter
+ *       that completes its data, so link time left idle by backward carries all-gather traffic
+ *       and the next forward waits for less. Usually the last ag_early groups (the last layers'
+ *       tensors, needed last in forward and reduced first in backward); any set where early
+ *       marks them (a group of the first layers gathered in backward's idle link time spares
+ *       the forward a wait that the trailing run can only move).
  * Pure C: no MPI, no CUDA. Planners fill plans; the runtime executes them.
  */
 #ifndef DEAR_FUSION_PLAN_H
@@ -49,7 +51,10 @@ typedef struct {
     int nunits;         /* what the partitions range over */
     dear_partition_t rs;
     dear_partition_t ag;
-    int ag_early;       /* 0..ag.ngroups: trailing all-gather groups run during backward */
+    int ag_early;       /* 0..ag.ngroups: all-gather groups run during backward: the trailing ones,
+                         * or those early marks */
+    unsigned char *early; /* NULL, or per all-gather group 1 if it runs during backward (any set;
+                           * dear_plan_set_early keeps it NULL for a trailing run) */
     char planner[32];   /* who made it, for logs and plan files */
     int ntensors;       /* the tensors the units are cut from */
     dear_unit_t *units; /* nunits of them, in order; NULL: every tensor whole (nunits == ntensors) */
@@ -68,8 +73,14 @@ int dear_plan_copy(dear_plan_t *dst, const dear_plan_t *src);
  * DEAR_ERR_FORMAT with msg. Whether the cuts fit the tensors' sizes, elements and rows is
  * dear_units_check's (fusion/units.h). */
 int dear_plan_validate(const dear_plan_t *plan, int ntensors, char *msg, size_t msglen);
-/* 1 if units and both partitions are equal. */
+/* 1 if units, both partitions and the early groups are equal. */
 int dear_plan_equal(const dear_plan_t *a, const dear_plan_t *b);
+/* 1 if all-gather group g runs during backward. */
+int dear_plan_is_early(const dear_plan_t *plan, int g);
+/* The early all-gather groups: early[g] != 0 for each of plan->ag.ngroups groups (copied); NULL
+ * for none. A trailing run is kept as a count alone (early NULL), so equal sets compare, save
+ * and broadcast alike. DEAR_ERR_NOMEM leaves the plan as it was. */
+int dear_plan_set_early(dear_plan_t *plan, const unsigned char *early);
 /* Human-readable summary: groups with unit ranges and bytes (units: the descriptors of the
  * plan's units, or NULL). */
 void dear_plan_print(FILE *out, const dear_plan_t *plan, const dear_tensor_desc_t *units);

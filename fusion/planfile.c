@@ -48,7 +48,7 @@ int dear_planfile_write(FILE *out, const dear_plan_t *plan, const dear_tensor_de
     fprintf(out, "%s\n# tensors in forward order; units: the tensors, each whole or cut into chunks at the byte\n"
                  "# offsets of its 'cut TENSOR BYTES OFFSET...' line; rs: reduce-scatter (all-reduce) buckets,\n"
                  "# ag: all-gather groups, each 'TAG NGROUPS FIRST_UNIT_OF_EACH_GROUP...'; early: trailing\n"
-                 "# all-gather groups run during backward (docs/FORMATS.md)\n", PLAN_MAGIC);
+                 "# all-gather groups run during backward, or early-groups: which (docs/FORMATS.md)\n", PLAN_MAGIC);
     fprintf(out, "planner %s\n", plan->planner[0] ? plan->planner : "unknown");
     fprintf(out, "tensors %d\n", plan->ntensors);
     if (tensors)
@@ -62,8 +62,15 @@ int dear_planfile_write(FILE *out, const dear_plan_t *plan, const dear_tensor_de
     write_cuts(out, plan);
     write_partition(out, "rs", &plan->rs);
     write_partition(out, "ag", &plan->ag);
-    if (plan->ag_early > 0)
+    if (plan->early) {
+        fprintf(out, "early-groups %d", plan->ag_early);
+        for (int g = 0; g < plan->ag.ngroups; g++)
+            if (plan->early[g])
+                fprintf(out, " %d", g);
+        fputc('\n', out);
+    } else if (plan->ag_early > 0) {
         fprintf(out, "early %d\n", plan->ag_early);
+    }
     fprintf(out, "end\n");
     return ferror(out) ? DEAR_ERR_IO : DEAR_OK;
 }
@@ -357,10 +364,41 @@ int dear_planfile_load(const char *path, int ntensors, const dear_tensor_desc_t 
                 BAD("expected one 'early COUNT' line with COUNT in 0..%d (the all-gather groups)", p.ag.ngroups);
             p.ag_early = (int)v;
             have_early = 1;
+        } else if (strcmp(tag, "early-groups") == 0) {
+            long v, ne;
+            char *s = strtok_r(NULL, " \t\r\n", &save);
+            if (!have_ag)
+                BAD("'early-groups' before the 'ag' line");
+            if (have_early || !s || dear_text_long(s, 0, p.ag.ngroups, &ne))
+                BAD("expected one 'early' or 'early-groups COUNT GROUP...' line with COUNT in 0..%d (the all-gather "
+                    "groups)", p.ag.ngroups);
+            unsigned char *mark = calloc((size_t)p.ag.ngroups + 1, 1);
+            if (!mark) {
+                rc = DEAR_ERR_NOMEM;
+                goto done;
+            }
+            for (long k = 0, prev = -1; k < ne; k++, prev = v) {
+                s = strtok_r(NULL, " \t\r\n", &save);
+                if (!s || dear_text_long(s, prev + 1, p.ag.ngroups - 1, &v)) {
+                    free(mark);
+                    BAD("'early-groups' lists %ld groups: group %ld is '%s', expected a group index in %ld..%d, "
+                        "increasing", ne, k, s ? s : "missing", prev + 1, p.ag.ngroups - 1);
+                }
+                mark[v] = 1;
+            }
+            int r2 = strtok_r(NULL, " \t\r\n", &save) ? DEAR_ERR_FORMAT : dear_plan_set_early(&p, mark);
+            free(mark);
+            if (r2 == DEAR_ERR_FORMAT)
+                BAD("'early-groups' lists more than its %ld groups", ne);
+            if (r2 != DEAR_OK) {
+                rc = r2;
+                goto done;
+            }
+            have_early = 1;
         } else if (strcmp(tag, "end") == 0) {
             end = 1;
         } else {
-            BAD("unknown record '%s' (accepted: planner, tensors, tensor, %srs, ag, early, end)", tag,
+            BAD("unknown record '%s' (accepted: planner, tensors, tensor, %srs, ag, early, early-groups, end)", tag,
                 r.version == 1 ? "" : "units, cut, ");
         }
     }

@@ -19,7 +19,8 @@
  *            plans; deterministic per seed; never worse than its seeds.
  *   auto     the lowest predicted of none, threshold, mgwfbp, dp and gradssa; for schedule dear
  *            per phase: the best pair of one planner's buckets and another's all-gather groups,
- *            with the best number of early groups (none where prob->no_early says so).
+ *            with the best number of early groups (none where prob->no_early says so), then
+ *            single groups moved into or out of backward where that predicts faster (any set).
  * Pure C.
  */
 #ifndef DEAR_FUSION_PLANNERS_H

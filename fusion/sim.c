@@ -362,7 +362,19 @@ static void rec_backward(dear_sim_ws_t *ws, double t0)
 typedef struct {
     int nrs, nag, ne;
     const int *rs, *ag;
+    const unsigned char *em; /* per group, 1: early; NULL: the last ne groups */
 } sim_plan_t;
+
+/* Whether group g runs early, and the lowest group that may. */
+static int is_early(const sim_plan_t *p, int g)
+{
+    return p->em ? p->em[g] != 0 : g >= p->nag - p->ne;
+}
+
+static int early_lo(const sim_plan_t *p)
+{
+    return p->em ? 0 : p->nag - p->ne;
+}
 
 static double sim_sync(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double *comm)
 {
@@ -429,12 +441,23 @@ static int group_of(const int *first, int ng, int t)
     return lo;
 }
 
-/* The early groups *e, *e - 1, ... completed by buckets >= b (the last ne of nag, down to nreg),
- * one after another in the channel from *chan, none before ready. */
-static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int *rs, int nreg, const int *ag,
-                      int *e, int *eb, int b, double ready, double *chan, double *comm)
+/* Moves *e (a group; *eb the bucket holding its first tensor) down past the groups that do not
+ * run early, down to the lowest that may. */
+static void early_next(const sim_plan_t *p, int *e, int *eb)
 {
-    for (; *e >= nreg && *eb >= b; (*e)--) {
+    for (int lo = early_lo(p); *e >= lo && !is_early(p, *e); (*e)--)
+        while (*e - 1 >= lo && *eb > 0 && p->rs[*eb] > p->ag[*e - 1])
+            (*eb)--;
+}
+
+/* The early groups *e, *e - 1, ... completed by buckets >= b (those is_early of the ones from
+ * nag - 1 down), one after another in the channel from *chan, none before ready. */
+static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, int *e, int *eb, int b,
+                      double ready, double *chan, double *comm)
+{
+    const int *rs = p->rs, *ag = p->ag;
+    int lo = early_lo(p);
+    for (early_next(p, e, eb); *e >= lo && *eb >= b; early_next(p, e, eb)) {
         size_t gb = ws->prefix[ag[*e + 1]] - ws->prefix[ag[*e]];
         double cg = group_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[*e], ag[*e + 1], chan_state(ready, *chan));
         double start = ready > *chan ? ready : *chan;
@@ -442,8 +465,9 @@ static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const int 
         *chan = start + cg;
         ws->ag_end[*e] = *chan;
         *comm += cg;
-        while (*e - 1 >= nreg && *eb > 0 && rs[*eb] > ag[*e - 1])
+        while (*e - 1 >= lo && *eb > 0 && rs[*eb] > ag[*e - 1])
             (*eb)--;   /* the bucket holding group e - 1's first tensor */
+        (*e)--;
     }
 }
 
@@ -468,10 +492,10 @@ static double backward_plain(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, con
 {
     if (ws->record)
         rec_backward(ws, fw);
-    int nreg = p->nag - p->ne, e = p->nag - 1, eb = e >= nreg ? group_of(p->rs, p->nrs, p->ag[e]) : -1;
+    int e = p->nag - 1, eb = e >= early_lo(p) ? group_of(p->rs, p->nrs, p->ag[e]) : -1;
     for (int b = p->nrs - 1; b >= 0; b--) {
         rs_queue(ws, cost, p->rs, b, fw + ws->ready[p->rs[b]], chan, comm);
-        early_run(ws, cost, p->rs, nreg, p->ag, &e, &eb, b, 0, chan, comm);
+        early_run(ws, cost, p, &e, &eb, b, 0, chan, comm);
     }
     return fw + ws->B;
 }
@@ -492,7 +516,7 @@ static void shard_advance(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, shard_
                           double *comm)
 {
     const sim_plan_t *p = sc->p;
-    int n = p->nrs, nreg = p->nag - p->ne;
+    int n = p->nrs, lo = early_lo(p);
     for (; sc->k < 2 * n; sc->k++) {
         int k = sc->k;
         if (k == 0 || (k % 2 == 1 && k < 2 * n - 1)) {
@@ -502,11 +526,12 @@ static void shard_advance(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, shard_
             rs_queue(ws, cost, p->rs, b, sc->ready[b], chan, comm);
         } else {
             int b = k == 2 * n - 1 ? 0 : n - k / 2;
-            if (sc->e < nreg || sc->eb < b)
+            early_next(p, &sc->e, &sc->eb);
+            if (sc->e < lo || sc->eb < b)
                 continue; /* bucket b completes no early group */
             if (isnan(sc->stepped[b]))
                 return;
-            early_run(ws, cost, p->rs, nreg, p->ag, &sc->e, &sc->eb, b, sc->stepped[b], chan, comm);
+            early_run(ws, cost, p, &sc->e, &sc->eb, b, sc->stepped[b], chan, comm);
         }
     }
 }
@@ -534,9 +559,9 @@ static double step_bucket(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, shard_
 static double backward_sharded(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double fw,
                                double *chan, double *comm)
 {
-    int n = p->nrs, nreg = p->nag - p->ne;
+    int n = p->nrs;
     shard_chan_t sc = { .p = p, .e = p->nag - 1, .ready = ws->rs_ready, .stepped = ws->stepped };
-    sc.eb = sc.e >= nreg ? group_of(p->rs, n, p->ag[sc.e]) : -1;
+    sc.eb = sc.e >= early_lo(p) ? group_of(p->rs, n, p->ag[sc.e]) : -1;
     for (int b = 0; b < n; b++)
         sc.ready[b] = sc.stepped[b] = ws->rs_end[b] = NAN;
     int nb = n - 1, sb = n - 1, l = ws->nlayers - 1; /* next bucket to complete, to step; layer to record */
@@ -562,14 +587,14 @@ static double backward_sharded(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, c
 }
 
 /* One dear iteration. The channel is free from c0 after the forward start (c0 <= 0: it freed -c0
- * before it); the early all-gather groups (the last ne of nag) ended at ws->early_prev[g] in the
+ * before it); the early all-gather groups (is_early) ended at ws->early_prev[g] in the
  * previous iteration's backward (same origin: usually negative). Returns the iteration time, the
  * next iteration's c0 and, in ws->early_prev, the early groups' ends for the next iteration. */
 static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, double c0,
                         double *c0_next, double *comm)
 {
     *comm = 0;
-    int nag = p->nag, nreg = p->nag - p->ne;
+    int nag = p->nag, first = 1;
     const int *ag = p->ag;
     /* Regular all-gathers, queued at the end of the previous backward, run back to back from
      * c0, in forward order; layer l starts once every group holding one of its tensors is done. */
@@ -584,19 +609,22 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const si
                 ;
             for (g1 = g0; g1 + 1 < nag && ag[g1 + 1] <= lt; g1++)
                 ;
-            for (; g < nreg && g <= g1; g++) {
+            for (; g < nag && g <= g1; g++) {
+                if (is_early(p, g))
+                    continue;
                 size_t bytes = ws->prefix[ag[g + 1]] - ws->prefix[ag[g]];
                 /* Queued together at the previous backward's end: all but a first that finds the
                  * channel free run in flight with the ones ahead. */
                 double c = group_cost(ws, cost, DEAR_COLL_ALLGATHER, ag[g], ag[g + 1],
-                                      g > 0 ? CH_QUEUED : chan_state(0, c0));
+                                      first ? chan_state(0, c0) : CH_QUEUED);
+                first = 0;
                 rec(ws, DEAR_COLL_ALLGATHER, g, chan, chan + c, bytes);
                 chan += c;
                 ws->ag_end[g] = chan;
                 *comm += c;
             }
             for (int k = g0; k <= g1; k++) {
-                double e = k < nreg ? ws->ag_end[k] : ws->early_prev[k];
+                double e = is_early(p, k) ? ws->early_prev[k] : ws->ag_end[k];
                 if (e > start)
                     start = e;
             }
@@ -607,8 +635,9 @@ static double dear_once(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const si
     double fw = t;
     double iter = ws->shard != DEAR_SIM_SHARD_NONE || ws->step ? backward_sharded(ws, cost, p, fw, &chan, comm)
                                                : backward_plain(ws, cost, p, fw, &chan, comm);
-    for (int k = nreg; k < nag; k++)
-        ws->early_prev[k] = ws->ag_end[k] - iter;
+    for (int k = early_lo(p); k < nag; k++)
+        if (is_early(p, k))
+            ws->early_prev[k] = ws->ag_end[k] - iter;
     *c0_next = chan - iter;
     return iter;
 }
@@ -630,7 +659,7 @@ static double sim_dear(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim
      * before the first all-gather prices it: the map (c0, ends) -> next is iterated from that
      * start to its fixed point. */
     double c0 = run_buckets(ws, cost, DEAR_COLL_REDUCE_SCATTER, 0, 0, nrs, p->rs, comm) - ws->B;
-    for (int k = nag - ne; k < nag; k++)
+    for (int k = 0; k < nag; k++)
         ws->early_prev[k] = -INFINITY;
     double prev_iter = -1;
     for (int k = 0; k < 64; k++) {
@@ -656,10 +685,20 @@ static const sim_fn_t sim_fns[DEAR_SCHED_COUNT] = { DEAR_SCHED_TABLE(SIM_FN_) };
 double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
                         const int *rs_first, int nag, const int *ag_first, int ag_early)
 {
+    return dear_sim_ws_iter_early(ws, cost, sched, nrs, rs_first, nag, ag_first, ag_early, NULL);
+}
+
+double dear_sim_ws_iter_early(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
+                              const int *rs_first, int nag, const int *ag_first, int ag_early,
+                              const unsigned char *early)
+{
     double comm;
     if ((unsigned)sched >= DEAR_SCHED_COUNT)
         return INFINITY;
-    sim_plan_t p = { .nrs = nrs, .rs = rs_first, .nag = nag, .ag = ag_first, .ne = ag_early };
+    sim_plan_t p = { .nrs = nrs, .rs = rs_first, .nag = nag, .ag = ag_first, .ne = ag_early, .em = early };
+    if (early != NULL)
+        for (int g = p.ne = 0; g < nag; g++)
+            p.ne += early[g] != 0;
     return sim_fns[sched](ws, cost, &p, &comm);
 }
 
@@ -695,7 +734,7 @@ int dear_sim_run_ex(const dear_profile_t *prof, const dear_sim_cost_t *cost, dea
     dear_sim_ws_set_shard(ws, shard);
     double comm = 0;
     sim_plan_t p = { .nrs = plan->rs.ngroups, .rs = plan->rs.first, .nag = plan->ag.ngroups, .ag = plan->ag.first,
-                     .ne = plan->ag_early };
+                     .ne = plan->ag_early, .em = plan->early };
     double iter = sim_fns[sched](ws, cost, &p, &comm);
     if (ws->record < 0) {
         dear_sim_ws_free(ws);

@@ -10,7 +10,8 @@
  *   dear: reduce-scatter buckets (plan.rs) are queued as backward completes them; at the end of
  *         backward the all-gather groups (plan.ag) are queued in forward order behind them. They
  *         run during the next forward, whose layer l waits for the all-gather group(s) holding
- *         l's tensors. The last plan.ag_early groups instead run during backward, each behind
+ *         l's tensors. The early groups (the last plan.ag_early, or those plan.early marks)
+ *         instead run during backward, each behind
  *         the reduce-scatter bucket that completes its data (the one holding its first tensor),
  *         in the same FIFO channel. With sharded updates stepped during backward
  *         The iteration is the period of that cycle: the channel state carried from the previous
@@ -145,6 +146,11 @@ void dear_sim_ws_free(dear_sim_ws_t *ws);
 void dear_sim_ws_set_shard(dear_sim_ws_t *ws, int shard);
 double dear_sim_ws_iter(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
                         const int *rs_first, int nag, const int *ag_first, int ag_early);
+/* The same with the early all-gather groups given one by one: early[g] != 0 for each of the nag
+ * groups that runs during backward (NULL: the last ag_early, as dear_sim_ws_iter). */
+double dear_sim_ws_iter_early(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, dear_sched_t sched, int nrs,
+                              const int *rs_first, int nag, const int *ag_first, int ag_early,
+                              const unsigned char *early);
 /* Seconds of the collective(s) op of the group of tensors [lo, hi), as the simulator prices it
  * alone (queued, times queued_fn): one collective of its bytes; with sparse tensors one per run of tensors of the same block (the
  * runtime cuts buckets there), a sparse run priced at its wire bytes (dear_prof_wire_bytes, spread

@@ -300,8 +300,9 @@ static int shard_pieces(dear_ctx_t *ctx)
 }
 
 /* Group g over units [u0, u1): its all-gather of the buckets' blocks, the piece of each bucket
- * it gathers (when buckets are sharded piece by piece), and what it waits for. */
-static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0)
+ * it gathers (when buckets are sharded piece by piece), and what it waits for; early if it runs
+ * during backward. */
+static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early)
 {
     dear_group_t *gr = &ctx->graph.groups[g];
     gr->u0 = u0;
@@ -332,7 +333,7 @@ static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0)
             sub_add(bk, blk);
     }
     op->ndeps = nb;
-    gr->early = gr->u0 >= early_u0;
+    gr->early = early;
     ctx->graph.ngroups_early += gr->early;
     op_init(ctx, op, DEAR_COLL_ALLGATHER, g, unit_tensor(ctx, gr->u0)->dtype);
     op_layers(ctx, op, gr->u0, gr->u1);
@@ -341,10 +342,10 @@ static int group_build(dear_ctx_t *ctx, int g, int u0, int u1, int early_u0)
     return DEAR_OK;
 }
 
-/* The all-gather groups of a split schedule. The plan's early ones are those from its first
- * early group's first unit on (cutting by type only splits groups); none while clipping (they
- * would gather unclipped shards). A bucket the groups cut becomes a multi-block reduce-scatter
- * over its pieces. */
+/* The all-gather groups of a split schedule. A group is early if the plan's group holding its
+ * first unit is (cutting by type only splits groups); none while clipping (they would gather
+ * unclipped shards). A bucket the groups cut becomes a multi-block reduce-scatter over its
+ * pieces. */
 static int groups_build(dear_ctx_t *ctx)
 {
     int rc = DEAR_OK, *first = NULL, ng = 0, clip = dear_clip_on(ctx);
@@ -354,15 +355,17 @@ static int groups_build(dear_ctx_t *ctx)
     int shard = dear_shard_on(ctx), split = (dear_sched_flags(ctx->cfg.sched) & DEAR_SCHED_F_SPLIT) != 0;
     int early_ok = !clip && (!shard || dear_shard_steps_early(ctx));
     const dear_partition_t *ag = split ? &pl->ag : &pl->rs;
-    int early_u0 = split && pl->ag_early > 0 && early_ok ? pl->ag.first[pl->ag.ngroups - pl->ag_early]
-                                                         : ctx->graph.nunits;
+    int early_on = split && pl->ag_early > 0 && early_ok;
     DEAR_CHECK_GOTO(split_groups(ctx, ag, 1, &first, &ng), rc, out);
     DEAR_ALLOC_GOTO(ctx->graph.groups, calloc((size_t)ng, sizeof *ctx->graph.groups),
                     sizeof *ctx->graph.groups * (size_t)ng, rc, out);
     ctx->graph.ngroups = ng;
     DEAR_CHECK_GOTO(shard ? shard_pieces(ctx) : sub_alloc(ctx, first, ng), rc, out);
-    for (int g = 0; g < ng && rc == DEAR_OK; g++)
-        rc = group_build(ctx, g, first[g], first[g + 1], early_u0);
+    for (int g = 0, pg = 0; g < ng && rc == DEAR_OK; g++) {
+        for (; early_on && pg + 1 < pl->ag.ngroups && pl->ag.first[pg + 1] <= first[g]; pg++)
+            ; /* the plan's group holding unit first[g] */
+        rc = group_build(ctx, g, first[g], first[g + 1], early_on && dear_plan_is_early(pl, pg));
+    }
     for (int b = 0; b < ctx->graph.nbuckets && !shard; b++) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
         if (bk->nsub > 1) {
@@ -375,10 +378,13 @@ out:
     return rc;
 }
 
-/* Bucket b's early groups (early_lo..early_hi), last first, into the order from *pos. */
+/* Bucket b's early groups (those of early_lo..early_hi that run early), last first, into the
+ * order from *pos. */
 static void place_early(dear_ctx_t *ctx, int b, int *pos)
 {
     for (int g = ctx->graph.buckets[b].early_hi; g >= ctx->graph.buckets[b].early_lo; g--) {
+        if (!ctx->graph.groups[g].early)
+            continue;
         ctx->graph.groups[g].op.pos = *pos;
         ctx->graph.ops[(*pos)++] = &ctx->graph.groups[g].op;
     }
@@ -400,10 +406,14 @@ static int ops_order(dear_ctx_t *ctx)
     int ge = ctx->graph.ngroups - 1, pos = 0, nb = ctx->graph.nbuckets;
     for (int b = nb - 1; b >= 0; b--) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
+        /* the span of the early ones among the groups whose first unit lies in bucket b */
+        bk->early_lo = ge + 1;
         bk->early_hi = ge;
-        for (; ge >= 0 && ctx->graph.groups[ge].early && ctx->graph.units[ctx->graph.groups[ge].u0].bucket == b; ge--)
-            ;
-        bk->early_lo = ge + 1; /* none if lo > hi */
+        for (; ge >= 0 && ctx->graph.units[ctx->graph.groups[ge].u0].bucket == b; ge--)
+            if (ctx->graph.groups[ge].early) {
+                bk->early_hi = bk->early_hi > ge ? bk->early_hi : ge;
+                bk->early_lo = ge;
+            }
     }
     int lag = dear_shard_steps_early(ctx); /* sharded, slices stepped in backward */
     for (int b = nb - 1; b >= 0; b--) {
@@ -491,7 +501,7 @@ int dear_graph_build(dear_ctx_t *ctx)
     if (DEAR_LOG_ON(DEAR_LOG_DEBUG) && ctx->cm.rank == 0)
         dear_plan_print(stderr, &ctx->graph.plan, NULL);
     if (dear_shard_on(ctx) && !dear_shard_steps_early(ctx))
-        ctx->graph.plan.ag_early = 0; /* the parameters leave after the updates at backward_end (shard.c) */
+        dear_plan_set_early(&ctx->graph.plan, NULL); /* the parameters leave after the updates at backward_end */
     ctx->graph.ngroups_early = 0;
     ctx->graph.nbarriers = 0;
     DEAR_CHECK(units_build(ctx));

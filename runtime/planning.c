@@ -288,7 +288,18 @@ int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
     DEAR_CHECK(bcast_units(ctx, plan));
     DEAR_CHECK(bcast_partition(ctx, &plan->rs, plan->nunits));
     DEAR_CHECK(bcast_partition(ctx, &plan->ag, plan->nunits));
-    DEAR_MPI_CHECK(MPI_Bcast(&plan->ag_early, 1, MPI_INT, 0, ctx->cm.comm));
+    /* The early groups: a count, and the marks where they are not a trailing run. */
+    int early[2] = { plan->ag_early, plan->early != NULL };
+    DEAR_MPI_CHECK(MPI_Bcast(early, 2, MPI_INT, 0, ctx->cm.comm));
+    if (ctx->cm.rank != 0) {
+        free(plan->early);
+        plan->early = NULL;
+        plan->ag_early = early[0];
+        if (early[1])
+            DEAR_ALLOC_CHECK(plan->early, malloc((size_t)plan->ag.ngroups + 1), (size_t)plan->ag.ngroups + 1);
+    }
+    if (early[1])
+        DEAR_MPI_CHECK(MPI_Bcast(plan->early, plan->ag.ngroups, MPI_UNSIGNED_CHAR, 0, ctx->cm.comm));
     return plan_fits(ctx, plan);
 }
 

@@ -166,7 +166,8 @@ typedef struct {
     dear_fence_t *packed;   /* the gradients are in buf */
     dear_fence_t *done;     /* all-reduce: the result is back in the gradients */
     int remaining;          /* units whose layer has not reported backward_done this iteration */
-    int early_lo, early_hi; /* dear: early all-gather groups queued behind it (none if lo > hi) */
+    int early_lo, early_hi; /* dear: the span of the early all-gather groups queued behind it (none if
+                             * lo > hi; a group inside it that is not early is skipped) */
     size_t sparse_block;    /* its tensors' block when they are sparse (all alike); 0: dense */
     /* Schedule dear, dense: the bucket's vector cut where all-gather groups begin or end, each
      * piece sharded over every rank on its own (a multi-block reduce-scatter when nsub > 1), so

@@ -113,6 +113,8 @@ static void dear_bucket_done(dear_ctx_t *ctx, dear_bucket_t *b)
     if (dear_shard_on(ctx))
         return;
     for (int g = b->early_hi; g >= b->early_lo; g--) {
+        if (!ctx->graph.groups[g].early)
+            continue;
         ctx->graph.groups[g].unpacked = 0;
         dear_engine_queue(ctx, &ctx->graph.groups[g].op);
     }

@@ -194,6 +194,8 @@ static int bucket_updates(dear_ctx_t *ctx, int bi, long long iter)
     /* The groups send what the updates wrote on the application's queue. */
     DEAR_CHECK(ctx->mem.ops->fence_record(ctx->shard.stepped[bi], ctx->mem.app));
     for (int g = b->early_hi; g >= b->early_lo; g--) {
+        if (!ctx->graph.groups[g].early)
+            continue;
         ctx->graph.groups[g].unpacked = 0;
         dear_engine_queue(ctx, &ctx->graph.groups[g].op);
     }

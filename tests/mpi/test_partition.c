@@ -387,7 +387,10 @@ END_TEST
 
 /* A plan (one bucket per unit) whose last all-gather groups run early, the first of them holding
  * the middle chunk of tensor 0: its chunks are gathered partly during backward, partly in the
- * next forward, and its update still runs once, with every chunk in place. */
+ * next forward, and its update still runs once, with every chunk in place. Then (_i = 1) every
+ * other group from the first runs early instead, not a trailing run: the groups are early as
+ * marked, the fixed order puts each early one right behind its bucket and the others, in forward
+ * order, after the barriers, and training ends as with whole tensors. */
 START_TEST(test_early_split)
 {
     char plan[96];
@@ -412,6 +415,13 @@ START_TEST(test_early_split)
         ck_assert_int_eq(dear_plan_same(&p, nu, nu, first, "hand"), DEAR_OK);
         ck_assert_int_eq(dear_plan_set_units(&p, NT, u), DEAR_OK);
         p.ag_early = nu - c0 / 2;
+        if (_i == 1) {
+            unsigned char *mark = malloc((size_t)nu);
+            for (int g = 0; g < nu; g++)
+                mark[g] = g % 2 == 0;
+            ck_assert_int_eq(dear_plan_set_early(&p, mark), DEAR_OK);
+            free(mark);
+        }
         const char *names[NT] = { "w0", "w1", "w2", "w3", "w4" };
         ck_assert_int_eq(dear_planfile_save(plan, &p, d, names), DEAR_OK);
         dear_plan_free(&p);
@@ -427,8 +437,28 @@ START_TEST(test_early_split)
     model_init(&b);
     dear_ctx_t *ctx = setup(&b, &rc);
     ck_assert_ptr_nonnull(ctx);
-    ck_assert_int_eq(ctx->graph.ngroups_early, nu - c0 / 2);
-    ck_assert(ctx->graph.groups[c0 / 2].early && !ctx->graph.groups[c0 / 2 - 1].early);
+    const dear_graph_t *gr = &ctx->graph;
+    if (_i == 0) {
+        ck_assert_int_eq(gr->ngroups_early, nu - c0 / 2);
+        ck_assert(gr->groups[c0 / 2].early && !gr->groups[c0 / 2 - 1].early);
+    } else {
+        ck_assert_int_eq(gr->ngroups, nu);
+        ck_assert_int_eq(gr->ngroups_early, (nu + 1) / 2);
+        for (int g = 0; g < nu; g++)
+            ck_assert_int_eq(gr->groups[g].early, g % 2 == 0);
+    }
+    int pos = 0;
+    for (int bk = gr->nbuckets - 1; bk >= 0; bk--) {
+        ck_assert_ptr_eq(gr->ops[pos++], &gr->buckets[bk].op);
+        for (int g = gr->ngroups - 1; g >= 0; g--)
+            if (gr->groups[g].early && gr->units[gr->groups[g].u0].bucket == bk)
+                ck_assert_msg(gr->ops[pos++] == &gr->groups[g].op, "op %d is not early group %d", pos - 1, g);
+    }
+    pos += gr->nbarriers;
+    for (int g = 0; g < gr->ngroups; g++)
+        if (!gr->groups[g].early)
+            ck_assert_msg(gr->ops[pos++] == &gr->groups[g].op, "op %d is not group %d", pos - 1, g);
+    ck_assert_int_eq(pos, gr->nops);
     train(ctx, &b);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     unset_env();
@@ -452,7 +482,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_bitwise, 0, 6);
     tcase_add_test(tc, test_planfile);
-    tcase_add_test(tc, test_early_split);
+    tcase_add_loop_test(tc, test_early_split, 0, 2);
     suite_add_tcase(s, tc);
     return mpi_suite_run(s, rank);
 }

@@ -316,7 +316,9 @@ END_TEST
 
 /* A plan from a file (DEAR_PLAN_FILE) whose all-gather groups cut across the reduce-scatter
  * buckets: groups span several buckets and parts of one (the multi-block all-gather); none, half
- * or all of the groups run early (during backward, behind the bucket completing their data). */
+ * or all of the groups run early (during backward, behind the bucket completing their data), or
+ * every other one from the first (not a trailing run: a bucket then completes early groups and
+ * groups left for the forward). */
 START_TEST(test_planfile)
 {
     int arena = _i % 2, early = _i / 2;
@@ -347,6 +349,14 @@ START_TEST(test_planfile)
     ck_assert_int_eq(dear_partition_set(&plan.ag, NT, nag, ag), DEAR_OK);
     plan.nunits = plan.ntensors = NT;
     plan.ag_early = early == 0 ? 0 : early == 1 ? nag / 2 : nag;
+    if (early == 3) {
+        unsigned char mark[NT + 1];
+        for (int g = 0; g < nag; g++)
+            mark[g] = g % 2 == 0;
+        ck_assert_int_eq(dear_plan_set_early(&plan, mark), DEAR_OK);
+        ck_assert_ptr_nonnull(plan.early);
+        ck_assert_int_eq(plan.ag_early, (nag + 1) / 2);
+    }
     snprintf(plan.planner, sizeof plan.planner, "test");
     char path[64] = "/tmp/dear-test-plan-XXXXXX";
     if (rank == 0) {
@@ -802,7 +812,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_params);
     tcase_add_test(tc, test_mismatch);
     tcase_add_loop_test(tc, test_train, 0, DEAR_SCHED_COUNT * 6);
-    tcase_add_loop_test(tc, test_planfile, 0, 6);
+    tcase_add_loop_test(tc, test_planfile, 0, 8);
     tcase_add_test(tc, test_stall);
     tcase_add_test(tc, test_profile);
     suite_add_tcase(s, tc);

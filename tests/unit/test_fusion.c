@@ -1798,7 +1798,8 @@ START_TEST(gradssa_deterministic_and_never_worse)
                 double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix);
                 brute = t < brute ? t : brute;
             }
-        ck_assert_msg(fabs(tauto - brute) <= 1e-12 * brute, "%s: auto %.9g, best pair %.9g (%s)",
+        /* (or better, where it moved single groups into or out of backward) */
+        ck_assert_msg(au.early ? tauto < brute : fabs(tauto - brute) <= 1e-12 * brute, "%s: auto %.9g, best pair %.9g (%s)",
                       dear_sched_name((dear_sched_t)s), tauto, brute, au.planner);
         for (int i = 0; i < 5; i++)
             dear_plan_free(&cp[i]);
@@ -1973,6 +1974,204 @@ START_TEST(auto_ties_fewest_collectives)
             dear_prof_free(&p);
         }
     ck_assert_msg(tied > 0, "no case had equal predictions with more collectives: the rule went untested");
+}
+END_TEST
+
+/* ---- early all-gather groups in any set ---- */
+
+/* A shipped profile with a linear cost of no start-up whose communication (both phases) takes
+ * about `ratio` times the compute. */
+static lin_arg_t balanced(const char *model, dear_profile_t *p, double ratio)
+{
+    dear_cost_model_t m;
+    shipped_10gbe(model, p, &m);
+    double bytes = 0, comp = dear_prof_fwd_total(p) + dear_prof_bwd_total(p);
+    for (int t = 0; t < p->ntensors; t++)
+        bytes += (double)p->tensors[t].bytes;
+    return lin(0, ratio * comp / bytes, 0, ratio * comp / bytes / 2);
+}
+
+/* Marks of the last ne of ng groups. */
+static void trailing_marks(unsigned char *em, int ng, int ne)
+{
+    for (int g = 0; g < ng; g++)
+        em[g] = g >= ng - ne;
+}
+
+/* The simulator's early groups given one by one: a trailing run as marks predicts what its
+ * count does, bit for bit (unsharded and sharded, slices stepped in backward); a plan carrying
+ * marks predicts what the marks do through the workspace; and a recorded iteration runs the
+ * channel in the runtime's order (runtime/buckets.c, ops_order): the regular groups in forward
+ * order, then each bucket, last first, followed by the early groups its reduce-scatter completes
+ * (the bucket holding a group's first unit), last first. */
+START_TEST(sim_early_marks)
+{
+    static const char *const models[] = { "gpt2-small", "resnet50" };
+    static const char *const names[] = { "none", "threshold", "dp" };
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        dear_profile_t p;
+        lin_arg_t l = balanced(models[mi], &p, 1);
+        dear_plan_problem_t prob;
+        problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
+        prob.threshold = 25u << 20;
+        dear_sim_ws_t *ws;
+        ck_assert_int_eq(dear_sim_ws_create(&p, &ws), DEAR_OK);
+        dear_plan_t cp[3] = { { 0 } };
+        for (int i = 0; i < 3; i++)
+            ck_assert_int_eq(dear_plan_by_name(&cp[i], &prob, names[i]), DEAR_OK);
+        for (int shard = 0; shard < 2; shard++) {
+            dear_sim_ws_set_shard(ws, shard ? DEAR_SIM_SHARD_EARLY : DEAR_SIM_SHARD_NONE);
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 3; j++) {
+                    int ng = cp[j].ag.ngroups;
+                    unsigned char *em = malloc((size_t)ng);
+                    ck_assert_ptr_nonnull(em);
+                    for (int ne = 0; ne <= ng; ne += ng > 8 ? ng / 8 : 1) {
+                        trailing_marks(em, ng, ne);
+                        double a = dear_sim_ws_iter(ws, &prob.cost, DEAR_SCHED_DEAR, cp[i].rs.ngroups, cp[i].rs.first,
+                                                    ng, cp[j].ag.first, ne);
+                        double b = dear_sim_ws_iter_early(ws, &prob.cost, DEAR_SCHED_DEAR, cp[i].rs.ngroups,
+                                                          cp[i].rs.first, ng, cp[j].ag.first, 0, em);
+                        ck_assert_msg(a == b, "%s %s+%s %d early, shard %d: count %.17g, marks %.17g", models[mi],
+                                      names[i], names[j], ne, shard, a, b);
+                    }
+                    free(em);
+                }
+        }
+        /* Every third group early, from the first: not a trailing run. */
+        dear_plan_t mix = { 0 };
+        plan2(&mix, p.ntensors, cp[0].rs.ngroups, cp[0].rs.first, cp[2].ag.ngroups, cp[2].ag.first);
+        int ng = mix.ag.ngroups, nb = mix.rs.ngroups;
+        unsigned char *em = malloc((size_t)ng);
+        ck_assert_ptr_nonnull(em);
+        for (int g = 0; g < ng; g++)
+            em[g] = g % 3 == 0;
+        ck_assert_int_eq(dear_plan_set_early(&mix, em), DEAR_OK);
+        ck_assert_ptr_nonnull(mix.early);
+        dear_sim_ws_set_shard(ws, DEAR_SIM_SHARD_NONE);
+        dear_sim_result_t r = { 0 };
+        ck_assert_int_eq(dear_sim_run(&p, &prob.cost, DEAR_SCHED_DEAR, &mix, 1, &r), DEAR_OK);
+        EQ(r.iter_s, dear_sim_ws_iter_early(ws, &prob.cost, DEAR_SCHED_DEAR, nb, mix.rs.first, ng, mix.ag.first, 0,
+                                            em));
+        /* The expected channel: kinds and indices. */
+        int *want = malloc(sizeof(int) * 2 * (size_t)(nb + ng)), nw = 0;
+        ck_assert_ptr_nonnull(want);
+        for (int g = 0; g < ng; g++)
+            if (!em[g])
+                want[nw++] = DEAR_COLL_ALLGATHER, want[nw++] = g;
+        for (int b = nb - 1; b >= 0; b--) {
+            want[nw++] = DEAR_COLL_REDUCE_SCATTER, want[nw++] = b;
+            for (int g = ng - 1; g >= 0; g--)
+                if (em[g] && group_of(&mix.rs, mix.ag.first[g]) == b)
+                    want[nw++] = DEAR_COLL_ALLGATHER, want[nw++] = g;
+        }
+        int k = 0;
+        double last = -INFINITY;
+        for (int i = 0; i < r.nops; i++) {
+            const dear_sim_op_t *o = &r.ops[i];
+            if (o->kind != DEAR_COLL_REDUCE_SCATTER && o->kind != DEAR_COLL_ALLGATHER)
+                continue;
+            ck_assert_int_lt(k, nw);
+            ck_assert_msg(o->kind == want[k] && o->index == want[k + 1] && o->start >= last,
+                          "%s: channel op %d is %s %d at %.9g, expected %s %d", models[mi], k / 2,
+                          o->kind == DEAR_COLL_ALLGATHER ? "all-gather" : "reduce-scatter", o->index, o->start,
+                          want[k] == DEAR_COLL_ALLGATHER ? "all-gather" : "reduce-scatter", want[k + 1]);
+            last = o->start;
+            k += 2;
+        }
+        ck_assert_int_eq(k, nw);
+        free(want);
+        free(em);
+        dear_sim_result_free(&r);
+        dear_plan_free(&mix);
+        for (int i = 0; i < 3; i++)
+            dear_plan_free(&cp[i]);
+        dear_sim_ws_free(ws);
+        dear_prof_free(&p);
+    }
+}
+END_TEST
+
+/* auto moves single all-gather groups into or out of backward. On gpt2-small with communication
+ * equal to compute (no start-ups: where the first layers' all-gathers outrun their forward), the
+ * best pairing of the candidates with a trailing run of early groups (brute force over every
+ * count) leaves the forward waiting; auto's marks beat it by more than 2%, and are not a trailing
+ * run. Where no group may run early, auto marks none. Its prediction is the simulator's. */
+START_TEST(auto_early_any_groups)
+{
+    dear_profile_t p;
+    lin_arg_t l = balanced("gpt2-small", &p, 1);
+    dear_plan_problem_t prob;
+    problem_linear(&prob, &p, DEAR_SCHED_DEAR, &l);
+    prob.threshold = 25u << 20;
+    prob.rounds = 20;
+    dear_plan_t au = { 0 }, cp[5] = { { 0 } };
+    double tauto = plan_T(&prob, "auto", &au);
+    static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp", "gradssa" };
+    double brute = INFINITY;
+    for (int i = 0; i < 5; i++)
+        plan_T(&prob, cands[i], &cp[i]);
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 5; j++)
+            for (int ne = 0; ne <= cp[j].ag.ngroups; ne++) {
+                dear_plan_t mix = { .nunits = cp[i].nunits, .ntensors = cp[i].ntensors, .rs = cp[i].rs, .ag = cp[j].ag,
+                                    .ag_early = ne };
+                double t = sim_T(&p, &prob.cost, prob.sched, &mix);
+                brute = t < brute ? t : brute;
+            }
+    ck_assert_msg(tauto < brute * 0.98, "auto %.9g, best trailing pairing %.9g (%s, %d early)", tauto, brute,
+                  au.planner, au.ag_early);
+    ck_assert_ptr_nonnull(au.early);
+    char msg[256];
+    ck_assert_int_eq(dear_plan_validate(&au, p.ntensors, msg, sizeof msg), DEAR_OK);
+    prob.no_early = 1;
+    dear_plan_t ne = { 0 };
+    plan_T(&prob, "auto", &ne);
+    ck_assert_int_eq(ne.ag_early, 0);
+    ck_assert_ptr_null(ne.early);
+    dear_plan_free(&ne);
+    for (int i = 0; i < 5; i++)
+        dear_plan_free(&cp[i]);
+    dear_plan_free(&au);
+    dear_prof_free(&p);
+}
+END_TEST
+
+/* Marks kept canonical: a trailing run (or none) is a count alone; a copy keeps the marks; equal
+ * sets compare equal whichever form; a plan whose marks disagree with its count, or mark a group
+ * with other than 0 or 1, is refused. */
+START_TEST(plan_early_marks)
+{
+    int rs[] = { 0, 2, 4 }, ag[] = { 0, 1, 2, 3, 4 };
+    dear_plan_t a, b = { 0 };
+    plan2(&a, 4, 2, rs, 4, ag);
+    unsigned char run[] = { 0, 0, 1, 1 }, gap[] = { 1, 0, 1, 0 }, none[] = { 0, 0, 0, 0 };
+    ck_assert_int_eq(dear_plan_set_early(&a, run), DEAR_OK);
+    ck_assert_ptr_null(a.early);
+    ck_assert_int_eq(a.ag_early, 2);
+    ck_assert(!dear_plan_is_early(&a, 1) && dear_plan_is_early(&a, 2));
+    ck_assert_int_eq(dear_plan_set_early(&a, gap), DEAR_OK);
+    ck_assert_ptr_nonnull(a.early);
+    ck_assert_int_eq(a.ag_early, 2);
+    ck_assert(dear_plan_is_early(&a, 0) && !dear_plan_is_early(&a, 3));
+    ck_assert_int_eq(dear_plan_copy(&b, &a), DEAR_OK);
+    ck_assert(dear_plan_equal(&a, &b) && b.early != a.early);
+    ck_assert_int_eq(dear_plan_set_early(&b, run), DEAR_OK);
+    ck_assert(!dear_plan_equal(&a, &b));
+    ck_assert_int_eq(dear_plan_set_early(&a, none), DEAR_OK);
+    ck_assert(a.early == NULL && a.ag_early == 0);
+    ck_assert_int_eq(dear_plan_set_early(&a, gap), DEAR_OK);
+    char msg[256];
+    a.ag_early = 3;
+    ck_assert_int_eq(dear_plan_validate(&a, 4, msg, sizeof msg), DEAR_ERR_FORMAT);
+    ck_assert_msg(strstr(msg, "2 all-gather group(s) marked early, the plan counts 3") != NULL, "%s", msg);
+    a.ag_early = 2;
+    a.early[1] = 2;
+    ck_assert_int_eq(dear_plan_validate(&a, 4, msg, sizeof msg), DEAR_ERR_FORMAT);
+    ck_assert_msg(strstr(msg, "early mark 2 of all-gather group 1") != NULL, "%s", msg);
+    dear_plan_free(&a);
+    ck_assert_ptr_null(a.early);
+    dear_plan_free(&b);
 }
 END_TEST
 
@@ -2277,6 +2476,37 @@ START_TEST(planfile_round_trip_and_refusal)
     ck_assert_int_eq(dear_planfile_load(path, 5, t, names, &back), DEAR_OK);
     ck_assert_int_eq(back.ag_early, 1);
     ck_assert(dear_plan_equal(&pl, &back));
+    /* Early groups that are not a trailing run: listed by index ('early-groups'), read back as
+     * marks; a file listing a trailing run reads back as a count. */
+    unsigned char first[2] = { 1, 0 };
+    ck_assert_int_eq(dear_plan_set_early(&pl, first), DEAR_OK);
+    ck_assert_int_eq(dear_planfile_save(path, &pl, t, names), DEAR_OK);
+    ck_assert_int_eq(dear_planfile_load(path, 5, t, names, &back), DEAR_OK);
+    ck_assert(back.early != NULL && back.ag_early == 1 && dear_plan_is_early(&back, 0) && dear_plan_equal(&pl, &back));
+    write_file(path, "dear-plan 2\nplanner x\ntensors 5\nunits 5\nrs 2 0 3\nag 2 0 4\nearly-groups 1 1\nend\n");
+    ck_assert_int_eq(dear_planfile_load(path, 5, NULL, NULL, &back), DEAR_OK);
+    ck_assert(back.early == NULL && back.ag_early == 1);
+    /* Malformed lists: out of range, not increasing, too few or too many, beside 'early'. */
+    static const char *const bad[][2] = {
+        { "early-groups 1 2", "group 0 is '2', expected a group index in 0..1" },
+        { "early-groups 2 1 0", "group 1 is '0', expected a group index in 2..1" },
+        { "early-groups 2 0", "group 1 is 'missing'" },
+        { "early-groups 1 0 1", "lists more than its 1 groups" },
+        { "early-groups 3 0 1 1", "COUNT in 0..2" },
+        { "early 1\nearly-groups 1 0", "expected one 'early' or 'early-groups" },
+    };
+    capture();
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "dear-plan 2\nplanner x\ntensors 5\nunits 5\nrs 2 0 3\nag 2 0 4\n%s\nend\n",
+                 bad[i][0]);
+        write_file(path, text);
+        logbuf[0] = '\0';
+        ck_assert_int_eq(dear_planfile_load(path, 5, NULL, NULL, &back), DEAR_ERR_FORMAT);
+        ck_assert_msg(strstr(logbuf, bad[i][1]) != NULL, "'%s': %s", bad[i][0], logbuf);
+    }
+    uncapture();
+    ck_assert(back.early == NULL && back.ag_early == 1); /* intact */
     dear_plan_free(&pl);
     dear_plan_free(&back);
 }
@@ -2837,6 +3067,9 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, sim_compress_by_hand);
     tcase_add_test(tc, profile_sparse_round_trip);
     tcase_add_test(tc, dp_split_equals_brute_force);
+    tcase_add_test(tc, sim_early_marks);
+    tcase_add_test(tc, auto_early_any_groups);
+    tcase_add_test(tc, plan_early_marks);
     tcase_add_test(tc, dp_search_equals_best_split);
     tcase_add_test(tc, gradssa_deterministic_and_never_worse);
     tcase_add_test(tc, gradssa_within_1pct_of_dp_on_shipped);
