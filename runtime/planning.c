@@ -272,6 +272,23 @@ static int bcast_verdict(dear_ctx_t *ctx, int *rc)
     }
 }
 
+/* DEAR_DEBUG_EARLY=alternate (tests only): rank 0 marks every other all-gather group early from
+ * the first before the broadcast, so every rank builds the same order. */
+static int debug_early(dear_plan_t *plan)
+{
+    int ng = plan->ag.ngroups;
+    if (dear_param_enum(DEAR_P_DEBUG_EARLY) == 0 || ng < 2)
+        return DEAR_OK;
+    unsigned char *mark = malloc((size_t)ng);
+    if (!mark)
+        return DEAR_ERR_NOMEM;
+    for (int g = 0; g < ng; g++)
+        mark[g] = g % 2 == 0;
+    int rc = dear_plan_set_early(plan, mark);
+    free(mark);
+    return rc;
+}
+
 int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
 {
     int rc = rc0;
@@ -289,6 +306,8 @@ int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
     DEAR_CHECK(bcast_partition(ctx, &plan->rs, plan->nunits));
     DEAR_CHECK(bcast_partition(ctx, &plan->ag, plan->nunits));
     /* The early groups: a count, and the marks where they are not a trailing run. */
+    if (ctx->cm.rank == 0)
+        DEAR_CHECK(debug_early(plan));
     int early[2] = { plan->ag_early, plan->early != NULL };
     DEAR_MPI_CHECK(MPI_Bcast(early, 2, MPI_INT, 0, ctx->cm.comm));
     if (ctx->cm.rank != 0) {

@@ -4,7 +4,8 @@
  * partitions, the deterministic mode, the check for non-finite gradients (abort: any false
  * report ends the job), freezing, accumulation and sharded slices stepped only at
  * dear_backward_end (DEAR_SHARD_EARLY=0; sharded cases without it step them during backward
- * under dear), each under one schedule, planner, transport,
+ * under dear), each under one schedule, planner (or a plan whose early all-gather groups are not a
+ * trailing run), transport,
  * memory row and rank count. The set is made here, the same on every rank, by a greedy
  * covering design: every pair of features appears together, every triple among sharding,
  * compression, error feedback, sparse tensors, partitions and the deterministic mode too, and
@@ -81,13 +82,15 @@ static const int triple_set[] = { F_SHARD, F_COMPRESS, F_EF, F_SPARSE, F_PART, F
 #define NTRIPLE_SET ((int)(sizeof triple_set / sizeof triple_set[0]))
 
 static const char *const scheds[] = { "dear", "wfbp", "sync" };
-static const char *const planners[] = { "threshold", "dp", "auto" };
+/* "marked": the threshold plan with every other all-gather group early from the first
+ * (DEAR_DEBUG_EARLY=alternate), not a trailing run as the candidates make them. */
+static const char *const planners[] = { "threshold", "dp", "auto", "marked" };
 static const char *const transports[] = { "mpi", "socket" };
 static const char *const mems[] = { "host", "delay", "cuda" };
 static const char *const layouts[] = { "apart", "arena" };
 /* The wire format of a compressed case: a dimension, so that every feature meets each. */
 static const char *const formats[] = { "bf16", "fp16", "int8" };
-enum { NSCHED = 3, NPLAN = 3, NTRANS = 2, NMEM = 3, NNP = 4, NLAYOUT = 2, NFORMAT = 3, NDIM = 7 };
+enum { NSCHED = 3, NPLAN = 4, NTRANS = 2, NMEM = 3, NNP = 4, NLAYOUT = 2, NFORMAT = 3, NDIM = 7 };
 enum { MEM_HOST, MEM_DELAY, MEM_CUDA };
 static const int dim_size[NDIM] = { NSCHED, NPLAN, NTRANS, NMEM, NNP, NLAYOUT, NFORMAT };
 
@@ -112,7 +115,8 @@ static int ncases;
 #define NDD (NDIM * 4 * NDIM * 4)
 #define NHOST (NF * NF)
 #define NFMT (NF * NFORMAT + NSCHED * NFORMAT)
-#define NTARGET (NPAIR + NTRIP + NFDIM + NDD + NHOST + NFMT)
+#define NMARK (NF * NF + NTRANS * NMEM)
+#define NTARGET (NPAIR + NTRIP + NFDIM + NDD + NHOST + NFMT + NMARK)
 
 static int on(unsigned feat, int f) { return (feat >> f) & 1; }
 
@@ -155,6 +159,17 @@ static int targets(const combo_t *c, int *out)
             out[n++] = NPAIR + NTRIP + NFDIM + NDD + NHOST + a * NFORMAT + c->dim[6];
     if (on(f, F_COMPRESS) && c->dim[4] > 0)
         out[n++] = NPAIR + NTRIP + NFDIM + NDD + NHOST + NF * NFORMAT + c->dim[0] * NFORMAT + c->dim[6];
+    /* Marked early groups act under dear on several ranks where nothing turns early groups off
+     * (clipping, the count of ranks with a gradient, slices stepped at backward_end): there each
+     * feature and each pair of features meets them, and each transport and memory row. */
+    int base = NPAIR + NTRIP + NFDIM + NDD + NHOST + NFMT;
+    if (c->dim[1] == 3 && c->dim[0] == 0 && c->dim[4] > 0 && !on(f, F_CLIP) && !on(f, F_UNUSED) && !on(f, F_LATE)) {
+        for (int a = 0; a < NF; a++)
+            for (int b = a; b < NF; b++)
+                if (on(f, a) && on(f, b))
+                    out[n++] = base + a * NF + b;
+        out[n++] = base + NF * NF + c->dim[2] * NMEM + c->dim[3];
+    }
     return n;
 }
 
@@ -256,6 +271,11 @@ static void make_cases(void)
           { 0, 2, 1, 0, 3, 1, 0 } },
         { (1u << F_SHARD) | (1u << F_SPARSE) | (1u << F_FREEZE) | (1u << F_ACCUM) | (1u << F_FINITE) | (1u << F_LATE),
           { 0, 2, 1, 0, 3, 1, 0 } },
+        /* Marked early groups on CUDA memory, through NCCL with sharded sparse partitions, and
+         * staged with fed-back bf16 under the deterministic mode (a random draw seldom meets
+         * every condition under which the marks act). */
+        { (1u << F_SHARD) | (1u << F_SPARSE) | (1u << F_PART), { 0, 3, 0, MEM_CUDA, 1, 0, 0 } },
+        { (1u << F_COMPRESS) | (1u << F_EF) | (1u << F_DETERM) | (1u << F_PART), { 0, 3, 1, MEM_CUDA, 2, 1, 0 } },
     };
     for (size_t k = 0; k < sizeof known / sizeof known[0] && ncases < MAX_CASES; k++)
         cases[ncases++] = known[k];
@@ -611,7 +631,8 @@ static const char *const env_names[] = { "DEAR_SCHEDULE", "DEAR_FUSION", "DEAR_F
                                          "DEAR_DETERMINISTIC", "DEAR_TRANSPORT", "DEAR_COMPRESS", "DEAR_COMPRESS_EF",
                                          "DEAR_FIND_UNUSED", "DEAR_SPARSE", "DEAR_WARMUP_ITERS", "DEAR_VERIFY_ITERS",
                                          "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_SHARD",
-                                         "DEAR_CUDA_TRANSPORT", "DEAR_CHECK_FINITE", "DEAR_SHARD_EARLY" };
+                                         "DEAR_CUDA_TRANSPORT", "DEAR_CHECK_FINITE", "DEAR_SHARD_EARLY",
+                                         "DEAR_DEBUG_EARLY" };
 
 static void env_clear(void)
 {
@@ -625,8 +646,12 @@ static void env_set(const combo_t *c, int other_plan)
     env_clear();
     setenv("DEAR_SCHEDULE", scheds[c->dim[0]], 1);
     setenv("DEAR_TRANSPORT", transports[c->dim[2]], 1);
-    setenv("DEAR_FUSION", planners[c->dim[1]], 1);
-    setenv("DEAR_FUSION_THRESHOLD", "2k", 1); /* several buckets, of tensors apart in memory */
+    setenv("DEAR_FUSION", c->dim[1] == 3 ? "threshold" : planners[c->dim[1]], 1);
+    if (c->dim[1] == 3)
+        setenv("DEAR_DEBUG_EARLY", "alternate", 1);
+    /* several buckets, of tensors apart in memory; marked: groups of a tensor or two, so that early
+     * and regular ones interleave */
+    setenv("DEAR_FUSION_THRESHOLD", c->dim[1] == 3 ? "512" : "2k", 1);
     setenv("DEAR_WARMUP_ITERS", "2", 1);
     setenv("DEAR_CALIBRATE", "off", 1);
     setenv("DEAR_COST_PRESET", "10gbe", 1);
