@@ -305,9 +305,10 @@ int dear_planning_bcast(dear_ctx_t *ctx, dear_plan_t *plan, int rc0)
     DEAR_CHECK(bcast_units(ctx, plan));
     DEAR_CHECK(bcast_partition(ctx, &plan->rs, plan->nunits));
     DEAR_CHECK(bcast_partition(ctx, &plan->ag, plan->nunits));
-    /* The early groups: a count, and the marks where they are not a trailing run. */
-    if (ctx->cm.rank == 0)
-        DEAR_CHECK(debug_early(plan));
+    /* The early groups: a count, and the marks where they are not a trailing run. A failed test
+     * marking leaves the plan's: rank 0 must not leave the others waiting in the broadcast. */
+    if (ctx->cm.rank == 0 && debug_early(plan) != DEAR_OK)
+        DEAR_WARN("plan", "DEAR_DEBUG_EARLY: out of memory marking the plan's early groups; the plan's are kept");
     int early[2] = { plan->ag_early, plan->early != NULL };
     DEAR_MPI_CHECK(MPI_Bcast(early, 2, MPI_INT, 0, ctx->cm.comm));
     if (ctx->cm.rank != 0) {
