@@ -441,13 +441,19 @@ static int group_of(const int *first, int ng, int t)
     return lo;
 }
 
-/* Moves *e (a group; *eb the bucket holding its first tensor) down past the groups that do not
- * run early, down to the lowest that may. */
+/* Steps *e (a group; *eb the bucket holding its first tensor) down one group. */
+static void group_down(const sim_plan_t *p, int *e, int *eb)
+{
+    while (*e - 1 >= early_lo(p) && *eb > 0 && p->rs[*eb] > p->ag[*e - 1])
+        (*eb)--;   /* the bucket holding group e - 1's first tensor */
+    (*e)--;
+}
+
+/* Moves *e down past the groups that do not run early, down to the lowest that may. */
 static void early_next(const sim_plan_t *p, int *e, int *eb)
 {
-    for (int lo = early_lo(p); *e >= lo && !is_early(p, *e); (*e)--)
-        while (*e - 1 >= lo && *eb > 0 && p->rs[*eb] > p->ag[*e - 1])
-            (*eb)--;
+    while (*e >= early_lo(p) && !is_early(p, *e))
+        group_down(p, e, eb);
 }
 
 /* The early groups *e, *e - 1, ... completed by buckets >= b (those is_early of the ones from
@@ -455,7 +461,7 @@ static void early_next(const sim_plan_t *p, int *e, int *eb)
 static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_plan_t *p, int *e, int *eb, int b,
                       double ready, double *chan, double *comm)
 {
-    const int *rs = p->rs, *ag = p->ag;
+    const int *ag = p->ag;
     int lo = early_lo(p);
     for (early_next(p, e, eb); *e >= lo && *eb >= b; early_next(p, e, eb)) {
         size_t gb = ws->prefix[ag[*e + 1]] - ws->prefix[ag[*e]];
@@ -465,9 +471,7 @@ static void early_run(dear_sim_ws_t *ws, const dear_sim_cost_t *cost, const sim_
         *chan = start + cg;
         ws->ag_end[*e] = *chan;
         *comm += cg;
-        while (*e - 1 >= lo && *eb > 0 && rs[*eb] > ag[*e - 1])
-            (*eb)--;   /* the bucket holding group e - 1's first tensor */
-        (*e)--;
+        group_down(p, e, eb);
     }
 }
 

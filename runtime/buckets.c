@@ -406,12 +406,14 @@ static int ops_order(dear_ctx_t *ctx)
     int ge = ctx->graph.ngroups - 1, pos = 0, nb = ctx->graph.nbuckets;
     for (int b = nb - 1; b >= 0; b--) {
         dear_bucket_t *bk = &ctx->graph.buckets[b];
-        /* the span of the early ones among the groups whose first unit lies in bucket b */
+        /* the span of the early ones among the groups whose first unit lies in bucket b (the
+         * first found, walking down, is its top; none if lo > hi) */
         bk->early_lo = ge + 1;
         bk->early_hi = ge;
         for (; ge >= 0 && ctx->graph.units[ctx->graph.groups[ge].u0].bucket == b; ge--)
             if (ctx->graph.groups[ge].early) {
-                bk->early_hi = bk->early_hi > ge ? bk->early_hi : ge;
+                if (bk->early_lo > bk->early_hi)
+                    bk->early_hi = ge;
                 bk->early_lo = ge;
             }
     }
