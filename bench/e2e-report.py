@@ -190,19 +190,22 @@ def link_bound(row, hosts, rate, parts=False, sparse=False, upd_ms=0.0, f_rs=1.0
     return 1e3 * bound, 1e3 * (bound - comp), cut + 1, share
 
 
-def floor_ms(row, hosts, rate, dear_plan):
-    """dear's best schedule on ideal collectives, in ms, and the bound likewise, for one dense
-    CSV row: auto's plan for the row's profile at dear-bench's scales (compute spread as
-    link_bound spreads it, the CSV's partition), predicted by dear-plan with no start-ups and each
-    phase moving (H-1)/H of its bytes at the link rate, as the bound counts them; updates left out
-    of both. Their ratio is what dear's schedule and planners leave to the bound on perfect
-    collectives (their order, early all-gathers only as a trailing run of groups, the candidates
-    auto weighs): no start-up or link to fix can win it. (NaN, NaN) without dear-plan or the
-    profile, or when dear-plan fails."""
+def floor_ms(row, hosts, rate, dear_plan, sparse=False):
+    """dear's best schedule on ideal collectives, in ms, and the bound likewise, for one CSV row:
+    auto's plan for the row's profile at dear-bench's scales (compute spread as link_bound spreads
+    it, the CSV's partition), predicted by dear-plan with no start-ups and each phase moving
+    (H-1)/H of its bytes at the link rate, as the bound counts them; updates left out of both.
+    With sparse, the profile's sparse tensors keep their `sparse` records at the densities
+    dear-bench replays (their rows as it scales them), which dear-plan prices at the wire bytes
+    the sparse bound counts. Their ratio is what dear's schedule and planners leave to the bound
+    on perfect collectives (their order, which groups gather early, the candidates auto weighs):
+    no start-up or link to fix can win it. (NaN, NaN) without dear-plan or the profile, or when
+    dear-plan fails."""
     prof = os.path.join(PROFILES_DIR, row["model"] + ".prof")
     if not dear_plan or not os.path.exists(prof):
         return float("nan"), float("nan")
-    layers, tensors = load_profile(prof)
+    records = {}
+    layers, tensors = load_profile(prof, records)
     sscale = float(row["size_scale"])
     comp = float(row["compute_ms"]) / 1e3
     f = comp / (sum(a + b for _, a, b in layers) or 1.0)
@@ -210,7 +213,15 @@ def floor_ms(row, hosts, rate, dear_plan):
     with tempfile.NamedTemporaryFile("w", suffix=".prof", delete=False) as out:
         out.write("dear-profile 1\nmodel %s\n" % row["model"])
         out.writelines("layer %d %.9g %.9g\n" % (lid, a * f, b * f) for lid, a, b in layers)
-        out.writelines("tensor %s %d %d\n" % t for t in scaled_bytes(tensors, sscale))
+        for (name, layer, b), (_, _, full) in zip(scaled_bytes(tensors, sscale), tensors):
+            if not (sparse and name in records):
+                out.write("tensor %s %d %d\n" % (name, layer, b))
+                continue
+            block, drs, _ = records[name]
+            rows = max(1, math.floor(full // block * sscale + 0.5))
+            d_rs, d_ag = replay_densities(rows, drs, int(row["np"]))
+            out.write("tensor %s %d %d\nsparse %s %d %.9g %.9g\n" % (name, layer, rows * block, name, block,
+                                                                      d_rs, d_ag))
         out.write("end %d %d\n" % (len(layers), len(tensors)))
     try:
         run = subprocess.run([dear_plan, "--profile", out.name, "--alpha", "0", "--beta",
@@ -225,7 +236,7 @@ def floor_ms(row, hosts, rate, dear_plan):
     if run.returncode != 0 or len(lines) < 2:
         return float("nan"), float("nan")
     best = dict(zip(lines[0].split(","), lines[1].split(",")))
-    return float(best["iter_ms"]), link_bound(row, hosts, rate)
+    return float(best["iter_ms"]), link_bound(row, hosts, rate, sparse=sparse)
 
 
 def product(by):
@@ -433,11 +444,15 @@ def cmd_report(a):
         md += ["", "Lower bound: %.1f ms%s. ![iteration times](e2e-%s.svg)"
                % (bound, "; with the sparse embedding's expected wire bytes (for the `+sparse` configurations) "
                   "%.1f ms" % sbound if sparse_case else "", name)]
-        dense_auto = [r for r in ok if r["config"] == "dear:auto"] if not sparse_case else []
-        floor = floor_ms(dense_auto[0], hosts, rate, a.dear_plan) if dense_auto else (float("nan"),) * 2
+        floor_cfg = "dear:auto+sparse" if sparse_case else "dear:auto"
+        floor_row = [r for r in ok if r["config"] == floor_cfg]
+        floor = (floor_ms(floor_row[0], hosts, rate, a.dear_plan, sparse=sparse_case) if floor_row
+                 else (float("nan"),) * 2)
         if math.isfinite(floor[0]):
-            md += ["", "Floor: dear:auto's best plan on ideal collectives (no start-ups, the link's rate; dear-plan) "
-                   "%.1f ms, %.3f x the bound without updates (%.1f ms)." % (floor[0], floor[0] / floor[1], floor[1])]
+            md += ["", "Floor: %s's best plan on ideal collectives (no start-ups, the link's rate; dear-plan%s) "
+                   "%.1f ms, %.3f x the bound without updates (%.1f ms)."
+                   % (floor_cfg, ", the sparse tensors at their replayed densities" if sparse_case else "",
+                      floor[0], floor[0] / floor[1], floor[1])]
         bar_svg(name, rows, sbound if sparse_case else bound, os.path.join(res, "e2e-%s.svg" % name))
         by = {r["config"]: r for r in ok}
         prod = product(by) if by else ("dear:auto+sparse" if sparse_case else "dear:auto")
@@ -472,7 +487,7 @@ def cmd_report(a):
                 t["x_wfbp_sparse"] = (s > 1, "%.2fx" % s)
             t["bound"] = (ta / t["bound_ms"] <= 1.15, "%.2f x bound" % (ta / t["bound_ms"]))
             t["own_bound_ms"] = own_bound(auto, hosts, rate, sparse=sparse_case)
-            if prod == "dear:auto" and math.isfinite(floor[0]):
+            if prod == floor_cfg and math.isfinite(floor[0]):
                 t["floor"] = floor[0] / floor[1]
         if sparse_case and SHARDED_SPARSE in by:
             t["shard_bound"] = iter_ms(by[SHARDED_SPARSE]) / sbound
@@ -695,7 +710,8 @@ def doc_section(command, meta, summary, section="e2e", title=None):
           "unsharded step on every rank against a sharded one: what is left for a schedule to win); *floor* = "
           "dear:auto's best plan predicted on ideal collectives (no start-ups, every phase at the link's rate) "
           "over the bound, updates left out of both: the part of the gap that dear's schedule and planners "
-          "leave, which no faster collective wins (- in the sparse cases; planned by the build that drew this "
+          "leave, which no faster collective wins (in the sparse cases dear:auto+sparse's, the sparse tensors at the "
+          "densities dear-bench replays, over the sparse bound; planned by the build that drew this "
           "report, whose planners may be newer than the runs'); *shard* = "
           "dear+auto+shard (sharded updates, a choice of the trainer) over the bound (in the sparse cases "
           "dear+auto+sparse+shard, whose reduce-scatters run sparse and all-gathers dense, over the sparse "
@@ -720,7 +736,8 @@ def doc_section(command, meta, summary, section="e2e", title=None):
     L += ["", "Targets (never slower: within %.0f%% or the middle halves of the samples overlap, against the "
           "configurations that step alike):" % (100 * NOISE),
           "", "| case | auto never slower | balanced: >= 1.3x wfbp+64M | sparse: faster than wfbp+64M+sparse "
-          "| auto within 15%% of bound | prediction within %g%% (all configurations) |" % PRED_LIMIT, "|---|---|---|---|---|---|"]
+          "| auto within 15%% of bound | prediction within %g%% (all configurations) |" % PRED_LIMIT,
+          "|---|---|---|---|---|---|"]
     cellt = lambda t, k: ("%s: %s" % ("met" if t[k][0] else "**missed**", t[k][1])) if k in t else "-"
     keys = ("never_slower", "x1.3", "x_wfbp_sparse", "bound", "pred")
     met = {k: [0, 0] for k in keys}
