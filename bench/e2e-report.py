@@ -10,6 +10,9 @@
           configuration for each case, and a Gantt chart of one iteration from the runtime's
           timeline when the run drew one (e2e-gantt-CASE.svg, by the gantt command).
   gantt   draw that chart from rank 0's timeline (DEAR_TIMELINE, Chrome trace JSON).
+  tails   how much longer a timeline's collectives ran than their sizes' medians, which the
+          calibration prices: the sum of their durations over as many medians, by the compute
+          phase they ran in (what stalls add in training).
   check   judge one configuration's prediction in a dear-bench CSV: prints its measured and
           predicted iteration and the error; exit 0 within --max-err percent, 1 off by more,
           3 when the machine stalled the run (then the error says little: run it again).
@@ -25,6 +28,7 @@ own link (H hosts), which no algorithm can beat; the rate is the measured one-wa
 bench/results/p2p-*.csv when present, else 95% of the nominal rate (TCP payload per frame).
 """
 import argparse
+import bisect
 import html
 import json
 import math
@@ -336,6 +340,45 @@ def bar_svg(case, rows, bound, path):
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
+
+
+def tails(tl_path, from_iter=0, min_bytes=1 << 20):
+    """How much longer a timeline's collectives took than their typical run: for each kind and
+    size of more than min_bytes (above DEAR_INFLIGHT_BYTES's default each runs alone, so its
+    duration is its own) with five or more runs from iteration from_iter on, their durations'
+    sum over as many times that size's median, summed by the compute phase the middle of each
+    falls in (forward, backward, or none: between compute spans). The calibration prices the
+    median collective; a ratio above 1 is what stalls add to it in training. Returns a list of
+    (phase, runs, ratio), phases in that order, then ("all", runs, ratio)."""
+    with open(tl_path) as f:
+        d = json.load(f)
+    ev = [e for e in (d["traceEvents"] if isinstance(d, dict) else d) if e.get("ph") == "X"]
+    comp = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"].split()[0]) for e in ev
+                  if e.get("cat") == "compute" and e["name"].startswith(("forward", "backward")))
+    starts = [c[0] for c in comp]
+
+    def phase(t):
+        i = bisect.bisect_right(starts, t) - 1
+        return ("forward" if comp[i][2].startswith("forward") else "backward") \
+            if i >= 0 and comp[i][1] >= t else "none"
+    ops = [e for e in ev if e.get("cat") == "comm" and e.get("args", {}).get("bytes", 0) > min_bytes and
+           e["args"].get("iteration", -1) >= from_iter]
+    runs = {}
+    for e in ops:
+        runs.setdefault((e["name"].split()[0], e["args"]["bytes"]), []).append(e)
+    acc = {}
+    for group in runs.values():
+        if len(group) < 5:
+            continue
+        med = statistics.median(e["dur"] for e in group)
+        for e in group:
+            a = acc.setdefault(phase(e["ts"] + e["dur"] / 2), [0, 0.0, 0.0])
+            a[0] += 1
+            a[1] += e["dur"]
+            a[2] += med
+    out = [(p, acc[p][0], acc[p][1] / acc[p][2]) for p in ("forward", "backward", "none") if p in acc and acc[p][2]]
+    n, dur, med = (sum(acc[p][i] for p in acc) for i in range(3))
+    return out + [("all", n, dur / med if med else float("nan"))]
 
 
 def gantt_svg(case, tl_path, path):
@@ -805,6 +848,11 @@ def main():
     g.add_argument("--case", required=True)
     g.add_argument("--timeline", required=True)
     g.add_argument("--svg", required=True)
+    t = sub.add_parser("tails", help="collectives' durations in a timeline JSON over their sizes' medians")
+    t.add_argument("--timeline", required=True, nargs="+")
+    t.add_argument("--from-iter", type=int, default=0, help="skip the iterations before (warm-up, checks)")
+    t.add_argument("--min-bytes", type=int, default=1 << 20,
+                   help="only collectives of more bytes (default 1 MiB: above it each runs alone)")
     c = sub.add_parser("check", help="one configuration's prediction error against a limit")
     c.add_argument("--csv", required=True)
     c.add_argument("--config", default="dear:auto")
@@ -825,6 +873,13 @@ def main():
         cmd_scale(a)
     elif a.cmd == "check":
         sys.exit(cmd_check(a))
+    elif a.cmd == "tails":
+        for path in a.timeline:
+            rows = tails(path, a.from_iter, a.min_bytes)
+            if rows[-1][1] == 0:
+                sys.exit("e2e-report.py tails: %s: no size of more than %d bytes ran five times from iteration %d"
+                         % (path, a.min_bytes, a.from_iter))
+            print("%s: %s" % (path, ", ".join("%s %d runs x%.3f" % r for r in rows)))
     elif a.cmd == "gantt":
         if not gantt_svg(a.case, a.timeline, a.svg):
             sys.exit("e2e-report.py gantt: %s holds fewer than three iterations" % a.timeline)

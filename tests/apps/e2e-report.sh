@@ -238,4 +238,31 @@ own_gap=$(echo "$want" | awk '{ printf "%.1f", 380 - $1 }')
 grep -qF "auto at ${r% *} x the bound: $own_gap ms of it is the update it steps whole on every rank" "$dir/s/P.md" &&
     grep -qF "against the bound with its own update, 380.0 ms, auto runs 1.11x" "$dir/s/P.md" ||
     { grep "auto at" "$dir/s/P.md"; fail "the missed bound does not say the unsharded update's share"; }
+# tails: a made-up timeline whose collectives' durations over their sizes' medians are known. A 2 MB
+# reduce-scatter 5 times in backward (10 ms, one 20 ms: x1.2), a 3 MB all-gather 5 times in forward at
+# 5 ms (x1) and once after compute at 15 ms (x3 of its size's median); left out: a size run only 4
+# times, one of 1000 bytes, and the warm-up iteration 0. All: 100 ms over 80 ms of medians, x1.25.
+ev() {   # NAME CAT TS DUR [BYTES ITER]
+    printf '{"name":"%s","cat":"%s","ph":"X","ts":%s,"dur":%s,"pid":0,"tid":0,"args":{"bytes":%s,"iteration":%s}},\n' \
+        "$1" "$2" "$3" "$4" "${5:-0}" "${6:-1}"
+}
+{
+    echo '{"traceEvents":['
+    ev "forward L0" compute 0 100000
+    ev "backward L0" compute 100000 200000
+    for t in 110000 130000 150000 170000; do ev "reduce-scatter bucket 1" comm $t 10000 2000000; done
+    ev "reduce-scatter bucket 1" comm 190000 20000 2000000
+    ev "reduce-scatter bucket 1" comm 110000 90000 2000000 0
+    for t in 10000 20000 30000 40000 50000; do ev "all-gather group 0" comm $t 5000 3000000; done
+    ev "all-gather group 0" comm 350000 15000 3000000
+    for t in 10000 20000 30000 40000; do ev "all-gather group 3" comm $t 50000 4000000; done
+    for t in 10000 20000 30000 40000 50000; do ev "reduce-scatter bucket 2" comm $t 99999 1000; done
+    echo '{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}}]}'
+} >"$dir/tl.json"
+out=$(python3 "$report" tails --timeline "$dir/tl.json" --from-iter 1) || fail "tails failed: $out"
+[ "$out" = "$dir/tl.json: forward 5 runs x1.000, backward 5 runs x1.200, none 1 runs x3.000, all 11 runs x1.250" ] ||
+    fail "tails: $out"
+python3 "$report" tails --timeline "$dir/tl.json" --from-iter 2 >"$dir/out" 2>&1 &&
+    fail "tails with no run left did not fail"
+grep -q "no size of more than 1048576 bytes ran five times from iteration 2" "$dir/out" || fail "tails: $(cat "$dir/out")"
 echo "e2e-report.sh: bound $want ms and every verdict as constructed: ok"
