@@ -7,7 +7,8 @@ of layers k..L-1 plus the link time of layers 0..k), each phase counting the byt
 travel: half for a phase compressed to 16 bits, (256 + 4) / 1024 for int8 (a byte per value and
 a float32 scale per 256).
 
-Issue 45's goals for int8 are checked where measured; where the kept CSVs have no int8 rows the
+int8's goals (busbw at least INT8_BUSBW_GOAL x float32's from INT8_BUSBW_FROM up; training within
+TRAIN_GOALS of float32) are checked where measured; where the kept CSVs have no int8 rows the
 int8 cells say "not measured".
 """
 import argparse

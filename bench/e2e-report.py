@@ -6,7 +6,7 @@
           (H-1)/H of the bytes per phase over its link, H = --hosts, default --np) takes about
           --comm-ms and compute is --ratio times that.
   report  read bench/results/e2e-*.csv (dear-bench --csv), write bench/results/e2e.md (tables,
-          the issue's four targets, lower bounds) and SVG plots: iteration time per
+          the end-to-end targets, lower bounds) and SVG plots: iteration time per
           configuration for each case, and a Gantt chart of one iteration from the runtime's
           timeline when the run drew one (e2e-gantt-CASE.svg, by the gantt command).
   gantt   draw that chart from rank 0's timeline (DEAR_TIMELINE, Chrome trace JSON).
