@@ -104,6 +104,15 @@ def replay_densities(rows, density_rs, nranks):
     return zipf_share(rows, lo), zipf_share(rows, lo * nranks)
 
 
+def replayed_sparse(record, full, sscale, nranks):
+    """A sparse tensor as dear-bench replays it: its bytes (whole rows at the size scale) and the
+    reduce-scatter's and all-gather's densities (replay_densities), from its profile record
+    (block bytes, RS density, AG density) and full size."""
+    block, drs, _ = record
+    rows = max(1, math.floor(full // block * sscale + 0.5))
+    return (rows * block,) + replay_densities(rows, drs, nranks)
+
+
 def scaled_bytes(tensors, sscale):
     """As dear-bench rounds: whole float32 elements, at least one."""
     return [(name, layer, 4 * max(1, math.floor(b / 4 * sscale + 0.5))) for name, layer, b in tensors]
@@ -170,10 +179,8 @@ def link_bound(row, hosts, rate, parts=False, sparse=False, upd_ms=0.0, f_rs=1.0
     for (name, layer, b), (_, _, full) in zip(tb, tensors):
         rs = ag = b
         if sparse and name in records:
-            block, drs, _ = records[name]
-            rows = max(1, math.floor(full // block * sscale + 0.5))
-            b = rows * block
-            d_rs, d_ag = replay_densities(rows, drs, int(row["np"]))
+            block = records[name][0]
+            b, d_rs, d_ag = replayed_sparse(records[name], full, sscale, int(row["np"]))
             rs, ag = min(b, d_rs * b * (1 + 4 / block)), min(b, d_ag * b * (1 + 4 / block))
         link[pos[layer]] += per_phase(rs * f_rs) + per_phase(ag * f_ag)
     # The CSV's compute, spread over the layers as the profile spreads it (time_scale times the
@@ -221,10 +228,8 @@ def floor_ms(row, hosts, rate, dear_plan, sparse=False):
             if not (sparse and name in records):
                 out.write("tensor %s %d %d\n" % (name, layer, b))
                 continue
-            block, drs, _ = records[name]
-            rows = max(1, math.floor(full // block * sscale + 0.5))
-            d_rs, d_ag = replay_densities(rows, drs, int(row["np"]))
-            out.write("tensor %s %d %d\nsparse %s %d %.9g %.9g\n" % (name, layer, rows * block, name, block,
+            b, d_rs, d_ag = replayed_sparse(records[name], full, sscale, int(row["np"]))
+            out.write("tensor %s %d %d\nsparse %s %d %.9g %.9g\n" % (name, layer, b, name, records[name][0],
                                                                       d_rs, d_ag))
         out.write("end %d %d\n" % (len(layers), len(tensors)))
     try:
@@ -342,6 +347,13 @@ def bar_svg(case, rows, bound, path):
         f.write("\n".join(out) + "\n")
 
 
+def timeline_spans(tl_path):
+    """The complete events (spans) of a DEAR_TIMELINE file, Chrome trace JSON in either form."""
+    with open(tl_path) as f:
+        d = json.load(f)
+    return [e for e in (d["traceEvents"] if isinstance(d, dict) else d) if e.get("ph") == "X"]
+
+
 def tails(tl_path, from_iter=0, min_bytes=1 << 20):
     """How much longer a timeline's collectives took than their typical run: for each kind and
     size of more than min_bytes (above DEAR_INFLIGHT_BYTES's default each runs alone, so its
@@ -350,9 +362,7 @@ def tails(tl_path, from_iter=0, min_bytes=1 << 20):
     falls in (forward, backward, or none: between compute spans). The calibration prices the
     median collective; a ratio above 1 is what stalls add to it in training. Returns a list of
     (phase, runs, ratio), phases in that order, then ("all", runs, ratio)."""
-    with open(tl_path) as f:
-        d = json.load(f)
-    ev = [e for e in (d["traceEvents"] if isinstance(d, dict) else d) if e.get("ph") == "X"]
+    ev = timeline_spans(tl_path)
     comp = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"].split()[0]) for e in ev
                   if e.get("cat") == "compute" and e["name"].startswith(("forward", "backward")))
     starts = [c[0] for c in comp]
@@ -383,9 +393,7 @@ def tails(tl_path, from_iter=0, min_bytes=1 << 20):
 
 def gantt_svg(case, tl_path, path):
     """One steady-state iteration of rank 0 from its timeline: compute, waits, communication."""
-    with open(tl_path) as f:
-        d = json.load(f)
-    ev = [e for e in (d["traceEvents"] if isinstance(d, dict) else d) if e.get("ph") == "X"]
+    ev = timeline_spans(tl_path)
     comp = sorted((e for e in ev if e.get("cat") == "compute"), key=lambda e: e["ts"])
     if not comp:
         return False
@@ -487,7 +495,7 @@ def cmd_report(a):
         md += ["", "Lower bound: %.1f ms%s. ![iteration times](e2e-%s.svg)"
                % (bound, "; with the sparse embedding's expected wire bytes (for the `+sparse` configurations) "
                   "%.1f ms" % sbound if sparse_case else "", name)]
-        floor_cfg = "dear:auto+sparse" if sparse_case else "dear:auto"
+        floor_cfg = "dear:auto+sparse" if sparse_case else "dear:auto"  # the product, where it ran
         floor_row = [r for r in ok if r["config"] == floor_cfg]
         floor = (floor_ms(floor_row[0], hosts, rate, a.dear_plan, sparse=sparse_case) if floor_row
                  else (float("nan"),) * 2)
@@ -498,7 +506,7 @@ def cmd_report(a):
                       floor[0], floor[0] / floor[1], floor[1])]
         bar_svg(name, rows, sbound if sparse_case else bound, os.path.join(res, "e2e-%s.svg" % name))
         by = {r["config"]: r for r in ok}
-        prod = product(by) if by else ("dear:auto+sparse" if sparse_case else "dear:auto")
+        prod = product(by) if by else floor_cfg
         if os.path.exists(os.path.join(res, "e2e-gantt-%s.svg" % name)):
             md.append(" ![one iteration of %s, from the timeline](e2e-gantt-%s.svg)" % (prod, name))
         if os.path.exists(os.path.join(res, "e2e-pred-%s.svg" % name)):

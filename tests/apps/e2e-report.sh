@@ -64,6 +64,23 @@ want=$(cut_bound resnet50 0.232324 300)
 grep -q "^Lower bound: $want ms" "$md" || { grep "Lower bound" "$md"; fail "lower bound is not $want ms"; }
 
 line() { grep "^| $1 | " "$md" | grep -F "$2" | head -1; }
+# hand_floor PROFILE SCALE PARTITION [RS_DENSITY AG_DENSITY]: dear-plan's best dear plan (auto) for the
+# profile scaled here, in ms: 300 ms spread as the profile spreads it, bytes as dear-bench rounds them
+# (with the densities, each sparse tensor at its rows with a sparse record of them), no start-ups,
+# 100 MB/s over the bound's 3/4 per phase.
+hand_floor() {
+    awk -v s="$2" -v drs="${4:-}" -v dag="${5:-}" '
+        FNR == NR { if ($1 == "layer") tot += $3 + $4; if ($1 == "sparse" && drs != "") blk[$2] = $3; next }
+        $1 == "layer" { printf "layer %s %.9g %.9g\n", $2, $3 * 0.3 / tot, $4 * 0.3 / tot; next }
+        $1 == "tensor" && ($2 in blk) { r = int(int($4 / blk[$2]) * s + 0.5); print "tensor", $2, $3, r * blk[$2]
+                                       print "sparse", $2, blk[$2], drs, dag; next }
+        $1 == "tensor" { b = 4 * int($4 / 4 * s + 0.5); if (b < 4) b = 4; print "tensor", $2, $3, b; next }
+        $1 == "sparse" || /^#/ { next } { print }' \
+        "$srcdir/fusion/profiles/$1.prof" "$srcdir/fusion/profiles/$1.prof" >"$dir/hand.prof"
+    apps/tools/dear-plan --profile "$dir/hand.prof" --alpha 0 --beta 1.5e-8 --workers 4 --schedule dear \
+        --planner auto --partition "$3" --csv | awk -F, 'NR == 2 { printf "%.1f", $5 }'
+}
+
 t=$(line resnet50-balanced-4x1 "x bound") || true
 echo "$t" | grep -q "| met: best other dear:gradssa 380.0 ms, auto -2.6% |" || fail "never-slower verdict: $t"
 echo "$t" | grep -q "| met: 1.35x |" || fail "1.3x verdict (500 / 370): $t"
@@ -94,16 +111,7 @@ echo "$t" | grep -q "| met: best other dear:auto 400.0 ms, auto -7.5% | met: 1.3
 shard=$(echo "$sparse" | awk '{ printf "%.2f", 360 / $1 }')
 # The sparse case's floor: dear-plan by hand on bert-base scaled here, the embedding at its 1655
 # rows with a sparse record at the replayed densities, over the sparse bound.
-awk -v s=0.0542325 -v d="$dens" 'FNR == NR { if ($1 == "layer") tot += $3 + $4; if ($1 == "sparse") blk[$2] = $3; next }
-    $1 == "layer" { printf "layer %s %.9g %.9g\n", $2, $3 * 0.3 / tot, $4 * 0.3 / tot; next }
-    $1 == "tensor" && ($2 in blk) { r = int(int($4 / blk[$2]) * s + 0.5); split(d, dd, " ")
-                                   print "tensor", $2, $3, r * blk[$2]; print "sparse", $2, blk[$2], dd[1], dd[2]; next }
-    $1 == "tensor" { b = 4 * int($4 / 4 * s + 0.5); if (b < 4) b = 4; print "tensor", $2, $3, b; next }
-    $1 == "sparse" || /^#/ { next } { print }' \
-    "$srcdir/fusion/profiles/bert-base.prof" "$srcdir/fusion/profiles/bert-base.prof" >"$dir/bert.prof"
-part=$(awk 'BEGIN { printf "%d", 16 * 2 ^ 20 * 0.0542325 }')
-sfloor=$(apps/tools/dear-plan --profile "$dir/bert.prof" --alpha 0 --beta 1.5e-8 --workers 4 --schedule dear \
-    --planner auto --partition "$part" --csv | awk -F, 'NR == 2 { printf "%.1f", $5 }')
+sfloor=$(hand_floor bert-base 0.0542325 "$(awk 'BEGIN { printf "%d", 16 * 2 ^ 20 * 0.0542325 }')" $dens)
 grep -qF "Floor: dear:auto+sparse's best plan on ideal collectives (no start-ups, the link's rate; dear-plan, the sparse tensors at their replayed densities) $sfloor ms," "$md" ||
     { grep "^Floor: dear:auto+sparse" "$md"; fail "the sparse case's floor is not dear-plan's ${sfloor:-nothing} ms"; }
 sratio=$(sed -n "s/^Floor: dear:auto+sparse's .* ms, \([0-9.]*\) x the bound without updates ($sparse ms)\.$/\1/p" "$md")
@@ -122,15 +130,8 @@ set -- $fl
 [ $# = 3 ] || fail "no floor line in e2e.md for resnet50-balanced-4x1"
 floor_r=$2 # the same case again below
 [ "$3" = "$want" ] || fail "the floor's bound $3 ms is not the cut bound $want ms"
-# dear-plan run by hand on the profile scaled here (300 ms spread as the profile spreads it, bytes
-# as dear-bench rounds them, the partition at 16 MiB x the size scale): the floor is its time.
-awk -v s=0.232324 'FNR == NR { if ($1 == "layer") tot += $3 + $4; next }
-    $1 == "layer" { printf "layer %s %.9g %.9g\n", $2, $3 * 0.3 / tot, $4 * 0.3 / tot; next }
-    $1 == "tensor" { b = 4 * int($4 / 4 * s + 0.5); if (b < 4) b = 4; print "tensor", $2, $3, b; next }
-    $1 == "sparse" || /^#/ { next } { print }' \
-    "$srcdir/fusion/profiles/resnet50.prof" "$srcdir/fusion/profiles/resnet50.prof" >"$dir/r50.prof"
-byhand=$(apps/tools/dear-plan --profile "$dir/r50.prof" --alpha 0 --beta 1.5e-8 --workers 4 --schedule dear \
-    --planner auto --partition 3897749 --csv | awk -F, 'NR == 2 { printf "%.1f", $5 }')
+# dear-plan run by hand (hand_floor, the partition at 16 MiB x the size scale): the floor is its time.
+byhand=$(hand_floor resnet50 0.232324 3897749)
 [ "$1" = "$byhand" ] || fail "the floor is $1 ms, dear-plan by hand says ${byhand:-nothing}"
 awk -v f="$1" -v r="$2" -v b="$3" 'BEGIN { exit !(f >= b && r >= 1 && r < 1.2 && (f / b - r) ^ 2 < 1e-6) }' ||
     fail "floor $1 ms is below the bound $3 ms, or its ratio $2 is not floor / bound"
