@@ -40,6 +40,7 @@ typedef enum {
     DEAR_VERDICT_MEASURED, /* one plan measured faster beyond the margin */
     DEAR_VERDICT_MODEL,    /* inconclusive; the model's predicted difference fits the samples */
     DEAR_VERDICT_REFUTED,  /* inconclusive, but the samples refute the model's predicted difference */
+    DEAR_VERDICT_TIE,      /* inconclusive between plans predicted alike: the plan in force stays */
 } dear_verdict_t;
 
 /* The plan auto's check keeps (1 the new, 0 the old), from c = dear_samples_compare(old, new) and

@@ -172,6 +172,40 @@ static int refine_early(dear_plan_t *plan, const dear_plan_problem_t *prob, doub
     return rc;
 }
 
+/* The plan tied with auto's plan (predicted tbest, after refine_early) into *tie, named
+ * auto-tie:WHO: of the candidates' bucketings unlike the plan's whose best pairing predicted within
+ * DEAR_AUTO_TIE of the plan's bucketing before refine_early (tpre), the one of the most buckets,
+ * with the plan's all-gather side where that keeps it within DEAR_AUTO_TIE of tbest, else with its
+ * own. Nothing (tie->nunits 0) where none is. Why: the model does not tell such plans apart, and
+ * the tie rule gave the fewest collectives; the other end of the tie is where the model's error on
+ * start-ups and overlap shows most, so auto's check measures it. */
+static int tied(const dear_plan_problem_t *prob, const dear_plan_t *plan, double tbest, double tpre,
+                const dear_plan_t *p, int nc, int bi, const double *t, const int *bj, const int *be, dear_plan_t *tie,
+                double *tie_pred)
+{
+    int c = -1, rc = DEAR_OK;
+    for (int i = 0; i < nc; i++)
+        if (i != bi && t[i] <= tpre * (1 + DEAR_AUTO_TIE) && !dear_partition_equal(&p[i].rs, &plan->rs) &&
+            (c < 0 || p[i].rs.ngroups > p[c].rs.ngroups))
+            c = i;
+    if (c < 0)
+        return DEAR_OK;
+    dear_plan_t mix = { .nunits = p[c].nunits, .ntensors = p[c].ntensors, .rs = p[c].rs, .ag = plan->ag,
+                        .ag_early = plan->ag_early };
+    double tm = dear_planner_predict(prob, &mix, &rc);
+    char name[sizeof tie->planner];
+    snprintf(name, sizeof name, "auto-tie:%.22s", p[c].planner);
+    if (rc == DEAR_OK && tm <= tbest * (1 + DEAR_AUTO_TIE))
+        rc = compose(tie, &p[c], plan, plan->ag_early, name);
+    else if (rc == DEAR_OK && t[c] <= tbest * (1 + DEAR_AUTO_TIE))
+        rc = compose(tie, &p[c], &p[bj[c]], be[c], name), tm = t[c];
+    else
+        return rc;
+    if (rc == DEAR_OK)
+        *tie_pred = tm;
+    return rc;
+}
+
 /* auto's plan, and (runners != NULL) up to max runners-up fastest predicted first, each with
  * reduce-scatter buckets unlike the best plan's and each other's: the other candidates' buckets,
  * and the best plan's with every two neighbouring buckets joined (half as many: where the cost
@@ -181,7 +215,7 @@ static int refine_early(dear_plan_t *plan, const dear_plan_problem_t *prob, doub
  * have mispriced either phase, so one phase changed alone may repeat the loss. *nrun gets how
  * many; pred[k] their predicted iterations. */
 static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_plan_t *runners, double *pred,
-                     int max, int *nrun)
+                     int max, int *nrun, dear_plan_t *tie, double *tie_pred)
 {
     int rc = dear_planner_check(prob);
     if (rc != DEAR_OK)
@@ -206,6 +240,7 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
             bi = i;
     }
     char name[sizeof plan->planner];
+    double tb = rc == DEAR_OK ? t[bi] : INFINITY; /* the best bucketing's, before refine_early */
     if (rc == DEAR_OK) {
         if (bi == bj[bi])
             snprintf(name, sizeof name, "auto:%.26s", p[bi].planner);
@@ -217,6 +252,12 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
     }
     if (runners && nrun)
         *nrun = 0;
+    if (tie) {
+        dear_plan_free(tie);
+        *tie_pred = INFINITY;
+        if (rc == DEAR_OK)
+            rc = tied(prob, plan, t[bi], tb, p, NC, bi, t, bj, be, tie, tie_pred);
+    }
     if (max > DEAR_AUTO_MAX_RUNNERS)
         max = DEAR_AUTO_MAX_RUNNERS;
     if (runners && nrun && rc == DEAR_OK && max > 0) {
@@ -280,15 +321,16 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
 
 int dear_plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob)
 {
-    return plan_auto(plan, prob, NULL, NULL, 0, NULL);
+    return plan_auto(plan, prob, NULL, NULL, 0, NULL, NULL, NULL);
 }
 
 int dear_plan_auto_runners(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_plan_t *runners, double *pred,
-                           int max, int *nrun)
+                           int max, int *nrun, dear_plan_t *tie, double *tie_pred)
 {
-    if (!runners || !pred || !nrun || max < 0) {
-        DEAR_ERROR("plan", "auto's runners-up need room for them, their predictions and their count");
+    if (!runners || !pred || !nrun || max < 0 || !tie != !tie_pred) {
+        DEAR_ERROR("plan", "auto's runners-up need room for them, their predictions and their count (and the tied "
+                           "plan room for its prediction)");
         return DEAR_ERR_ARG;
     }
-    return plan_auto(plan, prob, runners, pred, max, nrun);
+    return plan_auto(plan, prob, runners, pred, max, nrun, tie, tie_pred);
 }

@@ -76,10 +76,16 @@ int dear_plan_by_id(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pla
  * candidates' buckets, and the plan's own with every two neighbouring buckets joined; each with
  * its best all-gather side. Named auto-K:WHO (K = 2, 3, ...). For auto's check, which measures
  * them in turn when the plan loses to the one it replaced. *nrun gets the count (at most
- * DEAR_AUTO_MAX_RUNNERS). */
+ * DEAR_AUTO_MAX_RUNNERS). tie (NULL: not wanted; tie_pred with it) gets the plan tied with the
+ * plan, named auto-tie:WHO, or nothing (nunits 0): of the candidates' buckets unlike the plan's
+ * predicted within DEAR_AUTO_TIE of it, the most buckets. Auto's check measures it against the
+ * plan when the plan stays. */
 #define DEAR_AUTO_MAX_RUNNERS 8
+/* Plans predicted within this share of each other are tied: the model's errors on the e2e matrix
+ * reach 5%, and auto's check resolves no finer (its floor, VERIFY_TOLERANCE, is the same share). */
+#define DEAR_AUTO_TIE 0.02
 int dear_plan_auto_runners(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_plan_t *runners, double *pred,
-                           int max, int *nrun);
+                           int max, int *nrun, dear_plan_t *tie, double *tie_pred);
 int dear_plan_by_name(dear_plan_t *plan, const dear_plan_problem_t *prob, const char *name);
 
 #endif

@@ -388,12 +388,13 @@ static double predict(const dear_plan_problem_t *prob, const dear_plan_t *plan)
     return r.iter_s;
 }
 
-/* Rank 0: auto's runners-up of the last re-plan dropped. */
+/* Rank 0: auto's runners-up and tied plan of the last re-plan dropped. */
 static void runners_free(dear_ctx_t *ctx)
 {
     for (int k = 0; k < ctx->check.nrunners; k++)
         dear_plan_free(&ctx->check.runners[k]);
     ctx->check.nrunners = ctx->check.next_runner = 0;
+    dear_plan_free(&ctx->check.tie);
 }
 
 void dear_planning_free(dear_ctx_t *ctx)
@@ -426,16 +427,20 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
         context_problem(ctx, &prob);
         runners_free(ctx);
-        /* auto's check may go on to the runners-up when the plan loses (DEAR_VERIFY_TRIES). */
+        /* auto's check may go on to the runners-up when the plan loses, or to the tied plan when
+         * it stays (DEAR_VERIFY_TRIES). */
         if (which == DEAR_PLANNER_AUTO && ctx->check.iters > 0 && ctx->check.tries > 1)
             rc = dear_plan_auto_runners(plan, &prob, ctx->check.runners, ctx->check.runner_pred,
-                                        ctx->check.tries - 1, &ctx->check.nrunners);
+                                        ctx->check.tries - 1, &ctx->check.nrunners, &ctx->check.tie,
+                                        &ctx->check.tie_pred);
         else
             rc = dear_plan_by_id(plan, &prob, which);
         if (rc == DEAR_OK)
             rc = dear_plan_set_units(plan, ctx->reg.ntensors, ctx->graph.plan.units);
         for (int k = 0; rc == DEAR_OK && k < ctx->check.nrunners; k++)
             rc = dear_plan_set_units(&ctx->check.runners[k], ctx->reg.ntensors, ctx->graph.plan.units);
+        if (rc == DEAR_OK && ctx->check.tie.nunits > 0)
+            rc = dear_plan_set_units(&ctx->check.tie, ctx->reg.ntensors, ctx->graph.plan.units);
         if (rc != DEAR_OK)
             DEAR_ERROR("plan", "%s: planner %s failed for %d tensors in %d units: %s", what, fusion,
                        ctx->reg.ntensors, ctx->graph.plan.nunits, dear_status_string(rc));
@@ -515,7 +520,7 @@ int dear_planning_restart(dear_ctx_t *ctx, int rc)
 
 /* Differences under this share of an iteration never override the model: too small to be worth
  * a switch, and below what a few iterations of a shared machine can resolve. */
-#define VERIFY_TOLERANCE 0.02
+#define VERIFY_TOLERANCE DEAR_AUTO_TIE
 
 /* Timed iterations of check block b (0 and 2: the new plan's halves, 1: the old plan). */
 static int block_len(int n, int b)
@@ -587,6 +592,11 @@ static int judge(dear_ctx_t *ctx, double v[8])
                            : 0;
         dear_verdict_t why = DEAR_VERDICT_MODEL;
         v[0] = dear_check_verdict(how, &c, ctx->check.pred_s[0], ctx->check.pred_s[1], &why);
+        if (ctx->check.in_tie && how == 0) {
+            /* the model does not tell tied plans apart: auto's own stays */
+            v[0] = 0;
+            why = DEAR_VERDICT_TIE;
+        }
         v[1] = why;
         v[2] = c.med_a, v[3] = c.med_b, v[4] = c.spread, v[5] = c.margin;
         v[6] = ctx->check.pred_s[0], v[7] = ctx->check.pred_s[1];
@@ -605,6 +615,7 @@ static void check_begin(dear_ctx_t *ctx, dear_plan_t *old, const double pred[2])
     ctx->check.pred_s[0] = pred[0];
     ctx->check.pred_s[1] = pred[1];
     ctx->check.tried++;
+    ctx->check.in_tie = 0;
     block_begin(ctx, 0);
 }
 
@@ -760,13 +771,20 @@ int dear_planning_rescale(dear_ctx_t *ctx)
  * unlike the plan in force, if any is left, is switched to and checked against it the same way.
  * pred_old: the plan in force's predicted iteration (rank 0's). Why: the model mispriced the plan
  * it ranked first, and the plan in force is often the threshold plan kept from the warm-up; the
- * next plan in the ranking, or the same buckets halved, may still beat it (the log names each). */
-static int try_runner_up(dear_ctx_t *ctx, double pred_old)
+ * next plan in the ranking, or the same buckets halved, may still beat it (the log names each).
+ * tie: instead, auto's plan stayed after its first check, and the plan tied with it (if any) is
+ * checked against it; the check ends there, whichever stays. */
+static int try_runner_up(dear_ctx_t *ctx, double pred_old, int tie)
 {
     int rc = DEAR_OK, have = 0;
     dear_plan_t next = { 0 }, old = { 0 };
     double pred[2] = { pred_old, 0 };
-    while (ctx->cm.rank == 0 && !have && ctx->check.next_runner < ctx->check.nrunners) {
+    if (ctx->cm.rank == 0 && tie && ctx->check.tie.nunits > 0 && !dear_plan_equal(&ctx->check.tie, &ctx->graph.plan)) {
+        rc = dear_plan_copy(&next, &ctx->check.tie);
+        pred[1] = ctx->check.tie_pred;
+        have = rc == DEAR_OK;
+    }
+    while (ctx->cm.rank == 0 && !tie && !have && ctx->check.next_runner < ctx->check.nrunners) {
         int k = ctx->check.next_runner++;
         if (dear_plan_equal(&ctx->check.runners[k], &ctx->graph.plan))
             continue;
@@ -775,22 +793,26 @@ static int try_runner_up(dear_ctx_t *ctx, double pred_old)
         have = rc == DEAR_OK;
     }
     if (ctx->cm.rank == 0 && rc != DEAR_OK) /* out of memory for a copy: the plan in force stays */
-        DEAR_WARN("plan", "auto's check: cannot take the next runner-up (%s)", dear_status_string(rc));
+        DEAR_WARN("plan", "auto's check: cannot take the next %s (%s)", tie ? "tied plan" : "runner-up",
+                  dear_status_string(rc));
     DEAR_MPI_CHECK_GOTO(MPI_Bcast(&have, 1, MPI_INT, 0, ctx->cm.comm), rc, out);
     rc = DEAR_OK;
+    if (!have && tie)
+        goto out;
     if (!have) {
         DEAR_INFO("plan", "auto's check: no runner-up left after %d plan(s) timed; keeping %s", ctx->check.tried,
                   ctx->graph.plan.planner);
         goto out;
     }
     DEAR_CHECK_GOTO(dear_planning_bcast(ctx, &next, DEAR_OK), rc, out);
-    DEAR_INFO("plan", "auto's check: trying runner-up %s (%d reduce-scatter bucket(s), %d all-gather group(s)) against "
+    DEAR_INFO("plan", "auto's check: trying %s %s (%d reduce-scatter bucket(s), %d all-gather group(s)) against "
                       "%s, plan %d of at most %d (DEAR_VERIFY_TRIES); predicted %.3f ms against %.3f ms",
-              next.planner, next.rs.ngroups, next.ag.ngroups, ctx->graph.plan.planner, ctx->check.tried + 1,
-              ctx->check.tries, 1e3 * pred[1], 1e3 * pred[0]);
+              tie ? "the plan tied with it," : "runner-up", next.planner, next.rs.ngroups, next.ag.ngroups,
+              ctx->graph.plan.planner, ctx->check.tried + 1, ctx->check.tries, 1e3 * pred[1], 1e3 * pred[0]);
     DEAR_CHECK_GOTO(dear_plan_copy(&old, &ctx->graph.plan), rc, out);
     DEAR_CHECK_GOTO(dear_graph_rebuild(ctx, &next), rc, out);
     check_begin(ctx, &old, pred);
+    ctx->check.in_tie = tie;
 out:
     dear_plan_free(&next);
     dear_plan_free(&old);
@@ -826,6 +848,9 @@ int dear_planning_verify(dear_ctx_t *ctx)
     else if (verdict == DEAR_VERDICT_MODEL)
         snprintf(why, sizeof why, "inconclusive, so the model decides: predicted %.3f ms (old) vs %.3f ms (new)",
                  1e3 * v[6], 1e3 * v[7]);
+    else if (verdict == DEAR_VERDICT_TIE)
+        snprintf(why, sizeof why, "inconclusive between plans the model predicts alike (%.3f ms (old) vs %.3f ms "
+                 "(new)), so auto's own plan stays", 1e3 * v[6], 1e3 * v[7]);
     else
         snprintf(why, sizeof why,
                  "inconclusive, and the samples refute the model (predicted %.3f ms (old) vs %.3f ms (new), a "
@@ -839,8 +864,12 @@ int dear_planning_verify(dear_ctx_t *ctx)
         DEAR_CHECK_GOTO(swap_plan(ctx), rc, out);
     if (!keep_new)
         ctx->check.nreverts++;
-    if (!keep_new && ctx->check.tried < ctx->check.tries)
-        DEAR_CHECK_GOTO(try_runner_up(ctx, v[6]), rc, out);
+    /* A lost plan goes on to the runners-up; auto's plan kept at its first check goes on to the
+     * plan tied with it. A tied plan's check, kept or not, ends the chain. */
+    int was_tie = ctx->check.in_tie;
+    ctx->check.in_tie = 0;
+    if (!was_tie && ctx->check.tried < ctx->check.tries && (!keep_new || ctx->check.tried == 1))
+        DEAR_CHECK_GOTO(try_runner_up(ctx, keep_new ? v[7] : v[6], keep_new), rc, out);
     if (ctx->check.at < 0 && ctx->cm.rank == 0)
         runners_free(ctx);
     /* A re-plan that fell due during the check comes a full period after it. */

@@ -289,6 +289,11 @@ typedef struct {
     dear_plan_t runners[DEAR_AUTO_MAX_RUNNERS];
     double runner_pred[DEAR_AUTO_MAX_RUNNERS];
     int nrunners, next_runner;
+    /* rank 0: the plan tied with auto's plan of the last re-plan (nunits 0: none), timed against
+     * it once the plan stays */
+    dear_plan_t tie;
+    double tie_pred;
+    int in_tie;             /* the check running times that tied plan (every rank) */
 } dear_check_t;
 
 /* Iteration state and the profile it gives (iteration.c): the application thread's. */

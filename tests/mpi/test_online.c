@@ -521,14 +521,21 @@ static void runner_noise(dear_ctx_t *ctx, int k)
     sleep_ms(ms);
 }
 
+/* auto with its check (DEAR_VERIFY_ITERS=verify) and DEAR_VERIFY_TRIES=3, under schedule dear. */
+static dear_ctx_t *commit_tries3(model_t *m, const char *verify)
+{
+    set_common();
+    setenv("DEAR_VERIFY_TRIES", "3", 1);
+    dear_ctx_t *ctx = commit_checked(m, "dear", verify);
+    ck_assert_int_eq(ctx->check.tries, 3);
+    return ctx;
+}
+
 START_TEST(test_runner_up)
 {
     runner_scen = _i;
-    set_common();
-    setenv("DEAR_VERIFY_TRIES", "3", 1);
     model_t m;
-    dear_ctx_t *ctx = commit_checked(&m, "dear", "2");
-    ck_assert_int_eq(ctx->check.tries, 3);
+    dear_ctx_t *ctx = commit_tries3(&m, "2");
     in_compute = runner_noise;
     /* planned at 2; each check 2 + 3 + 2 iterations (a settling one per block) */
     train(ctx, &m, "dear", RUNNER_ITERS);
@@ -553,6 +560,90 @@ START_TEST(test_runner_up)
         printf("runner-up scenario %d: on %s after %d plan(s) timed\n", runner_scen, planner, ctx->check.tried);
     ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
     compare(&m, RUNNER_ITERS, runner_scen ? "runner-up: all lose" : "runner-up: the second plan stays");
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
+/* When auto's plan stays at its first check, the plan tied with it (DEAR_VERIFY_TRIES > 1) is
+ * timed against it, and the chain ends there. Rank 0's tied plan is set by the test (auto's plan
+ * with its buckets changed: one per unit, or one), so each scenario runs whatever ties the test
+ * model's plan has; which ties the planner finds is test_fusion's. The warm-up plan is clearly
+ * slower throughout, so auto's plan always stays at its first check. Scenario 0: the tied plan is
+ * clearly slower, dropped, auto's stays. 1: auto's plan is clearly slower, the tied plan stays.
+ * 2: equal under paired noise, inconclusive: the tie leaves the model no say, auto's plan (the
+ * tie rule's) stays. Never a runner-up after; the ranks agree; the training matches. */
+#define TIE_ITERS 36
+static int tie_scen;
+
+static void tie_noise(dear_ctx_t *ctx, int k)
+{
+    const char *pl = ctx->graph.plan.planner;
+    int tied = strncmp(pl, "auto-tie:", 9) == 0, best = strncmp(pl, "auto:", 5) == 0;
+    double ms = JITTER_MS * jitter01(ctx, k);
+    if (!tied && !best)
+        ms += CLEAR_MS;
+    else if (tied && tie_scen == 0)
+        ms += CLEAR_MS;
+    else if (best && tie_scen == 1)
+        ms += CLEAR_MS / 2;
+    sleep_ms(ms);
+}
+
+static void inject_tie(dear_ctx_t *ctx)
+{
+    if (rank != 0 || ctx->check.at < 0 || ctx->check.tried != 1 || ctx->check.block != 0 ||
+        strcmp(ctx->check.tie.planner, "auto-tie:test") == 0)
+        return;
+    dear_plan_t t = { 0 };
+    ck_assert_int_eq(dear_plan_copy(&t, &ctx->graph.plan), DEAR_OK);
+    int n = t.nunits, per_unit = t.rs.ngroups != n;
+    int *first = malloc(sizeof(int) * (size_t)(n + 1));
+    ck_assert_ptr_nonnull(first);
+    for (int g = 0; g <= n; g++)
+        first[g] = g;
+    if (!per_unit)
+        first[1] = n;
+    ck_assert_int_eq(dear_partition_set(&t.rs, n, per_unit ? n : 1, first), DEAR_OK);
+    free(first);
+    snprintf(t.planner, sizeof t.planner, "auto-tie:test");
+    dear_plan_free(&ctx->check.tie);
+    ctx->check.tie = t;
+    ctx->check.tie_pred = ctx->check.pred_s[1];
+}
+
+START_TEST(test_tie)
+{
+    tie_scen = _i;
+    model_t m;
+    dear_ctx_t *ctx = commit_tries3(&m, "6");
+    after_backward_end = inject_tie;
+    in_compute = tie_noise;
+    /* planned at 2; each check 1 + 3, 1 + 6, 1 + 3 iterations: the first over at 17, the tie's at 32 */
+    train(ctx, &m, "dear", TIE_ITERS);
+    after_backward_end = NULL;
+    in_compute = NULL;
+    capture_stop();
+    ck_assert_int_eq(ctx->check.at, -1);
+    char planner[64];
+    plan_in_force(ctx, planner, sizeof planner);
+    static const char *const want[3] = { "auto:", "auto-tie:", "auto:" };
+    ck_assert_msg(strstr(logbuf, "auto's check: trying the plan tied with it, auto-tie:test") != NULL &&
+                      strstr(logbuf, "trying runner-up") == NULL,
+                  "scenario %d: the tied plan not tried, or a runner-up tried:\n%s", tie_scen, logbuf);
+    ck_assert_msg(strncmp(planner, want[tie_scen], strlen(want[tie_scen])) == 0 && ctx->check.tried == 2 &&
+                      ctx->check.nreverts == (tie_scen != 1),
+                  "scenario %d: on %s after %d plan(s) timed, %d revert(s):\n%s", tie_scen, planner,
+                  ctx->check.tried, ctx->check.nreverts, logbuf);
+    if (tie_scen == 2)
+        ck_assert_msg(strstr(logbuf, "inconclusive between plans the model predicts alike") != NULL,
+                      "no tie verdict:\n%s", logbuf);
+    if (rank == 0)
+        printf("tie scenario %d: on %s after %d plan(s) timed\n", tie_scen, planner, ctx->check.tried);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    static const char *const what[3] = { "tie: the tied plan slower", "tie: the tied plan faster",
+                                         "tie: inconclusive" };
+    compare(&m, TIE_ITERS, what[tie_scen]);
     model_free(&m);
     unset_all();
 }
@@ -1389,6 +1480,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_check, 0, 2 * NSCEN);
     tcase_add_test(tc, test_recheck);
     tcase_add_loop_test(tc, test_runner_up, 0, 2);
+    tcase_add_loop_test(tc, test_tie, 0, 3);
     tcase_add_test(tc, test_calibration);
     tcase_add_test(tc, test_calib_fail);
     tcase_add_test(tc, test_presets);

@@ -1730,13 +1730,19 @@ static double plan_T(const dear_plan_problem_t *prob, const char *name, dear_pla
     return t;
 }
 
-/* A shipped profile and the 10GbE preset for 64 ranks. */
-static void shipped_10gbe(const char *model, dear_profile_t *p, dear_cost_model_t *m)
+/* A shipped profile. */
+static void load_shipped(const char *model, dear_profile_t *p)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/fusion/profiles/%s.prof", DEAR_SRCDIR, model);
     *p = (dear_profile_t){ 0 };
     ck_assert_int_eq(dear_prof_load(path, p), DEAR_OK);
+}
+
+/* A shipped profile and the 10GbE preset for 64 ranks. */
+static void shipped_10gbe(const char *model, dear_profile_t *p, dear_cost_model_t *m)
+{
+    load_shipped(model, p);
     ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, m), DEAR_OK);
 }
 
@@ -1834,7 +1840,7 @@ START_TEST(auto_runners_up)
             double pred[DEAR_AUTO_MAX_RUNNERS];
             int n = -1;
             double tauto = plan_T(&prob, "auto", &au);
-            ck_assert_int_eq(dear_plan_auto_runners(&best, &prob, run, pred, 99, &n), DEAR_OK);
+            ck_assert_int_eq(dear_plan_auto_runners(&best, &prob, run, pred, 99, &n, NULL, NULL), DEAR_OK);
             ck_assert(dear_plan_equal(&best, &au));
             ck_assert_msg(n >= 2 && n <= DEAR_AUTO_MAX_RUNNERS, "%s: %d runner(s)-up", models[mi], n);
             int halved = 0;
@@ -1869,16 +1875,92 @@ START_TEST(auto_runners_up)
 }
 END_TEST
 
+/* auto's tied plan, against brute force: wherever a candidate's buckets unlike auto's, with
+ * auto's all-gather side, simulate within DEAR_AUTO_TIE of auto's own iteration, a tied plan is
+ * offered, with at least as many buckets as each such candidate. Each tied plan simulates to what
+ * it is said to, within DEAR_AUTO_TIE of auto's plan, with buckets unlike auto's; auto's plan and
+ * runners-up are as without it. Ties happen (where the reduce-scatters hide under backward). */
+START_TEST(auto_tied_plan)
+{
+    static const char *const models[] = { "resnet50", "vgg16", "densenet201", "bert-base", "gpt2-small" };
+    static const char *const presets[] = { "10gbe", "shm" };
+    static const int workers[] = { 4, 64 }, scheds[2] = { DEAR_SCHED_WFBP, DEAR_SCHED_DEAR };
+    static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp" };
+    int ties = 0, cases = 0;
+    for (int mi = 0; mi < 5; mi++)
+        for (int pi = 0; pi < 2; pi++)
+            for (int wi = 0; wi < 2; wi++)
+                for (int si = 0; si < 2; si++) {
+                    dear_profile_t p;
+                    load_shipped(models[mi], &p);
+                    dear_cost_model_t m;
+                    ck_assert_int_eq(dear_cost_preset(presets[pi], workers[wi], 1, &m), DEAR_OK);
+                    dear_sim_model_arg_t marg;
+                    dear_plan_problem_t prob;
+                    ck_assert_int_eq(dear_plan_problem_init(&prob, &p, (dear_sched_t)scheds[si], &m, 0, &marg),
+                                     DEAR_OK);
+                    dear_plan_t au = { 0 }, best = { 0 }, tie = { 0 }, run[DEAR_AUTO_MAX_RUNNERS],
+                                run0[DEAR_AUTO_MAX_RUNNERS];
+                    memset(run, 0, sizeof run);
+                    memset(run0, 0, sizeof run0);
+                    double pred[DEAR_AUTO_MAX_RUNNERS], pred0[DEAR_AUTO_MAX_RUNNERS], tie_pred = 0;
+                    int n = -1, n0 = -1;
+                    double tauto = plan_T(&prob, "auto", &au);
+                    ck_assert_int_eq(dear_plan_auto_runners(&best, &prob, run, pred, 3, &n, &tie, &tie_pred), DEAR_OK);
+                    ck_assert(dear_plan_equal(&best, &au));
+                    ck_assert_int_eq(dear_plan_auto_runners(&best, &prob, run0, pred0, 3, &n0, NULL, NULL), DEAR_OK);
+                    ck_assert_int_eq(n, n0);
+                    for (int k = 0; k < n; k++)
+                        ck_assert(dear_plan_equal(&run[k], &run0[k]) && pred[k] == pred0[k]);
+                    /* brute force: a candidate's buckets with auto's all-gather side tie */
+                    int must = 0, most = 0;
+                    for (int c = 0; c < 4; c++) {
+                        dear_plan_t cp = { 0 };
+                        ck_assert_int_eq(dear_plan_by_name(&cp, &prob, cands[c]), DEAR_OK);
+                        dear_plan_t mix = { .nunits = cp.nunits, .ntensors = cp.ntensors, .rs = cp.rs, .ag = au.ag,
+                                            .ag_early = au.ag_early };
+                        if (!dear_partition_equal(&cp.rs, &au.rs) &&
+                            sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix) <= tauto * (1 + DEAR_AUTO_TIE)) {
+                            must = 1;
+                            most = cp.rs.ngroups > most ? cp.rs.ngroups : most;
+                        }
+                        dear_plan_free(&cp);
+                    }
+                    const char *what = models[mi];
+                    ck_assert_msg(!must || tie.nunits > 0, "%s/%s/P=%d/%s: a candidate ties auto, no tied plan", what,
+                                  presets[pi], workers[wi], dear_sched_name((dear_sched_t)scheds[si]));
+                    if (tie.nunits > 0) {
+                        ties++;
+                        double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &tie);
+                        ck_assert_msg(t == tie_pred && t <= tauto * (1 + DEAR_AUTO_TIE),
+                                      "%s: tied plan %.12g, said %.12g, auto %.12g", what, t, tie_pred, tauto);
+                        ck_assert_msg(strncmp(tie.planner, "auto-tie:", 9) == 0, "tied plan named %s", tie.planner);
+                        ck_assert(!dear_partition_equal(&tie.rs, &au.rs));
+                        ck_assert_msg(tie.rs.ngroups >= most, "%s: tied plan %d buckets, a candidate tied with %d",
+                                      what, tie.rs.ngroups, most);
+                        ck_assert_int_eq(dear_plan_validate(&tie, p.ntensors, NULL, 0), DEAR_OK);
+                    }
+                    cases++;
+                    for (int k = 0; k < n; k++)
+                        dear_plan_free(&run[k]), dear_plan_free(&run0[k]);
+                    dear_plan_free(&tie);
+                    dear_plan_free(&best);
+                    dear_plan_free(&au);
+                    dear_prof_free(&p);
+                }
+    fprintf(stderr, "auto_tied_plan: %d tie(s) in %d cases\n", ties, cases);
+    ck_assert_msg(ties > 0, "no tie in %d cases", cases);
+}
+END_TEST
+
 START_TEST(gradssa_within_1pct_of_dp_on_shipped)
 {
     static const char *const models[] = { "resnet50", "vgg16", "densenet201", "bert-base", "gpt2-small" };
     dear_cost_model_t m;
     ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, &m), DEAR_OK);
     for (int i = 0; i < 5; i++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/fusion/profiles/%s.prof", DEAR_SRCDIR, models[i]);
-        dear_profile_t p = { 0 };
-        ck_assert_int_eq(dear_prof_load(path, &p), DEAR_OK);
+        dear_profile_t p;
+        load_shipped(models[i], &p);
         dear_sim_model_arg_t marg;
         dear_plan_problem_t prob;
         ck_assert_int_eq(dear_plan_problem_init(&prob, &p, DEAR_SCHED_DEAR, &m, 0, &marg), DEAR_OK);
@@ -3074,6 +3156,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, gradssa_deterministic_and_never_worse);
     tcase_add_test(tc, gradssa_within_1pct_of_dp_on_shipped);
     tcase_add_test(tc, auto_runners_up);
+    tcase_add_test(tc, auto_tied_plan);
     tcase_add_test(tc, auto_ties_fewest_collectives);
     tcase_add_test(tc, no_early_plans);
     tcase_add_test(tc, planners_fast_on_2000_tensors);
