@@ -82,7 +82,8 @@ int dear_plan_by_id(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pla
  * plan when the plan stays. */
 #define DEAR_AUTO_MAX_RUNNERS 8
 /* Plans predicted within this share of each other are tied: the model's errors on the e2e matrix
- * reach 5%, and auto's check resolves no finer (its floor, VERIFY_TOLERANCE, is the same share). */
+ * are larger (docs/PERFORMANCE.md), and auto's check resolves no finer (its floor,
+ * VERIFY_TOLERANCE, is the same share). */
 #define DEAR_AUTO_TIE 0.02
 int dear_plan_auto_runners(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_plan_t *runners, double *pred,
                            int max, int *nrun, dear_plan_t *tie, double *tie_pred);
