@@ -190,19 +190,26 @@ static int tied(const dear_plan_problem_t *prob, const dear_plan_t *plan, double
             c = i;
     if (c < 0)
         return DEAR_OK;
-    dear_plan_t mix = { .nunits = p[c].nunits, .ntensors = p[c].ntensors, .rs = p[c].rs, .ag = plan->ag,
-                        .ag_early = plan->ag_early };
-    double tm = dear_planner_predict(prob, &mix, &rc);
+    /* the plan's all-gather side whole: its groups and whichever of them run early */
+    dear_plan_t mix = { 0 };
+    rc = dear_plan_copy(&mix, plan);
+    if (rc == DEAR_OK)
+        rc = dear_partition_set(&mix.rs, mix.nunits, p[c].rs.ngroups, p[c].rs.first);
+    double tm = rc == DEAR_OK ? dear_planner_predict(prob, &mix, &rc) : INFINITY;
     char name[sizeof tie->planner];
     snprintf(name, sizeof name, "auto-tie:%.22s", p[c].planner);
-    if (rc == DEAR_OK && tm <= tbest * (1 + DEAR_AUTO_TIE))
-        rc = compose(tie, &p[c], plan, plan->ag_early, name);
-    else if (rc == DEAR_OK && t[c] <= tbest * (1 + DEAR_AUTO_TIE))
-        rc = compose(tie, &p[c], &p[bj[c]], be[c], name), tm = t[c];
-    else
-        return rc;
-    if (rc == DEAR_OK)
+    if (rc == DEAR_OK && tm <= tbest * (1 + DEAR_AUTO_TIE)) {
+        snprintf(mix.planner, sizeof mix.planner, "%s", name);
+        dear_plan_free(tie);
+        *tie = mix;
+        mix = (dear_plan_t){ 0 };
+    } else if (rc == DEAR_OK && t[c] <= tbest * (1 + DEAR_AUTO_TIE)) {
+        rc = compose(tie, &p[c], &p[bj[c]], be[c], name);
+        tm = t[c];
+    }
+    if (rc == DEAR_OK && tie->nunits > 0)
         *tie_pred = tm;
+    dear_plan_free(&mix);
     return rc;
 }
 

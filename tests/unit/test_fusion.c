@@ -1875,21 +1875,32 @@ START_TEST(auto_runners_up)
 }
 END_TEST
 
+/* 1 if the plan's early all-gather groups are not the trailing run of its ag_early groups */
+static int early_scattered(const dear_plan_t *plan)
+{
+    for (int g = 0; g < plan->ag.ngroups; g++)
+        if (dear_plan_is_early(plan, g) != (g >= plan->ag.ngroups - plan->ag_early))
+            return 1;
+    return 0;
+}
+
 /* auto's tied plan, against brute force: wherever a candidate's buckets unlike auto's, with
  * auto's all-gather side, simulate within DEAR_AUTO_TIE of auto's own iteration, a tied plan is
- * offered, with at least as many buckets as each such candidate. Each tied plan simulates to what
- * it is said to, within DEAR_AUTO_TIE of auto's plan, with buckets unlike auto's; auto's plan and
- * runners-up are as without it. Ties happen (where the reduce-scatters hide under backward). */
+ * offered, with at least as many buckets as each such candidate; where it has such a candidate's
+ * buckets, it has auto's all-gather side whole, early set included (10GbE at P 8 gives auto early
+ * groups that are not a trailing run). Each tied plan simulates to what it is said to, within
+ * DEAR_AUTO_TIE of auto's plan, with buckets unlike auto's; auto's plan and runners-up are as
+ * without it. Ties happen (where the reduce-scatters hide under backward). */
 START_TEST(auto_tied_plan)
 {
     static const char *const models[] = { "resnet50", "vgg16", "densenet201", "bert-base", "gpt2-small" };
     static const char *const presets[] = { "10gbe", "shm" };
-    static const int workers[] = { 4, 64 }, scheds[2] = { DEAR_SCHED_WFBP, DEAR_SCHED_DEAR };
+    static const int workers[] = { 4, 8, 64 }, scheds[2] = { DEAR_SCHED_WFBP, DEAR_SCHED_DEAR };
     static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp" };
-    int ties = 0, cases = 0;
+    int ties = 0, cases = 0, whole = 0, scattered = 0;
     for (int mi = 0; mi < 5; mi++)
         for (int pi = 0; pi < 2; pi++)
-            for (int wi = 0; wi < 2; wi++)
+            for (int wi = 0; wi < 3; wi++)
                 for (int si = 0; si < 2; si++) {
                     dear_profile_t p;
                     load_shipped(models[mi], &p);
@@ -1917,13 +1928,23 @@ START_TEST(auto_tied_plan)
                     for (int c = 0; c < 4; c++) {
                         dear_plan_t cp = { 0 };
                         ck_assert_int_eq(dear_plan_by_name(&cp, &prob, cands[c]), DEAR_OK);
-                        dear_plan_t mix = { .nunits = cp.nunits, .ntensors = cp.ntensors, .rs = cp.rs, .ag = au.ag,
-                                            .ag_early = au.ag_early };
+                        /* auto's all-gather side whole: its groups and its early set */
+                        dear_plan_t mix = { 0 };
+                        ck_assert_int_eq(dear_plan_copy(&mix, &au), DEAR_OK);
+                        ck_assert_int_eq(dear_partition_set(&mix.rs, mix.nunits, cp.rs.ngroups, cp.rs.first), DEAR_OK);
                         if (!dear_partition_equal(&cp.rs, &au.rs) &&
                             sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix) <= tauto * (1 + DEAR_AUTO_TIE)) {
                             must = 1;
                             most = cp.rs.ngroups > most ? cp.rs.ngroups : most;
+                            /* the tied plan keeps auto's all-gather side where that side ties */
+                            if (tie.nunits > 0 && dear_partition_equal(&tie.rs, &cp.rs)) {
+                                ck_assert_msg(dear_plan_equal(&tie, &mix), "%s: tied plan %s lost auto's %s",
+                                              models[mi], tie.planner, "all-gather side");
+                                whole++;
+                                scattered += early_scattered(&au);
+                            }
                         }
+                        dear_plan_free(&mix);
                         dear_plan_free(&cp);
                     }
                     const char *what = models[mi];
@@ -1948,8 +1969,10 @@ START_TEST(auto_tied_plan)
                     dear_plan_free(&au);
                     dear_prof_free(&p);
                 }
-    fprintf(stderr, "auto_tied_plan: %d tie(s) in %d cases\n", ties, cases);
-    ck_assert_msg(ties > 0, "no tie in %d cases", cases);
+    fprintf(stderr, "auto_tied_plan: %d tie(s) in %d cases, %d with auto's all-gather side, %d of them scattered\n",
+            ties, cases, whole, scattered);
+    ck_assert_msg(ties > 0 && scattered > 0, "%d tie(s), %d with auto's all-gather side (%d scattered), in %d cases",
+                  ties, whole, scattered, cases);
 }
 END_TEST
 
