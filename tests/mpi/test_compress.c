@@ -477,26 +477,37 @@ static float q8_value(const case_t *k, int p, size_t i)
 }
 
 /* int8: the largest magnitude, in float64, of rank p's (or of the float64 sum's, p < 0) values in
- * the int8 block element i lies in: blocks of DEAR_COMPRESS_INT8_BLOCK from the start of i's
- * shard; under algo sparse the whole shard (its blocks start at each non-zero block, or at the
- * shard for a dense message). */
-static double q8_block_amax(const case_t *k, int p, const double *sum, size_t n, size_t i)
+ * the int8 block of each element: blocks of DEAR_COMPRESS_INT8_BLOCK from the start of each shard;
+ * under algo sparse the whole shard (its blocks start at each non-zero block, or at the shard for
+ * a dense message). Row p + 1 of the table, for p from -1 to Q8_AG_RANK at least, element i at
+ * column i; built once per case, since the bound asks for every element and peer. */
+#define Q8_AG_RANK 5 /* value()'s rank id of an all-gather's inputs */
+static int q8_amax_rows(void) { return (g_size > Q8_AG_RANK + 1 ? g_size : Q8_AG_RANK + 1) + 1; }
+
+static double *q8_block_amax_table(const case_t *k, const double *sum)
 {
-    size_t off = 0, len = 0;
+    size_t n = k->count;
+    int rows = q8_amax_rows();
+    double *t = xmalloc((size_t)rows * (n ? n : 1) * sizeof(double));
     for (int o = 0; o < g_size; o++) {
+        size_t off, len;
         dear_coll_shard(n, g_size, o, &off, &len);
-        if (i >= off && i < off + len)
-            break;
+        size_t step = k->algo == DEAR_ALGO_SPARSE ? len : DEAR_COMPRESS_INT8_BLOCK;
+        for (size_t lo = off; lo < off + len; lo += step) {
+            size_t hi = lo + step < off + len ? lo + step : off + len;
+            for (int p = -1; p < rows - 1; p++) {
+                double m = 0;
+                for (size_t j = lo; j < hi; j++)
+                    m = fmax(m, fabs(p < 0 ? sum[j] : (double)q8_value(k, p, j)));
+                for (size_t j = lo; j < hi; j++)
+                    t[(size_t)(p + 1) * n + j] = m;
+            }
+        }
     }
-    size_t lo = off + (i - off) / DEAR_COMPRESS_INT8_BLOCK * DEAR_COMPRESS_INT8_BLOCK;
-    size_t hi = lo + DEAR_COMPRESS_INT8_BLOCK < off + len ? lo + DEAR_COMPRESS_INT8_BLOCK : off + len;
-    if (k->algo == DEAR_ALGO_SPARSE)
-        lo = off, hi = off + len;
-    double m = 0;
-    for (size_t j = lo; j < hi; j++)
-        m = fmax(m, fabs(p < 0 ? sum[j] : (double)q8_value(k, p, j)));
-    return m;
+    return t;
 }
+
+static double q8_block_amax(const double *table, int p, size_t n, size_t i) { return table[(size_t)(p + 1) * n + i]; }
 
 /* Owner of element i of n. */
 static int q8_owner(size_t n, size_t i)
@@ -604,7 +615,7 @@ static void q8_shard_amax(const case_t *k, const double *sum, q8_shard_amax_t *m
         for (int g = 0; g < H; g++)
             m->am[o * H + g] = 0;
         for (size_t j = off; j < off + len; j++) {
-            m->ag[o] = fmax(m->ag[o], fabs(value(k->random, 5, j)));
+            m->ag[o] = fmax(m->ag[o], fabs(value(k->random, Q8_AG_RANK, j)));
             m->sum[o] = fmax(m->sum[o], fabs(sum[j]));
             for (int g = 0; g < H; g++) {
                 double hs = 0;
@@ -625,22 +636,23 @@ static void q8_shard_amax_free(q8_shard_amax_t *m)
  * for each peer's quantized input (its owner's own input travels unquantized), times the
  * scale; an int8 all-gather adds half a scale of the averaged shard (a bf16 one half its unit).
  * 1e-5 of the magnitudes covers float32's own roundings. */
-static double q8_bound(const case_t *k, const double *sum, const double *abssum, const q8_shard_amax_t *hm, size_t i)
+static double q8_bound(const case_t *k, const double *sum, const double *abssum, const q8_shard_amax_t *hm,
+                       const double *amax, size_t i)
 {
     size_t n = k->count;
     int ag = k->op == DEAR_COLL_ALLGATHER, o = q8_owner(n, i), H = hm ? g_topo->nhosts : 0;
     if (ag)
-        return (hm ? hm->ag[o] : q8_block_amax(k, 5, NULL, n, i)) / 254.0;
+        return (hm ? hm->ag[o] : q8_block_amax(amax, Q8_AG_RANK, n, i)) / 254.0;
     double rs = 0;
     if (hm)
         for (int g = 0; g < H; g++)
             rs += g == q8_host_of(o) ? 0 : hm->am[o * H + g] / 254.0;
     else
         for (int p = 0; p < g_size; p++)
-            rs += p == o ? 0 : q8_block_amax(k, p, NULL, n, i) / 254.0;
+            rs += p == o ? 0 : q8_block_amax(amax, p, n, i) / 254.0;
     double b = rs * k->scale + 1e-5 * abssum[i] * k->scale;
     if (k->op == DEAR_COLL_ALLREDUCE && k->c_ag == DEAR_COMPRESS_INT8)
-        b += ((hm ? hm->sum[o] : q8_block_amax(k, -1, sum, n, i)) * k->scale + rs * k->scale) / 254.0 *
+        b += ((hm ? hm->sum[o] : q8_block_amax(amax, -1, n, i)) * k->scale + rs * k->scale) / 254.0 *
              (1 + 1e-5);
     else if (k->op == DEAR_COLL_ALLREDUCE && k->c_ag == DEAR_COMPRESS_BF16)
         b += fabs(sum[i] * k->scale) * 0x1p-8 + rs * k->scale * 0x1p-8;
@@ -657,19 +669,22 @@ static int q8_case(const case_t *k)
     float *in = xmalloc(n * sizeof(float)), *recv = xmalloc(n * sizeof(float));
     double *sum = xmalloc(n * sizeof(double)), *abssum = xmalloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++) {
-        in[i] = q8_value(k, ag ? 5 : g_rank, i);
+        in[i] = q8_value(k, ag ? Q8_AG_RANK : g_rank, i);
         sum[i] = abssum[i] = 0;
         for (int p = 0; p < g_size; p++) {
-            sum[i] += q8_value(k, ag ? 5 : p, i) * (ag ? 0 : 1);
-            abssum[i] += fabs(q8_value(k, ag ? 5 : p, i));
+            sum[i] += q8_value(k, ag ? Q8_AG_RANK : p, i) * (ag ? 0 : 1);
+            abssum[i] += fabs(q8_value(k, ag ? Q8_AG_RANK : p, i));
         }
     }
     dear_coll_info_t info = { 0 };
     int bad = run_coll(k, in, recv, off, 7, &info);
     int sparse = k->algo == DEAR_ALGO_SPARSE, hier = q8_hier(k);
     q8_shard_amax_t hm = { 0 };
+    double *amax = NULL;
     if (hier)
         q8_shard_amax(k, sum, &hm);
+    else if (g_size > 1)
+        amax = q8_block_amax_table(k, sum);
     if (!bad && sparse) {
         /* its values packed: never more than direct's bytes, and sparse messages on the large
          * vectors, whose shards have many blocks (one in 8 non-zero) */
@@ -718,7 +733,7 @@ static int q8_case(const case_t *k)
     const float *res = rs && !k->in_place ? recv - off : recv;
     for (size_t i = lo; i < hi && !bad; i++) {
         double want = ag ? in[i] : sum[i] * k->scale;
-        double tol = g_size > 1 ? q8_bound(k, sum, abssum, hier ? &hm : NULL, i) : 0;
+        double tol = g_size > 1 ? q8_bound(k, sum, abssum, hier ? &hm : NULL, amax, i) : 0;
         bad = note(!(fabs((double)res[i] - want) <= tol),
                    "int8 %s %s ag %s %s count %zu %s: element %zu is %.9g, expected %.9g (within %.3g)",
                    dear_coll_op_name(k->op), dear_coll_algo_name(k->algo), dear_compress_name(k->c_ag),
@@ -737,7 +752,7 @@ static int q8_case(const case_t *k)
     }
     if (hier)
         q8_shard_amax_free(&hm);
-    free(in), free(recv), free(sum), free(abssum);
+    free(amax), free(in), free(recv), free(sum), free(abssum);
     return bad;
 }
 
