@@ -804,6 +804,8 @@ static int try_runner_up(dear_ctx_t *ctx, double pred_old, int tie)
                   ctx->graph.plan.planner);
         goto out;
     }
+    /* rank 0 alone predicted the next plan; every rank logs and keeps its figure */
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&pred[1], 1, MPI_DOUBLE, 0, ctx->cm.comm), rc, out);
     DEAR_CHECK_GOTO(dear_planning_bcast(ctx, &next, DEAR_OK), rc, out);
     DEAR_INFO("plan", "auto's check: trying %s %s (%d reduce-scatter bucket(s), %d all-gather group(s)) against "
                       "%s, plan %d of at most %d (DEAR_VERIFY_TRIES); predicted %.3f ms against %.3f ms",

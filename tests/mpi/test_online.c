@@ -635,6 +635,9 @@ START_TEST(test_tie)
                       ctx->check.nreverts == (tie_scen != 1),
                   "scenario %d: on %s after %d plan(s) timed, %d revert(s):\n%s", tie_scen, planner,
                   ctx->check.tried, ctx->check.nreverts, logbuf);
+    /* rank 0 predicted the tied plan; every rank's log names that figure */
+    ck_assert_msg(strstr(logbuf, "predicted 0.000 ms against") == NULL, "scenario %d: rank %d logs no prediction:\n%s",
+                  tie_scen, rank, logbuf);
     if (tie_scen == 2)
         ck_assert_msg(strstr(logbuf, "inconclusive between plans the model predicts alike") != NULL,
                       "no tie verdict:\n%s", logbuf);
