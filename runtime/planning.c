@@ -795,7 +795,11 @@ static int try_runner_up(dear_ctx_t *ctx, double pred_old, int tie)
     if (ctx->cm.rank == 0 && rc != DEAR_OK) /* out of memory for a copy: the plan in force stays */
         DEAR_WARN("plan", "auto's check: cannot take the next %s (%s)", tie ? "tied plan" : "runner-up",
                   dear_status_string(rc));
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&have, 1, MPI_INT, 0, ctx->cm.comm), rc, out);
+    /* rank 0 alone chose and predicted the next plan: whether there is one, and its figure, which
+     * every rank logs and keeps */
+    double chosen[2] = { have, pred[1] };
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(chosen, 2, MPI_DOUBLE, 0, ctx->cm.comm), rc, out);
+    have = chosen[0] != 0, pred[1] = chosen[1];
     rc = DEAR_OK;
     if (!have && tie)
         goto out;
@@ -804,8 +808,6 @@ static int try_runner_up(dear_ctx_t *ctx, double pred_old, int tie)
                   ctx->graph.plan.planner);
         goto out;
     }
-    /* rank 0 alone predicted the next plan; every rank logs and keeps its figure */
-    DEAR_MPI_CHECK_GOTO(MPI_Bcast(&pred[1], 1, MPI_DOUBLE, 0, ctx->cm.comm), rc, out);
     DEAR_CHECK_GOTO(dear_planning_bcast(ctx, &next, DEAR_OK), rc, out);
     DEAR_INFO("plan", "auto's check: trying %s %s (%d reduce-scatter bucket(s), %d all-gather group(s)) against "
                       "%s, plan %d of at most %d (DEAR_VERIFY_TRIES); predicted %.3f ms against %.3f ms",

@@ -49,6 +49,7 @@
 static const dear_coll_topo_t *g_topo;
 
 #define BLOCK 3 /* algo sparse: elements per block */
+#define AG_RANK 5 /* value()'s rank id of an all-gather's vector, which every rank shares */
 
 /* Rank r's element i: small integers (every partial sum exact in 16 bits) or random in [-1, 1). */
 static float value(int random, int r, size_t i)
@@ -117,7 +118,7 @@ static int run_case(const case_t *k, size_t *sent)
     double *mabs = xmalloc(n * sizeof(double)), *abssum = xmalloc(n * sizeof(double));
     /* An all-gather's vector is one owner's per element: every rank contributes its shard. */
     for (size_t i = 0; i < n; i++) {
-        in[i] = value(k->random, ag ? 5 : g_rank, i);
+        in[i] = value(k->random, ag ? AG_RANK : g_rank, i);
         int counted = !ag || (i >= off && i < off + len);
         mine[i] = counted ? in[i] : 0;
         mabs[i] = fabs(mine[i]);
@@ -479,10 +480,9 @@ static float q8_value(const case_t *k, int p, size_t i)
 /* int8: the largest magnitude, in float64, of rank p's (or of the float64 sum's, p < 0) values in
  * the int8 block of each element: blocks of DEAR_COMPRESS_INT8_BLOCK from the start of each shard;
  * under algo sparse the whole shard (its blocks start at each non-zero block, or at the shard for
- * a dense message). Row p + 1 of the table, for p from -1 to Q8_AG_RANK at least, element i at
+ * a dense message). Row p + 1 of the table, for p from -1 to AG_RANK at least, element i at
  * column i; built once per case, since the bound asks for every element and peer. */
-#define Q8_AG_RANK 5 /* value()'s rank id of an all-gather's inputs */
-static int q8_amax_rows(void) { return (g_size > Q8_AG_RANK + 1 ? g_size : Q8_AG_RANK + 1) + 1; }
+static int q8_amax_rows(void) { return (g_size > AG_RANK + 1 ? g_size : AG_RANK + 1) + 1; }
 
 static double *q8_block_amax_table(const case_t *k, const double *sum)
 {
@@ -615,7 +615,7 @@ static void q8_shard_amax(const case_t *k, const double *sum, q8_shard_amax_t *m
         for (int g = 0; g < H; g++)
             m->am[o * H + g] = 0;
         for (size_t j = off; j < off + len; j++) {
-            m->ag[o] = fmax(m->ag[o], fabs(value(k->random, Q8_AG_RANK, j)));
+            m->ag[o] = fmax(m->ag[o], fabs(value(k->random, AG_RANK, j)));
             m->sum[o] = fmax(m->sum[o], fabs(sum[j]));
             for (int g = 0; g < H; g++) {
                 double hs = 0;
@@ -642,7 +642,7 @@ static double q8_bound(const case_t *k, const double *sum, const double *abssum,
     size_t n = k->count;
     int ag = k->op == DEAR_COLL_ALLGATHER, o = q8_owner(n, i), H = hm ? g_topo->nhosts : 0;
     if (ag)
-        return (hm ? hm->ag[o] : q8_block_amax(amax, Q8_AG_RANK, n, i)) / 254.0;
+        return (hm ? hm->ag[o] : q8_block_amax(amax, AG_RANK, n, i)) / 254.0;
     double rs = 0;
     if (hm)
         for (int g = 0; g < H; g++)
@@ -669,11 +669,11 @@ static int q8_case(const case_t *k)
     float *in = xmalloc(n * sizeof(float)), *recv = xmalloc(n * sizeof(float));
     double *sum = xmalloc(n * sizeof(double)), *abssum = xmalloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++) {
-        in[i] = q8_value(k, ag ? Q8_AG_RANK : g_rank, i);
+        in[i] = q8_value(k, ag ? AG_RANK : g_rank, i);
         sum[i] = abssum[i] = 0;
         for (int p = 0; p < g_size; p++) {
-            sum[i] += q8_value(k, ag ? Q8_AG_RANK : p, i) * (ag ? 0 : 1);
-            abssum[i] += fabs(q8_value(k, ag ? Q8_AG_RANK : p, i));
+            sum[i] += q8_value(k, ag ? AG_RANK : p, i) * (ag ? 0 : 1);
+            abssum[i] += fabs(q8_value(k, ag ? AG_RANK : p, i));
         }
     }
     dear_coll_info_t info = { 0 };
