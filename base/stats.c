@@ -118,3 +118,13 @@ int dear_check_verdict(int how, const dear_compare_t *c, double pred_old, double
     *why = DEAR_VERDICT_REFUTED;
     return c->med_b < c->med_a;
 }
+
+int dear_tie_verdict(int how, const dear_compare_t *c, dear_verdict_t *why)
+{
+    if (how != 0) {
+        *why = DEAR_VERDICT_MEASURED;
+        return how > 0;
+    }
+    *why = DEAR_VERDICT_TIE;
+    return c->med_b < c->med_a;
+}

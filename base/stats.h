@@ -40,7 +40,7 @@ typedef enum {
     DEAR_VERDICT_MEASURED, /* one plan measured faster beyond the margin */
     DEAR_VERDICT_MODEL,    /* inconclusive; the model's predicted difference fits the samples */
     DEAR_VERDICT_REFUTED,  /* inconclusive, but the samples refute the model's predicted difference */
-    DEAR_VERDICT_TIE,      /* inconclusive between plans predicted alike: the plan in force stays */
+    DEAR_VERDICT_TIE,      /* inconclusive between plans predicted alike: the lower median stays */
 } dear_verdict_t;
 
 /* The plan auto's check keeps (1 the new, 0 the old), from c = dear_samples_compare(old, new) and
@@ -49,5 +49,12 @@ typedef enum {
  * unless the difference it predicted lies more than the margin away from the measured one: a
  * model the samples contradict has no say, and the plan measured faster stays. */
 int dear_check_verdict(int how, const dear_compare_t *c, double pred_old, double pred_new, dear_verdict_t *why);
+
+/* The plan the check of two plans the model predicts alike keeps (1 the new, 0 the old): beyond
+ * the margin the measurement decides, as dear_check_verdict; within it the lower median, the old
+ * plan on equal (or missing) ones. Why: the model has no say between them, so the samples are the
+ * only evidence; following them costs nothing in expectation where the plans run alike, and a
+ * fixed choice loses the whole difference whenever the other plan is the faster. */
+int dear_tie_verdict(int how, const dear_compare_t *c, dear_verdict_t *why);
 
 #endif

@@ -173,17 +173,41 @@ static int refine_early(dear_plan_t *plan, const dear_plan_problem_t *prob, doub
 }
 
 /* The plan tied with auto's plan (predicted tbest, after refine_early) into *tie, named
- * auto-tie:WHO: of the candidates' bucketings unlike the plan's whose best pairing predicted within
- * DEAR_AUTO_TIE of the plan's bucketing before refine_early (tpre), the one of the most buckets,
- * with the plan's all-gather side where that keeps it within DEAR_AUTO_TIE of tbest, else with its
- * own. Nothing (tie->nunits 0) where none is. Why: the model does not tell such plans apart, and
- * the tie rule gave the fewest collectives; the other end of the tie is where the model's error on
- * start-ups and overlap shows most, so auto's check measures it. */
+ * auto-tie:WHO, or nothing (tie->nunits 0) where none is. First the candidates' whole plans (each
+ * planner's buckets with its own all-gather side, the plan that planner alone runs): of those
+ * with buckets unlike the plan's predicted within DEAR_AUTO_TIE of tbest, the one of the most
+ * collectives, then the lower prediction. Else, of the candidates' bucketings unlike the plan's
+ * whose best pairing predicted within DEAR_AUTO_TIE of the plan's bucketing before refine_early
+ * (tpre), the one of the most buckets, with the plan's all-gather side where that keeps it within
+ * DEAR_AUTO_TIE of tbest, else with its own. Why: the model does not tell such plans apart, and
+ * the tie rule gave the fewest collectives; the other end of the tie is where the model's error
+ * on start-ups and overlap shows most, so auto's check measures it, and a whole plan because an
+ * all-gather side made for few buckets runs slower behind many than one made for them. */
 static int tied(const dear_plan_problem_t *prob, const dear_plan_t *plan, double tbest, double tpre,
                 const dear_plan_t *p, int nc, int bi, const double *t, const int *bj, const int *be, dear_plan_t *tie,
                 double *tie_pred)
 {
-    int c = -1, rc = DEAR_OK;
+    int w = -1, rc = DEAR_OK;
+    double tw = INFINITY;
+    for (int i = 0; i < nc && rc == DEAR_OK; i++) {
+        if (i == bi || dear_partition_equal(&p[i].rs, &plan->rs))
+            continue;
+        double ti = dear_planner_predict(prob, &p[i], &rc);
+        if (rc != DEAR_OK || !(ti <= tbest * (1 + DEAR_AUTO_TIE)))
+            continue;
+        int more = w < 0 ? 1 : collectives(prob, &p[i], &p[i]) - collectives(prob, &p[w], &p[w]);
+        if (more > 0 || (more == 0 && ti < tw))
+            w = i, tw = ti;
+    }
+    if (rc == DEAR_OK && w >= 0) {
+        rc = dear_plan_copy(tie, &p[w]);
+        if (rc == DEAR_OK) {
+            snprintf(tie->planner, sizeof tie->planner, "auto-tie:%.22s", p[w].planner);
+            *tie_pred = tw;
+        }
+        return rc;
+    }
+    int c = -1;
     for (int i = 0; i < nc; i++)
         if (i != bi && t[i] <= tpre * (1 + DEAR_AUTO_TIE) && !dear_partition_equal(&p[i].rs, &plan->rs) &&
             (c < 0 || p[i].rs.ngroups > p[c].rs.ngroups))

@@ -77,9 +77,10 @@ int dear_plan_by_id(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pla
  * its best all-gather side. Named auto-K:WHO (K = 2, 3, ...). For auto's check, which measures
  * them in turn when the plan loses to the one it replaced. *nrun gets the count (at most
  * DEAR_AUTO_MAX_RUNNERS). tie (NULL: not wanted; tie_pred with it) gets the plan tied with the
- * plan, named auto-tie:WHO, or nothing (nunits 0): of the candidates' buckets unlike the plan's
- * predicted within DEAR_AUTO_TIE of it, the most buckets. Auto's check measures it against the
- * plan when the plan stays. */
+ * plan, named auto-tie:WHO, or nothing (nunits 0): of the candidates' whole plans with buckets
+ * unlike the plan's predicted within DEAR_AUTO_TIE of it, the one of the most collectives (else
+ * their buckets with the plan's all-gather side, the most buckets). Auto's check measures it
+ * against the plan when the plan stays. */
 #define DEAR_AUTO_MAX_RUNNERS 8
 /* Plans predicted within this share of each other are tied: the model's errors on the e2e matrix
  * are larger (docs/PERFORMANCE.md), and auto's check resolves no finer (its floor,

@@ -591,12 +591,9 @@ static int judge(dear_ctx_t *ctx, double v[8])
         int how = na && nb ? dear_samples_compare(s, na, s + n, nb, ctx->check.margin, VERIFY_TOLERANCE, &c)
                            : 0;
         dear_verdict_t why = DEAR_VERDICT_MODEL;
-        v[0] = dear_check_verdict(how, &c, ctx->check.pred_s[0], ctx->check.pred_s[1], &why);
-        if (ctx->check.in_tie && how == 0) {
-            /* the model does not tell tied plans apart: auto's own stays */
-            v[0] = 0;
-            why = DEAR_VERDICT_TIE;
-        }
+        /* the model does not tell tied plans apart: the samples alone decide */
+        v[0] = ctx->check.in_tie ? dear_tie_verdict(how, &c, &why)
+                                 : dear_check_verdict(how, &c, ctx->check.pred_s[0], ctx->check.pred_s[1], &why);
         v[1] = why;
         v[2] = c.med_a, v[3] = c.med_b, v[4] = c.spread, v[5] = c.margin;
         v[6] = ctx->check.pred_s[0], v[7] = ctx->check.pred_s[1];
@@ -854,7 +851,7 @@ int dear_planning_verify(dear_ctx_t *ctx)
                  1e3 * v[6], 1e3 * v[7]);
     else if (verdict == DEAR_VERDICT_TIE)
         snprintf(why, sizeof why, "inconclusive between plans the model predicts alike (%.3f ms (old) vs %.3f ms "
-                 "(new)), so auto's own plan stays", 1e3 * v[6], 1e3 * v[7]);
+                 "(new)), so the plan of the lower median stays", 1e3 * v[6], 1e3 * v[7]);
     else
         snprintf(why, sizeof why,
                  "inconclusive, and the samples refute the model (predicted %.3f ms (old) vs %.3f ms (new), a "

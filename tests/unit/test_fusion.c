@@ -1884,20 +1884,30 @@ static int early_scattered(const dear_plan_t *plan)
     return 0;
 }
 
-/* auto's tied plan, against brute force: wherever a candidate's buckets unlike auto's, with
- * auto's all-gather side, simulate within DEAR_AUTO_TIE of auto's own iteration, a tied plan is
- * offered, with at least as many buckets as each such candidate; where it has such a candidate's
- * buckets, it has auto's all-gather side whole, early set included (10GbE at P 8 gives auto early
- * groups that are not a trailing run). Each tied plan simulates to what it is said to, within
- * DEAR_AUTO_TIE of auto's plan, with buckets unlike auto's; auto's plan and runners-up are as
- * without it. Ties happen (where the reduce-scatters hide under backward). */
+/* The collectives plan starts per iteration under schedule sched. */
+static int plan_colls(const dear_plan_t *plan, int sched)
+{
+    return plan->rs.ngroups + (sched == DEAR_SCHED_DEAR ? plan->ag.ngroups : 0);
+}
+
+/* auto's tied plan, against brute force. First the candidates' whole plans (as each planner
+ * alone makes them): wherever one with buckets unlike auto's simulates within DEAR_AUTO_TIE of
+ * auto's own iteration, the tied plan is such a whole plan, of the most collectives of those and
+ * then the lowest time. Elsewhere, wherever a candidate's buckets unlike auto's, with auto's
+ * all-gather side, simulate within DEAR_AUTO_TIE, a tied plan is offered with at least as many
+ * buckets as each such candidate; where it has such a candidate's buckets, it has auto's
+ * all-gather side whole, early set included (10GbE at P 8 gives auto early groups that are not a
+ * trailing run). Each tied plan simulates to what it is said to, within DEAR_AUTO_TIE of auto's
+ * plan, with buckets unlike auto's; auto's plan and runners-up are as without it. Ties of both
+ * kinds happen (where the reduce-scatters hide under backward). */
 START_TEST(auto_tied_plan)
 {
     static const char *const models[] = { "resnet50", "vgg16", "densenet201", "bert-base", "gpt2-small" };
     static const char *const presets[] = { "10gbe", "shm" };
     static const int workers[] = { 4, 8, 64 }, scheds[2] = { DEAR_SCHED_WFBP, DEAR_SCHED_DEAR };
-    static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp" };
-    int ties = 0, cases = 0, whole = 0, scattered = 0;
+    static const char *const cands[] = { "none", "threshold", "mgwfbp", "dp", "gradssa" };
+    enum { NCAND = 5 };
+    int ties = 0, cases = 0, wholes = 0, pairs = 0, scattered = 0;
     for (int mi = 0; mi < 5; mi++)
         for (int pi = 0; pi < 2; pi++)
             for (int wi = 0; wi < 3; wi++)
@@ -1923,38 +1933,64 @@ START_TEST(auto_tied_plan)
                     ck_assert_int_eq(n, n0);
                     for (int k = 0; k < n; k++)
                         ck_assert(dear_plan_equal(&run[k], &run0[k]) && pred[k] == pred0[k]);
-                    /* brute force: a candidate's buckets with auto's all-gather side tie */
-                    int must = 0, most = 0;
-                    for (int c = 0; c < 4; c++) {
-                        dear_plan_t cp = { 0 };
-                        ck_assert_int_eq(dear_plan_by_name(&cp, &prob, cands[c]), DEAR_OK);
+                    const char *what = models[mi];
+                    const double limit = tauto * (1 + DEAR_AUTO_TIE);
+                    dear_plan_t cp[NCAND];
+                    memset(cp, 0, sizeof cp);
+                    /* brute force, first: the whole plans that tie; the most collectives, then the fastest */
+                    int most_c = -1, is_whole = 0;
+                    double fastest = INFINITY;
+                    for (int c = 0; c < NCAND; c++) {
+                        ck_assert_int_eq(dear_plan_by_name(&cp[c], &prob, cands[c]), DEAR_OK);
+                        double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &cp[c]);
+                        if (dear_partition_equal(&cp[c].rs, &au.rs) || t > limit)
+                            continue;
+                        int k = plan_colls(&cp[c], scheds[si]);
+                        if (k > most_c || (k == most_c && t < fastest))
+                            most_c = k, fastest = t;
+                    }
+                    for (int c = 0; c < NCAND && most_c >= 0; c++)
+                        is_whole |= tie.nunits > 0 && dear_plan_equal(&tie, &cp[c]);
+                    if (most_c >= 0) {
+                        ck_assert_msg(is_whole, "%s/%s/P=%d/%s: a candidate's whole plan ties auto, tied plan %s "
+                                                "is none of them", what, presets[pi], workers[wi],
+                                      dear_sched_name((dear_sched_t)scheds[si]), tie.nunits ? tie.planner : "(none)");
+                        ck_assert_msg(plan_colls(&tie, scheds[si]) == most_c && tie_pred == fastest,
+                                      "%s: tied plan of %d collectives at %.12g, the most tied %d at %.12g", what,
+                                      plan_colls(&tie, scheds[si]), tie_pred, most_c, fastest);
+                        wholes++;
+                    }
+                    /* else: a candidate's buckets with auto's all-gather side tie */
+                    int must = most_c >= 0, most = 0;
+                    for (int c = 0; c < NCAND && most_c < 0; c++) {
                         /* auto's all-gather side whole: its groups and its early set */
                         dear_plan_t mix = { 0 };
                         ck_assert_int_eq(dear_plan_copy(&mix, &au), DEAR_OK);
-                        ck_assert_int_eq(dear_partition_set(&mix.rs, mix.nunits, cp.rs.ngroups, cp.rs.first), DEAR_OK);
-                        if (!dear_partition_equal(&cp.rs, &au.rs) &&
-                            sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix) <= tauto * (1 + DEAR_AUTO_TIE)) {
+                        ck_assert_int_eq(dear_partition_set(&mix.rs, mix.nunits, cp[c].rs.ngroups, cp[c].rs.first),
+                                         DEAR_OK);
+                        if (!dear_partition_equal(&cp[c].rs, &au.rs) &&
+                            sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix) <= limit) {
                             must = 1;
-                            most = cp.rs.ngroups > most ? cp.rs.ngroups : most;
+                            most = cp[c].rs.ngroups > most ? cp[c].rs.ngroups : most;
                             /* the tied plan keeps auto's all-gather side where that side ties */
-                            if (tie.nunits > 0 && dear_partition_equal(&tie.rs, &cp.rs)) {
+                            if (tie.nunits > 0 && dear_partition_equal(&tie.rs, &cp[c].rs)) {
                                 ck_assert_msg(dear_plan_equal(&tie, &mix), "%s: tied plan %s lost auto's %s",
                                               models[mi], tie.planner, "all-gather side");
-                                whole++;
+                                pairs++;
                                 scattered += early_scattered(&au);
                             }
                         }
                         dear_plan_free(&mix);
-                        dear_plan_free(&cp);
                     }
-                    const char *what = models[mi];
+                    for (int c = 0; c < NCAND; c++)
+                        dear_plan_free(&cp[c]);
                     ck_assert_msg(!must || tie.nunits > 0, "%s/%s/P=%d/%s: a candidate ties auto, no tied plan", what,
                                   presets[pi], workers[wi], dear_sched_name((dear_sched_t)scheds[si]));
                     if (tie.nunits > 0) {
                         ties++;
                         double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &tie);
-                        ck_assert_msg(t == tie_pred && t <= tauto * (1 + DEAR_AUTO_TIE),
-                                      "%s: tied plan %.12g, said %.12g, auto %.12g", what, t, tie_pred, tauto);
+                        ck_assert_msg(t == tie_pred && t <= limit, "%s: tied plan %.12g, said %.12g, auto %.12g", what,
+                                      t, tie_pred, tauto);
                         ck_assert_msg(strncmp(tie.planner, "auto-tie:", 9) == 0, "tied plan named %s", tie.planner);
                         ck_assert(!dear_partition_equal(&tie.rs, &au.rs));
                         ck_assert_msg(tie.rs.ngroups >= most, "%s: tied plan %d buckets, a candidate tied with %d",
@@ -1969,10 +2005,10 @@ START_TEST(auto_tied_plan)
                     dear_plan_free(&au);
                     dear_prof_free(&p);
                 }
-    fprintf(stderr, "auto_tied_plan: %d tie(s) in %d cases, %d with auto's all-gather side, %d of them scattered\n",
-            ties, cases, whole, scattered);
-    ck_assert_msg(ties > 0 && scattered > 0, "%d tie(s), %d with auto's all-gather side (%d scattered), in %d cases",
-                  ties, whole, scattered, cases);
+    fprintf(stderr, "auto_tied_plan: %d tie(s) in %d cases: %d whole plans, %d with auto's all-gather side (%d of "
+                    "them scattered)\n", ties, cases, wholes, pairs, scattered);
+    ck_assert_msg(wholes > 0 && pairs > 0, "%d tie(s): %d whole plans, %d with auto's all-gather side, in %d cases",
+                  ties, wholes, pairs, cases);
 }
 END_TEST
 

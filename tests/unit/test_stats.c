@@ -1,7 +1,8 @@
 /* Statistics of timings (base/stats.c): the median, and dear_samples_compare, the judgement of
  * auto's check, against hand computations: a difference beyond the margin decides, one within it
  * is inconclusive, one stall moves neither the medians nor the spread, and the relative floor
- * holds when the samples show no spread at all; dear_check_verdict, the plan auto keeps; and
+ * holds when the samples show no spread at all; dear_check_verdict, the plan auto keeps, and
+ * dear_tie_verdict, the one it keeps between plans the model predicts alike; and
  * dear_stream_median, calibration's time per collective of a stream that a stall does not move. */
 #include <check.h>
 #include <math.h>
@@ -121,6 +122,29 @@ START_TEST(test_verdict)
 }
 END_TEST
 
+START_TEST(test_tie_verdict)
+{
+    dear_verdict_t why = DEAR_VERDICT_MODEL;
+    /* beyond the margin the measurement decides, as for any check */
+    dear_compare_t c = { 100, 80, 5, 10 }, c_old = { 80, 100, 5, 10 };
+    ck_assert_int_eq(dear_tie_verdict(1, &c, &why), 1);
+    ck_assert_int_eq(why, DEAR_VERDICT_MEASURED);
+    ck_assert_int_eq(dear_tie_verdict(-1, &c_old, &why), 0);
+    ck_assert_int_eq(why, DEAR_VERDICT_MEASURED);
+    /* within it, the lower median: 1.5 apart under a margin of 6, either way */
+    dear_compare_t newer = { 300, 298.5, 2, 6 }, older = { 298.5, 300, 2, 6 };
+    ck_assert_int_eq(dear_tie_verdict(0, &newer, &why), 1);
+    ck_assert_int_eq(why, DEAR_VERDICT_TIE);
+    ck_assert_int_eq(dear_tie_verdict(0, &older, &why), 0);
+    ck_assert_int_eq(why, DEAR_VERDICT_TIE);
+    /* equal medians, or none: the plan in force before the check stays */
+    dear_compare_t same = { 300, 300, 2, 6 }, none = { NAN, NAN, NAN, NAN };
+    ck_assert_int_eq(dear_tie_verdict(0, &same, &why), 0);
+    ck_assert_int_eq(dear_tie_verdict(0, &none, &why), 0);
+    ck_assert_int_eq(why, DEAR_VERDICT_TIE);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("stats");
@@ -131,6 +155,7 @@ int main(void)
     tcase_add_test(tc, test_compare_noise);
     tcase_add_test(tc, test_compare_floor);
     tcase_add_test(tc, test_verdict);
+    tcase_add_test(tc, test_tie_verdict);
     suite_add_tcase(s, tc);
     return dear_ck_run(s);
 }
