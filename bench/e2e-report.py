@@ -201,7 +201,7 @@ def link_bound(row, hosts, rate, parts=False, sparse=False, upd_ms=0.0, f_rs=1.0
     return 1e3 * bound, 1e3 * (bound - comp), cut + 1, share
 
 
-def floor_ms(row, hosts, rate, dear_plan, sparse=False):
+def floor_ms(row, hosts, rate, dear_plan, sparse=False, startup_s=0.0):
     """dear's best schedule on ideal collectives, in ms, and the bound likewise, for one CSV row:
     auto's plan for the row's profile at dear-bench's scales (compute spread as link_bound spreads
     it, the CSV's partition), predicted by dear-plan with no start-ups and each phase moving
@@ -210,7 +210,8 @@ def floor_ms(row, hosts, rate, dear_plan, sparse=False):
     dear-bench replays (their rows as it scales them), which dear-plan prices at the wire bytes
     the sparse bound counts. Their ratio is what dear's schedule and planners leave to the bound
     on perfect collectives (their order, which groups gather early, the candidates auto weighs):
-    no start-up or link to fix can win it. (NaN, NaN) without dear-plan or the profile, or when
+    no start-up or link to fix can win it. startup_s prices each reduce-scatter and all-gather
+    that much more (the startups command). (NaN, NaN) without dear-plan or the profile, or when
     dear-plan fails."""
     prof = os.path.join(PROFILES_DIR, row["model"] + ".prof")
     if not dear_plan or not os.path.exists(prof):
@@ -233,7 +234,7 @@ def floor_ms(row, hosts, rate, dear_plan, sparse=False):
                                                                       d_rs, d_ag))
         out.write("end %d %d\n" % (len(layers), len(tensors)))
     try:
-        run = subprocess.run([dear_plan, "--profile", out.name, "--alpha", "0", "--beta",
+        run = subprocess.run([dear_plan, "--profile", out.name, "--alpha", "%.9g" % (2 * startup_s), "--beta",
                               "%.9g" % (2 * (hosts - 1) / hosts / rate), "--workers", row["np"],
                               "--schedule", "dear", "--planner", "auto", "--partition", part, "--csv"],
                              capture_output=True, text=True, timeout=120)
@@ -433,6 +434,32 @@ def gantt_svg(case, tl_path, path):
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
     return True
+
+
+def cmd_startups(a):
+    """Per dense case of --results, dear:auto's best plan (dear-plan's auto, as the floor column
+    plans it) over the lower bound, on collectives at the link rate with each start-up of
+    --startup-us per reduce-scatter and all-gather: how far start-ups alone, as the planners work
+    around them, keep the schedule from the bound. Returns the exit status."""
+    rate, rate_note = measured_rate(a.results, a.rate)
+    ups = [float(x) for x in a.startup_us.split(",")]
+    print("dear-plan auto over the bound (%s), start-up per reduce-scatter and all-gather in us" % rate_note)
+    print("| case | " + " | ".join("%g us" % u for u in ups) + " |")
+    print("|---|" + "---|" * len(ups))
+    n = 0
+    for name, rows in read_csvs(os.path.join(a.results, "e2e-*.csv")):
+        name = name[4:-4]
+        row = [r for r in rows if r["config"] == "dear:auto"]
+        m = re.search(r"-(\d+)x(\d+)$", name)
+        if "sparse" in name or not row or not m:
+            continue
+        got = [floor_ms(row[0], int(m.group(1)), rate, a.dear_plan, startup_s=u * 1e-6) for u in ups]
+        print("| %s | %s |" % (name, " | ".join("%.3f" % (f / b) for f, b in got)))
+        n += 1
+    if n == 0:
+        print("e2e-report.py startups: no dense case with a dear:auto row in %s" % a.results, file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_report(a):
@@ -865,6 +892,11 @@ def main():
     c.add_argument("--csv", required=True)
     c.add_argument("--config", default="dear:auto")
     c.add_argument("--max-err", type=float, default=PRED_LIMIT, help="percent (default %g)" % PRED_LIMIT)
+    u = sub.add_parser("startups", help="dear:auto's best plan over the bound with a start-up per collective")
+    u.add_argument("--results", required=True)
+    u.add_argument("--rate", default="1gbit")
+    u.add_argument("--startup-us", default="0,25,50,100", help="comma-separated (default 0,25,50,100)")
+    u.add_argument("--dear-plan", default=os.path.join("apps", "tools", "dear-plan"))
     r = sub.add_parser("report", help="e2e.md and SVG plots from the CSVs")
     r.add_argument("--results", required=True)
     r.add_argument("--rate", default="1gbit")
@@ -888,6 +920,15 @@ def main():
                 sys.exit("e2e-report.py tails: %s: no size of more than %d bytes ran five times from iteration %d"
                          % (path, a.min_bytes, a.from_iter))
             print("%s: %s" % (path, ", ".join("%s %d runs x%.3f" % r for r in rows)))
+    elif a.cmd == "startups":
+        try:
+            bad = not os.access(a.dear_plan, os.X_OK) or any(not float(x) >= 0 for x in a.startup_us.split(","))
+        except ValueError:
+            bad = True
+        if bad:
+            sys.exit("e2e-report.py startups: needs an executable --dear-plan (%s) and --startup-us as "
+                     "comma-separated microseconds, e.g. 0,25,50" % a.dear_plan)
+        sys.exit(cmd_startups(a))
     elif a.cmd == "gantt":
         if not gantt_svg(a.case, a.timeline, a.svg):
             sys.exit("e2e-report.py gantt: %s holds fewer than three iterations" % a.timeline)

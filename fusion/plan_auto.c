@@ -57,6 +57,23 @@ static int collectives(const dear_plan_problem_t *prob, const dear_plan_t *rs, c
     return rs->rs.ngroups + (prob->sched == DEAR_SCHED_DEAR ? ag->ag.ngroups : 0);
 }
 
+/* The buckets of rs with the all-gather groups of ag, with the best trailing run of early groups
+ * (schedule dear; 0 = all in the forward) into *ne, equal ones to the fewest: its prediction
+ * (INFINITY on failure, in *rc). */
+static double pairing(const dear_plan_problem_t *prob, const dear_plan_t *rs, const dear_plan_t *ag, int *ne, int *rc)
+{
+    double best = INFINITY;
+    int emax = prob->sched == DEAR_SCHED_DEAR && !prob->no_early ? ag->ag.ngroups : 0;
+    *ne = 0;
+    for (int e = 0; e <= emax && *rc == DEAR_OK; e++) {
+        dear_plan_t mix = { .nunits = rs->nunits, .ntensors = rs->ntensors, .rs = rs->rs, .ag = ag->ag, .ag_early = e };
+        double t = dear_planner_predict(prob, &mix, rc);
+        if (*rc == DEAR_OK && t < best)
+            best = t, *ne = e;
+    }
+    return *rc == DEAR_OK ? best : INFINITY;
+}
+
 /* The best all-gather side for the buckets of plan rs (schedule dear: any candidate's groups
  * other than avoid's (NULL: none), with every number of early groups, 0 = all in the forward; the
  * others have buckets only): the index of the candidate whose groups it takes in *bj, the early
@@ -73,17 +90,13 @@ static double best_pairing(const dear_plan_problem_t *prob, const dear_plan_t *r
         int k = nag > 1 ? j : self;
         if (nag > 1 && avoid && dear_partition_equal(&p[k].ag, avoid))
             continue;
-        int emax = nag > 1 && !prob->no_early ? p[k].ag.ngroups : 0;
-        for (int ne = 0; ne <= emax && *rc == DEAR_OK; ne++) {
-            dear_plan_t mix = { .nunits = rs->nunits, .ntensors = rs->ntensors, .rs = rs->rs, .ag = p[k].ag,
-                                .ag_early = ne };
-            double t = dear_planner_predict(prob, &mix, rc);
-            /* An equal prediction goes to fewer collectives, then to the earlier, simpler choice. */
-            if (t < best || (t == best && collectives(prob, rs, &p[k]) < collectives(prob, rs, &p[*bj]))) {
-                best = t;
-                *bj = k;
-                *be = ne;
-            }
+        int ne = 0;
+        double t = pairing(prob, rs, &p[k], &ne, rc);
+        /* An equal prediction goes to fewer collectives, then to the earlier, simpler choice. */
+        if (t < best || (t == best && collectives(prob, rs, &p[k]) < collectives(prob, rs, &p[*bj]))) {
+            best = t;
+            *bj = k;
+            *be = ne;
         }
     }
     return best;
@@ -170,6 +183,96 @@ static int refine_early(dear_plan_t *plan, const dear_plan_problem_t *prob, doub
     free(em);
     dear_sim_ws_free(ws);
     return rc;
+}
+
+/* A refined pairing of more collectives than the base (the fastest trailing pairing, refined)
+ * must predict more than this share of the iteration faster to replace it: the model knows least
+ * of start-ups, of many collectives in flight and of all-gathers overlapping reduce-scatters in
+ * backward, and fine pairings predicted a few tenths of a percent faster ran slower. */
+#define AUTO_PAIR_GAIN 0.01
+
+/* The rs buckets of p[i] with the all-gather groups of p[j] from the trailing run ne, named and
+ * refined by refine_early into *out, its prediction (from t) into *tout. */
+static int refined(dear_plan_t *out, const dear_plan_problem_t *prob, const dear_plan_t *p, int i, int j, int ne,
+                   double t, double *tout)
+{
+    char name[sizeof out->planner];
+    if (i == j)
+        snprintf(name, sizeof name, "auto:%.26s", p[i].planner);
+    else
+        snprintf(name, sizeof name, "auto:%.12s+%.12s", p[i].planner, p[j].planner);
+    *tout = t;
+    int rc = compose(out, &p[i], &p[j], ne, name);
+    if (rc == DEAR_OK)
+        rc = refine_early(out, prob, tout);
+    if (rc == DEAR_OK && *tout < t)
+        DEAR_DEBUG("plan", "auto: %s refined: %d early, predicted %.3f ms (%.3f ms before)", name, out->ag_early,
+                   1e3 * *tout, 1e3 * t);
+    return rc;
+}
+
+/* auto's plan into *plan. The base is the fastest pairing with a trailing run of early groups
+ * (t[i], bj[i], be[i] of each candidate bucketing i; equal ones to the fewest collectives, then
+ * the earlier), refined by refine_early. Under schedule dear every other pair of a candidate's
+ * buckets and a candidate's all-gather groups, from its best trailing run, is refined too, and
+ * the fastest replaces the base where it starts no more collectives or predicts more than
+ * AUTO_PAIR_GAIN faster. Why every pair: a trailing run suits few large groups, so with any
+ * start-up the coarse pairs win before refining, while fine groups, once any of them may run
+ * early, can carry the first layers' all-gathers in backward's idle link. *bi gets the chosen
+ * bucketing, bj[*bi] and be[*bi] its all-gather side, t[*bi] its refined prediction and *tpre
+ * its prediction before refining. */
+static int refine_all(dear_plan_t *plan, const dear_plan_problem_t *prob, const dear_plan_t *p, int nc, double *t,
+                      int *bj, int *be, int *bi, double *tpre, int rc)
+{
+    if (rc != DEAR_OK || nc < 1)
+        return rc != DEAR_OK ? rc : DEAR_ERR_INTERNAL;
+    int b0 = 0;
+    for (int i = 1; i < nc; i++)
+        if (t[i] < t[b0] || (t[i] == t[b0] && collectives(prob, &p[i], &p[bj[i]]) <
+                                                  collectives(prob, &p[b0], &p[bj[b0]])))
+            b0 = i;
+    dear_plan_t cur = { 0 }, won = { 0 };
+    double tbase = INFINITY, best;
+    rc = refined(&won, prob, p, b0, bj[b0], be[b0], t[b0], &tbase);
+    best = tbase;
+    int wi = b0, wj = bj[b0], we = be[b0], nbase = collectives(prob, &won, &won);
+    *tpre = t[b0];
+    for (int i = 0; prob->sched == DEAR_SCHED_DEAR && !prob->no_early && i < nc && rc == DEAR_OK; i++) {
+        int dup = 0;
+        for (int k = 0; k < i && !dup; k++)
+            dup = dear_partition_equal(&p[k].rs, &p[i].rs);
+        for (int j = 0; !dup && j < nc && rc == DEAR_OK; j++) {
+            int dj = i == b0 && j == bj[b0];
+            for (int k = 0; k < j && !dj; k++)
+                dj = dear_partition_equal(&p[k].ag, &p[j].ag);
+            int ne = 0;
+            double tij = dj ? INFINITY : pairing(prob, &p[i], &p[j], &ne, &rc), ti;
+            if (rc != DEAR_OK || !isfinite(tij))
+                continue;
+            rc = refined(&cur, prob, p, i, j, ne, tij, &ti);
+            int fewer = collectives(prob, &cur, &cur) <= nbase;
+            if (rc == DEAR_OK && ti < best && (fewer || ti < tbase * (1 - AUTO_PAIR_GAIN))) {
+                dear_plan_free(&won);
+                won = cur;
+                cur = (dear_plan_t){ 0 };
+                best = ti;
+                wi = i, wj = j, we = ne;
+                *tpre = tij;
+            }
+        }
+    }
+    dear_plan_free(&cur);
+    if (rc != DEAR_OK) {
+        dear_plan_free(&won);
+        return rc;
+    }
+    dear_plan_free(plan);
+    *plan = won;
+    t[wi] = best;
+    bj[wi] = wj;
+    be[wi] = we;
+    *bi = wi;
+    return DEAR_OK;
 }
 
 /* The plan tied with auto's plan (predicted tbest, after refine_early) into *tie, named
@@ -266,21 +369,10 @@ static int plan_auto(dear_plan_t *plan, const dear_plan_problem_t *prob, dear_pl
             DEAR_DEBUG("plan", "auto: candidate %s, %d bucket(s), best with %s's %d all-gather group(s), %d early: "
                                "predicted %.3f ms",
                        p[i].planner, p[i].rs.ngroups, p[bj[i]].planner, p[bj[i]].ag.ngroups, be[i], 1e3 * t[i]);
-        if (t[i] < t[bi] || (t[i] == t[bi] && collectives(prob, &p[i], &p[bj[i]]) <
-                                                    collectives(prob, &p[bi], &p[bj[bi]])))
-            bi = i;
     }
     char name[sizeof plan->planner];
-    double tb = rc == DEAR_OK ? t[bi] : INFINITY; /* the best bucketing's, before refine_early */
-    if (rc == DEAR_OK) {
-        if (bi == bj[bi])
-            snprintf(name, sizeof name, "auto:%.26s", p[bi].planner);
-        else
-            snprintf(name, sizeof name, "auto:%.12s+%.12s", p[bi].planner, p[bj[bi]].planner);
-        rc = compose(plan, &p[bi], &p[bj[bi]], be[bi], name);
-        if (rc == DEAR_OK)
-            rc = refine_early(plan, prob, &t[bi]);
-    }
+    double tb = INFINITY; /* the chosen bucketing's best pairing, before refine_early */
+    rc = refine_all(plan, prob, p, NC, t, bj, be, &bi, &tb, rc);
     if (runners && nrun)
         *nrun = 0;
     if (tie) {

@@ -18,9 +18,11 @@
  *            size or cap bucket memory); seeded with none, one bucket, mgwfbp, dp and threshold
  *            plans; deterministic per seed; never worse than its seeds.
  *   auto     the lowest predicted of none, threshold, mgwfbp, dp and gradssa; for schedule dear
- *            per phase: the best pair of one planner's buckets and another's all-gather groups,
- *            with the best number of early groups (none where prob->no_early says so), then
- *            single groups moved into or out of backward where that predicts faster (any set).
+ *            per phase: the pair of one planner's buckets and another's all-gather groups with
+ *            the best number of early groups (none where prob->no_early says so), then single
+ *            groups moved into or out of backward where that predicts faster (any set); every
+ *            other pair refined alike replaces it where faster and of no more collectives, or
+ *            more than 1% faster.
  * Pure C.
  */
 #ifndef DEAR_FUSION_PLANNERS_H

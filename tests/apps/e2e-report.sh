@@ -66,8 +66,8 @@ grep -q "^Lower bound: $want ms" "$md" || { grep "Lower bound" "$md"; fail "lowe
 line() { grep "^| $1 | " "$md" | grep -F "$2" | head -1; }
 # hand_floor PROFILE SCALE PARTITION [RS_DENSITY AG_DENSITY]: dear-plan's best dear plan (auto) for the
 # profile scaled here, in ms: 300 ms spread as the profile spreads it, bytes as dear-bench rounds them
-# (with the densities, each sparse tensor at its rows with a sparse record of them), no start-ups,
-# 100 MB/s over the bound's 3/4 per phase.
+# (with the densities, each sparse tensor at its rows with a sparse record of them), no start-ups
+# (ALPHA: an all-reduce's, in s), 100 MB/s over the bound's 3/4 per phase.
 hand_floor() {
     awk -v s="$2" -v drs="${4:-}" -v dag="${5:-}" '
         FNR == NR { if ($1 == "layer") tot += $3 + $4; if ($1 == "sparse" && drs != "") blk[$2] = $3; next }
@@ -77,7 +77,7 @@ hand_floor() {
         $1 == "tensor" { b = 4 * int($4 / 4 * s + 0.5); if (b < 4) b = 4; print "tensor", $2, $3, b; next }
         $1 == "sparse" || /^#/ { next } { print }' \
         "$srcdir/fusion/profiles/$1.prof" "$srcdir/fusion/profiles/$1.prof" >"$dir/hand.prof"
-    apps/tools/dear-plan --profile "$dir/hand.prof" --alpha 0 --beta 1.5e-8 --workers 4 --schedule dear \
+    apps/tools/dear-plan --profile "$dir/hand.prof" --alpha "${ALPHA:-0}" --beta 1.5e-8 --workers 4 --schedule dear \
         --planner auto --partition "$3" --csv | awk -F, 'NR == 2 { printf "%.1f", $5 }'
 }
 
@@ -266,4 +266,18 @@ out=$(python3 "$report" tails --timeline "$dir/tl.json" --from-iter 1) || fail "
 python3 "$report" tails --timeline "$dir/tl.json" --from-iter 2 >"$dir/out" 2>&1 &&
     fail "tails with no run left did not fail"
 grep -q "no size of more than 1048576 bytes ran five times from iteration 2" "$dir/out" || fail "tails: $(cat "$dir/out")"
+# startups: per dense case, the floor over the bound with a start-up per reduce-scatter and all-gather:
+# at 0 us the floor's ratio, at 100 us dear-plan by hand with 200 us per all-reduce; bad input refused.
+out=$(python3 "$report" startups --results "$dir" --rate 1gbit --startup-us 0,100 --dear-plan apps/tools/dear-plan) ||
+    fail "startups failed: $out"
+su=$(echo "$out" | sed -n 's/^| resnet50-balanced-4x1 | \([0-9.]*\) | \([0-9.]*\) |$/\1 \2/p')
+set -- $su
+[ $# = 2 ] && [ "$1" = "$floor_r" ] || fail "startups at 0 us: '$su', the floor's ratio is $floor_r: $out"
+s100=$(ALPHA=2e-4 hand_floor resnet50 0.232324 3897749)
+awk -v r="$2" -v f="$s100" -v b="$want" -v r0="$1" 'BEGIN { d = r - f / b; exit !(d * d < 4e-6 && r >= r0) }' ||
+    fail "startups at 100 us: $2, dear-plan by hand ${s100:-nothing} ms over the bound $want ms"
+echo "$out" | grep -q "sparse" && fail "startups gives a sparse case: $out"
+python3 "$report" startups --results "$dir" --startup-us 0,-5 --dear-plan apps/tools/dear-plan >"$dir/out" 2>&1 &&
+    fail "startups with a negative start-up did not fail"
+grep -q "comma-separated microseconds" "$dir/out" || fail "startups: $(cat "$dir/out")"
 echo "e2e-report.sh: bound $want ms and every verdict as constructed: ok"

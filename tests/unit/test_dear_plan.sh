@@ -65,7 +65,8 @@ echo "$r1" | grep -q "ranks per host the reduce-scatter's exchange" && fail "1 r
 
 # Partitioned tensors: vgg16's fc6 (74% of the bytes) is cut at the default partition and the plan
 # file records its chunks; with compute about equal to the all-reduce, auto's predicted iteration
-# is shorter with the cuts than with every tensor whole (--partition 0), and the wfbp+threshold
+# is more than 1% shorter with the cuts than with every tensor whole (--partition 0; whole, auto
+# now gathers a few groups early where its trailing run gathered one), and the wfbp+threshold
 # reference is the same in both (it keeps the tensors whole).
 vgg=$top_srcdir/fusion/profiles/vgg16.prof
 "$exe" --profile "$vgg" --alpha 2e-3 --beta 1.1e-9 --workers 4 --schedule dear --planner dp \
@@ -77,7 +78,7 @@ row() { "$exe" --profile "$vgg" --alpha 2e-3 --beta 1.1e-9 --workers 4 --schedul
 cut=$(row) whole=$(row --partition 0)
 awk -F, -v c="$cut" -v w="$whole" 'BEGIN { split(c, a, ","); split(w, b, ",");
     r = a[5] * a[8] - b[5] * b[8];
-    exit !(a[5] < 0.97 * b[5] && a[8] > b[8] && r * r < 1e-6 * b[5] * b[5] && a[15] == 59 && b[15] == 32) }' ||
+    exit !(a[5] < 0.99 * b[5] && a[8] > b[8] && r * r < 1e-6 * b[5] * b[5] && a[15] == 59 && b[15] == 32) }' ||
     fail "partitioned auto ($cut) not faster than whole ($whole) against the same reference"
 # A model description alone (no times): planned from its structure and hints, predicted on the
 # estimate at --compute-ms; and a profile planned from its description's hints with the profile's
@@ -130,11 +131,11 @@ done
 "$exe" --profile "$prof" --preset 10gbe --workers 64 --estimate range --schedule dear |
     grep -q "^dear     auto .*start: threshold (gain +[0-9.]*%), [0-9.]* ms$" || fail "the table shows no start for auto"
 # The line naming the plan training starts on (dear + auto, the runtime's defaults): bert-base's
-# description at 300 ms of compute, whose auto plan is predicted under 10% faster than the 25 MiB
+# description at 300 ms of compute, whose auto plan is predicted under 10% faster than the 8 MiB
 # threshold plan (threshold start) and more than 10% faster than a 100 MiB one (auto start); both
 # predictions are the table's dear rows (the estimate is the table's profile here), the gain and
 # the decision recomputed from them.
-for t in 26214400 104857600; do
+for t in 8388608 104857600; do
     out=$("$exe" --profile "$bm" --preset 10gbe --workers 4 --schedule dear --compute-ms 300 --estimate first \
           --threshold $t) || fail "start line at --threshold $t: exited $?"
     want=$(echo "$out" | awk '$1 == "dear" && $2 == "threshold" { thr = $3 } $1 == "dear" && $2 == "auto" { a = $3 }
@@ -144,7 +145,7 @@ for t in 26214400 104857600; do
     got=$(echo "$out" | grep "^training starts on:")
     [ "$got" = "$want" ] || fail "start line at --threshold $t: '$got', want '$want'"
     case $t in
-        26214400) echo "$got" | grep -q "the threshold plan (" || fail "25 MiB: should start on the threshold plan" ;;
+        8388608) echo "$got" | grep -q "the threshold plan (" || fail "8 MiB: should start on the threshold plan" ;;
         *) echo "$got" | grep -q "the auto plan (" || fail "100 MiB: should start on auto's plan" ;;
     esac
 done
