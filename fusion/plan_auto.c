@@ -185,10 +185,10 @@ static int refine_early(dear_plan_t *plan, const dear_plan_problem_t *prob, doub
     return rc;
 }
 
-/* A refined pairing of more collectives than the base (the fastest trailing pairing, refined)
- * must predict more than this share of the iteration faster to replace it: the model knows least
- * of start-ups, of many collectives in flight and of all-gathers overlapping reduce-scatters in
- * backward, and fine pairings predicted a few tenths of a percent faster ran slower. */
+/* Another refined pairing must predict more than this share of the iteration faster than the
+ * base (the fastest trailing pairing, refined) to replace it: the model knows least of start-ups,
+ * of many collectives in flight and of all-gathers beside reduce-scatters in backward, and
+ * pairings predicted under 1% faster ran slower. */
 #define AUTO_PAIR_GAIN 0.01
 
 /* The rs buckets of p[i] with the all-gather groups of p[j] from the trailing run ne, named and
@@ -215,8 +215,7 @@ static int refined(dear_plan_t *out, const dear_plan_problem_t *prob, const dear
  * (t[i], bj[i], be[i] of each candidate bucketing i; equal ones to the fewest collectives, then
  * the earlier), refined by refine_early. Under schedule dear every other pair of a candidate's
  * buckets and a candidate's all-gather groups, from its best trailing run, is refined too, and
- * the fastest replaces the base where it starts no more collectives or predicts more than
- * AUTO_PAIR_GAIN faster. Why every pair: a trailing run suits few large groups, so with any
+ * the fastest replaces the base where it predicts more than AUTO_PAIR_GAIN faster. Why every pair: a trailing run suits few large groups, so with any
  * start-up the coarse pairs win before refining, while fine groups, once any of them may run
  * early, can carry the first layers' all-gathers in backward's idle link. *bi gets the chosen
  * bucketing, bj[*bi] and be[*bi] its all-gather side, t[*bi] its refined prediction and *tpre
@@ -235,7 +234,7 @@ static int refine_all(dear_plan_t *plan, const dear_plan_problem_t *prob, const 
     double tbase = INFINITY, best;
     rc = refined(&won, prob, p, b0, bj[b0], be[b0], t[b0], &tbase);
     best = tbase;
-    int wi = b0, wj = bj[b0], we = be[b0], nbase = collectives(prob, &won, &won);
+    int wi = b0, wj = bj[b0], we = be[b0];
     *tpre = t[b0];
     for (int i = 0; prob->sched == DEAR_SCHED_DEAR && !prob->no_early && i < nc && rc == DEAR_OK; i++) {
         int dup = 0;
@@ -250,8 +249,7 @@ static int refine_all(dear_plan_t *plan, const dear_plan_problem_t *prob, const 
             if (rc != DEAR_OK || !isfinite(tij))
                 continue;
             rc = refined(&cur, prob, p, i, j, ne, tij, &ti);
-            int fewer = collectives(prob, &cur, &cur) <= nbase;
-            if (rc == DEAR_OK && ti < best && (fewer || ti < tbase * (1 - AUTO_PAIR_GAIN))) {
+            if (rc == DEAR_OK && ti < best && ti < tbase * (1 - AUTO_PAIR_GAIN)) {
                 dear_plan_free(&won);
                 won = cur;
                 cur = (dear_plan_t){ 0 };

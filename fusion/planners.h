@@ -21,8 +21,7 @@
  *            per phase: the pair of one planner's buckets and another's all-gather groups with
  *            the best number of early groups (none where prob->no_early says so), then single
  *            groups moved into or out of backward where that predicts faster (any set); every
- *            other pair refined alike replaces it where faster and of no more collectives, or
- *            more than 1% faster.
+ *            other pair refined alike replaces it where predicted more than 1% faster.
  * Pure C.
  */
 #ifndef DEAR_FUSION_PLANNERS_H
