@@ -215,11 +215,11 @@ static int refined(dear_plan_t *out, const dear_plan_problem_t *prob, const dear
  * (t[i], bj[i], be[i] of each candidate bucketing i; equal ones to the fewest collectives, then
  * the earlier), refined by refine_early. Under schedule dear every other pair of a candidate's
  * buckets and a candidate's all-gather groups, from its best trailing run, is refined too, and
- * the fastest replaces the base where it predicts more than AUTO_PAIR_GAIN faster. Why every pair: a trailing run suits few large groups, so with any
- * start-up the coarse pairs win before refining, while fine groups, once any of them may run
- * early, can carry the first layers' all-gathers in backward's idle link. *bi gets the chosen
- * bucketing, bj[*bi] and be[*bi] its all-gather side, t[*bi] its refined prediction and *tpre
- * its prediction before refining. */
+ * the fastest replaces the base where it predicts more than AUTO_PAIR_GAIN faster. Why every
+ * pair: a trailing run suits few large groups, so with any start-up the coarse pairs win before
+ * refining, while fine groups, once any of them may run early, can carry the first layers'
+ * all-gathers in backward's idle link. *bi gets the chosen bucketing, bj[*bi] and be[*bi] its
+ * all-gather side, t[*bi] its refined prediction and *tpre its prediction before refining. */
 static int refine_all(dear_plan_t *plan, const dear_plan_problem_t *prob, const dear_plan_t *p, int nc, double *t,
                       int *bj, int *be, int *bi, double *tpre, int rc)
 {

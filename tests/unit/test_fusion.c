@@ -2233,6 +2233,23 @@ START_TEST(sim_early_marks)
 }
 END_TEST
 
+/* The buckets of rs with the groups of ag at every count of trailing early groups: the fastest
+ * prediction, its count in *be (the fewest of equal ones). */
+static double best_trailing(const dear_profile_t *p, const dear_plan_problem_t *prob, const dear_plan_t *rs,
+                            const dear_plan_t *ag, int *be)
+{
+    double best = INFINITY;
+    *be = 0;
+    for (int ne = 0; ne <= ag->ag.ngroups; ne++) {
+        dear_plan_t mix = { .nunits = rs->nunits, .ntensors = rs->ntensors, .rs = rs->rs, .ag = ag->ag,
+                            .ag_early = ne };
+        double t = sim_T(p, (dear_sim_cost_t *)&prob->cost, prob->sched, &mix);
+        if (t < best)
+            best = t, *be = ne;
+    }
+    return best;
+}
+
 /* auto moves single all-gather groups into or out of backward. On gpt2-small with communication
  * equal to compute (no start-ups: where the first layers' all-gathers outrun their forward), the
  * best pairing of the candidates with a trailing run of early groups (brute force over every
@@ -2253,13 +2270,11 @@ START_TEST(auto_early_any_groups)
     for (int i = 0; i < 5; i++)
         plan_T(&prob, cands[i], &cp[i]);
     for (int i = 0; i < 5; i++)
-        for (int j = 0; j < 5; j++)
-            for (int ne = 0; ne <= cp[j].ag.ngroups; ne++) {
-                dear_plan_t mix = { .nunits = cp[i].nunits, .ntensors = cp[i].ntensors, .rs = cp[i].rs, .ag = cp[j].ag,
-                                    .ag_early = ne };
-                double t = sim_T(&p, &prob.cost, prob.sched, &mix);
-                brute = t < brute ? t : brute;
-            }
+        for (int j = 0; j < 5; j++) {
+            int be;
+            double t = best_trailing(&p, &prob, &cp[i], &cp[j], &be);
+            brute = t < brute ? t : brute;
+        }
     ck_assert_msg(tauto < brute * 0.98, "auto %.9g, best trailing pairing %.9g (%s, %d early)", tauto, brute,
                   au.planner, au.ag_early);
     ck_assert_ptr_nonnull(au.early);
@@ -2343,15 +2358,8 @@ START_TEST(auto_refines_every_pairing)
             int ti = -1, tj = -1;
             for (int i = 0; i < 5; i++)
                 for (int j = 0; j < 5; j++) {
-                    int be = 0;
-                    tr[i][j] = INFINITY;
-                    for (int ne = 0; ne <= cp[j].ag.ngroups; ne++) {
-                        dear_plan_t mix = { .nunits = cp[i].nunits, .ntensors = cp[i].ntensors, .rs = cp[i].rs,
-                                            .ag = cp[j].ag, .ag_early = ne };
-                        double t = sim_T(&p, &prob.cost, prob.sched, &mix);
-                        if (t < tr[i][j])
-                            tr[i][j] = t, be = ne;
-                    }
+                    int be;
+                    tr[i][j] = best_trailing(&p, &prob, &cp[i], &cp[j], &be);
                     g[i][j] = greedy_early(&p, &prob, &cp[i], &cp[j], be);
                     int nc = cp[i].rs.ngroups + cp[j].ag.ngroups;
                     if (tr[i][j] < trail || (tr[i][j] == trail && nc < cp[ti].rs.ngroups + cp[tj].ag.ngroups))
