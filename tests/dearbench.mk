@@ -8,6 +8,9 @@ SH_TESTS += tests/apps/e2e-report.sh
 # The compression report's int8 ceilings and int4 rows, on made-up CSVs, against hand figures.
 SH_TESTS += tests/apps/compress-report.sh
 EXTRA_DIST += bench/compress-report.py bench/compress-perf.sh
+# The report of what collectives cost as the runtime runs them, on a made-up cache and CSVs.
+SH_TESTS += tests/apps/engine-cost-report.sh
+EXTRA_DIST += bench/engine-cost-report.py bench/engine-cost.sh
 # The simulator's prediction of dear+auto on the emulated cluster, 2 hosts x 2 ranks, within 10%
 # of the measured iteration (skips without root, namespaces or tbf).
 SH_TESTS += tests/apps/e2e-predict.sh
