@@ -163,7 +163,7 @@ static void plan2(dear_plan_t *plan, int n, int nrs, const int *rs, int nag, con
     ck_assert_int_eq(dear_partition_set(&plan->ag, n, nag, ag), DEAR_OK);
 }
 
-static double sim_T(const dear_profile_t *p, dear_sim_cost_t *c, dear_sched_t s, const dear_plan_t *plan)
+static double sim_T(const dear_profile_t *p, const dear_sim_cost_t *c, dear_sched_t s, const dear_plan_t *plan)
 {
     dear_sim_result_t r = { 0 };
     ck_assert_int_eq(dear_sim_run(p, c, s, plan, 0, &r), DEAR_OK);
@@ -1720,7 +1720,7 @@ static double plan_T(const dear_plan_problem_t *prob, const char *name, dear_pla
 {
     dear_plan_t pl = { 0 };
     ck_assert_int_eq(dear_plan_by_name(&pl, prob, name), DEAR_OK);
-    double t = sim_T(prob->prof, (dear_sim_cost_t *)&prob->cost, prob->sched, &pl);
+    double t = sim_T(prob->prof, &prob->cost, prob->sched, &pl);
     if (out) {
         dear_plan_free(out);
         *out = pl;
@@ -1801,7 +1801,7 @@ START_TEST(gradssa_deterministic_and_never_worse)
                 if (s != DEAR_SCHED_DEAR && i != j)
                     continue;
                 dear_plan_t mix = { .nunits = cp[i].nunits, .ntensors = cp[i].ntensors, .rs = cp[i].rs, .ag = cp[j].ag };
-                double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix);
+                double t = sim_T(&p, &prob.cost, prob.sched, &mix);
                 brute = t < brute ? t : brute;
             }
         /* (or better, where it moved single groups into or out of backward) */
@@ -1849,7 +1849,7 @@ START_TEST(auto_runners_up)
                 snprintf(want, sizeof want, "auto-%d:", k + 2);
                 ck_assert_msg(strncmp(run[k].planner, want, strlen(want)) == 0, "runner %d named %s", k, run[k].planner);
                 halved += strstr(run[k].planner, "/2") != NULL && run[k].rs.ngroups == (au.rs.ngroups + 1) / 2;
-                double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &run[k]);
+                double t = sim_T(&p, &prob.cost, prob.sched, &run[k]);
                 ck_assert_msg(fabs(t - pred[k]) <= 1e-12 * t, "runner %d predicted %.9g, simulated %.9g", k, pred[k], t);
                 ck_assert(pred[k] >= tauto * (1 - 1e-12));
                 ck_assert(k == 0 || pred[k] >= pred[k - 1]);
@@ -1942,7 +1942,7 @@ START_TEST(auto_tied_plan)
                     double fastest = INFINITY;
                     for (int c = 0; c < NCAND; c++) {
                         ck_assert_int_eq(dear_plan_by_name(&cp[c], &prob, cands[c]), DEAR_OK);
-                        double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &cp[c]);
+                        double t = sim_T(&p, &prob.cost, prob.sched, &cp[c]);
                         if (dear_partition_equal(&cp[c].rs, &au.rs) || t > limit)
                             continue;
                         int k = plan_colls(&cp[c], scheds[si]);
@@ -1969,7 +1969,7 @@ START_TEST(auto_tied_plan)
                         ck_assert_int_eq(dear_partition_set(&mix.rs, mix.nunits, cp[c].rs.ngroups, cp[c].rs.first),
                                          DEAR_OK);
                         if (!dear_partition_equal(&cp[c].rs, &au.rs) &&
-                            sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix) <= limit) {
+                            sim_T(&p, &prob.cost, prob.sched, &mix) <= limit) {
                             must = 1;
                             most = cp[c].rs.ngroups > most ? cp[c].rs.ngroups : most;
                             /* the tied plan keeps auto's all-gather side where that side ties */
@@ -1988,7 +1988,7 @@ START_TEST(auto_tied_plan)
                                   presets[pi], workers[wi], dear_sched_name((dear_sched_t)scheds[si]));
                     if (tie.nunits > 0) {
                         ties++;
-                        double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &tie);
+                        double t = sim_T(&p, &prob.cost, prob.sched, &tie);
                         ck_assert_msg(t == tie_pred && t <= limit, "%s: tied plan %.12g, said %.12g, auto %.12g", what,
                                       t, tie_pred, tauto);
                         ck_assert_msg(strncmp(tie.planner, "auto-tie:", 9) == 0, "tied plan named %s", tie.planner);
@@ -2099,7 +2099,7 @@ START_TEST(auto_ties_fewest_collectives)
                     for (int ne = 0; ne <= cp[j].ag.ngroups; ne++) {
                         dear_plan_t mix = { .nunits = cp[i].nunits, .ntensors = cp[i].ntensors, .rs = cp[i].rs,
                                             .ag = cp[j].ag, .ag_early = ne };
-                        double t = sim_T(&p, (dear_sim_cost_t *)&prob.cost, prob.sched, &mix);
+                        double t = sim_T(&p, &prob.cost, prob.sched, &mix);
                         ck_assert_msg(t >= tauto, "%s x%g: %s+%s (%d early) %.12g beats auto %.12g", models[mi],
                                       scales[si], cands[i], cands[j], ne, t, tauto);
                         int n = cp[i].rs.ngroups + cp[j].ag.ngroups;
@@ -2243,7 +2243,7 @@ static double best_trailing(const dear_profile_t *p, const dear_plan_problem_t *
     for (int ne = 0; ne <= ag->ag.ngroups; ne++) {
         dear_plan_t mix = { .nunits = rs->nunits, .ntensors = rs->ntensors, .rs = rs->rs, .ag = ag->ag,
                             .ag_early = ne };
-        double t = sim_T(p, (dear_sim_cost_t *)&prob->cost, prob->sched, &mix);
+        double t = sim_T(p, &prob->cost, prob->sched, &mix);
         if (t < best)
             best = t, *be = ne;
     }
