@@ -11,7 +11,7 @@
 # never runs dry: the period is then the collectives' own cost. dear-bench runs it as
 #   dear:none  one reduce-scatter and one all-gather per tensor, as many in flight as the
 #              progress thread keeps (2 x layers collectives per iteration);
-#   sync:none  one all-reduce per tensor after backward, one at a time (layers collectives);
+#   sync:none  one all-reduce per tensor, all queued at the end of backward (layers collectives);
 # and predicts each with the calibration the layout's first job measured (one cache per layout,
 # kept as bench/results/engine-cost-LAYOUT.cal). Writes bench/results/engine-cost-LAYOUT-SIZE.csv
 # and engine-cost.meta, then bench/engine-cost-report.py writes the "Collectives as the runtime
@@ -102,7 +102,9 @@ profile() {
     } >"$f"
 }
 
+# One run's files only: a layout or size left from an earlier run would join the table.
 mkdir -p "$RES"
+rm -f "$RES"/engine-cost-*.csv "$RES"/engine-cost-*.cal
 bench_start
 emu_up "$HOSTS" "$RATE" >/dev/null
 start=$(date +%s)
