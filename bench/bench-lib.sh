@@ -96,6 +96,16 @@ emu_down() {
     BENCH_EMU_UP=0
 }
 
+# check_layouts LAYOUT...: each is HOSTSxRANKS with 1-$HOSTS hosts (the script's), 1-8 ranks each
+# and at least 2 ranks in all, else die naming it: the emulated cluster has $HOSTS hosts.
+# shellcheck disable=SC2153 # HOSTS is the sourcing script's
+check_layouts() {
+    local l
+    for l in "$@"; do
+        [[ $l =~ ^([1-9])x([1-8])$ ]] && ((BASH_REMATCH[1] <= HOSTS && BASH_REMATCH[1] * BASH_REMATCH[2] >= 2)) ||
+            die "bad layout '$l': expected HOSTSxRANKS with 1-$HOSTS hosts, 1-8 ranks each and at least 2 ranks in all"
+    done
+}
 # emu_hosts HOSTS [RANKS]: the --host list of the emulated hosts, RANKS slots each when given.
 emu_hosts() { seq -s, -f "${EMU_PREFIX:-h}%g${2:+:$2}" 1 "$1"; }
 

@@ -113,10 +113,8 @@ RATE=${RATE:-1gbit}
 warm=()
 [[ -n $WARMUP ]] && warm=(--warmup "$WARMUP")
 [[ $COMM_MS =~ ^[0-9]+([.][0-9]+)?$ ]] || die "bad --comm-ms '$COMM_MS': expected milliseconds"
-for l in $LAYOUTS $SPARSE_LAYOUTS; do
-    [[ $l =~ ^([1-9])x([1-8])$ ]] && ((BASH_REMATCH[1] <= HOSTS && BASH_REMATCH[1] * BASH_REMATCH[2] >= 2)) ||
-        die "bad layout '$l': expected HOSTSxRANKS with 1-$HOSTS hosts, 1-8 ranks each and at least 2 ranks in all"
-done
+# shellcheck disable=SC2086 # lists of words
+check_layouts $LAYOUTS $SPARSE_LAYOUTS
 for p in $PROFILES $SPARSE_PROFILES; do
     [[ -f $SRCDIR/fusion/profiles/$p.prof ]] || die "no profile fusion/profiles/$p.prof"
 done

@@ -58,10 +58,8 @@ for n in "$LAYERS" "$COMPUTE_US" "$ITERS" "$ROUNDS"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] || die "bad count '$n': a positive integer"
 done
 ((ROUNDS <= ITERS && LAYERS <= 1000)) || die "want --rounds <= --iters and --layers <= 1000"
-for l in $LAYOUTS; do
-    [[ $l =~ ^([1-4])x([1-8])$ ]] && ((BASH_REMATCH[1] * BASH_REMATCH[2] >= 2)) ||
-        die "bad layout '$l': expected HOSTSxRANKS with 1-$HOSTS hosts and at least 2 ranks"
-done
+# shellcheck disable=SC2086 # a list of words
+check_layouts $LAYOUTS
 # bytes SIZE: the size in bytes, or nothing when it is not one this script takes.
 bytes() {
     local n

@@ -68,10 +68,8 @@ for n in "$RUN_ITERS" "$FIRST_N" "$ITERS" "$ROUNDS"; do
 done
 ((FIRST_N <= RUN_ITERS && ROUNDS <= ITERS)) || die "want --first-n <= --run-iters and --rounds <= --iters"
 for j in $JOBS; do [[ $j == train || $j == close ]] || die "bad job '$j': train or close"; done
-for l in $LAYOUTS; do
-    [[ $l =~ ^([1-4])x([1-8])$ ]] && ((BASH_REMATCH[1] * BASH_REMATCH[2] >= 2)) ||
-        die "bad layout '$l': expected HOSTSxRANKS with 1-$HOSTS hosts and at least 2 ranks"
-done
+# shellcheck disable=SC2086 # a list of words
+check_layouts $LAYOUTS
 for p in $PROFILES; do
     [[ -f $SRCDIR/fusion/profiles/$p.prof && -f $SRCDIR/fusion/profiles/$p.model ]] ||
         die "no fusion/profiles/$p.prof and $p.model"
