@@ -22,8 +22,8 @@ TITLE = "Collectives as the runtime runs them"
 
 
 def read_cal(path):
-    """The curves of a calibration cache (docs/FORMATS.md) as {(op, algo): [(bytes, s), ...]},
-    with the communicator size and ranks per host of its (first) entry."""
+    """The curves of a calibration cache's first entry (docs/FORMATS.md: one communicator size
+    and ranks per host) as {(op, algo): [(bytes, s), ...]}."""
     curves, key = {}, None
     with open(path) as f:
         for line in f:
@@ -39,7 +39,7 @@ def read_cal(path):
             curves[op, algo] = sorted((float(b), float(s)) for b, s in (x.split(":") for x in pts))
     if key is None:
         raise ValueError("%s: no calibration entry" % path)
-    return key, curves
+    return curves
 
 
 def price(curves, op, algo, nbytes):
@@ -78,17 +78,17 @@ def timed(row):
 
 
 def rows_for(results):
-    """[(layout, size text, bytes, key, curves, {config: row})] in layout then size order."""
+    """[(layout, size text, bytes, curves, {config: row})] in layout then size order."""
     out = []
     for cal in sorted(glob.glob(os.path.join(results, "engine-cost-*.cal"))):
         layout = os.path.basename(cal)[len("engine-cost-"):-len(".cal")]
-        key, curves = read_cal(cal)
+        curves = read_cal(cal)
         sized = []
         for name, rows in docsection.read_csvs(os.path.join(results, "engine-cost-%s-*.csv" % layout)):
             text = name[len("engine-cost-%s-" % layout):-len(".csv")]
             sized.append((size_bytes(text), text, {r["config"]: r for r in rows}))
         for nbytes, text, by in sorted(sized):
-            out.append((layout, text, nbytes, key, curves, by))
+            out.append((layout, text, nbytes, curves, by))
     return out
 
 
@@ -114,12 +114,9 @@ def section(results, command):
               "burst rs / ag | sync:none ms | predicted | error | us per all-reduce | alone |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     worst = {}
-    for layout, text, nbytes, key, curves, by in rows:
+    for layout, text, nbytes, curves, by in rows:
         d, s = by.get("dear:none"), by.get("sync:none")
-        ntensors = None
-        for r in (d, s):
-            if r and ntensors is None:
-                ntensors = round(float(r["grad_bytes"]) / nbytes)
+        ntensors = round(float((d or s)["grad_bytes"]) / nbytes) if d or s else None
         burst = [a for (op, a) in curves if op == "rs" and a.startswith("auto/")]
         cells = [layout, text]
         if d:
