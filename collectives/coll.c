@@ -759,6 +759,11 @@ err:
 
 int dear_coll_progress(dear_coll_req_t *req, int *done)
 {
+    return dear_coll_progress_polled(req, NULL, done);
+}
+
+int dear_coll_progress_polled(dear_coll_req_t *req, const dear_transport_t *polled, int *done)
+{
     DEAR_ARG_CHECK(req != NULL && done != NULL, "dear_coll_progress: req or done is NULL");
     DEAR_ARG_CHECK(!req->failed, "dear_coll_progress: request already failed; free it");
     if (!req->started) {
@@ -771,7 +776,7 @@ int dear_coll_progress(dear_coll_req_t *req, int *done)
         }
     }
     if (!req->done) {
-        if (!req->sub && req->algo != DEAR_ALGO_NATIVE) {
+        if (!req->sub && req->algo != DEAR_ALGO_NATIVE && req->net->tp != polled) {
             int rc = dear_transport_progress(req->net->tp);
             if (rc != DEAR_OK) {
                 req->failed = 1;
@@ -839,9 +844,12 @@ int dear_coll_waitany_until(dear_coll_req_t *const *reqs, int n, int *which, dou
         uint64_t msgs0 = 0, msgs1 = 0;
         size_t ev = 0;
         dear_transport_counters(tp, &msgs0, NULL);
+        /* One transport for all: one poll for the round (a failed poll is repeated, and fails,
+         * in each request's own). */
+        const dear_transport_t *polled = tp && dear_transport_progress(tp) == DEAR_OK ? tp : NULL;
         for (int i = 0; i < n; i++) {
             int done = 0;
-            DEAR_CHECK(dear_coll_progress(reqs[i], &done));
+            DEAR_CHECK(dear_coll_progress_polled(reqs[i], polled, &done));
             if (done) {
                 *which = i;
                 return DEAR_OK;

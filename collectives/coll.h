@@ -207,6 +207,10 @@ int dear_coll_start(const dear_coll_args_t *args, dear_coll_req_t **req);
 
 /* Advance without blocking; *done becomes 1 when the result is in place. */
 int dear_coll_progress(dear_coll_req_t *req, int *done);
+/* The same, when the caller has just moved `polled`'s messages (dear_transport_progress) for
+ * every request of this round: a request on it skips its own poll. Why: with several in flight,
+ * one poll per request is one system call each that finds nothing new. */
+int dear_coll_progress_polled(dear_coll_req_t *req, const dear_transport_t *polled, int *done);
 
 /* Progress until done, backing off (yield, then short sleeps) instead of spinning. */
 int dear_coll_wait(dear_coll_req_t *req);

@@ -244,12 +244,21 @@ static void fail(dear_ctx_t *ctx, dear_op_t *op, int rc, const char *what)
     dear_unlock(&ctx->eng.lock);
 }
 
+/* Under the lock: wake the application thread if it waits for op. Why not at every end: woken
+ * for another operation it only takes the lock and sleeps again, and with ranks sharing cores
+ * that costs the progress thread the core and then the lock it needs next. */
+static void wake_waiter(dear_ctx_t *ctx, const dear_op_t *op)
+{
+    if (ctx->eng.sh.nwaiters > 0 && ctx->eng.sh.wait_op == op)
+        dear_broadcast(&ctx->eng.done_cv);
+}
+
 /* Under the lock: an operation completed (its collective ended, or it had nothing to move). */
 static void op_done(dear_ctx_t *ctx, dear_op_t *op)
 {
     op->sh.state = DEAR_OP_DONE;
     op->sh.done_iter = op->sh.launch_iter = op->sh.iter;
-    dear_broadcast(&ctx->eng.done_cv);
+    wake_waiter(ctx, op);
 }
 
 /* The features' steps before an operation's collective, in the order they were added. */
@@ -359,7 +368,7 @@ static int start_ready(dear_ctx_t *ctx, int *progressed)
         r->on_queue = queued;
         if (queued) {
             op->sh.launch_iter = op->sh.iter;
-            dear_broadcast(&ctx->eng.done_cv);
+            wake_waiter(ctx, op);
         }
         if (ctx->eng.pt.nrunning == 0)
             ctx->eng.pt.busy_since = now;
@@ -394,7 +403,7 @@ static int end_running(dear_ctx_t *ctx, dear_run_t *r)
         /* Its operation may be queued for a later iteration already: only the completion moves. */
         if (op->sh.done_iter < r->iter)
             op->sh.done_iter = r->iter;
-        dear_broadcast(&ctx->eng.done_cv);
+        wake_waiter(ctx, op);
     } else {
         op_done(ctx, op);
     }
@@ -414,10 +423,13 @@ static int advance_running(dear_ctx_t *ctx, int *ndone, int *stepped)
 {
     uint64_t msgs0 = 0, msgs1 = 0;
     dear_transport_counters(ctx->cm.tp, &msgs0, NULL);
+    /* One poll of the context's transport for the round; a failed one is repeated, and fails
+     * the collective, in that collective's own. */
+    const dear_transport_t *polled = dear_transport_progress(ctx->cm.tp) == DEAR_OK ? ctx->cm.tp : NULL;
     dear_run_t **link = &ctx->eng.pt.running;
     while (*link) {
         dear_run_t *r = *link;
-        int done = 0, rc = dear_coll_progress(r->req, &done);
+        int done = 0, rc = dear_coll_progress_polled(r->req, polled, &done);
         if (rc != DEAR_OK) {
             fail(ctx, r->op, rc, "dear_coll_progress");
             return rc;
@@ -644,9 +656,11 @@ int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter)
             dear_lock(&ctx->eng.lock);
         }
         ctx->eng.sh.nwaiters++;
+        ctx->eng.sh.wait_op = op;
         dear_signal(&ctx->eng.work_cv); /* cut a long back-off sleep short */
         while (op->sh.launch_iter != iter && ctx->eng.sh.rc == DEAR_OK)
             dear_wait(&ctx->eng.done_cv, &ctx->eng.lock);
+        ctx->eng.sh.wait_op = NULL;
         ctx->eng.sh.nwaiters--;
         ctx->it.blocked_s += dear_now() - t0;
     }
