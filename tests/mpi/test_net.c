@@ -5,6 +5,7 @@
  *   - every pair, sizes 0 .. 4 MiB + 3, receives posted before the sends and after them (the
  *     message then waits as unexpected, whole or still arriving);
  *   - matching: same tag in posting order, other tags in any order, contexts kept apart;
+ *   - a stream of small messages all in the socket at once arrives whole and in order;
  *   - a message longer than its receive fails that receive, and the next message still arrives;
  *   - an abandoned receive leaves its message to the next receive of its tag;
  *   - a peer that closes its connections fails the receives waiting on it (no hang);
@@ -182,6 +183,61 @@ START_TEST(test_matching)
         }
     }
     ck_assert_msg(all_ok(ok), "a message was matched to the wrong receive (see above)");
+}
+END_TEST
+
+/* Rank 0 sends rank 1 a stream of messages of many small sizes (no payload, shorter and longer
+ * than a header, a page, 64 KiB and odd), all in the socket at once, so that reads end inside
+ * payloads and headers alike: each arrives whole and in order, with its receive posted after the
+ * sends (waiting as unexpected) or before them (late = 0). */
+static int stream(int late)
+{
+    static const size_t len[] = { 0, 1, 15, 16, 17, 100, 4096, 8197, 3, 0, 33 };
+    enum { NLEN = sizeof len / sizeof len[0], NMSG = 600 };
+    int ok = 1;
+    dear_sock_msg_t **m = calloc(NMSG, sizeof *m);
+    unsigned char **buf = calloc(NMSG, sizeof *buf);
+    ck_assert(m && buf);
+    for (int i = 0; i < NMSG; i++) {
+        buf[i] = calloc(1, len[i % NLEN] + 1);
+        ck_assert(buf[i]);
+    }
+    /* The receives first (early), or after the messages have come in (late). */
+    for (int i = 0; i < NMSG && g_rank == 1 && !late; i++)
+        ok &= dear_sock_irecv(g_sock, 0, 0, i % 97, buf[i], len[i % NLEN], &m[i]) == DEAR_OK;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < NMSG && g_rank == 0; i++) {
+        fill(buf[i], len[i % NLEN], 3, i % 97);
+        ok &= dear_sock_isend(g_sock, 1, 0, i % 97, buf[i], len[i % NLEN], &m[i]) == DEAR_OK;
+    }
+    if (late) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int t = 0; t < 50 && g_rank == 1; t++)
+            dear_sock_block(g_sock, 0.002);
+        for (int i = 0; i < NMSG && g_rank == 1; i++)
+            ok &= dear_sock_irecv(g_sock, 0, 0, i % 97, buf[i], len[i % NLEN], &m[i]) == DEAR_OK;
+    }
+    for (int i = 0; i < NMSG && g_rank < 2; i++) {
+        size_t n = len[i % NLEN], got = 99;
+        int rc = finish(&m[i], g_rank == 1 ? &got : NULL);
+        size_t bad = g_rank == 1 ? first_bad(buf[i], n, 3, i % 97) : n;
+        if (rc != DEAR_OK || (g_rank == 1 && (got != n || bad != n || buf[i][n] != 0))) {
+            fprintf(stderr, "rank %d, stream (%s): message %d of %zu bytes: status %d, got %zu, first bad byte %zu\n",
+                    g_rank, late ? "late" : "early", i, n, rc, got, bad);
+            ok = 0;
+        }
+    }
+    for (int i = 0; i < NMSG; i++)
+        free(buf[i]);
+    free(buf);
+    free(m);
+    return ok;
+}
+
+START_TEST(test_stream)
+{
+    ck_assert_msg(all_ok(stream(1)), "a stream of small messages, received late: see above");
+    ck_assert_msg(all_ok(stream(0)), "a stream of small messages, received early: see above");
 }
 END_TEST
 
@@ -439,6 +495,7 @@ int main(int argc, char **argv)
     g_sock = g_tp->impl;
     tcase_add_test(tc, test_pairs);
     tcase_add_test(tc, test_matching);
+    tcase_add_test(tc, test_stream);
     tcase_add_test(tc, test_truncation);
     tcase_add_test(tc, test_abandon);
     tcase_add_test(tc, test_subcomm);
