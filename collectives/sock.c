@@ -329,7 +329,6 @@ static void payload_done(dear_sock_t *s, int p)
         msg_finish(s, m, m->truncated ? ST_FAILED : ST_DONE);
 }
 
-/* Read whatever the socket holds into headers and payloads. */
 /* Under the lock: the header in rhdr is complete (0), or the peer failed (-1); a message of no
  * payload completes at once. */
 static int header_read(dear_sock_t *s, int p)
@@ -342,7 +341,8 @@ static int header_read(dear_sock_t *s, int p)
     return 0;
 }
 
-/* Rule: a read shorter than asked found the socket empty, so reading stops there (epoll, level
+/* Read whatever the socket holds into headers and payloads.
+ * Rule: a read shorter than asked found the socket empty, so reading stops there (epoll, level
  * triggered, reports what comes later), and a payload's read takes the next header with it.
  * Why: a system call per header and one more that finds nothing doubled the calls per message,
  * and with ranks sharing cores those calls are what a small collective costs. */
