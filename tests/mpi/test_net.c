@@ -187,7 +187,7 @@ START_TEST(test_matching)
 END_TEST
 
 /* Rank 0 sends rank 1 a stream of messages of many small sizes (no payload, shorter and longer
- * than a header, a page, 64 KiB and odd), all in the socket at once, so that reads end inside
+ * than a header, a page, 8 KiB and odd), all in the socket at once, so that reads end inside
  * payloads and headers alike: each arrives whole and in order, with its receive posted after the
  * sends (waiting as unexpected) or before them (late = 0). */
 static int stream(int late)
