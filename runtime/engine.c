@@ -249,7 +249,7 @@ static void fail(dear_ctx_t *ctx, dear_op_t *op, int rc, const char *what)
  * that costs the progress thread the core and then the lock it needs next. */
 static void wake_waiter(dear_ctx_t *ctx, const dear_op_t *op)
 {
-    if (ctx->eng.sh.nwaiters > 0 && ctx->eng.sh.wait_op == op)
+    if (ctx->eng.sh.wait_op == op)
         dear_broadcast(&ctx->eng.done_cv);
 }
 
@@ -423,9 +423,11 @@ static int advance_running(dear_ctx_t *ctx, int *ndone, int *stepped)
 {
     uint64_t msgs0 = 0, msgs1 = 0;
     dear_transport_counters(ctx->cm.tp, &msgs0, NULL);
-    /* One poll of the context's transport for the round; a failed one is repeated, and fails
-     * the collective, in that collective's own. */
-    const dear_transport_t *polled = dear_transport_progress(ctx->cm.tp) == DEAR_OK ? ctx->cm.tp : NULL;
+    /* One poll of the context's transport for the round, when a host collective runs (NCCL's
+     * never touch it); a failed poll is repeated, and fails the collective, in its own. */
+    const dear_transport_t *polled = NULL;
+    if (ctx->eng.pt.nhost > 0 && dear_transport_progress(ctx->cm.tp) == DEAR_OK)
+        polled = ctx->cm.tp;
     dear_run_t **link = &ctx->eng.pt.running;
     while (*link) {
         dear_run_t *r = *link;
@@ -481,7 +483,7 @@ static int idle_wait(dear_ctx_t *ctx, int *idle_rounds, double *sleep_s)
         dear_lock(&ctx->eng.lock);
         return DEAR_OK;
     }
-    double cap = ctx->eng.sh.nwaiters > 0 ? SLEEP_URGENT_MAX_S : SLEEP_MAX_S;
+    double cap = ctx->eng.sh.wait_op ? SLEEP_URGENT_MAX_S : SLEEP_MAX_S;
     if (*sleep_s > cap)
         *sleep_s = cap;
     timed_wait(ctx, *sleep_s);
@@ -655,13 +657,11 @@ int dear_engine_wait(dear_ctx_t *ctx, dear_op_t *op, long long iter)
             sched_yield();
             dear_lock(&ctx->eng.lock);
         }
-        ctx->eng.sh.nwaiters++;
         ctx->eng.sh.wait_op = op;
         dear_signal(&ctx->eng.work_cv); /* cut a long back-off sleep short */
         while (op->sh.launch_iter != iter && ctx->eng.sh.rc == DEAR_OK)
             dear_wait(&ctx->eng.done_cv, &ctx->eng.lock);
         ctx->eng.sh.wait_op = NULL;
-        ctx->eng.sh.nwaiters--;
         ctx->it.blocked_s += dear_now() - t0;
     }
     if (op->sh.launch_iter != iter)

@@ -431,8 +431,7 @@ typedef struct {
         int stop;
         int rc;                 /* first error the progress thread hit */
         int nqueued;            /* queued and not yet started */
-        int nwaiters;           /* application thread blocked in dear_engine_wait (0 or 1) */
-        const dear_op_t *wait_op; /* the operation it waits for (NULL: none); only its end wakes it */
+        const dear_op_t *wait_op; /* what the blocked application thread waits for (NULL: none) */
         int in_net_wait;        /* the progress thread sleeps in the transport's block: poke to wake it */
         uint64_t bytes_sent;
         double busbytes;        /* bus bytes (nccl-tests convention) of finished collectives */
