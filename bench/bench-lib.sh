@@ -64,6 +64,11 @@ bench_prog() {
 
 # dear_bench_path BUILDDIR: the dear-bench to run (bench_prog's search).
 dear_bench_path() { bench_prog "$1" apps/bench/dear-bench "build it"; }
+# emu_bench DIR: dear_bench_path, for a script that needs root for the emulated cluster (dies without).
+emu_bench() {
+    [[ $EUID -eq 0 ]] || die "needs root to create network namespaces"
+    dear_bench_path "$1"
+}
 
 # emu_names PREFIX SUBNET: the emulated cluster's names unless the caller exported its own, so
 # two scripts' clusters never collide.
@@ -155,3 +160,9 @@ meta_commit() {
 }
 meta_load() { cut -d' ' -f1-3 /proc/loadavg; }
 meta_machine() { echo "$(nproc) cores, $(uname -sr), $(mpirun --version 2>/dev/null | head -n 1)"; }
+
+# section_report NAME ARGS: bench/NAME-report.py redraws its section of $DOC from the files kept
+# under $RES, naming `bench/NAME.sh ARGS` as the command behind it.
+section_report() {
+    python3 "$SRCDIR/bench/$1-report.py" --results "$RES" --doc "$DOC" --command "bench/$1.sh $2"
+}

@@ -1,9 +1,11 @@
 """docsection.py: what bench/'s reports share: reading the kept CSVs and .meta files, and replacing
 one generated section of a Markdown page."""
+import argparse
 import csv
 import datetime
 import glob
 import os
+import sys
 
 
 def read_csv(path):
@@ -80,3 +82,25 @@ def replace_section(path, section, begin, end, after=None):
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def report_main(doc, name, section, after):
+    """The command line of a report that redraws one section: --results (the kept files), --doc
+    (the page) and --command (the command shown as the section's source, default bench/NAME.sh).
+    section(results, command) gives (lines, begin, end); they replace the section in the page
+    (placed after the marker prefix after when new) and go to results/NAME.md. A failure exits
+    naming the report, the page untouched."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--results", required=True, help="directory of the kept files (bench/results)")
+    ap.add_argument("--doc", required=True, help="the page whose section is replaced (docs/PERFORMANCE.md)")
+    ap.add_argument("--command", default="bench/%s.sh" % name, help="the command shown as the section's source")
+    a = ap.parse_args()
+    md = os.path.join(a.results, name + ".md")
+    try:
+        lines, begin, end = section(a.results, a.command)
+        write_section(a.doc, lines, begin, end, after=after)
+        with open(md, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
+        sys.exit("%s-report.py: %s" % (name, e))
+    print("%s-report.py: %s updated (%s)" % (name, a.doc, md))

@@ -8,7 +8,6 @@ a configuration's period over its collectives per iteration is what one collecti
 runtime runs it (dear:none: a reduce-scatter and an all-gather per tensor; sync:none: an
 all-reduce per tensor), next to what the simulator predicted from the calibration and the
 calibration's own price of one collective alone and, for dear's small ones, in a burst."""
-import argparse
 import glob
 import os
 import re
@@ -140,20 +139,7 @@ def section(results, command):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", required=True, help="directory of the kept files (bench/results)")
-    ap.add_argument("--doc", required=True, help="the page whose section is replaced (docs/PERFORMANCE.md)")
-    ap.add_argument("--command", default="bench/engine-cost.sh", help="the command shown as the section's source")
-    a = ap.parse_args()
-    md = os.path.join(a.results, "engine-cost.md")
-    try:
-        lines, begin, end = section(a.results, a.command)
-        docsection.write_section(a.doc, lines, begin, end, after="<!-- END e2e-many")
-        with open(md, "w") as f:
-            f.write("\n".join(lines) + "\n")
-    except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
-        sys.exit("engine-cost-report.py: %s" % e)
-    print("engine-cost-report.py: %s updated (%s)" % (a.doc, md))
+    docsection.report_main(__doc__, "engine-cost", section, "<!-- END e2e-many")
 
 
 if __name__ == "__main__":

@@ -72,19 +72,10 @@ for s in $SIZES; do
     [[ -n $(bytes "$s") ]] || die "bad size '$s': 4k..16m, a number with a k or m suffix"
 done
 
-report() {
-    python3 "$SRCDIR/bench/engine-cost-report.py" --results "$RES" --doc "$DOC" \
-        --command "bench/engine-cost.sh $*"
-}
 args="--rate $RATE --layouts '$LAYOUTS' --sizes '$SIZES' --layers $LAYERS --compute-us $COMPUTE_US"
 args+=" --iters $ITERS --rounds $ROUNDS"
-if ((REPORT_ONLY)); then
-    report "$args"
-    exit 0
-fi
-
-BENCH=$(dear_bench_path "$BUILDDIR")
-[[ $EUID -eq 0 ]] || die "needs root to create network namespaces"
+((REPORT_ONLY)) && { section_report engine-cost "$args"; exit 0; }
+BENCH=$(emu_bench "$BUILDDIR")
 
 # profile SIZE BYTES: the made-up model (docs/FORMATS.md) in $tmp/SIZE.prof.
 profile() {
@@ -146,5 +137,5 @@ done
     echo "run: $(($(date +%s) - start)) s in all"
 } >"$RES/engine-cost.meta"
 emu_down >/dev/null
-report "$args"
+section_report engine-cost "$args"
 exit $status

@@ -45,16 +45,8 @@ grep -qF "| 2x3 | 160k | 20.0 | 19.0 | -5.0% | 1000 | 200 / 250 | - | - | - | - 
 [ "$(grep -c '^| 2x3 | ' "$dir/P.md")" = 2 ] && grep '^| 2x3 | ' "$dir/P.md" | head -n 1 | grep -qF '| 64k |' ||
     fail "the rows are not one per size, smallest first"
 grep -qF "per layout: 2x3 -50.0% (64k)." "$dir/P.md" || fail "the worst error"
-awk '/END e2e-many/ { e = NR } /BEGIN engine-cost/ { b = NR } /^after$/ { a = NR } END { exit !(e < b && b < a) }' \
-    "$dir/P.md" || fail "the section is not after the e2e-many one"
-# Again: replaced in place, not added twice.
-python3 "$report" --results "$dir" --doc "$dir/P.md" --command test >"$dir/out" 2>&1 || fail "the second run failed"
-[ "$(grep -c 'BEGIN engine-cost' "$dir/P.md")" = 1 ] || fail "the section was added twice"
+placed_once "$report" engine-cost e2e-many
 # A cache without an entry: a clear error naming it, the page untouched.
-cp "$dir/P.md" "$dir/P.before"
 echo "dear-cost 1" >"$dir/engine-cost-2x3.cal"
-python3 "$report" --results "$dir" --doc "$dir/P.md" --command test >"$dir/out" 2>&1 && fail "an empty cache was taken"
-grep -q "engine-cost-2x3.cal: no calibration entry" "$dir/out" ||
-    { cat "$dir/out"; fail "the error does not name the cache"; }
-cmp -s "$dir/P.md" "$dir/P.before" || fail "a failed report changed the page"
+refused "$report" "$dir" "engine-cost-2x3.cal: no calibration entry"
 echo "engine-cost-report.sh: costs per collective, prices and placement as computed by hand: ok"

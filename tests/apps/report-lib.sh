@@ -27,3 +27,21 @@ cut_bound() {
                                         after -= C * fb[k] / tot }
               printf "%.1f", bound }' "$srcdir/fusion/profiles/$1.prof"
 }
+# placed_once REPORT TAG PREV: after REPORT ran once on $dir into $dir/P.md (a page of a PREV
+# marker, then a line "after"), its section TAG lies between the two, and a second run replaces
+# it in place.
+placed_once() {
+    awk -v prev="END $3" -v tag="BEGIN $2" 'index($0, prev) { e = NR } index($0, tag) { b = NR }
+        /^after$/ { a = NR } END { exit !(e && e < b && b < a) }' "$dir/P.md" ||
+        fail "the section is not after the $3 one"
+    python3 "$1" --results "$dir" --doc "$dir/P.md" --command test >"$dir/out" 2>&1 || fail "the second run failed"
+    [ "$(grep -c "BEGIN $2" "$dir/P.md")" = 1 ] || fail "the section was added twice"
+}
+# refused REPORT RESULTS MESSAGE: REPORT on the files under RESULTS fails, printing MESSAGE (a
+# fixed string), and leaves $dir/P.md as it was.
+refused() {
+    cp "$dir/P.md" "$dir/P.before"
+    python3 "$1" --results "$2" --doc "$dir/P.md" --command test >"$dir/out" 2>&1 && fail "$2 was taken"
+    grep -qF "$3" "$dir/out" || { cat "$dir/out"; fail "the error does not say '$3'"; }
+    cmp -s "$dir/P.md" "$dir/P.before" || fail "a failed report changed the page"
+}
