@@ -11,6 +11,9 @@ EXTRA_DIST += bench/compress-report.py bench/compress-perf.sh
 # The report of what collectives cost as the runtime runs them, on a made-up cache and CSVs.
 SH_TESTS += tests/apps/engine-cost-report.sh
 EXTRA_DIST += bench/engine-cost-report.py bench/engine-cost.sh
+# The report of predictions against bytes per second, on made-up CSVs and counters.
+SH_TESTS += tests/apps/pred-rate-report.sh
+EXTRA_DIST += bench/pred-rate-report.py bench/pred-rate.sh
 # The simulator's prediction of dear+auto on the emulated cluster, 2 hosts x 2 ranks, within 10%
 # of the measured iteration (skips without root, namespaces or tbf).
 SH_TESTS += tests/apps/e2e-predict.sh
