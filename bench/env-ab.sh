@@ -68,7 +68,8 @@ for p in $PROFILES; do sides+=("$p:a" "$p:b"); done
 bench_rounds "$ROUNDS" run "${sides[@]}"
 emu_down >/dev/null
 python3 - "$tmp" "$csv" "$VAR" "$VA" "$VB" "$ROUNDS" "$LAYOUT" "$DOC" "$WHY" \
-    "bench/env-ab.sh --var $VAR --a $VA --b $VB --layout $LAYOUT --rounds $ROUNDS --iters $ITERS" <<'EOF'
+    "bench/env-ab.sh --var $VAR --a $VA --b $VB --layout $LAYOUT --rounds $ROUNDS --iters $ITERS \
+--profiles '$PROFILES' --configs '$CONFIGS'" <<'EOF'
 import csv, glob, os, statistics, sys
 sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[8]), "..", "bench"))
 from docsection import markers, read_csv, write_section
