@@ -5,8 +5,19 @@ import csv
 import datetime
 import glob
 import os
+import re
 import sys
 
+
+
+def parse_rate(text):
+    """tc rate syntax to bytes per second: 1gbit, 100mbit, 500kbit, 10mbps (bytes); ValueError
+    naming the text when it is none."""
+    m = re.fullmatch(r"([0-9.]+)\s*([kmg]?)(bit|bps)?", text.strip().lower())
+    if not m:
+        raise ValueError("bad rate '%s'" % text)
+    v = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+    return v if m.group(3) == "bps" else v / 8
 
 def read_csv(path):
     """The rows of a CSV with a header line (every bench/ CSV has one), as dicts."""

@@ -41,6 +41,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from docsection import markers, meta_block, read_csvs, replace_section  # noqa: E402
+from docsection import parse_rate as docsection_parse_rate  # noqa: E402
 
 PROFILES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fusion", "profiles")
 ORDER = ["sync", "wfbp:threshold:64m", "wfbp:threshold:25m", "wfbp:mgwfbp", "dear:threshold:25m",
@@ -55,12 +56,11 @@ PRED_LIMIT = 10  # percent: the prediction target of every configuration, and ch
 
 
 def parse_rate(text):
-    """tc rate syntax to bytes per second: 1gbit, 100mbit, 500kbit, 10mbps (bytes)."""
-    m = re.fullmatch(r"([0-9.]+)\s*([kmg]?)(bit|bps)?", text.strip().lower())
-    if not m:
-        sys.exit("e2e-report.py: bad rate '%s'" % text)
-    v = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
-    return v if m.group(3) == "bps" else v / 8
+    """docsection.parse_rate, a bad rate ending the report with its message."""
+    try:
+        return docsection_parse_rate(text)
+    except ValueError as e:
+        sys.exit("e2e-report.py: %s" % e)
 
 
 def load_profile(path, sparse=None):

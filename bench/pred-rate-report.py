@@ -21,11 +21,6 @@ NAME = re.compile(r"pred-rate-(\d+x\d+)-([0-9.]+[kmg]bit)-(\d+)\.csv")
 LIMIT = 5.0  # the target: every planner's prediction within this many percent, as shown (0.1%)
 
 
-def rate_bits(text):
-    m = re.fullmatch(r"([0-9.]+)([kmg])bit", text)
-    return float(m.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
-
-
 def read_io(path):
     """The .io file's counters as a dict of floats; empty when the file is absent."""
     if not os.path.exists(path):
@@ -61,7 +56,7 @@ def section(results, command):
     found = cells(results)
     if not found:
         raise ValueError("no bench/results/pred-rate-LAYOUT-RATE-RUN.csv under %s" % results)
-    keys = sorted(found, key=lambda k: (k[0], rate_bits(k[1])))
+    keys = sorted(found, key=lambda k: (k[0], docsection.parse_rate(k[1])))
     begin, end = docsection.markers(TAG, "bench/pred-rate-report.py")
     lines = docsection.section_head(
         begin, TITLE, command, "as root, from the build directory",
@@ -77,6 +72,7 @@ def section(results, command):
               "|---|---|---|---|---|---|"]
     detail = ["| layout | rate | configuration | plans | measured ms | predicted ms | error |",
               "|---|---|---|---|---|---|---|"]
+    errs = {}  # key: the errors of its jobs, for the medians below
     for key in keys:
         jobs = sorted(found[key])
         io = [j[2] for j in jobs if j[2]]
@@ -88,7 +84,7 @@ def section(results, command):
             for r in rows:
                 if r["config"] not in configs:
                     configs.append(r["config"])
-        errors = []
+        errors = errs[key] = []
         for c in configs:
             rs = [r for _, rows, _ in jobs for r in rows if r["config"] == c and r["pred_ms"] != "nan"]
             if not rs:
@@ -105,10 +101,9 @@ def section(results, command):
             "-" if worst is None else "%+.1f%%" % worst,
             "-" if worst is None else "%d of %d" % (sum(round(abs(e), 1) <= LIMIT for e in errors), len(errors))))
     lines += [""] + detail
-    med = {k: statistics.median(abs(err(r)) for _, rows, _ in found[k] for r in rows if r["pred_ms"] != "nan")
-           for k in keys}
     lines += ["", "Median |error| per layout and rate: " +
-              "; ".join("%s at %s %.1f%%" % (k[0], k[1], v) for k, v in med.items()) + ".", "", end]
+              "; ".join("%s at %s %.1f%%" % (k[0], k[1], statistics.median(map(abs, e)))
+                        for k, e in errs.items() if e) + ".", "", end]
     return lines, begin, end
 
 
