@@ -10,6 +10,6 @@ collectives_libdearcoll_la_SOURCES = collectives/coll.h collectives/coll_impl.h 
     collectives/coll_rhd.c collectives/coll_direct.c collectives/coll_hier.c collectives/coll_topo.c \
     collectives/coll_sparse.c collectives/coll_native.c collectives/mem.h collectives/mem_host.c collectives/net.h \
     collectives/net.c collectives/net_mpi.c collectives/net_sock.c collectives/sock.h collectives/sock.c \
-    collectives/sock_auth.h collectives/sock_auth.c
+    collectives/sock_auth.h collectives/sock_auth.c collectives/sock_shm.h collectives/sock_shm.c
 collectives_libdearcoll_la_CFLAGS = $(AM_CFLAGS) $(VIS_CFLAGS) $(NETTLE_CFLAGS)
 collectives_libdearcoll_la_LIBADD = collectives/libdearreduce.la

@@ -39,12 +39,17 @@
 #include "base/sync.h"
 #include "base/util.h"
 #include "collectives/sock_auth.h"
+#include "collectives/sock_shm.h"
 
 #define HDR_BYTES 16
 #define MAX_EVENTS 64
 #define DISCARD_BYTES 65536
 /* The eventfd's epoll tag: peer indices are below it. */
 #define POKE_TAG UINT64_MAX
+/* A header in this context is a doorbell (sock_shm.h): look at the rings with its sender. */
+#define BELL_CTX UINT32_MAX
+/* Frames staged for a ring pair's connection: a few headers and one doorbell. */
+#define CTL_BYTES (4 * HDR_BYTES)
 
 enum { MSG_SEND, MSG_RECV, MSG_UNEXPECTED };
 enum { ST_PENDING, ST_DONE, ST_FAILED };
@@ -62,6 +67,7 @@ struct dear_sock_msg {
     int owned;          /* buf is ours to free (unexpected, or a copy of an abandoned send) */
     int orphan;         /* nobody will test it: free it when it completes */
     int truncated;      /* longer than its receive: the payload is read and dropped */
+    struct dear_sock_msg *rnext; /* the next message whose payload comes through the ring */
 };
 
 typedef struct {
@@ -80,6 +86,12 @@ typedef struct {
     unsigned char rhdr[HDR_BYTES];
     size_t rhdr_got;
     char addr[24];              /* its listening address, for messages */
+    /* A peer of this host (sock_shm.h): payloads go through rings, headers on the connection. */
+    dear_ring_t *rin, *rout;
+    dear_sock_msg_t *rhead, *rtail; /* messages whose headers came, their payloads to read in order */
+    unsigned char ctl[CTL_BYTES];   /* frames to send: ctl[ctl_off..ctl_len) */
+    size_t ctl_off, ctl_len;
+    size_t bell_end;                /* a doorbell is staged and unsent while ctl_off < bell_end */
 } peer_t;
 
 struct dear_sock {
@@ -91,6 +103,7 @@ struct dear_sock {
     uint64_t messages, timeouts;
     size_t max_message, max_unexpected; /* dear_sock_set_limits */
     double dead_s;                      /* DEAR_SOCKET_DEAD_S */
+    dear_shm_t *shm;                    /* rings with the ranks of this host, or NULL */
     char address[64];
 };
 
@@ -180,6 +193,13 @@ static void peer_fail(dear_sock_t *s, int p, const char *what, int err)
     pe->cur = NULL;
     if (cur && cur->kind != MSG_UNEXPECTED)
         msg_finish(s, cur, ST_FAILED);
+    for (dear_sock_msg_t *m = pe->rhead, *next; m; m = next) {
+        next = m->rnext;
+        if (m->kind != MSG_UNEXPECTED)
+            msg_finish(s, m, ST_FAILED);
+    }
+    pe->rhead = pe->rtail = NULL;
+    pe->ctl_off = pe->ctl_len = pe->bell_end = 0;
     queue_t *qs[2] = { &pe->sendq, &pe->posted };
     for (int i = 0; i < 2; i++)
         while (qs[i]->head) {
@@ -223,10 +243,30 @@ static void want_out(dear_sock_t *s, int p, int on)
     pe->want_out = on;
 }
 
+/* After a write that failed: 1 to write again (interrupted), 0 to stop (the socket is full, and
+ * EPOLLOUT will say when it has room, or the peer failed). */
+static int send_again(dear_sock_t *s, int p)
+{
+    if (errno == EINTR)
+        return 1;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        want_out(s, p, 1);
+    else
+        peer_fail(s, p, "failed while sending", errno);
+    return 0;
+}
+
+static void ring_write(dear_sock_t *s, int p);
+static void ring_read(dear_sock_t *s, int p);
+
 /* Write queued messages until the queue is empty or the socket is full. */
 static void peer_write(dear_sock_t *s, int p)
 {
     peer_t *pe = &s->peers[p];
+    if (pe->rout) {
+        ring_write(s, p);
+        return;
+    }
     while (!pe->failed && pe->sendq.head) {
         dear_sock_msg_t *m = pe->sendq.head;
         size_t total = HDR_BYTES + m->len;
@@ -240,22 +280,14 @@ static void peer_write(dear_sock_t *s, int p)
         struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
         ssize_t w = sendmsg(pe->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
-            if (errno == EINTR)
+            if (send_again(s, p))
                 continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                want_out(s, p, 1);
-                return;
-            }
-            peer_fail(s, p, "failed while sending", errno);
             return;
         }
         m->off += (size_t)w;
         if (m->off < total)
             continue;
-        pe->sendq.head = m->next;
-        if (pe->sendq.head == NULL)
-            pe->sendq.tail = NULL;
-        m->next = NULL;
+        q_remove(&pe->sendq, m);
         msg_finish(s, m, ST_DONE);
     }
     want_out(s, p, 0);
@@ -263,8 +295,9 @@ static void peer_write(dear_sock_t *s, int p)
 
 /* ---- reading --------------------------------------------------------------------------- */
 
-/* A header arrived: find its receive, or make it an unexpected message. 0 or -1 (failed). */
-static int header_done(dear_sock_t *s, int p)
+/* A header arrived: find its receive, or make it an unexpected message (*out; NULL for a
+ * doorbell). 0 or -1 (failed). */
+static int header_done(dear_sock_t *s, int p, dear_sock_msg_t **out)
 {
     peer_t *pe = &s->peers[p];
     uint32_t ctx;
@@ -274,6 +307,13 @@ static int header_done(dear_sock_t *s, int p)
     memcpy(&tag, pe->rhdr + 4, 4);
     memcpy(&len, pe->rhdr + 8, 8);
     pe->rhdr_got = 0;
+    *out = NULL;
+    if (ctx == BELL_CTX && pe->rin) {
+        if (len != 0 || tag != 0)
+            return peer_violation(s, p, "sent a doorbell with a tag of %d and a length of %llu", (int)tag,
+                                  (unsigned long long)len);
+        return 0;
+    }
     /* A length is a peer's claim: checked against what the ranks can send before anything is
      * allocated or read for it. */
     if (len > s->max_message)
@@ -313,31 +353,57 @@ static int header_done(dear_sock_t *s, int p)
         q_push(&pe->unexpected, m);
         pe->unexpected_bytes += cost;
     }
-    pe->cur = m;
+    *out = m;
     return 0;
 }
 
-/* The payload of cur is complete. */
-static void payload_done(dear_sock_t *s, int p)
+/* The payload of m is complete. */
+static void payload_done(dear_sock_t *s, dear_sock_msg_t *m)
 {
-    peer_t *pe = &s->peers[p];
-    dear_sock_msg_t *m = pe->cur;
-    pe->cur = NULL;
     if (m->kind == MSG_UNEXPECTED)
         m->state = ST_DONE;   /* waits on the unexpected queue for its receive */
     else
         msg_finish(s, m, m->truncated ? ST_FAILED : ST_DONE);
 }
 
-/* Under the lock: the header in rhdr is complete (0), or the peer failed (-1); a message of no
- * payload completes at once. */
+/* Under the lock: the header in rhdr is complete (0), or the peer failed (-1). Its payload is
+ * read next from the socket (cur) or, from a peer of this host, in turn from the ring; a message
+ * of no payload completes at once. */
 static int header_read(dear_sock_t *s, int p)
 {
     peer_t *pe = &s->peers[p];
-    if (header_done(s, p) != 0)
+    dear_sock_msg_t *m;
+    if (header_done(s, p, &m) != 0)
         return -1;
-    if (pe->cur && pe->cur->len == 0)
-        payload_done(s, p);
+    if (m == NULL)
+        return 0;
+    if (m->len == 0) {
+        payload_done(s, m);
+    } else if (pe->rin) {
+        m->rnext = NULL;
+        if (pe->rtail)
+            pe->rtail->rnext = m;
+        else
+            pe->rhead = m;
+        pe->rtail = m;
+    } else {
+        pe->cur = m;
+    }
+    return 0;
+}
+
+/* After a read that got nothing (r <= 0): 1 to read again (interrupted), 0 to stop (the socket
+ * is empty, or the peer failed). */
+static int recv_again(dear_sock_t *s, int p, ssize_t r)
+{
+    if (r == 0) {
+        peer_fail(s, p, "was closed by the peer", 0);
+        return 0;
+    }
+    if (errno == EINTR)
+        return 1;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+        peer_fail(s, p, "failed while receiving", errno);
     return 0;
 }
 
@@ -349,6 +415,10 @@ static int header_read(dear_sock_t *s, int p)
 static void peer_read(dear_sock_t *s, int p)
 {
     peer_t *pe = &s->peers[p];
+    if (pe->rin) {
+        ring_read(s, p);
+        return;
+    }
     while (!pe->failed) {
         ssize_t r;
         size_t asked;
@@ -379,8 +449,10 @@ static void peer_read(dear_sock_t *s, int p)
                 size_t got = (size_t)r < want ? (size_t)r : want;
                 m->off += got;
                 pe->rhdr_got = (size_t)r - got;
-                if (m->off == m->len)
-                    payload_done(s, p);
+                if (m->off == m->len) {
+                    pe->cur = NULL;
+                    payload_done(s, m);
+                }
                 if (pe->rhdr_got == HDR_BYTES && header_read(s, p) != 0)
                     return;
                 if ((size_t)r < asked)
@@ -388,33 +460,209 @@ static void peer_read(dear_sock_t *s, int p)
                 continue;
             }
         }
-        if (r == 0) {
-            peer_fail(s, p, "was closed by the peer", 0);
-            return;
-        }
-        if (errno == EINTR)
+        if (recv_again(s, p, r))
             continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            peer_fail(s, p, "failed while receiving", errno);
         return;
     }
 }
 
+/* ---- a peer of this host: payloads through the rings ------------------------------------ */
+
+/* Stage a frame for the connection; 0 when ctl has no room for it and `spare` bytes more. */
+static int ctl_stage(peer_t *pe, const unsigned char *frame, size_t spare)
+{
+    if (pe->ctl_off == pe->ctl_len)
+        pe->ctl_off = pe->ctl_len = pe->bell_end = 0;
+    if (pe->ctl_len + HDR_BYTES + spare > CTL_BYTES) {
+        size_t n = pe->ctl_len - pe->ctl_off;
+        if (n + HDR_BYTES + spare > CTL_BYTES)
+            return 0;
+        memmove(pe->ctl, pe->ctl + pe->ctl_off, n);
+        pe->bell_end = pe->bell_end > pe->ctl_off ? pe->bell_end - pe->ctl_off : 0;
+        pe->ctl_off = 0;
+        pe->ctl_len = n;
+    }
+    memcpy(pe->ctl + pe->ctl_len, frame, HDR_BYTES);
+    pe->ctl_len += HDR_BYTES;
+    return 1;
+}
+
+/* One doorbell at a time is enough: its receiver looks at both rings whenever it comes. */
+static void ring_bell(peer_t *pe)
+{
+    static const unsigned char bell[HDR_BYTES] = { 0xff, 0xff, 0xff, 0xff };
+    if (pe->ctl_off < pe->bell_end)
+        return;
+    /* Headers leave room for it (ring_write), so it always fits. */
+    if (ctl_stage(pe, bell, 0))
+        pe->bell_end = pe->ctl_len;
+}
+
+/* Send the staged frames, or as many as the socket takes. */
+static void ctl_flush(dear_sock_t *s, int p)
+{
+    peer_t *pe = &s->peers[p];
+    while (!pe->failed && pe->ctl_off < pe->ctl_len) {
+        ssize_t w = send(pe->fd, pe->ctl + pe->ctl_off, pe->ctl_len - pe->ctl_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (send_again(s, p))
+                continue;
+            return;
+        }
+        pe->ctl_off += (size_t)w;
+    }
+    want_out(s, p, 0);
+}
+
+/* Queued messages go out as their header on the connection and their payload into the ring:
+ * payload first where it fits, so the header wakes a reader that finds it all there. A send is
+ * complete once its payload is in the ring. A full ring leaves the writer waiting for the
+ * reader's doorbell, not polling. */
+static void ring_write(dear_sock_t *s, int p)
+{
+    peer_t *pe = &s->peers[p];
+    int wrote = 0;
+again:
+    while (!pe->failed && pe->sendq.head) {
+        dear_sock_msg_t *m = pe->sendq.head;
+        if (m->off == 0) {
+            /* No room for its header: make some, or wait for EPOLLOUT (ctl_flush asks for it). */
+            if (!ctl_stage(pe, m->hdr, HDR_BYTES)) {
+                ctl_flush(s, p);
+                if (pe->failed || !ctl_stage(pe, m->hdr, HDR_BYTES))
+                    break;
+            }
+            m->off = HDR_BYTES;
+        }
+        size_t done = m->off - HDR_BYTES;
+        if (done < m->len) {
+            long long k = dear_ring_put(pe->rout, m->buf + done, m->len - done);
+            if (k < 0) {
+                peer_violation(s, p, "claimed to have read more of its shared-memory ring than was written");
+                return;
+            }
+            m->off += (size_t)k;
+            wrote |= k > 0;
+            if (m->off < HDR_BYTES + m->len) {
+                if (dear_ring_wait_room(pe->rout))
+                    break;
+                continue;
+            }
+        }
+        q_remove(&pe->sendq, m);
+        msg_finish(s, m, ST_DONE);
+    }
+    if (wrote && !pe->failed && dear_ring_reader_waits(pe->rout))
+        ring_bell(pe);
+    ctl_flush(s, p);
+    /* A header that found no room, its frames all gone now: nothing would call this back. */
+    if (!pe->failed && pe->sendq.head && pe->sendq.head->off == 0 && pe->ctl_off == pe->ctl_len)
+        goto again;
+}
+
+/* Payloads out of the ring into the messages whose headers came, in order. */
+static void ring_drain(dear_sock_t *s, int p)
+{
+    peer_t *pe = &s->peers[p];
+    int freed = 0;
+    while (!pe->failed && pe->rhead) {
+        dear_sock_msg_t *m = pe->rhead;
+        int drop = m->truncated || m->orphan;
+        long long k = dear_ring_get(pe->rin, drop ? NULL : m->buf + m->off, m->len - m->off);
+        if (k < 0) {
+            peer_violation(s, p, "claimed more bytes in its shared-memory ring than the %zu it holds",
+                           dear_ring_bytes(pe->rin));
+            return;
+        }
+        if (k == 0) {
+            if (dear_ring_wait_data(pe->rin))
+                break;
+            continue;
+        }
+        freed = 1;
+        m->off += (size_t)k;
+        if (m->off == m->len) {
+            pe->rhead = m->rnext;
+            if (pe->rhead == NULL)
+                pe->rtail = NULL;
+            m->rnext = NULL;
+            payload_done(s, m);
+        }
+    }
+    if (freed && !pe->failed && dear_ring_writer_waits(pe->rin))
+        ring_bell(pe);
+}
+
+/* The connection carries only frames: read them in batches, then move the rings both ways (a
+ * doorbell may have meant bytes to read or room to write). */
+static void ring_read(dear_sock_t *s, int p)
+{
+    peer_t *pe = &s->peers[p];
+    unsigned char buf[64 * HDR_BYTES];
+    while (!pe->failed) {
+        ssize_t r = recv(pe->fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (r > 0) {
+            for (size_t i = 0; i < (size_t)r && !pe->failed;) {
+                size_t k = HDR_BYTES - pe->rhdr_got;
+                if (k > (size_t)r - i)
+                    k = (size_t)r - i;
+                memcpy(pe->rhdr + pe->rhdr_got, buf + i, k);
+                pe->rhdr_got += k;
+                i += k;
+                if (pe->rhdr_got == HDR_BYTES && header_read(s, p) != 0)
+                    return;
+            }
+            if ((size_t)r < sizeof buf)
+                break;
+            continue;
+        }
+        if (recv_again(s, p, r))
+            continue;
+        break;
+    }
+    if (pe->failed)
+        return;
+    ring_drain(s, p);
+    ring_write(s, p);
+}
+
 /* ---- the API --------------------------------------------------------------------------- */
 
-static int peer_check(const dear_sock_t *s, int peer, const char *what)
+static int peer_check(const dear_sock_t *s, int peer, uint32_t ctx, const char *what)
 {
     if (peer < 0 || peer >= s->size || peer == s->rank) {
         DEAR_ERROR("sock", "%s: peer %d is not another rank of the %d", what, peer, s->size);
         return DEAR_ERR_INTERNAL;
     }
+    if (ctx == BELL_CTX) {
+        DEAR_ERROR("sock", "%s: context %u is the transport's own", what, (unsigned)ctx);
+        return DEAR_ERR_INTERNAL;
+    }
     return DEAR_OK;
+}
+
+/* u, an unexpected message still arriving, hands the rest of its payload to m. 0: u is whole. */
+static int take_over(peer_t *pe, dear_sock_msg_t *u, dear_sock_msg_t *m)
+{
+    if (pe->cur == u) {
+        pe->cur = m;
+        return 1;
+    }
+    for (dear_sock_msg_t **at = &pe->rhead; *at; at = &(*at)->rnext)
+        if (*at == u) {
+            m->rnext = u->rnext;
+            *at = m;
+            if (pe->rtail == u)
+                pe->rtail = m;
+            return 1;
+        }
+    return 0;
 }
 
 int dear_sock_isend(dear_sock_t *s, int peer, uint32_t ctx, int tag, const void *buf, size_t bytes,
                     dear_sock_msg_t **msg)
 {
-    DEAR_CHECK(peer_check(s, peer, "dear_sock_isend"));
+    DEAR_CHECK(peer_check(s, peer, ctx, "dear_sock_isend"));
     dear_sock_msg_t *m = calloc(1, sizeof *m);
     if (m == NULL)
         return DEAR_ERR_NOMEM;
@@ -442,7 +690,7 @@ int dear_sock_isend(dear_sock_t *s, int peer, uint32_t ctx, int tag, const void 
 
 int dear_sock_irecv(dear_sock_t *s, int peer, uint32_t ctx, int tag, void *buf, size_t bytes, dear_sock_msg_t **msg)
 {
-    DEAR_CHECK(peer_check(s, peer, "dear_sock_irecv"));
+    DEAR_CHECK(peer_check(s, peer, ctx, "dear_sock_irecv"));
     dear_sock_msg_t *m = calloc(1, sizeof *m);
     if (m == NULL)
         return DEAR_ERR_NOMEM;
@@ -467,11 +715,9 @@ int dear_sock_irecv(dear_sock_t *s, int peer, uint32_t ctx, int tag, void *buf, 
             memcpy(buf, u->buf, u->off);
         }
         m->off = u->off;
-        if (pe->cur == u) {
-            pe->cur = m;  /* the rest of it arrives straight into buf */
-        } else {
+        /* The rest of it arrives straight into buf. */
+        if (!take_over(pe, u, m))
             msg_finish(s, m, m->truncated ? ST_FAILED : ST_DONE);
-        }
         msg_free(u);
     }
     dear_unlock(&s->lock);
@@ -712,6 +958,21 @@ static void addr_string(struct in_addr a, unsigned port, char *buf, size_t size)
 
 static dear_sock_hooks_t g_hooks;
 static int g_hooked;
+
+int dear_sock_ring_peers(const dear_sock_t *s)
+{
+    int n = 0;
+    for (int p = 0; p < s->size; p++)
+        n += s->peers[p].rin != NULL;
+    return n;
+}
+
+dear_ring_t *dear_sock_ring(const dear_sock_t *s, int peer, int out)
+{
+    if (peer < 0 || peer >= s->size)
+        return NULL;
+    return out ? s->peers[peer].rout : s->peers[peer].rin;
+}
 
 void dear_sock_set_hooks(const dear_sock_hooks_t *hooks)
 {
@@ -1369,6 +1630,7 @@ fail:
 int dear_sock_create(MPI_Comm comm, const char *ifnames, double timeout_s, dear_sock_t **out)
 {
     int rc = DEAR_OK, all = DEAR_OK, lfd = -1;
+    size_t ring_bytes = 0;
     dear_sock_t *s = NULL;
     endpoint_t *eps = NULL, me = { 0 };
     setup_t su = { .twice = -1 };
@@ -1394,6 +1656,8 @@ int dear_sock_create(MPI_Comm comm, const char *ifnames, double timeout_s, dear_
     DEAR_ALLOC_GOTO(su.state, calloc((size_t)size, sizeof *su.state), (size_t)size * sizeof *su.state, rc, local);
     DEAR_ALLOC_GOTO(su.binding, calloc((size_t)size, sizeof *su.binding), (size_t)size * sizeof *su.binding, rc,
                     local);
+    ring_bytes = (size_t)dear_param_int(DEAR_P_SOCKET_SHM_BYTES);
+    DEAR_CHECK_GOTO(dear_shm_check(ring_bytes), rc, local);
     su.cap = size + 16;
     DEAR_ALLOC_GOTO(su.links, malloc(sizeof *su.links * (size_t)su.cap), sizeof *su.links * (size_t)su.cap, rc,
                     local);
@@ -1441,6 +1705,13 @@ local:
         rc = arc;
     else if (rc == DEAR_OK || all == DEAR_ERR_AUTH) /* an impostor is every rank's verdict */
         rc = all;
+    /* Every rank is here with the same verdict: the rings are set up by all or by none. */
+    if (rc == DEAR_OK)
+        rc = dear_shm_create(comm, ring_bytes, &s->shm);
+    for (int p = 0; p < size && rc == DEAR_OK; p++) {
+        s->peers[p].rin = dear_shm_ring_in(s->shm, p);
+        s->peers[p].rout = dear_shm_ring_out(s->shm, p);
+    }
 out:
     explicit_bzero(key, sizeof key);
     if (lfd >= 0)
@@ -1469,6 +1740,11 @@ void dear_sock_destroy(dear_sock_t *s)
              * read is also on its queue. */
             if (pe->cur && pe->cur->orphan && pe->cur->kind != MSG_UNEXPECTED)
                 msg_free(pe->cur);
+            for (dear_sock_msg_t *m = pe->rhead, *next; m; m = next) {
+                next = m->rnext;
+                if (m->orphan && m->kind != MSG_UNEXPECTED)
+                    msg_free(m);
+            }
             queue_t *qs[3] = { &pe->sendq, &pe->posted, &pe->unexpected };
             for (int i = 0; i < 3; i++)
                 while (qs[i]->head) {
@@ -1485,6 +1761,7 @@ void dear_sock_destroy(dear_sock_t *s)
         close(s->ep);
     if (s->poke_fd >= 0)
         close(s->poke_fd);
+    dear_shm_destroy(s->shm);
     free(s->peers);
     free(s->discard);
     pthread_mutex_destroy(&s->lock);

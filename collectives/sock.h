@@ -114,4 +114,10 @@ typedef struct {
 /* Hooks for the dear_sock_create calls that follow; NULL removes them. Not thread-safe. */
 void dear_sock_set_hooks(const dear_sock_hooks_t *hooks);
 
+/* How many peers this rank reaches through shared-memory rings (sock_shm.h), and the ring to
+ * (out = 1) or from one of them (NULL: that pair has none), for a test that plays a lying peer. */
+struct dear_ring;
+int dear_sock_ring_peers(const dear_sock_t *s);
+struct dear_ring *dear_sock_ring(const dear_sock_t *s, int peer, int out);
+
 #endif

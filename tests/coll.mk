@@ -33,13 +33,16 @@
 #   tests/mpi/compress-np3-socket.mpi  the same over the socket transport.
 #   tests/mpi/net-np{2,3}.mpi     test_net: the socket transport alone: every pair and size,
 #                                 receives early and late (unexpected messages), matching by
-#                                 context and tag, truncation, abandon, sub-communicators, an
-#                                 interface list that selects nothing, a peer that leaves.
+#                                 context and tag, truncation, abandon (before and part-way),
+#                                 sub-communicators, an interface list that selects nothing, a
+#                                 peer that leaves, and that ranks of one host use rings.
+#   tests/mpi/net-np3-ring4k.mpi  the same through 4 KiB rings (messages wrap, writers wait for
+#                                 room), and net-np3-tcp.mpi with no rings (loopback TCP).
 #   tests/mpi/netguard-np3.mpi    test_sock_guard: the socket transport against a hostile
 #                                 network: spoofed and replayed hellos, a rank's claim from the
 #                                 wrong address, a rank proving itself twice, silent strays
 #                                 during set-up, a header announcing 8 GiB, a flood of
-#                                 messages without receives.
+#                                 messages without receives, a ring's counters that lie.
 #   tests/unit/test_q8            the int8 block codec against a float64 reference: scales, the
 #                                 scale / 2 bound, zero and non-finite blocks, error feedback.
 #   tests/unit/test_sock_auth     the HMAC-SHA256 wrapper (nettle) against RFC 4231, and
@@ -51,7 +54,8 @@ CK_TESTS += tests/unit/test_sock_auth tests/unit/test_q8
 CK_RUNS += tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
     tests/mpi/coll-np4.mpi tests/mpi/coll-np5.mpi \
     tests/mpi/coll-np6-3x2.mpi tests/mpi/coll-np6-2x3.mpi tests/mpi/coll-np4-socket.mpi \
-    tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi tests/mpi/netguard-np3.mpi \
+    tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi tests/mpi/net-np3-ring4k.mpi tests/mpi/net-np3-tcp.mpi \
+    tests/mpi/netguard-np3.mpi \
     tests/mpi/compress-np2.mpi tests/mpi/compress-np3.mpi tests/mpi/compress-np4.mpi tests/mpi/compress-np6.mpi \
     tests/mpi/compress-np3-socket.mpi
 EXTRA_DIST += tests/valgrind-ompi.supp

@@ -18,7 +18,9 @@
  *   - a header announcing 8 GiB: the receiver's connection fails at once with DEAR_ERR_NET naming
  *     the peer and the size, and its address space does not grow by it;
  *   - a flood of messages without receives past dear_sock_set_limits's bound fails the
- *     connection the same way, while traffic within the limits goes through.
+ *     connection the same way, while traffic within the limits goes through;
+ *   - a rank of the host that lies in a shared ring's counters (more written than the ring
+ *     holds, more read than was written) fails its connection, named, on the rank it lied to.
  * Every rank reaches every assertion: local verdicts are combined with MPI_Allreduce first.
  */
 #include <arpa/inet.h>
@@ -41,6 +43,7 @@
 #include "base/util.h"
 #include "collectives/sock.h"
 #include "collectives/sock_auth.h"
+#include "collectives/sock_shm.h"
 #include "include/dear.h"
 #include "tests/mpi/suite_run.h"
 
@@ -706,6 +709,52 @@ START_TEST(test_unexpected_flood)
 }
 END_TEST
 
+/* A peer of this host that lies in the shared ring's counters: rank 0 claims to have written
+ * twice what the ring 0 -> 1 holds, after a message of 100 bytes; rank 1's connection to it
+ * fails, naming the ring, before anything is read past the ring. Then rank 2 claims to have read
+ * more of the ring 1 -> 2 than rank 1 wrote: rank 1's next send to it fails the same way. */
+START_TEST(test_ring_lies)
+{
+    dear_sock_t *s = NULL;
+    double took;
+    ck_assert(all_ok(create(NULL, 20, &s, &took) == DEAR_OK));
+    if (!all_ok(dear_sock_ring_peers(s) == g_size - 1)) {
+        dear_sock_destroy(s);
+        ck_assert_msg(0, "ring lies: the ranks of this host have no rings (DEAR_SOCKET_SHM_BYTES=0?)");
+    }
+    log_reset();
+    int ok = 1;
+    unsigned char msg[100] = { 1 }, in[100];
+    dear_sock_msg_t *m = NULL;
+    if (g_rank == 0) {
+        dear_ring_t *r = dear_sock_ring(s, 1, 1);
+        ok &= dear_sock_isend(s, 1, 0, 1, msg, sizeof msg, &m) == DEAR_OK && finish(s, &m, 5) == DEAR_OK;
+        dear_ring_claim(r, sizeof msg + 2 * dear_ring_bytes(r), 1);
+    } else if (g_rank == 2) {
+        dear_ring_claim(dear_sock_ring(s, 1, 0), (uint64_t)1 << 40, 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 1) {
+        ok &= dear_sock_irecv(s, 0, 0, 1, in, sizeof in, &m) == DEAR_OK;
+        int rc = finish(s, &m, 5);
+        if (rc != DEAR_ERR_NET) {
+            fprintf(stderr, "ring lies: the receive from the lying writer ended with %d, not DEAR_ERR_NET\n", rc);
+            ok = 0;
+        }
+        ok &= log_has("connection to rank 0 (") && log_has("more bytes in its shared-memory ring than the");
+        ok &= dear_sock_isend(s, 2, 0, 2, msg, sizeof msg, &m) == DEAR_OK;
+        rc = finish(s, &m, 5);
+        if (rc != DEAR_ERR_NET) {
+            fprintf(stderr, "ring lies: the send to the lying reader ended with %d, not DEAR_ERR_NET\n", rc);
+            ok = 0;
+        }
+        ok &= log_has("connection to rank 2 (") && log_has("read more of its shared-memory ring than was written");
+    }
+    ck_assert_msg(all_ok(ok), "ring lies: see above");
+    dear_sock_destroy(s);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     mpi_suite_init(&argc, &argv, &g_rank, &g_size);
@@ -724,6 +773,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_hello_flood_in_handshake);
     tcase_add_test(tc, test_huge_header);
     tcase_add_test(tc, test_unexpected_flood);
+    tcase_add_test(tc, test_ring_lies);
     suite_add_tcase(s, tc);
     return mpi_suite_run(s, g_rank);
 }
