@@ -1,9 +1,9 @@
 /*
  * Algorithm `hier`: two levels for a communicator of H hosts x L ranks (dear_coll_topo_t),
  * pipelined over segments. Over one flat ring every host link carries (P-1)/P of the vector per
- * phase; reducing inside the host first (MPI's shared memory, or the socket transport's loopback
- * connections) leaves (H-1)/H for the links: with 2 hosts x 2 ranks, half the vector instead of
- * three quarters.
+ * phase; reducing inside the host first (MPI's shared memory, or the socket transport's rings
+ * between ranks of a host) leaves (H-1)/H for the links: with 2 hosts x 2 ranks, half the vector
+ * instead of three quarters.
  *
  * Rank (h, l) must end with the chunk the flat layout gives it, chunk c(h, l) of rank
  * rank_of(h, l), so the result is the same whichever algorithm ran (and the runtime's

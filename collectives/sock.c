@@ -9,6 +9,10 @@
  * is a send queue (the head may be partly written), the receives posted and not yet matched,
  * the messages that arrived before their receive ("unexpected", with buffers of their own), and
  * the one message whose payload is being read now (cur). Everything is under the fabric's lock.
+ *
+ * Between ranks of one host the payloads go through shared-memory rings instead (sock_shm.h):
+ * the connection then carries headers and doorbells only, and the messages whose headers came
+ * take their payloads from the ring in header order (rhead..rtail) rather than from cur.
  */
 #include "collectives/sock.h"
 

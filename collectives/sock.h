@@ -11,10 +11,11 @@
  * that arrives before its receive is read into a buffer of its own (never left in the socket,
  * so no sender can block another message behind it), and a receive posted while such a message
  * is still arriving takes over the rest of it in place. A send is complete once the kernel holds
- * all of it. Several communicators (a communicator and its sub-communicators) share one
- * fabric, each with its own context number. What a peer's headers may make a rank hold is
- * bounded (dear_sock_set_limits), and who may be a peer is proved at set-up (docs/DESIGN.md,
- * "Trust model").
+ * all of it (or, to a rank of this host, once the ring does). Several communicators (a communicator and its sub-communicators) share one
+ * fabric, each with its own context number. Ranks of one host move payloads through shared
+ * memory (sock_shm.h, DEAR_SOCKET_SHM_BYTES), with the same semantics. What a peer's headers
+ * may make a rank hold is bounded (dear_sock_set_limits), and who may be a peer is proved at
+ * set-up (docs/DESIGN.md, "Trust model").
  *
  * Thread-safe: one lock per fabric. Only dear_sock_block sleeps, and it releases the lock.
  */

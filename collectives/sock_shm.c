@@ -57,7 +57,14 @@ static size_t slot_bytes(size_t ring_bytes)
     return sizeof(ring_ctl_t) + ring_bytes;
 }
 
-/* Create this rank's segment of nlocal slots (zeroed by ftruncate). 1 on success. */
+/* A segment holds the rings into its rank from the nlocal - 1 others of its host; the ring from
+ * rank `from` of the host into rank `to` is slot slot_of(from, to). */
+static int slot_of(int from, int to)
+{
+    return from < to ? from : from - 1;
+}
+
+/* Create this rank's segment (zeroed, its pages reserved). 1 on success. */
 static int seg_create(seg_rec_t *me, size_t ring_bytes, int nlocal, void **map, size_t *bytes)
 {
     unsigned char rnd[16];
@@ -68,17 +75,21 @@ static int seg_create(seg_rec_t *me, size_t ring_bytes, int nlocal, void **map, 
     int n = snprintf(me->name, sizeof me->name, "/dear-");
     for (size_t i = 0; i < sizeof rnd; i++)
         n += snprintf(me->name + n, sizeof me->name - (size_t)n, "%02x", rnd[i]);
-    *bytes = slot_bytes(ring_bytes) * (size_t)nlocal;
+    *bytes = slot_bytes(ring_bytes) * (size_t)(nlocal - 1);
     /* Exclusive and private to this user: nobody can have made it ahead of us, or open it after. */
     int fd = shm_open(me->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
         DEAR_WARN("sock", "shared memory: shm_open(%s) failed (%s)", me->name, strerror(errno));
         return 0;
     }
+    /* Reserved, not only sized: a /dev/shm too small (a container's 64 MiB) fails here, where a
+     * page touched later past its end would be SIGBUS. */
     void *p = MAP_FAILED;
-    if (ftruncate(fd, (off_t)*bytes) == 0)
+    int err = posix_fallocate(fd, 0, (off_t)*bytes);
+    if (err == 0) {
         p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int err = errno;
+        err = errno;
+    }
     close(fd);
     if (p == MAP_FAILED) {
         DEAR_WARN("sock", "shared memory: a segment of %zu bytes could not be made (%s)", *bytes, strerror(err));
@@ -97,7 +108,7 @@ static int seg_map(const seg_rec_t *rec, int nlocal, void **map, size_t *bytes)
                   (unsigned long long)rec->ring_bytes);
         return 0;
     }
-    *bytes = slot_bytes(rec->ring_bytes) * (size_t)nlocal;
+    *bytes = slot_bytes(rec->ring_bytes) * (size_t)(nlocal - 1);
     int fd = shm_open(rec->name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
         DEAR_WARN("sock", "shared memory: rank %d's segment %s could not be opened (%s)", rec->rank, rec->name,
@@ -189,8 +200,6 @@ int dear_shm_check(size_t ring_bytes)
 int dear_shm_create(MPI_Comm comm, size_t ring_bytes, dear_shm_t **out)
 {
     DEAR_CHECK(dear_shm_check(ring_bytes));
-    /* Whole cache lines, the same on every rank: a peer derives the size from the segment's. */
-    ring_bytes = (ring_bytes + 63) / 64 * 64;
     int rc = DEAR_OK, size, me, nlocal, ok = 0;
     MPI_Comm node = MPI_COMM_NULL;
     dear_shm_t *shm = NULL;
@@ -203,6 +212,13 @@ int dear_shm_create(MPI_Comm comm, size_t ring_bytes, dear_shm_t **out)
     DEAR_MPI_CHECK_GOTO(MPI_Comm_rank(node, &me), rc, out);
     if (nlocal == 1)
         goto out;
+    /* Many ranks on a host: no rank's rings take more than DEAR_SHM_RANK_BYTES in all. Whole
+     * cache lines, as every rank rounds them: a peer derives the size from the segment's. */
+    if (ring_bytes > DEAR_SHM_RANK_BYTES / (size_t)(nlocal - 1))
+        ring_bytes = DEAR_SHM_RANK_BYTES / (size_t)(nlocal - 1);
+    if (ring_bytes > 0 && ring_bytes < DEAR_SHM_RING_MIN)
+        ring_bytes = DEAR_SHM_RING_MIN;
+    ring_bytes = ring_bytes / 64 * 64;
     DEAR_ALLOC_GOTO(ranks, calloc((size_t)nlocal, sizeof *ranks), sizeof *ranks * (size_t)nlocal, rc, out);
     DEAR_MPI_CHECK_GOTO(MPI_Allgather(&rank, 1, MPI_INT, ranks, 1, MPI_INT, node), rc, out);
     DEAR_ALLOC_GOTO(shm, calloc(1, sizeof *shm), sizeof *shm, rc, out);
@@ -217,13 +233,13 @@ int dear_shm_create(MPI_Comm comm, size_t ring_bytes, dear_shm_t **out)
     DEAR_CHECK_GOTO(host_rings(shm, node, me, rank, ring_bytes, &ok), rc, out);
     if (!ok)
         goto out;
-    /* Slot i of rank j's segment is the ring from rank i of the host to rank j. */
     for (int i = 0; i < nlocal; i++) {
         if (i == me)
             continue;
-        shm->in[ranks[i]] = ring_at(shm->maps[me], ring_bytes, i);
+        shm->in[ranks[i]] = ring_at(shm->maps[me], ring_bytes, slot_of(i, me));
         /* The peer's rings have its size, which seg_map checked against the segment's. */
-        shm->out[ranks[i]] = ring_at(shm->maps[i], shm->map_bytes[i] / (size_t)nlocal - sizeof(ring_ctl_t), me);
+        size_t theirs = shm->map_bytes[i] / (size_t)(nlocal - 1) - sizeof(ring_ctl_t);
+        shm->out[ranks[i]] = ring_at(shm->maps[i], theirs, slot_of(me, i));
     }
     DEAR_DEBUG("sock", "shared memory: rings of %zu bytes with the %d other ranks of this host", ring_bytes,
                nlocal - 1);

@@ -1,7 +1,8 @@
 /*
  * The socket transport's shared-memory rings (sock.c): between two ranks of one host, payloads
- * travel through a ring in a shared segment instead of the loopback TCP connection, which
- * copies every byte twice in the kernel on the cores the ranks share. The connection stays:
+ * travel through a ring in a shared segment instead of the loopback TCP connection, sparing the
+ * kernel's TCP work and system calls on the cores the ranks share (the bytes are copied twice
+ * either way: into the ring and out of it). The connection stays:
  * headers (and "look at the rings" doorbells) still travel on it, so the progress thread still
  * sleeps in epoll. A ring is one direction, one writer and one reader, with counters of bytes
  * ever written (head, the writer's) and read (tail, the reader's) and a waiting flag for each
@@ -26,6 +27,9 @@ typedef struct dear_shm dear_shm_t;
 /* The rings DEAR_SOCKET_SHM_BYTES may ask for (0 turns them off). */
 #define DEAR_SHM_RING_MIN 4096
 #define DEAR_SHM_RING_MAX ((size_t)1 << 30)
+/* What one rank's rings (from every other rank of its host) may take at most: with many ranks
+ * on a host each ring is smaller than asked, down to DEAR_SHM_RING_MIN. */
+#define DEAR_SHM_RANK_BYTES ((size_t)64 << 20)
 
 /* DEAR_ERR_PARAM, logged with what is accepted, for ring_bytes outside them. Local: a caller
  * checks every rank's before the collective create. */

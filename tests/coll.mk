@@ -35,9 +35,10 @@
 #                                 receives early and late (unexpected messages), matching by
 #                                 context and tag, truncation, abandon (before and part-way),
 #                                 sub-communicators, an interface list that selects nothing, a
-#                                 peer that leaves, and that ranks of one host use rings.
-#   tests/mpi/net-np3-ring4k.mpi  the same through 4 KiB rings (messages wrap, writers wait for
-#                                 room), and net-np3-tcp.mpi with no rings (loopback TCP).
+#                                 peer that leaves, and that ranks of one host use rings only
+#                                 when asked (DEAR_SOCKET_SHM_BYTES).
+#   tests/mpi/net-np3-rings.mpi   the same through 4 MiB shared-memory rings, and ring4k through
+#                                 4 KiB ones (messages wrap, writers wait for room).
 #   tests/mpi/netguard-np3.mpi    test_sock_guard: the socket transport against a hostile
 #                                 network: spoofed and replayed hellos, a rank's claim from the
 #                                 wrong address, a rank proving itself twice, silent strays
@@ -54,7 +55,7 @@ CK_TESTS += tests/unit/test_sock_auth tests/unit/test_q8
 CK_RUNS += tests/mpi/coll-np1.mpi tests/mpi/coll-np2.mpi tests/mpi/coll-np3.mpi \
     tests/mpi/coll-np4.mpi tests/mpi/coll-np5.mpi \
     tests/mpi/coll-np6-3x2.mpi tests/mpi/coll-np6-2x3.mpi tests/mpi/coll-np4-socket.mpi \
-    tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi tests/mpi/net-np3-ring4k.mpi tests/mpi/net-np3-tcp.mpi \
+    tests/mpi/net-np2.mpi tests/mpi/net-np3.mpi tests/mpi/net-np3-rings.mpi tests/mpi/net-np3-ring4k.mpi \
     tests/mpi/netguard-np3.mpi \
     tests/mpi/compress-np2.mpi tests/mpi/compress-np3.mpi tests/mpi/compress-np4.mpi tests/mpi/compress-np6.mpi \
     tests/mpi/compress-np3-socket.mpi

@@ -29,7 +29,8 @@
 #                                  chose, warm-up densities, sparse messages sent; bad input
 #   tests/mpi/{loop-np3,sparse-np3,online-np4}-socket.mpi  the same suites with
 #                                  DEAR_TRANSPORT=socket, every context asserted to run on it
-#                                  (DEAR_TEST_TRANSPORT)
+#                                  (DEAR_TEST_TRANSPORT); loop-np3 and runtime-abandon-np3
+#                                  through its shared-memory rings (DEAR_SOCKET_SHM_BYTES)
 CK_PROGS += tests/mpi/test_loop
 CK_RUNS += tests/mpi/loop-np1.mpi tests/mpi/loop-np2.mpi tests/mpi/loop-np3.mpi \
     tests/mpi/loop-np4.mpi tests/mpi/loop-np5.mpi tests/mpi/loop-np3-socket.mpi

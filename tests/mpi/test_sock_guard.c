@@ -717,10 +717,15 @@ START_TEST(test_ring_lies)
 {
     dear_sock_t *s = NULL;
     double took;
-    ck_assert(all_ok(create(NULL, 20, &s, &took) == DEAR_OK));
+    setenv("DEAR_SOCKET_SHM_BYTES", "4m", 1);
+    dear_params_load();
+    int made = create(NULL, 20, &s, &took) == DEAR_OK;
+    unsetenv("DEAR_SOCKET_SHM_BYTES");
+    dear_params_load();
+    ck_assert(all_ok(made));
     if (!all_ok(dear_sock_ring_peers(s) == g_size - 1)) {
         dear_sock_destroy(s);
-        ck_assert_msg(0, "ring lies: the ranks of this host have no rings (DEAR_SOCKET_SHM_BYTES=0?)");
+        ck_assert_msg(0, "ring lies: the ranks of this host have no rings");
     }
     log_reset();
     int ok = 1;
