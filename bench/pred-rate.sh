@@ -26,6 +26,7 @@ ITERS=21
 ROUNDS=3
 REPORT_ONLY=0
 BUILDDIR=
+ENVS=
 emu_names pr 10.213.63
 
 usage() {
@@ -41,6 +42,8 @@ usage: bench/pred-rate.sh [options]
   --runs N          jobs per layout and rate, each calibrating afresh (default $RUNS)
   --iters N         measured iterations per configuration and job (default $ITERS)
   --rounds R        every configuration runs R times in turn within a job (default $ROUNDS)
+  --env LIST        DEAR_NAME=VALUE settings for every rank, space-separated (default none),
+                    e.g. DEAR_SOCKET_SHM_BYTES=4m
   --report-only     do not measure; regenerate the section from bench/results/pred-rate-*
   --help            this text
 Environment: EMU_PREFIX (default pr), EMU_SUBNET (default 10.213.63).
@@ -48,7 +51,7 @@ EOF
 }
 
 bench_options --builddir=BUILDDIR --rates=RATES --layouts=LAYOUTS --profile=PROFILE --configs=CONFIGS \
-    --comm-ms=COMM_MS --runs=RUNS --iters=ITERS --rounds=ROUNDS --report-only=REPORT_ONLY! -- "$@"
+    --comm-ms=COMM_MS --runs=RUNS --iters=ITERS --rounds=ROUNDS --env=ENVS --report-only=REPORT_ONLY! -- "$@"
 for n in "$COMM_MS" "$RUNS" "$ITERS" "$ROUNDS"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] || die "bad count '$n': a positive integer"
 done
@@ -58,11 +61,17 @@ for r in $RATES; do
 done
 # shellcheck disable=SC2086 # a list of words
 check_layouts $LAYOUTS
+xenv=()
+for e in $ENVS; do
+    [[ $e =~ ^DEAR_[A-Z0-9_]+=[^[:space:]]*$ ]] || die "bad --env '$e': DEAR_NAME=VALUE"
+    xenv+=(-x "$e")
+done
 PROF=$SRCDIR/fusion/profiles/$PROFILE.prof
 [[ -r $PROF ]] || die "no profile $PROF"
 
 args="--rates '$RATES' --layouts '$LAYOUTS' --profile $PROFILE --comm-ms $COMM_MS --runs $RUNS"
 args+=" --iters $ITERS --rounds $ROUNDS"
+[[ -z $ENVS ]] || args+=" --env '$ENVS'"
 ((REPORT_ONLY)) && { section_report pred-rate "$args"; exit 0; }
 BENCH=$(emu_bench "$BUILDDIR")
 
@@ -95,7 +104,7 @@ for rate in $RATES; do
             rm -f "$tmp/cal"
             c0=$(counters)
             rc=0
-            emu_mpirun "$np" "$hosts" -x "DEAR_CALIBRATION_FILE=$tmp/cal" "$BENCH" --profile "$PROF" \
+            emu_mpirun "$np" "$hosts" -x "DEAR_CALIBRATION_FILE=$tmp/cal" "${xenv[@]}" "$BENCH" --profile "$PROF" \
                 --configs "$CONFIGS" --iters "$ITERS" --rounds "$ROUNDS" --size-scale "$sscale" \
                 --time-scale "$tscale" --quiet --csv "$out.csv" >"$tmp/out" 2>&1 || rc=$?
             c1=$(counters)
