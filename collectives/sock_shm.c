@@ -171,17 +171,20 @@ out:
     /* Every peer has mapped it or given up: the name has served. */
     if (mine.ok)
         shm_unlink(mine.name);
+    /* Said once per host, and only where some rank asked for rings (they are off by default). */
     if (recs && rc == DEAR_OK && !*ok && me == 0) {
-        int off = 0;
-        for (int i = 0; i < nlocal; i++)
+        int asked = 0, off = 0;
+        for (int i = 0; i < nlocal; i++) {
+            asked += recs[i].ring_bytes > 0;
             off += recs[i].ok != 1;
-        if (off)
-            DEAR_INFO("sock", "shared memory: %d of the %d ranks of this host made no rings (DEAR_SOCKET_SHM_BYTES=0, "
-                              "or they said why): its ranks talk over TCP",
+        }
+        if (asked && off)
+            DEAR_WARN("sock", "shared memory: %d of the %d ranks of this host made no rings (DEAR_SOCKET_SHM_BYTES=0 "
+                              "there, or they said why): this host's ranks talk over TCP",
                       off, nlocal);
-        else
-            DEAR_INFO("sock", "shared memory: a rank of this host could not map a peer's rings (it said why): its "
-                              "ranks talk over TCP");
+        else if (asked)
+            DEAR_WARN("sock", "shared memory: a rank of this host could not map a peer's rings (it said why): this "
+                              "host's ranks talk over TCP");
     }
     free(recs);
     return rc;

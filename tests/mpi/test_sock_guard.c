@@ -20,7 +20,8 @@
  *   - a flood of messages without receives past dear_sock_set_limits's bound fails the
  *     connection the same way, while traffic within the limits goes through;
  *   - a rank of the host that lies in a shared ring's counters (more written than the ring
- *     holds, more read than was written) fails its connection, named, on the rank it lied to.
+ *     holds, more read than was written) fails its connection, named, on the rank it lied to;
+ *   - rings asked for by some ranks of a host and not by another: TCP for all, said once.
  * Every rank reaches every assertion: local verdicts are combined with MPI_Allreduce first.
  */
 #include <arpa/inet.h>
@@ -760,6 +761,34 @@ START_TEST(test_ring_lies)
 }
 END_TEST
 
+/* Rings asked for by ranks 0 and 2 but not by rank 1: the host keeps TCP on every rank, rank 0
+ * says so once, and a message between the two that asked still arrives (over TCP). */
+START_TEST(test_rings_mixed)
+{
+    dear_sock_t *s = NULL;
+    double took;
+    setenv("DEAR_SOCKET_SHM_BYTES", g_rank == 1 ? "0" : "4m", 1);
+    dear_params_load();
+    log_reset();
+    int made = create(NULL, 20, &s, &took) == DEAR_OK;
+    unsetenv("DEAR_SOCKET_SHM_BYTES");
+    dear_params_load();
+    ck_assert(all_ok(made));
+    int ok = dear_sock_ring_peers(s) == 0;
+    if (g_rank == 0)
+        ok &= log_has("1 of the 3 ranks of this host made no rings");
+    unsigned char out[100] = { 7 }, in[100] = { 0 };
+    dear_sock_msg_t *m = NULL;
+    if (g_rank == 0)
+        ok &= dear_sock_isend(s, 2, 0, 1, out, sizeof out, &m) == DEAR_OK && finish(s, &m, 5) == DEAR_OK;
+    else if (g_rank == 2)
+        ok &= dear_sock_irecv(s, 0, 0, 1, in, sizeof in, &m) == DEAR_OK && finish(s, &m, 5) == DEAR_OK &&
+              memcmp(in, out, sizeof in) == 0;
+    ck_assert_msg(all_ok(ok), "rings asked for by some ranks of a host: not TCP for all, not said, or lost");
+    dear_sock_destroy(s);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     mpi_suite_init(&argc, &argv, &g_rank, &g_size);
@@ -779,6 +808,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_huge_header);
     tcase_add_test(tc, test_unexpected_flood);
     tcase_add_test(tc, test_ring_lies);
+    tcase_add_test(tc, test_rings_mixed);
     suite_add_tcase(s, tc);
     return mpi_suite_run(s, g_rank);
 }
