@@ -530,12 +530,9 @@ again:
     while (!pe->failed && pe->sendq.head) {
         dear_sock_msg_t *m = pe->sendq.head;
         if (m->off == 0) {
-            /* No room for its header: make some, or wait for EPOLLOUT (ctl_flush asks for it). */
-            if (!ctl_stage(pe, m->hdr, HDR_BYTES)) {
-                ctl_flush(s, p);
-                if (pe->failed || !ctl_stage(pe, m->hdr, HDR_BYTES))
-                    break;
-            }
+            /* No room for its header: the staged frames go first (below). */
+            if (!ctl_stage(pe, m->hdr, HDR_BYTES))
+                break;
             m->off = HDR_BYTES;
         }
         size_t done = m->off - HDR_BYTES;
@@ -559,7 +556,8 @@ again:
     if (wrote && !pe->failed && dear_ring_reader_waits(pe->rout))
         ring_bell(pe);
     ctl_flush(s, p);
-    /* A header that found no room, its frames all gone now: nothing would call this back. */
+    /* A header that found no room has it now that the frames are gone; frames the socket did
+     * not take leave EPOLLOUT on, which calls this back. */
     if (!pe->failed && pe->sendq.head && pe->sendq.head->off == 0 && pe->ctl_off == pe->ctl_len)
         goto again;
 }
