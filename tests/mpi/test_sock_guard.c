@@ -123,6 +123,28 @@ static int finish(dear_sock_t *s, dear_sock_msg_t **msg, double limit_s)
     }
 }
 
+/* Drive *msg to its end: 1 when it failed with DEAR_ERR_NET, as a connection a peer broke must;
+ * else 0, saying what `what` ended with. */
+static int fails_net(dear_sock_t *s, dear_sock_msg_t **msg, const char *what)
+{
+    int rc = finish(s, msg, 5);
+    if (rc != DEAR_ERR_NET)
+        fprintf(stderr, "%s ended with %d, not DEAR_ERR_NET\n", what, rc);
+    return rc == DEAR_ERR_NET;
+}
+
+/* create, with DEAR_SOCKET_SHM_BYTES=bytes on this rank for its set-up alone. */
+static int create_rings(const char *bytes, dear_sock_t **s)
+{
+    double took;
+    setenv("DEAR_SOCKET_SHM_BYTES", bytes, 1);
+    dear_params_load();
+    int rc = create(NULL, 20, s, &took);
+    unsetenv("DEAR_SOCKET_SHM_BYTES");
+    dear_params_load();
+    return rc;
+}
+
 /* Every rank sends every other one 100 KiB of its pattern and checks what arrives: 1 when all
  * of it did, on this rank. */
 static int pairs_ok(dear_sock_t *s)
@@ -631,11 +653,7 @@ START_TEST(test_huge_header)
         ck_assert(zeros != MAP_FAILED);
         dear_sock_msg_t *m = NULL;
         ok &= dear_sock_isend(s, 1, 0, 2, zeros, huge, &m) == DEAR_OK;
-        int rc = finish(s, &m, 5);
-        if (rc != DEAR_ERR_NET) {
-            fprintf(stderr, "huge header: the sender's send ended with %d, not DEAR_ERR_NET\n", rc);
-            ok = 0;
-        }
+        ok &= fails_net(s, &m, "huge header: the sender's send");
         munmap(zeros, huge);
     } else if (g_rank == 1) {
         size_t before = vm_size();
@@ -697,11 +715,7 @@ START_TEST(test_unexpected_flood)
         char small[64];
         dear_sock_msg_t *r = NULL;
         ok &= dear_sock_irecv(s, 0, 0, 5, small, sizeof small, &r) == DEAR_OK;
-        int rc = finish(s, &r, 5);
-        if (rc != DEAR_ERR_NET) {
-            fprintf(stderr, "flood: the receive ended with %d, not DEAR_ERR_NET\n", rc);
-            ok = 0;
-        }
+        ok &= fails_net(s, &r, "flood: the receive");
         ok &= log_has("connection to rank 0 (") && log_has("past the bound of 4194304");
     }
     ck_assert_msg(all_ok(ok), "unexpected flood: see above");
@@ -717,13 +731,7 @@ END_TEST
 START_TEST(test_ring_lies)
 {
     dear_sock_t *s = NULL;
-    double took;
-    setenv("DEAR_SOCKET_SHM_BYTES", "4m", 1);
-    dear_params_load();
-    int made = create(NULL, 20, &s, &took) == DEAR_OK;
-    unsetenv("DEAR_SOCKET_SHM_BYTES");
-    dear_params_load();
-    ck_assert(all_ok(made));
+    ck_assert(all_ok(create_rings("4m", &s) == DEAR_OK));
     if (!all_ok(dear_sock_ring_peers(s) == g_size - 1)) {
         dear_sock_destroy(s);
         ck_assert_msg(0, "ring lies: the ranks of this host have no rings");
@@ -742,18 +750,10 @@ START_TEST(test_ring_lies)
     MPI_Barrier(MPI_COMM_WORLD);
     if (g_rank == 1) {
         ok &= dear_sock_irecv(s, 0, 0, 1, in, sizeof in, &m) == DEAR_OK;
-        int rc = finish(s, &m, 5);
-        if (rc != DEAR_ERR_NET) {
-            fprintf(stderr, "ring lies: the receive from the lying writer ended with %d, not DEAR_ERR_NET\n", rc);
-            ok = 0;
-        }
+        ok &= fails_net(s, &m, "ring lies: the receive from the lying writer");
         ok &= log_has("connection to rank 0 (") && log_has("more bytes in its shared-memory ring than the");
         ok &= dear_sock_isend(s, 2, 0, 2, msg, sizeof msg, &m) == DEAR_OK;
-        rc = finish(s, &m, 5);
-        if (rc != DEAR_ERR_NET) {
-            fprintf(stderr, "ring lies: the send to the lying reader ended with %d, not DEAR_ERR_NET\n", rc);
-            ok = 0;
-        }
+        ok &= fails_net(s, &m, "ring lies: the send to the lying reader");
         ok &= log_has("connection to rank 2 (") && log_has("read more of its shared-memory ring than was written");
     }
     ck_assert_msg(all_ok(ok), "ring lies: see above");
@@ -766,14 +766,8 @@ END_TEST
 START_TEST(test_rings_mixed)
 {
     dear_sock_t *s = NULL;
-    double took;
-    setenv("DEAR_SOCKET_SHM_BYTES", g_rank == 1 ? "0" : "4m", 1);
-    dear_params_load();
     log_reset();
-    int made = create(NULL, 20, &s, &took) == DEAR_OK;
-    unsetenv("DEAR_SOCKET_SHM_BYTES");
-    dear_params_load();
-    ck_assert(all_ok(made));
+    ck_assert(all_ok(create_rings(g_rank == 1 ? "0" : "4m", &s) == DEAR_OK));
     int ok = dear_sock_ring_peers(s) == 0;
     if (g_rank == 0)
         ok &= log_has("1 of the 3 ranks of this host made no rings");
