@@ -1587,13 +1587,16 @@ out:
     return rc;
 }
 
-/* The set-up's verdict: the worst status, and the lowest rank any rank saw prove itself twice
- * (-1: none) with a rank it connected to, named on every rank. */
-static int agree_setup(dear_sock_t *s, MPI_Comm comm, int rc, int twice, int *all)
+/* The set-up's verdict: the worst status, the lowest rank any rank saw prove itself twice
+ * (-1: none) with a rank it connected to, named on every rank, and whether any rank asked for
+ * rings (*rings; the host-level step is collective, so all take it or none). */
+static int agree_setup(dear_sock_t *s, MPI_Comm comm, int rc, int twice, size_t ring_bytes, int *all, int *rings)
 {
-    long long mine[2] = { rc, twice >= 0 ? (long long)twice * s->size + s->rank : LLONG_MAX }, both[2];
-    DEAR_MPI_CHECK(MPI_Allreduce(mine, both, 2, MPI_LONG_LONG, MPI_MIN, comm));
+    long long mine[3] = { rc, twice >= 0 ? (long long)twice * s->size + s->rank : LLONG_MAX, -(ring_bytes > 0) };
+    long long both[3];
+    DEAR_MPI_CHECK(MPI_Allreduce(mine, both, 3, MPI_LONG_LONG, MPI_MIN, comm));
     *all = (int)both[0];
+    *rings = both[2] < 0;
     if (both[1] != LLONG_MAX) {
         int c = (int)(both[1] / s->size), seen_by = (int)(both[1] % s->size);
         DEAR_ERROR("sock", "rank %d connected twice, proving both times that it holds this job's key (seen by rank %d; "
@@ -1702,13 +1705,14 @@ local:
         rc = DEAR_ERR_AUTH;
     if (rc == DEAR_OK)
         rc = epoll_setup(s);
-    int arc = agree_setup(s, comm, rc, su.twice, &all);
+    int rings = 0, arc = agree_setup(s, comm, rc, su.twice, ring_bytes, &all, &rings);
     if (arc != DEAR_OK)
         rc = arc;
     else if (rc == DEAR_OK || all == DEAR_ERR_AUTH) /* an impostor is every rank's verdict */
         rc = all;
-    /* Every rank is here with the same verdict: the rings are set up by all or by none. */
-    if (rc == DEAR_OK)
+    /* Every rank is here with the same verdict: the rings are set up by all or by none, and
+     * not even tried (no split by host, no collectives) when no rank asked. */
+    if (rc == DEAR_OK && rings)
         rc = dear_shm_create(comm, ring_bytes, &s->shm);
     for (int p = 0; p < size && rc == DEAR_OK; p++) {
         s->peers[p].rin = dear_shm_ring_in(s->shm, p);

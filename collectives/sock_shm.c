@@ -202,7 +202,6 @@ int dear_shm_check(size_t ring_bytes)
 
 int dear_shm_create(MPI_Comm comm, size_t ring_bytes, dear_shm_t **out)
 {
-    DEAR_CHECK(dear_shm_check(ring_bytes));
     int rc = DEAR_OK, size, me, nlocal, ok = 0;
     MPI_Comm node = MPI_COMM_NULL;
     dear_shm_t *shm = NULL;

@@ -32,14 +32,15 @@ typedef struct dear_shm dear_shm_t;
 #define DEAR_SHM_RANK_BYTES ((size_t)64 << 20)
 
 /* DEAR_ERR_PARAM, logged with what is accepted, for ring_bytes outside them. Local: a caller
- * checks every rank's before the collective create. */
+ * checks every rank's before the collective create, which would leave the others waiting if
+ * it refused on one rank alone. */
 int dear_shm_check(size_t ring_bytes);
 
-/* Collective over comm: rings of ring_bytes each way between every pair of ranks of comm that
- * share a host (MPI_COMM_TYPE_SHARED). Where a rank of a host asks for none (0) or cannot
- * create or map a segment, that host's pairs keep TCP alone, which the log says; *out is then
- * NULL on the ranks of that host, as it is for a rank alone on its host. DEAR_ERR_PARAM for a
- * ring_bytes dear_shm_check refuses; DEAR_ERR_MPI when MPI fails. */
+/* Collective over comm: rings of ring_bytes (one dear_shm_check accepted) each way between
+ * every pair of ranks of comm that share a host (MPI_COMM_TYPE_SHARED). Where a rank of a host
+ * asks for none (0) or cannot create or map a segment, that host's pairs keep TCP alone, which
+ * the log says; *out is then NULL on the ranks of that host, as it is for a rank alone on its
+ * host. DEAR_ERR_MPI when MPI fails. */
 int dear_shm_create(MPI_Comm comm, size_t ring_bytes, dear_shm_t **out);
 void dear_shm_destroy(dear_shm_t *shm);
 
