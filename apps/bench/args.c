@@ -115,6 +115,11 @@ static void usage(void)
         "  --link-rate MBPS     the lower bound's link rate in MB/s (one way, per host; default:\n"
         "                       measured here, the fastest of three streams of 16 MiB from rank 0\n"
         "                       to the first rank on another host, or on its own with one host)\n"
+        "  --calib-load         while dear_commit runs (and calibrates), a thread on every rank\n"
+        "                       replays the model's compute as training runs it, sleeping each\n"
+        "                       layer's time and writing its gradients' bytes, so the collectives\n"
+        "                       calibrated share the cores as in training (an experiment: the\n"
+        "                       cache it writes holds that loaded calibration)\n"
         "  --csv FILE           also write the results as CSV (rank 0)\n"
         "  --svg-dir DIR        write the predicted Gantt chart of each configuration there\n"
         "  --quiet              only the result table\n"
@@ -382,6 +387,7 @@ static int read_options(int argc, char **argv, bench_opts_t *o, raw_args_t *r)
         { "jitter-seed", required_argument, 0, 'j' }, { "tokens", required_argument, 0, 'k' },
         { "zipf", required_argument, 0, 'z' },        { "hints", required_argument, 0, 'H' },
         { "first-n", required_argument, 0, 'N' },     { "link-rate", required_argument, 0, 'L' },
+        { "calib-load", no_argument, 0, 'l' },
         { 0, 0, 0, 0 }
     };
     int c;
@@ -463,6 +469,7 @@ static int read_options(int argc, char **argv, bench_opts_t *o, raw_args_t *r)
         case 'o': o->csv = optarg; break;
         case 'g': o->svg_dir = optarg; break;
         case 'q': o->quiet = 1; break;
+        case 'l': o->calib_load = 1; break;
         case 'F':
             if (!strcmp(optarg, "grad"))
                 o->fault = 1;

@@ -41,6 +41,7 @@ typedef struct {
     const char *hints;          /* --hints: a model description whose layer hints go to dear_set_layer_cost */
     int first_n;                /* --first-n: time to train this many iterations (from dear_init) */
     double link_mbps;           /* --link-rate: the lower bound's link rate (MB/s); 0: measured */
+    int calib_load;             /* --calib-load: the model's compute replayed beside dear_commit */
     int nconfigs;
     bench_config_t configs[MAX_CONFIGS];
 } bench_opts_t;

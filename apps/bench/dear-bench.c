@@ -10,7 +10,9 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +406,40 @@ static int time_to_train(result_t *res, const times_t *t, double startup, int to
     return DEAR_OK;
 }
 
+typedef struct {
+    const bench_model_t *m;
+    atomic_int stop;
+    long iters;
+} replay_t;
+
+static void *replay_main(void *arg)
+{
+    replay_t *r = arg;
+    r->iters = bench_model_replay(r->m, &r->stop);
+    return NULL;
+}
+
+/* dear_commit, with the model's compute replayed beside it under --calib-load. */
+static int commit(dear_ctx_t *ctx, const bench_opts_t *o, const bench_model_t *m)
+{
+    replay_t r = { .m = m };
+    pthread_t th;
+    int load = o->calib_load && pthread_create(&th, NULL, replay_main, &r) == 0;
+    if (o->calib_load && !load)
+        fprintf(stderr, "dear-bench: rank %d: --calib-load: cannot start the replay thread; committing without\n",
+                bench_rank);
+    double t0 = MPI_Wtime();
+    int rc = dear_commit(ctx);
+    if (load) {
+        atomic_store(&r.stop, 1);
+        pthread_join(th, NULL);
+        if (bench_rank == 0 && !o->quiet)
+            printf("--calib-load: dear_commit took %.3f s beside %ld replayed iteration(s) of the model\n",
+                   MPI_Wtime() - t0, r.iters);
+    }
+    return rc;
+}
+
 /* Run one configuration from fresh parameters: init, register, commit, warm-up + measured
  * iterations (iters), flush, finalize, then the parameter check; the measured iterations are
  * added to res (zeroed by the caller before the first round). Collective. */
@@ -420,7 +456,7 @@ static int run_config(const bench_config_t *c, const bench_opts_t *o, int iters,
     if (rc == DEAR_OK)
         rc = bench_model_register(ctx, m, !c->nohints);
     if (rc == DEAR_OK)
-        rc = dear_commit(ctx);
+        rc = commit(ctx, o, m);
     double startup = MPI_Wtime() - t_init;
     if (rc != DEAR_OK) {
         /* Refusals (a planner not built, a bad DEAR_* value) are collective: every rank is here. */

@@ -430,6 +430,35 @@ static void compute(const struct timespec *start, double want, double *late)
         *late = -1e-3; /* a very slow gradient fill is not paid back by sleeping more later */
 }
 
+long bench_model_replay(const bench_model_t *m, atomic_int *stop)
+{
+    long iters = 0;
+    const dear_profile_t *p = &m->prof;
+    size_t most = 0;
+    for (int t = 0; t < p->ntensors; t++)
+        most = m->count[t] > most ? m->count[t] : most;
+    float *scratch = malloc((most > 0 ? most : 1) * sizeof *scratch);
+    double late = 0;
+    struct timespec s;
+    while (scratch && !atomic_load(stop)) {
+        for (int l = 0; l < p->nlayers && !atomic_load(stop); l++) {
+            clock_gettime(CLOCK_MONOTONIC, &s);
+            compute(&s, p->layers[l].fwd_s, &late);
+        }
+        for (int l = p->nlayers - 1; l >= 0 && !atomic_load(stop); l--) {
+            clock_gettime(CLOCK_MONOTONIC, &s);
+            for (int t = m->lfirst[l]; t < m->lfirst[l] + m->lcount[l]; t++)
+                for (size_t i = 0; i < m->count[t]; i += GRAD_TILE)
+                    memcpy(scratch + i, g_pat, (m->count[t] - i < GRAD_TILE ? m->count[t] - i : GRAD_TILE) *
+                                                   sizeof *scratch);
+            compute(&s, p->layers[l].bwd_s, &late);
+        }
+        iters++;
+    }
+    free(scratch);
+    return iters;
+}
+
 /* ---- the parameter check ---- */
 
 static uint64_t fnv1a(const void *p, size_t n)

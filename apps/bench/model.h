@@ -7,6 +7,7 @@
 #ifndef DEAR_APPS_BENCH_MODEL_H
 #define DEAR_APPS_BENCH_MODEL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -77,6 +78,10 @@ int bench_model_register(dear_ctx_t *ctx, bench_model_t *m, int hints);
  * that hands over the last gradients. */
 int bench_model_iterate(dear_ctx_t *ctx, bench_model_t *m, long it, int fault, double *compute_s, double *arrive_s);
 
+/* The compute of bench_model_iterate without its hooks, iteration after iteration, its
+ * gradients written to scratch memory, until *stop: the load training puts on this rank's
+ * cores, for a calibration to run beside (--calib-load). Returns the iterations begun. */
+long bench_model_replay(const bench_model_t *m, atomic_int *stop);
 /* Every rank: same bytes as rank 0? Sampled elements equal to the float64 recomputation of
  * total_iters iterations? Each element updated exactly once per iteration (sharded: by one rank)?
  * Returns 1 when all hold on every rank, else 0 with the failed checks named in why. Collective. */

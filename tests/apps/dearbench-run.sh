@@ -220,4 +220,10 @@ done
 bench 2 --profile "$TMPD/sparse.prof" --iters 2 --warmup 1 --tokens 10 --zipf 0.5 --configs "dear:threshold+sparse"
 [ $rc -eq 0 ] && grep -q "^sparse emb: 1000 rows of 16; 10 Zipf(0.5) draws" "$TMPD/out" ||
     { cat "$TMPD/out" >&2; fail "--tokens 10 --zipf 0.5"; }
+# --calib-load: the model's compute replayed beside dear_commit while dp calibrates into a fresh
+# cache; the replay ran (at least one iteration), stopped, and the run still checks.
+DEAR_CALIBRATION_FILE="$TMPD/load.cal" bench 2 --profile "$TINY" --iters 2 --warmup 1 --calib-load \
+    --configs "dear:dp"
+[ $rc -eq 0 ] && grep -q "^--calib-load: dear_commit took [0-9.]* s beside [1-9][0-9]* replayed iteration(s)" \
+    "$TMPD/out" && grep -q "^2 2 rs auto " "$TMPD/load.cal" || { cat "$TMPD/out" >&2; fail "--calib-load"; }
 [ $fails -eq 0 ]
