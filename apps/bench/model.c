@@ -93,6 +93,13 @@ static void draw_rows(const bench_model_t *m, int t, long it, int r, unsigned ch
     }
 }
 
+/* count elements of g_pat from phase j0 on, tile by tile, into dst. */
+static void copy_tiles(float *dst, size_t count, unsigned j0)
+{
+    for (size_t i = 0; i < count; i += GRAD_TILE)
+        memcpy(dst + i, g_pat + j0, (count - i < GRAD_TILE ? count - i : GRAD_TILE) * sizeof *dst);
+}
+
 static void fill_grad(bench_model_t *m, int t, long it, int r, int fault)
 {
     float *g = m->grad + m->off[t];
@@ -107,11 +114,7 @@ static void fill_grad(bench_model_t *m, int t, long it, int r, int fault)
     }
     /* Element i holds g_tab[k + 7 i mod 17], k element 0's index: g_pat from j0 = k / 7 mod 17
      * (5 is 7's inverse mod 17), whole tiles keeping the phase. */
-    unsigned j0 = (5u * grad_index(m->off[t], it, r)) % GRAD_PERIOD;
-    for (size_t i = 0; i < m->count[t]; i += GRAD_TILE) {
-        size_t n = m->count[t] - i < GRAD_TILE ? m->count[t] - i : GRAD_TILE;
-        memcpy(g + i, g_pat + j0, n * sizeof *g);
-    }
+    copy_tiles(g, m->count[t], (5u * grad_index(m->off[t], it, r)) % GRAD_PERIOD);
     if (fault && t == 0)
         for (size_t i = 0; i < m->count[t]; i++)
             g[i] += 0.5f;
@@ -448,9 +451,7 @@ long bench_model_replay(const bench_model_t *m, atomic_int *stop)
         for (int l = p->nlayers - 1; l >= 0 && !atomic_load(stop); l--) {
             clock_gettime(CLOCK_MONOTONIC, &s);
             for (int t = m->lfirst[l]; t < m->lfirst[l] + m->lcount[l]; t++)
-                for (size_t i = 0; i < m->count[t]; i += GRAD_TILE)
-                    memcpy(scratch + i, g_pat, (m->count[t] - i < GRAD_TILE ? m->count[t] - i : GRAD_TILE) *
-                                                   sizeof *scratch);
+                copy_tiles(scratch, m->count[t], 0);
             compute(&s, p->layers[l].bwd_s, &late);
         }
         iters++;
