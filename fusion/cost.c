@@ -366,6 +366,18 @@ int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_
     return DEAR_OK;
 }
 
+void dear_cost_mul(dear_cost_model_t *model, double s)
+{
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
+        for (int a = 0; a < DEAR_ALGO_COUNT; a++)
+            scale_line(&model->line[op][a], s, s);
+        for (int c = 1; c < DEAR_COMPRESS_COUNT; c++)
+            scale_line(&model->fmt[c][op], s, s);
+        scale_line(&model->burst[op], s, s);
+        scale_line(&model->idle[op], s, s);
+    }
+}
+
 /* ---- cache file ---- */
 
 typedef struct {

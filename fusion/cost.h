@@ -130,6 +130,11 @@ int dear_cost_from_alpha_beta(double alpha, double beta, int comm_size, dear_cos
  * scaled as alpha plus the rest: t' = alpha * steps + (t - alpha) * bytes ratio. */
 int dear_cost_scale(const dear_cost_model_t *in, int comm_size, dear_cost_model_t *out);
 
+/* Every collective of the model s times dearer: each line, curve and point (the format, burst
+ * and idle curves too, so the ratios between them hold). What a model fitted to training's
+ * measured iterations applies (dear_sim_fit_scale). */
+void dear_cost_mul(dear_cost_model_t *model, double s);
+
 /* Cache file (docs/FORMATS.md). load: fills model with every line stored for
  * (comm_size, ranks_per_host) and sets *found to the number of lines (0: none, model has no
  * valid line); the burst curves (algo auto/K) only for K = inflight (load_ex; none for

@@ -768,6 +768,54 @@ void dear_sim_result_free(dear_sim_result_t *res)
     res->nops = 0;
 }
 
+/* The iteration of plan under cost with every collective of its model s times dearer. */
+static int iter_scaled(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_cost_model_t *work,
+                       dear_sched_t sched, const dear_plan_t *plan, int shard, double s, double *iter_s)
+{
+    const dear_sim_model_arg_t *marg = cost->arg;
+    *work = *marg->model;
+    dear_cost_mul(work, s);
+    dear_sim_model_arg_t m = { .model = work, .cap_bytes = marg->cap_bytes };
+    dear_sim_cost_t c = *cost;
+    c.arg = &m;
+    dear_sim_result_t r = { 0 };
+    int rc = dear_sim_run_ex(prof, &c, sched, plan, shard, 0, &r);
+    *iter_s = r.iter_s;
+    return rc;
+}
+
+int dear_sim_fit_scale(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
+                       const dear_plan_t *plan, int shard, double measured_s, double smax, double *scale)
+{
+    const dear_sim_model_arg_t *marg = cost ? cost->arg : NULL;
+    if (!prof || !marg || !marg->model || !plan || !scale || !(measured_s > 0) || !(smax >= 1) || !isfinite(smax))
+        return DEAR_ERR_ARG;
+    *scale = 1;
+    dear_cost_model_t *work = malloc(sizeof *work);
+    if (!work)
+        return DEAR_ERR_NOMEM;
+    double lo = 1, hi = smax, t = 0;
+    int rc = iter_scaled(prof, cost, work, sched, plan, shard, lo, &t);
+    if (rc == DEAR_OK && t >= measured_s)
+        hi = lo; /* the model prices the plan as slow as it ran, or slower */
+    else if (rc == DEAR_OK && (rc = iter_scaled(prof, cost, work, sched, plan, shard, hi, &t)) == DEAR_OK &&
+             t < measured_s)
+        lo = hi; /* even smax prices it faster than it ran */
+    /* The iteration never shortens as collectives get dearer: bisect to a thousandth. */
+    while (rc == DEAR_OK && hi - lo > 1e-3) {
+        double mid = 0.5 * (lo + hi);
+        rc = iter_scaled(prof, cost, work, sched, plan, shard, mid, &t);
+        if (t < measured_s)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    free(work);
+    if (rc == DEAR_OK)
+        *scale = 0.5 * (lo + hi);
+    return rc;
+}
+
 /* Record kinds (dear_coll_op_t values, then DEAR_SIM_FWD, DEAR_SIM_BWD, DEAR_SIM_STEP): names
  * and colours, and the legend's order. */
 #define SIM_NKINDS (DEAR_SIM_STEP + 1)

@@ -133,6 +133,14 @@ typedef enum { DEAR_SIM_SHARD_NONE = 0, DEAR_SIM_SHARD_END, DEAR_SIM_SHARD_EARLY
 int dear_sim_run_ex(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
                     const dear_plan_t *plan, int shard, int record, dear_sim_result_t *res);
 void dear_sim_result_free(dear_sim_result_t *res);
+/* The factor on every collective's price (dear_cost_mul) at which the simulator's iteration of
+ * plan is measured_s: within a thousandth, in [1, smax] (1 when cost prices the plan at
+ * measured_s or slower, smax when even smax prices it faster). cost must be a measured model's
+ * (dear_sim_model_cost; its spread and functions are kept). Why one factor: training measures
+ * only how long the plan in force took, and a model fitted to it prices the other plans alike.
+ * DEAR_ERR_ARG on bad input. */
+int dear_sim_fit_scale(const dear_profile_t *prof, const dear_sim_cost_t *cost, dear_sched_t sched,
+                       const dear_plan_t *plan, int shard, double measured_s, double smax, double *scale);
 
 /* Gantt chart of a recorded result as SVG: a compute row and a communication row. */
 int dear_sim_svg(const dear_sim_result_t *res, const char *title, FILE *out);

@@ -1746,6 +1746,82 @@ static void shipped_10gbe(const char *model, dear_profile_t *p, dear_cost_model_
     ck_assert_int_eq(dear_cost_preset("10gbe", 64, 1, m), DEAR_OK);
 }
 
+/* The iteration of plan under prob's model with every collective s times dearer. */
+static double sim_scaled(const dear_plan_problem_t *prob, const dear_plan_t *plan, double s)
+{
+    const dear_sim_model_arg_t *marg = prob->cost.arg;
+    dear_cost_model_t m = *marg->model;
+    dear_cost_mul(&m, s);
+    dear_sim_model_arg_t ma = { .model = &m, .cap_bytes = marg->cap_bytes };
+    dear_sim_cost_t c = prob->cost;
+    c.arg = &ma;
+    return sim_T(prob->prof, &c, prob->sched, plan);
+}
+
+/* dear_cost_mul makes every price s times dearer and keeps the ratios of the burst and idle
+ * curves; the fit to a measured iteration finds the factor that made it, and only in [1, smax]. */
+START_TEST(cost_fit_to_training)
+{
+    dear_cost_model_t m;
+    memset(&m, 0, sizeof m);
+    m.comm_size = 8;
+    m.ranks_per_host = 4;
+    dear_coll_op_t ar = DEAR_COLL_ALLREDUCE;
+    const double MiB = 1 << 20;
+    double xa[3] = { 65536, MiB, 4 * MiB }, ya[3] = { 1e-3, 0.1, 0.4 };
+    double xi[3] = { MiB, 2 * MiB, 4 * MiB }, yi[3] = { 0.08, 0.16, 0.32 };
+    double xb[2] = { 8192, 65536 }, yb[2] = { 2e-4, 6e-4 };
+    ck_assert_int_eq(dear_cost_fit_curve(xa, ya, 3, &m.line[ar][DEAR_ALGO_AUTO]), DEAR_OK);
+    ck_assert_int_eq(dear_cost_fit_curve(xi, yi, 3, &m.idle[ar]), DEAR_OK);
+    ck_assert_int_eq(dear_cost_fit_curve(xb, yb, 2, &m.burst[ar]), DEAR_OK);
+    m.burst_k = 4;
+    dear_cost_model_t m2 = m;
+    dear_cost_mul(&m2, 1.5);
+    static const double sizes[] = { 4096, 65536, 3 * MiB, 16 * MiB };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        EQ(dear_cost_eval(&m2, ar, sizes[i], NULL), 1.5 * dear_cost_eval(&m, ar, sizes[i], NULL));
+        EQ(dear_cost_idle_factor(&m2, ar, sizes[i]), dear_cost_idle_factor(&m, ar, sizes[i]));
+        EQ(dear_cost_queued_factor(&m2, ar, sizes[i]), dear_cost_queued_factor(&m, ar, sizes[i]));
+    }
+    ck_assert(dear_cost_idle_factor(&m, ar, 3 * MiB) < 1 && dear_cost_queued_factor(&m, ar, 65536) != 1);
+    ck_assert(!m2.line[DEAR_COLL_REDUCE_SCATTER][DEAR_ALGO_AUTO].valid); /* what had no data still has none */
+
+    static const int scheds[2] = { DEAR_SCHED_WFBP, DEAR_SCHED_DEAR };
+    for (int si = 0; si < 2; si++) {
+        dear_profile_t p;
+        dear_cost_model_t c;
+        shipped_10gbe("resnet50", &p, &c);
+        dear_cost_mul(&c, 4.0); /* communication about as long as compute: a slower link */
+        dear_sim_model_arg_t marg;
+        dear_plan_problem_t prob;
+        ck_assert_int_eq(dear_plan_problem_init(&prob, &p, (dear_sched_t)scheds[si], &c, 0, &marg), DEAR_OK);
+        dear_plan_t thr = { 0 }, dp = { 0 };
+        double t1 = plan_T(&prob, "threshold", &thr);
+        plan_T(&prob, "dp", &dp);
+        double s = 0;
+        /* training ran the threshold plan as a model 1.3 times dearer prices it */
+        double measured = sim_scaled(&prob, &thr, 1.3);
+        ck_assert_msg(measured > 1.02 * t1, "the case must expose communication: %g vs %g", measured, t1);
+        ck_assert_int_eq(dear_sim_fit_scale(&p, &prob.cost, prob.sched, &thr, prob.shard, measured, 2.0, &s),
+                         DEAR_OK);
+        ck_assert_msg(fabs(s - 1.3) < 2e-3, "fitted %g, made with 1.3", s);
+        /* the fitted model prices the other plan as the model that made the measurement does */
+        ck_assert(fabs(sim_scaled(&prob, &dp, s) - sim_scaled(&prob, &dp, 1.3)) < 0.01 * sim_scaled(&prob, &dp, 1.3));
+        /* faster than the model: never cheaper; beyond smax: smax */
+        ck_assert_int_eq(dear_sim_fit_scale(&p, &prob.cost, prob.sched, &thr, prob.shard, 0.9 * t1, 2.0, &s), DEAR_OK);
+        EQ(s, 1);
+        ck_assert_int_eq(dear_sim_fit_scale(&p, &prob.cost, prob.sched, &thr, prob.shard, sim_scaled(&prob, &thr, 3),
+                                            2.0, &s), DEAR_OK);
+        EQ(s, 2.0);
+        ck_assert_int_eq(dear_sim_fit_scale(&p, &prob.cost, prob.sched, &thr, prob.shard, 0, 2.0, &s), DEAR_ERR_ARG);
+        ck_assert_int_eq(dear_sim_fit_scale(&p, &prob.cost, prob.sched, &thr, prob.shard, t1, 0.5, &s), DEAR_ERR_ARG);
+        dear_plan_free(&thr);
+        dear_plan_free(&dp);
+        dear_prof_free(&p);
+    }
+}
+END_TEST
+
 START_TEST(gradssa_deterministic_and_never_worse)
 {
     /* A non-linear cost: two algorithms crossing, and a cap on bucket memory. */
@@ -3296,6 +3372,7 @@ static Suite *fusion_suite(void)
     tcase_add_test(tc, cost_format_curves);
     tcase_add_test(tc, cost_burst_curves);
     tcase_add_test(tc, cost_idle_curves);
+    tcase_add_test(tc, cost_fit_to_training);
     suite_add_tcase(s, tc);
     tc = tcase_create("profile");
     tcase_add_test(tc, profile_round_trip);
