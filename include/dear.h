@@ -314,6 +314,14 @@ DEAR_API int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats);
  * sparse reads block 0 and densities -1. */
 DEAR_API int dear_get_sparse_stats(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats);
 
+/* What fitting the cost model to training found at the last online plan (DEAR_COST_REFIT): the
+ * factor by which every collective must be dearer for the model to price the plan in force as it
+ * ran, and the measured and calibrated iterations it came from (1, 0, 0 before any online plan,
+ * without online planning, and with DEAR_COST_REFIT=off). Every rank reads the same. Set
+ * info->size = sizeof *info first. DEAR_ERR_ARG for a NULL or a size below that of the first
+ * release of the struct; DEAR_ERR_STATE before dear_commit. */
+DEAR_API int dear_get_plan_info(dear_ctx_t *ctx, dear_plan_info_t *info);
+
 /* Write the per-layer profile measured so far (forward/backward times, tensor sizes) in the
  * text format of docs/FORMATS.md, which dear-plan reads. Rank 0 writes; collective. */
 DEAR_API int dear_profile_save(dear_ctx_t *ctx, const char *path);

@@ -193,6 +193,20 @@ typedef struct {
     uint64_t msgs_dense;        /* and those sent whole (the sparse form was no smaller) */
 } dear_sparse_stats_t;
 
+/* How online planning priced the plans it chose between (dear_get_plan_info). Fields are only
+ * ever added at the end: the caller sets `size` to sizeof(dear_plan_info_t) and the library fills
+ * what fits. */
+typedef struct {
+    size_t size;                /* set by the caller */
+    double comm_scale;          /* the factor by which every collective's calibrated price must grow
+                                 * for the model to price the plan in force at the last online plan
+                                 * as it ran (DEAR_COST_REFIT; the planners use it under "plan"); 1:
+                                 * none */
+    double measured_iter_s;     /* the plan in force then: its measured iteration (each rank's median,
+                                 * the mean over the ranks); 0 before the first online plan */
+    double predicted_iter_s;    /* the same plan's iteration as the calibrated model priced it */
+} dear_plan_info_t;
+
 /* Short English text for a status code; never NULL. */
 DEAR_API const char *dear_status_string(int status);
 

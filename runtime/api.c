@@ -282,6 +282,26 @@ int dear_get_stats(dear_ctx_t *ctx, dear_stats_t *stats)
     DEAR_CLAIMED(ctx, "dear_get_stats", get_stats_claimed(ctx, stats));
 }
 
+static int get_plan_info_claimed(dear_ctx_t *ctx, dear_plan_info_t *info)
+{
+    DEAR_ARG_CHECK(ctx != NULL && info != NULL, "dear_get_plan_info: %s is NULL", ctx ? "info" : "ctx");
+    DEAR_ARG_CHECK(info->size >= sizeof(dear_plan_info_t),
+                   "dear_get_plan_info: info->size is %zu; set it to sizeof(dear_plan_info_t) first", info->size);
+    if (!ctx->committed) {
+        DEAR_ERROR("api", "dear_get_plan_info: the context is not committed");
+        return DEAR_ERR_STATE;
+    }
+    dear_plan_info_t s = { .size = info->size, .comm_scale = ctx->online.fit_scale > 0 ? ctx->online.fit_scale : 1,
+                           .measured_iter_s = ctx->online.fit_measured_s, .predicted_iter_s = ctx->online.fit_pred_s };
+    memcpy(info, &s, sizeof s);
+    return DEAR_OK;
+}
+
+int dear_get_plan_info(dear_ctx_t *ctx, dear_plan_info_t *info)
+{
+    DEAR_CLAIMED(ctx, "dear_get_plan_info", get_plan_info_claimed(ctx, info));
+}
+
 /* Medians per layer, the slowest rank's (MAX all-reduce): a plan must fit the slowest worker.
  * The communicator is quiet here (flushed, nothing queued), so this one call outside the
  * progress thread cannot interleave with its collectives. */

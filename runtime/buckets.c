@@ -506,6 +506,7 @@ int dear_graph_build(dear_ctx_t *ctx)
         dear_plan_set_early(&ctx->graph.plan, NULL); /* the parameters leave after the updates at backward_end */
     ctx->graph.ngroups_early = 0;
     ctx->graph.nbarriers = 0;
+    ctx->graph.gen++;
     DEAR_CHECK(units_build(ctx));
     DEAR_CHECK(buckets_build(ctx));
     if (dear_rt_split(ctx))

@@ -222,6 +222,8 @@ static int forward_begin_one(dear_ctx_t *ctx, int layer)
     double now = dear_now();
     if (ctx->it.t_iter_start == 0)
         ctx->it.t_iter_start = now;
+    else if (!ctx->it.last_hook_fwd && ctx->it.last_hook_lidx < 0 && ctx->it.t_hook >= ctx->it.t_iter_start)
+        ctx->it.outside_s = now - ctx->it.t_hook; /* the first forward hook since backward_end */
     if (ctx->it.last_hook_fwd && ctx->it.last_hook_lidx >= 0 && ctx->it.last_hook_lidx < lidx) {
         dear_samples_add(&ctx->it.fwd_times[ctx->it.last_hook_lidx], now - ctx->it.t_hook);
         span(ctx, "forward", ctx->it.last_hook_lidx, DEAR_LANE_COMPUTE, ctx->it.t_hook, now);
@@ -391,8 +393,11 @@ static int backward_end_one(dear_ctx_t *ctx)
     double now = dear_now();
     if (ctx->it.t_iter_start > 0) {
         dear_samples_add(&ctx->it.iter_times, now - ctx->it.t_iter_start);
-        dear_planning_sample(ctx, now - ctx->it.t_iter_start);
+        double iter_s = now - ctx->it.t_iter_start;
+        dear_planning_sample(ctx, iter_s, ctx->it.accumulated ? 0 : iter_s - ctx->it.outside_s);
     }
+    ctx->it.outside_s = 0;
+    ctx->it.accumulated = 0;
     /* Before a plan switch at the same backward_end: the new buckets take the decision. */
     if (rc == DEAR_OK && dear_sparse_due(ctx)) {
         rc = dear_sparse_decide(ctx);
@@ -443,6 +448,7 @@ static int set_mode_one(dear_ctx_t *ctx, dear_mode_t mode)
         ctx->it.t_iter_start = 0;
     ctx->it.mode = mode;
     ctx->it.last_hook_lidx = -1;
+    ctx->it.accumulated |= mode == DEAR_MODE_ACCUMULATE;
     return rc;
 }
 

@@ -356,6 +356,8 @@ int dear_planning_setup(dear_ctx_t *ctx)
     DEAR_MPI_CHECK(MPI_Bcast(&margin, 1, MPI_DOUBLE, 0, ctx->cm.comm));
     ctx->online.min_gain = dear_param_double(DEAR_P_REPLAN_MIN_GAIN); /* rank 0's: it alone plans */
     ctx->online.first_min_gain = dear_param_double(DEAR_P_FIRST_MIN_GAIN);
+    ctx->online.refit = (int)dear_param_enum(DEAR_P_COST_REFIT);
+    ctx->online.fit_scale = 1;
     ctx->online.enabled = cfg[0];
     ctx->online.replan_every = cfg[2];
     ctx->online.next_plan_iter = ctx->online.enabled ? cfg[1] : -1;
@@ -400,7 +402,80 @@ static void runners_free(dear_ctx_t *ctx)
 void dear_planning_free(dear_ctx_t *ctx)
 {
     runners_free(ctx);
+    dear_samples_free(&ctx->online.in_force);
     dear_plan_free(&ctx->check.alt_plan);
+}
+
+/* Fitting the model to training (DEAR_COST_REFIT): fewer timed iterations of the plan in force
+ * are too few for a median; beyond FIT_MAX_SCALE the calibration is wrong, not just optimistic,
+ * and a larger factor would let one plan's noise reprice every plan. No tolerance: a plan in force
+ * missed by less than a few iterations' noise still left the plan replacing it priced too fast
+ * (docs/PERFORMANCE.md), and a fit to noise errs only dearer. */
+#define FIT_MIN_ITERS 3
+#define FIT_MAX_SCALE 2.0
+
+/* Collective: the plan in force's measured iteration, the mean over the ranks of each one's
+ * median since it went in force; 0 when a rank timed fewer than FIT_MIN_ITERS. */
+static int in_force_measured(dear_ctx_t *ctx, double *measured_s)
+{
+    const dear_samples_t *v = &ctx->online.in_force;
+    int enough = v->n >= FIT_MIN_ITERS;
+    double mine[2] = { enough ? dear_samples_median(v) : 0, enough }, all[2];
+    DEAR_MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_SUM, ctx->cm.comm));
+    *measured_s = all[1] == ctx->cm.size ? all[0] / ctx->cm.size : 0;
+    return DEAR_OK;
+}
+
+/* Rank 0: *out (allocated) gets the model the planners use: the calibrated one, made dearer under
+ * DEAR_COST_REFIT=plan by the factor at which the simulator prices the plan in force at measured_s.
+ * The factor is found unless DEAR_COST_REFIT=off or nothing was measured (measured_s 0), and is
+ * above 1 when the calibrated model prices the plan faster; ctx->online.fit_* record it. A fit
+ * that fails keeps the calibrated model (logged). */
+static int fit_model(dear_ctx_t *ctx, const dear_profile_t *prof, double measured_s, dear_cost_model_t **out)
+{
+    dear_cost_model_t *m = malloc(sizeof *m);
+    if (!m)
+        return DEAR_ERR_NOMEM;
+    *m = ctx->online.cost;
+    *out = m;
+    ctx->online.fit_scale = 1, ctx->online.fit_measured_s = ctx->online.fit_pred_s = 0;
+    if (ctx->online.refit == DEAR_REFIT_OFF || !(measured_s > 0))
+        return DEAR_OK;
+    dear_plan_problem_t prob;
+    dear_sim_model_arg_t marg;
+    double s = 1, pred = INFINITY;
+    int rc = dear_plan_problem_init(&prob, prof, ctx->cfg.sched, m, 0, &marg);
+    if (rc == DEAR_OK) {
+        context_problem(ctx, &prob);
+        pred = predict(&prob, &ctx->graph.plan);
+    }
+    if (rc == DEAR_OK && !isfinite(pred)) {
+        /* a collective the model has no price for: nothing to scale */
+        DEAR_INFO("plan", "cost model not fitted to training: it prices plan %s at no finite time",
+                  ctx->graph.plan.planner);
+        return DEAR_OK;
+    }
+    if (rc == DEAR_OK && measured_s > pred)
+        rc = dear_sim_fit_scale(prof, &prob.cost, prob.sched, &ctx->graph.plan, prob.shard, measured_s,
+                                FIT_MAX_SCALE, &s);
+    if (rc != DEAR_OK) {
+        DEAR_WARN("plan", "fitting the cost model to training failed (%s); planning with the calibrated model",
+                  dear_status_string(rc));
+        return DEAR_OK;
+    }
+    ctx->online.fit_scale = s;
+    ctx->online.fit_measured_s = measured_s;
+    ctx->online.fit_pred_s = pred;
+    int plan = ctx->online.refit == DEAR_REFIT_PLAN;
+    if (s > 1 && plan)
+        dear_cost_mul(m, s);
+    DEAR_INFO("plan", "cost model fitted to training at iteration %lld: plan %s ran %.3f ms per iteration (each "
+                      "rank's median over the iterations since it went in force, the mean over the ranks), the "
+                      "calibrated model prices it at %.3f ms: collectives %.3fx dearer%s; %s (DEAR_COST_REFIT)",
+              ctx->it.iter, ctx->graph.plan.planner, 1e3 * measured_s, 1e3 * pred, s,
+              s >= FIT_MAX_SCALE ? ", the most it fits" : s > 1 ? "" : " (it ran as priced or faster)",
+              plan ? "the planners use the fitted model" : "a forecast only, the planners keep the calibrated model");
+    return DEAR_OK;
 }
 
 /* Rank 0: plan with planner `which` from a profile of the tensors (the medians, or the first
@@ -408,10 +483,11 @@ void dear_planning_free(dear_ctx_t *ctx)
  * pred: the predicted iteration time of the plan in force [0], the new one [1] and the threshold
  * plan [2], for auto's check; thr_out (when not NULL) gets that threshold plan. All range over
  * the units of the plan in force, so they are priced alike. */
-static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner_t which, dear_plan_t *plan,
-                      double pred[3], dear_plan_t *thr_out, const char *what)
+static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner_t which, double measured_s,
+                      dear_plan_t *plan, double pred[3], dear_plan_t *thr_out, const char *what)
 {
     int rc;
+    dear_cost_model_t *model = NULL;
     dear_plan_problem_t prob;
     dear_sim_model_arg_t marg;
     dear_plan_t thr = { 0 };
@@ -421,7 +497,9 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
 
     rc = dear_prof_units(tprof, ctx->graph.plan.nunits, ctx->graph.plan.units, &uprof);
     if (rc == DEAR_OK)
-        rc = dear_plan_problem_init(&prob, prof, ctx->cfg.sched, &ctx->online.cost, 0, &marg);
+        rc = fit_model(ctx, prof, measured_s, &model);
+    if (rc == DEAR_OK)
+        rc = dear_plan_problem_init(&prob, prof, ctx->cfg.sched, model, 0, &marg);
     if (rc == DEAR_OK) {
         prob.threshold = (size_t)dear_param_int(DEAR_P_FUSION_THRESHOLD);
         prob.seed = (uint64_t)dear_param_int(DEAR_P_SEED);
@@ -475,6 +553,7 @@ static int plan_rank0(dear_ctx_t *ctx, const dear_profile_t *tprof, dear_planner
     }
     dear_plan_free(&thr);
     dear_prof_free(&uprof);
+    free(model);
     return rc;
 }
 
@@ -551,8 +630,15 @@ static int swap_plan(dear_ctx_t *ctx)
     return rc;
 }
 
-void dear_planning_sample(dear_ctx_t *ctx, double iter_s)
+void dear_planning_sample(dear_ctx_t *ctx, double iter_s, double plan_s)
 {
+    /* The first iteration on a new graph drained the old one's pipeline: not the plan's time. */
+    if (ctx->online.in_force_gen != ctx->graph.gen) {
+        ctx->online.in_force_gen = ctx->graph.gen;
+        ctx->online.in_force.n = 0;
+    } else if (plan_s > 0) {
+        dear_samples_add(&ctx->online.in_force, plan_s);
+    }
     int n = ctx->check.iters, b = ctx->check.block;
     long long from = ctx->check.at - ctx->check.len; /* the settling iteration */
     if (ctx->check.at < 0 || ctx->it.iter <= from || ctx->it.iter > ctx->check.at)
@@ -652,6 +738,7 @@ static int replan(dear_ctx_t *ctx, int rescale)
         ctx->check.tried = 0;
     int keep = 0; /* rank 0: nothing measured to scale the estimate by */
     int margin_thr = 0; /* rank 0: DEAR_FIRST_MIN_GAIN sent the plan made again to the threshold plan */
+    double measured_s = 0; /* the plan in force's iteration (mean over the ranks), 0: not measured */
     if (rescale) {
         double fwd_s = 0, bwd_s = 0;
         rc = dear_first_iteration_times(ctx, &fwd_s, &bwd_s);
@@ -659,7 +746,9 @@ static int replan(dear_ctx_t *ctx, int rescale)
         if (rc == DEAR_OK && ctx->cm.rank == 0 && !keep)
             rc = first_times_profile(ctx, fwd_s, bwd_s, &prof);
     } else {
-        rc = dear_profile_measured(ctx, "online", 1, &prof);
+        rc = in_force_measured(ctx, &measured_s);
+        if (rc == DEAR_OK)
+            rc = dear_profile_measured(ctx, "online", 1, &prof);
     }
     if (rc == DEAR_ERR_MPI)
         goto out;
@@ -667,7 +756,7 @@ static int replan(dear_ctx_t *ctx, int rescale)
     if (ctx->cm.rank == 0 && rc == DEAR_OK && keep)
         rc = dear_plan_copy(&plan, &ctx->graph.plan);
     else if (ctx->cm.rank == 0 && rc == DEAR_OK)
-        rc = plan_rank0(ctx, &prof, rescale ? dear_estimate_planner(which) : which, &plan, pred,
+        rc = plan_rank0(ctx, &prof, rescale ? dear_estimate_planner(which) : which, measured_s, &plan, pred,
                         guard || rescale ? &thr : NULL,
                         rescale ? "first plan, with the first iteration's times" : "online plan");
     if (ctx->cm.rank == 0 && rc == DEAR_OK && rescale && !keep) {
@@ -701,6 +790,10 @@ static int replan(dear_ctx_t *ctx, int rescale)
      * errors stop the context as usual). */
     if (!rescale)
         ctx->online.next_plan_iter = ctx->online.replan_every > 0 ? ctx->it.iter + ctx->online.replan_every : -1;
+    /* Rank 0's fit, every rank's to report (dear_get_plan_info). */
+    double fit[3] = { ctx->online.fit_scale, ctx->online.fit_measured_s, ctx->online.fit_pred_s };
+    DEAR_MPI_CHECK_GOTO(MPI_Bcast(fit, 3, MPI_DOUBLE, 0, ctx->cm.comm), rc, out);
+    ctx->online.fit_scale = fit[0], ctx->online.fit_measured_s = fit[1], ctx->online.fit_pred_s = fit[2];
     rc = dear_planning_bcast(ctx, &plan, rc);
     if (guard && rc == DEAR_OK)
         rc = dear_planning_bcast(ctx, &thr, rc);

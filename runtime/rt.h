@@ -248,10 +248,13 @@ typedef struct {
      * all-gather but the early ones waits for them, and so does every update. */
     dear_op_t *barrier[DEAR_FEAT_COUNT];
     int nbarriers;
+    unsigned gen;           /* graphs built so far: a change says the plan in force changed */
 } dear_graph_t;
 
 /* DEAR_FIRST_PLAN: the table's order. */
 typedef enum { DEAR_FIRST_RANGE = 0, DEAR_FIRST_FIRST = 1, DEAR_FIRST_THRESHOLD = 2 } dear_first_plan_t;
+/* DEAR_COST_REFIT: the table's order. */
+typedef enum { DEAR_REFIT_OFF = 0, DEAR_REFIT_PREDICT = 1, DEAR_REFIT_PLAN = 2 } dear_refit_t;
 
 /* The cost model and online planning (calibrate.c, planning.c): the same on every rank, the
  * application thread's (plans switch with the progress thread stopped). */
@@ -267,6 +270,14 @@ typedef struct {
                              * iteration with its measured times; -1: not (again) */
     int calib_measured;     /* calibrations measured (not loaded from the cache): tests read it */
     int nplans;             /* online plans made */
+    /* The plan in force's iteration times since it went in force (the first after the switch
+     * left out): what online planning fits the cost model to (DEAR_COST_REFIT). */
+    dear_samples_t in_force;
+    unsigned in_force_gen;  /* the graph they were timed on (dear_graph_t.gen) */
+    int refit;              /* DEAR_COST_REFIT of rank 0: DEAR_REFIT_* */
+    /* The last fit, every rank's: the factor on the calibrated model, the measured iteration it
+     * matched and the calibrated model's price of it (1, 0, 0: none yet). */
+    double fit_scale, fit_measured_s, fit_pred_s;
 } dear_online_t;
 
 /* auto's check of a plan it switched to (planning.c), the application thread's: blocks new,
@@ -312,6 +323,9 @@ typedef struct {
     int last_hook_fwd;      /* previous hook was forward_begin of layer last_hook_lidx */
     int last_hook_lidx;
     double t_iter_start;    /* end of the previous backward_end, or 0 after a flush */
+    double outside_s;       /* this iteration's time from that end to its first forward hook: the
+                             * program's own (data, its optimizer), which no profile holds */
+    int accumulated;        /* this iteration ran DEAR_MODE_ACCUMULATE passes, which no profile holds */
     double t_commit;
     dear_samples_t iter_times;
     dear_samples_t *fwd_times, *bwd_times;  /* per layer */
@@ -681,8 +695,10 @@ int dear_planning_rescale(dear_ctx_t *ctx);
 int dear_planning_verify(dear_ctx_t *ctx);
 /* The plans online planning and auto's check hold (the check's other plan, the runners-up). */
 void dear_planning_free(dear_ctx_t *ctx);
-/* This rank's time of the iteration just completed, for the check when one runs. */
-void dear_planning_sample(dear_ctx_t *ctx, double iter_s);
+/* This rank's time of the iteration just completed, for the check when one runs; plan_s, the
+ * part the plan's model prices (the program's time outside the hooks left out; 0: none, the
+ * iteration ran passes no profile holds), for the fit of the cost model. */
+void dear_planning_sample(dear_ctx_t *ctx, double iter_s, double plan_s);
 
 /* The features' narrow functions: what another file may ask of a feature (features.h). Each
  * file's state is its own; nothing else reads its fields. */

@@ -49,6 +49,8 @@ typedef struct {
     /* rank 0: the plan each round ran (dear_plan_save; empty if unknown), so each round's time is
      * predicted from its own plan: a planner fed noisy measurements may plan differently per run */
     dear_plan_t *plans;
+    double *scales;             /* rank 0: each round's factor on the collectives' prices that the
+                                 * runtime fitted to training (dear_get_plan_info; 1: none) */
     double *round_s;            /* each round's period (median of the ranks' mean iteration) */
     /* accumulated over the rounds, then summarised by result_finish */
     double *samples, *comp;     /* slowest rank's measured iterations and their compute */
@@ -77,6 +79,7 @@ typedef struct {
     char *calib;                /* rank 0: the runtime's calibration cache, NULL when not used */
     int calib_created, use_rt_calib;
     dear_cost_model_t model;    /* of the predictions */
+    dear_cost_model_t fitted;   /* the same made dearer by one round's fit (result_t.scales) */
     bench_links_t links;        /* of the lower bounds */
     double bound;               /* the lower bound of the bytes of the dense float32 gradient */
     double bounds[MAX_CONFIGS]; /* each configuration's, of the bytes its gradient puts on the wire */
@@ -170,6 +173,12 @@ static int keep_plan(dear_ctx_t *ctx, const bench_model_t *m, result_t *res)
     if (!np)
         return DEAR_ERR_NOMEM;
     res->plans = np;
+    double *ns = realloc(res->scales, sizeof *ns * (size_t)(res->nrounds + 1));
+    if (!ns)
+        return DEAR_ERR_NOMEM;
+    res->scales = ns;
+    dear_plan_info_t info = { .size = sizeof info };
+    ns[res->nrounds] = dear_get_plan_info(ctx, &info) == DEAR_OK ? info.comm_scale : 1;
     dear_plan_t *pl = &np[res->nrounds];
     memset(pl, 0, sizeof *pl);
     const char *dir = getenv("TMPDIR");
@@ -706,7 +715,13 @@ static void predict_rounds(bench_t *b, int i, const double *upd_s)
         plan_brief(&plans[k], brief, sizeof brief);
         differ |= strcmp(brief, first) != 0;
         p[k] = NAN;
-        if (bench_predict(&b->m, &b->model, c, &b->o, &plans[k], upd_s, r->late_s, &p[k]) == DEAR_OK)
+        /* The calibrated model made dearer by the factor the runtime fitted to training (it plans
+         * with it only under DEAR_COST_REFIT=plan): the runtime's forecast of the plan. */
+        double sc = kept && r->scales ? r->scales[k] : 1;
+        b->fitted = b->model;
+        if (sc != 1)
+            dear_cost_mul(&b->fitted, sc);
+        if (bench_predict(&b->m, &b->fitted, c, &b->o, &plans[k], upd_s, r->late_s, &p[k]) == DEAR_OK)
             sorted[np++] = p[k];
     }
     if (np > 0)
@@ -851,6 +866,7 @@ static void free_results(bench_t *b)
         for (int k = 0; b->res[i].plans && k < b->res[i].nrounds; k++)
             dear_plan_free(&b->res[i].plans[k]);
         free(b->res[i].plans);
+        free(b->res[i].scales);
         free(b->res[i].round_s);
         free(b->res[i].samples);
         free(b->res[i].comp);
@@ -890,7 +906,8 @@ static void report(bench_t *b)
         "steady-state period, which jitter between the ranks leaves below the slowest rank's times); "
         "compute: measured emulated compute (sleep + gradient writes), nominal %.3f ms; exposed = iter - compute; "
         "blocked: application time blocked in libdear per iteration (dear_get_stats, slowest rank); vs_w64: over "
-        "wfbp:threshold:64m with every tensor whole; pred: simulator with cost model %s (err%%: against the period), "
+        "wfbp:threshold:64m with every tensor whole; pred: simulator with cost model %s (err%%: against the period; "
+        "every collective dearer by the factor the runtime fitted to training, DEAR_COST_REFIT), "
         "each layer's measured update (SGD) time, the median rank's (sharded configurations: the slowest "
         "rank's), counted as forward compute (sharded under dear: stepped after the reduce-scatters, where the "
         "runtime steps them), and the last rank's lateness (late_ms in the CSV: how much after "

@@ -135,7 +135,7 @@ import types
 import torch
 from torch.utils._pytree import tree_flatten as _tree_flatten, tree_map as _tree_map
 
-__all__ = ["DearError", "wrap", "flush", "close", "schedule", "grad_norm", "sparse_stats"]
+__all__ = ["DearError", "wrap", "flush", "close", "schedule", "grad_norm", "sparse_stats", "plan_info"]
 
 DEAR_OK = 0
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
@@ -191,6 +191,12 @@ class _SparseStats(ctypes.Structure):
                 ("bytes_sent", ctypes.c_uint64), ("msgs_sparse", ctypes.c_uint64), ("msgs_dense", ctypes.c_uint64)]
 
 
+class _PlanInfo(ctypes.Structure):
+    """dear_plan_info_t (dear_types.h); size set by the caller."""
+    _fields_ = [("size", ctypes.c_size_t), ("comm_scale", ctypes.c_double), ("measured_iter_s", ctypes.c_double),
+                ("predicted_iter_s", ctypes.c_double)]
+
+
 _UPDATE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_UpdateInfo))
 
 
@@ -234,7 +240,8 @@ def _load():
                        ("dear_shard_slices", [vp, c_int, ctypes.POINTER(_Slice), c_int]),
                        ("dear_set_layer_cost", [vp, c_int, ctypes.c_double]),
                        ("dear_register_sparse", [vp, c_int, ctypes.c_size_t]),
-                       ("dear_get_sparse_stats", [vp, c_int, ctypes.POINTER(_SparseStats)])):
+                       ("dear_get_sparse_stats", [vp, c_int, ctypes.POINTER(_SparseStats)]),
+                       ("dear_get_plan_info", [vp, ctypes.POINTER(_PlanInfo)])):
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
     lib.dear_schedule.argtypes, lib.dear_schedule.restype = [vp], ctypes.c_char_p
@@ -649,6 +656,12 @@ class _Wrapped:
             _check("dear_get_sparse_stats", self.lib.dear_get_sparse_stats(self.ctx, t, ctypes.byref(st)))
             out[self.names[t]] = {k: getattr(st, k) for k, _ in _SparseStats._fields_ if k != "size"}
         return out
+
+    def plan_info(self):
+        """dear_plan_info_t as a dict."""
+        info = _PlanInfo(size=ctypes.sizeof(_PlanInfo))
+        _check("dear_get_plan_info", self.lib.dear_get_plan_info(self.ctx, ctypes.byref(info)))
+        return {k: getattr(info, k) for k, _ in _PlanInfo._fields_ if k != "size"}
 
     def _traced(self, example):
         """The FLOPs of the layers one forward of example shows, [(module, flops)], layers it
@@ -1431,6 +1444,14 @@ def sparse_stats(model):
     now, the non-zero share of its rows measured over the warm-up (of the averaged gradient: -1
     sharded, where no rank holds it whole), and what was sent."""
     return model._dear.sparse_stats()
+
+
+def plan_info(model):
+    """What fitting the cost model to training found at the last online plan ({comm_scale,
+    measured_iter_s, predicted_iter_s}; dear_get_plan_info, DEAR_COST_REFIT): the factor by which
+    every collective must be dearer for the model to price the plan in force as it ran, that
+    plan's measured iteration and its calibrated price (1, 0, 0 before the first online plan)."""
+    return model._dear.plan_info()
 
 
 def grad_norm(model):

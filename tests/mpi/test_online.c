@@ -21,7 +21,11 @@
  * The first plan without a profile (DEAR_FIRST_PLAN; TCase "first", also run alone at np 3):
  * identical on every rank, the same on a second commit, equal to the plan fusion/estimate.h
  * makes from the model's arrays and hints; the re-plan with the first iteration's times; results
- * still bitwise MPI_Allreduce's; bad hints refused naming what is accepted.
+ * still bitwise MPI_Allreduce's; bad hints refused naming what is accepted. The cost model fitted
+ * to training (DEAR_COST_REFIT): time slept inside the iteration but in no layer makes the fit
+ * price collectives dearer, the same on every rank (dear_get_plan_info), as a forecast or (plan)
+ * for the planners; off, nothing is fitted; time slept after backward_end, the program's own, is
+ * left out of what is fitted.
  */
 #include <check.h>
 #include <math.h>
@@ -152,6 +156,7 @@ static void register_model(dear_ctx_t *ctx, model_t *m)
 /* Train iters iterations through the hooks; updates must run at the documented hook even across
  * plan switches (dear: in the next forward_begin; wfbp/sync: in backward_end). */
 static void (*after_backward_end)(dear_ctx_t *ctx); /* test_check's hand on the check */
+static void (*before_backward_end)(dear_ctx_t *ctx); /* test_refit's time no profile holds */
 static void (*in_compute)(dear_ctx_t *ctx, int k); /* test_check's noise, once per iteration */
 
 static void train(dear_ctx_t *ctx, model_t *m, const char *sched, int iters)
@@ -170,6 +175,8 @@ static void train(dear_ctx_t *ctx, model_t *m, const char *sched, int iters)
                 compute_grads(m, i, k, m->t[i].grad);
             ck_assert_int_eq(dear_backward_done(ctx, m->layer_ids[l]), DEAR_OK);
         }
+        if (before_backward_end)
+            before_backward_end(ctx);
         ck_assert_int_eq(dear_backward_end(ctx), DEAR_OK);
         if (after_backward_end)
             after_backward_end(ctx);
@@ -247,7 +254,7 @@ static void unset_all(void)
                            "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_CALIBRATION_FILE",
                            "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS", "DEAR_VERIFY_MARGIN", "DEAR_FIRST_PLAN",
                            "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN", "DEAR_VERIFY_TRIES", "DEAR_COMPRESS",
-                           "DEAR_MAX_INFLIGHT", "DEAR_STALL_ABORT_S", "DEAR_DEBUG_CALIB_FAIL" };
+                           "DEAR_MAX_INFLIGHT", "DEAR_STALL_ABORT_S", "DEAR_DEBUG_CALIB_FAIL", "DEAR_COST_REFIT" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -1104,6 +1111,80 @@ START_TEST(test_update_time)
 }
 END_TEST
 
+/* ---- the cost model fitted to training (DEAR_COST_REFIT) ---- */
+
+#define REFIT_SLEEP_MS 30.0
+
+static void refit_sleep(dear_ctx_t *ctx)
+{
+    (void)ctx;
+    struct timespec ts = { 0, (long)(REFIT_SLEEP_MS * 1e6) };
+    nanosleep(&ts, NULL);
+}
+
+/* 0: every iteration sleeps between its last backward_done and backward_end, inside the
+ * iteration but in no layer's profile, as a collective the model underprices would: the fit
+ * prices collectives dearer, as a forecast (DEAR_COST_REFIT=predict, the default). 1: the same
+ * with DEAR_COST_REFIT=off: no fit. 2: the sleep after backward_end, the program's own time
+ * before the next forward: left out of what is fitted. 3: as 0 with DEAR_COST_REFIT=plan: the
+ * planners take the fitted model (the log says which). */
+START_TEST(test_refit)
+{
+    set_common();
+    setenv("DEAR_WARMUP_ITERS", "5", 1);
+    setenv("DEAR_REPLAN_EVERY", "0", 1);
+    static const char *const mode[] = { NULL, "off", "predict", "plan" };
+    if (mode[_i])
+        setenv("DEAR_COST_REFIT", mode[_i], 1);
+    setenv("DEAR_LOG_LEVEL", "info", 1);
+    dear_ctx_t *ctx = NULL;
+    dear_plan_info_t info = { .size = sizeof info };
+    if (_i == 0) {
+        ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+        ck_assert_int_eq(dear_get_plan_info(ctx, &info), DEAR_ERR_STATE); /* before commit */
+        ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    }
+    model_t m;
+    capture_start();
+    ctx = commit_preset(&m, "dear", "dp", "shm");
+    ck_assert_int_eq(dear_get_plan_info(ctx, &info), DEAR_OK);
+    ck_assert(info.comm_scale == 1 && info.measured_iter_s == 0);
+    if (_i == 2)
+        after_backward_end = refit_sleep;
+    else
+        before_backward_end = refit_sleep;
+    train(ctx, &m, "dear", ITERS);
+    capture_stop();
+    after_backward_end = before_backward_end = NULL;
+    ck_assert_int_eq(ctx->online.nplans, 1);
+    ck_assert_int_eq(dear_get_plan_info(ctx, &info), DEAR_OK);
+    double lo, hi;
+    MPI_Allreduce(&info.comm_scale, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&info.comm_scale, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    ck_assert_msg(lo == hi, "ranks read factors %g..%g", lo, hi);
+    if (_i == 0 || _i == 3) {
+        ck_assert_msg(info.measured_iter_s >= info.predicted_iter_s + 0.8e-3 * REFIT_SLEEP_MS,
+                      "measured %g s, predicted %g s: the sleep is not in the measurement", info.measured_iter_s,
+                      info.predicted_iter_s);
+        ck_assert_msg(info.comm_scale > 1 && info.comm_scale <= 2, "factor %g", info.comm_scale);
+        const char *want = _i == 3 ? "the planners use the fitted model" : "a forecast only";
+        ck_assert_msg(rank != 0 || strstr(logbuf, want) != NULL, "no '%s' in the log:\n%s", want, logbuf);
+    } else if (_i == 1) {
+        ck_assert(info.comm_scale == 1 && info.measured_iter_s == 0 && info.predicted_iter_s == 0);
+    } else {
+        ck_assert_msg(info.measured_iter_s > 0 && info.measured_iter_s < 0.5e-3 * REFIT_SLEEP_MS,
+                      "measured %g s: the program's time outside the hooks was counted", info.measured_iter_s);
+    }
+    info.size = 0;
+    ck_assert_int_eq(dear_get_plan_info(ctx, &info), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_get_plan_info(ctx, NULL), DEAR_ERR_ARG);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    compare(&m, ITERS, "refit");
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
 START_TEST(test_presets)
 {
     for (size_t p = 0; p < sizeof presets / sizeof presets[0]; p++) {
@@ -1507,6 +1588,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_calib_fail);
     tcase_add_test(tc, test_presets);
     tcase_add_loop_test(tc, test_update_time, 0, 3);
+    tcase_add_loop_test(tc, test_refit, 0, 4);
     suite_add_tcase(s, tc);
     tc = tcase_create("first");
     tcase_set_timeout(tc, 120);
