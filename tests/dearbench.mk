@@ -14,6 +14,9 @@ EXTRA_DIST += bench/engine-cost-report.py bench/engine-cost.sh
 # The report of predictions against bytes per second, on made-up CSVs and counters.
 SH_TESTS += tests/apps/pred-rate-report.sh
 EXTRA_DIST += bench/pred-rate-report.py bench/pred-rate.sh
+# The report of predictions with and without the model fitted to training, on made-up CSVs.
+SH_TESTS += tests/apps/refit-report.sh
+EXTRA_DIST += bench/refit-report.py bench/refit.sh
 # The simulator's prediction of dear+auto on the emulated cluster, 2 hosts x 2 ranks, within 10%
 # of the measured iteration (skips without root, namespaces or tbf).
 SH_TESTS += tests/apps/e2e-predict.sh

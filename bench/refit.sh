@@ -1,0 +1,102 @@
+#!/bin/bash
+# refit.sh: do the predictions hold once the cost model is fitted to training? Runs pred-rate.sh's
+# case (one profile scaled to ~--comm-ms of communication per iteration at the link rate) on each
+# layout in pairs of jobs: A with DEAR_COST_REFIT=off, calibrating afresh into a cache, then R with
+# DEAR_COST_REFIT=--refit (predict: a forecast; plan: the planners use it too) loading that cache,
+# so each pair prices with one calibration and differs only by the fit. Writes
+# bench/results/refit-LAYOUT-{A,R}N.csv (dear-bench's rows; R's predictions use the factor the
+# runtime fitted) and refit.meta, and the section "The model fitted to training" of
+# docs/PERFORMANCE.md: each configuration's prediction error per job, the share within 5%, and R's
+# period over A's. Needs root (network namespaces).
+set -euo pipefail
+PROG="refit.sh"
+# shellcheck source=bench/bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
+
+HOSTS=4
+RATE=1gbit
+LAYOUTS="2x3"
+PROFILE=resnet50
+CONFIGS="dear:threshold:25m;dear:dp;dear:gradssa;wfbp:mgwfbp"
+COMM_MS=300
+PAIRS=3
+ITERS=21
+ROUNDS=3
+REFIT=predict
+REPORT_ONLY=0
+BUILDDIR=
+emu_names rf 10.213.64
+
+usage() {
+    cat <<EOF
+usage: bench/refit.sh [options]
+  --builddir DIR    build directory holding apps/bench/dear-bench (default: the current
+                    directory if it has it, else the source tree)
+  --rate RATE       link rate, tc syntax (default $RATE)
+  --layouts LIST    HOSTSxRANKS, hosts <= $HOSTS (default "$LAYOUTS")
+  --profile NAME    fusion/profiles/NAME.prof (default $PROFILE)
+  --configs LIST    dear-bench --configs (default "$CONFIGS")
+  --comm-ms MS      communication per iteration the case is scaled to (default $COMM_MS)
+  --pairs N         pairs of jobs (A, then R on A's calibration) per layout (default $PAIRS)
+  --iters N         measured iterations per configuration and job (default $ITERS)
+  --rounds R        every configuration runs R times in turn within a job (default $ROUNDS)
+  --refit MODE      DEAR_COST_REFIT of the R jobs: predict or plan (default $REFIT)
+  --report-only     do not measure; regenerate the section from bench/results/refit-*
+  --help            this text
+Environment: EMU_PREFIX (default rf), EMU_SUBNET (default 10.213.64).
+EOF
+}
+
+bench_options --builddir=BUILDDIR --rate=RATE --layouts=LAYOUTS --profile=PROFILE --configs=CONFIGS \
+    --comm-ms=COMM_MS --pairs=PAIRS --iters=ITERS --rounds=ROUNDS --refit=REFIT --report-only=REPORT_ONLY! -- "$@"
+for n in "$COMM_MS" "$PAIRS" "$ITERS" "$ROUNDS"; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "bad count '$n': a positive integer"
+done
+[[ $REFIT == predict || $REFIT == plan ]] || die "bad --refit '$REFIT': predict or plan"
+[[ $RATE =~ ^[1-9][0-9]*(\.[0-9]+)?(kbit|mbit|gbit)$ ]] || die "bad rate '$RATE': e.g. 250mbit, 1gbit"
+# shellcheck disable=SC2086 # a list of words
+check_layouts $LAYOUTS
+PROF=$SRCDIR/fusion/profiles/$PROFILE.prof
+[[ -r $PROF ]] || die "no profile $PROF"
+
+args="--rate $RATE --layouts '$LAYOUTS' --profile $PROFILE --comm-ms $COMM_MS --pairs $PAIRS"
+args+=" --iters $ITERS --rounds $ROUNDS --refit $REFIT"
+((REPORT_ONLY)) && { section_report refit "$args"; exit 0; }
+BENCH=$(emu_bench "$BUILDDIR")
+
+mkdir -p "$RES"
+rm -f "$RES"/refit-*.csv
+bench_start
+start=$(date +%s)
+status=0
+emu_up "$HOSTS" "$RATE" >/dev/null
+for layout in $LAYOUTS; do
+    nh=${layout%x*} rph=${layout#*x}
+    np=$((nh * rph))
+    hosts=$(emu_hosts "$nh" "$rph")
+    read -r sscale tscale < <(e2e_scale "$PROF" "$RATE" "$np" "$nh" "$COMM_MS" 1)
+    for ((pair = 1; pair <= PAIRS; pair++)); do
+        rm -f "$tmp/cal"
+        for side in A R; do
+            echo "$PROG: $PROFILE on $layout at $RATE, pair $pair, $side (size x $sscale, time x $tscale)"
+            rc=0
+            emu_mpirun "$np" "$hosts" -x "DEAR_CALIBRATION_FILE=$tmp/cal" -x "DEAR_COST_REFIT=$([[ $side == R ]] &&
+                echo "$REFIT" || echo off)" "$BENCH" --profile "$PROF" --configs "$CONFIGS" --iters "$ITERS" \
+                --rounds "$ROUNDS" --size-scale "$sscale" --time-scale "$tscale" --quiet \
+                --csv "$RES/refit-$layout-$side$pair.csv" >"$tmp/out" 2>&1 || rc=$?
+            ((rc == 0)) || { cat "$tmp/out" >&2; echo "$PROG: dear-bench exit status $rc" >&2; status=1; }
+        done
+    done
+done
+emu_down >/dev/null
+{
+    echo "date: $(meta_date)"
+    echo "commit: $(meta_commit -- . ':!bench/results' ':!docs')"
+    echo "cluster: $HOSTS emulated hosts (bench/emucluster), $RATE each way per host; layouts $LAYOUTS"
+    echo "case: $PROFILE, communication scaled to ~$COMM_MS ms per iteration, compute to the same;" \
+        "$PAIRS pair(s) of jobs per layout, A (DEAR_COST_REFIT=off) calibrating afresh, R (=$REFIT) on A's cache"
+    echo "machine: $(meta_machine)"
+    echo "run: $(($(date +%s) - start)) s in all"
+} >"$RES/refit.meta"
+section_report refit "$args"
+exit $status
