@@ -44,10 +44,6 @@ def cells(results):
     return out
 
 
-def err(row):
-    return 100 * (float(row["pred_ms"]) / float(row["period_ms"]) - 1)
-
-
 def joined(values, fmt):
     return " / ".join(fmt % v for v in values)
 
@@ -89,7 +85,7 @@ def section(results, command):
             rs = [r for _, rows, _ in jobs for r in rows if r["config"] == c and r["pred_ms"] != "nan"]
             if not rs:
                 continue
-            e = [err(r) for r in rs]
+            e = [docsection.pred_error(r) for r in rs]
             errors += e
             plans = joined([(r["plan"], int(r["rs_buckets"]), int(r["ag_groups"])) for r in rs], "%s %d/%d")
             detail.append("| %s | %s | %s | %s | %s | %s | %s |" % (

@@ -29,10 +29,6 @@ def jobs(results):
     return out
 
 
-def err(row):
-    return 100 * (float(row["pred_ms"]) / float(row["period_ms"]) - 1)
-
-
 def summary(errors):
     if not errors:
         return "-"
@@ -50,8 +46,9 @@ def section(results, command):
         begin, TITLE, command, "as root, from the build directory",
         "Pairs of jobs on one calibration each: A plans and predicts with the calibrated model "
         "(DEAR_COST_REFIT=off), R predicts with the model the runtime fitted to the plan in force during "
-        "warm-up (and plans with it under DEAR_COST_REFIT=plan; the case line below says which). *error*: dear-bench's prediction over the measured period, "
-        "less 1, one figure per job (pairs in order); *R / A*: R's period over A's in the same pair.")
+        "warm-up (and plans with it under DEAR_COST_REFIT=plan; the case line below says which). *error*: "
+        "dear-bench's prediction over the measured period, less 1, one figure per job (pairs in order); "
+        "*R / A*: R's period over A's in the same pair.")
     lines += docsection.meta_block(os.path.join(results, "refit.meta"))
     lines += ["| layout | configuration | error, A | error, R | R / A (period) |", "|---|---|---|---|---|"]
     totals = []
@@ -71,7 +68,7 @@ def section(results, command):
                 for p in pairs:
                     r = [x for x in sides[s][p] if x["config"] == c and x["pred_ms"] != "nan"]
                     if r:
-                        cell[s].append(err(r[0]))
+                        cell[s].append(docsection.pred_error(r[0]))
             for p in pairs:
                 a = [x for x in sides["A"][p] if x["config"] == c]
                 b = [x for x in sides["R"][p] if x["config"] == c]

@@ -392,8 +392,8 @@ static int backward_end_one(dear_ctx_t *ctx)
     }
     double now = dear_now();
     if (ctx->it.t_iter_start > 0) {
-        dear_samples_add(&ctx->it.iter_times, now - ctx->it.t_iter_start);
         double iter_s = now - ctx->it.t_iter_start;
+        dear_samples_add(&ctx->it.iter_times, iter_s);
         dear_planning_sample(ctx, iter_s, ctx->it.accumulated ? 0 : iter_s - ctx->it.outside_s);
     }
     ctx->it.outside_s = 0;
