@@ -254,7 +254,8 @@ static void unset_all(void)
                            "DEAR_REPLAN_EVERY", "DEAR_CALIBRATE", "DEAR_COST_PRESET", "DEAR_CALIBRATION_FILE",
                            "DEAR_LOG_LEVEL", "DEAR_VERIFY_ITERS", "DEAR_VERIFY_MARGIN", "DEAR_FIRST_PLAN",
                            "DEAR_REPLAN_MIN_GAIN", "DEAR_FIRST_MIN_GAIN", "DEAR_VERIFY_TRIES", "DEAR_COMPRESS",
-                           "DEAR_MAX_INFLIGHT", "DEAR_STALL_ABORT_S", "DEAR_DEBUG_CALIB_FAIL", "DEAR_COST_REFIT" };
+                           "DEAR_MAX_INFLIGHT", "DEAR_STALL_ABORT_S", "DEAR_DEBUG_CALIB_FAIL", "DEAR_COST_REFIT",
+                           "DEAR_SPARSE" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -997,6 +998,45 @@ START_TEST(test_calibration)
 }
 END_TEST
 
+/* Under wfbp a sparse tensor's all-reduce runs as a sparse reduce-scatter and all-gather, which
+ * the simulator prices by those collectives' curves: without a cache, calibration measures them
+ * beside the all-reduce, so the plans have a finite price and the forecast is fitted. */
+START_TEST(test_calib_sparse)
+{
+    set_common();
+    setenv("DEAR_SCHEDULE", "wfbp", 1);
+    setenv("DEAR_FUSION", "dp", 1);
+    setenv("DEAR_CALIBRATE", "auto", 1);
+    unsetenv("DEAR_CALIBRATION_FILE");
+    setenv("DEAR_SPARSE", "on", 1);
+    setenv("DEAR_WARMUP_ITERS", "5", 1);
+    setenv("DEAR_REPLAN_EVERY", "0", 1);
+    model_t m;
+    model_init(&m);
+    const int sparse = 1; /* 54 float32 elements: 9 rows of 6 */
+    ck_assert(m.t[sparse].count == 54 && m.t[sparse].dtype == DEAR_FLOAT32);
+    dear_ctx_t *ctx = NULL;
+    ck_assert_int_eq(dear_init(MPI_COMM_WORLD, &ctx), DEAR_OK);
+    register_model(ctx, &m);
+    ck_assert_int_eq(dear_register_sparse(ctx, sparse, 6), DEAR_OK);
+    ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
+    ck_assert_int_eq(ctx->online.calib_measured, 1);
+    for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
+        ck_assert_msg(ctx->online.cost.line[op][DEAR_ALGO_AUTO].valid, "%s not calibrated under wfbp with a sparse tensor",
+                      dear_coll_op_short((dear_coll_op_t)op));
+    train(ctx, &m, "wfbp", ITERS);
+    ck_assert_int_eq(ctx->online.nplans, 1);
+    dear_plan_info_t info = { .size = sizeof info };
+    ck_assert_int_eq(dear_get_plan_info(ctx, &info), DEAR_OK);
+    ck_assert_msg(isfinite(info.predicted_iter_s) && info.predicted_iter_s > 0 && info.measured_iter_s > 0,
+                  "plan in force priced at %g s, measured %g s", info.predicted_iter_s, info.measured_iter_s);
+    ck_assert_int_eq(dear_finalize(&ctx), DEAR_OK);
+    compare(&m, ITERS, "dp/wfbp/sparse");
+    model_free(&m);
+    unset_all();
+}
+END_TEST
+
 /* ---- DEAR_CALIBRATE=off with each preset; DEAR_PLAN_FILE and threshold stay fixed ---- */
 
 /* The last rank abandons its third calibration stream halfway (DEAR_DEBUG_CALIB_FAIL), its
@@ -1589,6 +1629,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_presets);
     tcase_add_loop_test(tc, test_update_time, 0, 3);
     tcase_add_loop_test(tc, test_refit, 0, 4);
+    tcase_add_test(tc, test_calib_sparse);
     suite_add_tcase(s, tc);
     tc = tcase_create("first");
     tcase_set_timeout(tc, 120);

@@ -153,13 +153,13 @@ def dear_params(kind, opt_name, schedule, shard=False, state=None, compress=None
     dear.flush(model)
     out = [p.detach().clone() for p in model.parameters()]
     # auto planned online after DEAR_WARMUP_ITERS (5) under dear and wfbp with several ranks, and
-    # priced the plan in force against its measured iterations (the plain CNN at least: a plan
-    # rebuilt in warm-up leaves too few, a model without a price for the sparse embedding none)
+    # priced the plan in force against its measured iterations (the plain models at least: a plan
+    # rebuilt in warm-up leaves too few)
     info = dear.plan_info(model)
     online = SIZE > 1 and schedule != "sync" and ITERS > 5 and "DEAR_FUSION" not in os.environ
     fitted = info["measured_iter_s"] > 0
     check(1 <= info["comm_scale"] <= 2 and (online or not fitted) and fitted == (info["predicted_iter_s"] > 0) and
-          (fitted or not (online and kind == "cnn" and not kw and not shard and compress is None)),
+          (fitted or not (online and not kw and not shard and compress is None)),
           "%s %s np %d: plan info %s" % (kind, schedule, SIZE, info))
     if state is not None:
         state.append(state_numel(opt))
