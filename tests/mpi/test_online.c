@@ -1022,8 +1022,8 @@ START_TEST(test_calib_sparse)
     ck_assert_int_eq(dear_commit(ctx), DEAR_OK);
     ck_assert_int_eq(ctx->online.calib_measured, 1);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++)
-        ck_assert_msg(ctx->online.cost.line[op][DEAR_ALGO_AUTO].valid, "%s not calibrated under wfbp with a sparse tensor",
-                      dear_coll_op_short((dear_coll_op_t)op));
+        ck_assert_msg(ctx->online.cost.line[op][DEAR_ALGO_AUTO].valid,
+                      "%s not calibrated under wfbp with a sparse tensor", dear_coll_op_short((dear_coll_op_t)op));
     train(ctx, &m, "wfbp", ITERS);
     ck_assert_int_eq(ctx->online.nplans, 1);
     dear_plan_info_t info = { .size = sizeof info };
