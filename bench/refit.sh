@@ -39,7 +39,8 @@ usage: bench/refit.sh [options]
   --profile NAME    fusion/profiles/NAME.prof (default $PROFILE)
   --configs LIST    dear-bench --configs (default "$CONFIGS")
   --comm-ms MS      communication per iteration the case is scaled to (default $COMM_MS)
-  --pairs N         pairs of jobs (A, then R on A's calibration) per layout (default $PAIRS)
+  --pairs N         pairs of jobs (A and R on one calibration, order alternating) per layout
+                    (default $PAIRS)
   --iters N         measured iterations per configuration and job (default $ITERS)
   --rounds R        every configuration runs R times in turn within a job (default $ROUNDS)
   --refit MODE      DEAR_COST_REFIT of the R jobs: predict or plan (default $REFIT; plan's
