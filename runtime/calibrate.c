@@ -215,16 +215,6 @@ static int op_needed(const dear_ctx_t *ctx, int op)
     return op == DEAR_COLL_ALLREDUCE ? !split : split;
 }
 
-/* Whether a tensor may travel sparse: an all-reduce of one runs as a sparse reduce-scatter and
- * all-gather (coll_sparse.c), which the simulator prices by those collectives' curves. */
-static int any_sparse(const dear_ctx_t *ctx)
-{
-    for (int t = 0; t < ctx->reg.ntensors; t++)
-        if (dear_tensor_block(ctx, t) > 0)
-            return 1;
-    return 0;
-}
-
 /* One curve of the model: a collective on float32 vectors travelling in format fmt (none: the
  * auto line, else the format's curve, by wire bytes). */
 typedef struct {
@@ -303,7 +293,7 @@ static int items_needed(const dear_ctx_t *ctx, const calib_burst_t *burst, int c
                 item_add(its, &n, op, DEAR_COMPRESS_NONE, CALIB_IDLE);
         }
     /* Sparse runs are priced alone, by wire bytes in float32's curve (sim.c): no burst, no idle. */
-    if (any_sparse(ctx)) {
+    if (dear_sparse_any(ctx)) {
         item_add(its, &n, DEAR_COLL_REDUCE_SCATTER, DEAR_COMPRESS_NONE, 0);
         item_add(its, &n, DEAR_COLL_ALLGATHER, DEAR_COMPRESS_NONE, 0);
     }

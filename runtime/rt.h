@@ -723,6 +723,9 @@ int dear_clip_averaged(dear_ctx_t *ctx);
 int dear_sparse_stats_claimed(dear_ctx_t *ctx, int tensor, dear_sparse_stats_t *stats);
 /* The block a tensor travels with: its declared one unless sparse tensors travel dense. */
 size_t dear_tensor_block(const dear_ctx_t *ctx, int t);
+/* Whether any tensor travels with a block (the sparse feature is on): its all-reduce then runs
+ * as a sparse reduce-scatter and all-gather. */
+int dear_sparse_any(const dear_ctx_t *ctx);
 /* Under the lock: a finished collective's sparse counters into its tensors. */
 void dear_sparse_record(dear_ctx_t *ctx, const dear_op_t *op, const dear_coll_info_t *info);
 /* "reduce-scatter sparse, all-gather dense" or "all-reduce sparse", in buf, for messages. */

@@ -98,10 +98,10 @@ static int sparse_decide(dear_ctx_t *ctx)
     return DEAR_OK;
 }
 
-static int sparse_is_on(const dear_ctx_t *ctx)
+int dear_sparse_any(const dear_ctx_t *ctx)
 {
-    for (int t = 0; t < ctx->reg.ntensors && ctx->sparse.mode != DEAR_SPARSE_OFF; t++)
-        if (ctx->reg.tensors[t].sparse_block > 0)
+    for (int t = 0; t < ctx->reg.ntensors; t++)
+        if (dear_tensor_block(ctx, t) > 0)
             return 1;
     return 0;
 }
@@ -352,7 +352,7 @@ const dear_feature_t dear_feature_sparse = {
     .after = DEAR_FEAT_BIT(SHARD) | DEAR_FEAT_BIT(DETERMINISTIC),
     .rules = sparse_rules,
     .decide = sparse_decide,
-    .on = sparse_is_on,
+    .on = dear_sparse_any,
     .yield = sparse_yield,
     .setup = sparse_setup,
     .graph = sparse_graph,
