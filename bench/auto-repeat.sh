@@ -93,7 +93,7 @@ case $LAYOUT in
         l=${LAYOUT#emu:} nh=${l%x*} rph=${l#*x}
         np=$((nh * rph))
         : "${JITTER_MS:=0}"
-        read -r ss ts < <(e2e_scale "$PROF" "$RATE" "$np" "" "$COMM_MS" 1)
+        read -r ss ts < <(e2e_scale "$PROF" "$RATE" "$np" "$nh" "$COMM_MS" 1)
         scales=(--size-scale "$ss" --time-scale "$ts")
         emu_up "$nh" "$RATE" >/dev/null
         launch=(emu_mpirun "$np" "$(emu_hosts "$nh" "$rph")")
