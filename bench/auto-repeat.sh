@@ -7,7 +7,8 @@
 # configuration's median iteration time and quartiles, the plan auto ended on and its check's
 # verdicts (DEAR_LOG_LEVEL=info lines of rank 0); then the medians over the runs and a verdict
 # per run: auto's median against the best fixed configuration's, "behind" only when the gap
-# exceeds the half interquartile ranges of the two (the noise of that run). Writes a CSV of
+# exceeds the half interquartile ranges of the two (the noise of that run); then every
+# configuration's prediction error per run and its median over the runs. Writes a CSV of
 # every run's rows (--csv).
 #
 # Layouts: local:NP runs NP ranks on this host (mpirun --oversubscribe; shared memory, so
@@ -146,6 +147,14 @@ for r in range(1, runs + 1):
           f"  {sig(a):36s} {ms(a, 'iter_ms') / ms(b, 'iter_ms'):7.3f}x  {verdict} (best fixed {best}, gap {gap:+.1f} ms, noise {noise:.1f} ms)")
 print("\nmedian over runs: " + ", ".join(f'{c} {statistics.median(ms(get[r, c], "iter_ms") for r in range(1, runs + 1)):.1f} ms'
                                       for c in configs))
+# The forecast's error, as dear-bench gives it (the plan that ran, against the period): one run
+# is one draw of the machine's noise, so the median over the runs is the figure to judge.
+print("\nprediction error per run (pred_ms / period_ms - 1; negative: predicted too fast)")
+print("run  " + "  ".join(f"{c:>26}" for c in configs))
+for r in range(1, runs + 1):
+    print(f"{r:3d}  " + "  ".join(f'{ms(get[r, c], "pred_err_pct"):+25.1f}%' for c in configs))
+print("median over runs: " + ", ".join(
+    f'{c} {statistics.median(ms(get[r, c], "pred_err_pct") for r in range(1, runs + 1)):+.1f}%' for c in configs))
 plans = [sig(get[r, "dear:auto"]) for r in range(1, runs + 1)]
 kinds = [get[r, "dear:auto"]["plan"] for r in range(1, runs + 1)]
 print(f"auto's plan: {len(set(plans))} distinct plan(s) over {runs} runs ({len(set(kinds))} planner(s): {', '.join(sorted(set(kinds)))}); "
