@@ -31,6 +31,7 @@ TIME_SCALE=0.5
 RATE=1gbit
 COMM_MS=300
 CSV=
+LOGS=
 CALIBRATE=shared
 BUILDDIR=
 emu_names ar 10.213.57
@@ -57,6 +58,8 @@ usage: bench/auto-repeat.sh [options]
                     it (DEAR_CALIBRATION_FILE); fresh: every run measures its own, so auto's
                     plan also varies with the calibration (default $CALIBRATE)
   --csv FILE        every run's dear-bench rows, with a leading run column
+  --logs DIR        keep each run's whole output, rank 0's info log included (the fit of
+                    the cost model, every plan and check), as DIR/runN.txt
   --builddir DIR    build directory holding apps/bench/dear-bench (default: the current
                     directory if it has it, else the source tree)
   --help            this text
@@ -67,7 +70,7 @@ EOF
 
 bench_options --runs=RUNS --layout=LAYOUT --profile=PROFILE --configs=CONFIGS --iters=ITERS --rounds=ROUNDS \
     --jitter-ms=JITTER_MS --size-scale=SIZE_SCALE --time-scale=TIME_SCALE --rate=RATE --comm-ms=COMM_MS --csv=CSV \
-    --calibrate=CALIBRATE --builddir=BUILDDIR -- "$@"
+    --logs=LOGS --calibrate=CALIBRATE --builddir=BUILDDIR -- "$@"
 if ! [[ $RUNS =~ ^[0-9]+$ && $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ ]] ||
     ((RUNS < 1 || ROUNDS < 1 || ROUNDS > ITERS)); then
     die "bad --runs/--iters/--rounds '$RUNS'/'$ITERS'/'$ROUNDS': counts, 1 <= rounds <= iters"
@@ -76,6 +79,7 @@ fi
 [[ ";$CONFIGS;" == *";dear:auto;"* ]] || die "--configs must hold dear:auto"
 PROF=$SRCDIR/fusion/profiles/$PROFILE.prof
 [[ -f $PROF ]] || die "no profile $PROF"
+[[ -z $LOGS || -d $LOGS ]] || die "--logs $LOGS: no such directory"
 
 BENCH=$(dear_bench_path "$BUILDDIR")
 bench_start
@@ -115,6 +119,7 @@ for ((r = 1; r <= RUNS; r++)); do
         >"$tmp/run$r.txt" 2>&1 || rc=$?
     ((rc == 0)) || { cat "$tmp/run$r.txt" >&2; die "run $r: dear-bench exit status $rc"; }
     echo "$PROG: run $r done, load $(meta_load)"
+    [[ -z $LOGS ]] || cp "$tmp/run$r.txt" "$LOGS/run$r.txt"
     grep -a "^\[dear 0\] info plan: auto's check" "$tmp/run$r.txt" | sed 's/^.*iteration(s) per plan ([^)]*): /    check: /' || true
 done
 
