@@ -150,16 +150,15 @@ for r in range(1, runs + 1):
     behind += verdict == "behind"
     print(f"{r:3d}  " + "  ".join(f"{x:>26}" for x in cells) +
           f"  {sig(a):36s} {ms(a, 'iter_ms') / ms(b, 'iter_ms'):7.3f}x  {verdict} (best fixed {best}, gap {gap:+.1f} ms, noise {noise:.1f} ms)")
-print("\nmedian over runs: " + ", ".join(f'{c} {statistics.median(ms(get[r, c], "iter_ms") for r in range(1, runs + 1)):.1f} ms'
-                                      for c in configs))
+over_runs = lambda c, k: statistics.median(ms(get[r, c], k) for r in range(1, runs + 1))
+print("\nmedian over runs: " + ", ".join(f'{c} {over_runs(c, "iter_ms"):.1f} ms' for c in configs))
 # The forecast's error, as dear-bench gives it (the plan that ran, against the period): one run
 # is one draw of the machine's noise, so the median over the runs is the figure to judge.
 print("\nprediction error per run (pred_ms / period_ms - 1; negative: predicted too fast)")
 print("run  " + "  ".join(f"{c:>26}" for c in configs))
 for r in range(1, runs + 1):
     print(f"{r:3d}  " + "  ".join(f'{ms(get[r, c], "pred_err_pct"):+25.1f}%' for c in configs))
-print("median over runs: " + ", ".join(
-    f'{c} {statistics.median(ms(get[r, c], "pred_err_pct") for r in range(1, runs + 1)):+.1f}%' for c in configs))
+print("median over runs: " + ", ".join(f'{c} {over_runs(c, "pred_err_pct"):+.1f}%' for c in configs))
 plans = [sig(get[r, "dear:auto"]) for r in range(1, runs + 1)]
 kinds = [get[r, "dear:auto"]["plan"] for r in range(1, runs + 1)]
 print(f"auto's plan: {len(set(plans))} distinct plan(s) over {runs} runs ({len(set(kinds))} planner(s): {', '.join(sorted(set(kinds)))}); "
