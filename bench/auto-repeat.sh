@@ -33,6 +33,7 @@ COMM_MS=300
 CSV=
 LOGS=
 CALIBRATE=shared
+ENVS=
 BUILDDIR=
 emu_names ar 10.213.57
 
@@ -60,6 +61,9 @@ usage: bench/auto-repeat.sh [options]
   --csv FILE        every run's dear-bench rows, with a leading run column
   --logs DIR        keep each run's whole output, rank 0's info log included (the fit of
                     the cost model, every plan and check), as DIR/runN.txt
+  --env "VAR=VALUE ..."
+                    DEAR_* settings handed to every rank (mpirun -x), to repeat a setting
+                    against the default one (default: none)
   --builddir DIR    build directory holding apps/bench/dear-bench (default: the current
                     directory if it has it, else the source tree)
   --help            this text
@@ -70,7 +74,7 @@ EOF
 
 bench_options --runs=RUNS --layout=LAYOUT --profile=PROFILE --configs=CONFIGS --iters=ITERS --rounds=ROUNDS \
     --jitter-ms=JITTER_MS --size-scale=SIZE_SCALE --time-scale=TIME_SCALE --rate=RATE --comm-ms=COMM_MS --csv=CSV \
-    --logs=LOGS --calibrate=CALIBRATE --builddir=BUILDDIR -- "$@"
+    --logs=LOGS --env=ENVS --calibrate=CALIBRATE --builddir=BUILDDIR -- "$@"
 if ! [[ $RUNS =~ ^[0-9]+$ && $ITERS =~ ^[0-9]+$ && $ROUNDS =~ ^[0-9]+$ ]] ||
     ((RUNS < 1 || ROUNDS < 1 || ROUNDS > ITERS)); then
     die "bad --runs/--iters/--rounds '$RUNS'/'$ITERS'/'$ROUNDS': counts, 1 <= rounds <= iters"
@@ -80,6 +84,10 @@ fi
 PROF=$SRCDIR/fusion/profiles/$PROFILE.prof
 [[ -f $PROF ]] || die "no profile $PROF"
 [[ -z $LOGS || -d $LOGS ]] || die "--logs $LOGS: no such directory"
+read -r -a envs <<<"$ENVS"
+for e in "${envs[@]}"; do
+    [[ $e =~ ^DEAR_[A-Z0-9_]+=[^[:space:]]*$ ]] || die "--env '$e': expected DEAR_NAME=VALUE, space-separated"
+done
 
 BENCH=$(dear_bench_path "$BUILDDIR")
 bench_start
@@ -109,9 +117,11 @@ esac
 # Rank 0 decides on calibration and logs auto's check: -x hands both to the ranks in the hosts.
 launch+=(-x DEAR_LOG_LEVEL=info)
 [[ $CALIBRATE == shared ]] && launch+=(-x "DEAR_CALIBRATION_FILE=$tmp/calibration")
+for e in "${envs[@]}"; do launch+=(-x "$e"); done
 
 echo "$PROG: $PROFILE on $LAYOUT, ${scales[*]}, jitter up to $JITTER_MS ms, $RUNS run(s) of" \
-    "\"$CONFIGS\", $ITERS iterations each in $ROUNDS round(s), $CALIBRATE calibration; $(nproc) cores, load $(meta_load)"
+    "\"$CONFIGS\", $ITERS iterations each in $ROUNDS round(s), $CALIBRATE calibration${ENVS:+, $ENVS};" \
+    "$(nproc) cores, load $(meta_load)"
 for ((r = 1; r <= RUNS; r++)); do
     rc=0
     "${launch[@]}" "$BENCH" --profile "$PROF" --configs "$CONFIGS" --iters "$ITERS" --rounds "$ROUNDS" \
