@@ -450,7 +450,7 @@ START_TEST(test_check)
     /* Where no clear penalty separates the plans, a real difference between their communication
      * (a loaded machine makes the warm-up plan's many small buckets slow) may decide before the
      * model does: a gap measured beyond the margin rightly keeps the faster plan, whatever the
-     * model prefers. The verdict then is not the one this scenario checks, and the log says so. */
+     * model prefers. The verdict then is not the one this scenario checks; the test's output says so. */
     int real_gap = scen->pen_new_ms < CLEAR_MS && scen->pen_old_ms < CLEAR_MS &&
                    strstr(line, "the new plan measured faster beyond the margin") != NULL;
     int keep_new = scen->keep_new || real_gap;
@@ -826,8 +826,8 @@ START_TEST(test_calibration)
     ck_assert_str_eq(ctx->online.cost.source, "fit");
     ck_assert_msg(strstr(logbuf, "calibration: measured") != NULL, "log: %s", logbuf);
     /* 1 s at np 4 on 2 idle cores (three passes; with a cache every collective, for every
-     * schedule); 10.3 s under make -j2 check, where another 4-rank test shares the cores, 60 s
-     * beside two busy loops: the bound only catches a runaway calibration */
+     * schedule); 10.3 s under make -j2 check, where another 4-rank test shares the cores, and
+     * several times that on a busier machine: the bound only catches a runaway calibration */
     ck_assert_msg(took < 150, "calibration took %.1f s", took);
     for (int op = 0; op < DEAR_COLL_OP_COUNT; op++) {
         int any = 0;
